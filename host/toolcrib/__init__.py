@@ -1,0 +1,50 @@
+"""toolcrib: a plugin-based tool host for AI agents.
+
+Tool packs are ordinary distributions found through the ``toolcrib`` entry-point group; each declares its
+tools with ``@toolcrib.tool`` and returns them from a ``toolcrib_tools`` hook. Operators decide in one TOML
+file which agent sees which tools; a denied tool is invisible. Importing this package discovers nothing.
+"""
+
+from toolcrib.content import Audio, EmbeddedResource, Image, ResourceLink, Text, ToolResult
+from toolcrib.context import AvailabilityContext, Context
+from toolcrib.errors import (
+    ConfigError,
+    Problem,
+    ToolcribError,
+    ToolDeclarationError,
+    ToolError,
+    UnknownAgentError,
+    UnknownToolError,
+)
+from toolcrib.hookspecs import hookimpl, hookspec
+from toolcrib.host import Host
+from toolcrib.policy import Allow, Deny
+from toolcrib.tool import Tool, tool
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Allow",
+    "Audio",
+    "AvailabilityContext",
+    "ConfigError",
+    "Context",
+    "Deny",
+    "EmbeddedResource",
+    "Host",
+    "Image",
+    "Problem",
+    "ResourceLink",
+    "Text",
+    "Tool",
+    "ToolDeclarationError",
+    "ToolError",
+    "ToolResult",
+    "ToolcribError",
+    "UnknownAgentError",
+    "UnknownToolError",
+    "__version__",
+    "hookimpl",
+    "hookspec",
+    "tool",
+]

@@ -1,0 +1,428 @@
+"""The call pipeline, the same for the Python API, the CLI and MCP:
+
+resolve the name in the agent's view -> check the payload's size and shape -> validate against the input
+model -> argument rules and ``ask`` approvals (modes) -> ``toolcrib_pre_tool_use`` hooks -> run the handler
+under its timeout -> normalize the result -> ``toolcrib_post_tool_use`` hooks -> audit record.
+
+Nothing a tool does takes the host down: ``ToolError`` text reaches the model, any other exception becomes
+a generic error result (the traceback goes to the host's log), a timeout is an error result.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import math
+import time
+import types
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.to_thread
+from pydantic import ValidationError
+
+from toolcrib.content import ToolResult, normalize
+from toolcrib.context import ClientChannel, Context
+from toolcrib.errors import ToolError, UnknownToolError
+from toolcrib.plugins import PluginManager, call_impl, hook_impls
+from toolcrib.policy import Allow, Deny
+
+if TYPE_CHECKING:
+    from toolcrib.config import LoadedConfig
+    from toolcrib.view import AgentView, ViewTool
+
+log = logging.getLogger("toolcrib.calls")
+
+MAX_DEPTH = 32
+MAX_INT_BITS = 64
+
+Approver = Callable[[str, str, Mapping[str, Any], str], Awaitable[bool | None]]
+"""What a front end offers for ``ask`` approvals: ``(agent, tool, arguments, message) -> True/False``, or None
+when the client cannot answer (MCP: elicitation)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    decision: str  # "allowed" | "denied" | "invalid"
+    by: str
+
+
+class Pipeline:
+    """Runs calls for every view of one host state; holds what all calls share (hooks, limits, workers)."""
+
+    def __init__(self, pm: PluginManager, loaded: LoadedConfig, settings: Mapping[str, Any]) -> None:
+        host = loaded.config.host
+        self.workspace: Path = loaded.workspace
+        self.call_timeout = host.call_timeout
+        self.max_argument_bytes = host.max_argument_bytes
+        self.max_result_chars = host.max_result_chars
+        self.audit_arguments = host.audit_arguments
+        self.settings = settings
+        self._pre = hook_impls(pm, "toolcrib_pre_tool_use")
+        self._post = hook_impls(pm, "toolcrib_post_tool_use")
+        self._approve = hook_impls(pm, "toolcrib_approve")
+        self._audit = hook_impls(pm, "toolcrib_audit")
+        self._workers = host.sync_workers
+        self._limiter: anyio.CapacityLimiter | None = None
+
+    @property
+    def limiter(self) -> anyio.CapacityLimiter:
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(self._workers)
+        return self._limiter
+
+    async def call(
+        self,
+        view: AgentView,
+        name: str,
+        arguments: Any,
+        *,
+        approver: Approver | None = None,
+        channel: ClientChannel | None = None,
+    ) -> ToolResult:
+        """Run one call as ``view.agent`` makes it. Raises ``UnknownToolError`` for a name the agent does not
+        see (hidden or nonexistent alike); every other failure is an ``isError`` result."""
+        started = time.perf_counter()
+        vt = view.lookup(name)
+        if vt is None:
+            if self._audit:
+                self._write_audit(view.agent, str(name)[:200], None, "unknown", "no such tool in the agent's view",
+                                  started, True)
+            raise UnknownToolError(name if isinstance(name, str) else repr(name))
+        if arguments is None:
+            arguments = {}
+        problem = self._payload_problem(arguments)
+        if problem is not None:
+            return self._finish(view, vt, arguments, _Outcome("invalid", "payload limits"),
+                                ToolResult.error(f"Invalid arguments for {vt.name}: {problem}"), started)
+        try:
+            model = vt.tool.input_model.model_validate(arguments)
+        except ValidationError as exc:
+            return self._finish(view, vt, arguments, _Outcome("invalid", "input validation"),
+                                ToolResult.error(format_validation_error(vt.name, exc, vt.tool.input_model)), started)
+
+        outcome = _Outcome("allowed", "rules")
+        if vt.call_rules is not None or self._pre:
+            denied, outcome, model, arguments = await self._policy(view, vt, model, arguments, approver)
+            if denied is not None:
+                return self._finish(view, vt, arguments, outcome, denied, started)
+
+        result = await self._run(view, vt, model, channel)
+        if self._post:
+            result = await self._post_hooks(view, vt, arguments, result)
+        return self._finish(view, vt, arguments, outcome, result, started)
+
+    # -- steps ---------------------------------------------------------------------------------------------
+
+    def _payload_problem(self, arguments: Any) -> str | None:
+        if not isinstance(arguments, dict):
+            return f"arguments must be a JSON object, not {_json_type(arguments)}"
+        budget = [self.max_argument_bytes]
+        return _walk(arguments, 0, budget, self.max_argument_bytes)
+
+    async def _policy(
+        self, view: AgentView, vt: ViewTool, model: Any, arguments: dict[str, Any], approver: Approver | None
+    ) -> tuple[ToolResult | None, _Outcome, Any, dict[str, Any]]:
+        outcome = _Outcome("allowed", "rules")
+        if vt.call_rules is not None:
+            verdict, rule = vt.call_rules.check(arguments)
+            if verdict == "deny":
+                by = f"rule {rule.text!r}" if rule is not None else "no allow rule matches its argument"
+                subject = vt.call_rules.subject
+                shown = f"{subject}={arguments.get(subject)!r}" if subject else "this call"
+                message = (f"Permission denied: {vt.name} with {shown} is denied by the agent's permissions "
+                           f"({by}).")
+                return ToolResult.error(message), _Outcome("denied", by), model, arguments
+            if verdict == "ask":
+                assert rule is not None
+                approved, by = await self._approval(view, vt, arguments, rule.text, approver)
+                if not approved:
+                    return ToolResult.error(by), _Outcome("denied", by), model, arguments
+                outcome = _Outcome("allowed", by)
+        if self._pre:
+            frozen = types.MappingProxyType(arguments)
+            kwargs = {"agent": view.agent, "tool": vt.name, "arguments": frozen,
+                      "annotations": vt.tool.annotations}
+            deny: Deny | None = None
+            denier = ""
+            updated: Mapping[str, Any] | None = None
+            updater = ""
+            for impl in self._pre:
+                try:
+                    answer = call_impl(impl, kwargs)
+                    if inspect.isawaitable(answer):
+                        answer = await answer
+                except Exception as exc:
+                    log.exception("toolcrib_pre_tool_use of %r raised; the call is denied", impl.plugin_name)
+                    answer = Deny(f"{vt.name} was denied: a policy check failed ({type(exc).__name__}).")
+                if isinstance(answer, Deny):
+                    if deny is None:
+                        deny, denier = answer, impl.plugin_name
+                elif isinstance(answer, Allow):
+                    if answer.updated_input is not None:
+                        updated, updater = answer.updated_input, impl.plugin_name
+                        kwargs["arguments"] = types.MappingProxyType(dict(updated))
+                elif answer is not None:
+                    log.error("toolcrib_pre_tool_use of %r returned %r; the call is denied", impl.plugin_name, answer)
+                    if deny is None:
+                        deny = Deny(f"{vt.name} was denied: a policy check gave an invalid answer.")
+                        denier = impl.plugin_name
+            if deny is not None:
+                return ToolResult.error(deny.message), _Outcome("denied", f"hook {denier}"), model, arguments
+            if updated is not None:
+                try:
+                    model = vt.tool.input_model.model_validate(dict(updated))
+                except ValidationError as exc:
+                    suffix = f" (as replaced by {updater!r})"
+                    message = format_validation_error(vt.name, exc, vt.tool.input_model, suffix)
+                    return ToolResult.error(message), _Outcome("invalid", f"hook {updater}"), model, arguments
+                arguments = dict(updated)
+                outcome = _Outcome("allowed", f"hook {updater} (replaced input)")
+        return None, outcome, model, arguments
+
+    async def _approval(
+        self, view: AgentView, vt: ViewTool, arguments: Mapping[str, Any], rule: str, approver: Approver | None
+    ) -> tuple[bool, str]:
+        mode = view.mode
+        need = f"{vt.name} needs approval (ask rule {rule!r})"
+        if mode == "dontAsk":
+            return False, f"Permission denied: {need}, and agent mode 'dontAsk' denies calls that need approval."
+        if mode == "bypassPermissions":
+            return True, "mode bypassPermissions"
+        if mode == "acceptEdits" and not vt.entry.destructive:
+            return True, "mode acceptEdits (tool is not destructive)"
+        frozen = types.MappingProxyType(dict(arguments))
+        kwargs = {"agent": view.agent, "tool": vt.name, "arguments": frozen, "annotations": vt.tool.annotations,
+                  "rule": rule}
+        for impl in self._approve:
+            try:
+                answer = call_impl(impl, kwargs)
+                if inspect.isawaitable(answer):
+                    answer = await answer
+            except Exception:
+                log.exception("toolcrib_approve of %r raised; the call is refused", impl.plugin_name)
+                return False, f"Permission denied: {need}, and the approval check failed."
+            if answer is True:
+                return True, f"approved by hook {impl.plugin_name}"
+            if answer is False:
+                return False, f"Permission denied: {need}, and it was refused."
+            if isinstance(answer, Deny):
+                return False, f"Permission denied: {answer.message}"
+        if approver is not None:
+            message = f"Agent {view.agent!r} wants to call {vt.name} (ask rule {rule!r}). Allow this call?"
+            try:
+                answer = await approver(view.agent, vt.name, frozen, message)
+            except Exception:
+                log.exception("asking the client for approval failed")
+                answer = None
+            if answer is True:
+                return True, "approved by the user"
+            if answer is False:
+                return False, f"Permission denied: {need}, and the user declined."
+        return False, (f"Permission denied: {need}, and no approver could answer (the client does not support "
+                       "elicitation and no approval hook decided).")
+
+    async def _run(self, view: AgentView, vt: ViewTool, model: Any, channel: ClientChannel | None) -> ToolResult:
+        tool = vt.tool
+        if tool.takes_model:
+            args: tuple[Any, ...] = (model,)
+            kwargs: dict[str, Any] = {}
+        else:
+            args = ()
+            kwargs = dict(model.__dict__)
+        if tool.context_param is not None:
+            kwargs[tool.context_param] = Context(
+                agent=view.agent,
+                tool=vt.name,
+                settings=vt.entry.settings,
+                workspace=self.workspace,
+                logger=logging.getLogger(f"toolcrib.pack.{vt.entry.namespace}"),
+                _channel=channel,
+            )
+        timeout = vt.timeout
+        value: Any = None
+        try:
+            with anyio.move_on_after(timeout) as scope:
+                if tool.is_async:
+                    value = await tool.handler(*args, **kwargs)
+                else:
+                    value = await anyio.to_thread.run_sync(
+                        functools.partial(tool.handler, *args, **kwargs), limiter=self.limiter,
+                        abandon_on_cancel=True,
+                    )
+            if scope.cancelled_caught:
+                return ToolResult.error(f"Tool {vt.name} timed out after {_seconds(timeout)} and was stopped.")
+        except ToolError as exc:
+            return ToolResult.error(str(exc) or f"Tool {vt.name} failed.")
+        except (Exception, SystemExit):
+            log.exception("tool %s raised (agent %r)", vt.name, view.agent)
+            return ToolResult.error(f"Tool {vt.name} failed with an internal error; the host's log has the details.")
+        try:
+            structured = None
+            if tool.output_adapter is not None:
+                adapter = tool.output_adapter
+                structured = adapter.dump_python(adapter.validate_python(value), mode="json", by_alias=True)
+            result = normalize(value, structured)
+        except Exception:
+            log.exception("tool %s returned a value that cannot be sent (agent %r)", vt.name, view.agent)
+            return ToolResult.error(f"Tool {vt.name} returned a result that cannot be sent (it does not match its "
+                                    "declared output, or is not JSON); the host's log has the details.")
+        return self._cap(vt, result)
+
+    def _cap(self, vt: ViewTool, result: ToolResult) -> ToolResult:
+        limit = self.max_result_chars
+        total = 0
+        for block in result.content:
+            if block.get("type") == "text":
+                total += len(block["text"])
+        if total <= limit:
+            return result
+        blocks = []
+        left = limit
+        for block in result.content:
+            if block.get("type") != "text":
+                blocks.append(block)
+                continue
+            text = block["text"]
+            if len(text) > left:
+                text = text[:left] + (f"\n[... truncated by toolcrib: the result had {total} characters, more than "
+                                      f"the limit of {limit}]")
+                left = 0
+            else:
+                left -= len(text)
+            blocks.append({**block, "text": text})
+        structured = result.structured_content if vt.tool.output_adapter is not None else None
+        return ToolResult(content=tuple(blocks), structured_content=structured, is_error=result.is_error)
+
+    async def _post_hooks(self, view: AgentView, vt: ViewTool, arguments: Mapping[str, Any],
+                          result: ToolResult) -> ToolResult:
+        kwargs: dict[str, Any] = {"agent": view.agent, "tool": vt.name,
+                                  "arguments": types.MappingProxyType(dict(arguments)), "result": result}
+        for impl in self._post:
+            try:
+                answer = call_impl(impl, kwargs)
+                if inspect.isawaitable(answer):
+                    answer = await answer
+            except Exception:
+                log.exception("toolcrib_post_tool_use of %r raised; the result is withheld", impl.plugin_name)
+                return ToolResult.error(f"The result of {vt.name} was withheld: a post-processing check failed.")
+            if answer is None:
+                continue
+            if not isinstance(answer, ToolResult):
+                log.error("toolcrib_post_tool_use of %r returned %r; the result is withheld", impl.plugin_name, answer)
+                return ToolResult.error(f"The result of {vt.name} was withheld: a post-processing check failed.")
+            result = answer
+            kwargs["result"] = result
+        return result
+
+    def _finish(self, view: AgentView, vt: ViewTool, arguments: Any, outcome: _Outcome, result: ToolResult,
+                started: float) -> ToolResult:
+        if self._audit:
+            self._write_audit(view.agent, vt.name, arguments, outcome.decision, outcome.by, started, result.is_error)
+        return result
+
+    def _write_audit(self, agent: str, tool: str, arguments: Any, decision: str, by: str, started: float,
+                     is_error: bool) -> None:
+        record: dict[str, Any] = {
+            "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "agent": agent,
+            "tool": tool,
+            "decision": decision,
+            "by": by,
+            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+            "is_error": is_error,
+        }
+        if self.audit_arguments and arguments is not None:
+            record["arguments"] = arguments
+        frozen = types.MappingProxyType(record)
+        for impl in self._audit:
+            try:
+                call_impl(impl, {"record": frozen})
+            except Exception:
+                log.exception("toolcrib_audit of %r raised", impl.plugin_name)
+
+
+# -- helpers ---------------------------------------------------------------------------------------------------
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g} second" + ("" if value == 1 else "s")
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return "an array"
+    return type(value).__name__
+
+
+def _walk(value: Any, depth: int, budget: list[int], limit: int) -> str | None:
+    """Check a JSON value against the payload limits: depth, size, integer size, finite numbers."""
+    if depth > MAX_DEPTH:
+        return f"nested more than {MAX_DEPTH} levels deep"
+    if isinstance(value, str):
+        budget[0] -= len(value) + 2
+    elif isinstance(value, bool) or value is None:
+        budget[0] -= 5
+    elif isinstance(value, int):
+        if value.bit_length() >= MAX_INT_BITS:
+            return f"an integer has more than {MAX_INT_BITS} bits; send big numbers as strings"
+        budget[0] -= 20
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            return "numbers must be finite (NaN and Infinity are not JSON)"
+        budget[0] -= 24
+    elif isinstance(value, dict):
+        budget[0] -= 2
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return "object keys must be strings"
+            budget[0] -= len(key) + 3
+            problem = _walk(item, depth + 1, budget, limit)
+            if problem is not None:
+                return problem
+    elif isinstance(value, list | tuple):
+        budget[0] -= 2
+        for item in value:
+            problem = _walk(item, depth + 1, budget, limit)
+            if problem is not None:
+                return problem
+    else:
+        return f"{type(value).__name__} is not a JSON value"
+    if budget[0] < 0:
+        return f"the arguments are larger than the limit of {limit} bytes"
+    return None
+
+
+def format_validation_error(tool: str, exc: ValidationError, model: Any = None, suffix: str = "") -> str:
+    """Every bad field and why, one per line: what the model needs to correct its call."""
+    lines = [f"Invalid arguments for {tool}{suffix}:"]
+    takes = ", ".join(model.model_fields) if model is not None else ""
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in err["loc"]).replace(".[", "[")
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            message = f"unknown argument (this tool takes: {takes})" if takes else "unknown argument (it takes none)"
+        elif kind == "missing":
+            message = "required argument is missing"
+        else:
+            message = err["msg"]
+            if "input" in err and kind not in ("model_type", "dict_type"):
+                shown = repr(err["input"])
+                message += f" (got {shown[:80] + '...' if len(shown) > 80 else shown})"
+        lines.append(f"- {loc or '(arguments)'}: {message}")
+    return "\n".join(lines)
+
+

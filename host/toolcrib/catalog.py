@@ -1,0 +1,216 @@
+"""The catalog: every tool of every loaded source under its full name, with provenance.
+
+Built once per (config, plugins). A pack whose ``toolcrib_tools`` raises contributes nothing (no half
+registrations); an item that is not a tool, or a duplicate name, is rejected on its own; a namespace two
+sources claim is served by neither.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from toolcrib.config import LoadedConfig, problems_from_validation
+from toolcrib.errors import Problem
+from toolcrib.names import full_name
+from toolcrib.plugins import PluginManager, PluginRecord, call_impl, hook_impls
+from toolcrib.tool import Tool, get_tool
+
+log = logging.getLogger("toolcrib.catalog")
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One tool in the catalog.
+
+    ``dimension``/``source`` say which permission dimension governs its source (``plugins``/``orders``
+    for a pack). ``read_only`` and ``destructive`` are the annotations as the host trusts them: an
+    untrusted upstream server's tool is never read-only and always destructive.
+    """
+
+    name: str
+    namespace: str
+    kind: str  # "pack" | "mcp" | "builtin"
+    dimension: str
+    source: str
+    tool: Tool
+    settings: Any = None
+    trusted: bool = True
+    distribution: str | None = None
+    version: str | None = None
+
+    @property
+    def read_only(self) -> bool:
+        return self.trusted and self.tool.annotations.get("readOnlyHint") is True
+
+    @property
+    def destructive(self) -> bool:
+        """MCP's reading: a tool that is not read-only is destructive unless it says destructiveHint=false."""
+        if not self.trusted:
+            return True
+        if self.tool.annotations.get("readOnlyHint") is True:
+            return False
+        return self.tool.annotations.get("destructiveHint", True) is not False
+
+
+@dataclass
+class Catalog:
+    entries: dict[str, Entry]
+    records: list[PluginRecord]
+    problems: list[Problem] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def record(self, name: str) -> PluginRecord | None:
+        for record in self.records:
+            if record.name == name:
+                return record
+        return None
+
+
+def _pack_problem(record: PluginRecord, message: str, severity: str = "error") -> Problem:
+    dist = f" ({record.distribution} {record.version})" if record.distribution and record.version else ""
+    return Problem(severity, f"pack {record.name!r}{dist}", message)
+
+
+def build_catalog(
+    pm: PluginManager,
+    records: list[PluginRecord],
+    loaded: LoadedConfig,
+    extra_entries: Iterable[Entry] = (),
+) -> Catalog:
+    """Collect the tools of every loaded pack (and ``extra_entries`` from other sources)."""
+    config = loaded.config
+    catalog = Catalog(entries={}, records=records)
+    for record in records:
+        if record.state == "failed":
+            catalog.problems.append(_pack_problem(record, record.error or "failed"))
+    mcp_namespaces = {ns for ns, mcp in config.mcps.items() if mcp.enabled}
+    staged: dict[str, Entry] = {}
+    for record in records:
+        if record.state != "loaded" or record.kind not in ("pack",):
+            continue
+        if record.name in mcp_namespaces:
+            record.fail(f"namespace {record.name!r} is also an upstream MCP server ([mcps.{record.name}]); neither is "
+                        "served: rename the server or disable one of them")
+            catalog.problems.append(_pack_problem(record, record.error or ""))
+            continue
+        settings = _settings(pm, record, loaded, catalog)
+        if record.state != "loaded":
+            continue
+        catalog.settings[record.name] = settings
+        entries = _collect(pm, record, settings, catalog)
+        if record.state != "loaded":
+            continue
+        record.tool_count = len(entries)
+        for entry in entries:
+            staged[entry.name] = entry
+    for ns in config.packs:
+        if catalog.record(ns) is None:
+            catalog.problems.append(
+                Problem("warning", f"{loaded.source}: packs.{ns}", f"no pack with namespace {ns!r} is installed")
+            )
+    for entry in extra_entries:
+        if entry.name in staged:
+            other = staged.pop(entry.name)
+            catalog.problems.append(Problem("error", f"tool {entry.name!r}", f"offered by both {other.kind} "
+                                            f"{other.source!r} and {entry.kind} {entry.source!r}; neither is served"))
+            continue
+        staged[entry.name] = entry
+    catalog.entries = {name: staged[name] for name in sorted(staged)}
+    return catalog
+
+
+def _settings(pm: PluginManager, record: PluginRecord, loaded: LoadedConfig, catalog: Catalog) -> Any:
+    table = loaded.config.packs.get(record.name)
+    values = table.settings if table is not None else {}
+    model = None
+    for impl in hook_impls(pm, "toolcrib_settings_model", record.name):
+        try:
+            model = call_impl(impl, {})
+        except Exception as exc:
+            record.fail(f"toolcrib_settings_model raised {type(exc).__name__}: {exc}", traceback.format_exc())
+            catalog.problems.append(_pack_problem(record, record.error or ""))
+            return None
+        if model is not None:
+            break
+    where = f"{loaded.source}: packs.{record.name}"
+    if model is None:
+        if values:
+            message = f"pack {record.name!r} takes no settings (only 'enabled'); unknown key(s): {', '.join(values)}"
+            record.fail(message)
+            catalog.problems.append(Problem("error", where, message))
+        return None
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        record.fail(f"toolcrib_settings_model returned {model!r}; expected a pydantic model class")
+        catalog.problems.append(_pack_problem(record, record.error or ""))
+        return None
+    problems: list[Problem] = []
+    if model.model_config.get("extra") != "allow":
+        known = {f.alias or name for name, f in model.model_fields.items()} | set(model.model_fields)
+        for key in values:
+            if key not in known:
+                takes = ", ".join(sorted(known)) or "none"
+                problems.append(Problem("error", f"{where}.{key}", f"unknown setting; {record.name!r} takes: {takes}"))
+        values = {k: v for k, v in values.items() if k in known}
+    try:
+        settings = model.model_validate(values)
+    except ValidationError as exc:
+        problems.extend(problems_from_validation(exc, loaded.source, prefix=("packs", record.name), root=model))
+        settings = None
+    if problems:
+        catalog.problems.extend(problems)
+        record.fail("invalid settings: " + "; ".join(f"{p.where.split(': ', 1)[-1]}: {p.message}" for p in problems))
+        return None
+    return settings
+
+
+def _collect(pm: PluginManager, record: PluginRecord, settings: Any, catalog: Catalog) -> list[Entry]:
+    found: list[Tool] = []
+    for impl in hook_impls(pm, "toolcrib_tools", record.name):
+        try:
+            items = call_impl(impl, {"settings": settings})
+        except (Exception, SystemExit) as exc:
+            record.fail(f"toolcrib_tools raised {type(exc).__name__}: {exc}", traceback.format_exc())
+            catalog.problems.append(_pack_problem(record, record.error or ""))
+            return []
+        if items is None:
+            continue
+        if isinstance(items, Mapping) or not isinstance(items, Iterable) or isinstance(items, str | bytes):
+            record.fail(f"toolcrib_tools returned {type(items).__name__}; expected a list of tools")
+            catalog.problems.append(_pack_problem(record, record.error or ""))
+            return []
+        for i, item in enumerate(items):
+            spec = get_tool(item)
+            if spec is None:
+                catalog.problems.append(_pack_problem(
+                    record, f"toolcrib_tools item {i} ({item!r}) is not a tool: decorate it with @toolcrib.tool"))
+                continue
+            found.append(spec)
+    counts: dict[str, int] = {}
+    for spec in found:
+        counts[spec.name] = counts.get(spec.name, 0) + 1
+    entries = []
+    for spec in found:
+        if counts[spec.name] > 1:
+            continue
+        entries.append(Entry(
+            name=full_name(record.name, spec.name),
+            namespace=record.name,
+            kind="pack",
+            dimension="plugins",
+            source=record.name,
+            tool=spec,
+            settings=settings,
+            distribution=record.distribution,
+            version=record.version,
+        ))
+    for name, count in sorted(counts.items()):
+        if count > 1:
+            catalog.problems.append(_pack_problem(
+                record, f"tool name {name!r} is declared {count} times; none of them is served: rename all but one"))
+    return entries

@@ -1,0 +1,288 @@
+"""The ``toolcrib`` command: thin click commands over the same objects the Python API uses."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import traceback
+from collections.abc import Callable, Mapping
+from functools import wraps
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from toolcrib.config import DEFAULT_FILE
+from toolcrib.errors import ConfigError, ToolcribError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _NotFound(ToolcribError):
+    exit_code = 2
+
+
+class State:
+    def __init__(self) -> None:
+        self.config: str | None = None
+        self.debug = False
+
+
+def _common(fn: F) -> F:
+    """``--config`` and ``--debug`` on every command, so they work before or after the command name."""
+
+    def set_config(ctx: click.Context, _: Any, value: str | None) -> None:
+        if value is not None:
+            ctx.ensure_object(State).config = value
+
+    def set_debug(ctx: click.Context, _: Any, value: bool) -> None:
+        if value:
+            ctx.ensure_object(State).debug = True
+
+    fn = click.option("--config", "_config", metavar="PATH", expose_value=False, callback=set_config,
+                      help="Config file (default: $TOOLCRIB_CONFIG, ./toolcrib.toml, or the built-in default).")(fn)
+    fn = click.option("--debug", "_debug", is_flag=True, expose_value=False, callback=set_debug,
+                      help="Show tracebacks and debug logs.")(fn)
+    return fn
+
+
+def _guard(fn: F) -> F:
+    """One clear message instead of a traceback for toolcrib's own errors (``--debug`` shows tracebacks)."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        state = click.get_current_context().ensure_object(State)
+        logging.basicConfig(level=logging.DEBUG if state.debug else logging.WARNING, stream=sys.stderr,
+                            format="%(levelname)s %(name)s: %(message)s")
+        try:
+            return fn(*args, **kwargs)
+        except ConfigError as exc:
+            if state.debug:
+                traceback.print_exc()
+            for problem in exc.problems:
+                click.echo(str(problem), err=True)
+            sys.exit(exc.exit_code)
+        except ToolcribError as exc:
+            if state.debug:
+                traceback.print_exc()
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _host() -> Any:
+    from toolcrib.host import Host
+
+    return Host.from_config(click.get_current_context().ensure_object(State).config)
+
+
+def _echo_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@_common
+@click.version_option(package_name="toolcrib")
+def main() -> None:
+    """toolcrib: serve tool packs to AI agents, each agent seeing only the tools its config allows."""
+
+
+@main.command()
+@_common
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_guard
+def plugins(as_json: bool) -> None:
+    """List every source of tools: packs, built-ins and upstream servers, with their state."""
+    host = _host()
+    records = [r.to_json() for r in host.records]
+    for name, mcp in sorted(host.loaded.config.mcps.items()):
+        records.append({"name": name, "kind": "mcp", "distribution": None, "version": None,
+                        "entry_point": mcp.command or mcp.url,
+                        "state": "disabled" if not mcp.enabled else "configured", "error": None, "tool_count": 0})
+    if as_json:
+        _echo_json(records)
+        return
+    if not records:
+        click.echo("no plugins")
+        return
+    rows = [(r["name"], r["kind"], r["state"], str(r["tool_count"]),
+             " ".join(filter(None, [r["distribution"], r["version"]])) or "-") for r in records]
+    header = ("NAME", "KIND", "STATE", "TOOLS", "DISTRIBUTION")
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    click.echo("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())
+    for row, record in zip(rows, records, strict=True):
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        if record["error"]:
+            click.echo(f"    error: {record['error']}")
+
+
+@main.command()
+@_common
+@click.option("--strict", is_flag=True, help="Exit non-zero on warnings too.")
+@_guard
+def check(strict: bool) -> None:
+    """Validate the config and the packs; list every problem and exit non-zero on errors."""
+    host = _host()
+    problems = host.problems()
+    for problem in problems:
+        click.echo(str(problem), err=True)
+    errors = sum(1 for p in problems if p.severity == "error")
+    warnings = len(problems) - errors
+    tools = len(host.catalog.entries)
+    click.echo(f"{host.loaded.source}: {len(host.agents)} agent(s), {tools} tool(s), {errors} error(s), "
+               f"{warnings} warning(s)")
+    if errors or (strict and warnings):
+        sys.exit(1)
+
+
+@main.command()
+@_common
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+@click.argument("path", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@_guard
+def init(force: bool, path: Path | None) -> None:
+    """Write a commented starter config (default ./toolcrib.toml, or --config PATH)."""
+    target = path or Path(click.get_current_context().ensure_object(State).config or DEFAULT_FILE)
+    if target.exists() and not force:
+        raise click.ClickException(f"{target} exists; pass --force to overwrite it")
+    text = resources.files("toolcrib").joinpath("templates/toolcrib.toml").read_text(encoding="utf-8")
+    target.write_text(text, encoding="utf-8")
+    click.echo(f"wrote {target}; check it with: toolcrib --config {target} check")
+
+
+@main.command()
+@_common
+@click.option("--agent", required=True, help="Agent name.")
+@click.option("--json", "as_json", is_flag=True, help="Print the list exactly as MCP tools/list gives it.")
+@click.option("--all", "show_all", is_flag=True, help="Also list hidden tools, each with why it is hidden.")
+@_guard
+def tools(agent: str, as_json: bool, show_all: bool) -> None:
+    """List the tools an agent sees, in the order MCP lists them."""
+    host = _host()
+    view = host.view(agent)
+    if not show_all:
+        if as_json:
+            _echo_json(view.mcp_tools)
+        else:
+            for vt in view.tools:
+                click.echo(f"{vt.name}  {_first_line(vt.tool.description)}")
+            if not view.tools:
+                click.echo(f"agent {agent!r} sees no tools (toolcrib tools --agent {agent} --all says why)", err=True)
+        return
+    decisions = host.decisions(agent)
+    if as_json:
+        out = []
+        for decision in decisions:
+            vt = view.lookup(decision.tool)
+            item = vt.to_mcp() if vt is not None else _hidden_wire(host, decision.tool)
+            item["visible"] = decision.visible
+            if not decision.visible:
+                item["hidden_because"] = decision.reason
+            out.append(item)
+        _echo_json(out)
+        return
+    for decision in decisions:
+        if decision.visible:
+            click.echo(f"visible  {decision.tool}")
+        else:
+            click.echo(f"hidden   {decision.tool}  ({decision.reason})")
+
+
+def _hidden_wire(host: Any, name: str) -> dict[str, Any]:
+    tool = host.catalog.entries[name].tool
+    wire: dict[str, Any] = {"name": name, "description": tool.description}
+    return wire
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+@main.command()
+@_common
+@click.option("--agent", required=True, help="Agent name.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.argument("tool")
+@_guard
+def explain(agent: str, as_json: bool, tool: str) -> None:
+    """Say why TOOL is or is not visible to an agent: each check and the rule or reason that decided it."""
+    host = _host()
+    decision = host.explain(agent, tool)
+    if decision is None:
+        import difflib
+
+        close = difflib.get_close_matches(tool, list(host.catalog.entries), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise _NotFound(f"no installed source offers a tool named {tool!r}{hint} (toolcrib plugins lists the sources)")
+    vt = host.view(agent).lookup(tool)
+    if as_json:
+        out = decision.to_json()
+        if vt is not None and vt.call_rules is not None:
+            out["call_rules"] = _rules_json(vt.call_rules)
+        _echo_json(out)
+        return
+    verdict = "visible to" if decision.visible else "hidden from"
+    click.echo(f"{tool} is {verdict} agent {agent!r} (mode {host.rules[agent].mode!r}).")
+    for check in decision.checks:
+        click.echo(f"  {check.name:<11} {'ok  ' if check.passed else 'FAIL'}  {check.detail}")
+    if vt is not None and vt.call_rules is not None:
+        rules = _rules_json(vt.call_rules)
+        click.echo("  calls:")
+        for key in ("deny", "allow", "ask"):
+            for text in rules[key]:
+                click.echo(f"    {key:<5} {text}")
+        if rules["subject"]:
+            click.echo(f"    (specifiers match the argument {rules['subject']!r})")
+
+
+def _rules_json(rules: Any) -> dict[str, Any]:
+    return {"subject": rules.subject, "deny": [p.text for p in rules.deny],
+            "allow": [p.text for p in rules.allow], "ask": [p.text for p in rules.ask]}
+
+
+@main.command()
+@_common
+@click.option("--agent", required=True, help="Agent name.")
+@click.option("--args", "args_json", default="{}", metavar="JSON", help="Arguments as a JSON object.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as MCP's CallToolResult JSON.")
+@click.argument("tool")
+@_guard
+def call(agent: str, args_json: str, as_json: bool, tool: str) -> None:
+    """Call TOOL once through the full pipeline, as the agent would; exit 1 on an error result."""
+    try:
+        arguments = json.loads(args_json)
+    except ValueError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="--args") from None
+    if not isinstance(arguments, dict):
+        raise click.BadParameter("must be a JSON object, such as '{\"path\": \"README.md\"}'", param_hint="--args")
+    host = _host()
+    try:
+        result = host.call_sync(agent, tool, arguments) if not sys.stdin.isatty() else _call_interactive(
+            host, agent, tool, arguments)
+    finally:
+        host.close()
+    if as_json:
+        _echo_json(result.to_wire())
+    else:
+        for block in result.content:
+            if block.get("type") == "text":
+                click.echo(block["text"])
+            else:
+                click.echo(f"[{block.get('type')} content]")
+    if result.is_error:
+        sys.exit(1)
+
+
+def _call_interactive(host: Any, agent: str, tool: str, arguments: Mapping[str, Any]) -> Any:
+    """On a terminal, calls that need approval ask the person at it."""
+    import anyio
+    import anyio.to_thread
+
+    async def approver(agent: str, tool: str, args: Mapping[str, Any], message: str) -> bool:
+        prompt = f"{message}\n  arguments: {json.dumps(dict(args), ensure_ascii=False)}\nAllow?"
+        return bool(await anyio.to_thread.run_sync(lambda: click.confirm(prompt, default=False, err=True)))
+
+    return anyio.run(lambda: host.call(agent, tool, arguments, approver=approver))

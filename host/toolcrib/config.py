@@ -1,0 +1,370 @@
+"""The operator's TOML config as pydantic models. Every error names the file, the key path and the expectation.
+
+Found as ``--config PATH``, else ``$TOOLCRIB_CONFIG``, else ``./toolcrib.toml``, else the built-in default
+(``default.toml`` beside this module), which serves a ``default`` agent the first-party read-only tools.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
+
+from toolcrib import patterns
+from toolcrib.errors import ConfigError, Problem
+from toolcrib.names import agent_name_problem, namespace_problem
+
+CONFIG_ENV = "TOOLCRIB_CONFIG"
+DEFAULT_FILE = "toolcrib.toml"
+BUILTIN_NAME = "<built-in default config>"
+
+Mode = Literal["default", "plan", "acceptEdits", "dontAsk", "bypassPermissions"]
+MODES: tuple[str, ...] = typing.get_args(Mode)
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CAPABILITY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class HostConfig(_Strict):
+    """``[host]``: where file tools work, auditing, and the limits every call runs under."""
+
+    workspace: str = Field(".", description="root for file tools, relative to the config file")
+    audit_log: str | None = Field(None, description="JSON-lines file, one line per call decision; no audit when absent")
+    audit_arguments: bool = Field(False, description="also write each call's arguments to the audit log")
+    call_timeout: PositiveFloat = Field(60.0, description="seconds a call may run, unless its tool declares its own")
+    max_argument_bytes: PositiveInt = Field(1_048_576, description="largest argument payload, in bytes of JSON")
+    max_result_chars: PositiveInt = Field(100_000, description="longest result text; longer results are truncated")
+    sync_workers: PositiveInt = Field(32, description="worker threads for sync handlers (calls beyond wait)")
+
+
+class Rule(_Strict):
+    """One permission dimension: ``allow`` or ``deny``, a list of patterns; never both."""
+
+    allow: list[str] | None = None
+    deny: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> Rule:
+        if self.allow is not None and self.deny is not None:
+            raise ValueError("has both allow and deny; use one: allow lists what is permitted, deny what is not")
+        if self.allow is None and self.deny is None:
+            raise ValueError("needs allow = [...] or deny = [...]")
+        return self
+
+
+class Permissions(_Strict):
+    """``[agents.<name>.permissions]``. A missing dimension denies everything of that dimension."""
+
+    plugins: Rule | None = Field(None, description="tool packs, by namespace")
+    mcps: Rule | None = Field(None, description="upstream MCP servers, by namespace")
+    tools: Rule | None = Field(None, description="tools, by full name; may carry argument specifiers")
+    skills: Rule | None = Field(None, description="skills, by name")
+    subagents: Rule | None = Field(None, description="other agents offered as tools, by agent name")
+    ask: list[str] = Field(default_factory=list, description="tool patterns whose calls need approval")
+
+
+class AgentConfig(_Strict):
+    """``[agents.<name>]``: one agent, its model, its mode and what it may see."""
+
+    model: str | None = Field(None, description="model id; its capabilities come from [models.<id>]")
+    mode: Mode = Field("default", description="default | plan | acceptEdits | dontAsk | bypassPermissions")
+    description: str | None = Field(None, description="what the agent does, shown when offered as a sub-agent")
+    token_env: str | None = Field(None, description="environment variable holding the agent's HTTP bearer token")
+    allow_dangerously_skip_permissions: bool = Field(False, description="required beside mode = bypassPermissions")
+    permissions: Permissions | None = Field(None, description="missing: the agent sees nothing")
+
+
+class PackConfig(BaseModel):
+    """``[packs.<namespace>]``: ``enabled``, and the pack's own settings (validated by the pack's model)."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+
+    enabled: bool = Field(True, description="false: the pack is never imported")
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return dict(self.__pydantic_extra__ or {})
+
+
+class McpConfig(_Strict):
+    """``[mcps.<namespace>]``: an upstream MCP server, a stdio ``command`` or a streamable-HTTP ``url``."""
+
+    command: str | None = Field(None, description="program to start (stdio)")
+    args: list[str] = Field(default_factory=list, description="its arguments")
+    env: dict[str, str] = Field(default_factory=dict, description="environment variables to add")
+    cwd: str | None = Field(None, description="its working directory, relative to the config file")
+    url: str | None = Field(None, description="streamable-HTTP endpoint, instead of command")
+    headers: dict[str, str] = Field(default_factory=dict, description="HTTP headers to send (url only)")
+    trusted: bool = Field(False, description="trust its tool annotations (readOnlyHint counts for plan mode)")
+    lazy: bool = Field(False, description="connect only when an agent loads it through the dynamic tools")
+    enabled: bool = Field(True, description="false: never started")
+    timeout: PositiveFloat = Field(30.0, description="seconds to connect and list its tools")
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("needs exactly one of command (stdio) or url (streamable HTTP)")
+        return self
+
+
+class SkillConfig(_Strict):
+    """``[skills.<name>]``: a folder holding a SKILL.md."""
+
+    path: str = Field(description="folder with SKILL.md, relative to the config file")
+
+
+class Config(_Strict):
+    """The whole file."""
+
+    host: HostConfig = HostConfig()
+    models: dict[str, dict[str, bool]] = Field(default_factory=dict, description="capabilities per model id")
+    packs: dict[str, PackConfig] = Field(default_factory=dict)
+    mcps: dict[str, McpConfig] = Field(default_factory=dict)
+    skills: dict[str, SkillConfig] = Field(default_factory=dict)
+    agents: dict[str, AgentConfig] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A validated config and where it came from."""
+
+    config: Config
+    source: str  # the file's path, or BUILTIN_NAME
+    base_dir: Path  # relative paths in the file are relative to this
+
+    def resolve(self, path: str) -> Path:
+        return (self.base_dir / os.path.expanduser(path)).resolve()
+
+    @property
+    def workspace(self) -> Path:
+        return self.resolve(self.config.host.workspace)
+
+    def disabled_packs(self) -> frozenset[str]:
+        return frozenset(ns for ns, pack in self.config.packs.items() if not pack.enabled)
+
+    def capabilities(self, model: str | None) -> frozenset[str]:
+        if model is None:
+            return frozenset()
+        return frozenset(name for name, on in self.config.models.get(model, {}).items() if on)
+
+
+# -- finding and loading -------------------------------------------------------------------------------------
+
+
+def find_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Path | None:
+    """The config file to use: ``path``, else ``$TOOLCRIB_CONFIG``, else ``./toolcrib.toml``; None: built-in."""
+    env = os.environ if env is None else env
+    if path is not None:
+        return Path(path)
+    if env.get(CONFIG_ENV):
+        return Path(env[CONFIG_ENV])
+    local = Path(DEFAULT_FILE)
+    return local if local.is_file() else None
+
+
+def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> LoadedConfig:
+    """Find, read and validate the config; raise ``ConfigError`` listing every problem."""
+    found = find_config(path, env)
+    if found is None:
+        text = resources.files("toolcrib").joinpath("default.toml").read_text(encoding="utf-8")
+        return parse_config(text, BUILTIN_NAME, Path.cwd())
+    try:
+        text = found.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([Problem("error", str(found), "config file not found")]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([Problem("error", str(found), f"cannot read the config file: {exc}")]) from None
+    return parse_config(text, str(found), found.resolve().parent)
+
+
+def parse_config(text: str, source: str, base_dir: Path) -> LoadedConfig:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([Problem("error", source, f"invalid TOML: {exc}")]) from None
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(problems_from_validation(exc, source)) from None
+    problems = check_config(config, source)
+    if problems:
+        raise ConfigError(problems)
+    return LoadedConfig(config=config, source=source, base_dir=base_dir)
+
+
+def check_config(config: Config, source: str) -> list[Problem]:
+    """The rules a schema cannot say: names, patterns, references between tables."""
+    problems: list[Problem] = []
+
+    def error(path: tuple[Any, ...], message: str) -> None:
+        problems.append(Problem("error", f"{source}: {key_path(path)}", message))
+
+    for model, caps in config.models.items():
+        for cap in caps:
+            if _CAPABILITY.fullmatch(cap) is None:
+                error(("models", model, cap), "capability names are letters, digits, '_' and '-', letter first")
+    for table in ("packs", "mcps"):
+        for namespace in getattr(config, table):
+            problem = namespace_problem(namespace)
+            if problem is not None:
+                error((table, namespace), f"invalid namespace: {problem}")
+    for namespace in sorted(set(config.packs) & set(config.mcps)):
+        error(("mcps", namespace), f"namespace {namespace!r} is also a pack's ([packs.{namespace}]); two sources "
+              "can never share a namespace")
+    for name, mcp in config.mcps.items():
+        if mcp.url is not None and not mcp.url.startswith(("http://", "https://")):
+            error(("mcps", name, "url"), f"expected an http:// or https:// URL, got {mcp.url!r}")
+        if mcp.command is not None and (mcp.headers):
+            error(("mcps", name, "headers"), "headers apply to url servers only")
+    for name, agent in config.agents.items():
+        problem = agent_name_problem(name)
+        if problem is not None:
+            error(("agents", name), f"invalid agent name: {problem}")
+        if agent.model is not None and agent.model not in config.models:
+            known = ", ".join(sorted(config.models)) or "none"
+            error(("agents", name, "model"), f"model {agent.model!r} is not defined; add a [models.\"{agent.model}\"] "
+                  f"table (defined: {known})")
+        if agent.mode == "bypassPermissions" and not agent.allow_dangerously_skip_permissions:
+            error(("agents", name, "mode"), "bypassPermissions approves every asked call; it is accepted only with "
+                  "allow_dangerously_skip_permissions = true beside it")
+        if agent.token_env is not None and _ENV_NAME.fullmatch(agent.token_env) is None:
+            error(("agents", name, "token_env"), f"expected an environment variable name, got {agent.token_env!r}")
+        if agent.permissions is None:
+            continue
+        for dimension in patterns.DIMENSIONS:
+            rule = getattr(agent.permissions, dimension)
+            if rule is None:
+                continue
+            kind = "allow" if rule.allow is not None else "deny"
+            for i, text in enumerate(getattr(rule, kind)):
+                try:
+                    patterns.parse(dimension, text)
+                except patterns.PatternError as exc:
+                    error(("agents", name, "permissions", dimension, kind, i), str(exc))
+        for i, text in enumerate(agent.permissions.ask):
+            try:
+                patterns.parse("ask", text)
+            except patterns.PatternError as exc:
+                error(("agents", name, "permissions", "ask", i), str(exc))
+    return problems
+
+
+# -- error messages ------------------------------------------------------------------------------------------
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def key_path(loc: tuple[Any, ...]) -> str:
+    """A TOML-style key path: ``agents.reviewer.permissions.tools.deny[1]``, ``models."qwen-vl".vision``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            key = part if _BARE_KEY.fullmatch(part) else '"' + part.replace('"', '\\"') + '"'
+            out += f".{key}" if out else key
+    return out or "(top level)"
+
+
+_TYPE_NAMES = {
+    str: "a string",
+    bool: "a boolean",
+    int: "an integer",
+    float: "a number",
+    list: "an array",
+    dict: "a table",
+}
+_EXPECTED = {
+    "string_type": "a string",
+    "bool_type": "a boolean (true or false)",
+    "int_type": "an integer",
+    "float_type": "a number",
+    "list_type": "an array",
+    "dict_type": "a table",
+    "model_type": "a table",
+    "model_attributes_type": "a table",
+}
+
+
+def _describe(value: Any) -> str:
+    for kind, name in _TYPE_NAMES.items():
+        if type(value) is kind:
+            if kind in (dict, list):
+                return name
+            return f"{name} ({value!r})"
+    return type(value).__name__
+
+
+def problems_from_validation(
+    exc: ValidationError, source: str, prefix: tuple[Any, ...] = (), root: type[BaseModel] | None = None
+) -> list[Problem]:
+    """One ``Problem`` per pydantic error, worded for a TOML author. ``root`` is the model validated at
+    ``prefix`` (the whole ``Config`` by default)."""
+    problems = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(part for part in err["loc"] if not (isinstance(part, str) and part.startswith("function-")))
+        kind = err["type"]
+        value = err.get("input")
+        if kind == "extra_forbidden":
+            allowed = _allowed_keys(loc[:-1], root or Config)
+            message = f"unknown key {loc[-1]!r}" + (f"; expected one of: {', '.join(allowed)}" if allowed else "")
+        elif kind == "missing":
+            message = "required key is missing"
+        elif kind in _EXPECTED:
+            message = f"expected {_EXPECTED[kind]}, got {_describe(value)}"
+        elif kind == "literal_error":
+            message = f"expected one of {err['ctx']['expected']}, got {_describe(value)}"
+        elif kind == "value_error":
+            message = str(err["msg"]).removeprefix("Value error, ")
+        else:
+            message = f"{err['msg']}, got {_describe(value)}"
+        problems.append(Problem("error", f"{source}: {key_path(prefix + loc)}", message))
+    return problems
+
+
+def _allowed_keys(loc: tuple[Any, ...], root: type[BaseModel]) -> list[str]:
+    """The keys the table at ``loc`` takes, found by walking the models' annotations."""
+    annotation: Any = root
+    for part in loc:
+        annotation = _unwrap(annotation)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            field = annotation.model_fields.get(part)
+            if field is None:
+                return []
+            annotation = field.annotation
+        elif typing.get_origin(annotation) is dict:
+            annotation = typing.get_args(annotation)[1]
+        else:
+            return []
+    annotation = _unwrap(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return list(annotation.model_fields)
+    return []
+
+
+def _unwrap(annotation: Any) -> Any:
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        return args[0]
+    return annotation

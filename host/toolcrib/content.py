@@ -1,0 +1,176 @@
+"""Explicit result content and the normalized ``ToolResult``; MCP's wire shapes, without importing ``mcp``.
+
+A handler may return ``str``, ``dict``, ``list``, a pydantic model, one of the content classes here (or a list
+of them), an ``mcp.types`` content object, or a ``ToolResult``. ``normalize`` turns any of these into a
+``ToolResult`` whose content blocks are plain dicts in the MCP wire shape.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import mimetypes
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
+
+_CONTENT_TYPES = frozenset({"text", "image", "audio", "resource_link", "resource"})
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    text: str
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": "text", "text": self.text}
+
+
+@dataclass(frozen=True, slots=True)
+class Image:
+    """Image content: raw bytes, sent base64-encoded. ``Image.from_path(p)`` guesses the MIME type."""
+
+    data: bytes
+    mime_type: str = "image/png"
+
+    @classmethod
+    def from_path(cls, path: str | Path, mime_type: str | None = None) -> Image:
+        p = Path(path)
+        return cls(p.read_bytes(), mime_type or mimetypes.guess_type(p.name)[0] or "application/octet-stream")
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": "image", "data": base64.b64encode(self.data).decode("ascii"), "mimeType": self.mime_type}
+
+
+@dataclass(frozen=True, slots=True)
+class Audio:
+    data: bytes
+    mime_type: str = "audio/wav"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": "audio", "data": base64.b64encode(self.data).decode("ascii"), "mimeType": self.mime_type}
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceLink:
+    uri: str
+    name: str
+    mime_type: str | None = None
+    description: str | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {"type": "resource_link", "uri": self.uri, "name": self.name}
+        if self.mime_type:
+            wire["mimeType"] = self.mime_type
+        if self.description:
+            wire["description"] = self.description
+        return wire
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddedResource:
+    """A resource carried in the result: ``text`` or ``blob`` (bytes), exactly one."""
+
+    uri: str
+    text: str | None = None
+    blob: bytes | None = None
+    mime_type: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.text is None) == (self.blob is None):
+            raise ValueError("EmbeddedResource takes exactly one of text= or blob=")
+
+    def to_wire(self) -> dict[str, Any]:
+        resource: dict[str, Any] = {"uri": self.uri}
+        if self.text is not None:
+            resource["text"] = self.text
+        else:
+            resource["blob"] = base64.b64encode(self.blob or b"").decode("ascii")
+        if self.mime_type:
+            resource["mimeType"] = self.mime_type
+        return {"type": "resource", "resource": resource}
+
+
+Content = Text | Image | Audio | ResourceLink | EmbeddedResource
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """A normalized tool result. ``content`` blocks are dicts in the MCP wire shape (camelCase keys)."""
+
+    content: tuple[dict[str, Any], ...] = ()
+    structured_content: Any = None
+    is_error: bool = False
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def error(cls, message: str) -> ToolResult:
+        return cls(content=({"type": "text", "text": message},), is_error=True)
+
+    @property
+    def text(self) -> str:
+        """The text blocks joined by newlines (what a plain-text client shows)."""
+        return "\n".join(block["text"] for block in self.content if block.get("type") == "text")
+
+    def to_wire(self) -> dict[str, Any]:
+        """The result as MCP's ``CallToolResult`` JSON object."""
+        wire: dict[str, Any] = {"content": list(self.content), "isError": self.is_error}
+        if self.structured_content is not None:
+            wire["structuredContent"] = self.structured_content
+        return wire
+
+
+def dumps(value: Any) -> str:
+    """Compact, deterministic JSON with non-ASCII kept readable; non-finite floats are refused."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _block(item: Any) -> dict[str, Any] | None:
+    """``item`` as one wire content block, or None when it is not explicit content."""
+    to_wire = getattr(item, "to_wire", None)
+    if to_wire is not None and isinstance(item, Text | Image | Audio | ResourceLink | EmbeddedResource):
+        return to_wire()  # type: ignore[no-any-return]
+    if isinstance(item, BaseModel) and getattr(item, "type", None) in _CONTENT_TYPES:
+        # mcp.types content (TextContent, ImageContent, ...): pass through in wire shape.
+        return item.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return None
+
+
+def normalize(value: Any, structured: Any = None) -> ToolResult:
+    """Turn what a handler returned into a ``ToolResult``.
+
+    ``str`` -> text; ``dict``/``list``/pydantic model -> JSON text plus structured content (a list is
+    carried as ``{"result": [...]}``, since MCP before 2026-07-28 takes only objects there); explicit
+    content passes through; other JSON values -> their JSON text. ``structured`` is the value already
+    checked against the tool's output schema, when it has one.
+    """
+    if isinstance(value, ToolResult):
+        return value
+    if isinstance(value, str):
+        return ToolResult(content=({"type": "text", "text": value},))
+    block = _block(value)
+    if block is not None:
+        return ToolResult(content=(block,))
+    if isinstance(value, list | tuple) and value and all(_block(v) is not None for v in value):
+        return ToolResult(content=tuple(_block(v) for v in value))  # type: ignore[misc]
+    if structured is None:
+        if isinstance(value, BaseModel):
+            structured = value.model_dump(mode="json", by_alias=True)
+        elif isinstance(value, Mapping | Sequence) and not isinstance(value, bytes | bytearray):
+            # datetimes, paths, UUIDs, dataclasses ... become their JSON forms, as pydantic would send them.
+            structured = to_jsonable_python(value)
+        elif value is None or isinstance(value, bool | int | float):
+            return ToolResult(content=({"type": "text", "text": dumps(value)},))
+        else:
+            raise TypeError(f"cannot turn a {type(value).__name__} into a tool result")
+    if isinstance(structured, Mapping):
+        text = dumps(structured)
+        return ToolResult(content=({"type": "text", "text": text},), structured_content=structured)
+    if isinstance(structured, list | tuple):
+        structured = list(structured)
+        text = dumps(structured)
+        return ToolResult(content=({"type": "text", "text": text},), structured_content={"result": structured})
+    return ToolResult(content=({"type": "text", "text": dumps(structured)},))

@@ -1,0 +1,119 @@
+"""What a tool sees of the world: the availability context and the handler ``Context``."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio.from_thread
+
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+
+@dataclass(frozen=True, slots=True)
+class AvailabilityContext:
+    """Given to a tool's ``is_available`` when an agent's view is built (never per call).
+
+    ``capabilities`` holds the names that are true for the agent's model under ``[models.<id>]``,
+    so a vision tool checks ``"vision" in ctx.capabilities``.
+    """
+
+    agent: str
+    model: str | None
+    capabilities: frozenset[str]
+    settings: Any
+    mode: str = "default"
+
+
+class ClientChannel(Protocol):
+    """What a front end (MCP) offers a running call: progress and log messages to the client."""
+
+    async def progress(self, progress: float, total: float | None, message: str | None) -> None: ...
+
+    async def log(self, level: str, message: str, logger: str | None) -> None: ...
+
+
+class _Done:
+    """An already-finished awaitable, returned when a sync handler's call has been carried out in place."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return
+        yield
+
+    def __repr__(self) -> str:
+        return "<done>"
+
+
+_DONE = _Done()
+
+
+@dataclass(slots=True)
+class Context:
+    """Injected into a handler that has a parameter annotated ``toolcrib.Context``; never part of the schema.
+
+    Async handlers ``await ctx.report_progress(1, 10)``; sync handlers (run in a worker thread) call the
+    same methods without ``await``: the call is carried out before it returns.
+    """
+
+    agent: str
+    tool: str
+    settings: Any
+    workspace: Path
+    logger: logging.Logger
+    _channel: ClientChannel | None = field(default=None, repr=False)
+    _loop_thread: int = field(default_factory=threading.get_ident, repr=False)
+
+    def report_progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> Awaitable[None]:
+        """Tell the client how far the call has come (MCP progress notification when the client asked)."""
+        if self._channel is None:
+            self.logger.debug("progress %s/%s %s", progress, total, message or "")
+            return _DONE
+        return self._dispatch(lambda: self._channel.progress(progress, total, message))  # type: ignore[union-attr]
+
+    def log(self, level: str, message: str) -> Awaitable[None]:
+        """Send a log message to the client (MCP logging); it also goes to the host's log."""
+        if level not in LOG_LEVELS:
+            raise ValueError(f"log level must be one of {', '.join(LOG_LEVELS)}, not {level!r}")
+        self.logger.log(_PY_LEVELS.get(level, logging.ERROR), "%s", message)
+        if self._channel is None:
+            return _DONE
+        return self._dispatch(lambda: self._channel.log(level, message, self.logger.name))  # type: ignore[union-attr]
+
+    def debug(self, message: str) -> Awaitable[None]:
+        return self.log("debug", message)
+
+    def info(self, message: str) -> Awaitable[None]:
+        return self.log("info", message)
+
+    def warning(self, message: str) -> Awaitable[None]:
+        return self.log("warning", message)
+
+    def error(self, message: str) -> Awaitable[None]:
+        return self.log("error", message)
+
+    def _dispatch(self, make: Callable[[], Awaitable[None]]) -> Awaitable[None]:
+        if threading.get_ident() == self._loop_thread:
+            return make()
+
+        async def run() -> None:
+            await make()
+
+        anyio.from_thread.run(run)
+        return _DONE
+
+
+_PY_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "notice": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}

@@ -1,0 +1,16 @@
+"""Built-in behaviour, written as plugins and registered exactly like third-party packs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from toolcrib.config import LoadedConfig
+
+
+def create(loaded: LoadedConfig) -> list[tuple[str, Any]]:
+    """The built-in plugins for one config, as (name, plugin object) pairs; None marks one switched off."""
+    from toolcrib.default_plugins.audit import AuditLog
+
+    audit_log = loaded.config.host.audit_log
+    return [("toolcrib.audit", AuditLog(loaded.resolve(audit_log)) if audit_log is not None else None)]

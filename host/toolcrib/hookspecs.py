@@ -1,0 +1,117 @@
+"""Every hook a tool pack can implement. docs/hooks.md documents each one; a test keeps the two in step.
+
+Implementations take any subset of a hook's arguments (pluggy's opt-in arguments), so hooks can gain
+arguments without breaking packs. Each pack's implementation is called on its own: one that raises is
+reported against its pack and never hides another pack's answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from toolcrib.content import ToolResult
+    from toolcrib.policy import Allow, Deny
+
+hookspec = pluggy.HookspecMarker("toolcrib")
+hookimpl = pluggy.HookimplMarker("toolcrib")
+
+
+@hookspec
+def toolcrib_tools(settings: Any) -> Sequence[Any] | None:
+    """Return the pack's tools.
+
+    Called once per pack when the host builds its catalog, never per call. Each item is a function
+    decorated with ``@toolcrib.tool`` or a ``toolcrib.Tool``; the host names each ``<namespace>__<tool>``.
+    An item that is not a tool, or a duplicate name, is rejected on its own with an error naming the pack;
+    the pack's other tools still load. If the implementation raises, none of the pack's tools load.
+
+    :param settings: the pack's parsed settings (an instance of its settings model), or None.
+    """
+
+
+@hookspec(firstresult=True)
+def toolcrib_settings_model() -> type[BaseModel] | None:
+    """Return the pydantic model for the pack's ``[packs.<namespace>]`` table.
+
+    The host validates the table against it at start-up (errors name the file and the key path) and hands
+    the parsed instance to ``toolcrib_tools``, to ``is_available`` checks (``ctx.settings``) and to
+    handlers (``Context.settings``). Return None (or do not implement the hook) for a pack without settings;
+    such a pack's table may hold only ``enabled``. Stops at the first non-None result.
+    """
+
+
+@hookspec
+def toolcrib_pre_tool_use(
+    agent: str, tool: str, arguments: Mapping[str, Any], annotations: Mapping[str, Any]
+) -> Allow | Deny | None:
+    """Decide on a call before its handler runs.
+
+    Called for every call that passed name resolution, argument validation and the config's permission
+    rules. Return ``toolcrib.Deny("message")`` to refuse the call (the model sees the message),
+    ``toolcrib.Allow(updated_input={...})`` to run it with replaced arguments (validated again against the
+    tool's input model), ``toolcrib.Allow()`` or None to have no objection. Every implementation is called;
+    a deny wins over any allow, and an implementation that raises denies the call (fail closed). An
+    implementation may be ``async def``.
+
+    :param agent: the calling agent's name.
+    :param tool: the tool's full name (``fs__write_file``).
+    :param arguments: the validated arguments, as a read-only mapping of JSON values.
+    :param annotations: the tool's MCP annotations (``readOnlyHint``, ...), as trusted by the host.
+    """
+
+
+@hookspec
+def toolcrib_post_tool_use(
+    agent: str, tool: str, arguments: Mapping[str, Any], result: ToolResult
+) -> ToolResult | None:
+    """See (and optionally replace) a call's result before it goes back to the model.
+
+    Called after the handler ran (also when it failed: ``result.is_error``). Return a ``toolcrib.ToolResult``
+    to replace the result (redaction), or None to leave it. Implementations run one after another, each
+    seeing the result the previous one left; one that raises turns the result into an error (fail closed,
+    so a redaction never silently fails open). An implementation may be ``async def``.
+
+    :param agent: the calling agent's name.
+    :param tool: the tool's full name.
+    :param arguments: the arguments the handler ran with.
+    :param result: the normalized result.
+    """
+
+
+@hookspec(firstresult=True)
+def toolcrib_approve(
+    agent: str, tool: str, arguments: Mapping[str, Any], annotations: Mapping[str, Any], rule: str
+) -> bool | Deny | None:
+    """Approve or refuse a call that an ``ask`` rule holds for approval, in ``default`` or ``plan`` mode.
+
+    Return True to approve, False or ``toolcrib.Deny("why")`` to refuse, None to leave the question to the
+    client (MCP elicitation) when there is one. Stops at the first non-None result. An implementation that
+    raises refuses the call. An implementation may be ``async def``.
+
+    :param agent: the calling agent's name.
+    :param tool: the tool's full name.
+    :param arguments: the validated arguments.
+    :param annotations: the tool's MCP annotations.
+    :param rule: the ``ask`` pattern that matched the call.
+    """
+
+
+@hookspec
+def toolcrib_audit(record: Mapping[str, Any]) -> None:
+    """Receive the audit record of one call decision.
+
+    Called once per call, after the decision and (when the handler ran) the result: ``record`` holds
+    ``time``, ``agent``, ``tool``, ``decision`` (``allowed``, ``denied``, ``unknown``, ``invalid``),
+    ``by`` (the rule, mode, hook or approval that decided), ``duration_ms``, ``is_error``, and
+    ``arguments`` only when the operator turned on ``[host] audit_arguments``. The built-in plugin
+    ``toolcrib.audit`` writes these records as JSON lines to ``[host] audit_log``. An implementation that
+    raises is logged and does not affect the call.
+
+    :param record: the audit record, a read-only mapping of JSON values.
+    """

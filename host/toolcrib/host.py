@@ -1,0 +1,172 @@
+"""``Host``: the Python API. Config -> plugins -> catalog -> rules; one view per agent, built on first use.
+
+    host = toolcrib.Host.from_config("toolcrib.toml")
+    view = host.view("reviewer")
+    [t.name for t in view.tools]
+    result = await view.call("orders__lookup_order", {"order_id": "O-1001"})
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import anyio
+
+from toolcrib import default_plugins
+from toolcrib.calls import Pipeline
+from toolcrib.catalog import Catalog, Entry, build_catalog
+from toolcrib.config import LoadedConfig, load_config
+from toolcrib.content import ToolResult
+from toolcrib.errors import Problem, UnknownAgentError
+from toolcrib.permissions import AgentRules, Decision, compile_rules, decide
+from toolcrib.plugins import PluginRecord, autoload_enabled, get_plugin_manager, load_plugins, named_plugins
+from toolcrib.view import AgentView, build_view
+
+
+class Host:
+    """A loaded toolcrib: the config, the packs, the catalog and every agent's rules.
+
+    ``plugins`` registers packs by namespace without installing them (a module, an object, or
+    ``"module:attr"``); ``autoload=False`` loads no entry points (``TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD=1``).
+    """
+
+    def __init__(
+        self,
+        loaded: LoadedConfig,
+        *,
+        plugins: Mapping[str, Any] | None = None,
+        autoload: bool | None = None,
+        env: Mapping[str, str] | None = None,
+        extra_entries: Iterable[Entry] = (),
+    ) -> None:
+        env = os.environ if env is None else env
+        self.loaded = loaded
+        self.pm = get_plugin_manager()
+        self.records: list[PluginRecord] = load_plugins(
+            self.pm,
+            disabled=loaded.disabled_packs(),
+            autoload=autoload_enabled(env) if autoload is None else autoload,
+            named=named_plugins(env),
+            plugins=plugins,
+            builtins=default_plugins.create(loaded),
+        )
+        from toolcrib import __version__
+
+        for record in self.records:
+            if record.kind == "builtin":
+                record.version = __version__
+        self.catalog: Catalog = build_catalog(self.pm, self.records, loaded, extra_entries)
+        self.rules: dict[str, AgentRules] = compile_rules(loaded)
+        self.pipeline = Pipeline(self.pm, loaded, self.catalog.settings)
+        self._views: dict[str, AgentView] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> Host:
+        """Load the config (``path``, ``$TOOLCRIB_CONFIG``, ``./toolcrib.toml`` or the built-in default)."""
+        return cls(load_config(path, env), env=env, **kwargs)
+
+    # -- agents and views -----------------------------------------------------------------------------------
+
+    @property
+    def agents(self) -> list[str]:
+        return sorted(self.rules)
+
+    def _rules(self, agent: str) -> AgentRules:
+        rules = self.rules.get(agent) if isinstance(agent, str) else None
+        if rules is None:
+            raise UnknownAgentError(str(agent), self.rules)
+        return rules
+
+    def view(self, agent: str) -> AgentView:
+        """The agent's view, built on first use and then reused (views never change; a reload makes a new Host)."""
+        view = self._views.get(agent)
+        if view is None:
+            rules = self._rules(agent)
+            with self._lock:
+                view = self._views.get(agent)
+                if view is None:
+                    view = build_view(rules, self.catalog.entries, self.pipeline)
+                    self._views[agent] = view
+        return view
+
+    def explain(self, agent: str, tool: str) -> Decision | None:
+        """Every check of the one decision for this agent and tool; None when no source offers the tool."""
+        rules = self._rules(agent)
+        entry = self.catalog.entries.get(tool)
+        if entry is None:
+            return None
+        return decide(rules, entry, exhaustive=True)
+
+    def decisions(self, agent: str) -> list[Decision]:
+        """The decision for every tool in the catalog, in the views' order (``toolcrib tools --all``)."""
+        rules = self._rules(agent)
+        return [decide(rules, entry) for entry in self.catalog.entries.values()]
+
+    async def call(
+        self, agent: str, tool: str, arguments: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> ToolResult:
+        """Call ``tool`` as ``agent`` through the full pipeline."""
+        return await self.view(agent).call(tool, arguments, **kwargs)
+
+    def call_sync(self, agent: str, tool: str, arguments: Mapping[str, Any] | None = None) -> ToolResult:
+        """``call`` for code that is not async (runs its own event loop)."""
+        return anyio.run(lambda: self.call(agent, tool, arguments))
+
+    # -- problems ------------------------------------------------------------------------------------------
+
+    def problems(self) -> list[Problem]:
+        """Everything ``toolcrib check`` reports: pack and settings errors, then warnings about rules that
+        match nothing installed and agents that end up with no tools."""
+        found = list(self.catalog.problems)
+        source = self.loaded.source
+        names = {
+            "plugins": {r.name for r in self.records if r.kind == "pack"},
+            "mcps": set(self.loaded.config.mcps),
+            "tools": set(self.catalog.entries),
+            "skills": set(self.loaded.config.skills),
+            "subagents": set(self.loaded.config.agents),
+        }
+        for agent, rules in sorted(self.rules.items()):
+            for dimension, rule in rules.dimensions.items():
+                for i, pattern in enumerate(rule.patterns):
+                    if not any(pattern.matches(n) for n in names[dimension]):
+                        found.append(Problem("warning", f"{source}: {rule.where}.{rule.kind}[{i}]",
+                                             f"{pattern.text!r} matches no installed {_NOUN[dimension]}"))
+                for pattern in rule.patterns:
+                    if pattern.specifier is not None:
+                        for name in names["tools"]:
+                            entry = self.catalog.entries[name]
+                            if pattern.matches(name) and entry.tool.rule_subject is None:
+                                found.append(Problem(
+                                    "warning", f"{source}: {rule.where}.{rule.kind}",
+                                    f"{pattern.text!r}: {name} names no rule subject, so the specifier cannot be "
+                                    "checked (a deny blocks every call, an allow permits none)"))
+            for i, pattern in enumerate(rules.ask):
+                if not any(pattern.matches(n) for n in names["tools"]):
+                    found.append(Problem("warning", f"{source}: agents.{agent}.permissions.ask[{i}]",
+                                         f"{pattern.text!r} matches no installed tool"))
+            if not self.view(agent).tools:
+                hint = ("it has no permissions table" if not rules.has_permissions
+                        else "see `toolcrib tools --agent " + agent + " --all` for why each tool is hidden")
+                found.append(Problem("warning", f"{source}: agents.{agent}", f"the agent sees no tools ({hint})"))
+        return found
+
+    def close(self) -> None:
+        """Release what plugins hold open (the audit log)."""
+        for record in self.records:
+            close = getattr(record.plugin, "close", None)
+            if record.kind == "builtin" and callable(close):
+                close()
+
+
+_NOUN = {"plugins": "pack", "mcps": "upstream server", "tools": "tool", "skills": "skill", "subagents": "agent"}

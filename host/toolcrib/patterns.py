@@ -1,0 +1,88 @@
+"""Permission patterns: globs over names (``*`` matches any run of characters), exact and case-sensitive.
+
+In the ``tools`` dimension and in ``ask``, a pattern may carry a specifier that matches one argument of
+the call, Claude Code style: ``shell__exec(git status*)``, ``fs__write_file(docs/*)``. In a specifier
+too, ``*`` matches any run of characters, ``/`` included.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+DIMENSIONS = ("plugins", "mcps", "tools", "skills", "subagents")
+
+_NAME_CHARS = {
+    "plugins": ("a-z0-9_", "namespaces: lower-case letters, digits and '_'"),
+    "mcps": ("a-z0-9_", "namespaces: lower-case letters, digits and '_'"),
+    "tools": ("A-Za-z0-9_", "full tool names: letters, digits and '_'"),
+    "skills": (r"A-Za-z0-9_\-", "skill names: letters, digits, '_' and '-'"),
+    "subagents": ("A-Za-z0-9_", "agent names: letters, digits and '_'"),
+}
+_NAME_PATTERNS = {dim: re.compile(rf"[{chars}*]+") for dim, (chars, _) in _NAME_CHARS.items()}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class PatternError(ValueError):
+    """A pattern that cannot be used; the message says what a pattern of that kind may hold."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pattern:
+    """One compiled pattern. ``specifier`` is the text in parentheses, if any."""
+
+    text: str
+    name: str
+    specifier: str | None
+    _name_re: re.Pattern[str] | None
+    _spec_re: re.Pattern[str] | None
+
+    def matches(self, name: str) -> bool:
+        if self._name_re is None:
+            return name == self.name
+        return self._name_re.fullmatch(name) is not None
+
+    def matches_subject(self, subject: str) -> bool:
+        if self._spec_re is None:
+            return subject == self.specifier
+        return self._spec_re.fullmatch(subject) is not None
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _glob(text: str) -> re.Pattern[str] | None:
+    """A compiled glob, or None when ``text`` has no ``*`` (compared as a plain string, faster)."""
+    if "*" not in text:
+        return None
+    return re.compile("(?s:" + ".*".join(re.escape(part) for part in text.split("*")) + ")")
+
+
+def parse(dimension: str, text: object) -> Pattern:
+    """Compile ``text`` as a pattern of ``dimension`` (one of DIMENSIONS, or "ask")."""
+    if not isinstance(text, str):
+        raise PatternError(f"a pattern must be a string, not {type(text).__name__}")
+    kind = "tools" if dimension == "ask" else dimension
+    chars_rule = _NAME_CHARS[kind][1]
+    name, specifier = text, None
+    if kind == "tools" and "(" in text:
+        name, _, rest = text.partition("(")
+        if not rest.endswith(")"):
+            raise PatternError(f"{text!r}: a specifier ends with ')': tool(specifier)")
+        specifier = rest[:-1]
+        if not specifier:
+            raise PatternError(f"{text!r}: the specifier in parentheses is empty; write the tool name alone")
+        if _CONTROL.search(specifier):
+            raise PatternError(f"{text!r}: the specifier holds a control character")
+    if not name:
+        raise PatternError("an empty pattern matches nothing; remove it (use '*' to match everything)")
+    if _NAME_PATTERNS[kind].fullmatch(name) is None:
+        hint = " and '*', optionally followed by '(specifier)'" if kind == "tools" else " and '*'"
+        raise PatternError(f"{text!r} is not a valid pattern: {chars_rule}{hint}")
+    return Pattern(
+        text=text,
+        name=name,
+        specifier=specifier,
+        _name_re=_glob(name),
+        _spec_re=_glob(specifier) if specifier is not None else None,
+    )

@@ -1,0 +1,234 @@
+"""Permission rules -> decisions with reasons. ``decide`` is the one function that says whether an agent sees
+a tool; listing, calling, schema export, ``explain`` and every meta tool go through it.
+
+Rules are compiled once per config. A tool is visible only when its source is permitted (``plugins`` for
+packs, ``mcps`` for upstream servers, ...), its full name is permitted by ``tools``, the agent's mode lets
+it be seen, and its ``is_available`` says yes. A missing ``permissions`` table or a missing dimension
+denies everything of that dimension; wherever an allow and a deny both apply, deny wins.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from toolcrib import patterns
+from toolcrib.catalog import Entry
+from toolcrib.config import AgentConfig, LoadedConfig
+from toolcrib.context import AvailabilityContext
+from toolcrib.patterns import Pattern
+
+log = logging.getLogger("toolcrib.permissions")
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One step of a decision: what was checked, whether it passed, and the rule or reason."""
+
+    name: str  # "source" | "tools" | "mode" | "available"
+    passed: bool
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Whether ``agent`` sees ``tool``, with every check that was made, in order."""
+
+    agent: str
+    tool: str
+    visible: bool
+    checks: tuple[Check, ...]
+
+    @property
+    def reason(self) -> str:
+        """The check that hid the tool (or, for a visible tool, the rule that let it through)."""
+        for check in self.checks:
+            if not check.passed:
+                return check.detail
+        return self.checks[1].detail if len(self.checks) > 1 else (self.checks[0].detail if self.checks else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "agent": self.agent,
+            "tool": self.tool,
+            "visible": self.visible,
+            "checks": [{"check": c.name, "passed": c.passed, "detail": c.detail} for c in self.checks],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DimensionRule:
+    """One compiled dimension of one agent: ``kind`` is "allow", "deny" or "missing"."""
+
+    dimension: str
+    kind: str
+    patterns: tuple[Pattern, ...]
+    where: str  # "agents.reviewer.permissions.tools"
+
+    def verdict(self, name: str) -> tuple[bool, str]:
+        if self.kind == "missing":
+            return False, f"{self.where} is not set, so nothing of '{self.dimension}' is allowed"
+        if self.kind == "allow":
+            for pattern in self.patterns:
+                if pattern.matches(name):
+                    return True, f"allowed by {self.where}.allow {pattern.text!r}"
+            return False, f"not matched by any pattern of {self.where}.allow"
+        for pattern in self.patterns:
+            if pattern.specifier is None and pattern.matches(name):
+                return False, f"denied by {self.where}.deny {pattern.text!r}"
+        return True, f"not matched by {self.where}.deny"
+
+    def specifiers(self, name: str) -> tuple[Pattern, ...]:
+        """The patterns with an argument specifier that name this tool."""
+        return tuple(p for p in self.patterns if p.specifier is not None and p.matches(name))
+
+    def bare_allow(self, name: str) -> bool:
+        return self.kind == "allow" and any(p.specifier is None and p.matches(name) for p in self.patterns)
+
+
+@dataclass(frozen=True, slots=True)
+class CallRules:
+    """The argument rules (specifiers) and ``ask`` rules that apply to one visible tool's calls."""
+
+    subject: str | None  # the argument the tool names as its rule subject
+    allow: tuple[Pattern, ...]  # when set, a call's subject must match one of these
+    deny: tuple[Pattern, ...]
+    ask: tuple[Pattern, ...]
+
+    def check(self, arguments: Mapping[str, Any]) -> tuple[str, Pattern | None]:
+        """("deny", rule) | ("ask", rule) | ("ok", None) for one call; deny wins over ask."""
+        value = arguments.get(self.subject) if self.subject is not None else None
+        subject = None if value is None else str(value)
+        for pattern in self.deny:
+            # A specifier on a tool with no rule subject cannot be checked: fail closed, it matches.
+            if subject is None or pattern.matches_subject(subject):
+                return "deny", pattern
+        if self.allow and not any(subject is not None and p.matches_subject(subject) for p in self.allow):
+            return "deny", None
+        for pattern in self.ask:
+            if pattern.specifier is None or subject is None or pattern.matches_subject(subject):
+                return "ask", pattern
+        return "ok", None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRules:
+    """One agent's compiled rules: built once per config, read by ``decide``."""
+
+    agent: str
+    config: AgentConfig
+    capabilities: frozenset[str]
+    dimensions: Mapping[str, DimensionRule]
+    ask: tuple[Pattern, ...]
+    has_permissions: bool
+
+    @property
+    def mode(self) -> str:
+        return self.config.mode
+
+    def call_rules(self, entry: Entry) -> CallRules | None:
+        """The call-time rules for a tool this agent sees, or None when its calls need no check."""
+        tools = self.dimensions["tools"]
+        specs = tools.specifiers(entry.name)
+        allow = specs if tools.kind == "allow" and not tools.bare_allow(entry.name) else ()
+        deny = specs if tools.kind == "deny" else ()
+        ask = tuple(p for p in self.ask if p.matches(entry.name))
+        if not (allow or deny or ask):
+            return None
+        return CallRules(subject=entry.tool.rule_subject, allow=allow, deny=deny, ask=ask)
+
+
+def compile_rules(loaded: LoadedConfig) -> dict[str, AgentRules]:
+    """Compile every agent's rules (the config was validated, so every pattern parses)."""
+    rules = {}
+    for name, agent in loaded.config.agents.items():
+        dims = {}
+        for dimension in patterns.DIMENSIONS:
+            where = f"agents.{name}.permissions.{dimension}"
+            rule = getattr(agent.permissions, dimension) if agent.permissions is not None else None
+            if rule is None:
+                dims[dimension] = DimensionRule(dimension, "missing", (), where)
+                continue
+            kind = "allow" if rule.allow is not None else "deny"
+            compiled = tuple(patterns.parse(dimension, text) for text in getattr(rule, kind))
+            dims[dimension] = DimensionRule(dimension, kind, compiled, where)
+        ask = tuple(patterns.parse("ask", t) for t in agent.permissions.ask) if agent.permissions else ()
+        rules[name] = AgentRules(
+            agent=name,
+            config=agent,
+            capabilities=loaded.capabilities(agent.model),
+            dimensions=dims,
+            ask=ask,
+            has_permissions=agent.permissions is not None,
+        )
+    return rules
+
+
+def decide(rules: AgentRules, entry: Entry, *, exhaustive: bool = False) -> Decision:
+    """May ``rules.agent`` see ``entry``? The one decision; ``exhaustive`` runs every check (for explain)
+    instead of stopping at the first that fails. The verdict is the same either way."""
+    checks: list[Check] = []
+
+    def done() -> Decision:
+        return Decision(rules.agent, entry.name, all(c.passed for c in checks), tuple(checks))
+
+    if not rules.has_permissions:
+        checks.append(Check("permissions", False, f"agent {rules.agent!r} has no [agents.{rules.agent}.permissions] "
+                                                  "table, so it sees nothing"))
+        return done()
+    for check in (_source, _tools, _mode, _available):
+        result = check(rules, entry)
+        checks.append(result)
+        if not result.passed and not exhaustive:
+            break
+    return done()
+
+
+def _source(rules: AgentRules, entry: Entry) -> Check:
+    passed, detail = rules.dimensions[entry.dimension].verdict(entry.source)
+    kind = {"plugins": "pack", "mcps": "upstream server", "skills": "skill", "subagents": "agent"}[entry.dimension]
+    return Check("source", passed, f"{kind} {entry.source!r}: {detail}")
+
+
+def _tools(rules: AgentRules, entry: Entry) -> Check:
+    passed, detail = rules.dimensions["tools"].verdict(entry.name)
+    return Check("tools", passed, detail)
+
+
+def _mode(rules: AgentRules, entry: Entry) -> Check:
+    if rules.mode != "plan":
+        return Check("mode", True, f"mode {rules.mode!r} shows every permitted tool")
+    if entry.read_only:
+        return Check("mode", True, "plan mode, and the tool is annotated read-only")
+    if not entry.trusted and entry.tool.annotations.get("readOnlyHint") is True:
+        return Check("mode", False, f"plan mode shows only read-only tools; upstream server {entry.source!r} is not "
+                                    "trusted, so its readOnlyHint does not count (set trusted = true to trust it)")
+    return Check("mode", False, "plan mode shows only tools annotated read-only (readOnlyHint), and this one is not")
+
+
+def _available(rules: AgentRules, entry: Entry) -> Check:
+    check = entry.tool.is_available
+    if check is None:
+        return Check("available", True, "the tool has no availability check")
+    ctx = AvailabilityContext(
+        agent=rules.agent,
+        model=rules.config.model,
+        capabilities=rules.capabilities,
+        settings=entry.settings,
+        mode=rules.mode,
+    )
+    try:
+        answer = check(ctx)
+    except Exception as exc:
+        log.warning("is_available of %s raised for agent %r", entry.name, rules.agent, exc_info=True)
+        return Check("available", False, f"is_available raised {type(exc).__name__}: {exc} (hidden: fail closed)")
+    if answer is True:
+        return Check("available", True, "is_available said yes")
+    if answer is False:
+        return Check("available", False, "is_available said no")
+    if isinstance(answer, str):
+        return Check("available", False, f"not available: {answer}" if answer.strip() else "is_available said no")
+    return Check("available", False, f"is_available returned {answer!r}; expected True, False or a reason "
+                                     "(hidden: fail closed)")

@@ -1,0 +1,293 @@
+"""Discovery: a plugin-manager factory that loads tool packs one entry point at a time.
+
+Nothing here runs at import of ``toolcrib``. ``load_plugins`` imports each entry point of the ``toolcrib``
+group on its own, so a pack that fails (even with ``sys.exit``) is recorded as failed and every other pack
+still loads. Two distributions offering the same entry-point name are a conflict: neither is loaded.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+import inspect
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import pluggy
+
+from toolcrib import hookspecs
+from toolcrib.names import namespace_problem
+
+ENTRY_POINT_GROUP = "toolcrib"
+DISABLE_AUTOLOAD_ENV = "TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD"
+PLUGINS_ENV = "TOOLCRIB_PLUGINS"
+TRACE_ENV = "TOOLCRIB_TRACE_HOOKS"
+
+log = logging.getLogger("toolcrib.plugins")
+
+
+@dataclass
+class PluginRecord:
+    """One source of tools or behaviour, as ``toolcrib plugins`` shows it."""
+
+    name: str  # the namespace for packs and upstream servers; a dotted name for built-ins
+    kind: str  # "builtin" | "pack" | "mcp"
+    state: str  # "loaded" | "failed" | "disabled"
+    distribution: str | None = None
+    version: str | None = None
+    entry_point: str | None = None
+    error: str | None = None
+    traceback: str | None = field(default=None, repr=False)
+    tool_count: int = 0
+    plugin: Any = field(default=None, repr=False)
+
+    def fail(self, error: str, tb: str | None = None) -> None:
+        self.state = "failed"
+        self.error = error
+        self.traceback = tb
+        self.tool_count = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "distribution": self.distribution,
+            "version": self.version,
+            "entry_point": self.entry_point,
+            "state": self.state,
+            "error": self.error,
+            "tool_count": self.tool_count,
+        }
+
+
+class PluginManager(pluggy.PluginManager):
+    """pluggy's manager, which (as pytest does) also takes ``toolcrib_*`` functions without the marker."""
+
+    def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
+        opts = super().parse_hookimpl_opts(plugin, name)
+        if opts is None and name.startswith("toolcrib_"):
+            method = getattr(plugin, name, None)
+            if inspect.isroutine(method):
+                return {}
+        return opts
+
+
+def get_plugin_manager() -> PluginManager:
+    """A fresh plugin manager with toolcrib's hook specifications and nothing registered."""
+    pm = PluginManager("toolcrib")
+    pm.add_hookspecs(hookspecs)
+    return pm
+
+
+def autoload_enabled(env: Mapping[str, str] | None = None) -> bool:
+    env = os.environ if env is None else env
+    return env.get(DISABLE_AUTOLOAD_ENV, "").strip().lower() in ("", "0", "false", "no")
+
+
+def named_plugins(env: Mapping[str, str] | None = None) -> list[str]:
+    """Packs named explicitly in ``$TOOLCRIB_PLUGINS`` (comma-separated), loaded even without autoload."""
+    env = os.environ if env is None else env
+    return [item.strip() for item in env.get(PLUGINS_ENV, "").split(",") if item.strip()]
+
+
+def load_plugins(
+    pm: PluginManager,
+    *,
+    disabled: Collection[str] = (),
+    autoload: bool = True,
+    named: Iterable[str] = (),
+    plugins: Mapping[str, Any] | None = None,
+    builtins: Iterable[tuple[str, Any]] = (),
+) -> list[PluginRecord]:
+    """Register ``builtins`` (name, object; None: switched off by config), explicit ``plugins`` (namespace ->
+    module, object or ``"module:attr"``), and the entry points of the ``toolcrib`` group.
+
+    ``named`` lists entry-point names (or ``namespace=module`` specs) to load even when ``autoload`` is
+    off. A namespace in ``disabled`` is recorded as disabled and never imported.
+    """
+    records: list[PluginRecord] = []
+    for name, obj in builtins:
+        record = PluginRecord(name=name, kind="builtin", state="loaded", distribution="toolcrib")
+        records.append(record)
+        if obj is None:
+            record.state = "disabled"
+            continue
+        _register(pm, record, obj)
+
+    wanted: dict[str, Any] = dict(plugins or {})
+    named_eps: set[str] = set()
+    for spec in named:
+        namespace, sep, target = spec.partition("=")
+        if sep:
+            wanted.setdefault(namespace.strip(), target.strip())
+        else:
+            named_eps.add(spec)
+
+    for namespace in sorted(wanted):
+        record = PluginRecord(name=namespace, kind="pack", state="loaded")
+        records.append(record)
+        if _skip(record, disabled):
+            continue
+        target = wanted[namespace]
+        if isinstance(target, str):
+            record.entry_point = target
+            obj = _guarded(record, lambda t=target: _import_target(t))
+            if obj is None:
+                continue
+        else:
+            obj = target
+            record.entry_point = getattr(obj, "__name__", None) or type(obj).__name__
+        _register(pm, record, obj)
+
+    if autoload or named_eps:
+        by_name: dict[str, list[importlib.metadata.EntryPoint]] = {}
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if autoload or ep.name in named_eps:
+                by_name.setdefault(ep.name, []).append(ep)
+        for missing in sorted(named_eps - set(by_name)):
+            records.append(
+                PluginRecord(
+                    name=missing,
+                    kind="pack",
+                    state="failed",
+                    error=f"no installed distribution offers a {ENTRY_POINT_GROUP!r} entry point named {missing!r}",
+                )
+            )
+        for namespace in sorted(by_name):
+            records.append(_load_entry_points(pm, namespace, by_name[namespace], disabled, taken=set(wanted)))
+    return records
+
+
+def _skip(record: PluginRecord, disabled: Collection[str]) -> bool:
+    problem = namespace_problem(record.name)
+    if problem is not None:
+        record.fail(f"invalid namespace {record.name!r}: {problem}")
+        return True
+    if record.name in disabled:
+        record.state = "disabled"
+        return True
+    return False
+
+
+def _load_entry_points(
+    pm: PluginManager,
+    namespace: str,
+    eps: list[importlib.metadata.EntryPoint],
+    disabled: Collection[str],
+    taken: Collection[str],
+) -> PluginRecord:
+    first = eps[0]
+    dist = first.dist
+    record = PluginRecord(
+        name=namespace,
+        kind="pack",
+        state="loaded",
+        distribution=dist.metadata["Name"] if dist is not None else None,
+        version=dist.version if dist is not None else None,
+        entry_point=first.value,
+    )
+    if _skip(record, disabled):
+        return record
+    if len(eps) > 1 or namespace in taken:
+        offered = sorted(
+            f"{ep.dist.metadata['Name']} {ep.dist.version}" if ep.dist is not None else ep.value for ep in eps
+        )
+        if namespace in taken:
+            offered.append("a pack named explicitly")
+        record.distribution = ", ".join(offered)
+        record.version = None
+        record.fail(
+            f"namespace {namespace!r} is offered by more than one source ({'; '.join(offered)}); neither is "
+            "loaded: uninstall one, or disable the namespace in config"
+        )
+        return record
+    obj = _guarded(record, first.load)
+    if obj is not None:
+        _register(pm, record, obj)
+    return record
+
+
+def _import_target(target: str) -> Any:
+    module_name, _, attr = target.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in filter(None, attr.split(".")):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _guarded(record: PluginRecord, load: Any) -> Any:
+    """Run ``load()``; on any failure (``SystemExit`` included) record it and return None."""
+    try:
+        return load()
+    except (Exception, SystemExit) as exc:
+        if isinstance(exc, SystemExit):
+            error = f"the pack called sys.exit({exc.code!r}) while being imported"
+        else:
+            error = f"{type(exc).__name__}: {exc}"
+        record.fail(f"import failed: {error}", traceback.format_exc())
+        log.warning("pack %r failed to load: %s", record.name, error)
+        return None
+
+
+def _register(pm: PluginManager, record: PluginRecord, obj: Any) -> None:
+    if obj is None:
+        record.fail("the entry point's value is None; point it at a module or object with hook implementations")
+        return
+    existing = pm.get_name(obj)
+    if existing is not None:
+        record.fail(f"the same object is already registered as {existing!r}; give each pack its own module")
+        return
+    try:
+        pm.register(obj, name=record.name)
+    except pluggy.PluginValidationError as exc:
+        record.fail(f"invalid hook implementation: {exc}")
+        return
+    except ValueError as exc:
+        record.fail(f"cannot register: {exc}")
+        return
+    unknown = sorted(caller.name for caller in pm.get_hookcallers(obj) or () if caller.spec is None)
+    if unknown:
+        pm.unregister(obj)
+        known = ", ".join(sorted(n for n in dir(hookspecs) if n.startswith("toolcrib_")))
+        record.fail(f"unknown hook(s) {', '.join(unknown)}; toolcrib's hooks are {known}")
+        return
+    record.plugin = obj
+    if isinstance(obj, ModuleType) and record.distribution is None and record.kind == "pack":
+        record.distribution = _distribution_of(obj)
+
+
+def _distribution_of(module: ModuleType) -> str | None:
+    top = module.__name__.partition(".")[0]
+    dists = _packages_distributions().get(top)
+    return dists[0] if dists else None
+
+
+@functools.cache
+def _packages_distributions() -> Mapping[str, list[str]]:
+    return importlib.metadata.packages_distributions()
+
+
+def hook_impls(pm: PluginManager, hook: str, plugin_name: str | None = None) -> list[pluggy.HookImpl]:
+    """The implementations of ``hook`` in call order (pluggy's: last registered first, tryfirst/trylast)."""
+    caller = getattr(pm.hook, hook)
+    impls = list(reversed(caller.get_hookimpls()))
+    if plugin_name is not None:
+        impls = [impl for impl in impls if impl.plugin_name == plugin_name]
+    return impls
+
+
+def call_impl(impl: pluggy.HookImpl, kwargs: Mapping[str, Any]) -> Any:
+    """Call one hook implementation with the arguments it asked for (pluggy's opt-in arguments)."""
+    if _TRACE:
+        print(f"toolcrib hook: {impl.plugin_name}.{impl.function.__name__}", file=sys.stderr)
+    return impl.function(*[kwargs[name] for name in impl.argnames])
+
+
+_TRACE = os.environ.get(TRACE_ENV, "") not in ("", "0")

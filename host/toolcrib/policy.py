@@ -1,0 +1,26 @@
+"""What a policy hook may answer about a call: ``Allow`` (optionally with replaced input) or ``Deny``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Allow:
+    """No objection to the call; with ``updated_input`` the handler runs with these arguments instead
+    (validated again against the tool's input model)."""
+
+    updated_input: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Deny:
+    """Refuse the call. ``message`` is what the model sees, so say what to do instead."""
+
+    message: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.message, str) or not self.message.strip():
+            raise ValueError("Deny needs a message for the model: say why, and what to do instead")

@@ -1,0 +1,546 @@
+"""``@tool``: declare a tool. The decorator attaches a frozen ``Tool`` and returns the function unchanged.
+
+Every form is checked at declaration, so a pack author sees a mistake when the module is imported, with
+a message that says the fix::
+
+    @toolcrib.tool                                   # bare
+    @toolcrib.tool()                                 # called
+    @toolcrib.tool(name="find", annotations={...})   # with options
+    toolcrib.tool("lookup", "Look up ...", OrderQuery, handler, {"annotations": {...}})   # explicit -> Tool
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import sys
+import types
+import typing
+import warnings
+from collections.abc import Callable, Mapping
+from functools import cached_property
+from typing import Any, TypeVar, overload
+
+import typing_extensions
+from pydantic import BaseModel, ConfigDict, TypeAdapter, create_model
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode
+from pydantic_core import CoreSchema
+
+from toolcrib.context import AvailabilityContext, Context
+from toolcrib.errors import ToolDeclarationError
+from toolcrib.names import tool_name_problem
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ATTRIBUTE = "__toolcrib_tool__"
+
+ANNOTATION_KEYS: Mapping[str, type] = {
+    "title": str,
+    "readOnlyHint": bool,
+    "destructiveHint": bool,
+    "idempotentHint": bool,
+    "openWorldHint": bool,
+}
+
+# Arguments come from a model: unknown keys and NaN/Infinity are refused rather than silently accepted.
+INPUT_CONFIG = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+_OPTION_KEYS = ("annotations", "is_available", "timeout", "title", "rule_subject")
+
+
+class _SchemaGenerator(GenerateJsonSchema):
+    """JSON Schema without the titles pydantic makes up from field names: they cost tokens and say nothing."""
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+    def generate(self, schema: CoreSchema, mode: JsonSchemaMode = "validation") -> dict[str, Any]:
+        result = super().generate(schema, mode)
+        result.pop("title", None)
+        return result
+
+
+def json_schema_of(adapter_or_model: type[BaseModel] | TypeAdapter[Any], mode: JsonSchemaMode) -> dict[str, Any]:
+    if isinstance(adapter_or_model, TypeAdapter):
+        return adapter_or_model.json_schema(schema_generator=_SchemaGenerator, mode=mode)
+    return adapter_or_model.model_json_schema(schema_generator=_SchemaGenerator, mode=mode)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Tool:
+    """A declared tool: everything the host needs, fixed at declaration.
+
+    ``name`` is the tool's own name; the host adds the pack's namespace (``orders__lookup_order``).
+    ``input_model`` validates arguments; ``input_schema`` is its JSON Schema as clients see it.
+    """
+
+    name: str
+    description: str
+    input_model: type[BaseModel]
+    handler: Callable[..., Any]
+    annotations: Mapping[str, Any]
+    is_available: Callable[[AvailabilityContext], Any] | None = None
+    timeout: float | None = None
+    title: str | None = None
+    rule_subject: str | None = None
+    context_param: str | None = None
+    takes_model: bool = False  # explicit form: the handler gets the validated model, not keyword arguments
+    is_async: bool = False
+    output_adapter: TypeAdapter[Any] | None = dataclasses.field(default=None, repr=False)
+    wrap_output: bool = False  # list-valued output, carried as {"result": [...]}
+
+    @cached_property
+    def input_schema(self) -> dict[str, Any]:
+        return json_schema_of(self.input_model, "validation")
+
+    @cached_property
+    def output_schema(self) -> dict[str, Any] | None:
+        if self.output_adapter is None:
+            return None
+        schema = json_schema_of(self.output_adapter, "serialization")
+        if self.wrap_output:
+            defs = schema.pop("$defs", None)
+            wrapped: dict[str, Any] = {"type": "object", "properties": {"result": schema}, "required": ["result"]}
+            if defs:
+                wrapped["$defs"] = defs
+            return wrapped
+        return schema
+
+    @property
+    def read_only(self) -> bool:
+        return self.annotations.get("readOnlyHint") is True
+
+    def __repr__(self) -> str:
+        return f"<Tool {self.name}>"
+
+
+# -- the decorator -------------------------------------------------------------------------------------------
+
+
+@overload
+def tool(fn: F, /) -> F: ...
+
+
+@overload
+def tool(
+    name: str | None = None,
+    /,
+    *,
+    description: str | None = None,
+    annotations: Mapping[str, Any] | None = None,
+    is_available: Callable[[AvailabilityContext], Any] | None = None,
+    timeout: float | None = None,
+    title: str | None = None,
+    rule_subject: str | None = None,
+) -> Callable[[F], F]: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    annotations: Mapping[str, Any] | None = None,
+    is_available: Callable[[AvailabilityContext], Any] | None = None,
+    timeout: float | None = None,
+    title: str | None = None,
+    rule_subject: str | None = None,
+) -> Callable[[F], F]: ...
+
+
+@overload
+def tool(
+    name: str,
+    description: str,
+    schema: type[BaseModel] | Mapping[str, Any],
+    handler: Callable[..., Any],
+    extras: Mapping[str, Any] | None = None,
+    /,
+) -> Tool: ...
+
+
+def tool(*args: Any, **kwargs: Any) -> Any:
+    """Declare a tool; see the module docstring for every form."""
+    unknown = sorted(set(kwargs) - {"name", "description", "schema", "handler", "extras", *_OPTION_KEYS})
+    if unknown:
+        raise ToolDeclarationError(
+            f"tool() got unknown option(s) {', '.join(unknown)}; "
+            f"it takes name, description, {', '.join(_OPTION_KEYS)}"
+        )
+    # Annotations of functions defined inside functions may name local types: resolve them in the caller.
+    localns = sys._getframe(1).f_locals
+    if args and callable(args[0]) and not isinstance(args[0], str):
+        if len(args) > 1:
+            raise ToolDeclarationError("@tool decorates one function; pass options as keywords: @tool(name=...)")
+        return _decorate(args[0], kwargs, localns)
+    if len(args) >= 3 or "schema" in kwargs or "handler" in kwargs:
+        return _explicit(args, kwargs, localns)
+    if len(args) == 2:
+        raise ToolDeclarationError(
+            "tool() with positional arguments is the explicit form: tool(name, description, schema, handler[, "
+            "extras]); to decorate, use @tool(name=..., description=...)"
+        )
+    if args:
+        if args[0] is not None and not isinstance(args[0], str):
+            raise ToolDeclarationError(
+                f"@tool's first argument is the function or the tool name, not {type(args[0]).__name__}"
+            )
+        if args[0] is not None and kwargs.get("name") is not None:
+            raise ToolDeclarationError("tool name given twice: positionally and as name=")
+        if args[0] is not None:
+            kwargs["name"] = args[0]
+
+    def decorator(fn: F) -> F:
+        if not callable(fn):
+            raise ToolDeclarationError(f"@tool(...) decorates a function, not {type(fn).__name__}")
+        return _decorate(fn, kwargs, sys._getframe(1).f_locals)
+
+    return decorator
+
+
+def get_tool(obj: Any) -> Tool | None:
+    """The ``Tool`` declared by ``obj`` (a decorated function or a ``Tool``), else None."""
+    if isinstance(obj, Tool):
+        return obj
+    spec = getattr(obj, ATTRIBUTE, None)
+    return spec if isinstance(spec, Tool) else None
+
+
+def _decorate(fn: F, options: dict[str, Any], localns: Mapping[str, Any] | None = None) -> F:
+    if inspect.isclass(fn):
+        raise ToolDeclarationError(f"@tool decorates functions, not classes ({fn.__name__})")
+    if isinstance(getattr(fn, ATTRIBUTE, None), Tool):
+        raise ToolDeclarationError(f"{_qualname(fn)} is already declared as a tool; decorate it once")
+    raw_name = getattr(fn, "__name__", None)
+    name = options.get("name")
+    if name is None:
+        if raw_name is None or raw_name == "<lambda>":
+            raise ToolDeclarationError(
+                "a lambda (or nameless callable) has no name to give the tool; pass one: tool(name='...')(fn)"
+            )
+        name = raw_name
+    _check_name(name)
+    description = options.get("description")
+    if description is None:
+        description = inspect.cleandoc(fn.__doc__) if fn.__doc__ else ""
+    _check_description(name, description)
+    model, context_param = _model_from_signature(fn, name, localns)
+    spec = _build(
+        name=name,
+        description=description,
+        model=model,
+        handler=fn,
+        options=options,
+        context_param=context_param,
+        takes_model=False,
+        return_annotation=_return_annotation(fn, name, localns),
+    )
+    try:
+        setattr(fn, ATTRIBUTE, spec)
+    except (AttributeError, TypeError):
+        raise ToolDeclarationError(
+            f"cannot attach a tool to {fn!r}; wrap it in a def, or use the explicit form tool(name, ...)"
+        ) from None
+    return fn
+
+
+def _explicit(args: tuple[Any, ...], kwargs: dict[str, Any], localns: Mapping[str, Any] | None = None) -> Tool:
+    if len(args) > 5:
+        raise ToolDeclarationError("tool(name, description, schema, handler, extras) takes at most 5 arguments")
+    positional = dict(zip(("name", "description", "schema", "handler", "extras"), args, strict=False))
+    for key, value in positional.items():
+        if key in kwargs and kwargs[key] is not None:
+            raise ToolDeclarationError(f"tool(): {key} given twice, positionally and as a keyword")
+        kwargs[key] = value
+    extras = kwargs.pop("extras", None) or {}
+    if not isinstance(extras, Mapping):
+        raise ToolDeclarationError(f"tool(): extras must be a mapping, not {type(extras).__name__}")
+    bad = sorted(set(extras) - set(_OPTION_KEYS))
+    if bad:
+        raise ToolDeclarationError(f"tool(): unknown extras {', '.join(bad)}; extras take {', '.join(_OPTION_KEYS)}")
+    for key, value in extras.items():
+        if kwargs.get(key) is not None:
+            raise ToolDeclarationError(f"tool(): {key} given twice, in extras and as a keyword")
+        kwargs[key] = value
+    name, description, schema, handler = (kwargs.get(k) for k in ("name", "description", "schema", "handler"))
+    if name is None:
+        raise ToolDeclarationError("tool(): the explicit form needs a name")
+    _check_name(name)
+    _check_description(name, description)
+    if not callable(handler):
+        raise ToolDeclarationError(f"tool {name!r}: handler must be callable, not {type(handler).__name__}")
+    model = _model_from_schema(name, schema)
+    context_param = _explicit_handler_params(name, handler, localns)
+    return _build(
+        name=name,
+        description=description,  # type: ignore[arg-type]
+        model=model,
+        handler=handler,
+        options=kwargs,
+        context_param=context_param,
+        takes_model=True,
+        return_annotation=_return_annotation(handler, name, localns),
+    )
+
+
+def _build(
+    *,
+    name: str,
+    description: str,
+    model: type[BaseModel],
+    handler: Callable[..., Any],
+    options: Mapping[str, Any],
+    context_param: str | None,
+    takes_model: bool,
+    return_annotation: Any,
+) -> Tool:
+    annotations = _check_annotations(name, options.get("annotations"))
+    is_available = options.get("is_available")
+    if is_available is not None:
+        _check_is_available(name, is_available)
+    timeout = options.get("timeout")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0):
+        raise ToolDeclarationError(f"tool {name!r}: timeout must be a positive number of seconds, not {timeout!r}")
+    title = options.get("title")
+    if title is not None and not isinstance(title, str):
+        raise ToolDeclarationError(f"tool {name!r}: title must be a string, not {type(title).__name__}")
+    rule_subject = options.get("rule_subject")
+    if rule_subject is not None and rule_subject not in model.model_fields:
+        fields = ", ".join(model.model_fields) or "none"
+        raise ToolDeclarationError(
+            f"tool {name!r}: rule_subject {rule_subject!r} is not one of its arguments ({fields})"
+        )
+    output_adapter, wrap = _output_adapter(name, return_annotation)
+    return Tool(
+        name=name,
+        description=description.strip(),
+        input_model=model,
+        handler=handler,
+        annotations=types.MappingProxyType(annotations),
+        is_available=is_available,
+        timeout=float(timeout) if timeout is not None else None,
+        title=title if title is not None else annotations.get("title"),
+        rule_subject=rule_subject,
+        context_param=context_param,
+        takes_model=takes_model,
+        is_async=_is_async(handler),
+        output_adapter=output_adapter,
+        wrap_output=wrap,
+    )
+
+
+# -- checks ----------------------------------------------------------------------------------------------------
+
+
+def _qualname(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
+
+
+def _check_name(name: Any) -> None:
+    problem = tool_name_problem(name)
+    if problem is not None:
+        raise ToolDeclarationError(f"tool {name!r}: invalid name: {problem}")
+
+
+def _check_description(name: str, description: Any) -> None:
+    if not isinstance(description, str) or not description.strip():
+        raise ToolDeclarationError(
+            f"tool {name!r} has no description: the model reads it to decide when to call the tool; "
+            "write a docstring or pass description='...'"
+        )
+
+
+def _check_annotations(name: str, annotations: Any) -> dict[str, Any]:
+    if annotations is None:
+        return {}
+    if hasattr(annotations, "model_dump") and not isinstance(annotations, Mapping):
+        annotations = annotations.model_dump(by_alias=True, exclude_none=True)  # mcp.types.ToolAnnotations
+    if not isinstance(annotations, Mapping):
+        raise ToolDeclarationError(f"tool {name!r}: annotations must be a dict, not {type(annotations).__name__}")
+    result: dict[str, Any] = {}
+    for key, value in annotations.items():
+        expected = ANNOTATION_KEYS.get(key)
+        if expected is None:
+            raise ToolDeclarationError(
+                f"tool {name!r}: unknown annotation {key!r}; MCP annotations are {', '.join(ANNOTATION_KEYS)}"
+            )
+        if not isinstance(value, expected):
+            raise ToolDeclarationError(
+                f"tool {name!r}: annotation {key} must be a {expected.__name__}, not {type(value).__name__}"
+            )
+        result[key] = value
+    return result
+
+
+def _check_is_available(name: str, check: Any) -> None:
+    if not callable(check):
+        raise ToolDeclarationError(f"tool {name!r}: is_available must be callable, not {type(check).__name__}")
+    try:
+        signature = inspect.signature(check)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(None)
+    except TypeError:
+        raise ToolDeclarationError(
+            f"tool {name!r}: is_available must take one argument, the availability context (def check(ctx): ...)"
+        ) from None
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    target = fn
+    while isinstance(target, functools.partial):
+        target = target.func
+    if inspect.isasyncgenfunction(target):
+        raise ToolDeclarationError(
+            f"{_qualname(fn)} is an async generator; a tool returns its result (return it, do not yield it)"
+        )
+    if inspect.iscoroutinefunction(target):
+        return True
+    call = getattr(target, "__call__", None)  # noqa: B004 - callable objects with an async __call__
+    return call is not None and not inspect.isfunction(target) and inspect.iscoroutinefunction(call)
+
+
+def _is_context(annotation: Any) -> bool:
+    if annotation is Context:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _is_context(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return len(args) == 1 and args[0] is Context
+    return False
+
+
+def _hints(fn: Callable[..., Any], name: str, localns: Mapping[str, Any] | None) -> dict[str, Any]:
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    if not (inspect.isfunction(target) or inspect.ismethod(target)):
+        target = getattr(target, "__call__", target)  # noqa: B004
+    try:
+        return typing.get_type_hints(target, localns=dict(localns) if localns else None, include_extras=True)
+    except Exception as exc:  # NameError for an unresolvable forward reference, and friends
+        raise ToolDeclarationError(
+            f"tool {name!r}: cannot resolve the type annotations of {_qualname(fn)}: {exc}; "
+            "define the types at module level"
+        ) from exc
+
+
+def _model_from_signature(
+    fn: Callable[..., Any], name: str, localns: Mapping[str, Any] | None
+) -> tuple[type[BaseModel], str | None]:
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError) as exc:
+        raise ToolDeclarationError(f"tool {name!r}: cannot read the signature of {fn!r}: {exc}") from exc
+    hints = _hints(fn, name, localns)
+    fields: dict[str, Any] = {}
+    context_param = None
+    for param in signature.parameters.values():
+        annotation = hints.get(param.name, param.annotation)
+        if _is_context(annotation):
+            context_param = param.name
+            continue
+        if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            raise ToolDeclarationError(
+                f"tool {name!r}: *{param.name} is not supported: a tool's arguments are named; "
+                "declare each one as a parameter"
+            )
+        if param.kind is inspect.Parameter.VAR_KEYWORD:
+            raise ToolDeclarationError(
+                f"tool {name!r}: **{param.name} is not supported: a tool's arguments are named; "
+                "declare each one as a parameter (or take one dict parameter)"
+            )
+        if param.kind is inspect.Parameter.POSITIONAL_ONLY:
+            raise ToolDeclarationError(
+                f"tool {name!r}: parameter {param.name!r} is positional-only; arguments are passed by name, "
+                "remove the '/'"
+            )
+        if annotation is inspect.Parameter.empty:
+            raise ToolDeclarationError(
+                f"tool {name!r}: parameter {param.name!r} has no type annotation; annotate it (e.g. "
+                f"{param.name}: str) so the input schema can say what it takes"
+            )
+        if param.name.startswith("_"):
+            raise ToolDeclarationError(
+                f"tool {name!r}: parameter {param.name!r} starts with '_', which a JSON argument cannot be named"
+            )
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (annotation, default)
+    return _create_model(name, fields), context_param
+
+
+def _create_model(name: str, fields: dict[str, Any]) -> type[BaseModel]:
+    try:
+        with warnings.catch_warnings():
+            # A parameter named like a BaseModel attribute (json, copy, schema) only shadows it: harmless here.
+            warnings.simplefilter("ignore", UserWarning)
+            return create_model(f"{name}_arguments", __config__=INPUT_CONFIG, **fields)
+    except Exception as exc:
+        raise ToolDeclarationError(f"tool {name!r}: cannot build an input schema from its parameters: {exc}") from exc
+
+
+def _model_from_schema(name: str, schema: Any) -> type[BaseModel]:
+    if isinstance(schema, Mapping):
+        fields = {}
+        for key, spec in schema.items():
+            fields[key] = spec if isinstance(spec, tuple) else (spec, ...)
+        return _create_model(name, fields)
+    if not (inspect.isclass(schema) and issubclass(schema, BaseModel)):
+        raise ToolDeclarationError(
+            f"tool {name!r}: schema must be a pydantic model class or a dict of field types, not {schema!r}"
+        )
+    config = dict(schema.model_config)
+    changes = {k: v for k, v in INPUT_CONFIG.items() if k not in config}
+    if not changes:
+        return schema
+    # A subclass that refuses unknown keys and NaN unless the author chose otherwise; handlers still get an
+    # instance of their own model.
+    return type(schema.__name__, (schema,), {"model_config": ConfigDict(**{**config, **changes})})  # type: ignore[typeddict-item]
+
+
+def _explicit_handler_params(name: str, handler: Callable[..., Any], localns: Mapping[str, Any] | None) -> str | None:
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):
+        return None
+    hints = _hints(handler, name, localns)
+    context_param = None
+    others = []
+    for param in signature.parameters.values():
+        if _is_context(hints.get(param.name, param.annotation)):
+            context_param = param.name
+        elif param.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL):
+            others.append(param)
+    required = [p for p in others if p.default is inspect.Parameter.empty]
+    if len(others) < 1 or len(required) > 1 or others[0].kind is inspect.Parameter.KEYWORD_ONLY:
+        raise ToolDeclarationError(
+            f"tool {name!r}: the explicit form's handler takes one argument, the validated input "
+            "(def handler(args): ...), plus optionally a toolcrib.Context parameter"
+        )
+    return context_param
+
+
+def _return_annotation(fn: Callable[..., Any], name: str, localns: Mapping[str, Any] | None) -> Any:
+    hints = _hints(fn, name, localns)
+    return hints.get("return", inspect.Signature.empty)
+
+
+def _output_adapter(name: str, annotation: Any) -> tuple[TypeAdapter[Any] | None, bool]:
+    """An adapter for the declared return type when it describes structured output, else None."""
+    if annotation is inspect.Signature.empty or annotation is None:
+        return None, False
+    base = annotation
+    if typing.get_origin(base) is typing.Annotated:
+        base = typing.get_args(base)[0]
+    origin = typing.get_origin(base) or base
+    structured = (inspect.isclass(base) and issubclass(base, BaseModel)) or typing_extensions.is_typeddict(base)
+    structured = structured or (inspect.isclass(base) and dataclasses.is_dataclass(base))
+    wrap = origin in (list, tuple, set, frozenset) and base is not origin  # a parameterized list[...]
+    if not (structured or wrap):
+        return None, False
+    try:
+        return TypeAdapter(annotation), wrap
+    except Exception as exc:
+        raise ToolDeclarationError(f"tool {name!r}: cannot build an output schema from its return type: {exc}") from exc

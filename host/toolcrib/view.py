@@ -1,0 +1,121 @@
+"""One agent's view: the tools it sees, in a stable order, built once per (config, catalog) and then only read.
+
+Every front end (Python API, CLI, MCP, schema export) reads views; none filters tools on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from toolcrib.catalog import Entry
+from toolcrib.content import ToolResult
+from toolcrib.context import ClientChannel
+from toolcrib.errors import UnknownToolError
+from toolcrib.permissions import AgentRules, CallRules, decide
+from toolcrib.tool import Tool
+
+if TYPE_CHECKING:
+    from toolcrib.calls import Approver, Pipeline
+
+
+@dataclass(frozen=True, slots=True)
+class ViewTool:
+    """A tool as one agent sees it: the catalog entry plus the call rules and timeout that apply."""
+
+    entry: Entry
+    call_rules: CallRules | None
+    timeout: float
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    @property
+    def tool(self) -> Tool:
+        return self.entry.tool
+
+    def to_mcp(self) -> dict[str, Any]:
+        """This tool as MCP's tools/list shows it (camelCase wire keys)."""
+        tool = self.entry.tool
+        wire: dict[str, Any] = {"name": self.entry.name}
+        if tool.title:
+            wire["title"] = tool.title
+        wire["description"] = tool.description
+        wire["inputSchema"] = tool.input_schema
+        if tool.output_schema is not None:
+            wire["outputSchema"] = tool.output_schema
+        if tool.annotations:
+            wire["annotations"] = dict(tool.annotations)
+        return wire
+
+
+class AgentView:
+    """The tools one agent sees. Immutable once built; ``call`` runs the full pipeline."""
+
+    def __init__(self, rules: AgentRules, tools: tuple[ViewTool, ...], pipeline: Pipeline) -> None:
+        self.rules = rules
+        self.tools = tools
+        self._by_name: Mapping[str, ViewTool] = {vt.name: vt for vt in tools}
+        self._pipeline = pipeline
+
+    @property
+    def agent(self) -> str:
+        return self.rules.agent
+
+    @property
+    def mode(self) -> str:
+        return self.rules.mode
+
+    @property
+    def names(self) -> list[str]:
+        return [vt.name for vt in self.tools]
+
+    def lookup(self, name: Any) -> ViewTool | None:
+        """The tool of that exact name, or None (hidden and nonexistent alike)."""
+        return self._by_name.get(name) if isinstance(name, str) else None
+
+    def __contains__(self, name: object) -> bool:
+        return self.lookup(name) is not None
+
+    def __len__(self) -> int:
+        return len(self.tools)
+
+    def get(self, name: str) -> ViewTool:
+        """The tool, or ``UnknownToolError`` - word for word the same for hidden and nonexistent tools."""
+        vt = self.lookup(name)
+        if vt is None:
+            raise UnknownToolError(name)
+        return vt
+
+    @cached_property
+    def mcp_tools(self) -> list[dict[str, Any]]:
+        """The tools/list payload (wire dicts), built once per view."""
+        return [vt.to_mcp() for vt in self.tools]
+
+    async def call(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        approver: Approver | None = None,
+        channel: ClientChannel | None = None,
+    ) -> ToolResult:
+        """Call a tool through the full pipeline, as this agent. ``UnknownToolError`` for a name it does not see."""
+        return await self._pipeline.call(self, name, arguments, approver=approver, channel=channel)
+
+    def __repr__(self) -> str:
+        return f"<AgentView {self.agent!r}: {len(self.tools)} tools>"
+
+
+def build_view(rules: AgentRules, entries: Mapping[str, Entry], pipeline: Pipeline) -> AgentView:
+    """The agent's view of ``entries``: each tool goes through ``decide``, the one decision function."""
+    visible = []
+    for name in sorted(entries):
+        entry = entries[name]
+        if decide(rules, entry).visible:
+            timeout = entry.tool.timeout if entry.tool.timeout is not None else pipeline.call_timeout
+            visible.append(ViewTool(entry=entry, call_rules=rules.call_rules(entry), timeout=timeout))
+    return AgentView(rules, tuple(visible), pipeline)

@@ -1,0 +1,71 @@
+"""Shared helpers: configs from text, hosts around inline packs, and real distributions on a path entry."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import textwrap
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolcrib.config import LoadedConfig, parse_config
+from toolcrib.host import Host
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def config_from(text: str, base_dir: Path | None = None, source: str = "toolcrib.toml") -> LoadedConfig:
+    return parse_config(textwrap.dedent(text), source, base_dir or Path.cwd())
+
+
+def make_host(text: str, plugins: Mapping[str, Any] | None = None, base_dir: Path | None = None) -> Host:
+    """A host around explicitly given packs only: installed entry points are not loaded."""
+    return Host(config_from(text, base_dir), plugins=plugins or {}, autoload=False, env={})
+
+
+@pytest.fixture
+def dist_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Path]]:
+    """Make real distributions (a module plus a ``.dist-info`` with entry_points.txt) on a fresh path entry.
+
+    ``make(dist, version, entry_points={"orders": "acme_orders"}, modules={"acme_orders": "source"})``
+    """
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    created: list[str] = []
+
+    def make(
+        dist: str,
+        version: str = "1.0",
+        entry_points: Mapping[str, str] | None = None,
+        modules: Mapping[str, str] | None = None,
+        where: Path | None = None,
+    ) -> Path:
+        root = where or site
+        for name, source in (modules or {}).items():
+            path = root / (name.replace(".", "/") + ".py")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(textwrap.dedent(source), encoding="utf-8")
+            created.append(name.partition(".")[0])
+        info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n", encoding="utf-8")
+        lines = ["[toolcrib]"] + [f"{k} = {v}" for k, v in (entry_points or {}).items()]
+        (info / "entry_points.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        (info / "RECORD").write_text("", encoding="utf-8")
+        importlib.invalidate_caches()
+        return root
+
+    yield make
+    for name in created:
+        for mod in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+            del sys.modules[mod]
+    importlib.invalidate_caches()
+
+
+def ours(records: list[Any], names: set[str]) -> dict[str, Any]:
+    """The records of the packs a test made (other installed packs may be present)."""
+    return {r.name: r for r in records if r.name in names}

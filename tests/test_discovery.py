@@ -1,0 +1,227 @@
+"""Discovery against real distributions: dist-info folders with entry_points.txt on a path entry."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from conftest import config_from, ours
+from toolcrib.host import Host
+from toolcrib.plugins import get_plugin_manager, load_plugins
+
+GOOD = '''
+from typing import Annotated
+from pydantic import Field
+import toolcrib
+
+@toolcrib.tool(annotations={"readOnlyHint": True})
+async def lookup_order(order_id: Annotated[str, Field(description="Order ID, such as O-1001")]) -> dict:
+    """Look up an order by its ID and return it as JSON."""
+    if order_id != "O-1001":
+        raise toolcrib.ToolError(f"Order not found: {order_id}")
+    return {"id": order_id, "status": "shipped"}
+
+@toolcrib.hookimpl
+def toolcrib_tools():
+    return [lookup_order]
+'''
+
+BROKEN = {
+    "import_error": "import no_such_module_anywhere\n",
+    "syntax_error": "def broken(:\n",
+    "runtime_error": "raise RuntimeError('pack exploded at import')\n",
+    "exits": "import sys\nsys.exit(3)\n",
+}
+
+
+def _host(text: str = "", env: dict[str, str] | None = None) -> Host:
+    return Host(config_from(text or "[agents.a]\n"), env=env or {})
+
+
+def test_a_good_pack_loads_with_provenance(dist_path: Callable[..., Path]) -> None:
+    dist_path("acme-toolcrib-orders", "1.2.3", {"orders": "acme_orders"}, {"acme_orders": GOOD})
+    host = _host()
+    record = ours(host.records, {"orders"})["orders"]
+    assert (record.kind, record.state, record.distribution, record.version, record.tool_count) == (
+        "pack", "loaded", "acme-toolcrib-orders", "1.2.3", 1)
+    entry = host.catalog.entries["orders__lookup_order"]
+    assert (entry.namespace, entry.distribution, entry.version) == ("orders", "acme-toolcrib-orders", "1.2.3")
+
+
+@pytest.mark.parametrize("order", [0, 1])
+def test_broken_packs_fail_alone_whatever_the_order(dist_path: Callable[..., Path], order: int) -> None:
+    names = sorted(BROKEN) if order == 0 else sorted(BROKEN, reverse=True)
+    for name in names:
+        dist_path(f"pack-{name}", "0.1", {name: f"pack_{name}"}, {f"pack_{name}": BROKEN[name]})
+    dist_path("acme-toolcrib-orders", "1.0", {"orders": "acme_orders"}, {"acme_orders": GOOD})
+    host = _host()
+    records = ours(host.records, {*BROKEN, "orders"})
+    assert records["orders"].state == "loaded"
+    assert "orders__lookup_order" in host.catalog.entries
+    errors = {name: records[name].error for name in BROKEN}
+    assert all(records[name].state == "failed" for name in BROKEN)
+    assert errors["import_error"] == "import failed: ModuleNotFoundError: No module named 'no_such_module_anywhere'"
+    assert errors["syntax_error"] is not None and errors["syntax_error"].startswith(
+        "import failed: SyntaxError: invalid syntax")
+    assert errors["runtime_error"] == "import failed: RuntimeError: pack exploded at import"
+    assert errors["exits"] == "import failed: the pack called sys.exit(3) while being imported"
+    assert records["runtime_error"].traceback is not None
+    assert "pack exploded at import" in records["runtime_error"].traceback
+    problems = [str(p) for p in host.catalog.problems]
+    assert ("error: pack 'runtime_error' (pack-runtime_error 0.1): import failed: RuntimeError: pack exploded at "
+            "import") in problems
+
+
+def test_a_bad_tool_name_fails_the_pack_naming_pack_tool_and_rule(dist_path: Callable[..., Path]) -> None:
+    source = GOOD + '''
+@toolcrib.tool(name="my-tool")
+def bad() -> str:
+    """Bad."""
+    return ""
+'''
+    dist_path("pack-badname", "0.1", {"badname": "pack_badname"}, {"pack_badname": source})
+    dist_path("acme-toolcrib-orders", "1.0", {"orders": "acme_orders"}, {"acme_orders": GOOD})
+    host = _host()
+    record = ours(host.records, {"badname"})["badname"]
+    assert record.state == "failed"
+    assert record.error == ("import failed: ToolDeclarationError: tool 'my-tool': invalid name: tool names are 1-64 "
+                            "characters: a letter first, then letters, digits and single underscores ('__' is "
+                            "reserved)")
+    assert "error: pack 'badname' (pack-badname 0.1): import failed: ToolDeclarationError: tool 'my-tool'" in "\n".join(
+        str(p) for p in host.catalog.problems)
+    assert "orders__lookup_order" in host.catalog.entries
+
+
+def test_two_distributions_with_one_namespace_conflict(dist_path: Callable[..., Path], tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    dist_path("acme-orders", "1.0", {"orders": "acme_orders"}, {"acme_orders": GOOD})
+    other = tmp_path / "other-site"
+    other.mkdir()
+    monkeypatch.syspath_prepend(str(other))
+    dist_path("rival-orders", "2.0", {"orders": "rival_orders"}, {"rival_orders": GOOD}, where=other)
+    host = _host()
+    record = ours(host.records, {"orders"})["orders"]
+    assert record.state == "failed"
+    assert record.error == ("namespace 'orders' is offered by more than one source (acme-orders 1.0; rival-orders "
+                            "2.0); neither is loaded: uninstall one, or disable the namespace in config")
+    assert "acme_orders" not in sys.modules and "rival_orders" not in sys.modules
+    assert not any(name.startswith("orders__") for name in host.catalog.entries)
+
+
+def test_disabled_pack_is_never_imported(dist_path: Callable[..., Path]) -> None:
+    dist_path("pack-bomb", "0.1", {"bomb": "pack_bomb"}, {"pack_bomb": "raise RuntimeError('imported!')\n"})
+    host = _host("[packs.bomb]\nenabled = false\n[agents.a]\n")
+    record = ours(host.records, {"bomb"})["bomb"]
+    assert (record.state, record.error, record.distribution) == ("disabled", None, "pack-bomb")
+    assert "pack_bomb" not in sys.modules
+
+
+def test_autoload_off_loads_only_named_packs(dist_path: Callable[..., Path]) -> None:
+    dist_path("acme-orders", "1.0", {"orders": "acme_orders"}, {"acme_orders": GOOD})
+    dist_path("pack-bomb", "0.1", {"bomb": "pack_bomb"}, {"pack_bomb": "raise RuntimeError('imported!')\n"})
+    host = _host(env={"TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    assert ours(host.records, {"orders", "bomb"}) == {}
+    assert "pack_bomb" not in sys.modules and "acme_orders" not in sys.modules
+    host = _host(env={"TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD": "1", "TOOLCRIB_PLUGINS": "orders"})
+    assert list(ours(host.records, {"orders", "bomb"})) == ["orders"]
+    assert [r.name for r in host.records if r.kind == "pack"] == ["orders"]
+    assert "pack_bomb" not in sys.modules
+
+
+def test_named_pack_that_is_not_installed_is_reported() -> None:
+    host = _host(env={"TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD": "1", "TOOLCRIB_PLUGINS": "ghost"})
+    record = ours(host.records, {"ghost"})["ghost"]
+    assert record.error == "no installed distribution offers a 'toolcrib' entry point named 'ghost'"
+
+
+def test_invalid_namespace_is_refused_before_import(dist_path: Callable[..., Path]) -> None:
+    dist_path("pack-upper", "0.1", {"Orders": "pack_upper"}, {"pack_upper": "raise RuntimeError('imported!')"})
+    host = _host()
+    record = ours(host.records, {"Orders"})["Orders"]
+    assert record.error == ("invalid namespace 'Orders': namespaces are 1-32 characters: a lower-case letter first, "
+                            "then lower-case letters, digits and single underscores")
+    assert "pack_upper" not in sys.modules
+
+
+def test_hook_that_raises_fails_its_pack_and_loads_no_half_tools(dist_path: Callable[..., Path]) -> None:
+    source = GOOD.replace("    return [lookup_order]", "    tools = [lookup_order]\n    raise ValueError('half way')")
+    dist_path("pack-half", "0.1", {"half": "pack_half"}, {"pack_half": source})
+    dist_path("acme-orders", "1.0", {"orders": "acme_orders"}, {"acme_orders": GOOD})
+    host = _host()
+    record = ours(host.records, {"half"})["half"]
+    assert (record.state, record.error, record.tool_count) == (
+        "failed", "toolcrib_tools raised ValueError: half way", 0)
+    assert "half__lookup_order" not in host.catalog.entries
+    assert "orders__lookup_order" in host.catalog.entries
+
+
+def test_unknown_hook_and_marker_free_hooks(dist_path: Callable[..., Path]) -> None:
+    typo = "import toolcrib\n@toolcrib.hookimpl\ndef toolcrib_toolz():\n    return []\n"
+    unmarked = GOOD.replace("@toolcrib.hookimpl\n", "")
+    dist_path("pack-typo", "0.1", {"typo": "pack_typo"}, {"pack_typo": typo})
+    dist_path("pack-unmarked", "0.1", {"unmarked": "pack_unmarked"}, {"pack_unmarked": unmarked})
+    host = _host()
+    records = ours(host.records, {"typo", "unmarked"})
+    assert records["typo"].error == (
+        "unknown hook(s) toolcrib_toolz; toolcrib's hooks are toolcrib_approve, toolcrib_audit, "
+        "toolcrib_post_tool_use, toolcrib_pre_tool_use, toolcrib_settings_model, toolcrib_tools")
+    assert records["unmarked"].state == "loaded"
+    assert "unmarked__lookup_order" in host.catalog.entries
+
+
+def test_items_that_are_not_tools_and_duplicate_names_are_rejected_alone(dist_path: Callable[..., Path]) -> None:
+    listing = '''    return [lookup_order, plain, dup_a, dup_b, "nope"]'''
+    source = GOOD.replace("    return [lookup_order]", listing) + '''
+def plain():
+    return 1
+
+@toolcrib.tool(name="dup")
+def dup_a() -> str:
+    """A."""
+    return "a"
+
+@toolcrib.tool(name="dup")
+def dup_b() -> str:
+    """B."""
+    return "b"
+'''
+    dist_path("pack-mixed", "0.1", {"mixed": "pack_mixed"}, {"pack_mixed": source})
+    host = _host()
+    record = ours(host.records, {"mixed"})["mixed"]
+    assert (record.state, record.tool_count) == ("loaded", 1)
+    assert [n for n in host.catalog.entries if n.startswith("mixed__")] == ["mixed__lookup_order"]
+    problems = [str(p) for p in host.catalog.problems if "mixed" in p.where]
+    assert problems[0].startswith("error: pack 'mixed' (pack-mixed 0.1): toolcrib_tools item 1 (<function plain at ")
+    assert problems[0].endswith(">) is not a tool: decorate it with @toolcrib.tool")
+    assert problems[1] == ("error: pack 'mixed' (pack-mixed 0.1): toolcrib_tools item 4 ('nope') is not a tool: "
+                           "decorate it with @toolcrib.tool")
+    assert problems[2] == ("error: pack 'mixed' (pack-mixed 0.1): tool name 'dup' is declared 2 times; none of them "
+                           "is served: rename all but one")
+
+
+def test_pack_namespace_colliding_with_an_upstream_server(dist_path: Callable[..., Path]) -> None:
+    dist_path("acme-orders", "1.0", {"orders": "acme_orders"}, {"acme_orders": GOOD})
+    host = _host('[mcps.orders]\ncommand = "python"\n[agents.a]\n')
+    record = ours(host.records, {"orders"})["orders"]
+    assert record.state == "failed"
+    assert record.error == ("namespace 'orders' is also an upstream MCP server ([mcps.orders]); neither is served: "
+                            "rename the server or disable one of them")
+
+
+def test_nothing_is_discovered_at_import() -> None:
+    import subprocess
+
+    code = ("import sys, toolcrib; import importlib.metadata as m; "
+            "print(sorted(k for k in sys.modules if k.startswith(('toolcrib_', 'acme'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_fresh_plugin_manager_has_only_specs() -> None:
+    pm = get_plugin_manager()
+    assert pm.get_plugins() == set()
+    records = load_plugins(pm, autoload=False)
+    assert records == []

@@ -1,0 +1,323 @@
+"""The tool declaration API: every form, exact schemas, and misuse named at declaration."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+import pytest
+from pydantic import BaseModel, Field
+from typing_extensions import TypedDict
+
+import toolcrib
+from toolcrib import Context, Tool, ToolDeclarationError, tool
+from toolcrib.tool import get_tool
+
+
+@tool(annotations={"readOnlyHint": True})
+async def lookup_order(order_id: Annotated[str, Field(description="Order ID, such as O-1001")]) -> dict:
+    """Look up an order by its ID and return it as JSON."""
+    return {"id": order_id}
+
+
+def test_decorator_returns_the_function_unchanged() -> None:
+    import asyncio
+
+    assert asyncio.run(lookup_order("O-1")) == {"id": "O-1"}
+    spec = get_tool(lookup_order)
+    assert isinstance(spec, Tool)
+    assert spec.name == "lookup_order"
+    assert spec.description == "Look up an order by its ID and return it as JSON."
+    assert dict(spec.annotations) == {"readOnlyHint": True}
+    assert spec.is_async is True
+    assert spec.input_schema == {
+        "additionalProperties": False,
+        "properties": {"order_id": {"description": "Order ID, such as O-1001", "type": "string"}},
+        "required": ["order_id"],
+        "type": "object",
+    }
+    assert spec.output_schema is None
+
+
+def test_spec_is_frozen() -> None:
+    spec = get_tool(lookup_order)
+    assert spec is not None
+    with pytest.raises(AttributeError):
+        spec.name = "other"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        spec.annotations["readOnlyHint"] = False  # type: ignore[index]
+
+
+def test_bare_called_and_named_forms() -> None:
+    @tool
+    def a(x: int) -> str:
+        """A."""
+        return str(x)
+
+    @tool()
+    def b(x: int) -> str:
+        """B."""
+        return str(x)
+
+    @tool("cee")
+    def c(x: int) -> str:
+        """C."""
+        return str(x)
+
+    @tool(name="dee", description="D, described here.", timeout=2, title="The D")
+    def d(x: int = 3) -> str:
+        return str(x)
+
+    assert [get_tool(f).name for f in (a, b, c, d)] == ["a", "b", "cee", "dee"]  # type: ignore[union-attr]
+    spec = get_tool(d)
+    assert spec is not None
+    assert (spec.description, spec.timeout, spec.title) == ("D, described here.", 2.0, "The D")
+    assert spec.input_schema == {
+        "additionalProperties": False,
+        "properties": {"x": {"default": 3, "type": "integer"}},
+        "type": "object",
+    }
+    assert spec.is_async is False
+    assert a(4) == "4"
+
+
+def test_constraints_defaults_enums_and_nested_models_carry_into_the_schema() -> None:
+    class Address(BaseModel):
+        city: str
+
+    @tool
+    def search(
+        query: Annotated[str, Field(description="Search keywords", min_length=1)],
+        max_results: Annotated[int, Field(ge=1, le=10, description="How many")] = 5,
+        source: Literal["docs", "tickets"] = "docs",
+        near: Address | None = None,
+    ) -> list[str]:
+        """Search the documentation."""
+        return []
+
+    spec = get_tool(search)
+    assert spec is not None
+    assert spec.input_schema == {
+        "$defs": {
+            "Address": {
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+                "title": "Address",
+                "type": "object",
+            }
+        },
+        "additionalProperties": False,
+        "properties": {
+            "query": {"description": "Search keywords", "minLength": 1, "type": "string"},
+            "max_results": {"default": 5, "description": "How many", "maximum": 10, "minimum": 1, "type": "integer"},
+            "source": {"default": "docs", "enum": ["docs", "tickets"], "type": "string"},
+            "near": {"anyOf": [{"$ref": "#/$defs/Address"}, {"type": "null"}], "default": None},
+        },
+        "required": ["query"],
+        "type": "object",
+    }
+    assert spec.output_schema == {
+        "type": "object",
+        "properties": {"result": {"items": {"type": "string"}, "type": "array"}},
+        "required": ["result"],
+    }
+
+
+def test_context_parameter_is_injected_not_in_schema() -> None:
+    @tool
+    async def where(path: str, ctx: Context) -> str:
+        """Say where."""
+        return str(ctx.workspace / path)
+
+    @tool
+    def optional_ctx(ctx: Context | None = None) -> str:
+        """No arguments but the context."""
+        return "x"
+
+    spec = get_tool(where)
+    assert spec is not None and spec.context_param == "ctx"
+    assert spec.input_schema["properties"] == {"path": {"type": "string"}}
+    spec2 = get_tool(optional_ctx)
+    assert spec2 is not None and spec2.context_param == "ctx"
+    assert spec2.input_schema == {"additionalProperties": False, "properties": {}, "type": "object"}
+
+
+def test_output_schema_from_a_model_return_type() -> None:
+    class Order(BaseModel):
+        id: str
+        total: float
+
+    class Summary(TypedDict):
+        count: int
+
+    @tool
+    def get(order_id: str) -> Order:
+        """Get an order."""
+        return Order(id=order_id, total=1.0)
+
+    @tool
+    def count() -> Summary:
+        """Count orders."""
+        return {"count": 1}
+
+    assert get_tool(get).output_schema == {  # type: ignore[union-attr]
+        "properties": {"id": {"type": "string"}, "total": {"type": "number"}},
+        "required": ["id", "total"],
+        "type": "object",
+    }
+    assert get_tool(count).output_schema == {  # type: ignore[union-attr]
+        "properties": {"count": {"type": "integer"}},
+        "required": ["count"],
+        "type": "object",
+    }
+
+
+def test_explicit_form_takes_a_model_and_returns_a_tool() -> None:
+    class OrderQuery(BaseModel):
+        order_id: str = Field(description="Order ID, such as O-1001")
+
+    async def handler(args: OrderQuery) -> str:
+        return args.order_id
+
+    spec = tool("lookup_order", "Look up an order by order ID.", OrderQuery, handler,
+                {"annotations": {"readOnlyHint": True}})
+    assert isinstance(spec, Tool)
+    assert spec.takes_model is True
+    assert spec.input_schema == {
+        "additionalProperties": False,
+        "properties": {"order_id": {"description": "Order ID, such as O-1001", "type": "string"}},
+        "required": ["order_id"],
+        "type": "object",
+    }
+    assert issubclass(spec.input_model, OrderQuery)
+    assert dict(spec.annotations) == {"readOnlyHint": True}
+    # the author's model is left as it was
+    assert OrderQuery.model_config.get("extra") is None
+
+
+def test_explicit_form_with_a_dict_of_fields() -> None:
+    spec = tool("add", "Add two numbers.", {"a": int, "b": (int, 0)}, lambda args: args.a + args.b)
+    assert spec.input_schema == {
+        "additionalProperties": False,
+        "properties": {"a": {"type": "integer"}, "b": {"default": 0, "type": "integer"}},
+        "required": ["a"],
+        "type": "object",
+    }
+
+
+def _fails(match: str) -> pytest.RaisesContext:  # type: ignore[type-arg]
+    return pytest.raises(ToolDeclarationError, match="^" + re.escape(match) + "$")
+
+
+def test_star_args_and_kwargs_are_refused() -> None:
+    with _fails("tool 'f': *args is not supported: a tool's arguments are named; declare each one as a parameter"):
+        @tool
+        def f(*args: int) -> None:
+            """F."""
+
+    with _fails("tool 'g': **kw is not supported: a tool's arguments are named; declare each one as a parameter "
+                "(or take one dict parameter)"):
+        @tool
+        def g(**kw: int) -> None:
+            """G."""
+
+
+def test_lambda_without_a_name_is_refused() -> None:
+    with _fails("a lambda (or nameless callable) has no name to give the tool; pass one: tool(name='...')(fn)"):
+        tool(lambda x: x)
+    now = tool(name="now", description="The time.")(lambda: 42)
+    assert get_tool(now).name == "now"  # type: ignore[union-attr]
+    assert now() == 42
+
+
+def test_missing_description_is_refused() -> None:
+    with _fails("tool 'quiet' has no description: the model reads it to decide when to call the tool; write a "
+                "docstring or pass description='...'"):
+        @tool
+        def quiet(x: int) -> int:
+            return x
+
+
+@pytest.mark.parametrize("bad", ["my-tool", "123invalid", "a__b", "_private", "", "x" * 65, "caf\u00e9", "tab\t"])
+def test_bad_names_are_refused_with_the_rule(bad: str) -> None:
+    with _fails(f"tool {bad!r}: invalid name: tool names are 1-64 characters: a letter first, then letters, digits "
+                "and single underscores ('__' is reserved)"):
+        tool(name=bad, description="Bad.")(lambda: None)
+
+
+@pytest.mark.parametrize("good", ["a", "calculate_sum", "getWeather2", "x" * 64, "trailing_"])
+def test_good_names(good: str) -> None:
+    def fn() -> None:
+        """Fine."""
+
+    assert get_tool(tool(name=good)(fn)).name == good  # type: ignore[union-attr]
+
+
+def test_unannotated_parameter_is_refused() -> None:
+    with _fails("tool 'f': parameter 'x' has no type annotation; annotate it (e.g. x: str) so the input schema can "
+                "say what it takes"):
+        @tool
+        def f(x) -> None:  # type: ignore[no-untyped-def]
+            """F."""
+
+
+def test_bad_annotations_timeout_and_availability_are_refused() -> None:
+    def fn() -> None:
+        """F."""
+
+    with _fails("tool 'fn': unknown annotation 'read_only'; MCP annotations are title, readOnlyHint, "
+                "destructiveHint, idempotentHint, openWorldHint"):
+        tool(annotations={"read_only": True})(fn)
+    with _fails("tool 'fn': annotation readOnlyHint must be a bool, not str"):
+        tool(annotations={"readOnlyHint": "yes"})(fn)
+    with _fails("tool 'fn': timeout must be a positive number of seconds, not 0"):
+        tool(timeout=0)(fn)
+    with _fails("tool 'fn': is_available must take one argument, the availability context "
+                "(def check(ctx): ...)"):
+        tool(is_available=lambda: True)(fn)
+    with _fails("tool 'fn': rule_subject 'path' is not one of its arguments (none)"):
+        tool(rule_subject="path")(fn)
+    with _fails("tool() got unknown option(s) tags; it takes name, description, annotations, is_available, "
+                "timeout, title, rule_subject"):
+        tool(tags={"x"})(fn)
+
+
+def test_decorating_twice_or_a_class_is_refused() -> None:
+    @tool
+    def once() -> None:
+        """Once."""
+
+    with pytest.raises(ToolDeclarationError, match="is already declared as a tool; decorate it once"):
+        tool(once)
+    with _fails("@tool decorates functions, not classes (Thing)"):
+        @tool
+        class Thing:
+            """A class."""
+
+
+def test_async_generator_is_refused() -> None:
+    with pytest.raises(ToolDeclarationError, match="is an async generator; a tool returns its result"):
+        @tool
+        async def stream() -> None:  # type: ignore[misc]
+            """Stream."""
+            yield 1
+
+
+def test_explicit_form_misuse() -> None:
+    class Q(BaseModel):
+        q: str
+
+    with _fails("tool 'x': schema must be a pydantic model class or a dict of field types, not 'str'"):
+        tool("x", "X.", "str", lambda a: a)
+    with _fails("tool 'x': the explicit form's handler takes one argument, the validated input (def handler(args): "
+                "...), plus optionally a toolcrib.Context parameter"):
+        tool("x", "X.", Q, lambda a, b: a)
+    with _fails("tool() with positional arguments is the explicit form: tool(name, description, schema, "
+                "handler[, extras]); to decorate, use @tool(name=..., description=...)"):
+        tool("x", "X.")
+
+
+def test_public_surface() -> None:
+    assert toolcrib.tool is tool
+    for name in toolcrib.__all__:
+        assert hasattr(toolcrib, name), name
