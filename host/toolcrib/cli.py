@@ -214,7 +214,7 @@ def explain(agent: str, as_json: bool, tool: str) -> None:
     if decision is None:
         import difflib
 
-        close = difflib.get_close_matches(tool, list(host.catalog.entries), n=3)
+        close = difflib.get_close_matches(tool, list(host.catalog.entries), n=3, cutoff=0.8)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise _NotFound(f"no installed source offers a tool named {tool!r}{hint} (toolcrib plugins lists the sources)")
     vt = host.view(agent).lookup(tool)

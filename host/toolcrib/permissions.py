@@ -222,7 +222,9 @@ def _available(rules: AgentRules, entry: Entry) -> Check:
     try:
         answer = check(ctx)
     except Exception as exc:
-        log.warning("is_available of %s raised for agent %r", entry.name, rules.agent, exc_info=True)
+        log.warning("is_available of %s raised %s for agent %r; the tool is hidden", entry.name, type(exc).__name__,
+                    rules.agent)
+        log.debug("is_available of %s raised", entry.name, exc_info=True)
         return Check("available", False, f"is_available raised {type(exc).__name__}: {exc} (hidden: fail closed)")
     if answer is True:
         return Check("available", True, "is_available said yes")

@@ -1,0 +1,117 @@
+"""Small packs used across the tests, registered inline (``Host(..., plugins={"files": FILES})``)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Annotated, Any
+
+from pydantic import BaseModel, Field
+
+import toolcrib
+from toolcrib import Context
+
+
+class Pack:
+    """A pack as an object: tools, an optional settings model, optional policy hooks."""
+
+    def __init__(self, *tools: Any, settings: type[BaseModel] | None = None) -> None:
+        self.tools = list(tools)
+        self.settings_model = settings
+
+    @toolcrib.hookimpl
+    def toolcrib_tools(self) -> list[Any]:
+        return self.tools
+
+    @toolcrib.hookimpl
+    def toolcrib_settings_model(self) -> type[BaseModel] | None:
+        return self.settings_model
+
+
+@toolcrib.tool(annotations={"readOnlyHint": True}, rule_subject="path")
+def read(path: Annotated[str, Field(description="File to read")]) -> str:
+    """Read a file."""
+    return f"contents of {path}"
+
+
+@toolcrib.tool(annotations={"destructiveHint": True}, rule_subject="path")
+def write(path: str, text: str) -> str:
+    """Write a file."""
+    return f"wrote {len(text)} characters to {path}"
+
+
+@toolcrib.tool(annotations={"destructiveHint": False}, rule_subject="path")
+def touch(path: str) -> str:
+    """Create an empty file (never destroys anything)."""
+    return f"touched {path}"
+
+
+@toolcrib.tool(annotations={"destructiveHint": True})
+def rm(path: str) -> str:
+    """Remove a file."""
+    return f"removed {path}"
+
+
+FILES = Pack(read, write, touch, rm)
+
+
+class MediaSettings(BaseModel):
+    image_models: list[str] = []
+    default_image_model: str | None = None
+
+
+@toolcrib.tool(annotations={"readOnlyHint": True}, is_available=lambda ctx: "vision" in ctx.capabilities)
+def view_image(path: str) -> str:
+    """Look at an image."""
+    return f"an image at {path}"
+
+
+def _image_models_configured(ctx: toolcrib.AvailabilityContext) -> bool | str:
+    settings = ctx.settings
+    if settings is None or not settings.image_models or settings.default_image_model is None:
+        return "no image models are configured ([packs.media] image_models and default_image_model)"
+    return True
+
+
+@toolcrib.tool(annotations={"openWorldHint": True}, is_available=_image_models_configured)
+def generate_image(prompt: str, ctx: Context) -> dict[str, Any]:
+    """Generate an image from a prompt."""
+    return {"model": ctx.settings.default_image_model, "prompt": prompt}
+
+
+MEDIA = Pack(view_image, generate_image, settings=MediaSettings)
+
+
+@toolcrib.tool(annotations={"readOnlyHint": True}, is_available=lambda ctx: 1 / 0)
+def fragile() -> str:
+    """A tool whose availability check raises."""
+    return "never"
+
+
+@toolcrib.tool(annotations={"readOnlyHint": True}, is_available=lambda ctx: None)
+def vague() -> str:
+    """A tool whose availability check returns neither a bool nor a reason."""
+    return "never"
+
+
+@toolcrib.tool(annotations={"readOnlyHint": True})
+async def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@toolcrib.tool
+async def slow(seconds: float) -> str:
+    """Sleep, then answer."""
+    await asyncio.sleep(seconds)
+    return "done"
+
+
+@toolcrib.tool
+def slow_sync(seconds: float) -> str:
+    """Sleep in a worker thread, then answer."""
+    time.sleep(seconds)
+    return "done"
+
+
+MISC = Pack(fragile, vague, add, slow, slow_sync)

@@ -1,0 +1,253 @@
+"""Property tests of the permission rules over generated configs and catalogs (hypothesis).
+
+Properties: listed names == callable names, and a call of anything else fails exactly like a call of a
+nonexistent tool; the rules agree with a naive reference evaluator; deny wins; no permissions => nothing;
+adding an allow never hides and adding a deny never reveals; agents are isolated; pattern order is irrelevant.
+"""
+
+from __future__ import annotations
+
+import copy
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from toolcrib import tool
+from toolcrib.calls import Pipeline
+from toolcrib.catalog import Entry
+from toolcrib.config import Config, LoadedConfig, check_config
+from toolcrib.errors import UnknownToolError
+from toolcrib.permissions import compile_rules
+from toolcrib.plugins import get_plugin_manager
+from toolcrib.view import build_view
+
+# Small alphabets, so that generated rules and catalogs meet often.
+NAMESPACES = ["fs", "web", "orders"]
+TOOLS = ["read", "rm", "get"]
+MODES = ["default", "plan", "acceptEdits", "dontAsk", "bypassPermissions"]
+
+
+def _declare(read_only: bool, availability: str) -> Any:
+    checks = {
+        "none": None,
+        "yes": lambda ctx: True,
+        "no": lambda ctx: False,
+        "vision": lambda ctx: "vision" in ctx.capabilities,
+        "raises": lambda ctx: 1 / 0,
+    }
+    return tool(f"t_{int(read_only)}_{availability}", "A generated tool.", {}, lambda args: "ok",
+                {"annotations": {"readOnlyHint": read_only}, "is_available": checks[availability]})
+
+
+AVAILABILITY = ["none", "yes", "no", "vision", "raises"]
+POOL = {(ro, av): _declare(ro, av) for ro in (True, False) for av in AVAILABILITY}
+
+entries_st = st.dictionaries(
+    keys=st.tuples(st.sampled_from(NAMESPACES), st.sampled_from(TOOLS)),
+    values=st.tuples(st.booleans(), st.sampled_from(AVAILABILITY), st.sampled_from(["pack", "mcp"]), st.booleans()),
+    min_size=1,
+    max_size=9,
+)
+
+
+def _patterns(dimension: str) -> st.SearchStrategy[str]:
+    if dimension in ("plugins", "mcps"):
+        names = st.sampled_from(NAMESPACES)
+        return st.one_of(st.just("*"), names, names.map(lambda n: n[:1] + "*"), names.map(lambda n: "*" + n[-1:]))
+    full = st.tuples(st.sampled_from(NAMESPACES), st.sampled_from(TOOLS)).map(lambda t: f"{t[0]}__{t[1]}")
+    return st.one_of(
+        st.just("*"),
+        full,
+        st.sampled_from(NAMESPACES).map(lambda n: n + "__*"),
+        st.sampled_from(TOOLS).map(lambda t: "*__" + t),
+        full.map(lambda n: n.upper()),  # never matches: names are case-sensitive
+        full.map(lambda n: n + "(a*)"),  # a specifier: restricts calls, never hides
+    )
+
+
+def _rule(dimension: str) -> st.SearchStrategy[dict[str, list[str]] | None]:
+    patterns = st.lists(_patterns(dimension), max_size=4)
+    return st.one_of(
+        st.none(),
+        patterns.map(lambda p: {"allow": p}),
+        patterns.map(lambda p: {"allow": [*p, "*"]}),
+        patterns.map(lambda p: {"deny": p}),
+        patterns.map(lambda p: {"deny": p}),
+    )
+
+
+agent_st = st.fixed_dictionaries({
+    "model": st.sampled_from(["vision-model", "text-model"]),
+    "mode": st.sampled_from(MODES),
+    "permissions": st.one_of(
+        st.none(),
+        st.fixed_dictionaries({dim: _rule(dim) for dim in ("plugins", "mcps", "tools")}),
+    ),
+})
+agents_st = st.dictionaries(st.sampled_from(["a", "b", "c"]), agent_st, min_size=1, max_size=3)
+
+
+def _config(agents: dict[str, Any]) -> LoadedConfig:
+    data: dict[str, Any] = {"models": {"vision-model": {"vision": True}, "text-model": {"vision": False}},
+                            "agents": {}}
+    for name, spec in agents.items():
+        agent: dict[str, Any] = {"model": spec["model"], "mode": spec["mode"]}
+        if spec["mode"] == "bypassPermissions":
+            agent["allow_dangerously_skip_permissions"] = True
+        if spec["permissions"] is not None:
+            agent["permissions"] = {k: v for k, v in spec["permissions"].items() if v is not None}
+        data["agents"][name] = agent
+    config = Config.model_validate(data)
+    assert check_config(config, "generated") == []
+    return LoadedConfig(config=config, source="generated", base_dir=Path.cwd())
+
+
+def _catalog(spec: dict[tuple[str, str], tuple[bool, str, str, bool]]) -> dict[str, Entry]:
+    entries = {}
+    for (ns, name), (read_only, availability, kind, trusted) in spec.items():
+        full = f"{ns}__{name}"
+        entries[full] = Entry(name=full, namespace=ns, kind=kind, dimension="plugins" if kind == "pack" else "mcps",
+                              source=ns, tool=POOL[(read_only, availability)],
+                              trusted=trusted if kind == "mcp" else True)
+    return dict(sorted(entries.items()))
+
+
+def _visible(loaded: LoadedConfig, entries: dict[str, Entry]) -> dict[str, list[str]]:
+    pipeline = Pipeline(get_plugin_manager(), loaded, {})
+    return {agent: build_view(rules, entries, pipeline).names for agent, rules in compile_rules(loaded).items()}
+
+
+def _reference(agent: dict[str, Any], entry: Entry) -> bool:
+    """A naive evaluator written from SPEC section 4, independent of toolcrib.permissions."""
+    permissions = agent["permissions"]
+    if permissions is None:
+        return False
+
+    def permitted(rule: dict[str, list[str]] | None, name: str) -> bool:
+        if rule is None:
+            return False
+        if "allow" in rule:
+            return any(fnmatchcase(name, p.split("(")[0]) for p in rule["allow"])
+        return not any(fnmatchcase(name, p) for p in rule["deny"] if "(" not in p)
+
+    source_rule = permissions.get("plugins" if entry.kind == "pack" else "mcps")
+    if not permitted(source_rule, entry.source) or not permitted(permissions.get("tools"), entry.name):
+        return False
+    read_only = entry.tool.annotations.get("readOnlyHint") is True and entry.trusted
+    if agent["mode"] == "plan" and not read_only:
+        return False
+    kind = entry.tool.name.split("_")[2]
+    if kind == "vision":
+        return agent["model"] == "vision-model"
+    return kind in ("none", "yes")
+
+
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# A specifier deny restricts calls and never hides; a plan agent sees an untrusted server's readOnlyHint as nothing.
+SPECIFIER_DENY = {"a": {"model": "text-model", "mode": "default",
+                        "permissions": {"plugins": {"allow": ["*"]}, "mcps": {"allow": ["*"]},
+                                        "tools": {"deny": ["fs__read(a*)"]}}}}
+UNTRUSTED_PLAN = {"a": {"model": "vision-model", "mode": "plan",
+                        "permissions": {"plugins": {"allow": ["*"]}, "mcps": {"allow": ["*"]},
+                                        "tools": {"allow": ["*"]}}}}
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(agents=SPECIFIER_DENY, spec={("fs", "read"): (True, "none", "pack", True)})
+@example(agents=UNTRUSTED_PLAN, spec={("fs", "read"): (True, "none", "mcp", False),
+                                      ("web", "get"): (True, "vision", "mcp", True)})
+@given(agents=agents_st, spec=entries_st)
+def test_rules_agree_with_the_reference_and_deny_wins(agents: dict[str, Any], spec: Any) -> None:
+    loaded = _config(agents)
+    entries = _catalog(spec)
+    visible = _visible(loaded, entries)
+    for agent, names in visible.items():
+        assert names == sorted(names)
+        expected = [n for n, e in entries.items() if _reference(agents[agent], e)]
+        assert names == expected
+        permissions = agents[agent]["permissions"]
+        if permissions is None:
+            assert names == []
+            continue
+        for name in names:
+            entry = entries[name]
+            source_rule = permissions.get("plugins" if entry.kind == "pack" else "mcps") or {}
+            tools_rule = permissions.get("tools") or {}
+            assert not any(fnmatchcase(entry.source, p) for p in source_rule.get("deny", []))
+            assert not any(fnmatchcase(name, p) for p in tools_rule.get("deny", []) if "(" not in p)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(agents=agents_st, spec=entries_st)
+def test_callable_names_equal_listed_names(agents: dict[str, Any], spec: Any) -> None:
+    loaded = _config(agents)
+    entries = _catalog(spec)
+    pipeline = Pipeline(get_plugin_manager(), loaded, {})
+    views = {a: build_view(r, entries, pipeline) for a, r in compile_rules(loaded).items()}
+
+    async def probe() -> None:
+        for view in views.values():
+            callable_names = []
+            for name in [*entries, "fs__never_installed"]:
+                try:
+                    await view.call(name, {})
+                except UnknownToolError as exc:
+                    assert exc.args == (f"Unknown tool: {name}",)
+                else:
+                    callable_names.append(name)
+            assert callable_names == view.names
+
+    anyio.run(probe)
+
+
+@SETTINGS
+@given(agents=agents_st, spec=entries_st, data=st.data())
+def test_adding_an_allow_never_hides_and_adding_a_deny_never_reveals(agents: Any, spec: Any, data: Any) -> None:
+    entries = _catalog(spec)
+    before = _visible(_config(agents), entries)
+    agent = data.draw(st.sampled_from(sorted(agents)))
+    permissions = agents[agent]["permissions"]
+    if permissions is None:
+        return
+    dimension = data.draw(st.sampled_from(["plugins", "mcps", "tools"]))
+    rule = permissions.get(dimension)
+    if rule is None:
+        return
+    changed = copy.deepcopy(agents)
+    kind = "allow" if "allow" in rule else "deny"
+    changed[agent]["permissions"][dimension][kind].append(data.draw(_patterns(dimension)))
+    after = _visible(_config(changed), entries)
+    if kind == "allow":
+        assert set(before[agent]) <= set(after[agent])
+    else:
+        assert set(after[agent]) <= set(before[agent])
+    for other in agents:
+        if other != agent:
+            assert after[other] == before[other]  # agents are isolated
+
+
+@SETTINGS
+@given(agents=agents_st, spec=entries_st, seed=st.randoms())
+def test_pattern_order_is_irrelevant(agents: Any, spec: Any, seed: Any) -> None:
+    entries = _catalog(spec)
+    shuffled = copy.deepcopy(agents)
+    for agent in shuffled.values():
+        for rule in (agent["permissions"] or {}).values():
+            if rule:
+                seed.shuffle(next(iter(rule.values())))
+    assert _visible(_config(shuffled), entries) == _visible(_config(agents), entries)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_no_mode_reveals_what_the_lists_hide(mode: str) -> None:
+    agents = {"a": {"model": "vision-model", "mode": mode,
+                    "permissions": {"plugins": {"allow": ["*"]}, "mcps": {"allow": ["*"]},
+                                    "tools": {"deny": ["fs__*"]}}}}
+    entries = _catalog({("fs", "read"): (True, "none", "pack", True), ("web", "get"): (True, "none", "pack", True)})
+    assert _visible(_config(agents), entries) == {"a": ["web__get"]}
