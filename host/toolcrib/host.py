@@ -105,12 +105,12 @@ class Host:
         entry = self.catalog.entries.get(tool)
         if entry is None:
             return None
-        return decide(rules, entry, exhaustive=True)
+        return decide(rules, entry, detail=True, exhaustive=True)
 
     def decisions(self, agent: str) -> list[Decision]:
         """The decision for every tool in the catalog, in the views' order (``toolcrib tools --all``)."""
         rules = self._rules(agent)
-        return [decide(rules, entry) for entry in self.catalog.entries.values()]
+        return [decide(rules, entry, detail=True) for entry in self.catalog.entries.values()]
 
     async def call(
         self, agent: str, tool: str, arguments: Mapping[str, Any] | None = None, **kwargs: Any

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from toolcrib import patterns
@@ -66,19 +66,47 @@ class DimensionRule:
     kind: str
     patterns: tuple[Pattern, ...]
     where: str  # "agents.reviewer.permissions.tools"
+    _exact: Mapping[str, Pattern] = field(default_factory=dict, repr=False)
+    _globs: tuple[Pattern, ...] = ()
+
+    @classmethod
+    def build(cls, dimension: str, kind: str, compiled: tuple[Pattern, ...], where: str) -> DimensionRule:
+        # A deny hides only with a bare pattern; a pattern with a specifier restricts calls instead.
+        deciding = [p for p in compiled if kind == "allow" or p.specifier is None]
+        exact: dict[str, Pattern] = {}
+        for p in deciding:
+            if "*" not in p.name:
+                exact.setdefault(p.name, p)
+        globs = tuple(p for p in deciding if "*" in p.name)
+        return cls(dimension, kind, compiled, where, exact, globs)
+
+    def match(self, name: str) -> Pattern | None:
+        """The first pattern that decides for ``name`` (exact names first, then globs), or None."""
+        found = self._exact.get(name)
+        if found is not None:
+            return found
+        for pattern in self._globs:
+            if pattern.matches(name):
+                return pattern
+        return None
+
+    def permits(self, name: str) -> tuple[bool, Pattern | None]:
+        if self.kind == "missing":
+            return False, None
+        pattern = self.match(name)
+        return (pattern is not None, pattern) if self.kind == "allow" else (pattern is None, pattern)
+
+    def describe(self, passed: bool, pattern: Pattern | None) -> str:
+        if self.kind == "missing":
+            return f"{self.where} is not set, so nothing of '{self.dimension}' is allowed"
+        if pattern is not None:
+            verb = "allowed" if passed else "denied"
+            return f"{verb} by {self.where}.{self.kind} {pattern.text!r}"
+        return f"not matched by any pattern of {self.where}.allow" if not passed else f"not matched by {self.where}.deny"
 
     def verdict(self, name: str) -> tuple[bool, str]:
-        if self.kind == "missing":
-            return False, f"{self.where} is not set, so nothing of '{self.dimension}' is allowed"
-        if self.kind == "allow":
-            for pattern in self.patterns:
-                if pattern.matches(name):
-                    return True, f"allowed by {self.where}.allow {pattern.text!r}"
-            return False, f"not matched by any pattern of {self.where}.allow"
-        for pattern in self.patterns:
-            if pattern.specifier is None and pattern.matches(name):
-                return False, f"denied by {self.where}.deny {pattern.text!r}"
-        return True, f"not matched by {self.where}.deny"
+        passed, pattern = self.permits(name)
+        return passed, self.describe(passed, pattern)
 
     def specifiers(self, name: str) -> tuple[Pattern, ...]:
         """The patterns with an argument specifier that name this tool."""
@@ -123,6 +151,7 @@ class AgentRules:
     dimensions: Mapping[str, DimensionRule]
     ask: tuple[Pattern, ...]
     has_permissions: bool
+    _sources: dict[tuple[str, str], tuple[bool, Pattern | None]] = field(default_factory=dict, repr=False)
 
     @property
     def mode(self) -> str:
@@ -131,6 +160,8 @@ class AgentRules:
     def call_rules(self, entry: Entry) -> CallRules | None:
         """The call-time rules for a tool this agent sees, or None when its calls need no check."""
         tools = self.dimensions["tools"]
+        if not self.ask and not any(p.specifier is not None for p in tools.patterns):
+            return None
         specs = tools.specifiers(entry.name)
         allow = specs if tools.kind == "allow" and not tools.bare_allow(entry.name) else ()
         deny = specs if tools.kind == "deny" else ()
@@ -138,6 +169,14 @@ class AgentRules:
         if not (allow or deny or ask):
             return None
         return CallRules(subject=entry.tool.rule_subject, allow=allow, deny=deny, ask=ask)
+
+    def source_permits(self, dimension: str, source: str) -> tuple[bool, Pattern | None]:
+        """``permits`` of the source's dimension, remembered per source (there are few sources, many tools)."""
+        key = (dimension, source)
+        found = self._sources.get(key)
+        if found is None:
+            found = self._sources[key] = self.dimensions[dimension].permits(source)
+        return found
 
 
 def compile_rules(loaded: LoadedConfig) -> dict[str, AgentRules]:
@@ -149,11 +188,11 @@ def compile_rules(loaded: LoadedConfig) -> dict[str, AgentRules]:
             where = f"agents.{name}.permissions.{dimension}"
             rule = getattr(agent.permissions, dimension) if agent.permissions is not None else None
             if rule is None:
-                dims[dimension] = DimensionRule(dimension, "missing", (), where)
+                dims[dimension] = DimensionRule.build(dimension, "missing", (), where)
                 continue
             kind = "allow" if rule.allow is not None else "deny"
             compiled = tuple(patterns.parse(dimension, text) for text in getattr(rule, kind))
-            dims[dimension] = DimensionRule(dimension, kind, compiled, where)
+            dims[dimension] = DimensionRule.build(dimension, kind, compiled, where)
         ask = tuple(patterns.parse("ask", t) for t in agent.permissions.ask) if agent.permissions else ()
         rules[name] = AgentRules(
             agent=name,
@@ -166,52 +205,64 @@ def compile_rules(loaded: LoadedConfig) -> dict[str, AgentRules]:
     return rules
 
 
-def decide(rules: AgentRules, entry: Entry, *, exhaustive: bool = False) -> Decision:
-    """May ``rules.agent`` see ``entry``? The one decision; ``exhaustive`` runs every check (for explain)
-    instead of stopping at the first that fails. The verdict is the same either way."""
-    checks: list[Check] = []
+_SOURCE_KIND = {"plugins": "pack", "mcps": "upstream server", "skills": "skill", "subagents": "agent"}
 
-    def done() -> Decision:
-        return Decision(rules.agent, entry.name, all(c.passed for c in checks), tuple(checks))
 
+def decide(rules: AgentRules, entry: Entry, *, detail: bool = False, exhaustive: bool = False) -> Decision:
+    """May ``rules.agent`` see ``entry``? The one decision.
+
+    The checks run in order - source, tools, mode, availability - and stop at the first that fails.
+    ``detail`` records each check with the rule or reason that decided it (``--all``, ``explain``);
+    ``exhaustive`` also runs the checks after a failing one (``explain``). The verdict is the same either way.
+    """
+    exhaustive = exhaustive and detail
     if not rules.has_permissions:
-        checks.append(Check("permissions", False, f"agent {rules.agent!r} has no [agents.{rules.agent}.permissions] "
-                                                  "table, so it sees nothing"))
-        return done()
-    for check in (_source, _tools, _mode, _available):
-        result = check(rules, entry)
-        checks.append(result)
-        if not result.passed and not exhaustive:
-            break
-    return done()
+        check = Check("permissions", False, f"agent {rules.agent!r} has no [agents.{rules.agent}.permissions] "
+                                            "table, so it sees nothing")
+        return Decision(rules.agent, entry.name, False, (check,) if detail else ())
+    checks: list[Check] = []
+    visible = True
+
+    source_rule = rules.dimensions[entry.dimension]
+    passed, pattern = rules.source_permits(entry.dimension, entry.source)
+    if detail:
+        text = f"{_SOURCE_KIND[entry.dimension]} {entry.source!r}: {source_rule.describe(passed, pattern)}"
+        checks.append(Check("source", passed, text))
+    visible = passed
+    if visible or exhaustive:
+        tools_rule = rules.dimensions["tools"]
+        passed, pattern = tools_rule.permits(entry.name)
+        if detail:
+            checks.append(Check("tools", passed, tools_rule.describe(passed, pattern)))
+        visible = visible and passed
+    if visible or exhaustive:
+        passed = rules.mode != "plan" or entry.read_only
+        if detail:
+            checks.append(Check("mode", passed, _mode_detail(rules, entry, passed)))
+        visible = visible and passed
+    if visible or exhaustive:
+        passed, why = _available(rules, entry)
+        if detail:
+            checks.append(Check("available", passed, why))
+        visible = visible and passed
+    return Decision(rules.agent, entry.name, visible, tuple(checks))
 
 
-def _source(rules: AgentRules, entry: Entry) -> Check:
-    passed, detail = rules.dimensions[entry.dimension].verdict(entry.source)
-    kind = {"plugins": "pack", "mcps": "upstream server", "skills": "skill", "subagents": "agent"}[entry.dimension]
-    return Check("source", passed, f"{kind} {entry.source!r}: {detail}")
-
-
-def _tools(rules: AgentRules, entry: Entry) -> Check:
-    passed, detail = rules.dimensions["tools"].verdict(entry.name)
-    return Check("tools", passed, detail)
-
-
-def _mode(rules: AgentRules, entry: Entry) -> Check:
+def _mode_detail(rules: AgentRules, entry: Entry, passed: bool) -> str:
     if rules.mode != "plan":
-        return Check("mode", True, f"mode {rules.mode!r} shows every permitted tool")
-    if entry.read_only:
-        return Check("mode", True, "plan mode, and the tool is annotated read-only")
+        return f"mode {rules.mode!r} shows every permitted tool"
+    if passed:
+        return "plan mode, and the tool is annotated read-only"
     if not entry.trusted and entry.tool.annotations.get("readOnlyHint") is True:
-        return Check("mode", False, f"plan mode shows only read-only tools; upstream server {entry.source!r} is not "
-                                    "trusted, so its readOnlyHint does not count (set trusted = true to trust it)")
-    return Check("mode", False, "plan mode shows only tools annotated read-only (readOnlyHint), and this one is not")
+        return (f"plan mode shows only read-only tools; upstream server {entry.source!r} is not trusted, so its "
+                "readOnlyHint does not count (set trusted = true to trust it)")
+    return "plan mode shows only tools annotated read-only (readOnlyHint), and this one is not"
 
 
-def _available(rules: AgentRules, entry: Entry) -> Check:
+def _available(rules: AgentRules, entry: Entry) -> tuple[bool, str]:
     check = entry.tool.is_available
     if check is None:
-        return Check("available", True, "the tool has no availability check")
+        return True, "the tool has no availability check"
     ctx = AvailabilityContext(
         agent=rules.agent,
         model=rules.config.model,
@@ -225,12 +276,11 @@ def _available(rules: AgentRules, entry: Entry) -> Check:
         log.warning("is_available of %s raised %s for agent %r; the tool is hidden", entry.name, type(exc).__name__,
                     rules.agent)
         log.debug("is_available of %s raised", entry.name, exc_info=True)
-        return Check("available", False, f"is_available raised {type(exc).__name__}: {exc} (hidden: fail closed)")
+        return False, f"is_available raised {type(exc).__name__}: {exc} (hidden: fail closed)"
     if answer is True:
-        return Check("available", True, "is_available said yes")
+        return True, "is_available said yes"
     if answer is False:
-        return Check("available", False, "is_available said no")
+        return False, "is_available said no"
     if isinstance(answer, str):
-        return Check("available", False, f"not available: {answer}" if answer.strip() else "is_available said no")
-    return Check("available", False, f"is_available returned {answer!r}; expected True, False or a reason "
-                                     "(hidden: fail closed)")
+        return False, f"not available: {answer}" if answer.strip() else "is_available said no"
+    return False, f"is_available returned {answer!r}; expected True, False or a reason (hidden: fail closed)"
