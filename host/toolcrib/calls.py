@@ -40,6 +40,7 @@ log = logging.getLogger("toolcrib.calls")
 
 MAX_DEPTH = 32
 MAX_INT_BITS = 64
+_BIG = 1 << (MAX_INT_BITS - 1)
 
 Approver = Callable[[str, str, Mapping[str, Any], str], Awaitable[bool | None]]
 """What a front end offers for ``ask`` approvals: ``(agent, tool, arguments, message) -> True/False``, or None
@@ -50,6 +51,9 @@ when the client cannot answer (MCP: elicitation)."""
 class _Outcome:
     decision: str  # "allowed" | "denied" | "invalid"
     by: str
+
+
+_ALLOWED = _Outcome("allowed", "rules")
 
 
 class Pipeline:
@@ -87,7 +91,7 @@ class Pipeline:
     ) -> ToolResult:
         """Run one call as ``view.agent`` makes it. Raises ``UnknownToolError`` for a name the agent does not
         see (hidden or nonexistent alike); every other failure is an ``isError`` result."""
-        started = time.perf_counter()
+        started = time.perf_counter() if self._audit else 0.0
         vt = view.lookup(name)
         if vt is None:
             if self._audit:
@@ -101,12 +105,12 @@ class Pipeline:
             return self._finish(view, vt, arguments, _Outcome("invalid", "payload limits"),
                                 ToolResult.error(f"Invalid arguments for {vt.name}: {problem}"), started)
         try:
-            model = vt.tool.input_model.model_validate(arguments)
+            model = vt.tool.input_model.__pydantic_validator__.validate_python(arguments)
         except ValidationError as exc:
             return self._finish(view, vt, arguments, _Outcome("invalid", "input validation"),
                                 ToolResult.error(format_validation_error(vt.name, exc, vt.tool.input_model)), started)
 
-        outcome = _Outcome("allowed", "rules")
+        outcome = _ALLOWED
         if vt.call_rules is not None or self._pre:
             denied, outcome, model, arguments = await self._policy(view, vt, model, arguments, approver)
             if denied is not None:
@@ -115,15 +119,34 @@ class Pipeline:
         result = await self._run(view, vt, model, channel)
         if self._post:
             result = await self._post_hooks(view, vt, arguments, result)
-        return self._finish(view, vt, arguments, outcome, result, started)
+        if self._audit:
+            self._finish(view, vt, arguments, outcome, result, started)
+        return result
 
     # -- steps ---------------------------------------------------------------------------------------------
 
     def _payload_problem(self, arguments: Any) -> str | None:
         if not isinstance(arguments, dict):
             return f"arguments must be a JSON object, not {_json_type(arguments)}"
-        budget = [self.max_argument_bytes]
-        return _walk(arguments, 0, budget, self.max_argument_bytes)
+        # The common case inline (short strings and small numbers at the top level); containers go to _walk.
+        left = self.max_argument_bytes
+        for key, value in arguments.items():
+            kind = type(value)
+            if kind is str:
+                left -= len(value) + len(key) + 5
+            elif kind is int and -_BIG < value < _BIG:
+                left -= len(key) + 23
+            elif kind is bool or value is None:
+                left -= len(key) + 8
+            else:
+                budget = [left]
+                problem = _walk({key: value}, 0, budget, self.max_argument_bytes)
+                if problem is not None:
+                    return problem
+                left = budget[0]
+        if left < 0:
+            return f"the arguments are larger than the limit of {self.max_argument_bytes} bytes"
+        return None
 
     async def _policy(
         self, view: AgentView, vt: ViewTool, model: Any, arguments: dict[str, Any], approver: Approver | None
@@ -234,7 +257,7 @@ class Pipeline:
             kwargs: dict[str, Any] = {}
         else:
             args = ()
-            kwargs = dict(model.__dict__)
+            kwargs = model.__dict__ if tool.context_param is None else dict(model.__dict__)
         if tool.context_param is not None:
             kwargs[tool.context_param] = Context(
                 agent=view.agent,
@@ -247,16 +270,28 @@ class Pipeline:
         timeout = vt.timeout
         value: Any = None
         try:
-            with anyio.move_on_after(timeout) as scope:
-                if tool.is_async:
-                    value = await tool.handler(*args, **kwargs)
+            if tool.is_async:
+                # Run the coroutine up to its first suspension right here (as asyncio's eager tasks do): a
+                # handler that never suspends cannot overrun its timeout and needs no cancel scope, which is
+                # most of the pipeline's own cost. One that suspends continues under the timeout.
+                coro = tool.handler(*args, **kwargs)
+                try:
+                    first = coro.send(None)
+                except StopIteration as done:
+                    value = done.value
                 else:
+                    with anyio.move_on_after(timeout) as scope:
+                        value = await _Resume(coro, first)
+                    if scope.cancelled_caught:
+                        return ToolResult.error(f"Tool {vt.name} timed out after {_seconds(timeout)} and was stopped.")
+            else:
+                with anyio.move_on_after(timeout) as scope:
                     value = await anyio.to_thread.run_sync(
                         functools.partial(tool.handler, *args, **kwargs), limiter=self.limiter,
                         abandon_on_cancel=True,
                     )
-            if scope.cancelled_caught:
-                return ToolResult.error(f"Tool {vt.name} timed out after {_seconds(timeout)} and was stopped.")
+                if scope.cancelled_caught:
+                    return ToolResult.error(f"Tool {vt.name} timed out after {_seconds(timeout)} and was stopped.")
         except ToolError as exc:
             return ToolResult.error(str(exc) or f"Tool {vt.name} failed.")
         except (Exception, SystemExit):
@@ -276,6 +311,8 @@ class Pipeline:
 
     def _cap(self, vt: ViewTool, result: ToolResult) -> ToolResult:
         limit = self.max_result_chars
+        if len(result.content) == 1 and len(result.content[0].get("text", "")) <= limit:
+            return result
         total = 0
         for block in result.content:
             if block.get("type") == "text":
@@ -348,6 +385,36 @@ class Pipeline:
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------
+
+
+class _Resume:
+    """Await a coroutine that has already run up to its first suspension (it yielded ``first``).
+
+    This is ``await``'s own protocol (PEP 492's ``yield from``), spelled out so that the rest of the coroutine
+    runs inside the caller's cancel scope: sends and throws are forwarded until it returns.
+    """
+
+    __slots__ = ("_coro", "_first")
+
+    def __init__(self, coro: Any, first: Any) -> None:
+        self._coro = coro
+        self._first = first
+
+    def __await__(self) -> Any:
+        coro, pending = self._coro, self._first
+        while True:
+            try:
+                sent = yield pending
+            except BaseException as exc:  # cancellation included: the coroutine gets it, as with await
+                try:
+                    pending = coro.throw(exc)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    pending = coro.send(sent)
+                except StopIteration as done:
+                    return done.value
 
 
 def _seconds(value: float) -> str:

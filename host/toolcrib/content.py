@@ -11,12 +11,12 @@ import base64
 import json
 import mimetypes
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic_core import to_jsonable_python
+from pydantic_core import to_json, to_jsonable_python
 
 _CONTENT_TYPES = frozenset({"text", "image", "audio", "resource_link", "resource"})
 
@@ -95,6 +95,7 @@ class EmbeddedResource:
 
 
 Content = Text | Image | Audio | ResourceLink | EmbeddedResource
+CONTENT_CLASSES = (Text, Image, Audio, ResourceLink, EmbeddedResource)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +105,6 @@ class ToolResult:
     content: tuple[dict[str, Any], ...] = ()
     structured_content: Any = None
     is_error: bool = False
-    meta: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def error(cls, message: str) -> ToolResult:
@@ -123,15 +123,21 @@ class ToolResult:
         return wire
 
 
+_STRICT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
 def dumps(value: Any) -> str:
-    """Compact, deterministic JSON with non-ASCII kept readable; non-finite floats are refused."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    """Compact JSON with non-ASCII kept readable; NaN and Infinity are refused (ValueError): they are not JSON."""
+    raw = to_json(value)
+    if b"NaN" in raw or b"Infinity" in raw:
+        return _STRICT_JSON(value)  # rare: tells a real NaN from a string that mentions one
+    return raw.decode()
 
 
 def _block(item: Any) -> dict[str, Any] | None:
     """``item`` as one wire content block, or None when it is not explicit content."""
     to_wire = getattr(item, "to_wire", None)
-    if to_wire is not None and isinstance(item, Text | Image | Audio | ResourceLink | EmbeddedResource):
+    if to_wire is not None and isinstance(item, CONTENT_CLASSES):
         return to_wire()  # type: ignore[no-any-return]
     if isinstance(item, BaseModel) and getattr(item, "type", None) in _CONTENT_TYPES:
         # mcp.types content (TextContent, ImageContent, ...): pass through in wire shape.
@@ -147,6 +153,15 @@ def normalize(value: Any, structured: Any = None) -> ToolResult:
     content passes through; other JSON values -> their JSON text. ``structured`` is the value already
     checked against the tool's output schema, when it has one.
     """
+    kind = type(value)
+    if kind is str:
+        return ToolResult(content=({"type": "text", "text": value},))
+    if kind is int or kind is float or kind is bool or value is None:
+        text = str(value) if kind is int else _STRICT_JSON(value)
+        return ToolResult(content=({"type": "text", "text": text},))
+    if kind is dict and structured is None:
+        structured = to_jsonable_python(value)
+        return ToolResult(content=({"type": "text", "text": dumps(structured)},), structured_content=structured)
     if isinstance(value, ToolResult):
         return value
     if isinstance(value, str):
@@ -163,7 +178,8 @@ def normalize(value: Any, structured: Any = None) -> ToolResult:
             # datetimes, paths, UUIDs, dataclasses ... become their JSON forms, as pydantic would send them.
             structured = to_jsonable_python(value)
         elif value is None or isinstance(value, bool | int | float):
-            return ToolResult(content=({"type": "text", "text": dumps(value)},))
+            text = str(value) if type(value) is int else _STRICT_JSON(value)
+            return ToolResult(content=({"type": "text", "text": text},))
         else:
             raise TypeError(f"cannot turn a {type(value).__name__} into a tool result")
     if isinstance(structured, Mapping):

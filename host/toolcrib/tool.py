@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, create_model
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode
 from pydantic_core import CoreSchema
 
+from toolcrib.content import CONTENT_CLASSES, ToolResult
 from toolcrib.context import AvailabilityContext, Context
 from toolcrib.errors import ToolDeclarationError
 from toolcrib.names import tool_name_problem
@@ -527,6 +528,15 @@ def _return_annotation(fn: Callable[..., Any], name: str, localns: Mapping[str, 
     return hints.get("return", inspect.Signature.empty)
 
 
+def _is_content(annotation: Any) -> bool:
+    """Explicit content (or Any, which may be content) describes no structured output."""
+    if annotation is Any or annotation is Ellipsis:
+        return True
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return any(_is_content(a) for a in typing.get_args(annotation))
+    return inspect.isclass(annotation) and issubclass(annotation, (*CONTENT_CLASSES, ToolResult))
+
+
 def _output_adapter(name: str, annotation: Any) -> tuple[TypeAdapter[Any] | None, bool]:
     """An adapter for the declared return type when it describes structured output, else None."""
     if annotation is inspect.Signature.empty or annotation is None:
@@ -534,7 +544,11 @@ def _output_adapter(name: str, annotation: Any) -> tuple[TypeAdapter[Any] | None
     base = annotation
     if typing.get_origin(base) is typing.Annotated:
         base = typing.get_args(base)[0]
+    if _is_content(base):
+        return None, False
     origin = typing.get_origin(base) or base
+    if origin in (list, tuple, set, frozenset) and any(_is_content(a) for a in typing.get_args(base)):
+        return None, False
     structured = (inspect.isclass(base) and issubclass(base, BaseModel)) or typing_extensions.is_typeddict(base)
     structured = structured or (inspect.isclass(base) and dataclasses.is_dataclass(base))
     wrap = origin in (list, tuple, set, frozenset) and base is not origin  # a parameterized list[...]

@@ -1,0 +1,507 @@
+"""The call pipeline with real handlers, real threads and real (short) timeouts."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import pytest
+from pydantic import BaseModel, Field
+
+import toolcrib
+from conftest import make_host
+from packs import FILES, Pack
+from toolcrib import Allow, Context, Deny, ToolError, ToolResult
+
+ORDERS = {"O-1001": {"id": "O-1001", "status": "shipped"}}
+
+
+@toolcrib.tool(annotations={"readOnlyHint": True})
+async def lookup_order(order_id: Annotated[str, Field(description="Order ID, such as O-1001")]) -> dict:
+    """Look up an order by its ID and return it as JSON."""
+    order = ORDERS.get(order_id)
+    if order is None:
+        raise ToolError(f"Order not found: {order_id}")
+    return order
+
+
+@toolcrib.tool
+async def fetch_user(user_id: str) -> str:
+    """Fetch a user by ID."""
+    raise RuntimeError("User service failed at /srv/secret/db.sqlite password=hunter2")
+
+
+@toolcrib.tool
+def exits() -> str:
+    """A handler that calls sys.exit."""
+    raise SystemExit(4)
+
+
+@toolcrib.tool
+def limited(count: Annotated[int, Field(ge=1, le=10)], name: str, ratio: float = 0.5) -> str:
+    """Take constrained arguments."""
+    return f"{count} {name} {ratio}"
+
+
+class Order(BaseModel):
+    id: str
+    total: float
+
+
+@toolcrib.tool
+def typed_order(good: bool) -> Order:
+    """Return a typed order (or, when good is false, something that is not one)."""
+    return Order(id="O-1", total=3.5) if good else {"id": "O-1"}  # type: ignore[return-value]
+
+
+@toolcrib.tool
+def listing() -> list[int]:
+    """Return a list."""
+    return [1, 2, 3]
+
+
+@toolcrib.tool
+def image() -> toolcrib.Image:
+    """Return an image."""
+    return toolcrib.Image(b"\x89PNG", "image/png")
+
+
+@toolcrib.tool
+def mixed() -> list[Any]:
+    """Return several content blocks."""
+    return [toolcrib.Text("see:"), toolcrib.ResourceLink("file:///x.txt", "x.txt", "text/plain")]
+
+
+@toolcrib.tool
+def huge() -> str:
+    """Return a very long text."""
+    return "x" * 500
+
+
+@toolcrib.tool
+def not_json() -> dict:
+    """Return something that is not JSON."""
+    return {"n": float("nan")}
+
+
+@toolcrib.tool
+async def whoami(ctx: Context, note: str = "") -> dict:
+    """Say who is calling and from where."""
+    return {"agent": ctx.agent, "tool": ctx.tool, "workspace": str(ctx.workspace), "settings": ctx.settings.flavour}
+
+
+class Settings(BaseModel):
+    flavour: str = "plain"
+
+
+class Query(BaseModel):
+    q: str
+
+
+async def explicit_handler(args: Query, ctx: Context) -> str:
+    return f"{args.q} for {ctx.agent}"
+
+
+SEARCH = toolcrib.tool("search", "Search for q.", Query, explicit_handler)
+
+CANCELLED: list[str] = []
+
+
+@toolcrib.tool(timeout=0.2)
+async def hangs() -> str:
+    """Never finish on its own."""
+    try:
+        await anyio.sleep(30)
+    finally:
+        CANCELLED.append("cancelled")
+    return "never"
+
+
+@toolcrib.tool(timeout=0.2)
+def hangs_sync(release: float = 1.0) -> str:
+    """Block a worker thread for a while."""
+    threading.Event().wait(release)
+    return "late"
+
+
+BARRIER = threading.Barrier(5)
+
+
+@toolcrib.tool
+def rendezvous() -> str:
+    """Wait until five calls run at once (they can only meet if they run in parallel)."""
+    BARRIER.wait(timeout=20)
+    return "met"
+
+
+SHOP = Pack(lookup_order, fetch_user, exits, limited, typed_order, listing, image, mixed, huge, not_json, whoami,
+            SEARCH, hangs, hangs_sync, rendezvous, settings=Settings)
+
+CONFIG = """
+[host]
+max_result_chars = 100
+[packs.shop]
+flavour = "spicy"
+[agents.a]
+[agents.a.permissions]
+plugins = { allow = ["*"] }
+tools = { allow = ["*"] }
+"""
+
+
+@pytest.fixture(scope="module")
+def host():  # type: ignore[no-untyped-def]
+    return make_host(CONFIG, {"shop": SHOP}, base_dir=Path("/srv/ws"))
+
+
+def call(host: Any, tool: str, args: Any = None, agent: str = "a", **kwargs: Any) -> ToolResult:
+    return anyio.run(lambda: host.call(agent, tool, args, **kwargs))
+
+
+def test_seed_order_lookup(host) -> None:  # type: ignore[no-untyped-def]
+    ok = call(host, "shop__lookup_order", {"order_id": "O-1001"})
+    assert ok.to_wire() == {
+        "content": [{"type": "text", "text": '{"id":"O-1001","status":"shipped"}'}],
+        "isError": False,
+        "structuredContent": {"id": "O-1001", "status": "shipped"},
+    }
+    missing = call(host, "shop__lookup_order", {"order_id": "O-42"})
+    assert missing.to_wire() == {"content": [{"type": "text", "text": "Order not found: O-42"}], "isError": True}
+
+
+def test_validation_failure_names_every_field(host) -> None:  # type: ignore[no-untyped-def]
+    result = call(host, "shop__limited", {"count": 50, "ratio": "lots", "extra": 1})
+    assert result.is_error
+    assert result.text == (
+        "Invalid arguments for shop__limited:\n"
+        "- count: Input should be less than or equal to 10 (got 50)\n"
+        "- name: required argument is missing\n"
+        "- ratio: Input should be a valid number, unable to parse string as a number (got 'lots')\n"
+        "- extra: unknown argument (this tool takes: count, name, ratio)"
+    )
+
+
+@pytest.mark.parametrize(("args", "problem"), [
+    ([1, 2], "arguments must be a JSON object, not an array"),
+    ("x", "arguments must be a JSON object, not a string"),
+    ({"count": 1, "name": "n", "ratio": float("nan")}, "numbers must be finite (NaN and Infinity are not JSON)"),
+    ({"count": 1, "name": "n", "ratio": float("inf")}, "numbers must be finite (NaN and Infinity are not JSON)"),
+    ({"count": 10**30, "name": "n"}, "an integer has more than 64 bits; send big numbers as strings"),
+    ({"name": "x" * 2_000_000}, "the arguments are larger than the limit of 1048576 bytes"),
+    ({"name": json.loads("[" * 40 + "]" * 40)}, "nested more than 32 levels deep"),
+])
+def test_payload_limits(host, args: Any, problem: str) -> None:  # type: ignore[no-untyped-def]
+    result = call(host, "shop__limited", args)
+    assert result.to_wire() == {"content": [{"type": "text", "text": f"Invalid arguments for shop__limited: {problem}"}],
+                                "isError": True}
+
+
+def test_a_handler_that_throws_leaks_nothing(host, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
+    with caplog.at_level(logging.ERROR, logger="toolcrib.calls"):
+        result = call(host, "shop__fetch_user", {"user_id": "u1"})
+    assert result.to_wire() == {"content": [{"type": "text", "text": "Tool shop__fetch_user failed with an internal "
+                                             "error; the host's log has the details."}], "isError": True}
+    assert "hunter2" in caplog.text and "Traceback" in caplog.text
+    assert call(host, "shop__exits").text == "Tool shop__exits failed with an internal error; the host's log has the " \
+                                             "details."
+
+
+def test_results_are_normalized(host) -> None:  # type: ignore[no-untyped-def]
+    assert call(host, "shop__typed_order", {"good": True}).to_wire() == {
+        "content": [{"type": "text", "text": '{"id":"O-1","total":3.5}'}],
+        "isError": False,
+        "structuredContent": {"id": "O-1", "total": 3.5},
+    }
+    bad = call(host, "shop__typed_order", {"good": False})
+    assert bad.is_error and bad.text.startswith("Tool shop__typed_order returned a result that cannot be sent")
+    assert call(host, "shop__listing").to_wire() == {
+        "content": [{"type": "text", "text": "[1,2,3]"}], "isError": False, "structuredContent": {"result": [1, 2, 3]}}
+    assert call(host, "shop__image").to_wire() == {
+        "content": [{"type": "image", "data": "iVBORw==", "mimeType": "image/png"}], "isError": False}
+    assert call(host, "shop__mixed").to_wire() == {"content": [
+        {"type": "text", "text": "see:"},
+        {"type": "resource_link", "uri": "file:///x.txt", "name": "x.txt", "mimeType": "text/plain"},
+    ], "isError": False}
+    assert call(host, "shop__not_json").is_error
+
+
+def test_long_results_are_truncated_with_a_marker(host) -> None:  # type: ignore[no-untyped-def]
+    result = call(host, "shop__huge")
+    assert result.text == "x" * 100 + ("\n[... truncated by toolcrib: the result had 500 characters, more than the "
+                                       "limit of 100]")
+
+
+def test_context_and_explicit_form(host) -> None:  # type: ignore[no-untyped-def]
+    assert call(host, "shop__whoami").structured_content == {
+        "agent": "a", "tool": "shop__whoami", "workspace": "/srv/ws", "settings": "spicy"}
+    assert call(host, "shop__search", {"q": "refunds"}).text == "refunds for a"
+    assert call(host, "shop__search", {"q": "r", "ctx": 1}).text == (
+        "Invalid arguments for shop__search:\n- ctx: unknown argument (this tool takes: q)")
+
+
+def test_timeout_cancels_an_async_handler(host) -> None:  # type: ignore[no-untyped-def]
+    CANCELLED.clear()
+    result = call(host, "shop__hangs")
+    assert result.to_wire() == {"content": [{"type": "text", "text": "Tool shop__hangs timed out after 0.2 seconds "
+                                             "and was stopped."}], "isError": True}
+    assert CANCELLED == ["cancelled"]
+
+
+def test_timeout_of_a_sync_handler_returns_while_the_thread_finishes(host) -> None:  # type: ignore[no-untyped-def]
+    assert call(host, "shop__hangs_sync", {"release": 1.0}).text == (
+        "Tool shop__hangs_sync timed out after 0.2 seconds and was stopped.")
+
+
+def test_sync_calls_run_in_parallel(host) -> None:  # type: ignore[no-untyped-def]
+    results: list[str] = []
+
+    async def five() -> None:
+        async with anyio.create_task_group() as tg:
+            for _ in range(5):
+                tg.start_soon(lambda: _collect(host, results))
+
+    anyio.run(five)
+    # The barrier only opens when five handlers wait on it at the same time.
+    assert results == ["met"] * 5
+
+
+async def _collect(host: Any, results: list[str]) -> None:
+    results.append((await host.call("a", "shop__rendezvous", {})).text)
+
+
+# -- approvals, modes, argument rules, hooks -------------------------------------------------------------------
+
+RULES = """
+[agents.{name}]
+mode = "{mode}"
+{extra}
+[agents.{name}.permissions]
+plugins = {{ allow = ["*"] }}
+tools = {tools}
+ask = ["files__write", "files__touch", "files__read(secret*)"]
+"""
+
+
+def rules_host(mode: str = "default", tools: str = '{ allow = ["*"] }', plugins: dict[str, Any] | None = None) -> Any:
+    extra = "allow_dangerously_skip_permissions = true" if mode == "bypassPermissions" else ""
+    return make_host(RULES.format(name="a", mode=mode, tools=tools, extra=extra), {"files": FILES, **(plugins or {})})
+
+
+def test_ask_without_an_approver_is_denied_with_a_clear_message() -> None:
+    result = call(rules_host(), "files__write", {"path": "a.txt", "text": "hi"})
+    assert result.to_wire() == {"content": [{"type": "text", "text": (
+        "Permission denied: files__write needs approval (ask rule 'files__write'), and no approver could answer "
+        "(the client does not support elicitation and no approval hook decided).")}], "isError": True}
+    assert call(rules_host(), "files__read", {"path": "notes.txt"}).text == "contents of notes.txt"
+    assert call(rules_host(), "files__read", {"path": "secret.txt"}).is_error
+
+
+def test_approver_callback_answers() -> None:
+    seen: list[str] = []
+
+    async def yes(agent: str, tool: str, args: Any, message: str) -> bool:
+        seen.append(message)
+        return True
+
+    async def no(agent: str, tool: str, args: Any, message: str) -> bool:
+        return False
+
+    host = rules_host()
+    assert call(host, "files__write", {"path": "a", "text": "hi"}, approver=yes).text == "wrote 2 characters to a"
+    assert seen == ["Agent 'a' wants to call files__write (ask rule 'files__write'). Allow this call?"]
+    assert call(host, "files__write", {"path": "a", "text": "hi"}, approver=no).text == (
+        "Permission denied: files__write needs approval (ask rule 'files__write'), and the user declined.")
+
+
+@pytest.mark.parametrize(("mode", "write", "touch"), [
+    ("dontAsk", "Permission denied: files__write needs approval (ask rule 'files__write'), and agent mode 'dontAsk' "
+                "denies calls that need approval.", "Permission denied: files__touch needs approval (ask rule "
+                "'files__touch'), and agent mode 'dontAsk' denies calls that need approval."),
+    ("acceptEdits", "Permission denied: files__write needs approval (ask rule 'files__write'), and no approver could "
+                    "answer (the client does not support elicitation and no approval hook decided).",
+     "touched t"),
+    ("bypassPermissions", "wrote 2 characters to w", "touched t"),
+])
+def test_modes_decide_asked_calls(mode: str, write: str, touch: str) -> None:
+    host = rules_host(mode)
+    assert call(host, "files__write", {"path": "w", "text": "hi"}).text == write
+    assert call(host, "files__touch", {"path": "t"}).text == touch
+
+
+def test_no_mode_runs_a_hidden_tool() -> None:
+    host = rules_host("bypassPermissions", tools='{ deny = ["files__rm"] }')
+    with pytest.raises(toolcrib.UnknownToolError, match="^Unknown tool: files__rm$"):
+        call(host, "files__rm", {"path": "x"})
+
+
+def test_argument_rules_restrict_calls_without_hiding() -> None:
+    host = rules_host(tools='{ deny = ["files__write(/etc/*)", "files__rm(*)"] }')
+    assert host.view("a").names == ["files__read", "files__rm", "files__touch", "files__write"]
+    assert call(host, "files__write", {"path": "/etc/passwd", "text": ""}).text == (
+        "Permission denied: files__write with path='/etc/passwd' is denied by the agent's permissions "
+        "(rule 'files__write(/etc/*)').")
+    assert call(host, "files__rm", {"path": "x"}).text == (
+        "Permission denied: files__rm with this call is denied by the agent's permissions (rule 'files__rm(*)').")
+    allow = rules_host(tools='{ allow = ["files__read(docs/*)", "files__touch"] }')
+    assert allow.view("a").names == ["files__read", "files__touch"]
+    assert call(allow, "files__read", {"path": "docs/a.md"}).text == "contents of docs/a.md"
+    assert call(allow, "files__read", {"path": "src/a.py"}).text == (
+        "Permission denied: files__read with path='src/a.py' is denied by the agent's permissions (no allow rule "
+        "matches its argument).")
+
+
+class Policy:
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    @toolcrib.hookimpl
+    def toolcrib_pre_tool_use(self, tool: str, arguments: Any) -> Any:
+        self.seen.append((tool, dict(arguments)))
+        if tool == "files__rm":
+            return Deny("rm is not allowed in this workflow; move the file to trash/ instead")
+        if tool == "files__read" and arguments["path"] == "old.txt":
+            return Allow(updated_input={"path": "new.txt"})
+        if tool == "files__read" and arguments["path"] == "bad.txt":
+            return Allow(updated_input={"path": 3})
+        if tool == "files__touch":
+            raise RuntimeError("policy backend down")
+        return None
+
+
+class Lenient:
+    @toolcrib.hookimpl
+    async def toolcrib_pre_tool_use(self, agent: str) -> Any:
+        return Allow()
+
+
+class Redactor:
+    @toolcrib.hookimpl
+    def toolcrib_post_tool_use(self, tool: str, result: ToolResult) -> Any:
+        if "secret" in result.text:
+            return ToolResult(content=({"type": "text", "text": result.text.replace("secret", "[redacted]")},))
+        if tool == "files__touch":
+            raise ValueError("redactor broke")
+        return None
+
+
+def test_pre_tool_use_hooks() -> None:
+    policy = Policy()
+    host = rules_host(tools='{ allow = ["*"] }', plugins={"policy": policy, "lenient": Lenient()})
+    assert call(host, "files__rm", {"path": "x"}).to_wire() == {"content": [{"type": "text", "text": (
+        "rm is not allowed in this workflow; move the file to trash/ instead")}], "isError": True}
+    assert call(host, "files__read", {"path": "old.txt"}).text == "contents of new.txt"
+    assert call(host, "files__read", {"path": "bad.txt"}).text == (
+        "Invalid arguments for files__read (as replaced by 'policy'):\n- path: Input should be a valid string (got 3)")
+    approve = {"approver": _always}
+    assert call(host, "files__touch", {"path": "t"}, **approve).text == (
+        "files__touch was denied: a policy check failed (RuntimeError).")
+    assert ("files__rm", {"path": "x"}) in policy.seen
+
+
+async def _always(*args: Any) -> bool:
+    return True
+
+
+def test_post_tool_use_hooks_redact_and_fail_closed() -> None:
+    host = rules_host(plugins={"redactor": Redactor()})
+    assert call(host, "files__read", {"path": "secret-plan"}, approver=_always).text == "contents of [redacted]-plan"
+    assert call(host, "files__touch", {"path": "t"}, approver=_always).text == (
+        "The result of files__touch was withheld: a post-processing check failed.")
+
+
+class ApproveHook:
+    @toolcrib.hookimpl
+    def toolcrib_approve(self, tool: str, rule: str) -> Any:
+        if tool == "files__touch":
+            return True
+        if tool == "files__write":
+            return Deny("writes need a ticket number")
+        return None
+
+
+def test_approval_hook() -> None:
+    host = rules_host(plugins={"approvals": ApproveHook()})
+    assert call(host, "files__touch", {"path": "t"}).text == "touched t"
+    assert call(host, "files__write", {"path": "w", "text": ""}).text == "Permission denied: writes need a ticket number"
+
+
+# -- audit --------------------------------------------------------------------------------------------------
+
+
+def test_audit_log_one_line_per_decision(tmp_path: Path) -> None:
+    config = RULES.format(name="a", mode="default", tools='{ deny = ["files__rm"] }', extra="")
+    host = make_host('[host]\naudit_log = "audit.jsonl"\n' + config, {"files": FILES}, base_dir=tmp_path)
+    call(host, "files__read", {"path": "x"})
+    call(host, "files__write", {"path": "w", "text": "secret"})
+    call(host, "files__read", {"path": 5})
+    with pytest.raises(toolcrib.UnknownToolError):
+        call(host, "files__rm", {"path": "x"})
+    host.close()
+    records = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert [(r["agent"], r["tool"], r["decision"], r["by"], r["is_error"]) for r in records] == [
+        ("a", "files__read", "allowed", "rules", False),
+        ("a", "files__write", "denied", "Permission denied: files__write needs approval (ask rule 'files__write'), "
+                                        "and no approver could answer (the client does not support elicitation and "
+                                        "no approval hook decided).", True),
+        ("a", "files__read", "invalid", "input validation", True),
+        ("a", "files__rm", "unknown", "no such tool in the agent's view", True),
+    ]
+    assert all("arguments" not in r for r in records)
+    assert all(isinstance(r["duration_ms"], float) and r["time"].endswith("+00:00") for r in records)
+
+
+def test_audit_arguments_when_asked(tmp_path: Path) -> None:
+    config = RULES.format(name="a", mode="default", tools='{ allow = ["*"] }', extra="")
+    host = make_host('[host]\naudit_log = "a.jsonl"\naudit_arguments = true\n' + config, {"files": FILES},
+                     base_dir=tmp_path)
+    call(host, "files__read", {"path": "x"})
+    host.close()
+    assert json.loads((tmp_path / "a.jsonl").read_text())["arguments"] == {"path": "x"}
+
+
+# -- the CLI runs the same pipeline ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def shop_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    config = tmp_path / "toolcrib.toml"
+    config.write_text(CONFIG)
+    monkeypatch.setenv("TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.setenv("TOOLCRIB_PLUGINS", "shop=test_calls:SHOP")
+    return str(config)
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    from click.testing import CliRunner
+
+    from toolcrib.cli import main
+
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_cli_call_seed_examples(shop_cli: str) -> None:
+    assert cli("call", "--config", shop_cli, "--agent", "a", "shop__lookup_order", "--args",
+               '{"order_id": "O-1001"}') == (0, '{"id":"O-1001","status":"shipped"}\n', "")
+    assert cli("call", "--config", shop_cli, "--agent", "a", "shop__lookup_order", "--args",
+               '{"order_id": "O-42"}') == (1, "Order not found: O-42\n", "")
+    code, out, _ = cli("call", "--config", shop_cli, "--agent", "a", "shop__limited", "--args", '{"count": 0}')
+    assert (code, out) == (1, "Invalid arguments for shop__limited:\n- count: Input should be greater than or equal "
+                              "to 1 (got 0)\n- name: required argument is missing\n")
+    code, out, _ = cli("call", "--config", shop_cli, "--agent", "a", "shop__fetch_user", "--args",
+                       '{"user_id": "u"}', "--json")
+    assert (code, json.loads(out)) == (1, {"content": [{"type": "text", "text": "Tool shop__fetch_user failed with "
+                                           "an internal error; the host's log has the details."}], "isError": True})
+
+
+def test_cli_call_bad_args(shop_cli: str) -> None:
+    code, _, err = cli("call", "--config", shop_cli, "--agent", "a", "shop__limited", "--args", "{nope")
+    assert code == 2
+    assert "Invalid value for --args: not valid JSON: Expecting property name enclosed in double quotes" in err
+    code, _, err = cli("call", "--config", shop_cli, "--agent", "a", "shop__limited", "--args", "[1]")
+    assert code == 2
+    assert "Invalid value for --args: must be a JSON object" in err
