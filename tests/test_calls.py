@@ -196,8 +196,8 @@ def test_validation_failure_names_every_field(host) -> None:  # type: ignore[no-
 ])
 def test_payload_limits(host, args: Any, problem: str) -> None:  # type: ignore[no-untyped-def]
     result = call(host, "shop__limited", args)
-    assert result.to_wire() == {"content": [{"type": "text", "text": f"Invalid arguments for shop__limited: {problem}"}],
-                                "isError": True}
+    text = f"Invalid arguments for shop__limited: {problem}"
+    assert result.to_wire() == {"content": [{"type": "text", "text": text}], "isError": True}
 
 
 def test_a_handler_that_throws_leaks_nothing(host, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
@@ -334,7 +334,7 @@ def test_modes_decide_asked_calls(mode: str, write: str, touch: str) -> None:
 
 def test_no_mode_runs_a_hidden_tool() -> None:
     host = rules_host("bypassPermissions", tools='{ deny = ["files__rm"] }')
-    with pytest.raises(toolcrib.UnknownToolError, match="^Unknown tool: files__rm$"):
+    with pytest.raises(toolcrib.UnknownToolError, match=r"^Unknown tool: files__rm$"):
         call(host, "files__rm", {"path": "x"})
 
 
@@ -426,7 +426,8 @@ class ApproveHook:
 def test_approval_hook() -> None:
     host = rules_host(plugins={"approvals": ApproveHook()})
     assert call(host, "files__touch", {"path": "t"}).text == "touched t"
-    assert call(host, "files__write", {"path": "w", "text": ""}).text == "Permission denied: writes need a ticket number"
+    denied = call(host, "files__write", {"path": "w", "text": ""})
+    assert denied.text == "Permission denied: writes need a ticket number"
 
 
 # -- audit --------------------------------------------------------------------------------------------------

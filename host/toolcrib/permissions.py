@@ -102,7 +102,9 @@ class DimensionRule:
         if pattern is not None:
             verb = "allowed" if passed else "denied"
             return f"{verb} by {self.where}.{self.kind} {pattern.text!r}"
-        return f"not matched by any pattern of {self.where}.allow" if not passed else f"not matched by {self.where}.deny"
+        if not passed:
+            return f"not matched by any pattern of {self.where}.allow"
+        return f"not matched by {self.where}.deny"
 
     def verdict(self, name: str) -> tuple[bool, str]:
         passed, pattern = self.permits(name)
