@@ -115,3 +115,27 @@ def slow_sync(seconds: float) -> str:
 
 
 MISC = Pack(fragile, vague, add, slow, slow_sync)
+
+
+@toolcrib.tool(annotations={"readOnlyHint": True})
+async def chatty(ctx: Context, steps: int = 3) -> str:
+    """Report progress and log to the client while working."""
+    for i in range(steps):
+        await ctx.report_progress(i + 1, steps, f"step {i + 1}")
+    await ctx.info("halfway there")
+    return "done"
+
+
+@toolcrib.tool(annotations={"readOnlyHint": True})
+def noisy() -> str:
+    """Print to stdout, and have a child process print too: neither may reach the wire."""
+    import os
+    import sys
+
+    print("stray output from a handler")
+    sys.stdout.flush()
+    os.system("echo stray output from a child")
+    return "quiet on the wire"
+
+
+TALK = Pack(chatty, noisy)

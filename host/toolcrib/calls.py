@@ -42,6 +42,18 @@ MAX_DEPTH = 32
 MAX_INT_BITS = 64
 _BIG = 1 << (MAX_INT_BITS - 1)
 
+class ApprovalPending(Exception):
+    """Raised by an approver that must ask out of band (MCP 2026-07-28's input-required round trip).
+
+    The pipeline lets it through before the handler runs; the front end answers "input required", and the
+    call is made again with the user's answer.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 Approver = Callable[[str, str, Mapping[str, Any], str], Awaitable[bool | None]]
 """What a front end offers for ``ask`` approvals: ``(agent, tool, arguments, message) -> True/False``, or None
 when the client cannot answer (MCP: elicitation)."""
@@ -240,6 +252,8 @@ class Pipeline:
             message = f"Agent {view.agent!r} wants to call {vt.name} (ask rule {rule!r}). Allow this call?"
             try:
                 answer = await approver(view.agent, vt.name, frozen, message)
+            except ApprovalPending:
+                raise
             except Exception:
                 log.exception("asking the client for approval failed")
                 answer = None

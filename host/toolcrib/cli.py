@@ -79,6 +79,17 @@ def _host() -> Any:
     return Host.from_config(click.get_current_context().ensure_object(State).config)
 
 
+def _serving_state() -> Any:
+    """The host to serve, and how to build it again from the same config on reload."""
+    from toolcrib.config import find_config
+    from toolcrib.host import Host
+    from toolcrib.serve.state import ServingState
+
+    path = find_config(click.get_current_context().ensure_object(State).config)
+    host = Host.from_config(path)
+    return ServingState(host, make_host=lambda: Host.from_config(path)), path
+
+
 def _echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
@@ -245,6 +256,41 @@ def _rules_json(rules: Any) -> dict[str, Any]:
 
 @main.command()
 @_common
+@click.option("--agent", help="Serve this agent over stdio.")
+@click.option("--http", "http", is_flag=True, help="Serve every agent over streamable HTTP at /agents/<name>/mcp.")
+@click.option("--host", "bind", default="127.0.0.1", show_default=True, help="Address to bind (--http).")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="Port (--http).")
+@click.option("--allow-remote", is_flag=True, help="Allow binding a non-loopback address (--http).")
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="HOST[:PORT]",
+              help="Also accept this Host header (behind a proxy); repeatable.")
+@click.option("--allowed-origin", "allowed_origins", multiple=True, metavar="ORIGIN",
+              help="Also accept this Origin header (browser clients); repeatable.")
+@click.option("--stateless", is_flag=True, help="No per-client sessions (--http), for replicas behind a balancer.")
+@click.option("--no-reload", is_flag=True, help="Do not reload when the config file changes.")
+@_guard
+def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: bool, allowed_hosts: tuple[str, ...],
+          allowed_origins: tuple[str, ...], stateless: bool, no_reload: bool) -> None:
+    """Serve over MCP: one agent on stdio (--agent NAME), or every agent over HTTP (--http)."""
+    import anyio
+
+    if http == (agent is not None):
+        raise click.UsageError("give --agent NAME (stdio) or --http (every agent), not both or neither")
+    state, path = _serving_state()
+    watch = None if no_reload or path is None else path
+    if agent is not None:
+        from toolcrib.serve.stdio import serve_stdio
+
+        anyio.run(serve_stdio, state, agent, watch)
+        return
+    from toolcrib.serve.http import HttpOptions, serve_http
+
+    options = HttpOptions(host=bind, port=port, allow_remote=allow_remote, allowed_hosts=list(allowed_hosts),
+                          allowed_origins=list(allowed_origins), stateless=stateless)
+    anyio.run(serve_http, state, options, watch)
+
+
+@main.command()
+@_common
 @click.option("--agent", required=True, help="Agent name.")
 @click.option("--args", "args_json", default="{}", metavar="JSON", help="Arguments as a JSON object.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as MCP's CallToolResult JSON.")
@@ -286,3 +332,7 @@ def _call_interactive(host: Any, agent: str, tool: str, arguments: Mapping[str, 
         return bool(await anyio.to_thread.run_sync(lambda: click.confirm(prompt, default=False, err=True)))
 
     return anyio.run(lambda: host.call(agent, tool, arguments, approver=approver))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,242 @@
+"""``toolcrib serve --http``: every agent over streamable HTTP at ``/agents/<name>/mcp``, each behind its own token.
+
+The agent is identified by its credential, never by anything the client asserts: the path names an agent, and
+the request gets in only with that agent's bearer token (compared in constant time, never logged). A missing
+or wrong token, another agent's token, a token in the query string, or a path naming no agent: all get the
+same ``401`` with ``WWW-Authenticate``, so nothing tells an outsider which agents exist. Each agent has its own
+session manager, so a session id from one agent's endpoint means nothing on another's. Host and Origin are
+checked on every endpoint (DNS-rebinding protection); request bodies are capped at ``MAX_BODY_BYTES``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import ipaddress
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import uvicorn
+from anyio.abc import TaskGroup, TaskStatus
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from toolcrib.errors import ToolcribError
+from toolcrib.serve.adapter import build_server
+from toolcrib.serve.state import ServingState
+
+log = logging.getLogger("toolcrib.serve")
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+MIN_TOKEN_LENGTH = 16
+_DUMMY = b"\0" * 32  # compared against when the path names no agent, so timing says nothing either
+
+
+class ServeError(ToolcribError):
+    exit_code = 2
+
+
+@dataclass
+class HttpOptions:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    allow_remote: bool = False
+    allowed_hosts: list[str] = field(default_factory=list)
+    allowed_origins: list[str] = field(default_factory=list)
+    stateless: bool = False
+
+    def security(self) -> TransportSecuritySettings:
+        hosts = ["127.0.0.1", "127.0.0.1:*", "localhost", "localhost:*", "[::1]", "[::1]:*"]
+        origins = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*",
+                   "http://127.0.0.1", "http://localhost", "http://[::1]"]
+        for host in self.allowed_hosts:
+            hosts += [host] if ":" in host.rsplit("]", 1)[-1] else [host, f"{host}:*"]
+        origins += self.allowed_origins
+        return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts,
+                                         allowed_origins=origins)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class _Endpoint:
+    agent: str
+    token: bytes
+    manager: StreamableHTTPSessionManager
+    app: StreamableHTTPASGIApp
+    stop: anyio.CancelScope | None = None
+
+
+class HttpApp:
+    """The ASGI app: routing, authentication, and one SDK session manager per served agent."""
+
+    def __init__(self, state: ServingState, options: HttpOptions, env: dict[str, str] | None = None) -> None:
+        self.state = state
+        self.options = options
+        self._env = env
+        self.endpoints: dict[str, _Endpoint] = {}
+        self._tg: TaskGroup | None = None
+        # An object (not a method) as the endpoint: Starlette then routes every HTTP method to it as raw ASGI.
+        self.app = Starlette(routes=[Route("/agents/{agent}/mcp", endpoint=_Asgi(self._agent_endpoint))],
+                             lifespan=self._lifespan)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+    # -- which agents are served -----------------------------------------------------------------------------
+
+    def tokens(self) -> dict[str, bytes]:
+        """Each agent's token from its ``token_env``; agents without one are not served (and are told so)."""
+        env = os.environ if self._env is None else self._env
+        found = {}
+        for name in self.state.host.agents:
+            variable = self.state.host.loaded.config.agents[name].token_env
+            value = env.get(variable, "") if variable else ""
+            if not value:
+                why = "it has no token_env" if not variable else f"${variable} is not set"
+                log.warning("agent %r is not served over HTTP: %s", name, why)
+                continue
+            if len(value) < MIN_TOKEN_LENGTH:
+                log.warning("agent %r: its token is shorter than %d characters; use a long random one",
+                            name, MIN_TOKEN_LENGTH)
+            found[name] = value.encode()
+        duplicates = {a for a in found for b in found if a != b and hmac.compare_digest(found[a], found[b])}
+        for name in sorted(duplicates):
+            log.error("agent %r is not served over HTTP: another agent has the same token", name)
+            del found[name]
+        return found
+
+    async def sync(self) -> None:
+        """Start endpoints for agents that gained a token, stop those that lost theirs (start-up and reload)."""
+        assert self._tg is not None
+        wanted = self.tokens()
+        for name in list(self.endpoints):
+            endpoint = self.endpoints[name]
+            if name not in wanted:
+                del self.endpoints[name]
+                if endpoint.stop is not None:
+                    endpoint.stop.cancel()
+            elif not hmac.compare_digest(endpoint.token, wanted[name]):
+                endpoint.token = wanted[name]
+        for name, token in wanted.items():
+            if name not in self.endpoints:
+                manager = StreamableHTTPSessionManager(
+                    app=build_server(self.state, name),
+                    stateless=self.options.stateless,
+                    security_settings=self.options.security(),
+                    max_request_body_size=MAX_BODY_BYTES,
+                )
+                endpoint = _Endpoint(name, token, manager, StreamableHTTPASGIApp(manager))
+                endpoint.stop = await self._tg.start(self._run_manager, manager)
+                self.endpoints[name] = endpoint
+
+    @staticmethod
+    async def _run_manager(manager: StreamableHTTPSessionManager,
+                           task_status: TaskStatus[anyio.CancelScope]) -> None:
+        with anyio.CancelScope() as scope:
+            async with manager.run():
+                task_status.started(scope)
+                await anyio.sleep_forever()
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Any) -> AsyncIterator[None]:
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            await self.sync()
+            self.state.on_reload.append(self.sync)
+            yield
+            self.state.on_reload.remove(self.sync)
+            tg.cancel_scope.cancel()
+
+    # -- one request --------------------------------------------------------------------------------------------
+
+    async def _agent_endpoint(self, scope: Scope, receive: Receive, send: Send) -> None:
+        agent = scope["path_params"]["agent"]
+        endpoint = self.endpoints.get(agent)
+        headers = {k.lower(): v for k, v in ((k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"])}
+        supplied = _bearer(headers.get("authorization", ""))
+        query = scope.get("query_string", b"").decode("latin-1")
+        if _token_in_query(query):
+            await _unauthorized("invalid_request", "tokens are accepted only in the Authorization header")(
+                scope, receive, send)
+            return
+        expected = endpoint.token if endpoint is not None else _DUMMY
+        if supplied is None:
+            await _unauthorized(None, "this endpoint needs Authorization: Bearer <the agent's token>")(
+                scope, receive, send)
+            return
+        if not hmac.compare_digest(supplied.encode("latin-1"), expected) or endpoint is None:
+            await _unauthorized("invalid_token", "the token is not valid for this endpoint")(scope, receive, send)
+            return
+        await endpoint.app(scope, receive, send)
+
+
+class _Asgi:
+    def __init__(self, handler: Any) -> None:
+        self._handler = handler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._handler(scope, receive, send)
+
+
+def _bearer(value: str) -> str | None:
+    scheme, _, token = value.partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+def _token_in_query(query: str) -> bool:
+    keys = {part.partition("=")[0].lower() for part in query.split("&") if part}
+    return bool(keys & {"access_token", "token", "auth", "authorization", "bearer"})
+
+
+def _unauthorized(error: str | None, description: str) -> Response:
+    challenge = 'Bearer realm="toolcrib"'
+    if error is not None:
+        challenge += f', error="{error}", error_description="{description}"'
+    body = {"error": error or "unauthorized", "error_description": description}
+    return JSONResponse(body, status_code=401, headers={"WWW-Authenticate": challenge})
+
+
+async def serve_http(state: ServingState, options: HttpOptions, watch: Path | None = None) -> None:
+    """Run the HTTP server until interrupted; with ``watch``, reload the config when it changes."""
+    if not is_loopback(options.host) and not options.allow_remote:
+        raise ServeError(f"refusing to listen on {options.host}: every agent's endpoint would be reachable from the "
+                         "network; pass --allow-remote to do it on purpose (tokens are still required; add "
+                         "--allowed-host for the name clients use)")
+    app = HttpApp(state, options)
+    config = uvicorn.Config(app, host=options.host, port=options.port, log_level="warning", lifespan="on",
+                            server_header=False)
+    server = uvicorn.Server(config)
+
+    async def announce() -> None:
+        while not server.started:
+            await anyio.sleep(0.02)
+        port = server.servers[0].sockets[0].getsockname()[1] if server.servers else options.port
+        agents = ", ".join(sorted(app.endpoints)) or "none (no agent has a token)"
+        print(f"toolcrib: serving over HTTP at http://{options.host}:{port}/agents/<name>/mcp; agents: {agents}",
+              file=sys.stderr, flush=True)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(announce)
+        if watch is not None:
+            tg.start_soon(state.watch, watch)
+        await server.serve()
+        tg.cancel_scope.cancel()

@@ -1,0 +1,137 @@
+"""The host being served, swapped whole on reload, and who to tell when an agent's tool list changes."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+
+from toolcrib.errors import ConfigError
+from toolcrib.host import Host
+from toolcrib.view import AgentView
+
+log = logging.getLogger("toolcrib.serve")
+
+MAX_SESSIONS = 1024
+
+
+class ServingState:
+    """The current ``Host`` for every front end. ``reload`` builds a new host from the config file and swaps it
+    in only if it loads; the old one keeps serving otherwise. Views are immutable, so a call that started under
+    the old host finishes under it."""
+
+    def __init__(self, host: Host, make_host: Callable[[], Host] | None = None) -> None:
+        self.host = host
+        self._make_host = make_host
+        self._buses: dict[str, InMemorySubscriptionBus] = {}
+        self._listeners: dict[str, ListenHandler] = {}
+        self._sessions: dict[str, OrderedDict[int, Any]] = {}
+        self.reloads = 0
+        self.on_reload: list[Callable[[], Awaitable[None]]] = []  # front ends that must follow (new agents, tokens)
+
+    def view(self, agent: str) -> AgentView:
+        return self.host.view(agent)
+
+    # -- who is listening --------------------------------------------------------------------------------
+
+    def listener(self, agent: str) -> ListenHandler:
+        """The ``subscriptions/listen`` handler of one agent (2026-07-28 clients)."""
+        if agent not in self._listeners:
+            self._buses[agent] = InMemorySubscriptionBus()
+            self._listeners[agent] = ListenHandler(self._buses[agent])
+        return self._listeners[agent]
+
+    def remember_session(self, agent: str, session: Any) -> None:
+        """Keep a handshake-era session, to push ``notifications/tools/list_changed`` to its connection.
+
+        The SDK hands each request its own session object over one connection; one is kept per connection
+        (the newest), at most ``MAX_SESSIONS`` per agent, and those that fail to take a notification are dropped.
+        """
+        sessions = self._sessions.setdefault(agent, OrderedDict())
+        key = id(getattr(session, "_connection", session))
+        sessions.pop(key, None)
+        sessions[key] = session
+        while len(sessions) > MAX_SESSIONS:
+            sessions.popitem(last=False)
+
+    async def notify_changed(self, agent: str) -> None:
+        bus = self._buses.get(agent)
+        if bus is not None:
+            await bus.publish(ToolsListChanged())
+        sessions = self._sessions.get(agent, OrderedDict())
+        for key, session in list(sessions.items()):
+            try:
+                with anyio.fail_after(5):
+                    await session.send_tool_list_changed()
+            except Exception:  # a closed connection: nothing to tell, ever again
+                sessions.pop(key, None)
+                log.debug("could not notify a session of agent %r", agent, exc_info=True)
+
+    # -- reload --------------------------------------------------------------------------------------------
+
+    async def reload(self) -> bool:
+        """Load the config again; on success swap hosts and notify agents whose list changed."""
+        if self._make_host is None:
+            return False
+        try:
+            new = await anyio.to_thread.run_sync(self._make_host)
+        except ConfigError as exc:
+            log.error("reload rejected, still serving the previous config:\n%s", exc)
+            return False
+        except Exception:
+            log.exception("reload failed, still serving the previous config")
+            return False
+        problems = [p for p in new.problems() if p.severity == "error"]
+        for problem in problems:
+            log.warning("after reload: %s", problem)
+        old, self.host = self.host, new
+        self.reloads += 1
+        for follow in list(self.on_reload):
+            await follow()
+        changed = []
+        for agent in sorted(set(old.agents) | set(new.agents)):
+            before = old.view(agent).mcp_tools if agent in old.rules else None
+            after = new.view(agent).mcp_tools if agent in new.rules else None
+            if before != after:
+                changed.append(agent)
+                await self.notify_changed(agent)
+        log.info("reloaded the config; agents whose tools changed: %s", ", ".join(changed) or "none")
+        old.close()
+        return True
+
+    async def watch(self, path: Path, interval: float = 1.0) -> None:
+        """Reload when the config file changes (polled: no extra dependency) or on SIGHUP."""
+
+        def stamp() -> tuple[int, int] | None:
+            try:
+                st = os.stat(path)
+            except OSError:
+                return None
+            return st.st_mtime_ns, st.st_size
+
+        last = stamp()
+        async with anyio.create_task_group() as tg:
+            if hasattr(signal, "SIGHUP"):
+                tg.start_soon(self._on_sighup)
+            while True:
+                await anyio.sleep(interval)
+                current = stamp()
+                if current is not None and current != last:
+                    last = current
+                    await self.reload()
+
+    async def _on_sighup(self) -> None:
+        try:
+            with anyio.open_signal_receiver(signal.SIGHUP) as signals:
+                async for _ in signals:
+                    await self.reload()
+        except NotImplementedError:  # pragma: no cover - platforms without signal handling in the loop
+            return

@@ -1,0 +1,151 @@
+"""``toolcrib serve --agent NAME``: one agent over stdio. Nothing but protocol ever reaches stdout.
+
+The transport is toolcrib's own rather than the SDK's ``stdio_server`` for two things the SDK does not do: a
+line that is not JSON-RPC gets a JSON-RPC error (-32700 parse error, -32600 invalid request) and the session
+goes on, and a line longer than ``MAX_LINE_BYTES`` is refused without being held in memory. Like the SDK's,
+it points fd 0 at the null device and fd 1 at stderr while serving, so a handler's stray ``print`` (or a
+child process's output) cannot corrupt the wire.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import anyio
+import anyio.to_thread
+import mcp_types as types
+from mcp.server import NotificationOptions
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
+
+from toolcrib.serve.adapter import build_server
+from toolcrib.serve.state import ServingState
+
+log = logging.getLogger("toolcrib.serve")
+
+MAX_LINE_BYTES = 4 * 1024 * 1024  # the same cap the SDK puts on an HTTP request body
+
+
+async def serve_stdio(state: ServingState, agent: str, watch: Path | None = None) -> None:
+    """Serve ``agent`` on this process's stdin/stdout until the client closes stdin.
+
+    With ``watch``, the config file is reloaded when it changes (and on SIGHUP).
+    """
+    state.view(agent)  # an unknown agent fails here, before any protocol
+    server = build_server(state, agent)
+    options = server.create_initialization_options(NotificationOptions(tools_changed=True))
+    async with stdio_transport() as (read_stream, write_stream), anyio.create_task_group() as tg:
+        if watch is not None:
+            tg.start_soon(state.watch, watch)
+        await server.run(read_stream, write_stream, options)
+        tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def stdio_transport(
+    stdin: BinaryIO | None = None, stdout: BinaryIO | None = None
+) -> AsyncIterator[tuple[Any, Any]]:
+    """Message streams over stdin/stdout (or the given binary files, which are then not diverted)."""
+    restore = None
+    if stdin is None or stdout is None:
+        stdin, stdout, restore = _claim_std_fds()
+    to_server_send, to_server = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+    from_server, from_server_receive = anyio.create_memory_object_stream[SessionMessage](16)
+    write_lock = anyio.Lock()
+
+    async def write(message: types.JSONRPCMessage) -> None:
+        data = message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
+        async with write_lock:
+            await anyio.to_thread.run_sync(_write_all, stdout, data)
+
+    async def reader() -> None:
+        async with to_server_send:
+            while True:
+                line = await anyio.to_thread.run_sync(stdin.readline, MAX_LINE_BYTES + 1, abandon_on_cancel=True)
+                if not line:
+                    return
+                if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+                    await anyio.to_thread.run_sync(_skip_line, stdin)
+                    await write(_error(None, types.INVALID_REQUEST,
+                                       f"Request too large: a message may be at most {MAX_LINE_BYTES} bytes"))
+                    continue
+                if not line.strip():
+                    continue
+                try:
+                    message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                except ValidationError as exc:
+                    await write(_invalid(line, exc))
+                    continue
+                await to_server_send.send(SessionMessage(message))
+
+    async def writer() -> None:
+        async with from_server_receive:
+            async for session_message in from_server_receive:
+                await write(session_message.message)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader)
+            tg.start_soon(writer)
+            async with from_server:
+                yield to_server, from_server
+            tg.cancel_scope.cancel()
+    finally:
+        if restore is not None:
+            restore()
+
+
+def _invalid(line: bytes, exc: ValidationError) -> types.JSONRPCError:
+    if any(err["type"] == "json_invalid" for err in exc.errors()):
+        return _error(None, types.PARSE_ERROR, "Parse error: the line is not valid JSON")
+    request_id = None
+    try:
+        raw = json.loads(line)
+        if isinstance(raw, dict) and isinstance(raw.get("id"), str | int) and not isinstance(raw.get("id"), bool):
+            request_id = raw["id"]
+        if isinstance(raw, list):
+            return _error(None, types.INVALID_REQUEST, "Invalid request: JSON-RPC batches are not supported")
+    except ValueError:
+        pass
+    return _error(request_id, types.INVALID_REQUEST, "Invalid request: not a JSON-RPC 2.0 message")
+
+
+def _error(request_id: Any, code: int, message: str) -> types.JSONRPCError:
+    return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=message))
+
+
+def _write_all(stream: BinaryIO, data: bytes) -> None:
+    stream.write(data)
+    stream.flush()
+
+
+def _skip_line(stream: BinaryIO) -> None:
+    while True:
+        chunk = stream.readline(MAX_LINE_BYTES)
+        if not chunk or chunk.endswith(b"\n"):
+            return
+
+
+def _claim_std_fds() -> tuple[BinaryIO, BinaryIO, Any]:
+    """Private duplicates of fd 0/1 for the wire; fd 0 -> /dev/null and fd 1 -> stderr while serving."""
+    sys.stdout.flush()
+    wire_in = os.dup(0)
+    wire_out = os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+
+    def restore() -> None:
+        sys.stdout.flush()
+        os.dup2(wire_in, 0)
+        os.dup2(wire_out, 1)
+
+    return os.fdopen(wire_in, "rb"), os.fdopen(wire_out, "wb"), restore

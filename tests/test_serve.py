@@ -1,0 +1,485 @@
+"""Serving over MCP, through real clients only: the SDK's Client in-process (both eras), over a stdio subprocess,
+and over HTTP to a server subprocess on a loopback port."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import httpx2
+import mcp_types as types
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from conftest import make_host
+from packs import FILES, MISC, TALK
+from toolcrib.serve.adapter import build_server
+from toolcrib.serve.state import ServingState
+
+TESTS = Path(__file__).parent
+PACKS_ENV = "files=packs:FILES,misc=packs:MISC,talk=packs:TALK"
+
+CONFIG = """
+[agents.reader]
+mode = "plan"
+token_env = "TOK_READER"
+[agents.reader.permissions]
+plugins = { allow = ["*"] }
+tools = { allow = ["*"] }
+
+[agents.writer]
+token_env = "TOK_WRITER"
+[agents.writer.permissions]
+plugins = { allow = ["files", "talk"] }
+tools = { deny = ["files__rm"] }
+ask = ["files__write"]
+
+[agents.silent]
+"""
+
+READER = ["files__read", "misc__add", "talk__chatty", "talk__noisy"]
+WRITER = ["files__read", "files__touch", "files__write", "talk__chatty", "talk__noisy"]
+MODES = ["auto", "legacy"]
+
+
+def state() -> ServingState:
+    return ServingState(make_host(CONFIG, {"files": FILES, "misc": MISC, "talk": TALK}))
+
+
+def names(result: types.ListToolsResult) -> list[str]:
+    return [t.name for t in result.tools]
+
+
+async def unknown(client: Client, name: str) -> tuple[int, str]:
+    with pytest.raises(MCPError) as info:
+        await client.call_tool(name, {"path": "x"})
+    return info.value.error.code, info.value.error.message
+
+
+# -- in-process, both eras --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_each_agent_lists_its_own_view(mode: str) -> None:
+    s = state()
+
+    async def main() -> None:
+        for agent, expected in (("reader", READER), ("writer", WRITER), ("silent", [])):
+            async with Client(build_server(s, agent), mode=mode, cache=None) as client:
+                assert names(await client.list_tools()) == expected
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tools_list_wire_shape(mode: str) -> None:
+    async def main() -> None:
+        async with Client(build_server(state(), "reader"), mode=mode, cache=None) as client:
+            tool = (await client.list_tools()).tools[0]
+            assert tool.model_dump(by_alias=True, exclude_none=True) == {
+                "name": "files__read",
+                "description": "Read a file.",
+                "inputSchema": {"additionalProperties": False, "properties": {"path": {
+                    "description": "File to read", "type": "string"}}, "required": ["path"], "type": "object"},
+                "annotations": {"readOnlyHint": True},
+            }
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_hidden_equals_unknown_at_protocol_level(mode: str) -> None:
+    async def main() -> None:
+        async with Client(build_server(state(), "writer"), mode=mode, cache=None) as client:
+            assert await unknown(client, "files__rm") == (-32602, "Unknown tool: files__rm")  # installed, denied
+            assert await unknown(client, "misc__add") == (-32602, "Unknown tool: misc__add")  # pack not allowed
+            assert await unknown(client, "zz__rm") == (-32602, "Unknown tool: zz__rm")  # does not exist
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_results_and_errors(mode: str) -> None:
+    async def main() -> None:
+        async with Client(build_server(state(), "reader"), mode=mode, cache=None) as client:
+            ok = await client.call_tool("misc__add", {"a": 2, "b": 40})
+            assert (ok.is_error, ok.content[0].text) == (False, "42")  # type: ignore[union-attr]
+            bad = await client.call_tool("misc__add", {"a": 2})
+            assert bad.is_error
+            assert bad.content[0].text == "Invalid arguments for misc__add:\n- b: required argument is missing"  # type: ignore[union-attr]
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize(("mode", "answer"), [(m, a) for m in MODES for a in ("accept", "decline")])
+def test_elicitation_approves_or_declines(mode: str, answer: str) -> None:
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: Any) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action=answer, content={})  # type: ignore[arg-type]
+
+    async def main() -> None:
+        async with Client(build_server(state(), "writer"), mode=mode, cache=None,
+                          elicitation_callback=elicit) as client:
+            result = await client.call_tool("files__write", {"path": "a.txt", "text": "hi"})
+            if answer == "accept":
+                assert (result.is_error, result.content[0].text) == (False, "wrote 2 characters to a.txt")  # type: ignore[union-attr]
+            else:
+                assert result.content[0].text == ("Permission denied: files__write needs approval (ask rule "  # type: ignore[union-attr]
+                                                  "'files__write'), and the user declined.")
+        assert asked == ["Agent 'writer' wants to call files__write (ask rule 'files__write'). Allow this call?"]
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_client_without_elicitation_gets_the_denial(mode: str) -> None:
+    async def main() -> None:
+        async with Client(build_server(state(), "writer"), mode=mode, cache=None) as client:
+            result = await client.call_tool("files__write", {"path": "a.txt", "text": "hi"})
+            assert result.is_error
+            assert result.content[0].text.endswith("no approver could answer (the client does not support "  # type: ignore[union-attr]
+                                                   "elicitation and no approval hook decided).")
+
+    anyio.run(main)
+
+
+def test_modern_approval_is_sealed_to_the_call() -> None:
+    """A 2026-era answer carried over to a different call approves nothing."""
+
+    async def main() -> None:
+        async with Client(build_server(state(), "writer"), cache=None,
+                          elicitation_callback=lambda c, p: _accept()) as client:
+            first = await client.session.call_tool("files__write", {"path": "a", "text": "x"},
+                                                   allow_input_required=True)
+            assert isinstance(first, types.InputRequiredResult)
+            responses = {"toolcrib_approval": types.ElicitResult(action="accept", content={})}
+            other = await client.session.call_tool("files__write", {"path": "/etc/passwd", "text": "x"},
+                                                   input_responses=responses, request_state=first.request_state)
+            assert other.is_error  # type: ignore[union-attr]
+            assert "the user declined" in other.content[0].text  # type: ignore[union-attr]
+            same = await client.session.call_tool("files__write", {"path": "a", "text": "x"},
+                                                  input_responses=responses, request_state=first.request_state)
+            assert same.content[0].text == "wrote 1 characters to a"  # type: ignore[union-attr]
+
+    anyio.run(main)
+
+
+async def _accept() -> types.ElicitResult:
+    return types.ElicitResult(action="accept", content={})
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_progress_and_logging_reach_the_client(mode: str) -> None:
+    progress: list[tuple[float, float | None, str | None]] = []
+    logs: list[str] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append((value, total, message))
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        logs.append(params.data)
+
+    async def main() -> None:
+        async with Client(build_server(state(), "reader"), mode=mode, cache=None, logging_callback=on_log,
+                          log_level="info") as client:
+            result = await client.call_tool("talk__chatty", {"steps": 2}, progress_callback=on_progress)
+            assert result.content[0].text == "done"  # type: ignore[union-attr]
+
+    anyio.run(main)
+    assert progress == [(1, 2, "step 1"), (2, 2, "step 2")]
+    assert logs == ["halfway there"]
+
+
+def test_reload_notifies_legacy_sessions_and_modern_listeners(tmp_path: Path) -> None:
+    config = tmp_path / "toolcrib.toml"
+    config.write_text(CONFIG)
+    plugins = {"files": FILES, "misc": MISC, "talk": TALK}
+    from toolcrib.config import load_config
+    from toolcrib.host import Host
+
+    def make() -> Host:
+        return Host(load_config(config, {}), plugins=plugins, autoload=False, env={})
+
+    s = ServingState(make(), make_host=make)
+    notes: list[str] = []
+
+    async def handler(message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            notes.append("legacy")
+
+    async def main() -> None:
+        async with Client(build_server(s, "reader"), mode="legacy", cache=None, message_handler=handler) as legacy, \
+                Client(build_server(s, "reader"), cache=None) as modern:
+            assert names(await legacy.list_tools()) == READER
+            async with modern.listen(tools_list_changed=True) as events:
+                config.write_text(CONFIG.replace('tools = { allow = ["*"] }', 'tools = { allow = ["misc__*"] }', 1))
+                assert await s.reload() is True
+                with anyio.fail_after(5):
+                    async for event in events:
+                        notes.append(type(event).__name__)
+                        break
+            assert names(await legacy.list_tools()) == ["misc__add"]
+            assert names(await modern.list_tools()) == ["misc__add"]
+            config.write_text(CONFIG + "\n[agents.broken]\nmode = 'yolo'\n")
+            assert await s.reload() is False  # rejected: the old config keeps serving
+            assert names(await legacy.list_tools()) == ["misc__add"]
+
+    anyio.run(main)
+    assert "ToolsListChanged" in notes and "legacy" in notes
+
+
+# -- stdio subprocess -----------------------------------------------------------------------------------------
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLCRIB_")}
+    env.update({"TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD": "1", "TOOLCRIB_PLUGINS": PACKS_ENV,
+                "PYTHONPATH": str(TESTS) + os.pathsep + env.get("PYTHONPATH", "")})
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "toolcrib.toml"
+    path.write_text(CONFIG)
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_stdio_serves_one_agent_and_keeps_the_wire_clean(config_file: Path, mode: str) -> None:
+    params = StdioServerParameters(command=sys.executable, args=["-m", "toolcrib.cli", "serve", "--agent", "reader",
+                                                                 "--config", str(config_file)],
+                                   env=subprocess_env())
+
+    async def main() -> None:
+        async with Client(params, mode=mode, cache=None) as client:
+            assert names(await client.list_tools()) == READER
+            noisy = await client.call_tool("talk__noisy", {})
+            assert noisy.content[0].text == "quiet on the wire"  # type: ignore[union-attr]
+            assert (await client.call_tool("misc__add", {"a": 1, "b": 2})).content[0].text == "3"  # type: ignore[union-attr]
+            assert await unknown(client, "files__write") == (-32602, "Unknown tool: files__write")
+
+    anyio.run(main)
+
+
+@pytest.mark.slow
+def test_stdio_answers_malformed_lines_and_survives(config_file: Path) -> None:
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+        "this is not json",
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        [1, 2],
+        {"jsonrpc": "2.0", "id": 7, "method": 7},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "misc__add", "arguments": {"a": 1,
+                                                                                                          "b": 1}}},
+    ]
+    text = "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines)
+    proc = subprocess.run([sys.executable, "-m", "toolcrib.cli", "serve", "--agent", "reader", "--config",
+                           str(config_file)], input=text, capture_output=True, text=True, env=subprocess_env(),
+                          timeout=60)
+    replies = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r.get("id") for r in replies] == [1, None, None, 7, 2]
+    assert replies[1]["error"] == {"code": -32700, "message": "Parse error: the line is not valid JSON"}
+    assert replies[2]["error"] == {"code": -32600, "message": "Invalid request: JSON-RPC batches are not supported"}
+    assert replies[3]["error"] == {"code": -32600, "message": "Invalid request: not a JSON-RPC 2.0 message"}
+    assert replies[4]["result"]["content"] == [{"type": "text", "text": "2"}]
+    assert proc.returncode == 0
+
+
+def test_stdio_unknown_agent_is_a_clear_error(config_file: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "toolcrib.cli", "serve", "--agent", "ghost", "--config",
+                           str(config_file)], capture_output=True, text=True, env=subprocess_env(), timeout=60)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == "error: unknown agent 'ghost' (configured agents: reader, silent, writer)\n"
+
+
+# -- HTTP subprocess --------------------------------------------------------------------------------------------
+
+TOKENS = {"TOK_READER": "reader-token-0123456789", "TOK_WRITER": "writer-token-0123456789"}
+
+
+def start_http(config_file: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str, Path]:
+    """Start ``toolcrib serve --http`` on a free port; its stderr goes to a file (a pipe nobody drains could
+    fill up and stall the server)."""
+    log = config_file.parent / f"serve-{time.monotonic_ns()}.log"
+    with log.open("wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "toolcrib.cli", "serve", "--http", "--port", "0",
+                                 "--config", str(config_file), *extra], stderr=err, env=subprocess_env(**TOKENS))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        text = log.read_text()
+        match = re.search(r"at (http://127\.0\.0\.1:\d+)/agents/<name>/mcp", text)
+        if match:
+            assert "agent 'silent' is not served over HTTP: it has no token_env" in text
+            return proc, match.group(1), log
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError(log.read_text())
+
+
+def wait_for(log: Path, text: str) -> None:
+    deadline = time.monotonic() + 60
+    while text not in log.read_text():
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def http_server(config_file: Path) -> Iterator[tuple[str, Path, Path]]:
+    proc, base, log = start_http(config_file)
+    try:
+        yield base, config_file, log
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+async def http_client(url: str, token: str | None, mode: str = "auto", **kwargs: Any) -> Any:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    http = httpx2.AsyncClient(headers=headers, timeout=30)
+    return http, Client(streamable_http_client(url, http_client=http), mode=mode, cache=None, **kwargs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_http_each_token_sees_its_agent(http_server: tuple[str, Path, Path], mode: str) -> None:
+    base, _, _ = http_server
+
+    async def main() -> None:
+        for agent, token, expected in (("reader", TOKENS["TOK_READER"], READER),
+                                       ("writer", TOKENS["TOK_WRITER"], WRITER)):
+            http, client = await http_client(f"{base}/agents/{agent}/mcp", token, mode)
+            async with http, client:
+                assert names(await client.list_tools()) == expected
+                assert await unknown(client, "files__rm") == (-32602, "Unknown tool: files__rm")
+        http, client = await http_client(f"{base}/agents/reader/mcp", TOKENS["TOK_READER"], mode)
+        async with http, client:
+            assert (await client.call_tool("misc__add", {"a": 20, "b": 22})).content[0].text == "42"
+
+    anyio.run(main)
+
+
+@pytest.mark.slow
+def test_http_refuses_every_bad_credential_alike(http_server: tuple[str, Path, Path]) -> None:
+    base, _, _ = http_server
+    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    cases = {
+        "no token": ("/agents/reader/mcp", {}),
+        "wrong token": ("/agents/reader/mcp", {"Authorization": "Bearer nope"}),
+        "other agent's token": ("/agents/reader/mcp", {"Authorization": f"Bearer {TOKENS['TOK_WRITER']}"}),
+        "unknown agent": ("/agents/ghost/mcp", {"Authorization": f"Bearer {TOKENS['TOK_READER']}"}),
+        "agent without token": ("/agents/silent/mcp", {"Authorization": "Bearer x"}),
+        "token in query": (f"/agents/reader/mcp?access_token={TOKENS['TOK_READER']}", {}),
+        "basic auth": ("/agents/reader/mcp", {"Authorization": "Basic cmVhZGVyOng="}),
+    }
+    with httpx2.Client(base_url=base, timeout=30) as http:
+        for case, (path, extra) in cases.items():
+            response = http.post(path, json=body, headers={**headers, **extra})
+            assert response.status_code == 401, case
+            assert response.headers["www-authenticate"].startswith('Bearer realm="toolcrib"'), case
+            assert TOKENS["TOK_READER"] not in response.text and "reader" not in response.text, case
+        wrong = http.post("/agents/reader/mcp", json=body, headers={**headers, "Authorization": "Bearer nope"})
+        ghost = http.post("/agents/ghost/mcp", json=body, headers={**headers, "Authorization": "Bearer nope"})
+        assert (wrong.text, wrong.headers["www-authenticate"]) == (ghost.text, ghost.headers["www-authenticate"])
+        auth = {"Authorization": f"Bearer {TOKENS['TOK_READER']}"}
+        origin = http.post("/agents/reader/mcp", json=body, headers={**headers, **auth,
+                                                                      "Origin": "http://evil.example"})
+        assert origin.status_code == 403
+        rebound = http.post("/agents/reader/mcp", json=body, headers={**headers, **auth,
+                                                                       "Host": "attacker.example:8000"})
+        assert rebound.status_code == 421
+        big = http.post("/agents/reader/mcp", content=b"x" * (4 * 1024 * 1024 + 1), headers={**headers, **auth})
+        assert big.status_code == 413
+
+
+@pytest.mark.slow
+def test_http_session_of_one_agent_is_nothing_on_another(http_server: tuple[str, Path, Path]) -> None:
+    base, _, _ = http_server
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    with httpx2.Client(base_url=base, timeout=30) as http:
+        reader = http.post("/agents/reader/mcp", json=init,
+                           headers={**headers, "Authorization": f"Bearer {TOKENS['TOK_READER']}"})
+        session = reader.headers["mcp-session-id"]
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        replay = http.post("/agents/writer/mcp", json=listing, headers={
+            **headers, "Authorization": f"Bearer {TOKENS['TOK_WRITER']}", "mcp-session-id": session,
+            "mcp-protocol-version": "2025-11-25"})
+        assert replay.status_code == 404
+
+
+@pytest.mark.slow
+def test_http_binding_beyond_loopback_needs_a_flag(config_file: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "toolcrib.cli", "serve", "--http", "--host", "0.0.0.0", "--port",
+                           "0", "--config", str(config_file)], capture_output=True, text=True,
+                          env=subprocess_env(**TOKENS), timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: refusing to listen on 0.0.0.0: every agent's endpoint would be reachable "
+                                  "from the network; pass --allow-remote")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_http_stateless(config_file: Path, mode: str) -> None:
+    proc, base, _ = start_http(config_file, "--stateless")
+    try:
+        async def main() -> None:
+            http, client = await http_client(f"{base}/agents/writer/mcp", TOKENS["TOK_WRITER"], mode)
+            async with http, client:
+                assert names(await client.list_tools()) == WRITER
+                result = await client.call_tool("files__read", {"path": "x"})
+                assert result.content[0].text == "contents of x"  # type: ignore[union-attr]
+
+        anyio.run(main)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+@pytest.mark.slow
+def test_http_reload_good_then_bad_config_while_a_session_is_open(http_server: tuple[str, Path, Path]) -> None:
+    base, config_file, log = http_server
+    changed: list[str] = []
+
+    async def handler(message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            changed.append("tools")
+
+    async def main() -> None:
+        http, client = await http_client(f"{base}/agents/reader/mcp", TOKENS["TOK_READER"], "legacy",
+                                         message_handler=handler)
+        async with http, client:
+            assert names(await client.list_tools()) == READER
+            config_file.write_text(CONFIG.replace('tools = { allow = ["*"] }', 'tools = { allow = ["misc__*"] }', 1))
+            with anyio.fail_after(30):
+                while names(await client.list_tools()) != ["misc__add"]:
+                    await anyio.sleep(0.2)
+            with anyio.fail_after(30):
+                while not changed:
+                    await anyio.sleep(0.1)
+            config_file.write_text("[agents.reader]\nmode = 'yolo'\n")
+            await anyio.to_thread.run_sync(wait_for, log, "reload rejected, still serving the previous config")
+            assert log.read_text().count("agents.reader.mode: expected one of") == 1
+            assert names(await client.list_tools()) == ["misc__add"]
+            assert (await client.call_tool("misc__add", {"a": 1, "b": 1})).content[0].text == "2"  # type: ignore[union-attr]
+
+    anyio.run(main)
