@@ -1,0 +1,75 @@
+"""The official MCP Inspector CLI (@modelcontextprotocol/inspector, from the npm registry) as an independent
+client of ``toolcrib serve``, over stdio and over HTTP with a bearer token."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_serve import CONFIG, TESTS, TOKENS, start_http, subprocess_env
+
+VERSION = "2.12.0"
+CACHE = TESTS / ".inspector"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def inspector() -> Path:
+    if shutil.which("npm") is None:
+        pytest.skip("npm is not installed: the Inspector CLI needs Node.js")
+    binary = CACHE / "node_modules" / ".bin" / "mcp-inspector"
+    if not binary.exists():
+        CACHE.mkdir(exist_ok=True)
+        subprocess.run(["npm", "install", "--prefix", str(CACHE), f"@modelcontextprotocol/inspector@{VERSION}",
+                        "--no-audit", "--no-fund", "--loglevel=error"], check=True, timeout=600)
+    return binary
+
+
+def run(inspector: Path, *args: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+    proc = subprocess.run([str(inspector), "--cli", *args, "--format", "json", "-q"], capture_output=True,
+                          text=True, timeout=120)
+    return proc.returncode, json.loads(proc.stdout or proc.stderr)
+
+
+def test_inspector_over_stdio(inspector: Path, tmp_path: Path) -> None:
+    config = tmp_path / "toolcrib.toml"
+    config.write_text(CONFIG)
+    env = subprocess_env(TOOLCRIB_CONFIG=str(config))
+    flags = []
+    for key in ("TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD", "TOOLCRIB_PLUGINS", "PYTHONPATH", "TOOLCRIB_CONFIG"):
+        flags += ["-e", f"{key}={env[key]}"]
+    server = [sys.executable, "-m", "toolcrib.cli", "serve", "--agent", "reader"]
+    code, listed = run(inspector, *flags, *server, "--method", "tools/list")
+    assert code == 0
+    assert [t["name"] for t in listed["result"]["tools"]] == ["files__read", "misc__add", "talk__chatty",
+                                                                 "talk__noisy"]
+    code, called = run(inspector, *flags, *server, "--method", "tools/call", "--tool-name", "misc__add",
+                       "--tool-arg", "a=2", "b=40")
+    assert (code, called) == (0, {"result": {"content": [{"type": "text", "text": "42"}], "isError": False}})
+    code, hidden = run(inspector, *flags, *server, "--method", "tools/call", "--tool-name", "files__write",
+                       "--tool-arg", "path=x", "text=y")
+    assert code != 0
+    assert hidden["error"]["message"] == "Tool 'files__write' not found on server."
+
+
+def test_inspector_over_http_with_a_token(inspector: Path, tmp_path: Path) -> None:
+    config = tmp_path / "toolcrib.toml"
+    config.write_text(CONFIG)
+    proc, base, _ = start_http(config)
+    try:
+        for era in ("legacy", "modern"):
+            code, listed = run(inspector, f"{base}/agents/writer/mcp", "--header",
+                               f"Authorization: Bearer {TOKENS['TOK_WRITER']}", "--protocol-era", era,
+                               "--method", "tools/list")
+            assert code == 0, listed
+            assert [t["name"] for t in listed["result"]["tools"]] == [
+                "files__read", "files__touch", "files__write", "talk__chatty", "talk__noisy"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
