@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import toolcrib
 from toolcrib import Context, ToolError
-from toolcrib_fs.paths import PathError, Root, display, parts_of
+from toolcrib.workspace import PathError, Root, display, parts_of
 from toolcrib_fs.walk import Budget, compile_glob, walk
 
 __all__ = ["Settings", "toolcrib_settings_model", "toolcrib_tools"]

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from toolcrib_fs.paths import DIR_FLAGS, PathError
+from toolcrib.workspace import DIR_FLAGS, PathError
 
 MAX_DEPTH = 64
 

@@ -1,9 +1,15 @@
-"""Confinement: every path is opened one component at a time, relative to the workspace's directory descriptor,
-with ``O_NOFOLLOW``. What is checked is exactly what is used: there is no resolve-then-open window in which a
-directory could be swapped for a symbolic link.
+"""Files inside the workspace, and nowhere else: the confinement every pack that touches files should use.
 
-Refused before any I/O: absolute paths, ``~``, ``..``, NUL, backslashes. Refused at open: a symbolic link in
-any component (the error says so); nothing here ever follows one.
+Every path is opened one component at a time, relative to the workspace's directory descriptor, with
+``O_NOFOLLOW``. What is checked is exactly what is used: there is no resolve-then-open window in which a
+directory could be swapped for a symbolic link. Refused before any I/O: absolute paths, ``~``, ``..``, NUL,
+backslashes. Refused at open: a symbolic link in any component (the error says so); nothing here follows one.
+
+    root = toolcrib.workspace.Root(ctx.workspace)
+    data, size = root.read_bytes(parts_of("docs/a.md"), limit=65536)
+    root.write_bytes(parts_of("out/report.txt"), b"...", create_parents=True)
+
+POSIX only (it relies on ``dir_fd`` and ``O_NOFOLLOW``).
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from toolcrib import ToolError
+from toolcrib.errors import ToolError
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _DRIVE = re.compile(r"[A-Za-z]:")
