@@ -128,6 +128,21 @@ def hangs_sync(release: float = 1.0) -> str:
     return "late"
 
 
+@toolcrib.tool(timeout=0.3)
+async def own_scope(seconds: float) -> str:
+    """Enter a cancel scope of its own before its first await (the pipeline's timeout must nest with it)."""
+    with anyio.move_on_after(5) as scope:
+        await anyio.sleep(seconds)
+    return "inner deadline hit" if scope.cancelled_caught else "slept"
+
+
+@toolcrib.tool
+async def raises_timeout() -> str:
+    """Raise a TimeoutError of its own (not the pipeline's timeout)."""
+    await anyio.sleep(0)
+    raise TimeoutError("the upstream service timed out")
+
+
 BARRIER = threading.Barrier(5)
 
 
@@ -139,7 +154,7 @@ def rendezvous() -> str:
 
 
 SHOP = Pack(lookup_order, fetch_user, exits, limited, typed_order, listing, image, mixed, huge, not_json, whoami,
-            SEARCH, hangs, hangs_sync, rendezvous, settings=Settings)
+            SEARCH, hangs, hangs_sync, rendezvous, own_scope, raises_timeout, settings=Settings)
 
 CONFIG = """
 [host]
@@ -249,6 +264,14 @@ def test_timeout_cancels_an_async_handler(host) -> None:  # type: ignore[no-unty
     assert result.to_wire() == {"content": [{"type": "text", "text": "Tool shop__hangs timed out after 0.2 seconds "
                                              "and was stopped."}], "isError": True}
     assert CANCELLED == ["cancelled"]
+
+
+def test_handlers_with_cancel_scopes_of_their_own(host) -> None:  # type: ignore[no-untyped-def]
+    assert call(host, "shop__own_scope", {"seconds": 0.01}).text == "slept"
+    assert call(host, "shop__own_scope", {"seconds": 3}).text == (
+        "Tool shop__own_scope timed out after 0.3 seconds and was stopped.")
+    assert call(host, "shop__raises_timeout").text == (
+        "Tool shop__raises_timeout failed with an internal error; the host's log has the details.")
 
 
 def test_timeout_of_a_sync_handler_returns_while_the_thread_finishes(host) -> None:  # type: ignore[no-untyped-def]

@@ -10,6 +10,7 @@ a generic error result (the traceback goes to the host's log), a timeout is an e
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import logging
@@ -284,20 +285,30 @@ class Pipeline:
         timeout = vt.timeout
         value: Any = None
         try:
-            if tool.is_async:
+            if tool.is_async and asyncio._get_running_loop() is not None:  # asyncio, not trio
                 # Run the coroutine up to its first suspension right here (as asyncio's eager tasks do): a
-                # handler that never suspends cannot overrun its timeout and needs no cancel scope, which is
-                # most of the pipeline's own cost. One that suspends continues under the timeout.
+                # handler that never suspends cannot overrun its timeout and needs no timer, which is most of
+                # the pipeline's own cost. One that suspends continues under asyncio.timeout, which (unlike an
+                # anyio cancel scope) may be entered after the handler entered scopes of its own.
                 coro = tool.handler(*args, **kwargs)
                 try:
                     first = coro.send(None)
                 except StopIteration as done:
                     value = done.value
                 else:
-                    with anyio.move_on_after(timeout) as scope:
-                        value = await _Resume(coro, first)
-                    if scope.cancelled_caught:
+                    deadline = asyncio.timeout(timeout)
+                    try:
+                        async with deadline:
+                            value = await _Resume(coro, first)
+                    except TimeoutError:
+                        if not deadline.expired():
+                            raise  # the handler's own TimeoutError: a failure like any other
                         return ToolResult.error(f"Tool {vt.name} timed out after {_seconds(timeout)} and was stopped.")
+            elif tool.is_async:
+                with anyio.move_on_after(timeout) as scope:
+                    value = await tool.handler(*args, **kwargs)
+                if scope.cancelled_caught:
+                    return ToolResult.error(f"Tool {vt.name} timed out after {_seconds(timeout)} and was stopped.")
             else:
                 with anyio.move_on_after(timeout) as scope:
                     value = await anyio.to_thread.run_sync(
@@ -321,12 +332,13 @@ class Pipeline:
             log.exception("tool %s returned a value that cannot be sent (agent %r)", vt.name, view.agent)
             return ToolResult.error(f"Tool {vt.name} returned a result that cannot be sent (it does not match its "
                                     "declared output, or is not JSON); the host's log has the details.")
+        content = result.content
+        if len(content) == 1 and len(content[0].get("text", "")) <= self.max_result_chars:
+            return result
         return self._cap(vt, result)
 
     def _cap(self, vt: ViewTool, result: ToolResult) -> ToolResult:
         limit = self.max_result_chars
-        if len(result.content) == 1 and len(result.content[0].get("text", "")) <= limit:
-            return result
         total = 0
         for block in result.content:
             if block.get("type") == "text":

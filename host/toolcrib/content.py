@@ -98,9 +98,12 @@ Content = Text | Image | Audio | ResourceLink | EmbeddedResource
 CONTENT_CLASSES = (Text, Image, Audio, ResourceLink, EmbeddedResource)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ToolResult:
-    """A normalized tool result. ``content`` blocks are dicts in the MCP wire shape (camelCase keys)."""
+    """A normalized tool result. ``content`` blocks are dicts in the MCP wire shape (camelCase keys).
+
+    Treat it as read-only; to change a result (a post-tool-use hook redacting it), return a new one.
+    """
 
     content: tuple[dict[str, Any], ...] = ()
     structured_content: Any = None

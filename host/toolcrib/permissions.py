@@ -10,6 +10,7 @@ denies everything of that dimension; wherever an allow and a deny both apply, de
 from __future__ import annotations
 
 import logging
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,7 +131,10 @@ class CallRules:
     def check(self, arguments: Mapping[str, Any]) -> tuple[str, Pattern | None]:
         """("deny", rule) | ("ask", rule) | ("ok", None) for one call; deny wins over ask."""
         value = arguments.get(self.subject) if self.subject is not None else None
-        subject = None if value is None else str(value)
+        if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+            subject: str | None = shlex.join(value)  # an argv is matched as the command line it spells
+        else:
+            subject = None if value is None else str(value)
         for pattern in self.deny:
             # A specifier on a tool with no rule subject cannot be checked: fail closed, it matches.
             if subject is None or pattern.matches_subject(subject):

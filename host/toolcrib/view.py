@@ -6,7 +6,7 @@ Every front end (Python API, CLI, MCP, schema export) reads views; none filters 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -28,14 +28,12 @@ class ViewTool:
     entry: Entry
     call_rules: CallRules | None
     timeout: float
+    name: str = field(init=False)  # copies of entry.name and entry.tool: read on every call
+    tool: Tool = field(init=False)
 
-    @property
-    def name(self) -> str:
-        return self.entry.name
-
-    @property
-    def tool(self) -> Tool:
-        return self.entry.tool
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", self.entry.name)
+        object.__setattr__(self, "tool", self.entry.tool)
 
     def to_mcp(self) -> dict[str, Any]:
         """This tool as MCP's tools/list shows it (camelCase wire keys)."""
