@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shlex
@@ -165,10 +166,8 @@ class Running:
     def kill(self) -> None:
         """Kill the whole process group (grandchildren too), then reap."""
         self.killed = True
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
         self.proc.wait()
 
     def settle(self) -> None:
@@ -177,10 +176,8 @@ class Running:
         for reader in self._readers:
             reader.join(max(0.0, deadline - time.monotonic()))
         if any(reader.is_alive() for reader in self._readers):
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
             for reader in self._readers:
                 reader.join(5)
 
@@ -286,10 +283,8 @@ def exec_status(
     """A started program's state: running or not, its exit code, and its output so far."""
     running = _get(ctx, handle)
     if wait_seconds:
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             running.proc.wait(wait_seconds)
-        except subprocess.TimeoutExpired:
-            pass
     if running.proc.poll() is not None:
         running.settle()
     return {"handle": handle, **running.report()}
