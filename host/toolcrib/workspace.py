@@ -192,8 +192,19 @@ class Root:
 
     def write_bytes(self, parts: tuple[str, ...], data: bytes, *, create_parents: bool = False,
                     overwrite: bool = True) -> bool:
-        """Write atomically (a temporary file in the same directory, then a rename over the name: the rename
-        replaces a symlink there rather than following it). Returns whether the file existed before."""
+        """Write ``data`` atomically; returns whether the file existed before. See ``atomic_writer``."""
+        with self.atomic_writer(parts, create_parents=create_parents, overwrite=overwrite) as (fd, existed):
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        return existed
+
+    @contextmanager
+    def atomic_writer(self, parts: tuple[str, ...], *, create_parents: bool = False,
+                      overwrite: bool = True) -> Iterator[tuple[int, bool]]:
+        """Yield (descriptor of a new temporary file beside the target, whether the target exists). When the
+        block ends normally the file is synced and renamed over the target (a rename replaces a symlink there
+        rather than following it); when it raises, the temporary file is removed: no partial file is left."""
         with self.parent(parts, create=create_parents) as (dirfd, name):
             try:
                 before = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
@@ -214,10 +225,7 @@ class Root:
             except OSError as exc:
                 raise _error(exc, parts) from None
             try:
-                view = memoryview(data)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
+                yield fd, before is not None
                 os.fsync(fd)
             except BaseException:
                 os.close(fd)
@@ -229,4 +237,3 @@ class Root:
             except OSError as exc:
                 os.unlink(temp, dir_fd=dirfd)
                 raise _error(exc, parts) from None
-            return before is not None
