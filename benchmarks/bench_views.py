@@ -55,6 +55,16 @@ def config(n_agents: int, n_packs: int) -> LoadedConfig:
     return LoadedConfig(Config.model_validate(data), "bench", Path.cwd())
 
 
+def build_all(entries: dict[str, Entry], loaded: LoadedConfig) -> float:
+    """Seconds to compile the rules and build every agent's view."""
+    start = time.perf_counter()
+    rules = compile_rules(loaded)
+    pipeline = Pipeline(get_plugin_manager(), loaded, {})
+    for r in rules.values():
+        build_view(r, entries, pipeline)
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tools", type=int, default=10_000)

@@ -529,3 +529,28 @@ def test_cli_call_bad_args(shop_cli: str) -> None:
     code, _, err = cli("call", "--config", shop_cli, "--agent", "a", "shop__limited", "--args", "[1]")
     assert code == 2
     assert "Invalid value for --args: must be a JSON object" in err
+
+
+class Opaque:
+    """A type pydantic cannot build a schema for."""
+
+
+@toolcrib.tool
+def broken(thing: Opaque) -> str:
+    """A tool whose input schema cannot be built (found when it is first needed, and by toolcrib check)."""
+    return "never"
+
+
+def test_a_tool_whose_schema_cannot_be_built_is_listed_errors_and_is_reported() -> None:
+    host = make_host(CONFIG, {"kit": Pack(broken, listing)})
+    view = host.view("a")
+    assert view.names == ["kit__broken", "kit__listing"]  # listed and callable alike
+    assert view.mcp_tools[0] == {"name": "kit__broken", "description": broken.__doc__.strip(),  # type: ignore[union-attr]
+                                 "inputSchema": {"type": "object"}}
+    assert call(host, "kit__broken", {"thing": 1}).to_wire() == {"content": [{"type": "text", "text": (
+        "Tool kit__broken cannot be called: its input schema could not be built (`toolcrib check` says why).")}],
+        "isError": True}
+    problems = [str(p) for p in host.problems() if p.severity == "error"]
+    assert len(problems) == 1
+    assert problems[0].startswith("error: pack 'kit': kit__broken: tool 'broken': cannot build an input schema "
+                                  "from its parameters: Unable to generate pydantic-core schema for ")

@@ -29,7 +29,7 @@ from pydantic import ValidationError
 
 from toolcrib.content import ToolResult, normalize
 from toolcrib.context import ClientChannel, Context
-from toolcrib.errors import ToolError, UnknownToolError
+from toolcrib.errors import ToolDeclarationError, ToolError, UnknownToolError
 from toolcrib.plugins import PluginManager, call_impl, hook_impls
 from toolcrib.policy import Allow, Deny
 
@@ -119,6 +119,11 @@ class Pipeline:
                                 ToolResult.error(f"Invalid arguments for {vt.name}: {problem}"), started)
         try:
             model = vt.tool.input_model.__pydantic_validator__.validate_python(arguments)
+        except ToolDeclarationError:
+            log.exception("tool %s cannot be called: its input model cannot be built", vt.name)
+            return self._finish(view, vt, arguments, _Outcome("invalid", "broken tool"), ToolResult.error(
+                f"Tool {vt.name} cannot be called: its input schema could not be built (`toolcrib check` says "
+                "why)."), started)
         except ValidationError as exc:
             return self._finish(view, vt, arguments, _Outcome("invalid", "input validation"),
                                 ToolResult.error(format_validation_error(vt.name, exc, vt.tool.input_model)), started)
@@ -324,8 +329,8 @@ class Pipeline:
             return ToolResult.error(f"Tool {vt.name} failed with an internal error; the host's log has the details.")
         try:
             structured = None
-            if tool.output_adapter is not None:
-                adapter = tool.output_adapter
+            adapter = tool.output_adapter
+            if adapter is not None:
                 structured = adapter.dump_python(adapter.validate_python(value), mode="json", by_alias=True)
             result = normalize(value, structured)
         except Exception:

@@ -208,8 +208,65 @@ def _hidden_wire(host: Any, name: str) -> dict[str, Any]:
     return wire
 
 
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else ""
+def _first_line(text: str, width: int = 100) -> str:
+    """The description's first paragraph on one line, cut to ``width``."""
+    paragraph = " ".join(text.strip().split("\n\n", 1)[0].split())
+    return paragraph if len(paragraph) <= width else paragraph[: width - 3].rstrip() + "..."
+
+
+@main.command()
+@_common
+@click.option("--namespace", help="The pack's namespace (default: from NAME, without a 'toolcrib-' prefix).")
+@click.option("--directory", type=click.Path(file_okay=False, path_type=Path), help="Where (default: ./NAME).")
+@click.argument("name")
+@_guard
+def new(namespace: str | None, directory: Path | None, name: str) -> None:
+    """Scaffold a tool pack NAME (a distribution name, like acme-orders) that installs and passes its own tests."""
+    import re
+
+    from toolcrib import __version__
+    from toolcrib.names import namespace_problem
+
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9._-]*", name):
+        raise click.BadParameter("a distribution name: letters, digits, '-', '_' and '.', letter first",
+                                 param_hint="NAME")
+    package = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+    namespace = namespace or re.sub(r"^toolcrib_|_?toolcrib$", "", package) or package
+    problem = namespace_problem(namespace)
+    if problem is not None:
+        raise click.BadParameter(f"{namespace!r}: {problem}", param_hint="--namespace")
+    target = directory or Path(name)
+    if target.exists() and any(target.iterdir()):
+        raise click.ClickException(f"{target} exists and is not empty")
+    templates = resources.files("toolcrib").joinpath("templates/pack")
+    files = {
+        "pyproject.toml": "pyproject.toml.tmpl",
+        "README.md": "README.md.tmpl",
+        f"src/{package}/__init__.py": "__init__.py.tmpl",
+        f"tests/test_{package}.py": "test_pack.py.tmpl",
+    }
+    minor = ".".join(__version__.split(".")[:2])
+    for relative, template in files.items():
+        text = templates.joinpath(template).read_text(encoding="utf-8")
+        for token, value in (("__DIST__", name), ("__PACKAGE__", package), ("__NAMESPACE__", namespace),
+                             ("__TOOLCRIB_VERSION__", minor)):
+            text = text.replace(token, value)
+        path = target / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    click.echo(f"created {target}/ (namespace {namespace!r}); next:\n  cd {target} && pip install -e '.[test]' && "
+               "pytest\n  toolcrib plugins")
+
+
+@main.command()
+@_common
+@click.option("--agent", required=True, help="Agent name.")
+@click.option("--format", "fmt", type=click.Choice(["mcp", "openai", "anthropic"]), default="mcp", show_default=True,
+              help="mcp: tools/list objects; openai: function tools; anthropic: tool definitions.")
+@_guard
+def schema(agent: str, fmt: str) -> None:
+    """Export the tools an agent sees, as JSON for a framework that does not speak MCP."""
+    _echo_json(_host().view(agent).export(fmt))
 
 
 @main.command()

@@ -20,7 +20,7 @@ from toolcrib.calls import Pipeline
 from toolcrib.catalog import Catalog, Entry, build_catalog
 from toolcrib.config import LoadedConfig, load_config
 from toolcrib.content import ToolResult
-from toolcrib.errors import Problem, UnknownAgentError
+from toolcrib.errors import Problem, ToolDeclarationError, UnknownAgentError
 from toolcrib.permissions import AgentRules, Decision, compile_rules, decide
 from toolcrib.plugins import PluginRecord, autoload_enabled, get_plugin_manager, load_plugins, named_plugins
 from toolcrib.view import AgentView, build_view
@@ -128,6 +128,11 @@ class Host:
         """Everything ``toolcrib check`` reports: pack and settings errors, then warnings about rules that
         match nothing installed and agents that end up with no tools."""
         found = list(self.catalog.problems)
+        for entry in self.catalog.entries.values():
+            try:
+                entry.tool.prepare()  # schemas are built lazily; check builds them all
+            except ToolDeclarationError as exc:
+                found.append(Problem("error", f"{entry.kind} {entry.source!r}", f"{entry.name}: {exc}"))
         source = self.loaded.source
         names = {
             "plugins": {r.name for r in self.records if r.kind == "pack"},

@@ -73,14 +73,16 @@ class Tool:
     """A declared tool: everything the host needs, fixed at declaration.
 
     ``name`` is the tool's own name; the host adds the pack's namespace (``orders__lookup_order``).
-    ``input_model`` validates arguments; ``input_schema`` is its JSON Schema as clients see it.
+    ``input_model`` validates arguments and ``input_schema`` is its JSON Schema as clients see it; both are built
+    on first use (pydantic models cost about 0.15 ms each, so a host with thousands of tools starts fast), and
+    ``prepare()`` builds them at once (``toolcrib check`` and the pack test kit do).
     """
 
     name: str
     description: str
-    input_model: type[BaseModel]
     handler: Callable[..., Any]
     annotations: Mapping[str, Any]
+    arguments: tuple[str, ...]  # argument names, in order
     is_available: Callable[[AvailabilityContext], Any] | None = None
     timeout: float | None = None
     title: str | None = None
@@ -88,12 +90,31 @@ class Tool:
     context_param: str | None = None
     takes_model: bool = False  # explicit form: the handler gets the validated model, not keyword arguments
     is_async: bool = False
-    output_adapter: TypeAdapter[Any] | None = dataclasses.field(default=None, repr=False)
-    wrap_output: bool = False  # list-valued output, carried as {"result": [...]}
+    make_input: Callable[[], type[BaseModel]] = dataclasses.field(default=lambda: BaseModel, repr=False)
+    return_annotation: Any = dataclasses.field(default=inspect.Signature.empty, repr=False)
+
+    @cached_property
+    def input_model(self) -> type[BaseModel]:
+        """The pydantic model arguments are validated against (``ToolDeclarationError`` if it cannot be built)."""
+        return self.make_input()
 
     @cached_property
     def input_schema(self) -> dict[str, Any]:
         return json_schema_of(self.input_model, "validation")
+
+    @cached_property
+    def _output(self) -> tuple[TypeAdapter[Any] | None, bool]:
+        return _output_adapter(self.name, self.return_annotation)
+
+    @property
+    def output_adapter(self) -> TypeAdapter[Any] | None:
+        """Validates results against the declared return type, when it describes structured output."""
+        return self._output[0]
+
+    @property
+    def wrap_output(self) -> bool:
+        """A list-valued output, carried as ``{"result": [...]}``."""
+        return self._output[1]
 
     @cached_property
     def output_schema(self) -> dict[str, Any] | None:
@@ -107,6 +128,15 @@ class Tool:
                 wrapped["$defs"] = defs
             return wrapped
         return schema
+
+    def prepare(self) -> None:
+        """Build the input model and both schemas now; ``ToolDeclarationError`` says what is wrong."""
+        try:
+            _ = self.input_schema, self.output_schema
+        except ToolDeclarationError:
+            raise
+        except Exception as exc:
+            raise ToolDeclarationError(f"tool {self.name!r}: cannot build its JSON schemas: {exc}") from exc
 
     @property
     def read_only(self) -> bool:
@@ -169,8 +199,7 @@ def tool(*args: Any, **kwargs: Any) -> Any:
             f"tool() got unknown option(s) {', '.join(unknown)}; "
             f"it takes name, description, {', '.join(_OPTION_KEYS)}"
         )
-    # Annotations of functions defined inside functions may name local types: resolve them in the caller.
-    localns = sys._getframe(1).f_locals
+    localns = _caller_locals()
     if args and callable(args[0]) and not isinstance(args[0], str):
         if len(args) > 1:
             raise ToolDeclarationError("@tool decorates one function; pass options as keywords: @tool(name=...)")
@@ -195,9 +224,16 @@ def tool(*args: Any, **kwargs: Any) -> Any:
     def decorator(fn: F) -> F:
         if not callable(fn):
             raise ToolDeclarationError(f"@tool(...) decorates a function, not {type(fn).__name__}")
-        return _decorate(fn, kwargs, sys._getframe(1).f_locals)
+        return _decorate(fn, kwargs, _caller_locals())
 
     return decorator
+
+
+def _caller_locals() -> Mapping[str, Any] | None:
+    """The locals of the code that declares the tool: annotations of a function defined inside a function may
+    name local types. At module level they are the module's globals, which type hints use anyway."""
+    frame = sys._getframe(2)
+    return frame.f_locals if frame.f_locals is not frame.f_globals else None
 
 
 def get_tool(obj: Any) -> Tool | None:
@@ -226,16 +262,18 @@ def _decorate(fn: F, options: dict[str, Any], localns: Mapping[str, Any] | None 
     if description is None:
         description = inspect.cleandoc(fn.__doc__) if fn.__doc__ else ""
     _check_description(name, description)
-    model, context_param = _model_from_signature(fn, name, localns)
+    hints = _hints(fn, name, localns)
+    fields, context_param = _signature_fields(fn, name, hints)
     spec = _build(
         name=name,
         description=description,
-        model=model,
+        arguments=tuple(fields),
+        make_input=lambda: _create_model(name, fields),
         handler=fn,
         options=options,
         context_param=context_param,
         takes_model=False,
-        return_annotation=_return_annotation(fn, name, localns),
+        return_annotation=hints.get("return", inspect.Signature.empty),
     )
     try:
         setattr(fn, ATTRIBUTE, spec)
@@ -271,17 +309,19 @@ def _explicit(args: tuple[Any, ...], kwargs: dict[str, Any], localns: Mapping[st
     _check_description(name, description)
     if not callable(handler):
         raise ToolDeclarationError(f"tool {name!r}: handler must be callable, not {type(handler).__name__}")
-    model = _model_from_schema(name, schema)
-    context_param = _explicit_handler_params(name, handler, localns)
+    arguments, make_input = _model_from_schema(name, schema)
+    hints = _hints(handler, name, localns)
+    context_param = _explicit_handler_params(name, handler, hints)
     return _build(
         name=name,
         description=description,  # type: ignore[arg-type]
-        model=model,
+        arguments=arguments,
+        make_input=make_input,
         handler=handler,
         options=kwargs,
         context_param=context_param,
         takes_model=True,
-        return_annotation=_return_annotation(handler, name, localns),
+        return_annotation=hints.get("return", inspect.Signature.empty),
     )
 
 
@@ -289,7 +329,8 @@ def _build(
     *,
     name: str,
     description: str,
-    model: type[BaseModel],
+    arguments: tuple[str, ...],
+    make_input: Callable[[], type[BaseModel]],
     handler: Callable[..., Any],
     options: Mapping[str, Any],
     context_param: str | None,
@@ -307,16 +348,17 @@ def _build(
     if title is not None and not isinstance(title, str):
         raise ToolDeclarationError(f"tool {name!r}: title must be a string, not {type(title).__name__}")
     rule_subject = options.get("rule_subject")
-    if rule_subject is not None and rule_subject not in model.model_fields:
-        fields = ", ".join(model.model_fields) or "none"
+    if rule_subject is not None and rule_subject not in arguments:
+        takes = ", ".join(arguments) or "none"
         raise ToolDeclarationError(
-            f"tool {name!r}: rule_subject {rule_subject!r} is not one of its arguments ({fields})"
+            f"tool {name!r}: rule_subject {rule_subject!r} is not one of its arguments ({takes})"
         )
-    output_adapter, wrap = _output_adapter(name, return_annotation)
     return Tool(
         name=name,
         description=description.strip(),
-        input_model=model,
+        arguments=arguments,
+        make_input=make_input,
+        return_annotation=return_annotation,
         handler=handler,
         annotations=types.MappingProxyType(annotations),
         is_available=is_available,
@@ -326,8 +368,6 @@ def _build(
         context_param=context_param,
         takes_model=takes_model,
         is_async=_is_async(handler),
-        output_adapter=output_adapter,
-        wrap_output=wrap,
     )
 
 
@@ -428,14 +468,14 @@ def _hints(fn: Callable[..., Any], name: str, localns: Mapping[str, Any] | None)
         ) from exc
 
 
-def _model_from_signature(
-    fn: Callable[..., Any], name: str, localns: Mapping[str, Any] | None
-) -> tuple[type[BaseModel], str | None]:
+def _signature_fields(
+    fn: Callable[..., Any], name: str, hints: Mapping[str, Any]
+) -> tuple[dict[str, Any], str | None]:
+    """The (annotation, default) of each argument, and the Context parameter's name; misuse is refused here."""
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError) as exc:
         raise ToolDeclarationError(f"tool {name!r}: cannot read the signature of {fn!r}: {exc}") from exc
-    hints = _hints(fn, name, localns)
     fields: dict[str, Any] = {}
     context_param = None
     for param in signature.parameters.values():
@@ -469,7 +509,7 @@ def _model_from_signature(
             )
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[param.name] = (annotation, default)
-    return _create_model(name, fields), context_param
+    return fields, context_param
 
 
 def _create_model(name: str, fields: dict[str, Any]) -> type[BaseModel]:
@@ -482,12 +522,12 @@ def _create_model(name: str, fields: dict[str, Any]) -> type[BaseModel]:
         raise ToolDeclarationError(f"tool {name!r}: cannot build an input schema from its parameters: {exc}") from exc
 
 
-def _model_from_schema(name: str, schema: Any) -> type[BaseModel]:
+def _model_from_schema(name: str, schema: Any) -> tuple[tuple[str, ...], Callable[[], type[BaseModel]]]:
     if isinstance(schema, Mapping):
         fields = {}
         for key, spec in schema.items():
             fields[key] = spec if isinstance(spec, tuple) else (spec, ...)
-        return _create_model(name, fields)
+        return tuple(fields), lambda: _create_model(name, fields)
     if not (inspect.isclass(schema) and issubclass(schema, BaseModel)):
         raise ToolDeclarationError(
             f"tool {name!r}: schema must be a pydantic model class or a dict of field types, not {schema!r}"
@@ -495,18 +535,19 @@ def _model_from_schema(name: str, schema: Any) -> type[BaseModel]:
     config = dict(schema.model_config)
     changes = {k: v for k, v in INPUT_CONFIG.items() if k not in config}
     if not changes:
-        return schema
+        return tuple(schema.model_fields), lambda: schema
     # A subclass that refuses unknown keys and NaN unless the author chose otherwise; handlers still get an
     # instance of their own model.
-    return type(schema.__name__, (schema,), {"model_config": ConfigDict(**{**config, **changes})})  # type: ignore[typeddict-item]
+    return tuple(schema.model_fields), lambda: type(
+        schema.__name__, (schema,), {"model_config": ConfigDict(**{**config, **changes})}  # type: ignore[typeddict-item]
+    )
 
 
-def _explicit_handler_params(name: str, handler: Callable[..., Any], localns: Mapping[str, Any] | None) -> str | None:
+def _explicit_handler_params(name: str, handler: Callable[..., Any], hints: Mapping[str, Any]) -> str | None:
     try:
         signature = inspect.signature(handler)
     except (TypeError, ValueError):
         return None
-    hints = _hints(handler, name, localns)
     context_param = None
     others = []
     for param in signature.parameters.values():
@@ -521,11 +562,6 @@ def _explicit_handler_params(name: str, handler: Callable[..., Any], localns: Ma
             "(def handler(args): ...), plus optionally a toolcrib.Context parameter"
         )
     return context_param
-
-
-def _return_annotation(fn: Callable[..., Any], name: str, localns: Mapping[str, Any] | None) -> Any:
-    hints = _hints(fn, name, localns)
-    return hints.get("return", inspect.Signature.empty)
 
 
 def _is_content(annotation: Any) -> bool:

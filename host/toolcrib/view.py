@@ -5,6 +5,7 @@ Every front end (Python API, CLI, MCP, schema export) reads views; none filters 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -19,6 +20,10 @@ from toolcrib.tool import Tool
 
 if TYPE_CHECKING:
     from toolcrib.calls import Approver, Pipeline
+
+log = logging.getLogger("toolcrib.view")
+
+EXPORT_FORMATS = ("mcp", "openai", "anthropic")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +47,17 @@ class ViewTool:
         if tool.title:
             wire["title"] = tool.title
         wire["description"] = tool.description
-        wire["inputSchema"] = tool.input_schema
-        if tool.output_schema is not None:
-            wire["outputSchema"] = tool.output_schema
+        try:
+            wire["inputSchema"] = tool.input_schema
+            output = tool.output_schema
+        except Exception:
+            # A tool whose schema cannot be built stays listed (listing and calling agree); a call of it is an
+            # error result, and `toolcrib check` reports it.
+            log.exception("tool %s: its schemas cannot be built", self.entry.name)
+            wire["inputSchema"] = {"type": "object"}
+            output = None
+        if output is not None:
+            wire["outputSchema"] = output
         if tool.annotations:
             wire["annotations"] = dict(tool.annotations)
         return wire
@@ -92,6 +105,20 @@ class AgentView:
     def mcp_tools(self) -> list[dict[str, Any]]:
         """The tools/list payload (wire dicts), built once per view."""
         return [vt.to_mcp() for vt in self.tools]
+
+    def export(self, format: str = "mcp") -> list[dict[str, Any]]:
+        """This view's tools for a framework: ``mcp`` (the tools/list objects), ``openai`` (function tools for
+        chat completions) or ``anthropic`` (tool definitions for the Messages API)."""
+        tools = self.mcp_tools
+        if format == "mcp":
+            return [dict(t) for t in tools]
+        if format == "openai":
+            return [{"type": "function", "function": {"name": t["name"], "description": t["description"],
+                                                      "parameters": t["inputSchema"]}} for t in tools]
+        if format == "anthropic":
+            return [{"name": t["name"], "description": t["description"], "input_schema": t["inputSchema"]}
+                    for t in tools]
+        raise ValueError(f"unknown export format {format!r}; formats: {', '.join(EXPORT_FORMATS)}")
 
     async def call(
         self,

@@ -1,0 +1,189 @@
+"""The same tools on every side: ``add(a, b) -> {"result": a + b}`` plus filler tools up to N.
+
+toolcrib serves them from a pack; the SDK's low-level server from hand-written handlers (with its default
+middleware, as a user gets it); the SDK's bundled high-level server (MCPServer) and FastMCP from decorated
+functions. Every side declares the same output schema, so every client does the same validation.
+
+Also a small CLI, so the wire benchmarks can start each peer as a server process:
+
+    python benchmarks/peers.py {toolcrib,lowlevel,mcpserver,fastmcp} {stdio,http} N [PORT]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+from typing_extensions import TypedDict
+
+os.environ.setdefault("FASTMCP_LOG_LEVEL", "ERROR")
+os.environ.setdefault("FASTMCP_SHOW_SERVER_BANNER", "false")
+warnings.simplefilter("ignore")
+
+import toolcrib  # noqa: E402
+
+IN_SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+             "required": ["a", "b"], "additionalProperties": False}
+OUT_SCHEMA = {"type": "object", "properties": {"result": {"type": "integer"}}, "required": ["result"]}
+AGENT = "bench"
+
+
+class Sum(TypedDict):
+    result: int
+
+
+def names(n: int) -> list[str]:
+    return ["add", *(f"tool_{i:04d}" for i in range(n - 1))]
+
+
+def _add_tool(name: str, sync: bool = False, sleep: float = 0.0) -> Any:
+    if sleep and sync:
+        import time
+
+        def fn(a: int, b: int) -> Sum:
+            time.sleep(sleep)
+            return {"result": a + b}
+    elif sleep:
+        import anyio
+
+        async def fn(a: int, b: int) -> Sum:  # type: ignore[misc]
+            await anyio.sleep(sleep)
+            return {"result": a + b}
+    elif sync:
+        def fn(a: int, b: int) -> Sum:  # type: ignore[misc]
+            return {"result": a + b}
+    else:
+        async def fn(a: int, b: int) -> Sum:  # type: ignore[misc]
+            return {"result": a + b}
+    fn.__name__ = name
+    fn.__doc__ = "Add two integers." if name == "add" else f"Filler tool {name}: adds two integers."
+    return fn
+
+
+class BenchPack:
+    """A toolcrib pack with ``add`` and fillers (and, for concurrency, 100 ms tools)."""
+
+    def __init__(self, n: int, extra: list[Any] | None = None) -> None:
+        self.tools = [toolcrib.tool(annotations={"readOnlyHint": True})(_add_tool(name)) for name in names(n)]
+        self.tools += extra or []
+
+    @toolcrib.hookimpl
+    def toolcrib_tools(self) -> list[Any]:
+        return self.tools
+
+
+CONFIG = f"""
+[agents.{AGENT}]
+[agents.{AGENT}.permissions]
+plugins = {{ allow = ["*"] }}
+tools = {{ allow = ["*"] }}
+"""
+
+
+def toolcrib_host(n: int, extra: list[Any] | None = None) -> toolcrib.Host:
+    from toolcrib.config import parse_config
+
+    return toolcrib.Host(parse_config(CONFIG, "bench", Path.cwd()), plugins={"math": BenchPack(n, extra)},
+                         autoload=False, env={})
+
+
+def toolcrib_server(n: int) -> Any:
+    from toolcrib.serve.adapter import build_server
+    from toolcrib.serve.state import ServingState
+
+    return build_server(ServingState(toolcrib_host(n)), AGENT)
+
+
+def lowlevel_server(n: int) -> Any:
+    from mcp.server import Server
+    from mcp.types import CallToolResult, ListToolsResult, TextContent, Tool
+
+    tools = [Tool(name=name, description=("Add two integers." if name == "add" else f"Filler tool {name}."),
+                  input_schema=IN_SCHEMA, output_schema=OUT_SCHEMA) for name in names(n)]
+    known = {t.name for t in tools}
+
+    async def on_list_tools(ctx: Any, params: Any) -> ListToolsResult:
+        return ListToolsResult(tools=tools)
+
+    async def on_call_tool(ctx: Any, params: Any) -> CallToolResult:
+        if params.name not in known:
+            return CallToolResult(content=[TextContent(text=f"unknown tool {params.name}")], is_error=True)
+        args = params.arguments or {}
+        a, b = args.get("a"), args.get("b")
+        if type(a) is not int or type(b) is not int:  # a hand-written minimal check
+            return CallToolResult(content=[TextContent(text="a and b must be integers")], is_error=True)
+        return CallToolResult(content=[TextContent(text=str(a + b))], structured_content={"result": a + b})
+
+    return Server("lowlevel", version="0", on_list_tools=on_list_tools, on_call_tool=on_call_tool)
+
+
+def mcpserver_server(n: int) -> Any:
+    from mcp.server import MCPServer
+
+    server = MCPServer("mcpserver", log_level="ERROR", warn_on_duplicate_tools=False)
+    for name in names(n):
+        server.add_tool(_add_tool(name), name=name)
+    return server
+
+
+def fastmcp_server(n: int) -> Any:
+    from fastmcp import FastMCP
+    from fastmcp.tools import Tool as FTool
+
+    server = FastMCP("fastmcp")
+    for name in names(n):
+        server.add_tool(FTool.from_function(_add_tool(name), name=name))
+    return server
+
+
+def fastmcp_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("fastmcp") is not None
+
+
+def lowlevel_of(peer: str, server: Any) -> Any:
+    """What to hand mcp.Client: FastMCP wraps an SDK server."""
+    return server._mcp_server if peer == "fastmcp" else server
+
+
+BUILDERS = {"toolcrib": toolcrib_server, "lowlevel": lowlevel_server, "mcpserver": mcpserver_server,
+            "fastmcp": fastmcp_server}
+
+
+def main() -> None:
+    import anyio
+
+    peer, transport, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    port = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+    server = BUILDERS[peer](n)
+    if peer in ("mcpserver", "fastmcp"):
+        if transport == "stdio":
+            server.run("stdio") if peer == "mcpserver" else server.run(transport="stdio", show_banner=False)
+        else:
+            import uvicorn
+
+            app = server.streamable_http_app() if peer == "mcpserver" else server.http_app(path="/mcp")
+            uvicorn.run(app, host="127.0.0.1", port=port, log_level="error")
+        return
+    if transport == "stdio":
+        from mcp.server import NotificationOptions
+        from mcp.server.stdio import stdio_server
+
+        async def run() -> None:
+            async with stdio_server() as (r, w):
+                await server.run(r, w, server.create_initialization_options(NotificationOptions()))
+
+        anyio.run(run)
+        return
+    import uvicorn
+
+    uvicorn.run(server.streamable_http_app(streamable_http_path="/mcp"), host="127.0.0.1", port=port,
+                log_level="error")
+
+
+if __name__ == "__main__":
+    main()
