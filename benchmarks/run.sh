@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Run every benchmark in its own environment (with FastMCP, which the tests never import) and write
+# docs/benchmarks.md. Takes a few minutes; the machine should be otherwise idle.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m venv benchmarks/.venv
+benchmarks/.venv/bin/pip install -q -e . -e plugins/toolcrib-fs "fastmcp>=4.2,<5"
+benchmarks/.venv/bin/python benchmarks/run.py --out docs/benchmarks.md "$@"

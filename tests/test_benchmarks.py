@@ -1,0 +1,31 @@
+"""The benchmark harness still runs (quick mode, in-memory sections). No times are asserted: the numbers live in
+docs/benchmarks.md, measured by benchmarks/run.sh."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+
+@pytest.mark.slow
+def test_the_harness_runs_in_quick_mode(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "bench.md"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick", "--no-wire", "--out",
+                           str(out)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = out.read_text()
+    for row in ("| call, in-memory (2026-07-28) |", "| tools/list, 1000 tools, in-memory |",
+                "| view.call vs a bare pydantic-validated call", "| 100 concurrent 100 ms calls, async |",
+                "| view build, ", "| toolcrib tools, 20 packs of 10 tools |", "| toolcrib plugins"):
+        assert row in report, row
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert '"## Test it"' in ci or "## Test it" in ci  # .ci/run extracts the command from README.md
+    readme = (ROOT / "README.md").read_text()
+    assert "## Test it\n\n```sh\npython3 -m venv .venv && " in readme

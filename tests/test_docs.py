@@ -1,0 +1,170 @@
+"""The docs cannot drift: hooks, config keys and example code are checked against the code, and the console
+sessions in the docs are run."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from conftest import ROOT
+from toolcrib import config, hookspecs
+
+DOCS = ROOT / "docs"
+
+
+def _sections(text: str) -> dict[str, str]:
+    parts = re.split(r"^## (.+)$", text, flags=re.M)
+    return {parts[i].strip(): parts[i + 1] for i in range(1, len(parts), 2)}
+
+
+# -- hooks -------------------------------------------------------------------------------------------------------
+
+
+def _signature(fn: Any) -> str:
+    sig = inspect.signature(fn)
+    params = ", ".join(f"{p.name}: {p.annotation}" for p in sig.parameters.values())
+    return f"def {fn.__name__}({params}) -> {sig.return_annotation}: ..."
+
+
+def test_every_hook_is_documented_with_its_signature() -> None:
+    sections = _sections((DOCS / "hooks.md").read_text())
+    specs = {name: getattr(hookspecs, name) for name in dir(hookspecs) if name.startswith("toolcrib_")}
+    assert sorted(sections) == sorted(specs)
+    for name, fn in specs.items():
+        assert f"```python\n{_signature(fn)}\n```" in sections[name], name
+        first = fn.toolcrib_spec.get("firstresult") if hasattr(fn, "toolcrib_spec") else False
+        assert ("Stops at the first non-None answer" in sections[name]) == bool(first), name
+
+
+# -- config ------------------------------------------------------------------------------------------------------
+
+TABLES = {
+    "[host]": [config.HostConfig],
+    "[packs.&lt;namespace&gt;]": [config.PackConfig],
+    "[mcps.&lt;namespace&gt;]": [config.McpConfig],
+    "[skills.&lt;name&gt;]": [config.SkillConfig],
+    "[agents.&lt;name&gt;]": [config.AgentConfig],
+    "[agents.&lt;name&gt;.permissions]": [config.Permissions, config.Rule],
+}
+
+
+def _rows(section: str) -> list[list[tuple[str, str]]]:
+    """Each table of a section as (key, default) pairs."""
+    tables: list[list[tuple[str, str]]] = []
+    current: list[tuple[str, str]] | None = None
+    for line in section.splitlines():
+        if line.startswith("| key |"):
+            current = []
+            tables.append(current)
+        elif current is not None and line.startswith("| `"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            current.append((cells[0].strip("`"), cells[2]))
+        elif not line.startswith("|"):
+            current = None
+    return tables
+
+
+def _default(cell: str) -> Any:
+    if cell in ("—", "required"):
+        return cell
+    return tomllib.loads(f"x = {cell.strip('`')}")["x"]
+
+
+def test_config_reference_matches_the_models() -> None:
+    sections = _sections((DOCS / "config.md").read_text())
+    for heading, models in TABLES.items():
+        tables = _rows(sections[heading])
+        assert len(tables) == len(models), heading
+        for model, rows in zip(models, tables, strict=True):
+            documented = dict(rows)
+            fields = model.model_fields
+            assert list(documented) == list(fields), f"{heading}: keys differ from {model.__name__}"
+            for key, field in fields.items():
+                cell = _default(documented[key])
+                if field.is_required():
+                    assert cell == "required", f"{heading} {key}"
+                    continue
+                value = field.get_default(call_default_factory=True)
+                if value is None or isinstance(value, BaseModel):
+                    assert cell == "—", f"{heading} {key}: the default is not documented as none"
+                else:
+                    assert cell == value, f"{heading} {key}: documented {cell!r}, the model says {value!r}"
+
+
+def test_starter_config_and_builtin_default_are_documented_files() -> None:
+    assert (ROOT / "host/toolcrib/templates/toolcrib.toml").read_text().startswith("# toolcrib config")
+
+
+# -- included files ------------------------------------------------------------------------------------------------
+
+
+def test_code_shown_in_the_docs_is_the_tested_code() -> None:
+    found = 0
+    for doc in DOCS.glob("*.md"):
+        for path, block in re.findall(r"<!-- file: (\S+) -->\n```\w*\n(.*?)```", doc.read_text(), flags=re.S):
+            assert block == (ROOT / path).read_text(), f"{doc.name}: the block for {path} differs from the file"
+            found += 1
+    assert found == 3
+
+
+def test_links_between_documents_resolve() -> None:
+    for doc in [ROOT / "README.md", *DOCS.glob("*.md"), *ROOT.glob("plugins/*/README.md")]:
+        for target in re.findall(r"\]\(([^)#]+?)(?:#[^)]*)?\)", doc.read_text()):
+            if target.startswith(("http://", "https://")):
+                continue
+            assert (doc.parent / target).exists(), f"{doc.relative_to(ROOT)}: broken link {target}"
+
+
+# -- console sessions -----------------------------------------------------------------------------------------------
+
+
+def _sessions(doc: Path) -> list[tuple[str, list[str]]]:
+    """(command, expected output lines) for every `$ ` line of every console block."""
+    steps: list[tuple[str, list[str]]] = []
+    for block in re.findall(r"```console\n(.*?)```", doc.read_text(), flags=re.S):
+        for line in block.splitlines():
+            if line.startswith("$ "):
+                steps.append((line[2:], []))
+            else:
+                steps[-1][1].append(line)
+    return steps
+
+
+def _matches(expected: list[str], actual: list[str]) -> bool:
+    """Line by line, where a line '...' stands for any number of lines."""
+    if not expected:
+        return not actual
+    if expected[0] == "...":
+        return any(_matches(expected[1:], actual[i:]) for i in range(len(actual) + 1))
+    return bool(actual) and actual[0] == expected[0] and _matches(expected[1:], actual[1:])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("doc", ["quickstart.md", "operators.md"])
+def test_console_sessions_in_the_docs_run_as_shown(doc: str, tmp_path: Path) -> None:
+    pytest.importorskip("toolcrib_fs", reason="the docs' sessions use the first-party packs")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLCRIB_")}
+    bin_dir = str(Path(sys.executable).parent)
+    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
+    for command, expected in _sessions(DOCS / doc):
+        if not command.startswith(("toolcrib ", "echo ")):
+            raise AssertionError(f"{doc}: the console sessions only run toolcrib and echo, not {command!r}")
+        words = shlex.split(command)
+        if words[0] == "toolcrib":
+            words = [sys.executable, "-m", "toolcrib.cli", *words[1:]]
+            proc = subprocess.run(words, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        else:
+            proc = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True,
+                                  timeout=120)
+        actual = (proc.stdout + proc.stderr).splitlines()
+        assert _matches(expected, actual), f"{doc}: `{command}` printed:\n" + "\n".join(actual)
