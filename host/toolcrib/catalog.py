@@ -74,7 +74,8 @@ class Catalog:
 
 def _pack_problem(record: PluginRecord, message: str, severity: str = "error") -> Problem:
     dist = f" ({record.distribution} {record.version})" if record.distribution and record.version else ""
-    return Problem(severity, f"pack {record.name!r}{dist}", message)
+    kind = "upstream server" if record.kind == "mcp" else "pack"
+    return Problem(severity, f"{kind} {record.name!r}{dist}", message)
 
 
 def build_catalog(
@@ -87,7 +88,7 @@ def build_catalog(
     config = loaded.config
     catalog = Catalog(entries={}, records=records)
     for record in records:
-        if record.state == "failed":
+        if record.state == "failed" or (record.kind == "mcp" and record.error):
             catalog.problems.append(_pack_problem(record, record.error or "failed"))
     mcp_namespaces = {ns for ns, mcp in config.mcps.items() if mcp.enabled}
     staged: dict[str, Entry] = {}

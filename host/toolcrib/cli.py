@@ -6,7 +6,8 @@ import json
 import logging
 import sys
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from functools import wraps
 from importlib import resources
 from pathlib import Path
@@ -58,36 +59,38 @@ def _guard(fn: F) -> F:
                             format="%(levelname)s %(name)s: %(message)s")
         try:
             return fn(*args, **kwargs)
-        except ConfigError as exc:
+        except (ToolcribError, BaseExceptionGroup) as raised:
+            exc = _own_error(raised)
+            if exc is None:
+                raise
             if state.debug:
                 traceback.print_exc()
-            for problem in exc.problems:
-                click.echo(str(problem), err=True)
-            sys.exit(exc.exit_code)
-        except ToolcribError as exc:
-            if state.debug:
-                traceback.print_exc()
-            click.echo(f"error: {exc}", err=True)
+            if isinstance(exc, ConfigError):
+                for problem in exc.problems:
+                    click.echo(str(problem), err=True)
+            else:
+                click.echo(f"error: {exc}", err=True)
             sys.exit(exc.exit_code)
 
     return wrapper  # type: ignore[return-value]
 
 
-def _host() -> Any:
-    from toolcrib.host import Host
+def _own_error(exc: BaseException) -> ToolcribError | None:
+    """The toolcrib error behind ``exc``, also when a task group wrapped it in an exception group."""
+    if isinstance(exc, ToolcribError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        return _own_error(exc.exceptions[0])
+    return None
 
-    return Host.from_config(click.get_current_context().ensure_object(State).config)
 
+@contextmanager
+def _session() -> Iterator[tuple[Any, Any]]:
+    """The host (and, when upstream MCP servers are connected, the portal their connections live on)."""
+    from toolcrib.host import open_host
 
-def _serving_state() -> Any:
-    """The host to serve, and how to build it again from the same config on reload."""
-    from toolcrib.config import find_config
-    from toolcrib.host import Host
-    from toolcrib.serve.state import ServingState
-
-    path = find_config(click.get_current_context().ensure_object(State).config)
-    host = Host.from_config(path)
-    return ServingState(host, make_host=lambda: Host.from_config(path)), path
+    with open_host(click.get_current_context().ensure_object(State).config) as (host, portal):
+        yield host, portal
 
 
 def _echo_json(value: Any) -> None:
@@ -107,12 +110,8 @@ def main() -> None:
 @_guard
 def plugins(as_json: bool) -> None:
     """List every source of tools: packs, built-ins and upstream servers, with their state."""
-    host = _host()
-    records = [r.to_json() for r in host.records]
-    for name, mcp in sorted(host.loaded.config.mcps.items()):
-        records.append({"name": name, "kind": "mcp", "distribution": None, "version": None,
-                        "entry_point": mcp.command or mcp.url,
-                        "state": "disabled" if not mcp.enabled else "configured", "error": None, "tool_count": 0})
+    with _session() as (host, _):
+        records = [r.to_json() for r in host.records]
     if as_json:
         _echo_json(records)
         return
@@ -136,8 +135,8 @@ def plugins(as_json: bool) -> None:
 @_guard
 def check(strict: bool) -> None:
     """Validate the config and the packs; list every problem and exit non-zero on errors."""
-    host = _host()
-    problems = host.problems()
+    with _session() as (host, _):
+        problems = host.problems()
     for problem in problems:
         click.echo(str(problem), err=True)
     errors = sum(1 for p in problems if p.severity == "error")
@@ -172,7 +171,11 @@ def init(force: bool, path: Path | None) -> None:
 @_guard
 def tools(agent: str, as_json: bool, show_all: bool) -> None:
     """List the tools an agent sees, in the order MCP lists them."""
-    host = _host()
+    with _session() as (host, _):
+        _tools(host, agent, as_json, show_all)
+
+
+def _tools(host: Any, agent: str, as_json: bool, show_all: bool) -> None:
     view = host.view(agent)
     if not show_all:
         if as_json:
@@ -266,7 +269,8 @@ def new(namespace: str | None, directory: Path | None, name: str) -> None:
 @_guard
 def schema(agent: str, fmt: str) -> None:
     """Export the tools an agent sees, as JSON for a framework that does not speak MCP."""
-    _echo_json(_host().view(agent).export(fmt))
+    with _session() as (host, _):
+        _echo_json(host.view(agent).export(fmt))
 
 
 @main.command()
@@ -277,7 +281,11 @@ def schema(agent: str, fmt: str) -> None:
 @_guard
 def explain(agent: str, as_json: bool, tool: str) -> None:
     """Say why TOOL is or is not visible to an agent: each check and the rule or reason that decided it."""
-    host = _host()
+    with _session() as (host, _):
+        _explain(host, agent, as_json, tool)
+
+
+def _explain(host: Any, agent: str, as_json: bool, tool: str) -> None:
     decision = host.explain(agent, tool)
     if decision is None:
         import difflib
@@ -330,20 +338,28 @@ def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: boo
     """Serve over MCP: one agent on stdio (--agent NAME), or every agent over HTTP (--http)."""
     import anyio
 
+    from toolcrib.config import find_config
+    from toolcrib.serve.http import HttpOptions, check_bind, serve_http
+    from toolcrib.serve.state import serving_state
+    from toolcrib.serve.stdio import serve_stdio
+
     if http == (agent is not None):
         raise click.UsageError("give --agent NAME (stdio) or --http (every agent), not both or neither")
-    state, path = _serving_state()
-    watch = None if no_reload or path is None else path
-    if agent is not None:
-        from toolcrib.serve.stdio import serve_stdio
-
-        anyio.run(serve_stdio, state, agent, watch)
-        return
-    from toolcrib.serve.http import HttpOptions, serve_http
-
     options = HttpOptions(host=bind, port=port, allow_remote=allow_remote, allowed_hosts=list(allowed_hosts),
                           allowed_origins=list(allowed_origins), stateless=stateless)
-    anyio.run(serve_http, state, options, watch)
+    if http:
+        check_bind(options)
+    path = find_config(click.get_current_context().ensure_object(State).config)
+    watch = None if no_reload or path is None else path
+
+    async def run() -> None:
+        async with serving_state(path) as state:
+            if agent is not None:
+                await serve_stdio(state, agent, watch)
+            else:
+                await serve_http(state, options, watch)
+
+    anyio.run(run)
 
 
 @main.command()
@@ -361,12 +377,14 @@ def call(agent: str, args_json: str, as_json: bool, tool: str) -> None:
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint="--args") from None
     if not isinstance(arguments, dict):
         raise click.BadParameter("must be a JSON object, such as '{\"path\": \"README.md\"}'", param_hint="--args")
-    host = _host()
-    try:
-        result = host.call_sync(agent, tool, arguments) if not sys.stdin.isatty() else _call_interactive(
-            host, agent, tool, arguments)
-    finally:
-        host.close()
+    with _session() as (host, portal):
+        approver = _terminal_approver() if sys.stdin.isatty() else None
+        if portal is not None:
+            result = portal.call(lambda: host.call(agent, tool, arguments, approver=approver))
+        else:
+            import anyio
+
+            result = anyio.run(lambda: host.call(agent, tool, arguments, approver=approver))
     if as_json:
         _echo_json(result.to_wire())
     else:
@@ -379,16 +397,15 @@ def call(agent: str, args_json: str, as_json: bool, tool: str) -> None:
         sys.exit(1)
 
 
-def _call_interactive(host: Any, agent: str, tool: str, arguments: Mapping[str, Any]) -> Any:
+def _terminal_approver() -> Any:
     """On a terminal, calls that need approval ask the person at it."""
-    import anyio
     import anyio.to_thread
 
     async def approver(agent: str, tool: str, args: Mapping[str, Any], message: str) -> bool:
         prompt = f"{message}\n  arguments: {json.dumps(dict(args), ensure_ascii=False)}\nAllow?"
         return bool(await anyio.to_thread.run_sync(lambda: click.confirm(prompt, default=False, err=True)))
 
-    return anyio.run(lambda: host.call(agent, tool, arguments, approver=approver))
+    return approver
 
 
 if __name__ == "__main__":

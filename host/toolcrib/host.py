@@ -8,12 +8,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import anyio
+from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from toolcrib import default_plugins
 from toolcrib.calls import Pipeline
@@ -41,6 +43,7 @@ class Host:
         autoload: bool | None = None,
         env: Mapping[str, str] | None = None,
         extra_entries: Iterable[Entry] = (),
+        extra_records: Iterable[PluginRecord] = (),
     ) -> None:
         env = os.environ if env is None else env
         self.loaded = loaded
@@ -52,7 +55,7 @@ class Host:
             named=named_plugins(env),
             plugins=plugins,
             builtins=default_plugins.create(loaded),
-        )
+        ) + list(extra_records)
         from toolcrib import __version__
 
         for record in self.records:
@@ -172,6 +175,34 @@ class Host:
             close = getattr(record.plugin, "close", None)
             if record.kind == "builtin" and callable(close):
                 close()
+
+
+@contextlib.contextmanager
+def open_host(
+    path: str | os.PathLike[str] | None = None, **kwargs: Any
+) -> Iterator[tuple[Host, BlockingPortal | None]]:
+    """A ``Host`` for code that is not async, with its upstream MCP servers connected while the block runs.
+
+    Yields the host and, when servers are connected, the portal their connections live on: calls must go through
+    it (``portal.call(host.call, agent, tool, arguments)``).
+    """
+    loaded = load_config(path, kwargs.get("env"))
+    if not any(c.enabled for c in loaded.config.mcps.values()):
+        host = Host(loaded, **kwargs)
+        try:
+            yield host, None
+        finally:
+            host.close()
+        return
+    from toolcrib.upstream import upstream_pool
+
+    with start_blocking_portal() as portal, portal.wrap_async_context_manager(upstream_pool()) as pool:
+        records, entries = portal.call(pool.sync, loaded)
+        host = Host(loaded, extra_entries=entries, extra_records=records, **kwargs)
+        try:
+            yield host, portal
+        finally:
+            host.close()
 
 
 _NOUN = {"plugins": "pack", "mcps": "upstream server", "tools": "tool", "skills": "skill", "subagents": "agent"}

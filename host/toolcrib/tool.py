@@ -92,6 +92,9 @@ class Tool:
     is_async: bool = False
     make_input: Callable[[], type[BaseModel]] = dataclasses.field(default=lambda: BaseModel, repr=False)
     return_annotation: Any = dataclasses.field(default=inspect.Signature.empty, repr=False)
+    # Schemas given as they are, for tools described by JSON Schema rather than Python (upstream MCP servers).
+    given_input_schema: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
+    given_output_schema: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
 
     @cached_property
     def input_model(self) -> type[BaseModel]:
@@ -100,6 +103,8 @@ class Tool:
 
     @cached_property
     def input_schema(self) -> dict[str, Any]:
+        if self.given_input_schema is not None:
+            return dict(self.given_input_schema)
         return json_schema_of(self.input_model, "validation")
 
     @cached_property
@@ -118,6 +123,8 @@ class Tool:
 
     @cached_property
     def output_schema(self) -> dict[str, Any] | None:
+        if self.given_output_schema is not None:
+            return dict(self.given_output_schema)
         if self.output_adapter is None:
             return None
         schema = json_schema_of(self.output_adapter, "serialization")

@@ -35,7 +35,7 @@ _SECRET = secrets.token_bytes(32)  # seals approval round-trips (2026-07-28) to 
 
 _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 
-INSTRUCTIONS = "Tools served by toolcrib. Each tool's name is <pack>__<tool>."
+INSTRUCTIONS = "Tools served by toolcrib. Each tool is named <namespace>__<tool>: its pack or server, then its name."
 
 
 class _Channel:

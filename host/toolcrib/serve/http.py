@@ -215,12 +215,17 @@ def _unauthorized(error: str | None, description: str) -> Response:
     return JSONResponse(body, status_code=401, headers={"WWW-Authenticate": challenge})
 
 
-async def serve_http(state: ServingState, options: HttpOptions, watch: Path | None = None) -> None:
-    """Run the HTTP server until interrupted; with ``watch``, reload the config when it changes."""
+def check_bind(options: HttpOptions) -> None:
+    """Refuse to listen beyond loopback unless the operator said so."""
     if not is_loopback(options.host) and not options.allow_remote:
         raise ServeError(f"refusing to listen on {options.host}: every agent's endpoint would be reachable from the "
                          "network; pass --allow-remote to do it on purpose (tokens are still required; add "
                          "--allowed-host for the name clients use)")
+
+
+async def serve_http(state: ServingState, options: HttpOptions, watch: Path | None = None) -> None:
+    """Run the HTTP server until interrupted; with ``watch``, reload the config when it changes."""
+    check_bind(options)
     app = HttpApp(state, options)
     config = uvicorn.Config(app, host=options.host, port=options.port, log_level="warning", lifespan="on",
                             server_header=False)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import os
 import signal
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +26,34 @@ log = logging.getLogger("toolcrib.serve")
 MAX_SESSIONS = 1024
 
 
+@asynccontextmanager
+async def serving_state(path: Path | None) -> AsyncIterator[ServingState]:
+    """The state to serve from the config at ``path``, with its upstream MCP servers connected; a reload reads
+    the file again and keeps the connections whose config did not change."""
+    from toolcrib.config import load_config
+    from toolcrib.upstream import upstream_pool
+
+    async with upstream_pool() as pool:
+
+        async def build() -> Host:
+            loaded = await anyio.to_thread.run_sync(load_config, path)
+            records, entries = await pool.sync(loaded)
+            return await anyio.to_thread.run_sync(
+                functools.partial(Host, loaded, extra_entries=entries, extra_records=records))
+
+        state = ServingState(await build(), make_host=build)
+        try:
+            yield state
+        finally:
+            state.host.close()
+
+
 class ServingState:
     """The current ``Host`` for every front end. ``reload`` builds a new host from the config file and swaps it
     in only if it loads; the old one keeps serving otherwise. Views are immutable, so a call that started under
     the old host finishes under it."""
 
-    def __init__(self, host: Host, make_host: Callable[[], Host] | None = None) -> None:
+    def __init__(self, host: Host, make_host: Callable[[], Host] | Callable[[], Awaitable[Host]] | None = None) -> None:
         self.host = host
         self._make_host = make_host
         self._buses: dict[str, InMemorySubscriptionBus] = {}
@@ -82,7 +107,10 @@ class ServingState:
         if self._make_host is None:
             return False
         try:
-            new = await anyio.to_thread.run_sync(self._make_host)
+            if inspect.iscoroutinefunction(self._make_host):
+                new = await self._make_host()
+            else:
+                new = await anyio.to_thread.run_sync(self._make_host)
         except ConfigError as exc:
             log.error("reload rejected, still serving the previous config:\n%s", exc)
             return False
