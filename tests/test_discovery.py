@@ -202,6 +202,20 @@ def dup_b() -> str:
                            "is served: rename all but one")
 
 
+def test_a_hand_built_tool_with_a_bad_name_is_rejected_alone(dist_path: Callable[..., Path]) -> None:
+    source = GOOD.replace("    return [lookup_order]", """    import dataclasses
+    from toolcrib.tool import get_tool
+    return [lookup_order, dataclasses.replace(get_tool(lookup_order), name="my-tool")]""")
+    dist_path("pack-handmade", "0.1", {"handmade": "pack_handmade"}, {"pack_handmade": source})
+    host = _host()
+    record = ours(host.records, {"handmade"})["handmade"]
+    assert (record.state, record.tool_count) == ("loaded", 1)
+    assert [n for n in host.catalog.entries if n.startswith("handmade__")] == ["handmade__lookup_order"]
+    assert ("error: pack 'handmade' (pack-handmade 0.1): tool 'my-tool' is not served: tool names are 1-64 "
+            "characters: a letter first, then letters, digits and single underscores ('__' is reserved)") in [
+        str(p) for p in host.catalog.problems]
+
+
 def test_pack_namespace_colliding_with_an_upstream_server(dist_path: Callable[..., Path]) -> None:
     dist_path("acme-orders", "1.0", {"orders": "acme_orders"}, {"acme_orders": GOOD})
     host = _host('[mcps.orders]\ncommand = "python"\n[agents.a]\n')

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from toolcrib.config import LoadedConfig, problems_from_validation
 from toolcrib.errors import Problem
-from toolcrib.names import full_name
+from toolcrib.names import full_name, tool_name_problem
 from toolcrib.plugins import PluginManager, PluginRecord, call_impl, hook_impls
 from toolcrib.tool import Tool, get_tool
 
@@ -190,6 +190,10 @@ def _collect(pm: PluginManager, record: PluginRecord, settings: Any, catalog: Ca
             if spec is None:
                 catalog.problems.append(_pack_problem(
                     record, f"toolcrib_tools item {i} ({item!r}) is not a tool: decorate it with @toolcrib.tool"))
+                continue
+            problem = tool_name_problem(spec.name)  # a Tool built by hand skips the decorator's checks
+            if problem is not None:
+                catalog.problems.append(_pack_problem(record, f"tool {spec.name!r} is not served: {problem}"))
                 continue
             found.append(spec)
     counts: dict[str, int] = {}
