@@ -109,8 +109,13 @@ def _add(peer: str) -> str:
     return "math__add" if peer == "toolcrib" else "add"  # toolcrib names it <pack>__<tool>
 
 
+MEASURED: dict[str, float] = {}  # what the goals table reads
+
+
 def _peer_row(label: str, result: dict[str, float]) -> Row:
     base = result["toolcrib"]
+    for peer, value in result.items():
+        MEASURED[f"{label}|{peer}"] = value
     cells = [label, fmt(base)]
     for peer in ("lowlevel", "mcpserver", "fastmcp"):
         value = result.get(peer)
@@ -218,6 +223,7 @@ async def python_api(args: argparse.Namespace) -> list[Row]:
 
     floor, pipeline = await bench_api.measure(2000 if args.quick else 20000, args.rounds)
     f, p = statistics.median(floor), statistics.median(pipeline)
+    MEASURED["api ratio"] = p / f
     return [["view.call vs a bare pydantic-validated call (`add -> int`)", fmt(p), fmt(f), ratio(p, f)]]
 
 
@@ -234,6 +240,7 @@ async def concurrency(args: argparse.Namespace) -> list[Row]:
             for _ in range(100):
                 tg.start_soon(view.call, f"math__{name}", {"a": 1, "b": 2})
         total = time.perf_counter() - start
+        MEASURED[name] = total
         kind = "async" if name == "slow_async" else "sync (32 worker threads)"
         rows.append([f"100 concurrent 100 ms calls, {kind}", fmt(total), f"{total / 0.1:.1f}x one call"])
     return rows
@@ -293,6 +300,7 @@ def discovery(args: argparse.Namespace) -> list[Row]:
         full = _time_command([*cmd, str(config)], with_site, runs)
         off = _time_command([*cmd, str(disabled)], with_site, runs)
     marginal = (full - empty) / packs
+    MEASURED["per pack"] = marginal
     return [
         ["toolcrib tools, 0 extra packs", fmt(empty), ""],
         [f"toolcrib tools, {packs} packs of 10 tools", fmt(full), f"{fmt(marginal)} per pack"],
@@ -309,6 +317,34 @@ def startup(args: argparse.Namespace) -> list[Row]:
 
 
 # -- report ---------------------------------------------------------------------------------------------------------
+
+
+def _goals() -> list[Row]:
+    """The goals of the benchmarks issue, each as a ratio (or a time) from this run."""
+
+    def peer_ratio(label: str, peer: str) -> float | None:
+        mine, theirs = MEASURED.get(f"{label}|toolcrib"), MEASURED.get(f"{label}|{peer}")
+        return mine / theirs if mine and theirs else None
+
+    call = "call, in-memory (2026-07-28)"
+    listing = "tools/list, 1000 tools, in-memory"
+    goals: list[tuple[str, str, float | None, float, str]] = [
+        ("MCP call vs the SDK's low-level server", "<= 1.00x", peer_ratio(call, "lowlevel"), 1.0, "x"),
+        ("MCP call vs FastMCP", "<= 0.50x", peer_ratio(call, "fastmcp"), 0.5, "x"),
+        ("tools/list of 1000 tools vs the low-level server", "<= 1.00x", peer_ratio(listing, "lowlevel"), 1.0, "x"),
+        ("tools/list of 1000 tools vs FastMCP", "<= 0.30x", peer_ratio(listing, "fastmcp"), 0.3, "x"),
+        ("Python API call vs a bare pydantic-validated call", "<= 3.00x", MEASURED.get("api ratio"), 3.0, "x"),
+        ("discovery, marginal cost per pack of 10 tools", "<= 2 ms", MEASURED.get("per pack"), 0.002, "s"),
+        ("100 concurrent 100 ms async calls", "<= 150 ms", MEASURED.get("slow_async"), 0.150, "s"),
+    ]
+    rows = []
+    for name, target, value, limit, unit in goals:
+        if value is None:
+            rows.append([name, target, "not measured", "-"])
+            continue
+        shown = f"{value:.2f}x" if unit == "x" else fmt(value)
+        rows.append([name, target, shown, "yes" if value <= limit else "**no**"])
+    return rows
 
 
 def _table(header: Row, rows: list[Row]) -> str:
@@ -347,6 +383,8 @@ def main() -> None:
         f"Python {platform.python_version()}; {_versions()}. Each MCP number is the median over {args.rounds} "
         "interleaved rounds of the per-round median; ratios are toolcrib's time over the peer's (below 1.00x: "
         "toolcrib is faster). Reproduce with `benchmarks/run.sh`.",
+        "## Goals",
+        _table(["goal", "target", "measured", "met"], _goals()),
         "## MCP (the same `add` tool and output schema on every side)",
         _table(["measure", "toolcrib", "SDK low-level server", "SDK MCPServer", "FastMCP"], mcp_rows),
         "## Python API",
