@@ -105,7 +105,7 @@ class Pipeline:
         """Run one call as ``view.agent`` makes it. Raises ``UnknownToolError`` for a name the agent does not
         see (hidden or nonexistent alike); every other failure is an ``isError`` result."""
         started = time.perf_counter() if self._audit else 0.0
-        vt = view.lookup(name)
+        vt = view.lookup(name)  # hidden and nonexistent alike: None
         if vt is None:
             if self._audit:
                 self._write_audit(view.agent, str(name)[:200], None, "unknown", "no such tool in the agent's view",

@@ -6,7 +6,7 @@ Every front end (Python API, CLI, MCP, schema export) reads views; none filters 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -120,16 +120,17 @@ class AgentView:
                     for t in tools]
         raise ValueError(f"unknown export format {format!r}; formats: {', '.join(EXPORT_FORMATS)}")
 
-    async def call(
+    def call(
         self,
         name: str,
         arguments: Mapping[str, Any] | None = None,
         *,
         approver: Approver | None = None,
         channel: ClientChannel | None = None,
-    ) -> ToolResult:
-        """Call a tool through the full pipeline, as this agent. ``UnknownToolError`` for a name it does not see."""
-        return await self._pipeline.call(self, name, arguments, approver=approver, channel=channel)
+    ) -> Awaitable[ToolResult]:
+        """Call a tool through the full pipeline, as this agent (``await view.call(...)``). ``UnknownToolError``
+        for a name it does not see."""
+        return self._pipeline.call(self, name, arguments, approver=approver, channel=channel)
 
     def __repr__(self) -> str:
         return f"<AgentView {self.agent!r}: {len(self.tools)} tools>"
