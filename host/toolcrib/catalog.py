@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +43,8 @@ class Entry:
     trusted: bool = True
     distribution: str | None = None
     version: str | None = None
+    sources: tuple[str, ...] = ()  # a tool serving several sources (load_skill): visible if one is permitted
+    describe_for: Callable[[Any], str] | None = None  # a description written for each agent's rules
 
     @property
     def read_only(self) -> bool:

@@ -182,7 +182,7 @@ def _tools(host: Any, agent: str, as_json: bool, show_all: bool) -> None:
             _echo_json(view.mcp_tools)
         else:
             for vt in view.tools:
-                click.echo(f"{vt.name}  {_first_line(vt.tool.description)}")
+                click.echo(f"{vt.name}  {_first_line(vt.description)}")
             if not view.tools:
                 click.echo(f"agent {agent!r} sees no tools (toolcrib tools --agent {agent} --all says why)", err=True)
         return

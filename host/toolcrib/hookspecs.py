@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pydantic import BaseModel
 
     from toolcrib.content import ToolResult
@@ -32,6 +34,17 @@ def toolcrib_tools(settings: Any) -> Sequence[Any] | None:
     the pack's other tools still load. If the implementation raises, none of the pack's tools load.
 
     :param settings: the pack's parsed settings (an instance of its settings model), or None.
+    """
+
+
+@hookspec
+def toolcrib_skills() -> Sequence[str | Path] | None:
+    """Return the folders of the skills the pack ships, each holding a ``SKILL.md``.
+
+    A skill's name is the ``name:`` of its SKILL.md front matter (else the folder's name), its description the
+    ``description:``. Agents load skills through the built-in ``toolcrib__load_skill`` tool, filtered by the
+    ``skills`` permission dimension. A name two sources claim is served by neither. Called once per pack when the
+    host is built.
     """
 
 

@@ -25,6 +25,8 @@ from toolcrib.content import ToolResult
 from toolcrib.errors import Problem, ToolDeclarationError, UnknownAgentError
 from toolcrib.permissions import AgentRules, Decision, compile_rules, decide
 from toolcrib.plugins import PluginRecord, autoload_enabled, get_plugin_manager, load_plugins, named_plugins
+from toolcrib.skills import SkillSet
+from toolcrib.skills import discover as discover_skills
 from toolcrib.view import AgentView, build_view
 
 
@@ -61,8 +63,15 @@ class Host:
         for record in self.records:
             if record.kind == "builtin":
                 record.version = __version__
+        self.skills = SkillSet({})
+        skills, problems = discover_skills(loaded, self.pm, self.records)
+        if skills:
+            self.skills = SkillSet(skills)
+            extra_entries = [*extra_entries, self.skills.entry()]
         self.catalog: Catalog = build_catalog(self.pm, self.records, loaded, extra_entries)
+        self.catalog.problems.extend(problems)
         self.rules: dict[str, AgentRules] = compile_rules(loaded)
+        self.skills.permits = self._may_load_skill
         self.pipeline = Pipeline(self.pm, loaded, self.catalog.settings)
         self._views: dict[str, AgentView] = {}
         self._lock = threading.Lock()
@@ -77,6 +86,10 @@ class Host:
     ) -> Host:
         """Load the config (``path``, ``$TOOLCRIB_CONFIG``, ``./toolcrib.toml`` or the built-in default)."""
         return cls(load_config(path, env), env=env, **kwargs)
+
+    def _may_load_skill(self, agent: str, skill: str) -> bool:
+        rules = self.rules.get(agent)
+        return rules is not None and rules.has_permissions and rules.source_permits("skills", skill)[0]
 
     # -- agents and views -----------------------------------------------------------------------------------
 
@@ -141,7 +154,7 @@ class Host:
             "plugins": {r.name for r in self.records if r.kind == "pack"},
             "mcps": set(self.loaded.config.mcps),
             "tools": set(self.catalog.entries),
-            "skills": set(self.loaded.config.skills),
+            "skills": set(self.skills.skills) | set(self.loaded.config.skills),
             "subagents": set(self.loaded.config.agents),
         }
         for agent, rules in sorted(self.rules.items()):

@@ -230,10 +230,18 @@ def decide(rules: AgentRules, entry: Entry, *, detail: bool = False, exhaustive:
     visible = True
 
     source_rule = rules.dimensions[entry.dimension]
-    passed, pattern = rules.source_permits(entry.dimension, entry.source)
-    if detail:
-        text = f"{_SOURCE_KIND[entry.dimension]} {entry.source!r}: {source_rule.describe(passed, pattern)}"
-        checks.append(Check("source", passed, text))
+    if entry.sources:
+        permitted = [s for s in entry.sources if rules.source_permits(entry.dimension, s)[0]]
+        passed = bool(permitted)
+        if detail:
+            text = (f"{len(permitted)} of {len(entry.sources)} {entry.dimension} permitted by {source_rule.where}"
+                    if passed else f"none of its {entry.dimension} is permitted by {source_rule.where}")
+            checks.append(Check("source", passed, text))
+    else:
+        passed, pattern = rules.source_permits(entry.dimension, entry.source)
+        if detail:
+            text = f"{_SOURCE_KIND[entry.dimension]} {entry.source!r}: {source_rule.describe(passed, pattern)}"
+            checks.append(Check("source", passed, text))
     visible = passed
     if visible or exhaustive:
         tools_rule = rules.dimensions["tools"]

@@ -29,6 +29,7 @@ ENTRY_POINT_GROUP = "toolcrib"
 DISABLE_AUTOLOAD_ENV = "TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD"
 PLUGINS_ENV = "TOOLCRIB_PLUGINS"
 TRACE_ENV = "TOOLCRIB_TRACE_HOOKS"
+RESERVED_NAMESPACE = "toolcrib"
 
 log = logging.getLogger("toolcrib.plugins")
 
@@ -167,6 +168,8 @@ def load_plugins(
 
 def _skip(record: PluginRecord, disabled: Collection[str]) -> bool:
     problem = namespace_problem(record.name)
+    if record.name == RESERVED_NAMESPACE:
+        problem = f"{RESERVED_NAMESPACE!r} is reserved for the host's own tools"
     if problem is not None:
         record.fail(f"invalid namespace {record.name!r}: {problem}")
         return True

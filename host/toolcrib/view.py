@@ -33,6 +33,7 @@ class ViewTool:
     entry: Entry
     call_rules: CallRules | None
     timeout: float
+    own_description: str | None = None  # written for this agent (load_skill lists the agent's skills)
     name: str = field(init=False)  # copies of entry.name and entry.tool: read on every call
     tool: Tool = field(init=False)
 
@@ -40,13 +41,17 @@ class ViewTool:
         object.__setattr__(self, "name", self.entry.name)
         object.__setattr__(self, "tool", self.entry.tool)
 
+    @property
+    def description(self) -> str:
+        return self.own_description if self.own_description is not None else self.tool.description
+
     def to_mcp(self) -> dict[str, Any]:
         """This tool as MCP's tools/list shows it (camelCase wire keys)."""
         tool = self.entry.tool
         wire: dict[str, Any] = {"name": self.entry.name}
         if tool.title:
             wire["title"] = tool.title
-        wire["description"] = tool.description
+        wire["description"] = self.description
         try:
             wire["inputSchema"] = tool.input_schema
             output = tool.output_schema
@@ -143,5 +148,7 @@ def build_view(rules: AgentRules, entries: Mapping[str, Entry], pipeline: Pipeli
         entry = entries[name]
         if decide(rules, entry).visible:
             timeout = entry.tool.timeout if entry.tool.timeout is not None else pipeline.call_timeout
-            visible.append(ViewTool(entry=entry, call_rules=rules.call_rules(entry), timeout=timeout))
+            own = entry.describe_for(rules) if entry.describe_for is not None else None
+            visible.append(ViewTool(entry=entry, call_rules=rules.call_rules(entry), timeout=timeout,
+                                    own_description=own))
     return AgentView(rules, tuple(visible), pipeline)
