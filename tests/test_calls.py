@@ -554,3 +554,23 @@ def test_a_tool_whose_schema_cannot_be_built_is_listed_errors_and_is_reported() 
     assert len(problems) == 1
     assert problems[0].startswith("error: pack 'kit': kit__broken: tool 'broken': cannot build an input schema "
                                   "from its parameters: Unable to generate pydantic-core schema for ")
+
+
+@toolcrib.tool
+def sdk_content() -> list[Any]:
+    """Return the MCP SDK's own content objects."""
+    import mcp_types
+
+    return [mcp_types.TextContent(text="from the SDK"),
+            mcp_types.ImageContent(data="iVBORw==", mime_type="image/png"),
+            mcp_types.EmbeddedResource(resource=mcp_types.TextResourceContents(uri="mem://note", text="embedded",
+                                                                                mime_type="text/plain"))]
+
+
+def test_mcp_types_content_passes_through() -> None:
+    host = make_host(CONFIG, {"kit": Pack(sdk_content)})
+    assert call(host, "kit__sdk_content").to_wire() == {"content": [
+        {"type": "text", "text": "from the SDK"},
+        {"type": "image", "data": "iVBORw==", "mimeType": "image/png"},
+        {"type": "resource", "resource": {"uri": "mem://note", "mimeType": "text/plain", "text": "embedded"}},
+    ], "isError": False}

@@ -114,7 +114,20 @@ def test_code_shown_in_the_docs_is_the_tested_code() -> None:
         for path, block in re.findall(r"<!-- file: (\S+) -->\n```\w*\n(.*?)```", doc.read_text(), flags=re.S):
             assert block == (ROOT / path).read_text(), f"{doc.name}: the block for {path} differs from the file"
             found += 1
-    assert found == 3
+    assert found == 4
+
+
+@pytest.mark.slow
+def test_the_embedding_example_runs() -> None:
+    pytest.importorskip("toolcrib_fs", reason="the example uses the fs pack")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLCRIB_")}
+    proc = subprocess.run([sys.executable, "embed.py"], cwd=DOCS / "examples", capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "fs__cwd - Return the workspace root: the directory every path of the fs tools is relative to."
+    assert lines[-3:] == ["fs__cwd", "False # The config docs/examples/embed.py runs with.",
+                          "Unknown tool: fs__write_file"]
 
 
 def test_links_between_documents_resolve() -> None:
