@@ -66,6 +66,31 @@ def dist_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Calla
     importlib.invalidate_caches()
 
 
+@pytest.fixture
+def cli_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str, str], str]:
+    """``cli_config(text, "files=packs:FILES,...")``: write the config, make the CLI load just those test packs
+    (named in $TOOLCRIB_PLUGINS as namespace=module:attr), and return the config's path."""
+
+    def make(text: str, plugins: str) -> str:
+        config = tmp_path / "toolcrib.toml"
+        config.write_text(textwrap.dedent(text))
+        monkeypatch.setenv("TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD", "1")
+        monkeypatch.setenv("TOOLCRIB_PLUGINS", plugins)
+        return str(config)
+
+    return make
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    """Run the toolcrib CLI in-process: (exit code, stdout, stderr)."""
+    from click.testing import CliRunner
+
+    from toolcrib.cli import main
+
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
 def ours(records: list[Any], names: set[str]) -> dict[str, Any]:
     """The records of the packs a test made (other installed packs may be present)."""
     return {r.name: r for r in records if r.name in names}

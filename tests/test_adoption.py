@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 import toolcrib
-from conftest import ROOT, make_host
+from conftest import ROOT, cli, make_host
 from packs import FILES, MISC, Pack
 from toolcrib.cli import main
 from toolcrib.testing import make_kit
@@ -41,16 +41,13 @@ def test_schema_export_formats() -> None:
         view.export("xml")
 
 
-def test_schema_export_cli_goes_through_the_same_view(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    config = tmp_path / "toolcrib.toml"
-    config.write_text(CONFIG)
-    monkeypatch.setenv("TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD", "1")
-    monkeypatch.setenv("TOOLCRIB_PLUGINS", "files=packs:FILES,misc=packs:MISC")
-    result = CliRunner().invoke(main, ["schema", "--config", str(config), "--agent", "a", "--format", "anthropic"])
-    assert result.exit_code == 0
-    assert [t["name"] for t in json.loads(result.stdout)] == ["files__read", "misc__add"]
-    bad = CliRunner().invoke(main, ["schema", "--config", str(config), "--agent", "a", "--format", "xml"])
-    assert bad.exit_code == 2 and "'xml' is not one of 'mcp', 'openai', 'anthropic'" in bad.stderr
+def test_schema_export_cli_goes_through_the_same_view(cli_config: Any) -> None:
+    config = cli_config(CONFIG, "files=packs:FILES,misc=packs:MISC")
+    code, out, _ = cli("schema", "--config", config, "--agent", "a", "--format", "anthropic")
+    assert code == 0
+    assert [t["name"] for t in json.loads(out)] == ["files__read", "misc__add"]
+    code, _, err = cli("schema", "--config", config, "--agent", "a", "--format", "xml")
+    assert code == 2 and "'xml' is not one of 'mcp', 'openai', 'anthropic'" in err
 
 
 # -- the test kit ----------------------------------------------------------------------------------------------

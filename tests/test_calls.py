@@ -13,7 +13,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 import toolcrib
-from conftest import make_host
+from conftest import cli, make_host
 from packs import FILES, Pack
 from toolcrib import Allow, Context, Deny, ToolError, ToolResult
 
@@ -491,21 +491,8 @@ def test_audit_arguments_when_asked(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def shop_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    config = tmp_path / "toolcrib.toml"
-    config.write_text(CONFIG)
-    monkeypatch.setenv("TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD", "1")
-    monkeypatch.setenv("TOOLCRIB_PLUGINS", "shop=test_calls:SHOP")
-    return str(config)
-
-
-def cli(*args: str) -> tuple[int, str, str]:
-    from click.testing import CliRunner
-
-    from toolcrib.cli import main
-
-    result = CliRunner().invoke(main, list(args))
-    return result.exit_code, result.stdout, result.stderr
+def shop_cli(cli_config: Any) -> str:
+    return str(cli_config(CONFIG, "shop=test_calls:SHOP"))
 
 
 def test_cli_call_seed_examples(shop_cli: str) -> None:

@@ -6,11 +6,9 @@ import json
 
 import anyio
 import pytest
-from click.testing import CliRunner
 
-from conftest import make_host
+from conftest import cli, make_host
 from packs import FILES, MEDIA, MISC
-from toolcrib.cli import main
 from toolcrib.errors import UnknownToolError
 
 CONFIG = """
@@ -157,18 +155,11 @@ def test_names_are_exact_and_case_sensitive(host) -> None:  # type: ignore[no-un
 
 
 @pytest.fixture
-def cli_env(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
-    """The CLI over the test packs: they are named in $TOOLCRIB_PLUGINS as namespace=module:attr."""
-    config = tmp_path / "toolcrib.toml"
-    config.write_text(CONFIG)
-    monkeypatch.setenv("TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD", "1")
-    monkeypatch.setenv("TOOLCRIB_PLUGINS", "files=packs:FILES,media=packs:MEDIA,misc=packs:MISC")
-    return str(config)
+def cli_env(cli_config):  # type: ignore[no-untyped-def]
+    return cli_config(CONFIG, "files=packs:FILES,media=packs:MEDIA,misc=packs:MISC")
 
 
-def run(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, list(args))
-    return result.exit_code, result.stdout, result.stderr
+run = cli
 
 
 def test_cli_tools_json_is_the_mcp_list(cli_env: str) -> None:

@@ -363,18 +363,21 @@ def find_text(
     return result
 
 
-@toolcrib.tool(annotations=WRITES, rule_subject="source")
-def rename(
-    source: Path_,
-    destination: Path_,
-    ctx: Context,
-    overwrite: Annotated[bool, Field(strict=True, description="Replace an existing destination file")] = False,
-) -> str:
-    """Rename or move a file or directory within the workspace."""
+Overwrite = Annotated[bool, Field(strict=True, description="Replace an existing destination file")]
+
+
+def _source_and_destination(source: str, destination: str, verb: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     src, dst = parts_of(source, allow_root=False), parts_of(destination, allow_root=False)
-    root = _root(ctx)
     if dst[: len(src)] == src:
-        raise ToolError(f"{display(dst)}: cannot move {display(src)} into itself")
+        raise ToolError(f"{display(dst)}: cannot {verb} {display(src)} into itself")
+    return src, dst
+
+
+@toolcrib.tool(annotations=WRITES, rule_subject="source")
+def rename(source: Path_, destination: Path_, ctx: Context, overwrite: Overwrite = False) -> str:
+    """Rename or move a file or directory within the workspace."""
+    src, dst = _source_and_destination(source, destination, "move")
+    root = _root(ctx)
     with root.parent(src) as (sfd, sname), root.parent(dst) as (dfd, dname):
         try:
             os.stat(sname, dir_fd=sfd, follow_symlinks=False)
@@ -392,18 +395,11 @@ def rename(
 
 
 @toolcrib.tool(annotations=WRITES, rule_subject="source")
-def copy(
-    source: Path_,
-    destination: Path_,
-    ctx: Context,
-    overwrite: Annotated[bool, Field(strict=True, description="Replace an existing destination file")] = False,
-) -> str:
+def copy(source: Path_, destination: Path_, ctx: Context, overwrite: Overwrite = False) -> str:
     """Copy a file, or a directory with everything in it, within the workspace. Symbolic links are not copied
     (they are listed as skipped)."""
     settings = _settings(ctx)
-    src, dst = parts_of(source, allow_root=False), parts_of(destination, allow_root=False)
-    if dst[: len(src)] == src:
-        raise ToolError(f"{display(dst)}: cannot copy {display(src)} into itself")
+    src, dst = _source_and_destination(source, destination, "copy")
     root = _root(ctx)
     st = root.lstat(src)
     if st is None:
