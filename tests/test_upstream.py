@@ -134,3 +134,73 @@ def test_upstream_tools_over_mcp(tmp_path: Path) -> None:
             assert result.structured_content == {"echo": "through two servers"}
 
     anyio.run(main_)
+
+
+LAZY = f"""
+[host]
+audit_log = "audit.jsonl"
+
+[mcps.up]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(SERVER)}]
+lazy = true
+
+[mcps.other]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(SERVER)}]
+lazy = true
+
+[agents.a]
+[agents.a.permissions]
+mcps = {{ allow = ["up"] }}
+tools = {{ deny = ["up__fails"] }}
+ask = ["up__echo"]
+
+[agents.plain]
+[agents.plain.permissions]
+plugins = {{ allow = ["*"] }}
+tools = {{ allow = ["*"] }}
+"""
+
+
+@pytest.mark.slow
+def test_lazy_servers_are_reached_through_the_dynamic_tools(tmp_path: Path) -> None:
+    loaded = config_from(LAZY, base_dir=tmp_path)
+
+    async def approve(*args: Any) -> bool:
+        return True
+
+    async def main_() -> None:
+        async with upstream_pool() as pool:
+            records, entries = await pool.sync(loaded)
+            assert {r.name: r.state for r in records} == {"other": "lazy", "up": "lazy"}
+            assert entries == []
+            host = Host(loaded, extra_entries=entries, extra_records=records, upstreams=pool, plugins={},
+                        autoload=False, env={})
+            view = host.view("a")
+            assert view.names == ["toolcrib__call_mcp_tool", "toolcrib__load_mcp", "toolcrib__read_mcp_resource"]
+            assert host.view("plain").names == []  # no mcps rule: no servers, so no dynamic tools
+            load = {t["name"]: t for t in view.mcp_tools}["toolcrib__load_mcp"]
+            assert load["description"].endswith("\n\nServers you can load: up")
+            listed = await view.call("toolcrib__load_mcp", {"server": "up"})
+            assert [t["name"] for t in listed.structured_content["tools"]] == ["echo", "now"]  # type: ignore[index]
+            now = await view.call("toolcrib__call_mcp_tool", {"server": "up", "tool_name": "now"})
+            assert (now.is_error, now.text) == (False, "12:00")
+            # the inner tool's own rules apply: ask needs approval, a denied tool is unknown
+            asked = await view.call("toolcrib__call_mcp_tool", {"server": "up", "tool_name": "echo",
+                                                                "arguments": {"text": "x"}})
+            assert asked.text.startswith("Permission denied: up__echo needs approval (ask rule 'up__echo')")
+            approved = await view.call("toolcrib__call_mcp_tool", {"server": "up", "tool_name": "echo",
+                                                                   "arguments": {"text": "x"}}, approver=approve)
+            assert approved.structured_content == {"echo": "x"}
+            for server, name in (("up", "fails"), ("up", "nope"), ("other", "now"), ("ghost", "now")):
+                hidden = await view.call("toolcrib__call_mcp_tool", {"server": server, "tool_name": name})
+                assert (hidden.is_error, hidden.text) == (True, f"Unknown tool: {server}__{name}")
+            other = await view.call("toolcrib__load_mcp", {"server": "other"})
+            assert other.text == "Unknown MCP server: other"
+            host.close()
+
+    anyio.run(main_)
+    decisions = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    inner = [(d["tool"], d["decision"]) for d in decisions if not d["tool"].startswith("toolcrib__")]
+    assert inner == [("up__now", "allowed"), ("up__echo", "denied"), ("up__echo", "allowed")]

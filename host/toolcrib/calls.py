@@ -93,7 +93,7 @@ class Pipeline:
             self._limiter = anyio.CapacityLimiter(self._workers)
         return self._limiter
 
-    async def call(
+    def call(
         self,
         view: AgentView,
         name: str,
@@ -101,9 +101,9 @@ class Pipeline:
         *,
         approver: Approver | None = None,
         channel: ClientChannel | None = None,
-    ) -> ToolResult:
-        """Run one call as ``view.agent`` makes it. Raises ``UnknownToolError`` for a name the agent does not
-        see (hidden or nonexistent alike); every other failure is an ``isError`` result."""
+    ) -> Awaitable[ToolResult]:
+        """One call as ``view.agent`` makes it, to be awaited. Raises ``UnknownToolError`` for a name the agent
+        does not see (hidden or nonexistent alike), at once; every other failure is an ``isError`` result."""
         started = time.perf_counter() if self._audit else 0.0
         vt = view.lookup(name)  # hidden and nonexistent alike: None
         if vt is None:
@@ -111,6 +111,20 @@ class Pipeline:
                 self._write_audit(view.agent, str(name)[:200], None, "unknown", "no such tool in the agent's view",
                                   started, True)
             raise UnknownToolError(name if isinstance(name, str) else repr(name))
+        return self.run(view, vt, arguments, approver, channel, started)
+
+    async def run(
+        self,
+        view: AgentView,
+        vt: ViewTool,
+        arguments: Any,
+        approver: Approver | None = None,
+        channel: ClientChannel | None = None,
+        started: float = 0.0,
+    ) -> ToolResult:
+        """The pipeline for a tool the caller has already resolved (and decided on) for ``view``'s agent."""
+        if self._audit and not started:
+            started = time.perf_counter()
         if arguments is None:
             arguments = {}
         problem = self._payload_problem(arguments)
@@ -134,7 +148,7 @@ class Pipeline:
             if denied is not None:
                 return self._finish(view, vt, arguments, outcome, denied, started)
 
-        result = await self._run(view, vt, model, channel)
+        result = await self._run(view, vt, model, channel, approver)
         if self._post:
             result = await self._post_hooks(view, vt, arguments, result)
         if self._audit:
@@ -270,7 +284,8 @@ class Pipeline:
         return False, (f"Permission denied: {need}, and no approver could answer (the client does not support "
                        "elicitation and no approval hook decided).")
 
-    async def _run(self, view: AgentView, vt: ViewTool, model: Any, channel: ClientChannel | None) -> ToolResult:
+    async def _run(self, view: AgentView, vt: ViewTool, model: Any, channel: ClientChannel | None,
+                   approver: Approver | None) -> ToolResult:
         tool = vt.tool
         if tool.takes_model:
             args: tuple[Any, ...] = (model,)
@@ -286,6 +301,8 @@ class Pipeline:
                 workspace=self.workspace,
                 logger=logging.getLogger(f"toolcrib.pack.{vt.entry.namespace}"),
                 _channel=channel,
+                _view=view,
+                _approver=approver,
             )
         timeout = vt.timeout
         value: Any = None

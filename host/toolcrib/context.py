@@ -68,6 +68,8 @@ class Context:
     logger: logging.Logger
     _channel: ClientChannel | None = field(default=None, repr=False)
     _loop_thread: int = field(default_factory=threading.get_ident, repr=False)
+    _view: Any = field(default=None, repr=False)  # the calling agent's view (the host's meta tools use it)
+    _approver: Any = field(default=None, repr=False)
 
     def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None

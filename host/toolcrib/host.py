@@ -46,6 +46,7 @@ class Host:
         env: Mapping[str, str] | None = None,
         extra_entries: Iterable[Entry] = (),
         extra_records: Iterable[PluginRecord] = (),
+        upstreams: Any = None,
     ) -> None:
         env = os.environ if env is None else env
         self.loaded = loaded
@@ -68,6 +69,10 @@ class Host:
         if skills:
             self.skills = SkillSet(skills)
             extra_entries = [*extra_entries, self.skills.entry()]
+        if upstreams is not None:  # lazy upstream servers are reached through the host's dynamic tools
+            from toolcrib.upstream import dynamic_entries
+
+            extra_entries = [*extra_entries, *dynamic_entries(upstreams, loaded)]
         self.catalog: Catalog = build_catalog(self.pm, self.records, loaded, extra_entries)
         self.catalog.problems.extend(problems)
         self.rules: dict[str, AgentRules] = compile_rules(loaded)
@@ -211,7 +216,7 @@ def open_host(
 
     with start_blocking_portal() as portal, portal.wrap_async_context_manager(upstream_pool()) as pool:
         records, entries = portal.call(pool.sync, loaded)
-        host = Host(loaded, extra_entries=entries, extra_records=records, **kwargs)
+        host = Host(loaded, extra_entries=entries, extra_records=records, upstreams=pool, **kwargs)
         try:
             yield host, portal
         finally:

@@ -48,6 +48,7 @@ class _Connection:
     error: str | None = None
     ready: anyio.Event = field(default_factory=anyio.Event)
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    entries: list[Entry] = field(default_factory=list)
 
 
 def _key(config: McpConfig) -> str:
@@ -69,13 +70,17 @@ class UpstreamPool:
     def __init__(self, tg: TaskGroup) -> None:
         self._tg = tg
         self._connections: dict[str, _Connection] = {}
+        self._locks: dict[str, anyio.Lock] = {}
+        self._loaded: LoadedConfig | None = None
 
     async def sync(self, loaded: LoadedConfig) -> tuple[list[PluginRecord], list[Entry]]:
         """Connect what the config names (reusing unchanged connections, closing the rest); return a record per
-        server and the catalog entries of their tools."""
-        wanted = {ns: c for ns, c in loaded.config.mcps.items() if c.enabled and not c.lazy}
+        server and the catalog entries of their tools. Lazy servers are left for ``load``."""
+        self._loaded = loaded
+        configured = {ns: c for ns, c in loaded.config.mcps.items() if c.enabled}
+        wanted = {ns: c for ns, c in configured.items() if not c.lazy}
         for ns in list(self._connections):
-            if ns not in wanted or self._connections[ns].key != _key(wanted[ns]):
+            if ns not in configured or self._connections[ns].key != _key(configured[ns]):
                 self._connections.pop(ns).scope.cancel()
         starting = []
         for ns, config in sorted(wanted.items()):
@@ -98,7 +103,7 @@ class UpstreamPool:
                 record.state = "disabled"
                 continue
             if config.lazy:
-                record.fail("lazy = true is not supported yet; remove it to connect the server at start-up")
+                record.state = "lazy"  # connected when an agent loads it (toolcrib__load_mcp)
                 continue
             connection = self._connections[ns]
             if connection.error is not None or connection.client is None:
@@ -114,6 +119,42 @@ class UpstreamPool:
             if problems:
                 record.error = "; ".join(problems)
         return records, entries
+
+    async def load(self, namespace: str) -> list[Entry]:
+        """Connect a lazy server (once; later calls reuse the connection) and return its tools as entries."""
+        loaded = self._loaded
+        config = loaded.config.mcps[namespace] if loaded is not None else None
+        if loaded is None or config is None:
+            raise ToolError(f"Unknown MCP server: {namespace}")
+        lock = self._locks.setdefault(namespace, anyio.Lock())
+        async with lock:
+            connection = self._connections.get(namespace)
+            if connection is None or connection.client is None:
+                connection = _Connection(namespace, config, _key(config))
+                self._connections[namespace] = connection
+                self._tg.start_soon(self._run, connection, _target(loaded, config), loaded.config.host.call_timeout)
+                with anyio.move_on_after(config.timeout):
+                    await connection.ready.wait()
+                if connection.client is None:
+                    self._connections.pop(namespace, None)
+                    connection.scope.cancel()
+                    why = connection.error or f"it did not answer within {config.timeout:g} seconds"
+                    raise ToolError(f"cannot connect to MCP server {namespace!r}: {why}")
+                made = (_entry(connection, t, []) for t in connection.tools)
+                connection.entries = sorted((e for e in made if e is not None), key=lambda e: e.name)
+            return connection.entries
+
+    async def read_resource(self, namespace: str, uri: str) -> ToolResult:
+        await self.load(namespace)
+        from mcp.shared.exceptions import MCPError
+
+        try:
+            result = await self._connections[namespace].client.read_resource(uri)
+        except MCPError as exc:
+            raise ToolError(f"MCP server {namespace!r} could not read {uri!r}: {exc.error.message}") from None
+        blocks = [{"type": "resource", "resource": c.model_dump(by_alias=True, mode="json", exclude_none=True)}
+                  for c in result.contents]
+        return ToolResult(content=tuple(blocks))
 
     async def _run(self, connection: _Connection, target: Any, read_timeout: float) -> None:
         from mcp import Client
@@ -202,3 +243,87 @@ def _entry(connection: _Connection, tool: Any, problems: list[str]) -> Entry | N
 
 def _mapping(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return json.loads(json.dumps(value)) if value else None
+
+
+# -- lazy servers: the dynamic tools -------------------------------------------------------------------------------
+
+DYNAMIC_NOTE = "Servers you can load:"
+
+
+def dynamic_entries(pool: UpstreamPool, loaded: LoadedConfig) -> list[Entry]:
+    """``toolcrib__load_mcp``, ``toolcrib__call_mcp_tool`` and ``toolcrib__read_mcp_resource`` over the lazy servers
+    of the config. Each is visible to an agent whose ``mcps`` rule permits one of them; every tool reached through
+    them goes through the same decision as a listed tool, and a hidden one answers like a nonexistent one."""
+    from typing import Annotated
+
+    from pydantic import Field
+
+    from toolcrib.context import Context
+    from toolcrib.permissions import decide
+    from toolcrib.tool import get_tool, tool
+    from toolcrib.view import AgentView, ViewTool
+
+    lazy = tuple(sorted(ns for ns, c in loaded.config.mcps.items() if c.enabled and c.lazy))
+    if not lazy:
+        return []
+
+    def permitted(ctx: Context, server: str) -> bool:
+        rules = ctx._view.rules
+        return server in lazy and rules.has_permissions and rules.source_permits("mcps", server)[0]
+
+    Server = Annotated[str, Field(max_length=32, description="The server's name, from the list")]
+
+    @tool(name="load_mcp", annotations={"readOnlyHint": True, "openWorldHint": True, "idempotentHint": True})
+    async def load_mcp(server: Server, ctx: Context) -> dict[str, Any]:
+        """Connect an MCP server (once) and list the tools of it you can call with toolcrib__call_mcp_tool."""
+        if not permitted(ctx, server):
+            raise ToolError(f"Unknown MCP server: {server}")
+        rules = ctx._view.rules
+        entries = [e for e in await pool.load(server) if decide(rules, e).visible]
+        return {"server": server, "tools": [{"name": e.tool.name, "description": e.tool.description,
+                                             "inputSchema": e.tool.input_schema} for e in entries]}
+
+    @tool(name="call_mcp_tool", annotations={"destructiveHint": True, "openWorldHint": True})
+    async def call_mcp_tool(
+        server: Server,
+        tool_name: Annotated[str, Field(max_length=64, description="The tool's name on that server")],
+        ctx: Context,
+        arguments: Annotated[dict[str, Any] | None, Field(description="The tool's arguments")] = None,
+    ) -> ToolResult:
+        """Call a tool of an MCP server listed by toolcrib__load_mcp (the server is connected if it is not yet)."""
+        full = full_name(server, tool_name) if tool_name_problem(tool_name) is None else f"{server}__{tool_name}"
+        if not permitted(ctx, server):
+            raise ToolError(f"Unknown tool: {full}")
+        view: AgentView = ctx._view
+        entry = next((e for e in await pool.load(server) if e.name == full), None)
+        if entry is None or not decide(view.rules, entry).visible:
+            raise ToolError(f"Unknown tool: {full}")  # hidden and nonexistent alike
+        timeout = entry.tool.timeout if entry.tool.timeout is not None else view.pipeline.call_timeout
+        vt = ViewTool(entry=entry, call_rules=view.rules.call_rules(entry), timeout=timeout)
+        return await view.pipeline.run(view, vt, arguments or {}, ctx._approver, ctx._channel)
+
+    @tool(name="read_mcp_resource", annotations={"readOnlyHint": True, "openWorldHint": True})
+    async def read_mcp_resource(
+        server: Server,
+        uri: Annotated[str, Field(max_length=8192, description="The resource's URI")],
+        ctx: Context,
+    ) -> ToolResult:
+        """Read a resource of an MCP server you can load."""
+        if not permitted(ctx, server):
+            raise ToolError(f"Unknown MCP server: {server}")
+        return await pool.read_resource(server, uri)
+
+    def describe(base: str) -> Any:
+        def for_agent(rules: Any) -> str:
+            names = [ns for ns in lazy if rules.source_permits("mcps", ns)[0]]
+            return f"{base}\n\n{DYNAMIC_NOTE} " + ", ".join(names)
+        return for_agent
+
+    entries = []
+    for fn in (load_mcp, call_mcp_tool, read_mcp_resource):
+        spec = get_tool(fn)
+        assert spec is not None
+        entries.append(Entry(name=full_name("toolcrib", spec.name), namespace="toolcrib", kind="builtin",
+                             dimension="mcps", source="*", tool=spec, sources=lazy,
+                             describe_for=describe(spec.description)))
+    return entries

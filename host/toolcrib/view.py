@@ -125,6 +125,10 @@ class AgentView:
                     for t in tools]
         raise ValueError(f"unknown export format {format!r}; formats: {', '.join(EXPORT_FORMATS)}")
 
+    @property
+    def pipeline(self) -> Pipeline:
+        return self._pipeline
+
     def call(
         self,
         name: str,

@@ -39,7 +39,7 @@ async def serving_state(path: Path | None) -> AsyncIterator[ServingState]:
             loaded = await anyio.to_thread.run_sync(load_config, path)
             records, entries = await pool.sync(loaded)
             return await anyio.to_thread.run_sync(
-                functools.partial(Host, loaded, extra_entries=entries, extra_records=records))
+                functools.partial(Host, loaded, extra_entries=entries, extra_records=records, upstreams=pool))
 
         state = ServingState(await build(), make_host=build)
         try:
