@@ -146,14 +146,19 @@ class Host:
     # -- problems ------------------------------------------------------------------------------------------
 
     def problems(self) -> list[Problem]:
-        """Everything ``toolcrib check`` reports: pack and settings errors, then warnings about rules that
-        match nothing installed and agents that end up with no tools."""
+        """Everything ``toolcrib check`` reports: pack, settings, server and schema errors, then warnings about
+        rules that match nothing installed and agents that end up with no tools."""
         found = list(self.catalog.problems)
         for entry in self.catalog.entries.values():
             try:
                 entry.tool.prepare()  # schemas are built lazily; check builds them all
             except ToolDeclarationError as exc:
                 found.append(Problem("error", f"{entry.kind} {entry.source!r}", f"{entry.name}: {exc}"))
+        for agent, rules in sorted(self.rules.items()):
+            found += self._rule_warnings(agent, rules)
+        return found
+
+    def _rule_warnings(self, agent: str, rules: AgentRules) -> list[Problem]:
         source = self.loaded.source
         names = {
             "plugins": {r.name for r in self.records if r.kind == "pack"},
@@ -162,29 +167,31 @@ class Host:
             "skills": set(self.skills.skills) | set(self.loaded.config.skills),
             "subagents": set(self.loaded.config.agents),
         }
-        for agent, rules in sorted(self.rules.items()):
-            for dimension, rule in rules.dimensions.items():
-                for i, pattern in enumerate(rule.patterns):
-                    if not any(pattern.matches(n) for n in names[dimension]):
-                        found.append(Problem("warning", f"{source}: {rule.where}.{rule.kind}[{i}]",
-                                             f"{pattern.text!r} matches no installed {_NOUN[dimension]}"))
-                for pattern in rule.patterns:
-                    if pattern.specifier is not None:
-                        for name in names["tools"]:
-                            entry = self.catalog.entries[name]
-                            if pattern.matches(name) and entry.tool.rule_subject is None:
-                                found.append(Problem(
-                                    "warning", f"{source}: {rule.where}.{rule.kind}",
-                                    f"{pattern.text!r}: {name} names no rule subject, so the specifier cannot be "
-                                    "checked (a deny blocks every call, an allow permits none)"))
-            for i, pattern in enumerate(rules.ask):
-                if not any(pattern.matches(n) for n in names["tools"]):
-                    found.append(Problem("warning", f"{source}: agents.{agent}.permissions.ask[{i}]",
-                                         f"{pattern.text!r} matches no installed tool"))
-            if not self.view(agent).tools:
-                hint = ("it has no permissions table" if not rules.has_permissions
-                        else "see `toolcrib tools --agent " + agent + " --all` for why each tool is hidden")
-                found.append(Problem("warning", f"{source}: agents.{agent}", f"the agent sees no tools ({hint})"))
+        found = []
+
+        def warn(where: str, message: str) -> None:
+            found.append(Problem("warning", f"{source}: {where}", message))
+
+        for dimension, rule in rules.dimensions.items():
+            if dimension == "subagents" and rule.patterns:
+                warn(rule.where, "sub-agent tools are not implemented yet, so subagents rules have no effect")
+                continue
+            for i, pattern in enumerate(rule.patterns):
+                if not any(pattern.matches(n) for n in names[dimension]):
+                    warn(f"{rule.where}.{rule.kind}[{i}]", f"{pattern.text!r} matches no installed {_NOUN[dimension]}")
+                if pattern.specifier is None:
+                    continue
+                for name in sorted(names["tools"]):
+                    if pattern.matches(name) and self.catalog.entries[name].tool.rule_subject is None:
+                        warn(f"{rule.where}.{rule.kind}[{i}]", f"{pattern.text!r}: {name} names no rule subject, so "
+                             "the specifier cannot be checked (a deny blocks every call, an allow permits none)")
+        for i, pattern in enumerate(rules.ask):
+            if not any(pattern.matches(n) for n in names["tools"]):
+                warn(f"agents.{agent}.permissions.ask[{i}]", f"{pattern.text!r} matches no installed tool")
+        if not self.view(agent).tools:
+            hint = ("it has no permissions table" if not rules.has_permissions
+                    else f"see `toolcrib tools --agent {agent} --all` for why each tool is hidden")
+            warn(f"agents.{agent}", f"the agent sees no tools ({hint})")
         return found
 
     def close(self) -> None:
