@@ -448,11 +448,18 @@ def test_http_stateless(config_file: Path, mode: str) -> None:
     proc, base, _ = start_http(config_file, "--stateless")
     try:
         async def main() -> None:
-            http, client = await http_client(f"{base}/agents/writer/mcp", TOKENS["TOK_WRITER"], mode)
+            http, client = await http_client(f"{base}/agents/writer/mcp", TOKENS["TOK_WRITER"], mode,
+                                             elicitation_callback=lambda c, p: _accept())
             async with http, client:
                 assert names(await client.list_tools()) == WRITER
                 result = await client.call_tool("files__read", {"path": "x"})
                 assert result.content[0].text == "contents of x"  # type: ignore[union-attr]
+                asked = await client.call_tool("files__write", {"path": "x", "text": "y"})
+                if mode == "auto":  # 2026-07-28: the input-required round trip needs no session
+                    assert asked.content[0].text == "wrote 1 characters to x"  # type: ignore[union-attr]
+                else:  # a stateless legacy session has no back-channel to ask on
+                    assert asked.content[0].text.endswith("no approver could answer (the client does not "  # type: ignore[union-attr]
+                                                          "support elicitation and no approval hook decided).")
 
         anyio.run(main)
     finally:

@@ -109,6 +109,9 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
 
             return modern
 
+        if not ctx.session.can_send_request:
+            return None  # no back-channel (stateless HTTP): nothing can be asked
+
         async def legacy(agent_: str, tool: str, args: Mapping[str, Any], message: str) -> bool | None:
             result = await ctx.session.elicit_form(message, {"type": "object", "properties": {}},
                                                    related_request_id=ctx.request_id)
