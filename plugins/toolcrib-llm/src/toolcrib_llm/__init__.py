@@ -1,0 +1,127 @@
+"""toolcrib pack ``llm``: the tools of installed llm plugins. See README.md."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import types
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+import toolcrib
+from toolcrib.names import tool_name_problem
+from toolcrib.tool import get_tool
+
+__all__ = ["Settings", "toolcrib_settings_model", "toolcrib_tools"]
+
+log = logging.getLogger("toolcrib.pack.llm")
+_ANY = create_model("llm_tool_arguments", __config__=ConfigDict(extra="allow"))
+
+
+class Settings(BaseModel):
+    """``[packs.llm]``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    plugins: list[str] | None = Field(None, description="only the tools of these llm plugins (default: all)")
+
+
+def registered() -> list[tuple[str, Any]]:
+    """(llm plugin name, what it registered) for every ``register_tools`` implementation, each called on its own
+    (rather than through ``llm.get_tools()``, which renames a duplicate name silently)."""
+    from llm.plugins import load_plugins, pm
+
+    load_plugins()
+    found: list[tuple[str, Any]] = []
+    for plugin in pm.get_plugins():
+        plugin_name = pm.get_name(plugin) or "?"
+        for impl in pm.hook.register_tools.get_hookimpls():
+            if impl.plugin is not plugin:
+                continue
+
+            def register(tool: Any, name: str | None = None, plugin_name: str = plugin_name) -> None:
+                found.append((plugin_name, (tool, name)))
+
+            impl.function(register=register)
+    return found
+
+
+def _copy(fn: Any, name: str) -> Any:
+    """A new function object with ``fn``'s code, so that declaring it a toolcrib tool never touches the plugin's
+    own function."""
+    copied = types.FunctionType(fn.__code__, fn.__globals__, name, fn.__defaults__, fn.__closure__)
+    copied.__kwdefaults__ = fn.__kwdefaults__
+    copied.__annotations__ = dict(fn.__annotations__)
+    copied.__doc__ = fn.__doc__
+    copied.__module__ = fn.__module__
+    copied.__qualname__ = fn.__qualname__
+    return copied
+
+
+def _from_llm_tool(tool: Any, name: str) -> toolcrib.Tool | None:
+    """An ``llm.Tool`` that carries its own input schema: served with that schema; its implementation validates."""
+    problem = tool_name_problem(name)
+    if problem is not None:
+        log.warning("llm tool %r is not served: %s", name, problem)
+        return None
+    implementation = tool.implementation
+    is_async = inspect.iscoroutinefunction(implementation)
+
+    def call(arguments: BaseModel) -> Any:
+        return implementation(**(arguments.__pydantic_extra__ or {}))
+
+    async def call_async(arguments: BaseModel) -> Any:
+        return await implementation(**(arguments.__pydantic_extra__ or {}))
+
+    schema = tool.input_schema or {"type": "object"}
+    return toolcrib.Tool(name=name, description=tool.description or f"The llm tool {name}.",
+                         handler=call_async if is_async else call, annotations={},
+                         arguments=tuple(schema.get("properties", {})), takes_model=True, is_async=is_async,
+                         make_input=lambda: _ANY, given_input_schema=schema)
+
+
+def _declare(fn: Any, name: str, description: str | None) -> toolcrib.Tool | None:
+    """A tool from a plain function: toolcrib derives the schema and validates, as for its own tools."""
+    problem = tool_name_problem(name)
+    if problem is not None:
+        log.warning("llm tool %r is not served: %s", name, problem)
+        return None
+    copied = _copy(fn, name)
+    try:
+        toolcrib.tool(name=name, description=description or fn.__doc__ or f"The llm tool {name}.")(copied)
+    except toolcrib.ToolDeclarationError as exc:
+        log.warning("llm tool %r is not served: %s", name, exc)
+        return None
+    return get_tool(copied)
+
+
+@toolcrib.hookimpl
+def toolcrib_tools(settings: Settings | None) -> list[Any]:
+    """Every tool of the (chosen) llm plugins; two with one name are both rejected by toolcrib's catalog."""
+    import llm
+
+    wanted = set(settings.plugins) if settings is not None and settings.plugins is not None else None
+    served = []
+    for plugin_name, (thing, name) in registered():
+        if wanted is not None and plugin_name not in wanted:
+            continue
+        if inspect.isclass(thing):
+            log.warning("llm plugin %r registers the toolbox %s: toolboxes need llm's own configuration; skipped",
+                        plugin_name, thing.__name__)
+            continue
+        if isinstance(thing, llm.Tool):
+            spec = _from_llm_tool(thing, name or thing.name)
+        elif inspect.isfunction(thing):
+            spec = _declare(thing, name or thing.__name__, None)
+        else:
+            log.warning("llm plugin %r registers %r, which is not a tool; skipped", plugin_name, thing)
+            continue
+        if spec is not None:
+            served.append(spec)
+    return served
+
+
+@toolcrib.hookimpl
+def toolcrib_settings_model() -> type[BaseModel]:
+    return Settings

@@ -1,0 +1,107 @@
+"""toolcrib-llm with the real llm package and an llm tool plugin installed as a distribution (dist-info on a
+path entry), run in subprocesses: llm loads its plugins once per process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("llm")
+
+PLUGIN = '''
+import llm
+
+
+def add_numbers(a: int, b: int = 1) -> int:
+    """Add two integers."""
+    return a + b
+
+
+async def shout(text: str) -> str:
+    """Shout a text."""
+    return text.upper()
+
+
+def llm_time() -> str:
+    """A second tool named like one of llm's own."""
+    return "collision"
+
+
+@llm.hookimpl
+def register_tools(register):
+    register(add_numbers)
+    register(shout, name="yell")
+    register(llm_time)
+    register(llm.Tool(name="raw_echo", description="Echo with a hand-written schema.",
+                      input_schema={"type": "object", "properties": {"x": {"type": "string"}}},
+                      implementation=lambda x: x))
+    register(add_numbers, name="bad-name")
+'''
+
+CONFIG = """
+[agents.a]
+[agents.a.permissions]
+plugins = { allow = ["llm"] }
+tools = { allow = ["llm__*"] }
+"""
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "llm_tools_demo.py").write_text(textwrap.dedent(PLUGIN))
+    info = site / "llm_tools_demo-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: llm-tools-demo\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[llm]\nllm_tools_demo = llm_tools_demo\n")
+    (tmp_path / "toolcrib.toml").write_text(CONFIG)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TOOLCRIB_", "LLM_"))}
+    env.update({"PYTHONPATH": str(site), "TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD": "1", "TOOLCRIB_PLUGINS": "llm",
+                "LLM_USER_PATH": str(tmp_path / "llm-home")})
+    return env
+
+
+def toolcrib(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "toolcrib.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_llm_plugin_tools_are_served(env: dict[str, str], tmp_path: Path) -> None:
+    listed = toolcrib(env, tmp_path, "tools", "--agent", "a", "--json")
+    assert listed.returncode == 0, listed.stderr
+    tools = {t["name"]: t for t in json.loads(listed.stdout)}
+    assert sorted(tools) == ["llm__add_numbers", "llm__llm_version", "llm__raw_echo", "llm__yell"]
+    assert tools["llm__add_numbers"]["inputSchema"] == {
+        "additionalProperties": False, "properties": {"a": {"type": "integer"}, "b": {"default": 1, "type": "integer"}},
+        "required": ["a"], "type": "object"}
+    assert tools["llm__raw_echo"]["inputSchema"] == {"type": "object", "properties": {"x": {"type": "string"}}}
+    assert "llm tool 'bad-name' is not served" in listed.stderr
+    called = toolcrib(env, tmp_path, "call", "--agent", "a", "llm__add_numbers", "--args", '{"a": 40, "b": 2}')
+    assert (called.returncode, called.stdout) == (0, "42\n")
+    yelled = toolcrib(env, tmp_path, "call", "--agent", "a", "llm__yell", "--args", '{"text": "hi"}')
+    assert (yelled.returncode, yelled.stdout) == (0, "HI\n")
+    invalid = toolcrib(env, tmp_path, "call", "--agent", "a", "llm__add_numbers", "--args", '{"a": "x"}')
+    assert invalid.returncode == 1
+    assert invalid.stdout.startswith("Invalid arguments for llm__add_numbers:\n- a: Input should be a valid integer")
+
+
+def test_a_name_two_llm_plugins_register_is_served_by_neither(env: dict[str, str], tmp_path: Path) -> None:
+    checked = toolcrib(env, tmp_path, "check")
+    assert checked.returncode == 1
+    assert ("error: pack 'llm' (toolcrib-llm 0.1.0): tool name 'llm_time' is declared 2 times; none of them is "
+            "served: rename all but one") in checked.stderr
+
+
+def test_only_the_chosen_llm_plugins(env: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / "toolcrib.toml").write_text(CONFIG + '\n[packs.llm]\nplugins = ["llm_tools_demo"]\n')
+    listed = toolcrib(env, tmp_path, "tools", "--agent", "a")
+    names = [line.split()[0] for line in listed.stdout.splitlines()]
+    # llm's own tools (llm_version, llm_time) are left out, so the demo plugin's llm_time no longer collides
+    assert names == ["llm__add_numbers", "llm__llm_time", "llm__raw_echo", "llm__yell"]
