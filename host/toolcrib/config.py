@@ -36,7 +36,6 @@ DEFAULT_FILE = "toolcrib.toml"
 BUILTIN_NAME = "<built-in default config>"
 
 Mode = Literal["default", "plan", "acceptEdits", "dontAsk", "bypassPermissions"]
-MODES: tuple[str, ...] = typing.get_args(Mode)
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CAPABILITY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")

@@ -94,7 +94,6 @@ class EmbeddedResource:
         return {"type": "resource", "resource": resource}
 
 
-Content = Text | Image | Audio | ResourceLink | EmbeddedResource
 CONTENT_CLASSES = (Text, Image, Audio, ResourceLink, EmbeddedResource)
 
 

@@ -59,7 +59,6 @@ class ServingState:
         self._buses: dict[str, InMemorySubscriptionBus] = {}
         self._listeners: dict[str, ListenHandler] = {}
         self._sessions: dict[str, OrderedDict[int, Any]] = {}
-        self.reloads = 0
         self.on_reload: list[Callable[[], Awaitable[None]]] = []  # front ends that must follow (new agents, tokens)
 
     def view(self, agent: str) -> AgentView:
@@ -121,7 +120,6 @@ class ServingState:
         for problem in problems:
             log.warning("after reload: %s", problem)
         old, self.host = self.host, new
-        self.reloads += 1
         for follow in list(self.on_reload):
             await follow()
         changed = []
