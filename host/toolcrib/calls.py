@@ -150,7 +150,7 @@ class Pipeline:
 
         result = await self._run(view, vt, model, channel, approver)
         if self._post:
-            result = await self._post_hooks(view, vt, arguments, result)
+            result = await self._post_hooks(view, vt, model.model_dump(mode="json"), result)
         if self._audit:
             self._finish(view, vt, arguments, outcome, result, started)
         return result
@@ -184,6 +184,9 @@ class Pipeline:
         self, view: AgentView, vt: ViewTool, model: Any, arguments: dict[str, Any], approver: Approver | None
     ) -> tuple[ToolResult | None, _Outcome, Any, dict[str, Any]]:
         outcome = _Outcome("allowed", "rules")
+        # Rules, approvals and hooks see the arguments as validated (a pack's validators may put a value into one
+        # canonical spelling, so that './secrets//key' meets the rule 'fs__write_file(secrets/*)'), as JSON.
+        arguments = model.model_dump(mode="json")
         if vt.call_rules is not None:
             verdict, rule = vt.call_rules.check(arguments)
             if verdict == "deny":

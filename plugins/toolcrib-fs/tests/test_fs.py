@@ -145,7 +145,7 @@ def test_rm_refuses_the_root_and_needs_a_flag_for_directories(host: toolcrib.Hos
     (ws / "d").mkdir()
     (ws / "d" / "f").write_text("x")
     assert error(host, "rm", path=".") == "'.' is the workspace root itself, which this tool does not take"
-    assert error(host, "rm", path="") == "'' is the workspace root itself, which this tool does not take"
+    assert error(host, "rm", path="") == "'.' is the workspace root itself, which this tool does not take"
     assert error(host, "rm", path="d") == "d: is a directory; pass recursive=true to remove it and everything in it"
     assert error(host, "rm", path="d", recursive="yes").startswith("Invalid arguments for fs__rm:\n- recursive: ")
     assert ok(host, "rm", path="d", recursive=True) == "removed directory d/"
@@ -264,3 +264,16 @@ def test_the_pack_as_a_real_distribution(host: toolcrib.Host) -> None:
     names = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="toolcrib")}
     assert names.get("fs") == "toolcrib_fs"
     assert json.loads(json.dumps(host.view("dev").mcp_tools))[0]["name"] == "fs__batch_edit"
+
+
+def test_argument_rules_see_one_spelling_of_a_path(ws: Path) -> None:
+    config = CONFIG.replace('tools = { allow = ["fs__*"] }\n\n[agents.reader]',
+                            'tools = { deny = ["fs__write_file(secrets/*)"] }\n\n[agents.reader]')
+    host = toolcrib.Host(parse_config(config, "toolcrib.toml", ws.parent), plugins={"fs": toolcrib_fs},
+                         autoload=False, env={})
+    for spelling in ("secrets/key", "./secrets/key", "secrets//key", "./secrets/./key"):
+        result = call(host, "write_file", path=spelling, content="x")
+        assert result.text == ("Permission denied: fs__write_file with path='secrets/key' is denied by the agent's "
+                               "permissions (rule 'fs__write_file(secrets/*)')."), spelling
+    assert not (ws / "secrets").exists()
+    assert ok(host, "write_file", path="./notes//a.txt", content="x") == "created notes/a.txt (1 bytes)"

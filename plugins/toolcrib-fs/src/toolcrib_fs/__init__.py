@@ -9,7 +9,7 @@ import stat
 import time
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 import toolcrib
 from toolcrib import Context, ToolError
@@ -19,7 +19,19 @@ from toolcrib_fs.walk import Budget, compile_glob, walk
 __all__ = ["Settings", "toolcrib_settings_model", "toolcrib_tools"]
 
 RELATIVE = "relative to the workspace root, '/' between components"
-Path_ = Annotated[str, Field(description=f"Path {RELATIVE}", max_length=4096)]
+
+
+def _canonical(path: str) -> str:
+    """One spelling per path ('./a//b/' -> 'a/b'), so argument rules (fs__write_file(secrets/*)) see what is used;
+    a path that is refused anyway is left as given, for the refusal to quote."""
+    try:
+        return display(parts_of(path))
+    except PathError:
+        return path
+
+
+Path_ = Annotated[str, Field(description=f"Path {RELATIVE}", max_length=4096), AfterValidator(_canonical)]
+Dir_ = Annotated[str, Field(max_length=4096, description=f"Directory {RELATIVE}"), AfterValidator(_canonical)]
 BINARY_SNIFF = 8192
 
 
@@ -249,7 +261,7 @@ def glob(
 @toolcrib.tool(annotations=READ_ONLY, rule_subject="path")
 def ls(
     ctx: Context,
-    path: Annotated[str, Field(max_length=4096, description=f"Directory {RELATIVE}")] = ".",
+    path: Dir_ = ".",
 ) -> dict[str, Any]:
     """List a directory of the workspace: each entry's name, type (file, directory, symlink, other) and size."""
     settings = _settings(ctx)
@@ -288,7 +300,8 @@ def exist(path: Path_, ctx: Context) -> dict[str, Any]:
 def find_text(
     query: Annotated[str, Field(min_length=1, max_length=1000, description="Text (or regex) to look for")],
     ctx: Context,
-    path: Annotated[str, Field(max_length=4096, description=f"Directory or file to search, {RELATIVE}")] = ".",
+    path: Annotated[str, Field(max_length=4096, description=f"Directory or file to search, {RELATIVE}"),
+                    AfterValidator(_canonical)] = ".",
     glob: Annotated[str | None, Field(description="Only files whose path matches this glob, like '**/*.py'")]
     = None,
     regex: Annotated[bool, Field(description="Treat query as a Python regular expression")] = False,
