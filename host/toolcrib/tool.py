@@ -111,12 +111,12 @@ class Tool:
     def _output(self) -> tuple[TypeAdapter[Any] | None, bool]:
         return _output_adapter(self.name, self.return_annotation)
 
-    @property
+    @cached_property  # read on every call: cached as a plain attribute after the first
     def output_adapter(self) -> TypeAdapter[Any] | None:
         """Validates results against the declared return type, when it describes structured output."""
         return self._output[0]
 
-    @property
+    @cached_property
     def wrap_output(self) -> bool:
         """A list-valued output, carried as ``{"result": [...]}``."""
         return self._output[1]
