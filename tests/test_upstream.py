@@ -53,6 +53,13 @@ tools = {{ allow = ["*"] }}
 """
 
 
+def cli_env() -> dict[str, str]:
+    """The environment of a CLI run over the upstream config: no installed pack, nothing of ours inherited."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLCRIB_")}
+    env["TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    return env
+
+
 async def with_host(check: Any) -> None:
     loaded = config_from(CONFIG)
     async with upstream_pool() as pool:
@@ -100,9 +107,7 @@ def test_upstream_tools_are_served_under_their_namespace() -> None:
 def test_upstream_through_the_cli(tmp_path: Path) -> None:
     config = tmp_path / "toolcrib.toml"
     config.write_text(textwrap.dedent(CONFIG))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLCRIB_")}
-    env["TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    runner = CliRunner(env=env)
+    runner = CliRunner(env=cli_env())
     listed = runner.invoke(main, ["plugins", "--config", str(config), "--json"])
     assert listed.exit_code == 0, listed.output
     assert {r["name"]: r["state"] for r in json.loads(listed.stdout) if r["kind"] == "mcp"} == {
@@ -122,10 +127,8 @@ def test_upstream_tools_over_mcp(tmp_path: Path) -> None:
 
     config = tmp_path / "toolcrib.toml"
     config.write_text(textwrap.dedent(CONFIG))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLCRIB_")}
-    env["TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     params = StdioServerParameters(command=sys.executable, args=["-m", "toolcrib.cli", "serve", "--agent", "a",
-                                                                 "--config", str(config)], env=env)
+                                                                 "--config", str(config)], env=cli_env())
 
     async def main_() -> None:
         async with Client(params, cache=None) as client:

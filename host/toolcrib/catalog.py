@@ -13,12 +13,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pluggy import HookImpl
 from pydantic import BaseModel, ValidationError
 
 from toolcrib.config import LoadedConfig, problems_from_validation
 from toolcrib.errors import Problem
 from toolcrib.names import full_name, tool_name_problem
-from toolcrib.plugins import PluginManager, PluginRecord, call_impl, hook_impls
+from toolcrib.plugins import PluginManager, PluginRecord, call_impl, impls_by_plugin
 from toolcrib.tool import Tool, get_tool
 
 log = logging.getLogger("toolcrib.catalog")
@@ -94,6 +95,8 @@ def build_catalog(
             catalog.problems.append(_pack_problem(record, record.error or "failed"))
     mcp_namespaces = {ns for ns, mcp in config.mcps.items() if mcp.enabled}
     staged: dict[str, Entry] = {}
+    settings_impls = impls_by_plugin(pm, "toolcrib_settings_model")
+    tools_impls = impls_by_plugin(pm, "toolcrib_tools")
     for record in records:
         if record.state != "loaded" or record.kind not in ("pack",):
             continue
@@ -102,11 +105,11 @@ def build_catalog(
                         "served: rename the server or disable one of them")
             catalog.problems.append(_pack_problem(record, record.error or ""))
             continue
-        settings = _settings(pm, record, loaded, catalog)
+        settings = _settings(settings_impls.get(record.name, []), record, loaded, catalog)
         if record.state != "loaded":
             continue
         catalog.settings[record.name] = settings
-        entries = _collect(pm, record, settings, catalog)
+        entries = _collect(tools_impls.get(record.name, []), record, settings, catalog)
         if record.state != "loaded":
             continue
         record.tool_count = len(entries)
@@ -128,11 +131,11 @@ def build_catalog(
     return catalog
 
 
-def _settings(pm: PluginManager, record: PluginRecord, loaded: LoadedConfig, catalog: Catalog) -> Any:
+def _settings(impls: list[HookImpl], record: PluginRecord, loaded: LoadedConfig, catalog: Catalog) -> Any:
     table = loaded.config.packs.get(record.name)
     values = table.settings if table is not None else {}
     model = None
-    for impl in hook_impls(pm, "toolcrib_settings_model", record.name):
+    for impl in impls:
         try:
             model = call_impl(impl, {})
         except Exception as exc:
@@ -172,9 +175,9 @@ def _settings(pm: PluginManager, record: PluginRecord, loaded: LoadedConfig, cat
     return settings
 
 
-def _collect(pm: PluginManager, record: PluginRecord, settings: Any, catalog: Catalog) -> list[Entry]:
+def _collect(impls: list[HookImpl], record: PluginRecord, settings: Any, catalog: Catalog) -> list[Entry]:
     found: list[Tool] = []
-    for impl in hook_impls(pm, "toolcrib_tools", record.name):
+    for impl in impls:
         try:
             items = call_impl(impl, {"settings": settings})
         except (Exception, SystemExit) as exc:

@@ -21,7 +21,7 @@ from toolcrib.catalog import Entry
 from toolcrib.config import LoadedConfig
 from toolcrib.context import Context
 from toolcrib.errors import Problem, ToolError
-from toolcrib.plugins import PluginManager, PluginRecord, call_impl, hook_impls
+from toolcrib.plugins import PluginManager, PluginRecord, call_impl, impls_by_plugin
 from toolcrib.tool import get_tool, tool
 from toolcrib.workspace import PathError, Root, parts_of
 
@@ -80,10 +80,11 @@ def discover(loaded: LoadedConfig, pm: PluginManager, records: list[PluginRecord
         skill = _read(loaded.resolve(config.path), "config", name, problems)
         if skill is not None:
             found.append(skill)
+    skill_impls = impls_by_plugin(pm, "toolcrib_skills")
     for record in records:
         if record.state != "loaded" or record.kind != "pack":
             continue
-        for impl in hook_impls(pm, "toolcrib_skills", record.name):
+        for impl in skill_impls.get(record.name, []):
             try:
                 paths = call_impl(impl, {}) or []
             except Exception as exc:

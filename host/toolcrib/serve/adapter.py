@@ -99,7 +99,7 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
             responses = params.input_responses or {}
             answer = responses.get(APPROVAL_KEY)
 
-            async def modern(agent_: str, tool: str, args: Mapping[str, Any], message: str) -> bool | None:
+            async def modern(_agent: str, tool: str, args: Mapping[str, Any], message: str) -> bool | None:
                 if answer is None:
                     raise ApprovalPending(message)
                 if params.request_state is None or not hmac.compare_digest(
@@ -112,7 +112,7 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
         if not ctx.session.can_send_request:
             return None  # no back-channel (stateless HTTP): nothing can be asked
 
-        async def legacy(agent_: str, tool: str, args: Mapping[str, Any], message: str) -> bool | None:
+        async def legacy(_agent: str, tool: str, args: Mapping[str, Any], message: str) -> bool | None:
             result = await ctx.session.elicit_form(message, {"type": "object", "properties": {}},
                                                    related_request_id=ctx.request_id)
             return result.action == "accept"
