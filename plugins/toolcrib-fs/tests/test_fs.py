@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -229,33 +230,49 @@ def test_fifo_is_refused_without_blocking(host: toolcrib.Host, ws: Path) -> None
 
 
 def test_a_directory_swapped_for_a_symlink_never_lets_a_write_out(host: toolcrib.Host, ws: Path) -> None:
-    """Race harness: one thread flips ws/d between a real directory and a symlink to the outside while writes
-    go to d/x. Every write must land inside or fail; nothing may ever appear outside."""
+    """Race harness: one thread flips ws/d between a real directory and a symlink to an existing directory outside
+    while writes go to d/x. Every write must land inside or fail; nothing may ever appear outside.
+
+    The harness runs until it has seen writes land and writes refused (at least 150 writes, at most 20,000), so a
+    busy machine cannot make it pass without racing. The flipper yields while d is real, which keeps that window
+    open long enough for writes to land; it is a scheduling hint, not a time limit."""
     tmp = ws.parent
     target = tmp / "ws-secrets"
     (ws / "d").mkdir()
     stop = threading.Event()
+    flips = 0
 
     def flip() -> None:
+        nonlocal flips
         while not stop.is_set():
             try:
                 os.rename(ws / "d", ws / "d_real")
                 os.symlink(target, ws / "d")
                 os.unlink(ws / "d")
                 os.rename(ws / "d_real", ws / "d")
+                flips += 1
             except OSError:
                 pass
+            time.sleep(0)
 
+    landed = refused = 0
     flipper = threading.Thread(target=flip)
     flipper.start()
     try:
-        outcomes = [call(host, "write_file", path="d/x", content=f"{i}", create_parents=False) for i in range(150)]
+        for i in range(20_000):
+            result = call(host, "write_file", path="d/x", content=f"{i}", create_parents=False)
+            if result.is_error:
+                refused += 1
+            else:
+                landed += 1
+            if landed and refused and i >= 150:
+                break
     finally:
         stop.set()
         flipper.join()
     assert not (target / "x").exists()
     _outside_untouched(tmp)
-    assert any(not r.is_error for r in outcomes)  # the harness really raced (some writes landed inside)
+    assert landed and refused and flips, (landed, refused, flips)  # the harness really raced
 
 
 def test_the_pack_as_a_real_distribution(host: toolcrib.Host) -> None:
