@@ -46,6 +46,11 @@ tools = { deny = ["files__rm"] }
 ask = ["files__write"]
 
 [agents.silent]
+
+[agents.runner]
+[agents.runner.permissions]
+plugins = { allow = ["misc"] }
+tools = { allow = ["misc__slow*"] }
 """
 
 READER = ["files__read", "misc__add", "talk__chatty", "talk__noisy"]
@@ -307,11 +312,60 @@ def test_stdio_answers_malformed_lines_and_survives(config_file: Path) -> None:
     assert proc.returncode == 0
 
 
+@pytest.mark.slow
+def test_stdio_answers_every_request_read_before_stdin_closes(config_file: Path) -> None:
+    """``cat requests | toolcrib serve``: the client closes stdin at once, and calls still running (async and sync)
+    are answered, not cancelled. A cancelled request is not waited for, and nothing else is answered twice."""
+    def call(request_id: int, tool: str) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+                "params": {"name": tool, "arguments": {"seconds": 0.5}}}
+
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        call(2, "misc__slow"), call(3, "misc__slow_sync"), call(4, "misc__slow"),
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 4}},
+    ]
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    proc = subprocess.run([sys.executable, "-m", "toolcrib.cli", "serve", "--agent", "runner", "--config",
+                           str(config_file)], input=text, capture_output=True, text=True, env=subprocess_env(),
+                          timeout=60)
+    replies = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["id"] for r in replies][:1] == [1] and sorted(r["id"] for r in replies) == [1, 2, 3]
+    by_id = {r["id"]: r for r in replies}
+    assert by_id[2]["result"]["content"] == [{"type": "text", "text": "done"}]
+    assert by_id[3]["result"]["content"] == [{"type": "text", "text": "done"}]
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.slow
+def test_stdio_stops_waiting_when_only_the_gone_client_could_answer(config_file: Path) -> None:
+    """An asked call pushes an elicitation after stdin closed: nobody can answer it, so the session ends at once
+    rather than after the call timeout (the subprocess guard of 60 s is shorter than that wait of 65 s). The
+    server numbers its own requests, so the elicitation also has id 1."""
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {"form": {}}},
+            "clientInfo": {"name": "t", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "files__write", "arguments": {"path": "a", "text": "b"}}},
+    ]
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    proc = subprocess.run([sys.executable, "-m", "toolcrib.cli", "serve", "--agent", "writer", "--config",
+                           str(config_file)], input=text, capture_output=True, text=True, env=subprocess_env(),
+                          timeout=60)
+    replies = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [(r.get("id"), r.get("method")) for r in replies] == [(1, None), (1, "elicitation/create")]
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_stdio_unknown_agent_is_a_clear_error(config_file: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "toolcrib.cli", "serve", "--agent", "ghost", "--config",
                            str(config_file)], capture_output=True, text=True, env=subprocess_env(), timeout=60)
     assert (proc.returncode, proc.stdout) == (2, "")
-    assert proc.stderr == "error: unknown agent 'ghost' (configured agents: reader, silent, writer)\n"
+    assert proc.stderr == "error: unknown agent 'ghost' (configured agents: reader, runner, silent, writer)\n"
 
 
 # -- HTTP subprocess --------------------------------------------------------------------------------------------

@@ -2,9 +2,10 @@
 
 The transport is toolcrib's own rather than the SDK's ``stdio_server`` for two things the SDK does not do: a
 line that is not JSON-RPC gets a JSON-RPC error (-32700 parse error, -32600 invalid request) and the session
-goes on, and a line longer than ``MAX_LINE_BYTES`` is refused without being held in memory. Like the SDK's,
-it points fd 0 at the null device and fd 1 at stderr while serving, so a handler's stray ``print`` (or a
-child process's output) cannot corrupt the wire.
+goes on, a line longer than ``MAX_LINE_BYTES`` is refused without being held in memory, and when the client
+closes stdin the requests already read are still answered before the session ends (so ``cat requests | toolcrib
+serve`` gets every answer). Like the SDK's, it points fd 0 at the null device and fd 1 at stderr while serving,
+so a handler's stray ``print`` (or a child process's output) cannot corrupt the wire.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from toolcrib.serve.state import ServingState
 log = logging.getLogger("toolcrib.serve")
 
 MAX_LINE_BYTES = 4 * 1024 * 1024  # the same cap the SDK puts on an HTTP request body
+DRAIN_GRACE = 5.0  # seconds beyond the call timeout that answers to requests read before EOF are awaited
+_OPEN_ENDED = frozenset({"subscriptions/listen"})  # requests answered only when cancelled: never awaited
 
 
 async def serve_stdio(state: ServingState, agent: str, watch: Path | None = None) -> None:
@@ -41,7 +44,8 @@ async def serve_stdio(state: ServingState, agent: str, watch: Path | None = None
     state.view(agent)  # an unknown agent fails here, before any protocol
     server = build_server(state, agent)
     options = server.create_initialization_options(NotificationOptions(tools_changed=True))
-    async with stdio_transport() as (read_stream, write_stream), anyio.create_task_group() as tg:
+    drain = state.host.loaded.config.host.call_timeout + DRAIN_GRACE
+    async with stdio_transport(drain=drain) as (read_stream, write_stream), anyio.create_task_group() as tg:
         if watch is not None:
             tg.start_soon(state.watch, watch)
         await server.run(read_stream, write_stream, options)
@@ -50,15 +54,21 @@ async def serve_stdio(state: ServingState, agent: str, watch: Path | None = None
 
 @asynccontextmanager
 async def stdio_transport(
-    stdin: BinaryIO | None = None, stdout: BinaryIO | None = None
+    stdin: BinaryIO | None = None, stdout: BinaryIO | None = None, drain: float = 60.0 + DRAIN_GRACE
 ) -> AsyncIterator[tuple[Any, Any]]:
-    """Message streams over stdin/stdout (or the given binary files, which are then not diverted)."""
+    """Message streams over stdin/stdout (or the given binary files, which are then not diverted).
+
+    At end of input the server's stream stays open until every request read so far is answered, at most ``drain``
+    seconds. Waiting stops early when the server asks the client something (nobody is left to answer it).
+    """
     restore = None
     if stdin is None or stdout is None:
         stdin, stdout, restore = _claim_std_fds()
     to_server_send, to_server = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     from_server, from_server_receive = anyio.create_memory_object_stream[SessionMessage](16)
     write_lock = anyio.Lock()
+    unanswered: set[types.RequestId] = set()  # requests read and not yet answered (open-ended ones excluded)
+    asked_client = False
 
     async def write(message: types.JSONRPCMessage) -> None:
         data = message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
@@ -70,6 +80,7 @@ async def stdio_transport(
             while True:
                 line = await anyio.to_thread.run_sync(stdin.readline, MAX_LINE_BYTES + 1, abandon_on_cancel=True)
                 if not line:
+                    await finish_answering()
                     return
                 if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
                     await anyio.to_thread.run_sync(_skip_line, stdin)
@@ -83,20 +94,44 @@ async def stdio_transport(
                 except ValidationError as exc:
                     await write(_invalid(line, exc))
                     continue
+                track_incoming(message)
                 await to_server_send.send(SessionMessage(message))
 
+    def track_incoming(message: types.JSONRPCMessage) -> None:
+        if isinstance(message, types.JSONRPCRequest) and message.method not in _OPEN_ENDED:
+            unanswered.add(message.id)
+        elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
+            unanswered.discard((message.params or {}).get("requestId"))  # a cancelled request gets no answer
+
+    async def finish_answering() -> None:
+        with anyio.move_on_after(drain):
+            while unanswered and not asked_client:
+                await anyio.sleep(0.01)
+
     async def writer() -> None:
+        nonlocal asked_client
         async with from_server_receive:
             async for session_message in from_server_receive:
-                await write(session_message.message)
+                message = session_message.message
+                if isinstance(message, types.JSONRPCRequest):
+                    asked_client = True
+                await write(message)
+                if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+                    unanswered.discard(message.id)
+
+    reading = anyio.CancelScope()
+
+    async def read_until_cancelled() -> None:
+        with reading:
+            await reader()
 
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(reader)
-            tg.start_soon(writer)
+            tg.start_soon(read_until_cancelled)
+            tg.start_soon(writer)  # ends once the server's stream is closed and everything in it is written
             async with from_server:
                 yield to_server, from_server
-            tg.cancel_scope.cancel()
+            reading.cancel()
     finally:
         if restore is not None:
             restore()
