@@ -156,7 +156,7 @@ lazy = true
 [agents.a]
 [agents.a.permissions]
 mcps = {{ allow = ["up"] }}
-tools = {{ deny = ["up__fails"] }}
+tools = {{ deny = ["up__fails", "toolcrib__read_mcp_resource(notes://private/*)"] }}
 ask = ["up__echo"]
 
 [agents.plain]
@@ -201,6 +201,21 @@ def test_lazy_servers_are_reached_through_the_dynamic_tools(tmp_path: Path) -> N
                 assert (hidden.is_error, hidden.text) == (True, f"Unknown tool: {server}__{name}")
             other = await view.call("toolcrib__load_mcp", {"server": "other"})
             assert other.text == "Unknown MCP server: other"
+            # resources: the server rule, then argument rules on the URI
+            readme = await view.call("toolcrib__read_mcp_resource", {"server": "up", "uri": "notes://public/readme"})
+            assert (readme.is_error, readme.content) == (False, (
+                {"type": "resource", "resource": {"uri": "notes://public/readme", "mimeType": "text/plain",
+                                                  "text": "Read me first."}},))
+            key = await view.call("toolcrib__read_mcp_resource", {"server": "up", "uri": "notes://private/key"})
+            assert (key.is_error, key.text) == (True, "Permission denied: toolcrib__read_mcp_resource with "
+                                                      "uri='notes://private/key' is denied by the agent's permissions "
+                                                      "(rule 'toolcrib__read_mcp_resource(notes://private/*)').")
+            missing = await view.call("toolcrib__read_mcp_resource", {"server": "up", "uri": "notes://nope"})
+            assert (missing.is_error, missing.text) == (
+                True, "MCP server 'up' could not read 'notes://nope': Resource not found: notes://nope")
+            for server in ("other", "ghost"):
+                hidden = await view.call("toolcrib__read_mcp_resource", {"server": server, "uri": "notes://x"})
+                assert (hidden.is_error, hidden.text) == (True, f"Unknown MCP server: {server}")
             host.close()
 
     anyio.run(main_)

@@ -37,8 +37,19 @@ async def call_tool(ctx, params):  # type: ignore[no-untyped-def]
     raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
 
 
+NOTES = {"notes://public/readme": "Read me first.", "notes://private/key": "SECRET"}
+
+
+async def read_resource(ctx, params):  # type: ignore[no-untyped-def]
+    if params.uri not in NOTES:
+        raise MCPError(code=types.INVALID_PARAMS, message=f"Resource not found: {params.uri}")
+    return types.ReadResourceResult(contents=[types.TextResourceContents(uri=params.uri, mime_type="text/plain",
+                                                                          text=NOTES[params.uri])])
+
+
 async def main() -> None:
-    server = Server("upstream", version="1", on_list_tools=list_tools, on_call_tool=call_tool)
+    server = Server("upstream", version="1", on_list_tools=list_tools, on_call_tool=call_tool,
+                    on_read_resource=read_resource)
     async with stdio_server() as (r, w):
         await server.run(r, w, server.create_initialization_options(NotificationOptions()))
 

@@ -302,13 +302,14 @@ def dynamic_entries(pool: UpstreamPool, loaded: LoadedConfig) -> list[Entry]:
         vt = ViewTool(entry=entry, call_rules=view.rules.call_rules(entry), timeout=timeout)
         return await view.pipeline.run(view, vt, arguments or {}, ctx._approver, ctx._channel)
 
-    @tool(name="read_mcp_resource", annotations={"readOnlyHint": True, "openWorldHint": True})
+    @tool(name="read_mcp_resource", annotations={"readOnlyHint": True, "openWorldHint": True}, rule_subject="uri")
     async def read_mcp_resource(
         server: Server,
         uri: Annotated[str, Field(max_length=8192, description="The resource's URI")],
         ctx: Context,
     ) -> ToolResult:
         """Read a resource of an MCP server you can load."""
+        # Which resources: argument rules on this tool match the URI, `toolcrib__read_mcp_resource(notes://*)`.
         if not permitted(ctx, server):
             raise ToolError(f"Unknown MCP server: {server}")
         return await pool.read_resource(server, uri)
