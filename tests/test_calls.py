@@ -16,6 +16,7 @@ import toolcrib
 from conftest import cli, make_host
 from packs import FILES, Pack
 from toolcrib import Allow, Context, Deny, ToolError, ToolResult
+from toolcrib.content import result_problem
 
 ORDERS = {"O-1001": {"id": "O-1001", "status": "shipped"}}
 
@@ -561,3 +562,20 @@ def test_mcp_types_content_passes_through() -> None:
         {"type": "image", "data": "iVBORw==", "mimeType": "image/png"},
         {"type": "resource", "resource": {"uri": "mem://note", "mimeType": "text/plain", "text": "embedded"}},
     ], "isError": False}
+
+
+@pytest.mark.parametrize(("result", "problem"), [
+    (ToolResult(content=({"type": "text", "text": "ok"},), structured_content={"a": 1}), None),
+    (ToolResult(content=["not a dict"]), "content must be a tuple of dicts in the MCP wire shape"),  # type: ignore[list-item]
+    (ToolResult(content=({"type": "text", "text": "x"},), structured_content=[1]),
+     "structured_content must be a JSON object (a dict) or None"),
+    (ToolResult(content=({"type": "text", "text": "x"},), is_error="yes"), "is_error must be a bool"),  # type: ignore[arg-type]
+    (ToolResult(content=({"type": "text", "text": "x"}, {"type": "video", "url": "x"})),
+     "content block 1 has type 'video'; MCP content is one of: text, image, audio, resource_link, resource"),
+    (ToolResult(content=({"type": "image", "data": 7, "mimeType": "image/png"},)),
+     "content block 0 (image): data: Input should be a valid string"),
+    (ToolResult(content=({"type": "resource", "resource": {"uri": "mem://x"}},)),
+     "content block 0 (resource): resource.TextResourceContents.text: Field required"),
+])
+def test_results_built_by_user_code_are_checked(result: ToolResult, problem: str | None) -> None:
+    assert result_problem(result) == problem

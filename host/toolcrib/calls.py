@@ -27,7 +27,7 @@ import anyio
 import anyio.to_thread
 from pydantic import ValidationError
 
-from toolcrib.content import ToolResult, normalize
+from toolcrib.content import ToolResult, normalize, result_problem
 from toolcrib.context import ClientChannel, Context
 from toolcrib.errors import ToolDeclarationError, ToolError, UnknownToolError
 from toolcrib.plugins import PluginManager, call_impl, hook_impls
@@ -401,8 +401,10 @@ class Pipeline:
                 return ToolResult.error(f"The result of {vt.name} was withheld: a post-processing check failed.")
             if answer is None:
                 continue
-            if not isinstance(answer, ToolResult):
-                log.error("toolcrib_post_tool_use of %r returned %r; the result is withheld", impl.plugin_name, answer)
+            problem = result_problem(answer) if isinstance(answer, ToolResult) else "it is not a ToolResult"
+            if problem is not None:
+                log.error("toolcrib_post_tool_use of %r returned %r (%s); the result is withheld", impl.plugin_name,
+                          answer, problem)
                 return ToolResult.error(f"The result of {vt.name} was withheld: a post-processing check failed.")
             result = answer
             kwargs["result"] = result

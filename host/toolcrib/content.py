@@ -8,6 +8,7 @@ of them), an ``mcp.types`` content object, or a ``ToolResult``. ``normalize`` tu
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import mimetypes
 from collections.abc import Mapping, Sequence
@@ -136,6 +137,49 @@ def dumps(value: Any) -> str:
     return raw.decode()
 
 
+def result_problem(result: ToolResult) -> str | None:
+    """Why a ``ToolResult`` built by user code (a handler or a hook) cannot be sent, or None when it can.
+
+    Results toolcrib builds itself are right by construction and never pay for this check.
+    """
+    content: Any = result.content  # as user code set them, whatever the annotations say
+    is_error: Any = result.is_error
+    if not isinstance(content, tuple | list) or not all(type(b) is dict for b in content):
+        return "content must be a tuple of dicts in the MCP wire shape"
+    if result.structured_content is not None and not isinstance(result.structured_content, Mapping):
+        return "structured_content must be a JSON object (a dict) or None"
+    if not isinstance(is_error, bool):
+        return "is_error must be a bool"
+    for i, block in enumerate(content):
+        if block.get("type") not in _CONTENT_TYPES:
+            return f"content block {i} has type {block.get('type')!r}; MCP content is one of: {_TYPE_LIST}"
+    from pydantic import ValidationError
+
+    try:
+        _content_adapter().validate_python(list(content))
+    except ValidationError as exc:
+        for err in exc.errors(include_url=False):  # the errors of the member the block's type selects
+            index, member, *where = err["loc"]
+            kind = content[int(index)]["type"]
+            if member == _MODEL_OF[kind]:
+                return f"content block {index} ({kind}): {'.'.join(map(str, where)) or 'block'}: {err['msg']}"
+        return "content is not MCP content"
+    return None
+
+
+_TYPE_LIST = "text, image, audio, resource_link, resource"
+_MODEL_OF = {"text": "TextContent", "image": "ImageContent", "audio": "AudioContent", "resource_link": "ResourceLink",
+             "resource": "EmbeddedResource"}
+
+
+@functools.cache
+def _content_adapter() -> Any:
+    from mcp_types import ContentBlock
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(list[ContentBlock])
+
+
 def _block(item: Any) -> dict[str, Any] | None:
     """``item`` as one wire content block, or None when it is not explicit content."""
     to_wire = getattr(item, "to_wire", None)
@@ -165,6 +209,9 @@ def normalize(value: Any, structured: Any = None) -> ToolResult:
         structured = to_jsonable_python(value)
         return ToolResult(content=({"type": "text", "text": dumps(structured)},), structured_content=structured)
     if isinstance(value, ToolResult):
+        problem = result_problem(value)
+        if problem is not None:
+            raise ValueError(f"the handler's ToolResult cannot be sent: {problem}")
         return value
     if isinstance(value, str):
         return ToolResult(content=({"type": "text", "text": value},))

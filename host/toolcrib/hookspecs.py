@@ -87,8 +87,9 @@ def toolcrib_post_tool_use(
 
     Called after the handler ran (also when it failed: ``result.is_error``). Return a ``toolcrib.ToolResult``
     to replace the result (redaction), or None to leave it. Implementations run one after another, each
-    seeing the result the previous one left; one that raises turns the result into an error (fail closed,
-    so a redaction never silently fails open). An implementation may be ``async def``.
+    seeing the result the previous one left; one that raises, or returns content that is not MCP content, turns
+    the result into an error (fail closed, so a redaction never silently fails open). An implementation may be
+    ``async def``.
 
     :param agent: the calling agent's name.
     :param tool: the tool's full name.
