@@ -21,6 +21,7 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import SERVER_INFO_META_KEY
+from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolcrib.calls import ApprovalPending
@@ -72,10 +73,15 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
         return {"tools": state.view(agent).mcp_tools, "resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
 
     async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> Any:
+        return await call(ctx, params.name, params.arguments, params.input_responses, params.request_state)
+
+    async def call(ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any] | None,
+                   responses: Mapping[str, Any] | None, request_state: str | None) -> Any:
         view = state.view(agent)
-        arguments = params.arguments if params.arguments is not None else {}
+        arguments = arguments if arguments is not None else {}
         try:
-            result = await view.call(params.name, arguments, approver=_approver(ctx, params, arguments),
+            result = await view.call(name, arguments, approver=_approver(ctx, name, arguments, responses,
+                                                                         request_state),
                                      channel=_Channel(ctx))
         except UnknownToolError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
@@ -85,25 +91,23 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
                 requested_schema={"type": "object", "properties": {}},
             ))
             return types.InputRequiredResult(input_requests={APPROVAL_KEY: request},
-                                             request_state=_seal(agent, params.name, arguments))
+                                             request_state=_seal(agent, name, arguments))
         wire = result.to_wire()
         wire["resultType"] = "complete"
         return wire
 
-    def _approver(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams,
-                  arguments: Mapping[str, Any]) -> Any:
+    def _approver(ctx: ServerRequestContext[Any, Any], name: str, arguments: Mapping[str, Any],
+                  responses: Mapping[str, Any] | None, request_state: str | None) -> Any:
         capabilities = ctx.session.client_capabilities
         if capabilities is None or capabilities.elicitation is None:
             return None
         if ctx.protocol_version in _MODERN:
-            responses = params.input_responses or {}
-            answer = responses.get(APPROVAL_KEY)
+            answer = (responses or {}).get(APPROVAL_KEY)
 
             async def modern(_agent: str, tool: str, args: Mapping[str, Any], message: str) -> bool | None:
                 if answer is None:
                     raise ApprovalPending(message)
-                if params.request_state is None or not hmac.compare_digest(
-                        params.request_state, _seal(agent, params.name, arguments)):
+                if request_state is None or not hmac.compare_digest(request_state, _seal(agent, name, arguments)):
                     return False  # an answer that was not given for exactly this call approves nothing
                 return getattr(answer, "action", None) == "accept"
 
@@ -119,20 +123,47 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
 
         return legacy
 
-    async def fast_list(ctx: ServerRequestContext[Any, Any], call_next: Any) -> Any:
-        """tools/list from the view's cached wire list, without the SDK validating 1000 tool objects again on
-        every request (about a third of a large list's cost). Anything unusual goes the SDK's way."""
-        if ctx.method != "tools/list" or (ctx.params and set(ctx.params) - {"_meta"}):
+    async def fast_paths(ctx: ServerRequestContext[Any, Any], call_next: Any) -> Any:
+        """tools/list and plain tools/call without the SDK's generic work around them.
+
+        tools/list comes from the view's cached wire list, never validated again (about a third of a 1000-tool
+        list's cost). A tools/call holding only a name and arguments skips the SDK's request and result models:
+        its result is toolcrib's own wire dict, and only content that is not plain text is shaped by the SDK.
+        Anything unusual (a cursor, approval answers, a request before the handshake, a malformed call, a task)
+        goes the SDK's way. tests/test_wire.py holds both paths to the same bytes."""
+        method, params = ctx.method, ctx.params
+        if method == "tools/call":
+            if not _plain_call(params):
+                return await call_next(ctx)
+        elif method != "tools/list" or (params and set(params) - {"_meta"}):
             return await call_next(ctx)
-        modern = ctx.protocol_version in _MODERN
+        version = ctx.protocol_version
+        modern = version in _MODERN
         if not modern:
             connection = getattr(ctx.session, "_connection", None)
             if connection is None or not connection.initialize_accepted:
                 return await call_next(ctx)  # the SDK answers a request that came before the handshake
-            state.remember_session(agent, ctx.session)
-            return {"tools": state.view(agent).mcp_tools}
-        return {"tools": state.view(agent).mcp_tools, "resultType": "complete", "ttlMs": 0,
-                "cacheScope": "private", "_meta": {SERVER_INFO_META_KEY: server.server_info_stamp}}
+        if method == "tools/list":
+            if not modern:
+                state.remember_session(agent, ctx.session)
+                return {"tools": state.view(agent).mcp_tools}
+            return {"tools": state.view(agent).mcp_tools, "resultType": "complete", "ttlMs": 0,
+                    "cacheScope": "private", "_meta": {SERVER_INFO_META_KEY: server.server_info_stamp}}
+        assert params is not None
+        result = await call(ctx, params["name"], params.get("arguments"), None, None)
+        if not isinstance(result, dict):  # an approval round-trip (2026-07-28): the SDK's own shaping
+            result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+            result["_meta"] = {SERVER_INFO_META_KEY: server.server_info_stamp}
+            return result
+        if not all(block.get("type") == "text" for block in result["content"]):
+            # Other content is shaped by the SDK for the connection's protocol version (toolcrib checked it already:
+            # the pipeline refuses content that is not MCP's).
+            result = serialize_server_result(method, version, result)
+        if modern:
+            result["_meta"] = {SERVER_INFO_META_KEY: server.server_info_stamp}
+        else:
+            result.pop("resultType", None)
+        return result
 
     server: Server[Any] = Server(
         "toolcrib",
@@ -144,8 +175,21 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
     )
     if os.environ.get(TRACING_ENV, "") in ("", "0"):
         server.middleware.clear()  # the SDK's OpenTelemetry middleware costs about a third of a call
-    server.middleware.append(fast_list)
+    server.middleware.append(fast_paths)
     return server
+
+
+def _plain_call(params: Mapping[str, Any] | None) -> bool:
+    """A tools/call with a string name, an object (or no) arguments and nothing else but ``_meta``."""
+    if not params or type(params.get("name")) is not str:
+        return False
+    arguments = params.get("arguments")
+    if arguments is not None and type(arguments) is not dict:
+        return False
+    return all(key in _PLAIN_CALL_KEYS for key in params)
+
+
+_PLAIN_CALL_KEYS = frozenset({"name", "arguments", "_meta"})
 
 
 def _version() -> str:
