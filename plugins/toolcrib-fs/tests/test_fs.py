@@ -118,6 +118,20 @@ def test_caps_and_binary(host: toolcrib.Host, ws: Path) -> None:
     assert ok(host, "glob", pattern="f*.txt")["truncated"] == "stopped at 5 matches"
 
 
+def test_a_pathological_regex_stops_at_the_time_budget(ws: Path) -> None:
+    """`(a|aa)+$` against 'aaa...ab' backtracks for hours under `re`; find_text stops it at max_seconds and says so,
+    keeping what it found before."""
+    config = CONFIG.replace("max_matches = 3", "max_matches = 3\nmax_seconds = 0.5")
+    host = toolcrib.Host(parse_config(config, "toolcrib.toml", ws.parent), plugins={"fs": toolcrib_fs},
+                         autoload=False, env={})
+    (ws / "a.txt").write_text("aa\n" + "a" * 60 + "b\n")
+    assert ok(host, "find_text", query="(a|aa)+$", regex=True) == {"query": "(a|aa)+$", "matches": ["a.txt:1: aa"],
+                                                                   "truncated": "ran out of time"}
+    # the budget is shared: with it spent, the next file is not searched at all
+    (ws / "b.txt").write_text("aa\n")
+    assert ok(host, "find_text", query="(a|aa)+$", regex=True)["matches"] == ["a.txt:1: aa"]
+
+
 def test_glob_find_and_the_rest(host: toolcrib.Host, ws: Path) -> None:
     (ws / "src" / "pkg").mkdir(parents=True)
     (ws / "src" / "pkg" / "mod.py").write_text("def f():\n    return 42\n")

@@ -9,6 +9,7 @@ import stat
 import time
 from typing import Annotated, Any
 
+import regex as regex_module
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 import toolcrib
@@ -311,11 +312,15 @@ def find_text(
     """Search the text of files in the workspace, line by line. Returns 'path:line: text' matches, capped in
     number, time and file size; 'truncated' says when the search stopped early. Binary files are skipped."""
     settings = _settings(ctx)
-    flags = re.IGNORECASE if ignore_case else 0
-    try:
-        matcher = re.compile(query if regex else re.escape(query), flags)
-    except re.error as exc:
-        raise ToolError(f"query is not a valid regular expression: {exc}") from None
+    if regex:
+        # The `regex` module, not `re`: a model can write a pattern that backtracks for hours on one line, and
+        # only `regex` can stop a match part-way (its timeout); `re` would hold the worker thread until it ends.
+        try:
+            pattern = regex_module.compile(query, regex_module.IGNORECASE if ignore_case else 0)
+        except regex_module.error as exc:
+            raise ToolError(f"query is not a valid regular expression: {exc}") from None
+    else:
+        pattern = re.compile(re.escape(query), re.IGNORECASE if ignore_case else 0)  # linear: no timeout needed
     only = compile_glob(glob, hidden) if glob else None
     parts = parts_of(path)
     root = _root(ctx)
@@ -344,7 +349,16 @@ def find_text(
             return True
         rel = "/".join(file_parts)
         for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
-            if matcher.search(line[:10_000]):
+            try:
+                if regex:  # what is left of the budget; never negative, which `regex` reads as "no limit"
+                    left = max(0.0, budget.seconds - (time.monotonic() - budget.started))
+                    found = pattern.search(line[:10_000], timeout=left)
+                else:
+                    found = pattern.search(line[:10_000])
+            except TimeoutError:
+                truncated = "ran out of time"
+                return False
+            if found:
                 shown = line if len(line) <= 300 else line[:300] + "..."
                 matches.append(f"{rel}:{number}: {shown}")
                 if len(matches) >= settings.max_matches:
