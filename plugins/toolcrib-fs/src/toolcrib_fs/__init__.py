@@ -244,15 +244,14 @@ def glob(
 ) -> dict[str, Any]:
     """Find paths in the workspace matching a glob pattern. Results are capped; 'truncated' says when."""
     settings = _settings(ctx)
-    regex = compile_glob(pattern, hidden)
+    matcher = compile_glob(pattern, hidden)
     budget = Budget(entries=settings.max_entries * 50, seconds=settings.max_seconds)
     matches: list[str] = []
     truncated = None
     with _root(ctx).directory(()) as fd:
         for parts, entry, _ in walk(fd, (), budget, hidden=hidden or "/." in "/" + pattern):
-            rel = "/".join(parts)
-            if regex.fullmatch(rel):
-                matches.append(rel + ("/" if entry.is_dir(follow_symlinks=False) else ""))
+            if matcher.matches(parts):
+                matches.append("/".join(parts) + ("/" if entry.is_dir(follow_symlinks=False) else ""))
                 if len(matches) >= settings.max_entries:
                     truncated = f"stopped at {settings.max_entries} matches"
                     break
@@ -380,7 +379,7 @@ def find_text(
             for file_parts, entry, dirfd in walk(fd, parts, budget, hidden=hidden):
                 if not entry.is_file(follow_symlinks=False):
                     continue
-                if only is not None and not only.fullmatch("/".join(file_parts)):
+                if only is not None and not only.matches(file_parts):
                     continue
                 if not search(file_parts, dirfd, entry.name):
                     break
