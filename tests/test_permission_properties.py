@@ -251,3 +251,35 @@ def test_no_mode_reveals_what_the_lists_hide(mode: str) -> None:
                                     "tools": {"deny": ["fs__*"]}}}}
     entries = _catalog({("fs", "read"): (True, "none", "pack", True), ("web", "get"): (True, "none", "pack", True)})
     assert _visible(_config(agents), entries) == {"a": ["web__get"]}
+
+
+# -- the glob matcher itself ----------------------------------------------------------------------------------
+
+
+@settings(max_examples=2000, deadline=None)
+@given(pattern=st.text(alphabet="ab*\n.(", max_size=8), subject=st.text(alphabet="ab\n.(", max_size=12))
+@example(pattern="a*a", subject="a")
+@example(pattern="*ab*ab", subject="abab")
+@example(pattern="a*b*a", subject="aba")
+@example(pattern="*a*ab", subject="ab")  # the middle piece may not reuse the last one
+def test_globs_match_exactly_what_a_regex_of_their_pieces_matches(pattern: str, subject: str) -> None:
+    """Specifiers match model-written arguments, so globs are matched without backtracking; they must still
+    mean what the regex ``(?s:piece.*piece...)`` means, newlines and regex metacharacters included."""
+    import re
+
+    from toolcrib.patterns import Glob
+
+    reference = re.compile("(?s:" + ".*".join(re.escape(piece) for piece in pattern.split("*")) + ")")
+    glob = Glob.of(pattern)
+    got = glob.matches(subject) if glob is not None else subject == pattern
+    assert got == (reference.fullmatch(subject) is not None)
+
+
+def test_a_specifier_against_a_huge_adversarial_argument_is_answered() -> None:
+    """With regexes, this took minutes of event-loop time (quadratic in the argument). No time is asserted: a
+    regression shows as a test that does not end."""
+    from toolcrib import patterns
+
+    rule = patterns.parse("tools", "shell__exec(*rm*-rf*)")
+    assert rule.matches_subject("rm" * 500_000) is False
+    assert rule.matches_subject("rm" * 500_000 + " -rf /") is True

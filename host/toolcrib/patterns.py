@@ -34,28 +34,53 @@ class Pattern:
     text: str
     name: str
     specifier: str | None
-    _name_re: re.Pattern[str] | None
-    _spec_re: re.Pattern[str] | None
+    _name_glob: Glob | None
+    _spec_glob: Glob | None
 
     def matches(self, name: str) -> bool:
-        if self._name_re is None:
+        if self._name_glob is None:
             return name == self.name
-        return self._name_re.fullmatch(name) is not None
+        return self._name_glob.matches(name)
 
     def matches_subject(self, subject: str) -> bool:
-        if self._spec_re is None:
+        if self._spec_glob is None:
             return subject == self.specifier
-        return self._spec_re.fullmatch(subject) is not None
+        return self._spec_glob.matches(subject)
 
     def __str__(self) -> str:
         return self.text
 
 
-def _glob(text: str) -> re.Pattern[str] | None:
-    """A compiled glob, or None when ``text`` has no ``*`` (compared as a plain string, faster)."""
-    if "*" not in text:
-        return None
-    return re.compile("(?s:" + ".*".join(re.escape(part) for part in text.split("*")) + ")")
+@dataclass(frozen=True, slots=True)
+class Glob:
+    """A glob whose only wildcard is ``*``, matched in linear time: the pieces between stars are found in order,
+    each at its leftmost place, which is right for ``*`` alone and never backtracks. (A regex of ``.*`` pieces
+    backtracked: ``*rm*-rf*`` against a model-written argument of "rm" x 250,000 held the event loop for
+    seconds.)"""
+
+    first: str
+    middle: tuple[str, ...]
+    last: str
+
+    @classmethod
+    def of(cls, text: str) -> Glob | None:
+        """The glob of ``text``, or None when it has no ``*`` (compared as a plain string, faster)."""
+        if "*" not in text:
+            return None
+        first, *middle, last = text.split("*")
+        return cls(first, tuple(piece for piece in middle if piece), last)
+
+    def matches(self, text: str) -> bool:
+        first, last = self.first, self.last
+        if len(text) < len(first) + len(last) or not text.startswith(first) or not text.endswith(last):
+            return False
+        position, end = len(first), len(text) - len(last)
+        for piece in self.middle:
+            found = text.find(piece, position, end)
+            if found < 0:
+                return False
+            position = found + len(piece)
+        return True
 
 
 def parse(dimension: str, text: object) -> Pattern:
@@ -83,6 +108,6 @@ def parse(dimension: str, text: object) -> Pattern:
         text=text,
         name=name,
         specifier=specifier,
-        _name_re=_glob(name),
-        _spec_re=_glob(specifier) if specifier is not None else None,
+        _name_glob=Glob.of(name),
+        _spec_glob=Glob.of(specifier) if specifier is not None else None,
     )
