@@ -250,19 +250,22 @@ def test_cli_check_warns_about_rules_matching_nothing_and_empty_agents(cli_env: 
     assert code == 1
 
 
-def test_check_warns_about_specifiers_without_a_subject_and_inert_subagent_rules() -> None:
+def test_check_warns_about_specifiers_without_a_subject_and_subagent_rules_matching_no_other_agent() -> None:
     host = make_host("""
 [agents.a]
 [agents.a.permissions]
 plugins = { allow = ["*"] }
 tools = { deny = ["misc__add(1*)", "nope__x"] }
-subagents = { allow = ["b"] }
+subagents = { allow = ["b", "a", "c*"] }
+
+[agents.c1]
 """, PACKS)
     warnings = [str(p) for p in host.problems() if p.severity == "warning"]
     assert warnings == [
         "warning: toolcrib.toml: agents.a.permissions.tools.deny[0]: 'misc__add(1*)': misc__add names no rule "
         "subject, so the specifier cannot be checked (a deny blocks every call, an allow permits none)",
         "warning: toolcrib.toml: agents.a.permissions.tools.deny[1]: 'nope__x' matches no installed tool",
-        "warning: toolcrib.toml: agents.a.permissions.subagents: sub-agent tools are not implemented yet, so "
-        "subagents rules have no effect",
+        "warning: toolcrib.toml: agents.a.permissions.subagents.allow[0]: 'b' matches no other agent",
+        "warning: toolcrib.toml: agents.a.permissions.subagents.allow[1]: 'a' matches no other agent",
+        "warning: toolcrib.toml: agents.c1: the agent sees no tools (it has no permissions table)",
     ]

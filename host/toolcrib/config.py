@@ -89,6 +89,8 @@ class AgentConfig(_Strict):
     model: str | None = Field(None, description="model id; its capabilities come from [models.<id>]")
     mode: Mode = Field("default", description="default | plan | acceptEdits | dontAsk | bypassPermissions")
     description: str | None = Field(None, description="what the agent does, shown when offered as a sub-agent")
+    prompt: str | None = Field(None, description="its system prompt when it runs as a sub-agent")
+    max_turns: PositiveInt = Field(10, description="most model turns of one sub-agent run")
     token_env: str | None = Field(None, description="environment variable holding the agent's HTTP bearer token")
     allow_dangerously_skip_permissions: bool = Field(False, description="required beside mode = bypassPermissions")
     permissions: Permissions | None = Field(None, description="missing: the agent sees nothing")

@@ -11,6 +11,8 @@ from typing import Any, Protocol
 
 import anyio.from_thread
 
+from toolcrib.errors import ToolError
+
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
@@ -30,7 +32,12 @@ class AvailabilityContext:
 
 
 class ClientChannel(Protocol):
-    """What a front end (MCP) offers a running call: progress and log messages to the client."""
+    """What a front end (MCP) offers a running call: progress and log messages to the client.
+
+    A channel may also have ``async def sample(self, request: dict) -> dict``: one turn of the client's model,
+    taking MCP's ``sampling/createMessage`` params and answering its result, both as wire dicts (camelCase).
+    Sub-agents run on it; ``Context.sample`` reaches it.
+    """
 
     async def progress(self, progress: float, total: float | None, message: str | None) -> None: ...
 
@@ -88,6 +95,29 @@ class Context:
         if self._channel is None:
             return _DONE
         return self._dispatch(lambda: self._channel.log(level, message, self.logger.name))  # type: ignore[union-attr]
+
+    async def sample(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        system_prompt: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        max_tokens: int = 1024,
+    ) -> dict[str, Any]:
+        """One turn of the client's model (MCP sampling; async handlers only): ``messages`` and ``tools`` in
+        MCP's wire shapes; returns the model's message (``role``, ``content``, ``model``, ``stopReason``).
+        A ``ToolError`` says so when the client offers no model."""
+        sample = getattr(self._channel, "sample", None)
+        if sample is None:
+            raise ToolError("This needs the client's model, and the client offers none (it does not support MCP "
+                            "sampling).")
+        request: dict[str, Any] = {"messages": messages, "maxTokens": max_tokens}
+        if system_prompt is not None:
+            request["systemPrompt"] = system_prompt
+        if tools:
+            request["tools"] = tools
+        reply: dict[str, Any] = await sample(request)
+        return reply
 
     def debug(self, message: str) -> Awaitable[None]:
         return self.log("debug", message)

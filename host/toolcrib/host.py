@@ -27,6 +27,7 @@ from toolcrib.permissions import AgentRules, Decision, compile_rules, decide
 from toolcrib.plugins import PluginRecord, autoload_enabled, get_plugin_manager, load_plugins, named_plugins
 from toolcrib.skills import SkillSet
 from toolcrib.skills import discover as discover_skills
+from toolcrib.subagents import SubAgents
 from toolcrib.view import AgentView, build_view
 
 
@@ -69,6 +70,9 @@ class Host:
         if skills:
             self.skills = SkillSet(skills)
             extra_entries = [*extra_entries, self.skills.entry()]
+        self.subagents = SubAgents(loaded.config.agents)
+        if any(a.permissions and a.permissions.subagents for a in loaded.config.agents.values()):
+            extra_entries = [*extra_entries, self.subagents.entry()]
         if upstreams is not None:  # lazy upstream servers are reached through the host's dynamic tools
             from toolcrib.upstream import dynamic_entries
 
@@ -77,6 +81,7 @@ class Host:
         self.catalog.problems.extend(problems)
         self.rules: dict[str, AgentRules] = compile_rules(loaded)
         self.skills.permits = self._may_load_skill
+        self.subagents.view_of = self.view
         self.pipeline = Pipeline(self.pm, loaded, self.catalog.settings)
         self._views: dict[str, AgentView] = {}
         self._lock = threading.Lock()
@@ -165,7 +170,7 @@ class Host:
             "mcps": set(self.loaded.config.mcps),
             "tools": set(self.catalog.entries),
             "skills": set(self.skills.skills) | set(self.loaded.config.skills),
-            "subagents": set(self.loaded.config.agents),
+            "subagents": set(self.loaded.config.agents) - {agent},  # an agent is never offered itself
         }
         found = []
 
@@ -173,12 +178,10 @@ class Host:
             found.append(Problem("warning", f"{source}: {where}", message))
 
         for dimension, rule in rules.dimensions.items():
-            if dimension == "subagents" and rule.patterns:
-                warn(rule.where, "sub-agent tools are not implemented yet, so subagents rules have no effect")
-                continue
             for i, pattern in enumerate(rule.patterns):
                 if not any(pattern.matches(n) for n in names[dimension]):
-                    warn(f"{rule.where}.{rule.kind}[{i}]", f"{pattern.text!r} matches no installed {_NOUN[dimension]}")
+                    what = "other agent" if dimension == "subagents" else f"installed {_NOUN[dimension]}"
+                    warn(f"{rule.where}.{rule.kind}[{i}]", f"{pattern.text!r} matches no {what}")
                 if pattern.specifier is None:
                     continue
                 for name in sorted(names["tools"]):

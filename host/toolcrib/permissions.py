@@ -181,7 +181,11 @@ class AgentRules:
         key = (dimension, source)
         found = self._sources.get(key)
         if found is None:
-            found = self._sources[key] = self.dimensions[dimension].permits(source)
+            if dimension == "subagents" and source == self.agent:
+                found = (False, None)  # an agent is never offered itself, whatever its rule says
+            else:
+                found = self.dimensions[dimension].permits(source)
+            self._sources[key] = found
         return found
 
 

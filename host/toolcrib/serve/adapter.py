@@ -25,7 +25,7 @@ from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolcrib.calls import ApprovalPending
-from toolcrib.errors import UnknownToolError
+from toolcrib.errors import ToolError, UnknownToolError
 from toolcrib.serve.state import ServingState
 
 log = logging.getLogger("toolcrib.serve")
@@ -47,6 +47,31 @@ class _Channel:
 
     async def progress(self, progress: float, total: float | None, message: str | None) -> None:
         await self._ctx.session.report_progress(progress, total, message)
+
+    async def sample(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One turn of the client's model (``sampling/createMessage``, pushed on 2025-11-25 sessions)."""
+        ctx = self._ctx
+        capabilities = ctx.session.client_capabilities
+        sampling = capabilities.sampling if capabilities is not None else None
+        if sampling is None:
+            raise ToolError("This needs the client's model, and the client offers none (it does not support MCP "
+                            "sampling).")
+        if request.get("tools") and sampling.tools is None:
+            raise ToolError("This needs the client's model with tools, and the client's sampling does not take "
+                            "tools.")
+        if ctx.protocol_version in _MODERN or not ctx.session.can_send_request:
+            raise ToolError("This needs the client's model, which toolcrib can ask for on a 2025-11-25 session with "
+                            "a back-channel only (this connection has none).")
+        params = types.CreateMessageRequestParams.model_validate(request, by_name=False)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # sampling is deprecated as of 2026-07-28, yet clients still use it
+                result = await ctx.session.create_message(
+                    params.messages, max_tokens=params.max_tokens, system_prompt=params.system_prompt,
+                    tools=params.tools, related_request_id=ctx.request_id)
+        except MCPError as exc:
+            raise ToolError(f"The client's model did not answer: {exc.error.message}") from None
+        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
     async def log(self, level: str, message: str, logger: str | None) -> None:
         with warnings.catch_warnings():

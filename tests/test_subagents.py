@@ -1,0 +1,261 @@
+"""Sub-agents: configured agents run through ``toolcrib__run_agent`` on the caller's model, each with its own
+permissions, never offered to itself or back along the chain that led to it.
+
+The model is the one part that cannot run here: each test scripts it (a list of replies, standing in for a remote
+model), over a channel for the Python API and as a real MCP client's sampling callback for MCP.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from mcp import Client
+
+from conftest import make_host
+from packs import FILES, MISC
+from toolcrib.serve.adapter import build_server
+from toolcrib.serve.state import ServingState
+
+CONFIG = """
+[agents.lead]
+description = "Plans the work and hands parts of it out."
+[agents.lead.permissions]
+plugins = { allow = ["files"] }
+tools = { allow = ["files__read", "toolcrib__run_agent"] }
+subagents = { allow = ["*"] }
+
+[agents.calc]
+description = "Adds numbers."
+prompt = "You are calc. Add."
+max_turns = 3
+[agents.calc.permissions]
+plugins = { allow = ["misc"] }
+tools = { allow = ["misc__add", "toolcrib__run_agent"] }
+subagents = { allow = ["lead", "calc"] }
+
+[agents.narcissus]
+[agents.narcissus.permissions]
+tools = { allow = ["*"] }
+subagents = { allow = ["narcissus"] }
+
+[agents.loner]
+[agents.loner.permissions]
+plugins = { allow = ["*"] }
+tools = { allow = ["*"] }
+"""
+
+RUN_AGENT = ("Hand a task to another agent, which works on it with its own tools and answers with its result. "
+             "Describe the task fully: the agent sees nothing of this conversation.")
+
+
+def host():  # type: ignore[no-untyped-def]
+    return make_host(CONFIG, {"files": FILES, "misc": MISC})
+
+
+def text(words: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": [{"type": "text", "text": words}], "model": "scripted"}
+
+
+def use(name: str, arguments: dict[str, Any], id: str = "u1") -> dict[str, Any]:
+    return {"type": "tool_use", "id": id, "name": name, "input": arguments}
+
+
+class ScriptedModel:
+    """A channel whose ``sample`` answers from a script and records every request (the mocked remote model)."""
+
+    def __init__(self, *replies: dict[str, Any]) -> None:
+        self.replies = list(replies)
+        self.requests: list[dict[str, Any]] = []
+
+    async def progress(self, progress: float, total: float | None, message: str | None) -> None:
+        pass
+
+    async def log(self, level: str, message: str, logger: str | None) -> None:
+        pass
+
+    async def sample(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.requests.append(copy.deepcopy(request))
+        return self.replies.pop(0)
+
+
+def run(agent: str, arguments: dict[str, Any], model: ScriptedModel | None = None) -> tuple[bool, str]:
+    async def main() -> tuple[bool, str]:
+        result = await host().view(agent).call("toolcrib__run_agent", arguments, channel=model)
+        return result.is_error, result.text
+
+    return anyio.run(main)
+
+
+def test_who_sees_whom() -> None:
+    h = host()
+    assert h.view("lead").names == ["files__read", "toolcrib__run_agent"]
+    assert h.view("calc").names == ["misc__add", "toolcrib__run_agent"]
+    assert h.view("narcissus").names == []  # its one permitted agent is itself
+    assert h.view("loner").names == ["files__read", "files__rm", "files__touch", "files__write", "misc__add",
+                                     "misc__slow", "misc__slow_sync"]  # no subagents rule: no agents
+    described = {t["name"]: t["description"] for t in h.view("lead").mcp_tools}
+    assert described["toolcrib__run_agent"] == (f"{RUN_AGENT}\n\nAgents you can run:\n- calc: Adds numbers.\n"
+                                                "- loner: no description\n- narcissus: no description")
+    calc = {t["name"]: t["description"] for t in h.view("calc").mcp_tools}
+    assert calc["toolcrib__run_agent"] == (f"{RUN_AGENT}\n\nAgents you can run:\n- lead: Plans the work and hands "
+                                           "parts of it out.")
+    explained = h.explain("narcissus", "toolcrib__run_agent")
+    assert explained is not None and not explained.visible
+    assert explained.checks[0].detail == ("none of its subagents is permitted by "
+                                          "agents.narcissus.permissions.subagents")
+
+
+def test_a_sub_agent_runs_on_the_callers_model_with_its_own_tools() -> None:
+    model = ScriptedModel(
+        {"role": "assistant", "model": "scripted", "content": [
+            {"type": "text", "text": "Adding."}, use("misc__add", {"a": 2, "b": 3}),
+            use("files__read", {"path": "secret"}, id="u2")]},
+        text("The sum is 5."),
+    )
+    assert run("lead", {"agent": "calc", "task": "Add 2 and 3."}, model) == (False, "The sum is 5.")
+    first, second = model.requests
+    assert first["systemPrompt"] == "You are calc. Add."
+    assert first["maxTokens"] == 4096
+    assert first["messages"] == [{"role": "user", "content": [{"type": "text", "text": "Add 2 and 3."}]}]
+    # calc's own view; run_agent is gone: lead is the chain that led here, and calc is never offered itself
+    assert [t["name"] for t in first["tools"]] == ["misc__add"]
+    # its calls ran with its permissions: lead's files__read is nothing to calc
+    assert second["messages"][2] == {"role": "user", "content": [
+        {"type": "tool_result", "toolUseId": "u1", "content": [{"type": "text", "text": "5"}], "isError": False},
+        {"type": "tool_result", "toolUseId": "u2", "content": [{"type": "text", "text": "Unknown tool: files__read"}],
+         "isError": True},
+    ]}
+
+
+def test_no_cycle_back_along_the_chain() -> None:
+    # calc may run lead; run from calc, lead is offered the agents it may run except calc (and itself)
+    model = ScriptedModel({"role": "assistant", "model": "scripted",
+                           "content": [use("toolcrib__run_agent", {"agent": "calc", "task": "loop"})]},
+                          text("done"))
+    assert run("calc", {"agent": "lead", "task": "Plan."}, model) == (False, "done")
+    offered = {t["name"]: t["description"] for t in model.requests[0]["tools"]}
+    assert offered["toolcrib__run_agent"] == (f"{RUN_AGENT}\n\nAgents you can run:\n- loner: no description\n"
+                                              "- narcissus: no description")
+    assert model.requests[1]["messages"][2]["content"][0]["content"] == [
+        {"type": "text", "text": "Unknown agent: calc"}]  # the way back is closed, like any unknown agent
+
+
+@pytest.mark.parametrize(("agent", "asked"), [("lead", "ghost"), ("lead", "lead"), ("calc", "narcissus"),
+                                              ("calc", "calc")])
+def test_hidden_self_and_unknown_agents_answer_alike(agent: str, asked: str) -> None:
+    assert run(agent, {"agent": asked, "task": "x"}, ScriptedModel()) == (True, f"Unknown agent: {asked}")
+
+
+def test_a_run_ends_at_max_turns() -> None:
+    looping = {"role": "assistant", "model": "scripted", "content": [use("misc__add", {"a": 1, "b": 1})]}
+    model = ScriptedModel(looping, looping, looping)
+    assert run("lead", {"agent": "calc", "task": "Keep adding."}, model) == (
+        True, "agent 'calc' did not finish within 3 turns (its max_turns)")
+    assert len(model.requests) == 3
+
+
+def test_without_a_model_the_run_says_so() -> None:
+    assert run("lead", {"agent": "calc", "task": "Add."}) == (
+        True, "This needs the client's model, and the client offers none (it does not support MCP sampling).")
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_over_mcp_the_clients_sampling_runs_the_sub_agent(mode: str) -> None:
+    seen: list[types.CreateMessageRequestParams] = []
+    replies = [types.CreateMessageResultWithTools(role="assistant", model="scripted", content=[
+                   types.ToolUseContent(id="u1", name="misc__add", input={"a": 20, "b": 22})]),
+               types.CreateMessageResultWithTools(role="assistant", model="scripted",
+                                                  content=[types.TextContent(text="42")])]
+
+    async def sampling(context: Any, params: types.CreateMessageRequestParams) -> Any:
+        seen.append(params)
+        return replies.pop(0)
+
+    async def main() -> types.CallToolResult:
+        server = build_server(ServingState(host()), "lead")
+        async with Client(server, mode=mode, cache=None, sampling_callback=sampling,  # type: ignore[arg-type]
+                          sampling_capabilities=types.SamplingCapability(tools=types.SamplingToolsCapability())
+                          ) as client:
+            return await client.call_tool("toolcrib__run_agent", {"agent": "calc", "task": "20 + 22?"})
+
+    result = anyio.run(main)
+    if mode == "legacy":
+        assert (result.is_error, result.content) == (False, [types.TextContent(text="42")])
+        assert [t.name for t in seen[0].tools or []] == ["misc__add"]
+        assert seen[0].system_prompt == "You are calc. Add."
+        assert seen[1].messages[-1].content == [types.ToolResultContent(
+            tool_use_id="u1", content=[types.TextContent(text="42")], is_error=False)]
+    else:
+        assert (result.is_error, seen) == (True, [])
+        assert result.content == [types.TextContent(
+            text="This needs the client's model, which toolcrib can ask for on a 2025-11-25 session with a "
+                 "back-channel only (this connection has none).")]
+
+
+def test_a_client_without_sampling_gets_the_refusal() -> None:
+    async def main() -> types.CallToolResult:
+        async with Client(build_server(ServingState(host()), "lead"), mode="legacy", cache=None) as client:
+            return await client.call_tool("toolcrib__run_agent", {"agent": "calc", "task": "Add."})
+
+    result = anyio.run(main)
+    assert result.is_error
+    assert result.content == [types.TextContent(
+        text="This needs the client's model, and the client offers none (it does not support MCP sampling).")]
+
+
+POOL = ["ana", "bob", "bea", "cy"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(rules=st.dictionaries(st.sampled_from(POOL), st.one_of(
+    st.none(),
+    st.tuples(st.sampled_from(["allow", "deny"]),
+              st.lists(st.sampled_from([*POOL, "*", "b*", "zed"]), max_size=3)))))
+def test_runnable_agents_are_exactly_the_listed_ones(rules: dict[str, Any]) -> None:
+    """For generated subagents rules: the agents run_agent lists are exactly those the rule permits minus the
+    agent itself (deny wins, no rule denies all), and exactly those can be run; any other name, hidden or
+    unknown, gets the same answer."""
+    from fnmatch import fnmatchcase
+
+    from toolcrib.errors import UnknownToolError
+
+    lines = []
+    for agent in POOL:
+        lines += [f"[agents.{agent}]", f"[agents.{agent}.permissions]", 'tools = { allow = ["*"] }']
+        if rules.get(agent) is not None:
+            kind, patterns = rules[agent]
+            lines.append(f"subagents = {{ {kind} = {patterns!r} }}".replace("'", '"'))
+    h = make_host("\n".join(lines))
+
+    async def check(agent: str) -> None:
+        rule = rules.get(agent)
+        if rule is None:
+            expected = []
+        else:
+            kind, patterns = rule
+            hit = [b for b in POOL if any(fnmatchcase(b, p) for p in patterns)]
+            expected = sorted(b for b in (hit if kind == "allow" else [b for b in POOL if b not in hit]) if b != agent)
+        view = h.view(agent)
+        if not expected:
+            assert "toolcrib__run_agent" not in view
+            with pytest.raises(UnknownToolError):
+                await view.call("toolcrib__run_agent", {"agent": "ana", "task": "x"})
+            return
+        listed = {t["name"]: t["description"] for t in view.mcp_tools}["toolcrib__run_agent"]
+        assert [line[2:].split(":")[0] for line in listed.splitlines() if line.startswith("- ")] == expected
+        for name in [*POOL, "ghost"]:
+            result = await view.call("toolcrib__run_agent", {"agent": name, "task": "x"},
+                                     channel=ScriptedModel(text("ok")))
+            assert result.text == ("ok" if name in expected else f"Unknown agent: {name}")
+
+    async def main() -> None:
+        for agent in POOL:
+            await check(agent)
+
+    anyio.run(main)
