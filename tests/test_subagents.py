@@ -17,8 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
+import toolcrib
 from conftest import make_host
-from packs import FILES, MISC
+from packs import FILES, MISC, Pack
 from toolcrib.serve.adapter import build_server
 from toolcrib.serve.state import ServingState
 
@@ -185,17 +186,157 @@ def test_over_mcp_the_clients_sampling_runs_the_sub_agent(mode: str) -> None:
             return await client.call_tool("toolcrib__run_agent", {"agent": "calc", "task": "20 + 22?"})
 
     result = anyio.run(main)
+    assert (result.is_error, result.content) == (False, [types.TextContent(text="42")])
+    assert [t.name for t in seen[0].tools or []] == ["misc__add"]
+    assert seen[0].system_prompt == "You are calc. Add."
+    assert seen[1].messages[-1].content == [types.ToolResultContent(
+        tool_use_id="u1", content=[types.TextContent(text="42")], is_error=False)]
+
+
+BUMPS: list[str] = []
+
+
+@toolcrib.tool
+def bump(label: str) -> str:
+    """Record that it ran (a side effect that must happen exactly once per call the model makes)."""
+    BUMPS.append(label)
+    return f"bumped {label}"
+
+
+CHAIN = """
+[agents.boss]
+[agents.boss.permissions]
+tools = { allow = ["toolcrib__run_agent"] }
+subagents = { allow = ["mid"] }
+ask = ["toolcrib__run_agent"]
+
+[agents.mid]
+description = "Middle."
+[agents.mid.permissions]
+plugins = { allow = ["count"] }
+tools = { allow = ["count__bump", "toolcrib__run_agent"] }
+subagents = { allow = ["leaf"] }
+
+[agents.leaf]
+description = "Leaf."
+[agents.leaf.permissions]
+plugins = { allow = ["count"] }
+tools = { allow = ["count__bump"] }
+"""
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_a_chain_of_runs_over_mcp_does_each_thing_once(mode: str) -> None:
+    """boss runs mid (after the user's approval), mid bumps and runs leaf, leaf bumps. On 2026-07-28 every model
+    turn is a round trip of the whole call: the retried call replays what earlier rounds did, never redoes it."""
+    BUMPS.clear()
+    asked: list[str] = []
+    script = [
+        [types.ToolUseContent(id="m1", name="count__bump", input={"label": "mid"}),
+         types.ToolUseContent(id="m2", name="toolcrib__run_agent", input={"agent": "leaf", "task": "Bump once."})],
+        [types.ToolUseContent(id="l1", name="count__bump", input={"label": "leaf"})],
+        [types.TextContent(text="leaf done")],
+        [types.TextContent(text="all done")],
+    ]
+    prompts: list[str | None] = []
+
+    async def sampling(context: Any, params: types.CreateMessageRequestParams) -> Any:
+        prompts.append(params.system_prompt)
+        return types.CreateMessageResultWithTools(role="assistant", model="scripted", content=script.pop(0))
+
+    async def elicitation(context: Any, params: Any) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={})
+
+    async def main() -> types.CallToolResult:
+        h = make_host(CHAIN, {"count": Pack(bump)})
+        async with Client(build_server(ServingState(h), "boss"), mode=mode, cache=None,  # type: ignore[arg-type]
+                          sampling_callback=sampling, elicitation_callback=elicitation,
+                          sampling_capabilities=types.SamplingCapability(tools=types.SamplingToolsCapability())
+                          ) as client:
+            return await client.call_tool("toolcrib__run_agent", {"agent": "mid", "task": "Bump, then have leaf bump."})
+
+    result = anyio.run(main)
+    assert (result.is_error, result.content) == (False, [types.TextContent(text="all done")])
+    assert BUMPS == ["mid", "leaf"]
+    assert asked == ["Agent 'boss' wants to call toolcrib__run_agent (ask rule 'toolcrib__run_agent'). Allow this "
+                     "call?"]
+    assert [p.split(",")[0] if p else p for p in prompts] == ["You are mid", "You are leaf", "You are leaf",
+                                                              "You are mid"]
+    assert script == []
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_an_approval_for_the_run_is_not_one_for_the_sub_agents_calls(mode: str) -> None:
+    """boss's run of mid was approved; mid's own asked call needs its own approval. On 2025-11-25 the user is
+    asked again; on 2026-07-28 it cannot be asked from inside the run, so it is refused, never approved."""
+    BUMPS.clear()
+    asked: list[str] = []
+    script = [[types.ToolUseContent(id="m1", name="count__bump", input={"label": "mid"})],
+              [types.TextContent(text="over")]]
+    seen: list[types.CreateMessageRequestParams] = []
+
+    async def sampling(context: Any, params: types.CreateMessageRequestParams) -> Any:
+        seen.append(params)
+        return types.CreateMessageResultWithTools(role="assistant", model="scripted", content=script.pop(0))
+
+    async def elicitation(context: Any, params: Any) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={})
+
+    async def main() -> types.CallToolResult:
+        config = CHAIN.replace('allow = ["leaf"] }', 'allow = ["leaf"] }\nask = ["count__bump"]')
+        h = make_host(config, {"count": Pack(bump)})
+        async with Client(build_server(ServingState(h), "boss"), mode=mode, cache=None,  # type: ignore[arg-type]
+                          sampling_callback=sampling, elicitation_callback=elicitation,
+                          sampling_capabilities=types.SamplingCapability(tools=types.SamplingToolsCapability())
+                          ) as client:
+            return await client.call_tool("toolcrib__run_agent", {"agent": "mid", "task": "Bump."})
+
+    assert anyio.run(main).content == [types.TextContent(text="over")]
+    bump_result = seen[1].messages[-1].content[0]  # type: ignore[index]
     if mode == "legacy":
-        assert (result.is_error, result.content) == (False, [types.TextContent(text="42")])
-        assert [t.name for t in seen[0].tools or []] == ["misc__add"]
-        assert seen[0].system_prompt == "You are calc. Add."
-        assert seen[1].messages[-1].content == [types.ToolResultContent(
-            tool_use_id="u1", content=[types.TextContent(text="42")], is_error=False)]
+        assert BUMPS == ["mid"] and len(asked) == 2
+        assert asked[1] == "Agent 'mid' wants to call count__bump (ask rule 'count__bump'). Allow this call?"
     else:
-        assert (result.is_error, seen) == (True, [])
-        assert result.content == [types.TextContent(
-            text="This needs the client's model, which toolcrib can ask for on a 2025-11-25 session with a "
-                 "back-channel only (this connection has none).")]
+        assert BUMPS == [] and len(asked) == 1
+        assert bump_result.is_error and bump_result.content[0].text == (  # type: ignore[union-attr]
+            "Permission denied: count__bump needs approval (ask rule 'count__bump'); a sub-agent's call cannot be put "
+            "to the user from inside its run on a 2026-07-28 connection (use a 2025-11-25 session, or an approval "
+            "hook)")
+
+
+def test_a_2026_round_trip_state_cannot_be_forged() -> None:
+    """The state a client carries between rounds is sealed to the call: an altered one is ignored (the run starts
+    over, with nothing recorded), and one from another call too."""
+    BUMPS.clear()
+
+    async def main() -> None:
+        h = make_host(CHAIN.replace('ask = ["toolcrib__run_agent"]', ""), {"count": Pack(bump)})
+        async with Client(build_server(ServingState(h), "boss"), cache=None, sampling_callback=lambda c, p: None,
+                          sampling_capabilities=types.SamplingCapability(tools=types.SamplingToolsCapability())
+                          ) as client:
+            args = {"agent": "mid", "task": "Bump."}
+            first = await client.session.call_tool("toolcrib__run_agent", args, allow_input_required=True)
+            assert isinstance(first, types.InputRequiredResult) and first.request_state
+            turn = types.CreateMessageResultWithTools(role="assistant", model="scripted", content=[
+                types.ToolUseContent(id="m1", name="count__bump", input={"label": "mid"})])
+            second = await client.session.call_tool("toolcrib__run_agent", args, allow_input_required=True,
+                                                    input_responses={"toolcrib_sample": turn},
+                                                    request_state=first.request_state)
+            assert isinstance(second, types.InputRequiredResult) and BUMPS == ["mid"]
+            body, _, mac = (second.request_state or "").rpartition(".")
+            forged = body[:-4] + ("AAAA" if body[-4:] != "AAAA" else "BBBB") + "." + mac
+            for state, other_args in ((forged, args), (second.request_state, {"agent": "mid", "task": "Other."})):
+                again = await client.session.call_tool("toolcrib__run_agent", other_args, allow_input_required=True,
+                                                       input_responses={"toolcrib_sample": turn},
+                                                       request_state=state)
+                assert isinstance(again, types.InputRequiredResult)
+                request = again.input_requests["toolcrib_sample"]
+                assert len(request.params.messages) == 1  # type: ignore[union-attr]  # a fresh start
+            assert BUMPS == ["mid"]  # nothing replayed into running again, nothing recorded believed
+
+    anyio.run(main)
 
 
 def test_a_client_without_sampling_gets_the_refusal() -> None:

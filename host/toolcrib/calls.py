@@ -43,19 +43,31 @@ MAX_DEPTH = 32
 MAX_INT_BITS = 64
 _BIG = 1 << (MAX_INT_BITS - 1)
 
-class ApprovalPending(Exception):
-    """Raised by an approver that must ask out of band (MCP 2026-07-28's input-required round trip).
+class InputPending(Exception):
+    """The client must answer something before the call can go on (MCP 2026-07-28's input-required round trip).
 
-    The pipeline lets it through before the handler runs; the front end answers "input required", and the
-    call is made again with the user's answer.
+    The pipeline lets it through, from an approver or from a handler; the front end answers "input required",
+    and the client makes the call again with its answer.
     """
+
+
+class ApprovalPending(InputPending):
+    """Raised by an approver that must ask the user whether the call may run."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
 
 
-Approver = Callable[[str, str, Mapping[str, Any], str], Awaitable[bool | None]]
+class SamplePending(InputPending):
+    """Raised by a channel that must ask the client's model for one turn (``request``: sampling params)."""
+
+    def __init__(self, request: Mapping[str, Any]) -> None:
+        super().__init__("the client's model must answer first")
+        self.request = request
+
+
+Approver = Callable[[str, str, Mapping[str, Any], str], Awaitable["bool | Deny | None"]]
 """What a front end offers for ``ask`` approvals: ``(agent, tool, arguments, message) -> True/False``, or None
 when the client cannot answer (MCP: elicitation)."""
 
@@ -284,6 +296,8 @@ class Pipeline:
                 return True, "approved by the user"
             if answer is False:
                 return False, f"Permission denied: {need}, and the user declined."
+            if isinstance(answer, Deny):
+                return False, f"Permission denied: {need}; {answer.message}"
         return False, (f"Permission denied: {need}, and no approver could answer (the client does not support "
                        "elicitation and no approval hook decided).")
 
@@ -344,6 +358,8 @@ class Pipeline:
                     return ToolResult.error(f"Tool {vt.name} timed out after {_seconds(timeout)} and was stopped.")
         except ToolError as exc:
             return ToolResult.error(str(exc) or f"Tool {vt.name} failed.")
+        except InputPending:
+            raise  # not a failure: the front end asks the client, and the call is made again
         except (Exception, SystemExit):
             log.exception("tool %s raised (agent %r)", vt.name, view.agent)
             return ToolResult.error(f"Tool {vt.name} failed with an internal error; the host's log has the details.")

@@ -37,6 +37,46 @@ DESCRIPTION = ("Hand a task to another agent, which works on it with its own too
 _CHAIN: ContextVar[tuple[str, ...]] = ContextVar("toolcrib_agent_chain", default=())
 
 
+class Journal:
+    """What earlier rounds of one call got, in order: model turns (``sample``) and the results of the tool calls
+    sub-agents made (``tool``). A run is deterministic given these, so a call made again replays them and goes
+    on live where they end (MCP 2026-07-28, where each model turn is a round trip of the whole call).
+
+    A nested run (a sub-agent's own ``run_agent`` call) records its turns as they happen and its result only when
+    it ends, so its result follows its turns: replaying it means running it again over its recorded turns, then
+    taking its recorded result.
+    """
+
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        self.events = events
+        self._next = 0
+
+    def next_kind(self) -> str | None:
+        """``sample`` or ``tool`` for the next recorded event; None once the record is used up."""
+        if self._next >= len(self.events):
+            return None
+        event = self.events[self._next]
+        return next(iter(event)) if isinstance(event, dict) and len(event) == 1 else "?"
+
+    def replay(self, kind: str) -> Any:
+        """The next recorded event, which must be of ``kind``; None once the record is used up."""
+        found = self.next_kind()
+        if found is None:
+            return None
+        if found != kind:
+            raise ToolError("The run cannot be continued: the config changed between its rounds. Start it again.")
+        self._next += 1
+        return self.events[self._next - 1][kind]
+
+    def record(self, kind: str, value: Any) -> None:
+        """Note what just happened: appended when live, or matched to the record when it was replayed."""
+        if self.next_kind() is None:
+            self.events.append({kind: value})
+            self._next = len(self.events)
+        else:
+            self.replay(kind)
+
+
 class SubAgents:
     """The configured agents as sub-agents, and the ``toolcrib__run_agent`` tool over them."""
 
@@ -120,6 +160,9 @@ class SubAgents:
 
     @staticmethod
     async def _use(view: Any, ctx: Context, use: Mapping[str, Any], offered: set[str]) -> dict[str, Any]:
+        journal: Journal | None = getattr(ctx._channel, "journal", None)
+        if journal is not None and journal.next_kind() == "tool":
+            return dict(journal.replay("tool"))  # done in an earlier round of this call: never twice
         name, arguments = use.get("name"), use.get("input")
         try:
             if name not in offered:
@@ -133,6 +176,8 @@ class SubAgents:
                                  "isError": result.is_error}
         if result.structured_content is not None:
             block["structuredContent"] = result.structured_content
+        if journal is not None:
+            journal.record("tool", block)
         return block
 
 
@@ -145,17 +190,18 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
 
 
 def _nested_approver(approver: Any) -> Any:
-    """The caller's approver for the sub-agent's calls, except that a question that needs a new round-trip to
-    the client (2026-07-28) cannot be asked from inside a run: such a call is refused as unapproved."""
+    """The caller's approver for the sub-agent's calls, except that a question that needs a new round trip of
+    the whole call (2026-07-28) cannot be asked from inside a run: such a call is refused, saying why."""
     if approver is None:
         return None
     from toolcrib.calls import ApprovalPending
+    from toolcrib.policy import Deny
 
-    async def ask(*args: Any) -> bool | None:
+    async def ask(*args: Any) -> Any:
         try:
-            answer: bool | None = await approver(*args)
+            return await approver(*args)
         except ApprovalPending:
-            return None
-        return answer
+            return Deny("a sub-agent's call cannot be put to the user from inside its run on a 2026-07-28 "
+                        "connection (use a 2025-11-25 session, or an approval hook)")
 
     return ask

@@ -7,6 +7,7 @@ error ``-32602 Unknown tool: <name>``, word for word the same for both; everythi
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -24,14 +25,17 @@ from mcp_types import SERVER_INFO_META_KEY
 from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from toolcrib.calls import ApprovalPending
+from toolcrib.calls import ApprovalPending, SamplePending
 from toolcrib.errors import ToolError, UnknownToolError
 from toolcrib.serve.state import ServingState
+from toolcrib.subagents import Journal
 
 log = logging.getLogger("toolcrib.serve")
 
 TRACING_ENV = "TOOLCRIB_MCP_TRACING"
 APPROVAL_KEY = "toolcrib_approval"
+SAMPLE_KEY = "toolcrib_sample"
+MAX_STATE_CHARS = 2 * 1024 * 1024  # request state goes back and forth with every round; HTTP bodies cap at 4 MiB
 _SECRET = secrets.token_bytes(32)  # seals approval round-trips (2026-07-28) to the exact call they approve
 
 _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
@@ -40,10 +44,17 @@ INSTRUCTIONS = "Tools served by toolcrib. Each tool is named <namespace>__<tool>
 
 
 class _Channel:
-    """Progress and log messages from a running handler to this request's client."""
+    """Progress, log messages and model turns from a running handler to this request's client.
 
-    def __init__(self, ctx: ServerRequestContext[Any, Any]) -> None:
+    On 2026-07-28 a model turn cannot be pushed: the call ends with an input-required result, and the client makes
+    it again with the model's answer. ``journal`` carries what earlier rounds of the same call already got (model
+    turns, and the results of the tool calls they made), so the retried call replays them instead of doing
+    anything twice.
+    """
+
+    def __init__(self, ctx: ServerRequestContext[Any, Any], journal: Journal | None = None) -> None:
         self._ctx = ctx
+        self.journal = journal
 
     async def progress(self, progress: float, total: float | None, message: str | None) -> None:
         await self._ctx.session.report_progress(progress, total, message)
@@ -59,9 +70,14 @@ class _Channel:
         if request.get("tools") and sampling.tools is None:
             raise ToolError("This needs the client's model with tools, and the client's sampling does not take "
                             "tools.")
-        if ctx.protocol_version in _MODERN or not ctx.session.can_send_request:
-            raise ToolError("This needs the client's model, which toolcrib can ask for on a 2025-11-25 session with "
-                            "a back-channel only (this connection has none).")
+        if self.journal is not None:  # 2026-07-28: replay the turns earlier rounds got, then ask for the next
+            recorded = self.journal.replay("sample")
+            if recorded is not None:
+                return dict(recorded)
+            raise SamplePending(request)
+        if not ctx.session.can_send_request:
+            raise ToolError("This needs the client's model, which this connection cannot be asked for (a stateless "
+                            "2025-11-25 connection has no back-channel).")
         params = types.CreateMessageRequestParams.model_validate(request, by_name=False)
         try:
             with warnings.catch_warnings():
@@ -80,9 +96,26 @@ class _Channel:
                                                      related_request_id=self._ctx.request_id)
 
 
-def _seal(agent: str, name: str, arguments: Mapping[str, Any]) -> str:
-    payload = json.dumps([agent, name, arguments], sort_keys=True, separators=(",", ":"), default=str)
-    return hmac.new(_SECRET, payload.encode(), hashlib.sha256).hexdigest()
+def _seal(agent: str, name: str, arguments: Mapping[str, Any], payload: Mapping[str, Any]) -> str:
+    """A request state carrying ``payload``, bound (HMAC) to exactly this agent, tool and arguments."""
+    body = base64.urlsafe_b64encode(json.dumps(payload, separators=(",", ":")).encode()).decode("ascii")
+    return f"{body}.{_mac(agent, name, arguments, body)}"
+
+
+def _open(agent: str, name: str, arguments: Mapping[str, Any], request_state: str | None) -> dict[str, Any] | None:
+    """The payload of a request state sealed for exactly this call, or None (absent, altered, or another call's)."""
+    if not request_state:
+        return None
+    body, _, mac = request_state.rpartition(".")
+    if not hmac.compare_digest(mac, _mac(agent, name, arguments, body)):
+        return None
+    payload = json.loads(base64.urlsafe_b64decode(body))
+    return payload if isinstance(payload, dict) else None
+
+
+def _mac(agent: str, name: str, arguments: Mapping[str, Any], body: str) -> str:
+    message = json.dumps([agent, name, arguments, body], sort_keys=True, separators=(",", ":"), default=str)
+    return hmac.new(_SECRET, message.encode(), hashlib.sha256).hexdigest()
 
 
 def build_server(state: ServingState, agent: str) -> Server[Any]:
@@ -104,10 +137,20 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
                    responses: Mapping[str, Any] | None, request_state: str | None) -> Any:
         view = state.view(agent)
         arguments = arguments if arguments is not None else {}
+        modern = ctx.protocol_version in _MODERN
+        earlier = _open(agent, name, arguments, request_state) if modern else None
+        journal = None
+        if modern:
+            events = list(earlier.get("journal", [])) if earlier is not None else []
+            answer = (responses or {}).get(SAMPLE_KEY)
+            if answer is not None and earlier is not None and earlier.get("sampling"):
+                events.append({"sample": answer.model_dump(by_alias=True, mode="json", exclude_none=True)})
+            journal = Journal(events)
+        approved = earlier is not None and earlier.get("approved") is True
         try:
-            result = await view.call(name, arguments, approver=_approver(ctx, name, arguments, responses,
-                                                                         request_state),
-                                     channel=_Channel(ctx))
+            result = await view.call(name, arguments,
+                                     approver=_approver(ctx, name, responses, earlier is not None, approved),
+                                     channel=_Channel(ctx, journal))
         except UnknownToolError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
         except ApprovalPending as need:
@@ -116,23 +159,38 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
                 requested_schema={"type": "object", "properties": {}},
             ))
             return types.InputRequiredResult(input_requests={APPROVAL_KEY: request},
-                                             request_state=_seal(agent, name, arguments))
+                                             request_state=_seal(agent, name, arguments, {"approval": True}))
+        except SamplePending as need:
+            assert journal is not None
+            sealed = _seal(agent, name, arguments, {"sampling": True, "journal": journal.events,
+                                                    "approved": approved or _answered_yes(responses, earlier)})
+            if len(sealed) > MAX_STATE_CHARS:
+                return types.CallToolResult(is_error=True, content=[types.TextContent(text=(
+                    f"Tool {name} stopped: its conversation grew past what a 2026-07-28 round trip carries "
+                    f"({MAX_STATE_CHARS} characters of request state); a 2025-11-25 session has no such limit."))])
+            turn = types.CreateMessageRequest(
+                params=types.CreateMessageRequestParams.model_validate(need.request, by_name=False))
+            return types.InputRequiredResult(input_requests={SAMPLE_KEY: turn}, request_state=sealed)
         wire = result.to_wire()
         wire["resultType"] = "complete"
         return wire
 
-    def _approver(ctx: ServerRequestContext[Any, Any], name: str, arguments: Mapping[str, Any],
-                  responses: Mapping[str, Any] | None, request_state: str | None) -> Any:
+    def _approver(ctx: ServerRequestContext[Any, Any], name: str, responses: Mapping[str, Any] | None, sealed: bool,
+                  approved: bool) -> Any:
         capabilities = ctx.session.client_capabilities
         if capabilities is None or capabilities.elicitation is None:
             return None
         if ctx.protocol_version in _MODERN:
             answer = (responses or {}).get(APPROVAL_KEY)
 
-            async def modern(_agent: str, tool: str, args: Mapping[str, Any], message: str) -> bool | None:
+            async def modern(caller: str, tool: str, args: Mapping[str, Any], message: str) -> bool | None:
+                if caller != agent or tool != name:
+                    raise ApprovalPending(message)  # a sub-agent's call: answers given for this call are not its
+                if approved:
+                    return True  # approved in an earlier round of this very call
                 if answer is None:
                     raise ApprovalPending(message)
-                if request_state is None or not hmac.compare_digest(request_state, _seal(agent, name, arguments)):
+                if not sealed:
                     return False  # an answer that was not given for exactly this call approves nothing
                 return getattr(answer, "action", None) == "accept"
 
@@ -215,6 +273,12 @@ def _plain_call(params: Mapping[str, Any] | None) -> bool:
 
 
 _PLAIN_CALL_KEYS = frozenset({"name", "arguments", "_meta"})
+
+
+def _answered_yes(responses: Mapping[str, Any] | None, earlier: Mapping[str, Any] | None) -> bool:
+    """Whether this round carries the user's yes to an approval this call asked for."""
+    answer = (responses or {}).get(APPROVAL_KEY)
+    return earlier is not None and earlier.get("approval") is True and getattr(answer, "action", None) == "accept"
 
 
 def _version() -> str:
