@@ -400,3 +400,30 @@ def test_runnable_agents_are_exactly_the_listed_ones(rules: dict[str, Any]) -> N
             await check(agent)
 
     anyio.run(main)
+
+
+@toolcrib.tool
+async def ask_model(question: str, ctx: toolcrib.Context) -> str:
+    """Ask the client's model one question."""
+    reply = await ctx.sample([{"role": "user", "content": [{"type": "text", "text": question}]}], max_tokens=50)
+    content = reply["content"]
+    return str((content[0] if isinstance(content, list) else content)["text"])
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_any_async_handler_can_ask_the_clients_model(mode: str) -> None:
+    questions: list[str] = []
+
+    async def sampling(context: Any, params: types.CreateMessageRequestParams) -> Any:
+        questions.append(params.messages[0].content[0].text)  # type: ignore[index,union-attr]
+        return types.CreateMessageResult(role="assistant", model="scripted", content=types.TextContent(text="blue"))
+
+    async def main() -> types.CallToolResult:
+        h = make_host("[agents.a]\n[agents.a.permissions]\nplugins = { allow = ['q'] }\ntools = { allow = ['*'] }",
+                      {"q": Pack(ask_model)})
+        async with Client(build_server(ServingState(h), "a"), mode=mode, cache=None, sampling_callback=sampling
+                          ) as client:  # type: ignore[arg-type]
+            return await client.call_tool("q__ask_model", {"question": "Sky colour?"})
+
+    assert anyio.run(main).content == [types.TextContent(text="blue")]
+    assert questions == ["Sky colour?"]
