@@ -33,8 +33,34 @@ def llm_time() -> str:
     return "collision"
 
 
+class Memory(llm.Toolbox):
+    def __init__(self, prefix: str = ""):
+        self.prefix = prefix
+        self.data = {}
+
+    def remember(self, key: str, value: str) -> str:
+        """Remember a value under a key."""
+        self.data[key] = value
+        return f"remembered {key}"
+
+    async def recall(self, key: str) -> str:
+        """Recall the value of a key."""
+        return self.prefix + self.data.get(key, "(nothing)")
+
+
+class Needy(llm.Toolbox):
+    def __init__(self, token: str):
+        self.token = token
+
+    def ping(self) -> str:
+        """Ping."""
+        return "pong"
+
+
 @llm.hookimpl
 def register_tools(register):
+    register(Memory)
+    register(Needy)
     register(add_numbers)
     register(shout, name="yell")
     register(llm_time)
@@ -105,3 +131,45 @@ def test_only_the_chosen_llm_plugins(env: dict[str, str], tmp_path: Path) -> Non
     names = [line.split()[0] for line in listed.stdout.splitlines()]
     # llm's own tools (llm_version, llm_time) are left out, so the demo plugin's llm_time no longer collides
     assert names == ["llm__add_numbers", "llm__llm_time", "llm__raw_echo", "llm__yell"]
+
+
+TOOLBOX_SCRIPT = """
+import anyio, json, toolcrib
+host = toolcrib.Host.from_config("toolcrib.toml")
+view = host.view("a")
+print(json.dumps([t.name for t in view.tools if "Memory" in t.name or "Needy" in t.name]))
+print(json.dumps({t["name"]: t["inputSchema"] for t in view.mcp_tools}["llm__Memory_remember"]))
+
+async def main():
+    for name, args in (("llm__Memory_remember", {"key": "sky", "value": "blue"}),
+                       ("llm__Memory_recall", {"key": "sky"}), ("llm__Memory_recall", {"key": 7})):
+        result = await view.call(name, args)
+        print(result.is_error, result.text.splitlines()[0])
+
+anyio.run(main)
+"""
+
+
+def test_toolboxes_are_served_when_the_operator_configures_them(env: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / "toolcrib.toml").write_text(CONFIG + """
+[packs.llm]
+plugins = ["llm_tools_demo"]
+[packs.llm.toolboxes.Memory]
+prefix = "> "
+[packs.llm.toolboxes.Needy]
+[packs.llm.toolboxes.Ghost]
+""")
+    ran = subprocess.run([sys.executable, "-c", TOOLBOX_SCRIPT], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines() == [
+        '["llm__Memory_recall", "llm__Memory_remember"]',  # one instance, its methods; Needy could not be built
+        '{"additionalProperties": false, "properties": {"key": {"type": "string"}, "value": {"type": "string"}}, '
+        '"required": ["key", "value"], "type": "object"}',
+        "False remembered sky",
+        "False > blue",  # the same instance, configured by the operator
+        "True Invalid arguments for llm__Memory_recall:",
+    ]
+    assert ("llm toolbox Needy is not served: it cannot be set up with {} (TypeError: missing a required argument: "
+            "'token')") in ran.stderr
+    assert "[packs.llm.toolboxes.Ghost]: no installed llm plugin registers a toolbox of that name" in ran.stderr

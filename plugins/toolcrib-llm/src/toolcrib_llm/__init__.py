@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import types
@@ -25,6 +26,9 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     plugins: list[str] | None = Field(None, description="only the tools of these llm plugins (default: all)")
+    toolboxes: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="llm toolboxes to serve, by class name, each with its constructor's "
+                                          "arguments ({} when it needs none); a toolbox not named here is not served")
 
 
 def registered() -> list[tuple[str, Any]]:
@@ -81,19 +85,44 @@ def _from_llm_tool(tool: Any, name: str) -> toolcrib.Tool | None:
                          make_input=lambda: _ANY, given_input_schema=schema)
 
 
-def _declare(fn: Any, name: str, description: str | None) -> toolcrib.Tool | None:
-    """A tool from a plain function: toolcrib derives the schema and validates, as for its own tools."""
+def _declare(fn: Any, name: str, description: str | None, bound_to: Any = None) -> toolcrib.Tool | None:
+    """A tool from a plain function (or a method, ``bound_to`` its instance): toolcrib derives the schema and
+    validates, as for its own tools."""
     problem = tool_name_problem(name)
     if problem is not None:
         log.warning("llm tool %r is not served: %s", name, problem)
         return None
     copied = _copy(fn, name)
+    target = copied if bound_to is None else functools.partial(copied, bound_to)
     try:
-        toolcrib.tool(name=name, description=description or fn.__doc__ or f"The llm tool {name}.")(copied)
+        toolcrib.tool(name=name, description=description or fn.__doc__ or f"The llm tool {name}.")(target)
     except toolcrib.ToolDeclarationError as exc:
         log.warning("llm tool %r is not served: %s", name, exc)
         return None
-    return get_tool(copied)
+    return get_tool(target)
+
+
+def _toolbox(cls: Any, arguments: dict[str, Any]) -> list[toolcrib.Tool]:
+    """The tools of one instance of an ``llm.Toolbox``, built with the operator's constructor arguments. It is
+    shared by every agent allowed its tools, and lives until the config is reloaded."""
+    try:
+        instance = cls(**arguments)
+        instance.prepare()
+        tools = list(instance.tools())
+    except Exception as exc:
+        log.warning("llm toolbox %s is not served: it cannot be set up with %r (%s: %s)", cls.__name__, arguments,
+                    type(exc).__name__, exc)
+        return []
+    specs = []
+    for tool in tools:
+        implementation = tool.implementation
+        if isinstance(implementation, types.MethodType) and implementation.__self__ is instance:
+            spec = _declare(implementation.__func__, tool.name, tool.description, bound_to=instance)
+        else:  # added with add_tool(): an llm.Tool of its own
+            spec = _from_llm_tool(tool, tool.name)
+        if spec is not None:
+            specs.append(spec)
+    return specs
 
 
 @toolcrib.hookimpl
@@ -101,14 +130,20 @@ def toolcrib_tools(settings: Settings | None) -> list[Any]:
     """Every tool of the (chosen) llm plugins; two with one name are both rejected by toolcrib's catalog."""
     import llm
 
-    wanted = set(settings.plugins) if settings is not None and settings.plugins is not None else None
+    settings = settings if settings is not None else Settings()
+    wanted = set(settings.plugins) if settings.plugins is not None else None
     served = []
+    toolboxes = set()
     for plugin_name, (thing, name) in registered():
         if wanted is not None and plugin_name not in wanted:
             continue
-        if inspect.isclass(thing):
-            log.warning("llm plugin %r registers the toolbox %s: toolboxes need llm's own configuration; skipped",
-                        plugin_name, thing.__name__)
+        if inspect.isclass(thing) and issubclass(thing, llm.Toolbox):
+            toolboxes.add(thing.__name__)
+            if thing.__name__ not in settings.toolboxes:
+                log.info("llm plugin %r registers the toolbox %s; to serve it, add [packs.llm.toolboxes.%s] with its "
+                         "constructor's arguments", plugin_name, thing.__name__, thing.__name__)
+                continue
+            served += _toolbox(thing, settings.toolboxes[thing.__name__])
             continue
         if isinstance(thing, llm.Tool):
             spec = _from_llm_tool(thing, name or thing.name)
@@ -119,6 +154,8 @@ def toolcrib_tools(settings: Settings | None) -> list[Any]:
             continue
         if spec is not None:
             served.append(spec)
+    for unknown in sorted(set(settings.toolboxes) - toolboxes):
+        log.warning("[packs.llm.toolboxes.%s]: no installed llm plugin registers a toolbox of that name", unknown)
     return served
 
 
