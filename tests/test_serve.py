@@ -48,9 +48,11 @@ ask = ["files__write"]
 [agents.silent]
 
 [agents.runner]
+token_env = "TOK_RUNNER"
 [agents.runner.permissions]
 plugins = { allow = ["misc"] }
-tools = { allow = ["misc__slow*"] }
+tools = { allow = ["misc__slow*", "toolcrib__run_agent"] }
+subagents = { allow = ["writer"] }
 """
 
 READER = ["files__read", "misc__add", "talk__chatty", "talk__noisy"]
@@ -370,7 +372,8 @@ def test_stdio_unknown_agent_is_a_clear_error(config_file: Path) -> None:
 
 # -- HTTP subprocess --------------------------------------------------------------------------------------------
 
-TOKENS = {"TOK_READER": "reader-token-0123456789", "TOK_WRITER": "writer-token-0123456789"}
+TOKENS = {"TOK_READER": "reader-token-0123456789", "TOK_WRITER": "writer-token-0123456789",
+          "TOK_RUNNER": "runner-token-0123456789"}
 
 
 def start_http(config_file: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str, Path]:
@@ -496,6 +499,31 @@ def test_http_binding_beyond_loopback_needs_a_flag(config_file: Path) -> None:
                                   "from the network; pass --allow-remote")
 
 
+async def _run_writer_over_http(base: str, mode: str) -> types.CallToolResult:
+    """runner hands writer a task over HTTP; the client's model (scripted: it cannot run here) reads a file
+    through writer's tools, then answers."""
+    script = [[types.ToolUseContent(id="w1", name="files__read", input={"path": "notes"})],
+              [types.TextContent(text="notes say: contents of notes")]]
+
+    async def sampling(context: Any, params: types.CreateMessageRequestParams) -> Any:
+        return types.CreateMessageResultWithTools(role="assistant", model="scripted", content=script.pop(0))
+
+    http, client = await http_client(f"{base}/agents/runner/mcp", TOKENS["TOK_RUNNER"], mode,
+                                     sampling_callback=sampling,
+                                     sampling_capabilities=types.SamplingCapability(
+                                         tools=types.SamplingToolsCapability()))
+    async with http, client:
+        return await client.call_tool("toolcrib__run_agent", {"agent": "writer", "task": "What do the notes say?"})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_http_a_sub_agent_runs_on_the_clients_model(http_server: tuple[str, Path, Path], mode: str) -> None:
+    base, _, _ = http_server
+    result = anyio.run(_run_writer_over_http, base, mode)
+    assert (result.is_error, result.content) == (False, [types.TextContent(text="notes say: contents of notes")])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 def test_http_stateless(config_file: Path, mode: str) -> None:
@@ -516,6 +544,13 @@ def test_http_stateless(config_file: Path, mode: str) -> None:
                                                           "support elicitation and no approval hook decided).")
 
         anyio.run(main)
+        ran = anyio.run(_run_writer_over_http, base, mode)
+        if mode == "auto":  # each model turn is a round trip of the call: no session needed
+            assert ran.content == [types.TextContent(text="notes say: contents of notes")]
+        else:
+            assert ran.content == [types.TextContent(
+                text="This needs the client's model, which this connection cannot be asked for (a stateless "
+                     "2025-11-25 connection has no back-channel).")]
     finally:
         proc.terminate()
         proc.wait(timeout=20)

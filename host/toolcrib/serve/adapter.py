@@ -62,6 +62,9 @@ class _Channel:
     async def sample(self, request: dict[str, Any]) -> dict[str, Any]:
         """One turn of the client's model (``sampling/createMessage``, pushed on 2025-11-25 sessions)."""
         ctx = self._ctx
+        if self.journal is None and not ctx.session.can_send_request:
+            raise ToolError("This needs the client's model, which this connection cannot be asked for (a stateless "
+                            "2025-11-25 connection has no back-channel).")
         capabilities = ctx.session.client_capabilities
         sampling = capabilities.sampling if capabilities is not None else None
         if sampling is None:
@@ -75,9 +78,6 @@ class _Channel:
             if recorded is not None:
                 return dict(recorded)
             raise SamplePending(request)
-        if not ctx.session.can_send_request:
-            raise ToolError("This needs the client's model, which this connection cannot be asked for (a stateless "
-                            "2025-11-25 connection has no back-channel).")
         params = types.CreateMessageRequestParams.model_validate(request, by_name=False)
         try:
             with warnings.catch_warnings():
