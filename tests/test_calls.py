@@ -144,6 +144,18 @@ async def raises_timeout() -> str:
     raise TimeoutError("the upstream service timed out")
 
 
+STOPPED = threading.Event()
+
+
+@toolcrib.tool(timeout=0.2)
+def cooperative(ctx: Context) -> str:
+    """Work in a loop until told the call is over, then stop (freeing the worker)."""
+    while not ctx.cancelled:
+        threading.Event().wait(0.01)
+    STOPPED.set()
+    return "stopped"
+
+
 BARRIER = threading.Barrier(5)
 
 
@@ -155,7 +167,7 @@ def rendezvous() -> str:
 
 
 SHOP = Pack(lookup_order, fetch_user, exits, limited, typed_order, listing, image, mixed, huge, not_json, whoami,
-            SEARCH, hangs, hangs_sync, rendezvous, own_scope, raises_timeout, settings=Settings)
+            SEARCH, hangs, hangs_sync, rendezvous, own_scope, raises_timeout, cooperative, settings=Settings)
 
 CONFIG = """
 [host]
@@ -278,6 +290,12 @@ def test_handlers_with_cancel_scopes_of_their_own(host) -> None:  # type: ignore
 def test_timeout_of_a_sync_handler_returns_while_the_thread_finishes(host) -> None:  # type: ignore[no-untyped-def]
     assert call(host, "shop__hangs_sync", {"release": 1.0}).text == (
         "Tool shop__hangs_sync timed out after 0.2 seconds and was stopped.")
+
+
+def test_a_sync_handler_is_told_when_its_call_timed_out(host) -> None:  # type: ignore[no-untyped-def]
+    STOPPED.clear()
+    assert call(host, "shop__cooperative").text == "Tool shop__cooperative timed out after 0.2 seconds and was stopped."
+    assert STOPPED.wait(30)  # a deadlock guard, not a time limit: without ctx.cancelled the loop never ends
 
 
 def test_sync_calls_run_in_parallel(host) -> None:  # type: ignore[no-untyped-def]

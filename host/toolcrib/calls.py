@@ -349,12 +349,22 @@ class Pipeline:
                 if scope.cancelled_caught:
                     return ToolResult.error(f"Tool {vt.name} timed out after {_seconds(timeout)} and was stopped.")
             else:
-                with anyio.move_on_after(timeout) as scope:
-                    value = await anyio.to_thread.run_sync(
-                        functools.partial(tool.handler, *args, **kwargs), limiter=self.limiter,
-                        abandon_on_cancel=True,
-                    )
+                # A thread cannot be stopped: on a timeout (or the client cancelling) the call returns at once and
+                # the handler is told through ctx.cancelled, so a long one can stop and free its worker.
+                ctx = kwargs.get(tool.context_param) if tool.context_param is not None else None
+                try:
+                    with anyio.move_on_after(timeout) as scope:
+                        value = await anyio.to_thread.run_sync(
+                            functools.partial(tool.handler, *args, **kwargs), limiter=self.limiter,
+                            abandon_on_cancel=True,
+                        )
+                except BaseException:  # cancelled from outside (the client gave up), or the handler failed
+                    if ctx is not None:
+                        ctx._cancelled.set()
+                    raise
                 if scope.cancelled_caught:
+                    if ctx is not None:
+                        ctx._cancelled.set()
                     return ToolResult.error(f"Tool {vt.name} timed out after {_seconds(timeout)} and was stopped.")
         except ToolError as exc:
             return ToolResult.error(str(exc) or f"Tool {vt.name} failed.")
