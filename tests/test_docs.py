@@ -55,6 +55,7 @@ TABLES = {
     "[skills.&lt;name&gt;]": [config.SkillConfig],
     "[agents.&lt;name&gt;]": [config.AgentConfig],
     "[agents.&lt;name&gt;.permissions]": [config.Permissions, config.Rule],
+    "[[hooks.pre_tool_use]]": [config.CommandHook],
 }
 
 

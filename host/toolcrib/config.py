@@ -135,6 +135,21 @@ class SkillConfig(_Strict):
     path: str = Field(description="folder with SKILL.md, relative to the config file")
 
 
+class CommandHook(_Strict):
+    """``[[hooks.pre_tool_use]]``: a program that decides on matching calls before their handlers run."""
+
+    command: list[str] = Field(description="the program and its arguments (no shell), relative to the config file")
+    tools: list[str] = Field(default_factory=lambda: ["*"], description="the calls it sees, by full tool name")
+    agents: list[str] = Field(default_factory=lambda: ["*"], description="the agents whose calls it sees")
+    timeout: PositiveFloat = Field(10.0, description="seconds it may take; a hook that takes longer denies")
+
+
+class HooksConfig(_Strict):
+    """``[hooks]``: policy hooks written as programs, for operators who write no Python."""
+
+    pre_tool_use: list[CommandHook] = Field(default_factory=list, description="run in order before a call")
+
+
 class Config(_Strict):
     """The whole file."""
 
@@ -144,6 +159,7 @@ class Config(_Strict):
     mcps: dict[str, McpConfig] = Field(default_factory=dict)
     skills: dict[str, SkillConfig] = Field(default_factory=dict)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
+    hooks: HooksConfig = HooksConfig()
 
 
 @dataclass(frozen=True)
@@ -238,6 +254,20 @@ def check_config(config: Config, source: str) -> list[Problem]:
             error(("mcps", name, "url"), f"expected an http:// or https:// URL, got {mcp.url!r}")
         if mcp.command is not None and (mcp.headers):
             error(("mcps", name, "headers"), "headers apply to url servers only")
+    for i, hook in enumerate(config.hooks.pre_tool_use):
+        where = ("hooks", "pre_tool_use", i)
+        if not hook.command or not hook.command[0]:
+            error((*where, "command"), "expected the program to run, then its arguments: [\"python3\", \"check.py\"]")
+        for key, dimension in (("tools", "tools"), ("agents", "subagents")):
+            for j, text in enumerate(getattr(hook, key)):
+                try:
+                    pattern = patterns.parse(dimension, text)
+                except patterns.PatternError as exc:
+                    error((*where, key, j), str(exc))
+                    continue
+                if pattern.specifier is not None:
+                    error((*where, key, j), f"{text!r}: hooks match calls by tool name only; the hook's program "
+                                            "sees the arguments and can check them itself")
     for name, agent in config.agents.items():
         problem = agent_name_problem(name)
         if problem is not None:
@@ -349,7 +379,9 @@ def _allowed_keys(loc: tuple[Any, ...], root: type[BaseModel]) -> list[str]:
     annotation: Any = root
     for part in loc:
         annotation = _unwrap(annotation)
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        if typing.get_origin(annotation) is list and isinstance(part, int):
+            annotation = typing.get_args(annotation)[0]
+        elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
             field = annotation.model_fields.get(part)
             if field is None:
                 return []

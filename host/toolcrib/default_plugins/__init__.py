@@ -11,6 +11,9 @@ if TYPE_CHECKING:
 def create(loaded: LoadedConfig) -> list[tuple[str, Any]]:
     """The built-in plugins for one config, as (name, plugin object) pairs; None marks one switched off."""
     from toolcrib.default_plugins.audit import AuditLog
+    from toolcrib.default_plugins.hooks import CommandHooks
 
     audit_log = loaded.config.host.audit_log
-    return [("toolcrib.audit", AuditLog(loaded.resolve(audit_log)) if audit_log is not None else None)]
+    hooks = loaded.config.hooks.pre_tool_use
+    return [("toolcrib.audit", AuditLog(loaded.resolve(audit_log)) if audit_log is not None else None),
+            ("toolcrib.hooks", CommandHooks(hooks, loaded.base_dir) if hooks else None)]

@@ -1,0 +1,121 @@
+"""Policy hooks written as programs (``[[hooks.pre_tool_use]]``): a ``toolcrib_pre_tool_use`` implementation
+driven by the config, for operators who write no Python.
+
+Each matching hook's program gets the call as JSON on stdin::
+
+    {"agent": "reviewer", "tool": "shell__exec", "arguments": {...}, "annotations": {...}}
+
+and answers with its exit status and stdout:
+
+- exit 0 and nothing on stdout: no objection;
+- exit 0 and ``{"decision": "deny", "message": "..."}``: the call is refused, and the model sees the message;
+- exit 0 and ``{"decision": "allow", "updated_input": {...}}``: the call runs with these arguments (validated
+  again), and later hooks see them;
+- exit 2: the call is refused, with what the program wrote on stderr as the message.
+
+Anything else (another exit status, stdout that is not such an answer, no answer within ``timeout``) refuses
+the call too: a policy that cannot answer never lets a call through. The hooks run in the order they are written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from toolcrib import patterns
+from toolcrib.config import CommandHook
+from toolcrib.hookspecs import hookimpl
+from toolcrib.policy import Allow, Deny
+
+log = logging.getLogger("toolcrib.hooks")
+
+FAILED = "The call was refused: a policy check failed (the host's log says why)."
+MAX_ANSWER_BYTES = 1024 * 1024
+
+
+class _Hook:
+    def __init__(self, index: int, config: CommandHook, base_dir: Path) -> None:
+        self.where = f"hooks.pre_tool_use[{index}]"
+        program = config.command[0]
+        if os.sep in program and not os.path.isabs(program):
+            program = str(base_dir / program)
+        self.command = [program, *config.command[1:]]
+        self.cwd = base_dir
+        self.timeout = config.timeout
+        self.tools = tuple(patterns.parse("tools", p) for p in config.tools)
+        self.agents = tuple(patterns.parse("subagents", p) for p in config.agents)
+
+    def matches(self, agent: str, tool: str) -> bool:
+        return any(p.matches(tool) for p in self.tools) and any(p.matches(agent) for p in self.agents)
+
+    async def ask(self, call: Mapping[str, Any]) -> Allow | Deny | None:
+        try:
+            with anyio.fail_after(self.timeout):
+                done = await anyio.run_process(self.command, input=json.dumps(call).encode(), cwd=self.cwd,
+                                               check=False, stderr=subprocess.PIPE)
+        except TimeoutError:
+            log.error("%s (%s) gave no answer within %g seconds; the call is refused", self.where, self.command[0],
+                      self.timeout)
+            return Deny(FAILED)
+        except OSError as exc:
+            log.error("%s cannot run %r: %s; the call is refused", self.where, self.command[0], exc)
+            return Deny(FAILED)
+        stderr = done.stderr.decode(errors="replace").strip()
+        if done.returncode == 2:
+            return Deny(stderr[:2000] or "The call was refused by a policy check.")
+        if done.returncode != 0:
+            log.error("%s exited with status %d; the call is refused. stderr: %s", self.where, done.returncode,
+                      stderr[:2000])
+            return Deny(FAILED)
+        out = done.stdout.strip()
+        if not out:
+            return None
+        return self._answer(out)
+
+    def _answer(self, out: bytes) -> Allow | Deny | None:
+        try:
+            answer = json.loads(out[:MAX_ANSWER_BYTES])
+        except ValueError:
+            answer = None
+        decision = answer.get("decision") if isinstance(answer, dict) else None
+        if decision == "deny" and isinstance(answer.get("message"), str) and answer["message"].strip():
+            return Deny(answer["message"])
+        if decision == "allow":
+            updated = answer.get("updated_input")
+            if updated is None:
+                return Allow()
+            if isinstance(updated, dict):
+                return Allow(updated_input=updated)
+        log.error('%s answered %r; expected nothing, {"decision": "deny", "message": "..."} or {"decision": '
+                  '"allow", "updated_input": {...}}; the call is refused', self.where, out[:500])
+        return Deny(FAILED)
+
+
+class CommandHooks:
+    """The config's ``[[hooks.pre_tool_use]]`` programs, as one plugin."""
+
+    def __init__(self, hooks: list[CommandHook], base_dir: Path) -> None:
+        self.hooks = [_Hook(i, hook, base_dir) for i, hook in enumerate(hooks)]
+
+    @hookimpl
+    async def toolcrib_pre_tool_use(self, agent: str, tool: str, arguments: Mapping[str, Any],
+                                    annotations: Mapping[str, Any]) -> Allow | Deny | None:
+        current = dict(arguments)
+        updated = False
+        for hook in self.hooks:
+            if not hook.matches(agent, tool):
+                continue
+            answer = await hook.ask({"agent": agent, "tool": tool, "arguments": current,
+                                     "annotations": dict(annotations)})
+            if isinstance(answer, Deny):
+                return answer
+            if isinstance(answer, Allow) and answer.updated_input is not None:
+                current, updated = dict(answer.updated_input), True
+        return Allow(updated_input=current) if updated else None
