@@ -427,3 +427,32 @@ def test_any_async_handler_can_ask_the_clients_model(mode: str) -> None:
 
     assert anyio.run(main).content == [types.TextContent(text="blue")]
     assert questions == ["Sky colour?"]
+
+
+@toolcrib.tool
+def long_text() -> str:
+    """Return a long text."""
+    return "x" * 3000
+
+
+def test_a_2026_run_whose_state_outgrows_a_round_trip_stops_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
+    from toolcrib.serve import adapter
+
+    monkeypatch.setattr(adapter, "MAX_STATE_CHARS", 2000)  # the real cap is 2 MiB; the behaviour is the same
+    script = [[types.ToolUseContent(id="m1", name="count__long_text", input={})], [types.TextContent(text="never")]]
+
+    async def sampling(context: Any, params: types.CreateMessageRequestParams) -> Any:
+        return types.CreateMessageResultWithTools(role="assistant", model="scripted", content=script.pop(0))
+
+    async def main() -> types.CallToolResult:
+        config = CHAIN.replace('ask = ["toolcrib__run_agent"]', "").replace('"count__bump"', '"count__long_text"')
+        h = make_host(config, {"count": Pack(long_text)})
+        async with Client(build_server(ServingState(h), "boss"), cache=None, sampling_callback=sampling,
+                          sampling_capabilities=types.SamplingCapability(tools=types.SamplingToolsCapability())
+                          ) as client:
+            return await client.call_tool("toolcrib__run_agent", {"agent": "mid", "task": "Read the long text."})
+
+    result = anyio.run(main)
+    assert (result.is_error, result.content) == (True, [types.TextContent(
+        text="Tool toolcrib__run_agent stopped: its conversation grew past what a 2026-07-28 round trip carries "
+             "(2000 characters of request state); a 2025-11-25 session has no such limit.")])
