@@ -36,8 +36,8 @@ if tool == "files__write":
     sys.exit(0)
 if tool == "files__touch":
     sys.exit(3)
-if path == "slow":
-    time.sleep(30)
+if call["agent"] == "wslow":
+    time.sleep(30)  # never answers within the second hook's timeout
 if path == "bad-answer":
     print("yes please")
 '''
@@ -46,8 +46,18 @@ CONFIG = """
 [[hooks.pre_tool_use]]
 command = [{python}, "policy.py"]
 tools = ["files__*"]
-agents = ["w*"]
-timeout = 1
+agents = ["writer"]
+
+[[hooks.pre_tool_use]]
+command = [{python}, "policy.py"]
+tools = ["files__read"]
+agents = ["w*slow"]
+timeout = 0.5
+
+[agents.wslow]
+[agents.wslow.permissions]
+plugins = {{ allow = ["files"] }}
+tools = {{ allow = ["*"] }}
 
 [agents.writer]
 [agents.writer.permissions]
@@ -98,7 +108,7 @@ def test_the_programs_answers(calls: Any, tmp_path: Path) -> None:
 def test_a_hook_that_cannot_answer_refuses_the_call(calls: Any) -> None:
     assert calls("writer", "files__touch", path="x") == (True, FAILED)  # exit status 3
     assert calls("writer", "files__read", path="bad-answer") == (True, FAILED)  # not an answer
-    assert calls("writer", "files__read", path="slow") == (True, FAILED)  # no answer within its timeout
+    assert calls("wslow", "files__read", path="x") == (True, FAILED)  # no answer within its timeout
 
 
 def test_hooks_see_only_the_calls_they_match(calls: Any, tmp_path: Path) -> None:
@@ -112,8 +122,8 @@ def test_a_missing_program_refuses_the_call_and_check_says_so(tmp_path: Path) ->
     result = anyio.run(lambda: host.view("writer").call("files__read", {"path": "x"}))
     assert (result.is_error, result.text) == (True, FAILED)
     warnings = [str(p) for p in host.problems() if p.severity == "warning"]
-    assert warnings == [f"warning: toolcrib.toml: hooks.pre_tool_use[0].command: program './no-such-program' is "
-                        f"not found ({tmp_path / 'no-such-program'}); every call it matches is refused"]
+    assert warnings == [f"warning: toolcrib.toml: hooks.pre_tool_use[{i}].command: program './no-such-program' is "
+                        f"not found ({tmp_path / 'no-such-program'}); every call it matches is refused" for i in (0, 1)]
 
 
 @pytest.mark.parametrize(("hook", "error"), [
