@@ -184,6 +184,40 @@ def test_modern_approval_is_sealed_to_the_call() -> None:
     anyio.run(main)
 
 
+@pytest.mark.parametrize("shared", [True, False])
+def test_replicas_accept_each_others_rounds_only_with_one_secret(shared: bool) -> None:
+    """Behind a balancer, a call's next round may reach another replica: with one $TOOLCRIB_STATE_SECRET it
+    carries on there; with a random key per replica the approval counts for nothing (declined, never granted)."""
+    secret = b"0123456789abcdef0123456789abcdef"
+
+    async def main() -> Any:
+        first_replica = build_server(ServingState(state().host, secret=secret), "writer")
+        other_replica = build_server(ServingState(state().host, secret=secret if shared else None), "writer")
+        async with Client(first_replica, cache=None, elicitation_callback=lambda c, p: _accept()) as one, \
+                Client(other_replica, cache=None, elicitation_callback=lambda c, p: _accept()) as two:
+            args = {"path": "a", "text": "x"}
+            first = await one.session.call_tool("files__write", args, allow_input_required=True)
+            assert isinstance(first, types.InputRequiredResult)
+            responses = {"toolcrib_approval": types.ElicitResult(action="accept", content={})}
+            return await two.session.call_tool("files__write", args, input_responses=responses,
+                                               request_state=first.request_state)
+
+    result = anyio.run(main)
+    assert result.content[0].text == ("wrote 1 characters to a" if shared else
+                                      "Permission denied: files__write needs approval (ask rule 'files__write'), "
+                                      "and the user declined.")
+
+
+def test_a_short_state_secret_is_refused_before_serving(config_file: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "toolcrib.cli", "serve", "--agent", "reader", "--config",
+                           str(config_file)], capture_output=True, text=True, timeout=60,
+                          env=subprocess_env(TOOLCRIB_STATE_SECRET="short"))
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == ("error: TOOLCRIB_STATE_SECRET: must be at least 32 characters (it signs what clients "
+                           "carry between the rounds of a call); make one with: python3 -c 'import secrets; "
+                           "print(secrets.token_urlsafe(32))'\n")
+
+
 async def _accept() -> types.ElicitResult:
     return types.ElicitResult(action="accept", content={})
 
@@ -527,7 +561,9 @@ def test_http_a_sub_agent_runs_on_the_clients_model(http_server: tuple[str, Path
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 def test_http_stateless(config_file: Path, mode: str) -> None:
-    proc, base, _ = start_http(config_file, "--stateless")
+    proc, base, log = start_http(config_file, "--stateless")
+    assert log.read_text().startswith("warning: --stateless without $TOOLCRIB_STATE_SECRET: if several replicas "
+                                      "serve behind a balancer, give them all one secret")
     try:
         async def main() -> None:
             http, client = await http_client(f"{base}/agents/writer/mcp", TOKENS["TOK_WRITER"], mode,

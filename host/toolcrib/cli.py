@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Mapping
@@ -340,11 +341,16 @@ def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: boo
 
     from toolcrib.config import find_config
     from toolcrib.serve.http import HttpOptions, check_bind, serve_http
-    from toolcrib.serve.state import serving_state
+    from toolcrib.serve.state import STATE_SECRET_ENV, serving_state, state_secret
     from toolcrib.serve.stdio import serve_stdio
 
     if http == (agent is not None):
         raise click.UsageError("give --agent NAME (stdio) or --http (every agent), not both or neither")
+    state_secret()  # a bad $TOOLCRIB_STATE_SECRET fails here, before anything is served
+    if stateless and not os.environ.get(STATE_SECRET_ENV):
+        click.echo(f"warning: --stateless without ${STATE_SECRET_ENV}: if several replicas serve behind a balancer, "
+                   "give them all one secret, or approvals and sub-agent runs of 2026-07-28 clients fail whenever "
+                   "a call's next round reaches another replica", err=True)
     options = HttpOptions(host=bind, port=port, allow_remote=allow_remote, allowed_hosts=list(allowed_hosts),
                           allowed_origins=list(allowed_origins), stateless=stateless)
     if http:

@@ -13,7 +13,6 @@ import hmac
 import json
 import logging
 import os
-import secrets
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -36,7 +35,6 @@ TRACING_ENV = "TOOLCRIB_MCP_TRACING"
 APPROVAL_KEY = "toolcrib_approval"
 SAMPLE_KEY = "toolcrib_sample"
 MAX_STATE_CHARS = 2 * 1024 * 1024  # request state goes back and forth with every round; HTTP bodies cap at 4 MiB
-_SECRET = secrets.token_bytes(32)  # seals approval round-trips (2026-07-28) to the exact call they approve
 
 _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 
@@ -96,26 +94,27 @@ class _Channel:
                                                      related_request_id=self._ctx.request_id)
 
 
-def _seal(agent: str, name: str, arguments: Mapping[str, Any], payload: Mapping[str, Any]) -> str:
+def _seal(key: bytes, agent: str, name: str, arguments: Mapping[str, Any], payload: Mapping[str, Any]) -> str:
     """A request state carrying ``payload``, bound (HMAC) to exactly this agent, tool and arguments."""
     body = base64.urlsafe_b64encode(json.dumps(payload, separators=(",", ":")).encode()).decode("ascii")
-    return f"{body}.{_mac(agent, name, arguments, body)}"
+    return f"{body}.{_mac(key, agent, name, arguments, body)}"
 
 
-def _open(agent: str, name: str, arguments: Mapping[str, Any], request_state: str | None) -> dict[str, Any] | None:
+def _open(key: bytes, agent: str, name: str, arguments: Mapping[str, Any],
+          request_state: str | None) -> dict[str, Any] | None:
     """The payload of a request state sealed for exactly this call, or None (absent, altered, or another call's)."""
     if not request_state:
         return None
     body, _, mac = request_state.rpartition(".")
-    if not hmac.compare_digest(mac, _mac(agent, name, arguments, body)):
+    if not hmac.compare_digest(mac, _mac(key, agent, name, arguments, body)):
         return None
     payload = json.loads(base64.urlsafe_b64decode(body))
     return payload if isinstance(payload, dict) else None
 
 
-def _mac(agent: str, name: str, arguments: Mapping[str, Any], body: str) -> str:
+def _mac(key: bytes, agent: str, name: str, arguments: Mapping[str, Any], body: str) -> str:
     message = json.dumps([agent, name, arguments, body], sort_keys=True, separators=(",", ":"), default=str)
-    return hmac.new(_SECRET, message.encode(), hashlib.sha256).hexdigest()
+    return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
 
 
 def build_server(state: ServingState, agent: str) -> Server[Any]:
@@ -138,7 +137,7 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
         view = state.view(agent)
         arguments = arguments if arguments is not None else {}
         modern = ctx.protocol_version in _MODERN
-        earlier = _open(agent, name, arguments, request_state) if modern else None
+        earlier = _open(state.secret, agent, name, arguments, request_state) if modern else None
         journal = None
         if modern:
             events = list(earlier.get("journal", [])) if earlier is not None else []
@@ -158,11 +157,11 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
                 message=need.message,
                 requested_schema={"type": "object", "properties": {}},
             ))
-            return types.InputRequiredResult(input_requests={APPROVAL_KEY: request},
-                                             request_state=_seal(agent, name, arguments, {"approval": True}))
+            sealed = _seal(state.secret, agent, name, arguments, {"approval": True})
+            return types.InputRequiredResult(input_requests={APPROVAL_KEY: request}, request_state=sealed)
         except SamplePending as need:
             assert journal is not None
-            sealed = _seal(agent, name, arguments, {"sampling": True, "journal": journal.events,
+            sealed = _seal(state.secret, agent, name, arguments, {"sampling": True, "journal": journal.events,
                                                     "approved": approved or _answered_yes(responses, earlier)})
             if len(sealed) > MAX_STATE_CHARS:
                 return types.CallToolResult(is_error=True, content=[types.TextContent(text=(

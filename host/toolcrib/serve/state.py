@@ -6,9 +6,10 @@ import functools
 import inspect
 import logging
 import os
+import secrets
 import signal
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import anyio
 import anyio.to_thread
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 
-from toolcrib.errors import ConfigError
+from toolcrib.errors import ConfigError, Problem
 from toolcrib.host import Host
 from toolcrib.view import AgentView
 
@@ -48,13 +49,32 @@ async def serving_state(path: Path | None) -> AsyncIterator[ServingState]:
             state.host.close()
 
 
+STATE_SECRET_ENV = "TOOLCRIB_STATE_SECRET"
+
+
+def state_secret(env: Mapping[str, str] | None = None) -> bytes:
+    """The key that seals what a 2026-07-28 client carries between the rounds of one call (approvals, sub-agent
+    runs): ``$TOOLCRIB_STATE_SECRET`` when set, so that replicas behind a balancer accept each other's rounds, else a
+    random key of this process."""
+    configured = (os.environ if env is None else env).get(STATE_SECRET_ENV)
+    if configured is None:
+        return secrets.token_bytes(32)
+    if len(configured) < 32:
+        raise ConfigError([Problem("error", STATE_SECRET_ENV, "must be at least 32 characters (it signs what clients "
+                                   "carry between the rounds of a call); make one with: python3 -c 'import secrets; "
+                                   "print(secrets.token_urlsafe(32))'")])
+    return configured.encode()
+
+
 class ServingState:
     """The current ``Host`` for every front end. ``reload`` builds a new host from the config file and swaps it
     in only if it loads; the old one keeps serving otherwise. Views are immutable, so a call that started under
     the old host finishes under it."""
 
-    def __init__(self, host: Host, make_host: Callable[[], Host] | Callable[[], Awaitable[Host]] | None = None) -> None:
+    def __init__(self, host: Host, make_host: Callable[[], Host] | Callable[[], Awaitable[Host]] | None = None,
+                 secret: bytes | None = None) -> None:
         self.host = host
+        self.secret = secret if secret is not None else state_secret()  # seals 2026-07-28 round-trip states
         self._make_host = make_host
         self._buses: dict[str, InMemorySubscriptionBus] = {}
         self._listeners: dict[str, ListenHandler] = {}
