@@ -58,7 +58,8 @@ class _Channel:
         await self._ctx.session.report_progress(progress, total, message)
 
     async def sample(self, request: dict[str, Any]) -> dict[str, Any]:
-        """One turn of the client's model (``sampling/createMessage``, pushed on 2025-11-25 sessions)."""
+        """One turn of the client's model (``sampling/createMessage``): pushed on 2025-11-25 sessions; on
+        2026-07-28 replayed from the journal, or asked for by ending the round (``SamplePending``)."""
         ctx = self._ctx
         if self.journal is None and not ctx.session.can_send_request:
             raise ToolError("This needs the client's model, which this connection cannot be asked for (a stateless "
