@@ -352,15 +352,15 @@ def test_stdio_answers_malformed_lines_and_survives(config_file: Path) -> None:
 def test_stdio_answers_every_request_read_before_stdin_closes(config_file: Path) -> None:
     """``cat requests | toolcrib serve``: the client closes stdin at once, and calls still running (async and sync)
     are answered, not cancelled. A cancelled request is not waited for, and nothing else is answered twice."""
-    def call(request_id: int, tool: str) -> dict[str, Any]:
+    def call(request_id: int, tool: str, seconds: float = 0.5) -> dict[str, Any]:
         return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
-                "params": {"name": tool, "arguments": {"seconds": 0.5}}}
+                "params": {"name": tool, "arguments": {"seconds": seconds}}}
 
     lines = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        call(2, "misc__slow"), call(3, "misc__slow_sync"), call(4, "misc__slow"),
+        call(2, "misc__slow"), call(3, "misc__slow_sync"), call(4, "misc__slow", seconds=20),
         {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 4}},
     ]
     text = "".join(json.dumps(line) + "\n" for line in lines)
