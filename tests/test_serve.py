@@ -319,6 +319,30 @@ def test_stdio_serves_one_agent_and_keeps_the_wire_clean(config_file: Path, mode
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_stdio_a_sub_agent_runs_on_the_clients_model(config_file: Path, mode: str) -> None:
+    """Over stdio the model's turns travel the same pipe as the calls: pushed requests (2025-11-25) or round trips
+    (2026-07-28). The model is scripted: it cannot run here."""
+    params = StdioServerParameters(command=sys.executable, args=["-m", "toolcrib.cli", "serve", "--agent", "runner",
+                                                                 "--config", str(config_file)], env=subprocess_env())
+    script = [[types.ToolUseContent(id="w1", name="files__read", input={"path": "notes"})],
+              [types.TextContent(text="notes say: contents of notes")]]
+
+    async def sampling(context: Any, request: types.CreateMessageRequestParams) -> Any:
+        return types.CreateMessageResultWithTools(role="assistant", model="scripted", content=script.pop(0))
+
+    async def main() -> types.CallToolResult:
+        async with Client(params, mode=mode, cache=None, sampling_callback=sampling,
+                          sampling_capabilities=types.SamplingCapability(tools=types.SamplingToolsCapability())
+                          ) as client:
+            return await client.call_tool("toolcrib__run_agent", {"agent": "writer", "task": "Read the notes."})
+
+    result = anyio.run(main)
+    assert (result.is_error, result.content) == (False, [types.TextContent(text="notes say: contents of notes")])
+    assert script == []
+
+
+@pytest.mark.slow
 def test_stdio_answers_malformed_lines_and_survives(config_file: Path) -> None:
     lines = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
