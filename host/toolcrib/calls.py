@@ -360,11 +360,11 @@ class Pipeline:
                         )
                 except BaseException:  # cancelled from outside (the client gave up), or the handler failed
                     if ctx is not None:
-                        ctx._cancelled.set()
+                        ctx._cancelled = True
                     raise
                 if scope.cancelled_caught:
                     if ctx is not None:
-                        ctx._cancelled.set()
+                        ctx._cancelled = True
                     return ToolResult.error(f"Tool {vt.name} timed out after {_seconds(timeout)} and was stopped.")
         except ToolError as exc:
             return ToolResult.error(str(exc) or f"Tool {vt.name} failed.")

@@ -77,14 +77,14 @@ class Context:
     _loop_thread: int = field(default_factory=threading.get_ident, repr=False)
     _view: Any = field(default=None, repr=False)  # the calling agent's view (the host's meta tools use it)
     _approver: Any = field(default=None, repr=False)
-    _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
+    _cancelled: bool = field(default=False, repr=False)  # set from the event loop, read by the handler's thread
 
     @property
     def cancelled(self) -> bool:
         """True once the call has ended without this handler: it timed out, or the client cancelled it. A sync
         handler (its worker thread cannot be stopped from outside) that works for long should check it and
         return, so the worker is free again; what it returns then is discarded."""
-        return self._cancelled.is_set()
+        return self._cancelled
 
     def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None
