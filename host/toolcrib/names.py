@@ -17,6 +17,11 @@ AGENT_NAME_RULE = (
     "agent names are 1-64 characters: a letter first, then letters, digits and single underscores"
 )
 
+# Control characters other than newline and tab, zero-width and direction-changing characters, and Unicode tag
+# characters: ways to hide text in a description that the model reads and a person reviewing it does not.
+HIDDEN_CHARACTERS = re.compile("[\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
+                               "\U000e0000-\U000e007f]")
+
 # Explicit ASCII classes: no \w, so no Unicode letter ever passes as a name character.
 _TOOL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)*_?")
 _NAMESPACE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*_?")

@@ -12,7 +12,6 @@ Importing this module imports nothing heavy: pytest loads it in every project wh
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -26,10 +25,6 @@ if TYPE_CHECKING:
     from toolcrib.view import AgentView
 
 AGENT = "tester"
-# Control characters other than newline and tab, zero-width and direction-changing characters, and Unicode tag
-# characters: ways to hide text in a description that the model reads and a person reviewing it does not.
-_HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
-                     "\U000e0000-\U000e007f]")
 
 
 class PackKit:
@@ -117,6 +112,7 @@ def check_pack(host: Host, namespace: str) -> list[str]:
     import anyio
 
     from toolcrib.errors import ToolDeclarationError, UnknownToolError
+    from toolcrib.names import HIDDEN_CHARACTERS
 
     found: list[str] = []
     record = host.catalog.record(namespace)
@@ -145,7 +141,7 @@ def check_pack(host: Host, namespace: str) -> list[str]:
                     found.append(f"{entry.name}: the {which} schema is not valid JSON Schema: {exc}")
         if len(tool.description) < 10:
             found.append(f"{entry.name}: the description is too short to tell a model when to use the tool")
-        hidden = _HIDDEN.search(tool.description + "".join(str(v) for v in tool.annotations.values()))
+        hidden = HIDDEN_CHARACTERS.search(tool.description + "".join(str(v) for v in tool.annotations.values()))
         if hidden:
             found.append(f"{entry.name}: the description holds a hidden or control character "
                          f"(U+{ord(hidden.group()):04X})")

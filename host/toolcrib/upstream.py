@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -25,15 +24,12 @@ from toolcrib.catalog import Entry
 from toolcrib.config import LoadedConfig, McpConfig
 from toolcrib.content import ToolResult
 from toolcrib.errors import ToolError
-from toolcrib.names import full_name, tool_name_problem
+from toolcrib.names import HIDDEN_CHARACTERS, full_name, tool_name_problem
 from toolcrib.plugins import PluginRecord
 from toolcrib.tool import ANNOTATION_KEYS, Tool
 
 log = logging.getLogger("toolcrib.upstream")
 
-# Upstream text is not trusted: control, zero-width, direction and tag characters are dropped from descriptions.
-_HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
-                     "\U000e0000-\U000e007f]")
 # Arguments go to the upstream server as they are (after the pipeline's size and shape checks); it validates them.
 _ANY_ARGUMENTS: type[BaseModel] = create_model("upstream_arguments", __config__=ConfigDict(extra="allow"))
 
@@ -207,7 +203,8 @@ def _entry(connection: _Connection, tool: Any, problems: list[str]) -> Entry | N
         for key, value in tool.annotations.model_dump(by_alias=True, exclude_none=True).items():
             if key in ANNOTATION_KEYS and isinstance(value, ANNOTATION_KEYS[key]):
                 annotations[key] = value
-    description = _HIDDEN.sub("", tool.description or "") or f"Tool {name} of the upstream server."
+    # Upstream text is not trusted: hidden characters are dropped from descriptions.
+    description = HIDDEN_CHARACTERS.sub("", tool.description or "") or f"Tool {name} of the upstream server."
     client = connection.client
     namespace = connection.namespace
 
