@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -162,11 +161,12 @@ class Host:
                 found.append(Problem("error", f"{entry.kind} {entry.source!r}", f"{entry.name}: {exc}"))
         for agent, rules in sorted(self.rules.items()):
             found += self._rule_warnings(agent, rules)
+        from toolcrib.default_plugins.hooks import program_path
+
         for i, hook in enumerate(self.loaded.config.hooks.pre_tool_use):
-            program = hook.command[0] if hook.command else ""
-            where = self.loaded.resolve(program) if os.sep in program else shutil.which(program)
-            if program and (where is None or not os.access(where, os.X_OK) or os.path.isdir(where)):
-                shown = f" ({where})" if where is not None else " on PATH"
+            program = hook.command[0]
+            if program_path(program, self.loaded.base_dir) is None:
+                shown = f" ({self.loaded.base_dir / program})" if os.sep in program else " on PATH"
                 found.append(Problem("warning", f"{self.loaded.source}: hooks.pre_tool_use[{i}].command",
                                      f"program {program!r} is not found{shown}; every call it matches is refused"))
         return found

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -40,13 +41,20 @@ FAILED = "The call was refused: a policy check failed (the host's log says why).
 MAX_ANSWER_BYTES = 1024 * 1024
 
 
+def program_path(program: str, base_dir: Path) -> str | None:
+    """Where a hook's program is: a path with a separator is relative to the config's folder, a bare name is
+    looked up on PATH; None when it is not there or cannot be run."""
+    found = str(base_dir / program) if os.sep in program else shutil.which(program)
+    if found is None or os.path.isdir(found) or not os.access(found, os.X_OK):
+        return None
+    return found
+
+
 class _Hook:
     def __init__(self, index: int, config: CommandHook, base_dir: Path) -> None:
         self.where = f"hooks.pre_tool_use[{index}]"
         program = config.command[0]
-        if os.sep in program and not os.path.isabs(program):
-            program = str(base_dir / program)
-        self.command = [program, *config.command[1:]]
+        self.command = [str(base_dir / program) if os.sep in program else program, *config.command[1:]]
         self.cwd = base_dir
         self.timeout = config.timeout
         self.tools = tuple(patterns.parse("tools", p) for p in config.tools)
