@@ -121,14 +121,17 @@ def _mac(key: bytes, agent: str, name: str, arguments: Mapping[str, Any], body: 
 def build_server(state: ServingState, agent: str) -> Server[Any]:
     """The MCP server for ``agent``; it reads ``state``'s current host on every request, so reloads apply."""
 
+    def listing() -> dict[str, Any]:
+        # Wire dicts, not models: never validated twice. The extra keys are what 2026-07-28 requires (no caching:
+        # lists change on reload); for the handshake era the SDK sieves them off, or the fast path leaves them out.
+        return {"tools": state.view(agent).mcp_tools, "resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
+
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> Any:
         if params is not None and params.cursor is not None:
             raise MCPError(code=types.INVALID_PARAMS, message="Invalid cursor: this server returns one page")
         if ctx.protocol_version not in _MODERN:
             state.remember_session(agent, ctx.session)
-        # Wire dicts, not models: the SDK validates the result once on its way out, never twice. The extra keys
-        # are what 2026-07-28 requires (no caching: lists change on reload); the handshake era sieves them off.
-        return {"tools": state.view(agent).mcp_tools, "resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
+        return listing()
 
     async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> Any:
         return await call(ctx, params.name, params.arguments, params.input_responses, params.request_state)
@@ -230,8 +233,7 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
             if not modern:
                 state.remember_session(agent, ctx.session)
                 return {"tools": state.view(agent).mcp_tools}
-            return {"tools": state.view(agent).mcp_tools, "resultType": "complete", "ttlMs": 0,
-                    "cacheScope": "private", "_meta": {SERVER_INFO_META_KEY: server.server_info_stamp}}
+            return {**listing(), "_meta": {SERVER_INFO_META_KEY: server.server_info_stamp}}
         assert params is not None
         result = await call(ctx, params["name"], params.get("arguments"), None, None)
         if not isinstance(result, dict):  # an approval round-trip (2026-07-28): the SDK's own shaping
