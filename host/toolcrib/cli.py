@@ -331,7 +331,8 @@ def _rules_json(rules: Any) -> dict[str, Any]:
               help="Also accept this Host header (behind a proxy); repeatable.")
 @click.option("--allowed-origin", "allowed_origins", multiple=True, metavar="ORIGIN",
               help="Also accept this Origin header (browser clients); repeatable.")
-@click.option("--stateless", is_flag=True, help="No per-client sessions (--http), for replicas behind a balancer.")
+@click.option("--stateless", is_flag=True, help="No per-client sessions (--http), for replicas behind a balancer; "
+              "give every replica the same $TOOLCRIB_STATE_SECRET (32+ characters).")
 @click.option("--no-reload", is_flag=True, help="Do not reload when the config file changes.")
 @_guard
 def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: bool, allowed_hosts: tuple[str, ...],
