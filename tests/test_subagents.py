@@ -85,6 +85,12 @@ class ScriptedModel:
         return self.replies.pop(0)
 
 
+def model_client(server: Any, sampling: Any, mode: str = "auto", **kwargs: Any) -> Client:
+    """A real MCP client whose sampling (with tools) is answered by ``sampling``: the scripted model."""
+    return Client(server, mode=mode, cache=None, sampling_callback=sampling,  # type: ignore[arg-type]
+                  sampling_capabilities=types.SamplingCapability(tools=types.SamplingToolsCapability()), **kwargs)
+
+
 def run(agent: str, arguments: dict[str, Any], model: ScriptedModel | None = None) -> tuple[bool, str]:
     async def main() -> tuple[bool, str]:
         result = await host().view(agent).call("toolcrib__run_agent", arguments, channel=model)
@@ -180,9 +186,7 @@ def test_over_mcp_the_clients_sampling_runs_the_sub_agent(mode: str) -> None:
 
     async def main() -> types.CallToolResult:
         server = build_server(ServingState(host()), "lead")
-        async with Client(server, mode=mode, cache=None, sampling_callback=sampling,  # type: ignore[arg-type]
-                          sampling_capabilities=types.SamplingCapability(tools=types.SamplingToolsCapability())
-                          ) as client:
+        async with model_client(server, sampling, mode) as client:
             return await client.call_tool("toolcrib__run_agent", {"agent": "calc", "task": "20 + 22?"})
 
     result = anyio.run(main)
@@ -250,10 +254,8 @@ def test_a_chain_of_runs_over_mcp_does_each_thing_once(mode: str) -> None:
 
     async def main() -> types.CallToolResult:
         h = make_host(CHAIN, {"count": Pack(bump)})
-        async with Client(build_server(ServingState(h), "boss"), mode=mode, cache=None,  # type: ignore[arg-type]
-                          sampling_callback=sampling, elicitation_callback=elicitation,
-                          sampling_capabilities=types.SamplingCapability(tools=types.SamplingToolsCapability())
-                          ) as client:
+        async with model_client(build_server(ServingState(h), "boss"), sampling, mode,
+                                elicitation_callback=elicitation) as client:
             return await client.call_tool("toolcrib__run_agent", {"agent": "mid", "task": "Bump, then have leaf bump."})
 
     result = anyio.run(main)
@@ -287,10 +289,8 @@ def test_an_approval_for_the_run_is_not_one_for_the_sub_agents_calls(mode: str) 
     async def main() -> types.CallToolResult:
         config = CHAIN.replace('allow = ["leaf"] }', 'allow = ["leaf"] }\nask = ["count__bump"]')
         h = make_host(config, {"count": Pack(bump)})
-        async with Client(build_server(ServingState(h), "boss"), mode=mode, cache=None,  # type: ignore[arg-type]
-                          sampling_callback=sampling, elicitation_callback=elicitation,
-                          sampling_capabilities=types.SamplingCapability(tools=types.SamplingToolsCapability())
-                          ) as client:
+        async with model_client(build_server(ServingState(h), "boss"), sampling, mode,
+                                elicitation_callback=elicitation) as client:
             return await client.call_tool("toolcrib__run_agent", {"agent": "mid", "task": "Bump."})
 
     assert anyio.run(main).content == [types.TextContent(text="over")]
@@ -313,9 +313,7 @@ def test_a_2026_round_trip_state_cannot_be_forged() -> None:
 
     async def main() -> None:
         h = make_host(CHAIN.replace('ask = ["toolcrib__run_agent"]', ""), {"count": Pack(bump)})
-        async with Client(build_server(ServingState(h), "boss"), cache=None, sampling_callback=lambda c, p: None,
-                          sampling_capabilities=types.SamplingCapability(tools=types.SamplingToolsCapability())
-                          ) as client:
+        async with model_client(build_server(ServingState(h), "boss"), lambda c, p: None) as client:
             args = {"agent": "mid", "task": "Bump."}
             first = await client.session.call_tool("toolcrib__run_agent", args, allow_input_required=True)
             assert isinstance(first, types.InputRequiredResult) and first.request_state
@@ -447,9 +445,7 @@ def test_a_2026_run_whose_state_outgrows_a_round_trip_stops_clearly(monkeypatch:
     async def main() -> types.CallToolResult:
         config = CHAIN.replace('ask = ["toolcrib__run_agent"]', "").replace('"count__bump"', '"count__long_text"')
         h = make_host(config, {"count": Pack(long_text)})
-        async with Client(build_server(ServingState(h), "boss"), cache=None, sampling_callback=sampling,
-                          sampling_capabilities=types.SamplingCapability(tools=types.SamplingToolsCapability())
-                          ) as client:
+        async with model_client(build_server(ServingState(h), "boss"), sampling) as client:
             return await client.call_tool("toolcrib__run_agent", {"agent": "mid", "task": "Read the long text."})
 
     result = anyio.run(main)
