@@ -11,9 +11,12 @@ if TYPE_CHECKING:
 def create(loaded: LoadedConfig) -> list[tuple[str, Any]]:
     """The built-in plugins for one config, as (name, plugin object) pairs; None marks one switched off."""
     from toolcrib.default_plugins.audit import AuditLog
-    from toolcrib.default_plugins.hooks import CommandHooks
 
     audit_log = loaded.config.host.audit_log
-    hooks = loaded.config.hooks.pre_tool_use
+    hooks = None
+    if loaded.config.hooks.pre_tool_use:  # imported only when configured: nothing at start-up otherwise
+        from toolcrib.default_plugins.hooks import CommandHooks
+
+        hooks = CommandHooks(loaded.config.hooks.pre_tool_use, loaded.base_dir)
     return [("toolcrib.audit", AuditLog(loaded.resolve(audit_log)) if audit_log is not None else None),
-            ("toolcrib.hooks", CommandHooks(hooks, loaded.base_dir) if hooks else None)]
+            ("toolcrib.hooks", hooks)]
