@@ -29,7 +29,7 @@ from pydantic import ValidationError
 
 from toolcrib.content import ToolResult, normalize, result_problem
 from toolcrib.context import ClientChannel, Context
-from toolcrib.errors import ToolDeclarationError, ToolError, UnknownToolError
+from toolcrib.errors import ToolDeclarationError, ToolError, UnknownToolError, contained
 from toolcrib.plugins import PluginManager, call_impl, hook_impls
 from toolcrib.policy import Allow, Deny
 
@@ -156,7 +156,7 @@ class Pipeline:
 
         outcome = _ALLOWED
         if vt.call_rules is not None or self._pre:
-            denied, outcome, model, arguments = await self._policy(view, vt, model, arguments, approver)
+            denied, outcome, model, arguments = await self._policy(view, vt, model, approver)
             if denied is not None:
                 return self._finish(view, vt, arguments, outcome, denied, started)
 
@@ -193,67 +193,85 @@ class Pipeline:
         return None
 
     async def _policy(
-        self, view: AgentView, vt: ViewTool, model: Any, arguments: dict[str, Any], approver: Approver | None
+        self, view: AgentView, vt: ViewTool, model: Any, approver: Approver | None
     ) -> tuple[ToolResult | None, _Outcome, Any, dict[str, Any]]:
-        outcome = _Outcome("allowed", "rules")
+        """Argument rules and approvals, then the pre-tool-use hooks; when a hook replaced the input, the rules hold
+        again for what will really run. Returns (a refusal or None, the outcome, the model, its arguments)."""
+        outcome = _ALLOWED
         # Rules, approvals and hooks see the arguments as validated (a pack's validators may put a value into one
         # canonical spelling, so that './secrets//key' meets the rule 'fs__write_file(secrets/*)'), as JSON.
         arguments = model.model_dump(mode="json")
+        approved = False
         if vt.call_rules is not None:
-            verdict, rule = vt.call_rules.check(arguments)
-            if verdict == "deny":
-                by = f"rule {rule.text!r}" if rule is not None else "no allow rule matches its argument"
-                subject = vt.call_rules.subject
-                shown = f"{subject}={arguments.get(subject)!r}" if subject else "this call"
-                message = (f"Permission denied: {vt.name} with {shown} is denied by the agent's permissions "
-                           f"({by}).")
-                return ToolResult.error(message), _Outcome("denied", by), model, arguments
-            if verdict == "ask":
-                assert rule is not None
-                approved, by = await self._approval(view, vt, arguments, rule.text, approver)
-                if not approved:
-                    return ToolResult.error(by), _Outcome("denied", by), model, arguments
-                outcome = _Outcome("allowed", by)
-        if self._pre:
-            frozen = types.MappingProxyType(arguments)
-            kwargs = {"agent": view.agent, "tool": vt.name, "arguments": frozen,
-                      "annotations": vt.tool.annotations}
-            deny: Deny | None = None
-            denier = ""
-            updated: Mapping[str, Any] | None = None
-            updater = ""
-            for impl in self._pre:
-                try:
-                    answer = call_impl(impl, kwargs)
-                    if inspect.isawaitable(answer):
-                        answer = await answer
-                except Exception as exc:
-                    log.exception("toolcrib_pre_tool_use of %r raised; the call is denied", impl.plugin_name)
-                    answer = Deny(f"{vt.name} was denied: a policy check failed ({type(exc).__name__}).")
-                if isinstance(answer, Deny):
-                    if deny is None:
-                        deny, denier = answer, impl.plugin_name
-                elif isinstance(answer, Allow):
-                    if answer.updated_input is not None:
-                        updated, updater = answer.updated_input, impl.plugin_name
-                        kwargs["arguments"] = types.MappingProxyType(dict(updated))
-                elif answer is not None:
-                    log.error("toolcrib_pre_tool_use of %r returned %r; the call is denied", impl.plugin_name, answer)
-                    if deny is None:
-                        deny = Deny(f"{vt.name} was denied: a policy check gave an invalid answer.")
-                        denier = impl.plugin_name
-            if deny is not None:
-                return ToolResult.error(deny.message), _Outcome("denied", f"hook {denier}"), model, arguments
-            if updated is not None:
-                try:
-                    model = vt.tool.input_model.model_validate(dict(updated))
-                except ValidationError as exc:
-                    suffix = f" (as replaced by {updater!r})"
-                    message = format_validation_error(vt.name, exc, vt.tool.input_model, suffix)
-                    return ToolResult.error(message), _Outcome("invalid", f"hook {updater}"), model, arguments
-                arguments = dict(updated)
-                outcome = _Outcome("allowed", f"hook {updater} (replaced input)")
+            refused, outcome, approved = await self._rules(view, vt, arguments, approver, "", False)
+            if refused is not None:
+                return refused, outcome, model, arguments
+        if not self._pre:
+            return None, outcome, model, arguments
+        frozen = types.MappingProxyType(arguments)
+        kwargs = {"agent": view.agent, "tool": vt.name, "arguments": frozen, "annotations": vt.tool.annotations}
+        deny: Deny | None = None
+        denier = ""
+        updated: Mapping[str, Any] | None = None
+        updater = ""
+        for impl in self._pre:
+            try:
+                answer = call_impl(impl, kwargs)
+                if inspect.isawaitable(answer):
+                    answer = await answer
+            except BaseException as exc:
+                if not contained(exc):
+                    raise
+                log.error("toolcrib_pre_tool_use of %r raised; the call is denied", impl.plugin_name, exc_info=exc)
+                answer = Deny(f"{vt.name} was denied: a policy check failed ({type(exc).__name__}).")
+            if isinstance(answer, Deny):
+                if deny is None:
+                    deny, denier = answer, impl.plugin_name
+            elif isinstance(answer, Allow):
+                if answer.updated_input is not None:
+                    updated, updater = answer.updated_input, impl.plugin_name
+                    kwargs["arguments"] = types.MappingProxyType(dict(updated))
+            elif answer is not None:
+                log.error("toolcrib_pre_tool_use of %r returned %r; the call is denied", impl.plugin_name, answer)
+                if deny is None:
+                    deny = Deny(f"{vt.name} was denied: a policy check gave an invalid answer.")
+                    denier = impl.plugin_name
+        if deny is not None:
+            return ToolResult.error(deny.message), _Outcome("denied", f"hook {denier}"), model, arguments
+        if updated is None:
+            return None, outcome, model, arguments
+        suffix = f" (as replaced by {updater!r})"
+        try:
+            model = vt.tool.input_model.model_validate(dict(updated))
+        except ValidationError as exc:
+            message = format_validation_error(vt.name, exc, vt.tool.input_model, suffix)
+            return ToolResult.error(message), _Outcome("invalid", f"hook {updater}"), model, arguments
+        arguments = model.model_dump(mode="json")
+        outcome = _Outcome("allowed", f"hook {updater} (replaced input)")
+        if vt.call_rules is not None:  # the rules hold for what really runs, whoever wrote it
+            refused, rules_outcome, _ = await self._rules(view, vt, arguments, approver, suffix, approved)
+            if refused is not None:
+                return refused, rules_outcome, model, arguments
         return None, outcome, model, arguments
+
+    async def _rules(self, view: AgentView, vt: ViewTool, arguments: Mapping[str, Any], approver: Approver | None,
+                     suffix: str, approved: bool) -> tuple[ToolResult | None, _Outcome, bool]:
+        """The argument rules and ``ask`` rules for one set of arguments: (a refusal or None, the outcome, whether
+        the call is approved). A call approved once is not asked again."""
+        assert vt.call_rules is not None
+        verdict, rule, subject = vt.call_rules.check(arguments)
+        if verdict == "deny":
+            by = f"rule {rule.text!r}" if rule is not None else "no allow rule matches its argument"
+            shown = f"{subject}={arguments.get(subject)!r}" if subject else "this call"
+            message = f"Permission denied: {vt.name} with {shown}{suffix} is denied by the agent's permissions ({by})."
+            return ToolResult.error(message), _Outcome("denied", by), approved
+        if verdict == "ask" and not approved:
+            assert rule is not None
+            ok, by = await self._approval(view, vt, arguments, rule.text, approver)
+            if not ok:
+                return ToolResult.error(by), _Outcome("denied", by), False
+            return None, _Outcome("allowed", by), True
+        return None, _ALLOWED, approved
 
     async def _approval(
         self, view: AgentView, vt: ViewTool, arguments: Mapping[str, Any], rule: str, approver: Approver | None
@@ -274,8 +292,10 @@ class Pipeline:
                 answer = call_impl(impl, kwargs)
                 if inspect.isawaitable(answer):
                     answer = await answer
-            except Exception:
-                log.exception("toolcrib_approve of %r raised; the call is refused", impl.plugin_name)
+            except BaseException as exc:
+                if not contained(exc):
+                    raise
+                log.error("toolcrib_approve of %r raised; the call is refused", impl.plugin_name, exc_info=exc)
                 return False, f"Permission denied: {need}, and the approval check failed."
             if answer is True:
                 return True, f"approved by hook {impl.plugin_name}"
@@ -320,6 +340,7 @@ class Pipeline:
                 _channel=channel,
                 _view=view,
                 _approver=approver,
+                _rules=vt.call_rules,
             )
         timeout = vt.timeout
         value: Any = None
@@ -370,8 +391,10 @@ class Pipeline:
             return ToolResult.error(str(exc) or f"Tool {vt.name} failed.")
         except InputPending:
             raise  # not a failure: the front end asks the client, and the call is made again
-        except (Exception, SystemExit):
-            log.exception("tool %s raised (agent %r)", vt.name, view.agent)
+        except BaseException as exc:  # whatever a handler raises, the host goes on; only a real cancel stops it
+            if not contained(exc):
+                raise
+            log.error("tool %s raised (agent %r)", vt.name, view.agent, exc_info=exc)
             return ToolResult.error(f"Tool {vt.name} failed with an internal error; the host's log has the details.")
         try:
             structured = None
@@ -422,8 +445,11 @@ class Pipeline:
                 answer = call_impl(impl, kwargs)
                 if inspect.isawaitable(answer):
                     answer = await answer
-            except Exception:
-                log.exception("toolcrib_post_tool_use of %r raised; the result is withheld", impl.plugin_name)
+            except BaseException as exc:
+                if not contained(exc):
+                    raise
+                log.error("toolcrib_post_tool_use of %r raised; the result is withheld", impl.plugin_name,
+                          exc_info=exc)
                 return ToolResult.error(f"The result of {vt.name} was withheld: a post-processing check failed.")
             if answer is None:
                 continue
@@ -459,8 +485,10 @@ class Pipeline:
         for impl in self._audit:
             try:
                 call_impl(impl, {"record": frozen})
-            except Exception:
-                log.exception("toolcrib_audit of %r raised", impl.plugin_name)
+            except BaseException as exc:
+                if not contained(exc):
+                    raise
+                log.error("toolcrib_audit of %r raised", impl.plugin_name, exc_info=exc)
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------

@@ -17,8 +17,8 @@ from pluggy import HookImpl
 from pydantic import BaseModel, ValidationError
 
 from toolcrib.config import LoadedConfig, problems_from_validation
-from toolcrib.errors import Problem
-from toolcrib.names import full_name, tool_name_problem
+from toolcrib.errors import Problem, contained
+from toolcrib.names import RESERVED_NAMESPACE, full_name, tool_name_problem
 from toolcrib.plugins import PluginManager, PluginRecord, call_impl, impls_by_plugin
 from toolcrib.tool import Tool, get_tool
 
@@ -95,12 +95,14 @@ def build_catalog(
             catalog.problems.append(_pack_problem(record, record.error or "failed"))
     mcp_namespaces = {ns for ns, mcp in config.mcps.items() if mcp.enabled}
     staged: dict[str, Entry] = {}
+    clashing: set[str] = set()  # namespaces of a pack and an upstream server at once
     settings_impls = impls_by_plugin(pm, "toolcrib_settings_model")
     tools_impls = impls_by_plugin(pm, "toolcrib_tools")
     for record in records:
         if record.state != "loaded" or record.kind not in ("pack",):
             continue
         if record.name in mcp_namespaces:
+            clashing.add(record.name)
             record.fail(f"namespace {record.name!r} is also an upstream MCP server ([mcps.{record.name}]); neither is "
                         "served: rename the server or disable one of them")
             catalog.problems.append(_pack_problem(record, record.error or ""))
@@ -120,7 +122,18 @@ def build_catalog(
             catalog.problems.append(
                 Problem("warning", f"{loaded.source}: packs.{ns}", f"no pack with namespace {ns!r} is installed")
             )
+    # A namespace a pack and an upstream server both claim is served by neither: the pack was failed above, and the
+    # server's tools are dropped here, so that what is served is exactly what `toolcrib check` says.
+    for record in records:
+        if record.kind == "mcp" and record.name in clashing:
+            record.fail(f"namespace {record.name!r} is also a pack's; neither is served: rename the server or "
+                        "disable one of them")
+            catalog.problems.append(_pack_problem(record, record.error or ""))
     for entry in extra_entries:
+        if entry.namespace in clashing and entry.kind != "builtin":
+            continue
+        if entry.namespace == RESERVED_NAMESPACE and entry.kind != "builtin":
+            continue  # only the host's own tools are named toolcrib__*
         if entry.name in staged:
             other = staged.pop(entry.name)
             catalog.problems.append(Problem("error", f"tool {entry.name!r}", f"offered by both {other.kind} "
@@ -138,7 +151,9 @@ def _settings(impls: list[HookImpl], record: PluginRecord, loaded: LoadedConfig,
     for impl in impls:
         try:
             model = call_impl(impl, {})
-        except Exception as exc:
+        except BaseException as exc:
+            if not contained(exc):
+                raise
             record.fail(f"toolcrib_settings_model raised {type(exc).__name__}: {exc}", traceback.format_exc())
             catalog.problems.append(_pack_problem(record, record.error or ""))
             return None
@@ -180,7 +195,9 @@ def _collect(impls: list[HookImpl], record: PluginRecord, settings: Any, catalog
     for impl in impls:
         try:
             items = call_impl(impl, {"settings": settings})
-        except (Exception, SystemExit) as exc:
+        except BaseException as exc:
+            if not contained(exc):
+                raise
             record.fail(f"toolcrib_tools raised {type(exc).__name__}: {exc}", traceback.format_exc())
             catalog.problems.append(_pack_problem(record, record.error or ""))
             return []

@@ -29,10 +29,11 @@ from pydantic import (
 
 from toolcrib import patterns
 from toolcrib.errors import ConfigError, Problem
-from toolcrib.names import agent_name_problem, namespace_problem
+from toolcrib.names import RESERVED_NAMESPACE, agent_name_problem, namespace_problem
 
 CONFIG_ENV = "TOOLCRIB_CONFIG"
 DEFAULT_FILE = "toolcrib.toml"
+LOCK_FILE = "toolcrib.lock"  # beside the config: the definitions `toolcrib lock` recorded
 BUILTIN_NAME = "<built-in default config>"
 
 Mode = Literal["default", "plan", "acceptEdits", "dontAsk", "bypassPermissions"]
@@ -55,6 +56,13 @@ class HostConfig(_Strict):
     max_argument_bytes: PositiveInt = Field(1_048_576, description="largest argument payload, in bytes of JSON")
     max_result_chars: PositiveInt = Field(100_000, description="longest result text; longer results are truncated")
     sync_workers: PositiveInt = Field(32, description="worker threads for sync handlers (calls beyond wait)")
+    availability_timeout: PositiveFloat = Field(5.0, description="seconds a tool's availability check may take; a "
+                                                "slower one hides its tool")
+    shutdown_timeout: PositiveFloat = Field(10.0, description="seconds `serve` waits for calls and streams to end "
+                                            "when stopped, before it closes them")
+    http_session_idle: PositiveFloat = Field(1800.0, description="seconds an HTTP session may sit idle before it "
+                                             "is closed")
+    http_max_sessions: PositiveInt = Field(256, description="open HTTP sessions per agent; more are refused (503)")
 
 
 class Rule(_Strict):
@@ -142,6 +150,9 @@ class CommandHook(_Strict):
     tools: list[str] = Field(default_factory=lambda: ["*"], description="the calls it sees, by full tool name")
     agents: list[str] = Field(default_factory=lambda: ["*"], description="the agents whose calls it sees")
     timeout: PositiveFloat = Field(10.0, description="seconds it may take; a hook that takes longer denies")
+    env: dict[str, str] = Field(default_factory=dict, description="environment variables to set for it")
+    pass_env: list[str] = Field(default_factory=list, description="the host's environment variables it also gets "
+                                "(besides PATH, HOME, USER, LOGNAME, LANG, LC_*, TZ and TMPDIR)")
 
 
 class HooksConfig(_Strict):
@@ -169,9 +180,40 @@ class LoadedConfig:
     config: Config
     source: str  # the file's path, or BUILTIN_NAME
     base_dir: Path  # relative paths in the file are relative to this
+    file: Path | None = None  # the file, resolved (None: BUILTIN_NAME, or text given to parse_config)
 
     def resolve(self, path: str) -> Path:
         return (self.base_dir / os.path.expanduser(path)).resolve()
+
+    @property
+    def path(self) -> Path | None:
+        """The config file itself; None for the built-in default."""
+        if self.source == BUILTIN_NAME:
+            return None
+        return self.file if self.file is not None else self.base_dir / Path(self.source).name
+
+    def governing(self) -> dict[Path, str]:
+        """The files the config makes govern the host (path -> what it is): the config itself, the lock beside
+        it, the audit log, hook programs (and the scripts they are given) and skills folders. No tool may change
+        any of them (``toolcrib.workspace.protect``)."""
+        found: dict[Path, str] = {}
+        path = self.path
+        if path is not None:
+            found[path] = f"the config file {path.name}"
+            found[path.parent / LOCK_FILE] = f"the lock file {LOCK_FILE}"
+        host = self.config.host
+        if host.audit_log is not None:
+            found[self.resolve(host.audit_log)] = "the audit log"
+        for i, hook in enumerate(self.config.hooks.pre_tool_use):
+            for j, word in enumerate(hook.command):
+                if j == 0 and os.sep not in word:
+                    continue  # a program looked up on PATH: not the config's to protect
+                candidate = self.resolve(word)
+                if j == 0 or candidate.is_file():
+                    found.setdefault(candidate, f"a program of hooks.pre_tool_use[{i}]")
+        for name, skill in self.config.skills.items():
+            found.setdefault(self.resolve(skill.path), f"the folder of skill {name!r}")
+        return found
 
     @property
     def workspace(self) -> Path:
@@ -212,10 +254,10 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
         raise ConfigError([Problem("error", str(found), "config file not found")]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError([Problem("error", str(found), f"cannot read the config file: {exc}")]) from None
-    return parse_config(text, str(found), found.resolve().parent)
+    return parse_config(text, str(found), found.resolve().parent, file=found.resolve())
 
 
-def parse_config(text: str, source: str, base_dir: Path) -> LoadedConfig:
+def parse_config(text: str, source: str, base_dir: Path, *, file: Path | None = None) -> LoadedConfig:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -227,7 +269,7 @@ def parse_config(text: str, source: str, base_dir: Path) -> LoadedConfig:
     problems = check_config(config, source)
     if problems:
         raise ConfigError(problems)
-    return LoadedConfig(config=config, source=source, base_dir=base_dir)
+    return LoadedConfig(config=config, source=source, base_dir=base_dir, file=file)
 
 
 def check_config(config: Config, source: str) -> list[Problem]:
@@ -246,6 +288,9 @@ def check_config(config: Config, source: str) -> list[Problem]:
             problem = namespace_problem(namespace)
             if problem is not None:
                 error((table, namespace), f"invalid namespace: {problem}")
+            elif namespace == RESERVED_NAMESPACE:
+                error((table, namespace), f"the namespace {RESERVED_NAMESPACE!r} is reserved for the host's own tools "
+                      f"({RESERVED_NAMESPACE}__load_skill, {RESERVED_NAMESPACE}__run_agent, ...); choose another name")
     for namespace in sorted(set(config.packs) & set(config.mcps)):
         error(("mcps", namespace), f"namespace {namespace!r} is also a pack's ([packs.{namespace}]); two sources "
               "can never share a namespace")

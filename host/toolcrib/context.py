@@ -29,6 +29,7 @@ class AvailabilityContext:
     capabilities: frozenset[str]
     settings: Any
     mode: str = "default"
+    workspace: Path | None = None  # the root of the agent's file tools
 
 
 class ClientChannel(Protocol):
@@ -78,6 +79,25 @@ class Context:
     _view: Any = field(default=None, repr=False)  # the calling agent's view (the host's meta tools use it)
     _approver: Any = field(default=None, repr=False)
     _cancelled: bool = field(default=False, repr=False)  # set from the event loop, read by the handler's thread
+    _rules: Any = field(default=None, repr=False)  # the call's argument rules (permissions.CallRules), if any
+
+    def check_rules(self, **arguments: Any) -> None:
+        """Hold the agent's argument rules for this tool against a value the handler is about to act on that the
+        call itself did not name, as if the call had named it: each hop of a redirect, a path a command resolves
+        to. ``ctx.check_rules(url=next_url)`` raises ``ToolError`` when a rule denies it, or when it would need an
+        approval the call did not get (the model may then call again with that value, and be asked)."""
+        if self._rules is None:
+            return
+        verdict, rule, _ = self._rules.check(arguments)
+        if verdict == "ok":
+            return
+        shown = ", ".join(f"{name}={value!r}" for name, value in arguments.items())
+        if verdict == "deny":
+            by = f"rule {rule.text!r}" if rule is not None else "no allow rule matches it"
+            raise ToolError(f"Permission denied: {self.tool} went on to {shown}, which the agent's permissions deny "
+                            f"({by}).")
+        raise ToolError(f"{self.tool} went on to {shown}, which needs approval (ask rule {rule.text!r}); call "
+                        f"{self.tool} again with it to be asked.")
 
     @property
     def cancelled(self) -> bool:

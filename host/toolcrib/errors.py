@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 
 class ToolcribError(Exception):
@@ -68,3 +72,43 @@ class ConfigError(ToolcribError):
     def __init__(self, problems: Iterable[Problem]) -> None:
         self.problems = tuple(problems)
         super().__init__("\n".join(str(p) for p in self.problems))
+
+
+# -- containing what packs raise -------------------------------------------------------------------------------
+
+_interrupted = False
+
+
+def watch_interrupts() -> None:
+    """Remember when the operator presses Ctrl-C (SIGINT), so that ``contained`` can tell the operator's
+    ``KeyboardInterrupt`` from one a pack raises. Installed by the CLI; changes nothing else about Ctrl-C."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        global _interrupted
+        _interrupted = True
+        signal.default_int_handler(signum, frame)
+
+    signal.signal(signal.SIGINT, on_sigint)
+
+
+def contained(exc: BaseException) -> bool:
+    """Whether an exception that a pack's code raised (at import, in a hook, in a handler, in a check) is to be
+    contained: reported and turned into that pack's or that call's failure, the host going on.
+
+    Everything is contained (``SystemExit``, ``GeneratorExit``, ``KeyboardInterrupt`` and any other
+    ``BaseException`` included) except the operator's own Ctrl-C and a real cancellation of the running task,
+    which must stop what they stop.
+    """
+    if isinstance(exc, KeyboardInterrupt):
+        return not _interrupted
+    if isinstance(exc, asyncio.CancelledError):
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # not in an event loop: nobody cancelled anything here
+            return True
+        return task is None or task.cancelling() == 0
+    return True

@@ -10,20 +10,23 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from toolcrib import default_plugins
+from toolcrib import default_plugins, workspace
 from toolcrib.calls import Pipeline
 from toolcrib.catalog import Catalog, Entry, build_catalog
 from toolcrib.config import LoadedConfig, load_config
 from toolcrib.content import ToolResult
 from toolcrib.errors import Problem, ToolDeclarationError, UnknownAgentError
-from toolcrib.permissions import AgentRules, Decision, compile_rules, decide
+from toolcrib.names import HIDDEN_CHARACTERS, clean_schema
+from toolcrib.permissions import AgentRules, Decision, check_availability, compile_rules, decide, permitted
 from toolcrib.plugins import PluginRecord, autoload_enabled, get_plugin_manager, load_plugins, named_plugins
 from toolcrib.skills import SkillSet
 from toolcrib.skills import discover as discover_skills
@@ -77,6 +80,8 @@ class Host:
             from toolcrib.upstream import dynamic_entries
 
             extra_entries = [*extra_entries, *dynamic_entries(upstreams, loaded)]
+        self.governing = self._governing(skills)
+        workspace.protect(self.governing)  # before any tool can run
         self.catalog: Catalog = build_catalog(self.pm, self.records, loaded, extra_entries)
         self.catalog.problems.extend(problems)
         self.rules: dict[str, AgentRules] = compile_rules(loaded)
@@ -96,6 +101,16 @@ class Host:
     ) -> Host:
         """Load the config (``path``, ``$TOOLCRIB_CONFIG``, ``./toolcrib.toml`` or the built-in default)."""
         return cls(load_config(path, env), env=env, **kwargs)
+
+    def _governing(self, skills: Mapping[str, Any]) -> dict[Path, str]:
+        """What governs this host, which no tool may change: the config's files, the skills folders packs ship,
+        and the Python environment the host runs from (a file written there runs as the host at its next start)."""
+        found = self.loaded.governing()
+        for skill in skills.values():
+            found.setdefault(skill.path, f"the folder of skill {skill.name!r}")
+        for prefix in {sys.prefix, sys.exec_prefix}:
+            found.setdefault(Path(prefix), "the Python environment the host runs from")
+        return found
 
     def _may_load_skill(self, agent: str, skill: str) -> bool:
         rules = self.rules.get(agent)
@@ -159,8 +174,11 @@ class Host:
                 entry.tool.prepare()  # schemas are built lazily; check builds them all
             except ToolDeclarationError as exc:
                 found.append(Problem("error", f"{entry.kind} {entry.source!r}", f"{entry.name}: {exc}"))
+                continue
+            found += _hidden_text(entry)
         for agent, rules in sorted(self.rules.items()):
             found += self._rule_warnings(agent, rules)
+        found += self._governing_warnings()
         from toolcrib.default_plugins.hooks import program_path
 
         for i, hook in enumerate(self.loaded.config.hooks.pre_tool_use):
@@ -169,6 +187,30 @@ class Host:
                 shown = f" ({self.loaded.base_dir / program})" if os.sep in program else " on PATH"
                 found.append(Problem("warning", f"{self.loaded.source}: hooks.pre_tool_use[{i}].command",
                                      f"program {program!r} is not found{shown}; every call it matches is refused"))
+        return found
+
+    def _governing_warnings(self) -> list[Problem]:
+        """Where what governs the host meets what agents could change: tools hidden because their programs could
+        reach it, upstream servers given a folder that holds it."""
+        found = []
+        hidden: dict[tuple[str, str], list[str]] = {}
+        for agent, rules in sorted(self.rules.items()):
+            checked = [e for e in self.catalog.entries.values() if e.tool.is_available and permitted(rules, e)]
+            for name, (_, why, kind) in check_availability(rules, checked).items():
+                if kind == "unconfinable":
+                    hidden.setdefault((name, why), []).append(agent)
+        for (name, why), agents in sorted(hidden.items()):
+            found.append(Problem("warning", f"tool {name!r}", f"hidden from {', '.join(agents)}: {why}"))
+        for name, config in sorted(self.loaded.config.mcps.items()):
+            for arg in config.args:
+                folder = self.loaded.resolve(arg) if config.command is not None else None
+                if folder is None or not folder.is_dir():
+                    continue
+                for path, what in workspace.protected_within(folder):
+                    if Path(path) in self.governing:
+                        found.append(Problem("warning", f"{self.loaded.source}: mcps.{name}.args", (
+                            f"upstream server {name!r} is given the folder {folder}, and {path} ({what}) is "
+                            "there: toolcrib cannot keep another program from changing it")))
         return found
 
     def _rule_warnings(self, agent: str, rules: AgentRules) -> list[Problem]:
@@ -193,10 +235,12 @@ class Host:
                 if pattern.specifier is None:
                     continue
                 for name in sorted(names["tools"]):
-                    if pattern.matches(name) and self.catalog.entries[name].tool.rule_subject is None:
+                    if pattern.matches(name) and not self.catalog.entries[name].tool.rule_subjects:
                         warn(f"{rule.where}.{rule.kind}[{i}]", f"{pattern.text!r}: {name} names no rule subject, so "
                              "the specifier cannot be checked (a deny blocks every call, an allow permits none)")
         for i, pattern in enumerate(rules.ask):
+            if pattern.text.startswith("@"):
+                continue  # a selector: chooses tools by what they are, and may rightly choose none
             if not any(pattern.matches(n) for n in names["tools"]):
                 warn(f"agents.{agent}.permissions.ask[{i}]", f"{pattern.text!r} matches no installed tool")
         if not self.view(agent).tools:
@@ -242,3 +286,27 @@ def open_host(
 
 
 _NOUN = {"plugins": "pack", "mcps": "upstream server", "tools": "tool", "skills": "skill", "subagents": "agent"}
+
+
+def _hidden_text(entry: Entry) -> list[Problem]:
+    """Warnings for a tool whose texts hold hidden characters: agents get its prose without them, but a reviewer
+    should know a pack hides text, and a hidden character in a name or an enum value stays (it means something)."""
+    tool = entry.tool
+    prose = [what for what, text in (("description", tool.description), ("title", tool.title or ""))
+             if HIDDEN_CHARACTERS.search(text)]
+    used: list[str] = []
+    for name, schema in (("inputSchema", tool.input_schema), ("outputSchema", tool.output_schema)):
+        if schema is not None:
+            before = len(used)
+            cleaned = clean_schema(schema, used, name)
+            if cleaned != schema and len(used) == before:
+                prose.append(name)
+    found = []
+    where = f"{entry.kind} {entry.source!r}"
+    if prose:
+        found.append(Problem("warning", where, f"{entry.name}: hidden characters (zero-width, direction, tag or "
+                             f"control) in its {', '.join(prose)}; agents get the text without them"))
+    if used:
+        found.append(Problem("warning", where, f"{entry.name}: hidden characters in {', '.join(used[:3])}, which "
+                             "cannot be removed without changing what the tool takes; agents see them"))
+    return found

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 SEPARATOR = "__"
+RESERVED_NAMESPACE = "toolcrib"  # the host's own tools: no pack, server or other source may take it
 
 TOOL_NAME_RULE = (
     "tool names are 1-64 characters: a letter first, then letters, digits and single underscores ('__' is reserved)"
@@ -21,6 +23,58 @@ AGENT_NAME_RULE = (
 # characters: ways to hide text in a description that the model reads and a person reviewing it does not.
 HIDDEN_CHARACTERS = re.compile("[\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
                                "\U000e0000-\U000e007f]")
+
+# Terminal escape sequences (colours, cursor moves, window titles): removed whole, not only their ESC.
+ANSI_SEQUENCES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+
+# JSON Schema keys whose string values are prose for the reader; every other string in a schema is used for
+# something (a property name, an enum value, a pattern), and cleaning it would change what the schema means.
+_PROSE_KEYS = frozenset({"description", "title", "$comment", "examples"})
+
+
+def clean(text: str) -> str:
+    """``text`` without hidden characters and terminal escape sequences: what an agent is shown of any text that
+    a pack or an upstream server wrote (names, titles, descriptions)."""
+    if HIDDEN_CHARACTERS.search(text) is None:
+        return text
+    return HIDDEN_CHARACTERS.sub("", ANSI_SEQUENCES.sub("", text))
+
+
+def clean_schema(schema: Any, hidden: list[str] | None = None, where: str = "") -> Any:
+    """A copy of a JSON Schema whose prose (description, title, $comment, examples) is ``clean``. A hidden
+    character anywhere else (a property name, an enum value) cannot be removed without changing the schema: its
+    place is appended to ``hidden``, for the caller to refuse or report."""
+    if isinstance(schema, str):
+        if hidden is not None and HIDDEN_CHARACTERS.search(schema):
+            hidden.append(where or "(schema)")
+        return schema
+    if isinstance(schema, list):
+        return [clean_schema(item, hidden, f"{where}[{i}]") for i, item in enumerate(schema)]
+    if not isinstance(schema, dict):
+        return schema
+    cleaned = {}
+    for key, value in schema.items():
+        place = f"{where}.{key}" if where else str(key)
+        if hidden is not None and isinstance(key, str) and HIDDEN_CHARACTERS.search(key):
+            hidden.append(place)
+        if key in _PROSE_KEYS and isinstance(value, str):
+            cleaned[key] = clean(value)
+        elif key == "examples":
+            cleaned[key] = _clean_strings(value)
+        else:
+            cleaned[key] = clean_schema(value, hidden, place)
+    return cleaned
+
+
+def _clean_strings(value: Any) -> Any:
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, list):
+        return [_clean_strings(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _clean_strings(v) for k, v in value.items()}
+    return value
+
 
 # Explicit ASCII classes: no \w, so no Unicode letter ever passes as a name character.
 _TOOL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)*_?")

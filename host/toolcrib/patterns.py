@@ -1,8 +1,9 @@
 """Permission patterns: globs over names (``*`` matches any run of characters), exact and case-sensitive.
 
-In the ``tools`` dimension and in ``ask``, a pattern may carry a specifier that matches one argument of
-the call, Claude Code style: ``shell__exec(git status*)``, ``fs__write_file(docs/*)``. In a specifier
-too, ``*`` matches any run of characters, ``/`` included.
+In the ``tools`` dimension and in ``ask``, a pattern may carry a specifier that matches the arguments a tool
+acts on, Claude Code style: ``shell__exec(git status*)``, ``fs__write_file(docs/*)``. In a specifier
+too, ``*`` matches any run of characters, ``/`` included. ``ask`` also takes selectors, which choose tools by
+what they are: ``@writes``, ``@destructive``.
 """
 
 from __future__ import annotations
@@ -83,10 +84,22 @@ class Glob:
         return True
 
 
+SELECTORS = {
+    "@writes": "every tool not annotated read-only (readOnlyHint), as the host trusts its annotations",
+    "@destructive": "every tool that may destroy (not read-only, and not destructiveHint = false)",
+}
+"""``ask`` entries that choose tools by what they are rather than by name."""
+
+
 def parse(dimension: str, text: object) -> Pattern:
     """Compile ``text`` as a pattern of ``dimension`` (one of DIMENSIONS, or "ask")."""
     if not isinstance(text, str):
         raise PatternError(f"a pattern must be a string, not {type(text).__name__}")
+    if dimension == "ask" and text.startswith("@"):
+        if text not in SELECTORS:
+            raise PatternError(f"{text!r} is not a selector; ask takes tool patterns and "
+                               f"{', '.join(repr(k) for k in SELECTORS)}")
+        return Pattern(text=text, name=text, specifier=None, _name_glob=None, _spec_glob=None)
     kind = "tools" if dimension == "ask" else dimension
     chars_rule = _NAME_CHARS[kind][1]
     name, specifier = text, None

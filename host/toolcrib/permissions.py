@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import logging
 import shlex
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from toolcrib import patterns
 from toolcrib.catalog import Entry
 from toolcrib.config import AgentConfig, LoadedConfig
 from toolcrib.context import AvailabilityContext
-from toolcrib.patterns import Pattern
+from toolcrib.patterns import SELECTORS, Pattern
+from toolcrib.sandbox import Unconfinable
 
 log = logging.getLogger("toolcrib.permissions")
 
@@ -31,6 +35,7 @@ class Check:
     name: str  # "source" | "tools" | "mode" | "available"
     passed: bool
     detail: str
+    kind: str | None = None  # "unconfinable": hidden because its programs could reach what governs the host
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,30 +126,55 @@ class DimensionRule:
 
 @dataclass(frozen=True, slots=True)
 class CallRules:
-    """The argument rules (specifiers) and ``ask`` rules that apply to one visible tool's calls."""
+    """The argument rules (specifiers) and ``ask`` rules that apply to one visible tool's calls.
 
-    subject: str | None  # the argument the tool names as its rule subject
-    allow: tuple[Pattern, ...]  # when set, a call's subject must match one of these
+    A tool names its rule subjects: the arguments it acts on (a path, a URL, a command; ``fs__copy`` names its
+    source and its destination). A rule holds for every subject of a call: a deny specifier that matches any of
+    them denies, an allow list must match each of them, an ask specifier that matches any of them asks.
+    """
+
+    subjects: tuple[str, ...]  # the arguments the tool names as its rule subjects
+    allow: tuple[Pattern, ...]  # when set, each subject of a call must match one of these
     deny: tuple[Pattern, ...]
     ask: tuple[Pattern, ...]
 
-    def check(self, arguments: Mapping[str, Any]) -> tuple[str, Pattern | None]:
-        """("deny", rule) | ("ask", rule) | ("ok", None) for one call; deny wins over ask."""
-        value = arguments.get(self.subject) if self.subject is not None else None
-        if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
-            subject: str | None = shlex.join(value)  # an argv is matched as the command line it spells
-        else:
-            subject = None if value is None else str(value)
+    def values(self, arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """(argument, text) of each subject present in ``arguments``, as rules match it."""
+        found = []
+        for name in self.subjects:
+            value = arguments.get(name)
+            if value is None:
+                continue
+            if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+                found.append((name, shlex.join(value)))  # an argv is matched as the command line it spells
+            else:
+                found.append((name, str(value)))
+        return found
+
+    def check(self, arguments: Mapping[str, Any]) -> tuple[str, Pattern | None, str | None]:
+        """("deny" | "ask" | "ok", the rule that decided or None, the argument it decided on or None) for one
+        call; deny wins over ask. A specifier on a call with no subject to match cannot be checked: it fails
+        closed (a deny denies, an allow permits nothing, an ask asks)."""
+        values = self.values(arguments)
         for pattern in self.deny:
-            # A specifier on a tool with no rule subject cannot be checked: fail closed, it matches.
-            if subject is None or pattern.matches_subject(subject):
-                return "deny", pattern
-        if self.allow and not any(subject is not None and p.matches_subject(subject) for p in self.allow):
-            return "deny", None
+            if not values:
+                return "deny", pattern, None
+            for name, text in values:
+                if pattern.matches_subject(text):
+                    return "deny", pattern, name
+        if self.allow:
+            if not values:
+                return "deny", None, None
+            for name, text in values:
+                if not any(p.matches_subject(text) for p in self.allow):
+                    return "deny", None, name
         for pattern in self.ask:
-            if pattern.specifier is None or subject is None or pattern.matches_subject(subject):
-                return "ask", pattern
-        return "ok", None
+            if pattern.specifier is None or not values:
+                return "ask", pattern, None
+            for name, text in values:
+                if pattern.matches_subject(text):
+                    return "ask", pattern, name
+        return "ok", None, None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +187,8 @@ class AgentRules:
     dimensions: Mapping[str, DimensionRule]
     ask: tuple[Pattern, ...]
     has_permissions: bool
+    workspace: Path | None = None
+    availability_timeout: float = 5.0
     _sources: dict[tuple[str, str], tuple[bool, Pattern | None]] = field(default_factory=dict, repr=False)
 
     @property
@@ -171,10 +203,10 @@ class AgentRules:
         specs = tools.specifiers(entry.name)
         allow = specs if tools.kind == "allow" and not tools.bare_allow(entry.name) else ()
         deny = specs if tools.kind == "deny" else ()
-        ask = tuple(p for p in self.ask if p.matches(entry.name))
+        ask = tuple(p for p in self.ask if (_selects(p.text, entry) if p.text in SELECTORS else p.matches(entry.name)))
         if not (allow or deny or ask):
             return None
-        return CallRules(subject=entry.tool.rule_subject, allow=allow, deny=deny, ask=ask)
+        return CallRules(subjects=entry.tool.rule_subjects, allow=allow, deny=deny, ask=ask)
 
     def source_permits(self, dimension: str, source: str) -> tuple[bool, Pattern | None]:
         """``permits`` of the source's dimension, remembered per source (there are few sources, many tools)."""
@@ -187,6 +219,13 @@ class AgentRules:
                 found = self.dimensions[dimension].permits(source)
             self._sources[key] = found
         return found
+
+
+def _selects(selector: str, entry: Entry) -> bool:
+    """Whether an ``ask`` selector chooses this tool (by its annotations, as the host trusts them)."""
+    if selector == "@writes":
+        return not entry.read_only
+    return entry.destructive  # "@destructive"
 
 
 def compile_rules(loaded: LoadedConfig) -> dict[str, AgentRules]:
@@ -211,6 +250,8 @@ def compile_rules(loaded: LoadedConfig) -> dict[str, AgentRules]:
             dimensions=dims,
             ask=ask,
             has_permissions=agent.permissions is not None,
+            workspace=loaded.workspace,
+            availability_timeout=loaded.config.host.availability_timeout,
         )
     return rules
 
@@ -218,12 +259,26 @@ def compile_rules(loaded: LoadedConfig) -> dict[str, AgentRules]:
 _SOURCE_KIND = {"plugins": "pack", "mcps": "upstream server", "skills": "skill", "subagents": "agent"}
 
 
-def decide(rules: AgentRules, entry: Entry, *, detail: bool = False, exhaustive: bool = False) -> Decision:
+def permitted(rules: AgentRules, entry: Entry) -> bool:
+    """The rules' part of the decision (source, tools, mode), without the tool's availability check."""
+    if not rules.has_permissions:
+        return False
+    if entry.sources:
+        if not any(rules.source_permits(entry.dimension, s)[0] for s in entry.sources):
+            return False
+    elif not rules.source_permits(entry.dimension, entry.source)[0]:
+        return False
+    return rules.dimensions["tools"].permits(entry.name)[0] and (rules.mode != "plan" or entry.read_only)
+
+
+def decide(rules: AgentRules, entry: Entry, *, detail: bool = False, exhaustive: bool = False,
+           availability: Mapping[str, Availability] | None = None) -> Decision:
     """May ``rules.agent`` see ``entry``? The one decision.
 
     The checks run in order - source, tools, mode, availability - and stop at the first that fails.
     ``detail`` records each check with the rule or reason that decided it (``--all``, ``explain``);
     ``exhaustive`` also runs the checks after a failing one (``explain``). The verdict is the same either way.
+    ``availability`` holds answers of availability checks already run (``check_availability``), by tool name.
     """
     exhaustive = exhaustive and detail
     if not rules.has_permissions:
@@ -259,9 +314,14 @@ def decide(rules: AgentRules, entry: Entry, *, detail: bool = False, exhaustive:
             checks.append(Check("mode", passed, _mode_detail(rules, entry, passed)))
         visible = visible and passed
     if visible or exhaustive:
-        passed, why = _available(rules, entry)
+        if entry.tool.is_available is None:
+            answer: Availability = (True, "the tool has no availability check", None)
+        else:
+            found = availability.get(entry.name) if availability is not None else None
+            answer = found if found is not None else check_availability(rules, [entry])[entry.name]
+        passed = answer[0]
         if detail:
-            checks.append(Check("available", passed, why))
+            checks.append(Check("available", passed, answer[1], answer[2]))
         visible = visible and passed
     return Decision(rules.agent, entry.name, visible, tuple(checks))
 
@@ -277,28 +337,97 @@ def _mode_detail(rules: AgentRules, entry: Entry, passed: bool) -> str:
     return "plan mode shows only tools annotated read-only (readOnlyHint), and this one is not"
 
 
-def _available(rules: AgentRules, entry: Entry) -> tuple[bool, str]:
-    check = entry.tool.is_available
-    if check is None:
-        return True, "the tool has no availability check"
-    ctx = AvailabilityContext(
-        agent=rules.agent,
-        model=rules.config.model,
-        capabilities=rules.capabilities,
-        settings=entry.settings,
-        mode=rules.mode,
-    )
-    try:
-        answer = check(ctx)
-    except Exception as exc:
-        log.warning("is_available of %s raised %s for agent %r; the tool is hidden", entry.name, type(exc).__name__,
+# -- availability checks -----------------------------------------------------------------------------------------
+
+Availability = tuple[bool, str, "str | None"]
+"""(available, the reason, a kind: ``"unconfinable"`` when the tool's programs could reach what governs the host)."""
+
+
+def check_availability(rules: AgentRules, entries: Sequence[Entry]) -> dict[str, Availability]:
+    """Run the availability checks of ``entries`` for ``rules.agent``, each within ``[host] availability_timeout``
+    seconds: one that takes longer (or never returns) hides its tool with that reason, and the rest go on. The
+    checks run one after another on a worker thread, so a slow one costs its budget, not the caller's loop."""
+    jobs = []
+    for entry in entries:
+        check = entry.tool.is_available
+        if check is None:
+            continue
+        ctx = AvailabilityContext(agent=rules.agent, model=rules.config.model, capabilities=rules.capabilities,
+                                  settings=entry.settings, mode=rules.mode, workspace=rules.workspace)
+        jobs.append((entry.name, check, ctx))
+    answers: dict[str, Availability] = {}
+    for name, outcome in _run_checks(jobs, rules.availability_timeout).items():
+        answers[name] = _interpret(rules, name, outcome)
+    return answers
+
+
+def _interpret(rules: AgentRules, name: str, outcome: tuple[str, Any]) -> Availability:
+    kind, answer = outcome
+    if kind == "timeout":
+        log.warning("is_available of %s gave no answer within %g seconds for agent %r; the tool is hidden", name,
+                    rules.availability_timeout, rules.agent)
+        return False, (f"is_available gave no answer within {rules.availability_timeout:g} seconds (hidden: fail "
+                       "closed; [host] availability_timeout)"), None
+    if kind == "raised":
+        log.warning("is_available of %s raised %s for agent %r; the tool is hidden", name, type(answer).__name__,
                     rules.agent)
-        log.debug("is_available of %s raised", entry.name, exc_info=True)
-        return False, f"is_available raised {type(exc).__name__}: {exc} (hidden: fail closed)"
+        log.debug("is_available of %s raised", name, exc_info=answer)
+        return False, f"is_available raised {type(answer).__name__}: {answer} (hidden: fail closed)", None
     if answer is True:
-        return True, "is_available said yes"
+        return True, "is_available said yes", None
     if answer is False:
-        return False, "is_available said no"
+        return False, "is_available said no", None
     if isinstance(answer, str):
-        return False, f"not available: {answer}" if answer.strip() else "is_available said no"
-    return False, f"is_available returned {answer!r}; expected True, False or a reason (hidden: fail closed)"
+        why = "unconfinable" if isinstance(answer, Unconfinable) else None
+        return (False, f"not available: {answer}", why) if answer.strip() else (False, "is_available said no", None)
+    return False, f"is_available returned {answer!r}; expected True, False or a reason (hidden: fail closed)", None
+
+
+class _Checks:
+    """Availability checks run in order on a thread of their own; ``current`` says which runs, since when."""
+
+    def __init__(self, jobs: Sequence[tuple[str, Any, AvailabilityContext]]) -> None:
+        self.jobs = jobs
+        self.results: dict[str, tuple[str, Any]] = {}
+        self.current = (0, time.monotonic())
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+        self.abandoned = False
+
+    def run(self) -> None:
+        for i, (name, check, ctx) in enumerate(self.jobs):
+            self.current = (i, time.monotonic())
+            try:
+                outcome: tuple[str, Any] = ("answer", check(ctx))
+            except BaseException as exc:
+                outcome = ("raised", exc)
+            with self.lock:
+                if self.abandoned:
+                    return
+                self.results[name] = outcome
+        self.done.set()
+
+
+def _run_checks(jobs: Sequence[tuple[str, Any, AvailabilityContext]], budget: float) -> dict[str, tuple[str, Any]]:
+    results: dict[str, tuple[str, Any]] = {}
+    while jobs:
+        batch = _Checks(jobs)
+        threading.Thread(target=batch.run, name="toolcrib-availability", daemon=True).start()
+        while not batch.done.is_set():
+            index, started = batch.current
+            left = started + budget - time.monotonic()
+            if left > 0:
+                batch.done.wait(left)
+                continue
+            with batch.lock:
+                if batch.done.is_set() or batch.current[0] != index:
+                    continue  # it answered just now
+                batch.abandoned = True  # its thread goes on with the check that hangs, and then stops
+                results.update(batch.results)
+            results[jobs[index][0]] = ("timeout", None)
+            jobs = jobs[index + 1:]
+            break
+        else:
+            results.update(batch.results)
+            jobs = ()
+    return results

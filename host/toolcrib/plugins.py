@@ -23,13 +23,13 @@ from typing import Any
 import pluggy
 
 from toolcrib import hookspecs
-from toolcrib.names import namespace_problem
+from toolcrib.errors import contained
+from toolcrib.names import RESERVED_NAMESPACE, namespace_problem
 
 ENTRY_POINT_GROUP = "toolcrib"
 DISABLE_AUTOLOAD_ENV = "TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD"
 PLUGINS_ENV = "TOOLCRIB_PLUGINS"
 TRACE_ENV = "TOOLCRIB_TRACE_HOOKS"
-RESERVED_NAMESPACE = "toolcrib"
 
 log = logging.getLogger("toolcrib.plugins")
 
@@ -226,10 +226,13 @@ def _import_target(target: str) -> Any:
 
 
 def _guarded(record: PluginRecord, load: Any) -> Any:
-    """Run ``load()``; on any failure (``SystemExit`` included) record it and return None."""
+    """Run ``load()``; on any failure (``SystemExit``, ``KeyboardInterrupt`` and every other ``BaseException``
+    included, but the operator's own Ctrl-C) record it and return None."""
     try:
         return load()
-    except (Exception, SystemExit) as exc:
+    except BaseException as exc:
+        if not contained(exc):
+            raise
         if isinstance(exc, SystemExit):
             error = f"the pack called sys.exit({exc.code!r}) while being imported"
         else:

@@ -20,7 +20,7 @@ from pydantic import Field
 from toolcrib.catalog import Entry
 from toolcrib.config import LoadedConfig
 from toolcrib.context import Context
-from toolcrib.errors import Problem, ToolError
+from toolcrib.errors import Problem, ToolError, contained
 from toolcrib.plugins import PluginManager, PluginRecord, call_impl, impls_by_plugin
 from toolcrib.tool import get_tool, tool
 from toolcrib.workspace import PathError, Root, parts_of
@@ -87,7 +87,9 @@ def discover(loaded: LoadedConfig, pm: PluginManager, records: list[PluginRecord
         for impl in skill_impls.get(record.name, []):
             try:
                 paths = call_impl(impl, {}) or []
-            except Exception as exc:
+            except BaseException as exc:
+                if not contained(exc):
+                    raise
                 problems.append(Problem("error", f"pack {record.name!r}",
                                         f"toolcrib_skills raised {type(exc).__name__}: {exc}"))
                 record.traceback = traceback.format_exc()

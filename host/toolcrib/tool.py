@@ -18,7 +18,7 @@ import sys
 import types
 import typing
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from typing import Any, TypeVar, overload
 
@@ -86,7 +86,7 @@ class Tool:
     is_available: Callable[[AvailabilityContext], Any] | None = None
     timeout: float | None = None
     title: str | None = None
-    rule_subject: str | None = None
+    rule_subjects: tuple[str, ...] = ()  # the arguments operators' argument rules match (paths, URLs, commands)
     context_param: str | None = None
     takes_model: bool = False  # explicit form: the handler gets the validated model, not keyword arguments
     is_async: bool = False
@@ -170,7 +170,7 @@ def tool(
     is_available: Callable[[AvailabilityContext], Any] | None = None,
     timeout: float | None = None,
     title: str | None = None,
-    rule_subject: str | None = None,
+    rule_subject: str | Sequence[str] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -183,7 +183,7 @@ def tool(
     is_available: Callable[[AvailabilityContext], Any] | None = None,
     timeout: float | None = None,
     title: str | None = None,
-    rule_subject: str | None = None,
+    rule_subject: str | Sequence[str] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -355,11 +355,20 @@ def _build(
     if title is not None and not isinstance(title, str):
         raise ToolDeclarationError(f"tool {name!r}: title must be a string, not {type(title).__name__}")
     rule_subject = options.get("rule_subject")
-    if rule_subject is not None and rule_subject not in arguments:
-        takes = ", ".join(arguments) or "none"
-        raise ToolDeclarationError(
-            f"tool {name!r}: rule_subject {rule_subject!r} is not one of its arguments ({takes})"
-        )
+    subjects: tuple[str, ...] = ()
+    if isinstance(rule_subject, str):
+        subjects = (rule_subject,)
+    elif rule_subject is not None:
+        if not isinstance(rule_subject, Sequence) or not all(isinstance(s, str) for s in rule_subject):
+            raise ToolDeclarationError(f"tool {name!r}: rule_subject is an argument name or a list of them, not "
+                                       f"{rule_subject!r}")
+        subjects = tuple(dict.fromkeys(rule_subject))
+    for subject in subjects:
+        if subject not in arguments:
+            takes = ", ".join(arguments) or "none"
+            raise ToolDeclarationError(
+                f"tool {name!r}: rule_subject {subject!r} is not one of its arguments ({takes})"
+            )
     return Tool(
         name=name,
         description=description.strip(),
@@ -371,7 +380,7 @@ def _build(
         is_available=is_available,
         timeout=float(timeout) if timeout is not None else None,
         title=title if title is not None else annotations.get("title"),
-        rule_subject=rule_subject,
+        rule_subjects=subjects,
         context_param=context_param,
         takes_model=takes_model,
         is_async=_is_async(handler),

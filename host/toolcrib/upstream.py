@@ -24,7 +24,7 @@ from toolcrib.catalog import Entry
 from toolcrib.config import LoadedConfig, McpConfig
 from toolcrib.content import ToolResult
 from toolcrib.errors import ToolError
-from toolcrib.names import HIDDEN_CHARACTERS, full_name, tool_name_problem
+from toolcrib.names import clean, clean_schema, full_name, tool_name_problem
 from toolcrib.plugins import PluginRecord
 from toolcrib.tool import ANNOTATION_KEYS, Tool
 
@@ -202,9 +202,17 @@ def _entry(connection: _Connection, tool: Any, problems: list[str]) -> Entry | N
     if tool.annotations is not None:
         for key, value in tool.annotations.model_dump(by_alias=True, exclude_none=True).items():
             if key in ANNOTATION_KEYS and isinstance(value, ANNOTATION_KEYS[key]):
-                annotations[key] = value
-    # Upstream text is not trusted: hidden characters are dropped from descriptions.
-    description = HIDDEN_CHARACTERS.sub("", tool.description or "") or f"Tool {name} of the upstream server."
+                annotations[key] = clean(value) if isinstance(value, str) else value
+    # Upstream text is not trusted: every text an agent reads loses its hidden characters; one that cannot lose
+    # them without changing what the tool takes (a property name, an enum value) keeps the tool out.
+    hidden: list[str] = []
+    input_schema = clean_schema(_mapping(tool.input_schema) or {"type": "object"}, hidden, "inputSchema")
+    output_schema = clean_schema(_mapping(tool.output_schema), hidden, "outputSchema")
+    if hidden:
+        problems.append(f"tool {name!r} is not served: hidden characters in {', '.join(hidden[:3])}")
+        return None
+    description = clean(tool.description or "") or f"Tool {name} of the upstream server."
+    title = getattr(tool, "title", None)
     client = connection.client
     namespace = connection.namespace
 
@@ -226,13 +234,13 @@ def _entry(connection: _Connection, tool: Any, problems: list[str]) -> Entry | N
         description=description,
         handler=handler,
         annotations=annotations,
-        arguments=tuple((tool.input_schema or {}).get("properties", {})),
-        title=getattr(tool, "title", None) or annotations.get("title"),
+        arguments=tuple(input_schema.get("properties", {})),
+        title=clean(title) if isinstance(title, str) and title else annotations.get("title"),
         takes_model=True,
         is_async=True,
         make_input=lambda: _ANY_ARGUMENTS,
-        given_input_schema=_mapping(tool.input_schema) or {"type": "object"},
-        given_output_schema=_mapping(tool.output_schema),
+        given_input_schema=input_schema,
+        given_output_schema=output_schema,
     )
     return Entry(name=full_name(namespace, name), namespace=namespace, kind="mcp", dimension="mcps",
                  source=namespace, tool=spec, trusted=connection.config.trusted)
@@ -277,8 +285,8 @@ def dynamic_entries(pool: UpstreamPool, loaded: LoadedConfig) -> list[Entry]:
             raise ToolError(f"Unknown MCP server: {server}")
         rules = ctx._view.rules
         entries = [e for e in await pool.load(server) if decide(rules, e).visible]
-        return {"server": server, "tools": [{"name": e.tool.name, "description": e.tool.description,
-                                             "inputSchema": e.tool.input_schema} for e in entries]}
+        return {"server": server, "tools": [{"name": e.tool.name, "description": clean(e.tool.description),
+                                             "inputSchema": clean_schema(e.tool.input_schema)} for e in entries]}
 
     @tool(name="call_mcp_tool", annotations={"destructiveHint": True, "openWorldHint": True})
     async def call_mcp_tool(

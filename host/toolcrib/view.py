@@ -15,7 +15,8 @@ from toolcrib.catalog import Entry
 from toolcrib.content import ToolResult
 from toolcrib.context import ClientChannel
 from toolcrib.errors import UnknownToolError
-from toolcrib.permissions import AgentRules, CallRules, decide
+from toolcrib.names import clean, clean_schema
+from toolcrib.permissions import AgentRules, CallRules, check_availability, decide, permitted
 from toolcrib.tool import Tool
 
 if TYPE_CHECKING:
@@ -43,17 +44,19 @@ class ViewTool:
 
     @property
     def description(self) -> str:
-        return self.own_description if self.own_description is not None else self.tool.description
+        """The description as the agent reads it (hidden characters and escape sequences removed)."""
+        return clean(self.own_description if self.own_description is not None else self.tool.description)
 
     def to_mcp(self) -> dict[str, Any]:
-        """This tool as MCP's tools/list shows it (camelCase wire keys)."""
+        """This tool as MCP's tools/list shows it (camelCase wire keys). Every text is ``names.clean``: whatever
+        a pack or a server wrote, an agent never gets hidden characters."""
         tool = self.entry.tool
         wire: dict[str, Any] = {"name": self.entry.name}
         if tool.title:
-            wire["title"] = tool.title
+            wire["title"] = clean(tool.title)
         wire["description"] = self.description
         try:
-            wire["inputSchema"] = tool.input_schema
+            wire["inputSchema"] = clean_schema(tool.input_schema)
             output = tool.output_schema
         except Exception:
             # A tool whose schema cannot be built stays listed (listing and calling agree); a call of it is an
@@ -62,9 +65,12 @@ class ViewTool:
             wire["inputSchema"] = {"type": "object"}
             output = None
         if output is not None:
-            wire["outputSchema"] = output
+            wire["outputSchema"] = clean_schema(output)
         if tool.annotations:
-            wire["annotations"] = dict(tool.annotations)
+            annotations = dict(tool.annotations)
+            if isinstance(annotations.get("title"), str):
+                annotations["title"] = clean(annotations["title"])
+            wire["annotations"] = annotations
         return wire
 
 
@@ -146,11 +152,14 @@ class AgentView:
 
 
 def build_view(rules: AgentRules, entries: Mapping[str, Entry], pipeline: Pipeline) -> AgentView:
-    """The agent's view of ``entries``: each tool goes through ``decide``, the one decision function."""
+    """The agent's view of ``entries``: each tool goes through ``decide``, the one decision function. The
+    availability checks of the tools the rules permit run first, together, each within its time budget."""
+    checked = [e for e in entries.values() if e.tool.is_available is not None and permitted(rules, e)]
+    answers = check_availability(rules, checked) if checked else None
     visible = []
     for name in sorted(entries):
         entry = entries[name]
-        if decide(rules, entry).visible:
+        if decide(rules, entry, availability=answers).visible:
             timeout = entry.tool.timeout if entry.tool.timeout is not None else pipeline.call_timeout
             own = entry.describe_for(rules) if entry.describe_for is not None else None
             visible.append(ViewTool(entry=entry, call_rules=rules.call_rules(entry), timeout=timeout,

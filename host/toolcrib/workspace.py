@@ -5,6 +5,10 @@ Every path is opened one component at a time, relative to the workspace's direct
 directory could be swapped for a symbolic link. Refused before any I/O: absolute paths, ``~``, ``..``, NUL,
 backslashes. Refused at open: a symbolic link in any component (the error says so); nothing here follows one.
 
+No ``Root`` changes what governs the host (its config, hook programs, audit log, skills, lock): the host
+registers those paths with ``protect`` and every change (write, create, rename, remove) of such a path, of a
+folder holding one or of anything inside a protected folder is refused, whichever pack asks.
+
     root = toolcrib.workspace.Root(ctx.workspace)
     data, size = root.read_bytes(parts_of("docs/a.md"), limit=65536)
     root.write_bytes(parts_of("out/report.txt"), b"...", create_parents=True)
@@ -17,8 +21,10 @@ from __future__ import annotations
 import errno
 import os
 import re
+import shutil
 import stat
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -26,6 +32,41 @@ from toolcrib.errors import ToolError
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _DRIVE = re.compile(r"[A-Za-z]:")
+
+
+# -- what governs the host -----------------------------------------------------------------------------------------
+
+_PROTECTED: dict[str, str] = {}  # real absolute path -> what it is ("the config file")
+_PROTECTED_LOCK = threading.Lock()
+
+
+def protect(paths: Mapping[Path, str] | Mapping[str, str]) -> None:
+    """Protect these paths (path -> what it is) from every ``Root`` in this process, for the life of the process.
+
+    The host calls this with the files that govern it. A path need not exist yet (a lock file not yet written):
+    it is protected by name. Protection only grows; a path protected once stays protected.
+    """
+    with _PROTECTED_LOCK:
+        for path, what in paths.items():
+            _PROTECTED.setdefault(os.path.realpath(path), what)
+
+
+def protected() -> Mapping[str, str]:
+    """The protected paths (real absolute path -> what it is)."""
+    with _PROTECTED_LOCK:
+        return dict(_PROTECTED)
+
+
+def protected_within(directory: str | os.PathLike[str]) -> list[tuple[str, str]]:
+    """The protected paths a writer confined to ``directory`` could reach: those inside it (or equal to it), and
+    those holding it. Sorted by path."""
+    real = os.path.realpath(directory)
+    return sorted((path, what) for path, what in protected().items() if _related(real, path))
+
+
+def _related(a: str, b: str) -> bool:
+    """Whether one of two absolute paths is the other or lies inside it."""
+    return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
 
 
 class PathError(ToolError):
@@ -95,6 +136,25 @@ class Root:
 
     def __init__(self, workspace: Path) -> None:
         self.path = workspace
+        self._real = os.path.realpath(workspace)
+        # Only the protected paths related to this workspace can ever be met below it.
+        self._protected = [(path, what) for path, what in protected().items() if _related(self._real, path)]
+
+    def guard(self, parts: tuple[str, ...]) -> None:
+        """Refuse (``PathError``) to change ``parts`` when it is a protected path, holds one, or lies inside one.
+
+        Every changing method of ``Root`` calls this; a pack that changes files by other means calls it first.
+        Components below the root are never symbolic links (nothing here follows one), so the joined path is the
+        real one.
+        """
+        if not self._protected:
+            return
+        target = os.path.join(self._real, *parts)
+        for path, what in self._protected:
+            if _related(target, path):
+                raise PathError(f"{display(parts)}: is protected: changing it would change how the host governs "
+                                f"its agents ({what} is {'there' if target == path else 'in the way'}); no tool "
+                                "may change it")
 
     def _open_root(self) -> int:
         try:
@@ -113,6 +173,7 @@ class Root:
                 except FileNotFoundError:
                     if not create:
                         raise _error(FileNotFoundError(errno.ENOENT, "", part), parts[: i + 1]) from None
+                    self.guard(parts[: i + 1])
                     try:
                         os.mkdir(part, 0o777, dir_fd=fd)
                     except FileExistsError:
@@ -179,16 +240,7 @@ class Root:
     def read_bytes(self, parts: tuple[str, ...], limit: int) -> tuple[bytes, int]:
         """Up to ``limit`` bytes of the file, and its size."""
         with self.open_file(parts) as fd:
-            size = os.fstat(fd).st_size
-            chunks = []
-            left = limit
-            while left > 0:
-                chunk = os.read(fd, min(left, 1 << 20))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                left -= len(chunk)
-            return b"".join(chunks), size
+            return _read_fd(fd, limit), os.fstat(fd).st_size
 
     def write_bytes(self, parts: tuple[str, ...], data: bytes, *, create_parents: bool = False,
                     overwrite: bool = True) -> bool:
@@ -205,6 +257,7 @@ class Root:
         """Yield (descriptor of a new temporary file beside the target, whether the target exists). When the
         block ends normally the file is synced and renamed over the target (a rename replaces a symlink there
         rather than following it); when it raises, the temporary file is removed: no partial file is left."""
+        self.guard(parts)
         with self.parent(parts, create=create_parents) as (dirfd, name):
             try:
                 before = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
@@ -237,3 +290,95 @@ class Root:
             except OSError as exc:
                 os.unlink(temp, dir_fd=dirfd)
                 raise _error(exc, parts) from None
+
+    def remove(self, parts: tuple[str, ...], *, recursive: bool = False) -> str:
+        """Remove a file, a symbolic link (never its target) or, with ``recursive``, a directory and everything in
+        it; returns what it was ("file", "directory"). The workspace root itself is never removed."""
+        if not parts:
+            raise PathError("the workspace root itself cannot be removed")
+        self.guard(parts)
+        with self.parent(parts) as (dirfd, name):
+            try:
+                st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+            except OSError as exc:
+                raise _error(exc, parts) from None
+            if not stat.S_ISDIR(st.st_mode):
+                try:
+                    os.unlink(name, dir_fd=dirfd)
+                except OSError as exc:
+                    raise _error(exc, parts) from None
+                return "file"
+            if not recursive:
+                raise PathError(f"{display(parts)}: is a directory")
+            if not shutil.rmtree.avoids_symlink_attacks:  # pragma: no cover - not on Linux or macOS
+                raise PathError("this platform cannot remove directory trees safely")
+            try:
+                shutil.rmtree(name, dir_fd=dirfd)
+            except OSError as exc:
+                raise _error(exc, parts) from None
+            return "directory"
+
+    def rename(self, source: tuple[str, ...], destination: tuple[str, ...], *, overwrite: bool = False) -> None:
+        """Rename or move ``source`` to ``destination`` (both below the root). An existing destination file is
+        replaced only with ``overwrite``; an existing destination directory never is."""
+        if not source or not destination:
+            raise PathError("the workspace root itself cannot be moved or replaced")
+        if destination[: len(source)] == source:
+            raise PathError(f"{display(destination)}: cannot move {display(source)} into itself")
+        self.guard(source)
+        self.guard(destination)
+        with self.parent(source) as (sfd, sname), self.parent(destination) as (dfd, dname):
+            try:
+                os.stat(sname, dir_fd=sfd, follow_symlinks=False)
+            except OSError as exc:
+                raise _error(exc, source) from None
+            try:
+                existing = os.stat(dname, dir_fd=dfd, follow_symlinks=False)
+            except FileNotFoundError:
+                existing = None
+            except OSError as exc:
+                raise _error(exc, destination) from None
+            if existing is not None and (not overwrite or stat.S_ISDIR(existing.st_mode)):
+                raise PathError(f"{display(destination)}: already exists", missing=False)
+            try:
+                os.rename(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
+            except OSError as exc:
+                raise _error(exc, destination) from None
+
+
+def open_dir_at(dirfd: int, name: str) -> int:
+    """A descriptor of the directory ``name`` in ``dirfd``, never following a symbolic link (``OSError`` else):
+    for walking a tree below a ``Root`` directory."""
+    return os.open(name, DIR_FLAGS, dir_fd=dirfd)
+
+
+def read_at(dirfd: int, name: str, limit: int) -> tuple[bytes, int] | None:
+    """Up to ``limit`` bytes of the regular file ``name`` in ``dirfd`` and its size; nothing is read from a file
+    larger than ``limit`` (``b""`` and its size). None when it is not a regular file or cannot be opened. Never
+    follows a symbolic link, never blocks on a FIFO."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dirfd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        if st.st_size > limit:
+            return b"", st.st_size
+        os.set_blocking(fd, True)
+        return _read_fd(fd, limit), st.st_size
+    finally:
+        os.close(fd)
+
+
+def _read_fd(fd: int, limit: int) -> bytes:
+    chunks = []
+    left = limit
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)

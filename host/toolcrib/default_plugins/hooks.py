@@ -19,11 +19,12 @@ the call too: a policy that cannot answer never lets a call through. The hooks r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
-import subprocess
+import signal
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,53 @@ log = logging.getLogger("toolcrib.hooks")
 
 FAILED = "The call was refused: a policy check failed (the host's log says why)."
 MAX_ANSWER_BYTES = 1024 * 1024
+GRACE_SECONDS = 0.5  # after the program exits, how long its output may still come in
+# What a hook program gets of the host's environment, besides what its [[hooks.pre_tool_use]] table names: never the
+# host's secrets (tokens, TOOLCRIB_STATE_SECRET, cloud keys).
+BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+
+
+async def run_hook(command: list[str], payload: bytes, *, cwd: Path, env: Mapping[str, str],
+                   timeout: float) -> tuple[int, bytes, bytes]:
+    """Run a hook's program with ``payload`` on its stdin: (exit status, stdout, stderr), each capped at
+    ``MAX_ANSWER_BYTES``. The program may answer without reading its input (its exit status and output count all
+    the same). It runs in a process group of its own, which is ended when it is done or out of time, so nothing it
+    started lingers. ``TimeoutError`` after ``timeout`` seconds, ``OSError`` when it cannot start."""
+    process = await anyio.open_process(command, cwd=cwd, env=dict(env), start_new_session=True)
+    out, err = bytearray(), bytearray()
+    ends = [anyio.Event(), anyio.Event()]
+
+    async def feed() -> None:
+        assert process.stdin is not None
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            await process.stdin.send(payload)
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            await process.stdin.aclose()
+
+    async def drain(stream: Any, into: bytearray, end: anyio.Event) -> None:
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            async for chunk in stream:
+                if len(into) < MAX_ANSWER_BYTES:
+                    into.extend(chunk[: MAX_ANSWER_BYTES - len(into)])
+        end.set()
+
+    try:
+        with anyio.fail_after(timeout):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(feed)
+                tg.start_soon(drain, process.stdout, out, ends[0])
+                tg.start_soon(drain, process.stderr, err, ends[1])
+                returncode = await process.wait()
+                with anyio.move_on_after(GRACE_SECONDS):  # its output, unless a child it left holds the pipes
+                    for end in ends:
+                        await end.wait()
+                tg.cancel_scope.cancel()
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        with anyio.CancelScope(shield=True):
+            await process.aclose()
+    return returncode, bytes(out), bytes(err)
 
 
 def program_path(program: str, base_dir: Path) -> str | None:
@@ -59,15 +107,15 @@ class _Hook:
         self.timeout = config.timeout
         self.tools = tuple(patterns.parse("tools", p) for p in config.tools)
         self.agents = tuple(patterns.parse("subagents", p) for p in config.agents)
+        self.env = {**{k: os.environ[k] for k in (*BASE_ENV, *config.pass_env) if k in os.environ}, **config.env}
 
     def matches(self, agent: str, tool: str) -> bool:
         return any(p.matches(tool) for p in self.tools) and any(p.matches(agent) for p in self.agents)
 
     async def ask(self, call: Mapping[str, Any]) -> Allow | Deny | None:
         try:
-            with anyio.fail_after(self.timeout):
-                done = await anyio.run_process(self.command, input=json.dumps(call).encode(), cwd=self.cwd,
-                                               check=False, stderr=subprocess.PIPE)
+            done = await run_hook(self.command, json.dumps(call).encode(), cwd=self.cwd, env=self.env,
+                                  timeout=self.timeout)
         except TimeoutError:
             log.error("%s (%s) gave no answer within %g seconds; the call is refused", self.where, self.command[0],
                       self.timeout)
@@ -75,14 +123,15 @@ class _Hook:
         except OSError as exc:
             log.error("%s cannot run %r: %s; the call is refused", self.where, self.command[0], exc)
             return Deny(FAILED)
-        stderr = done.stderr.decode(errors="replace").strip()
-        if done.returncode == 2:
+        returncode, out, err = done
+        stderr = err.decode(errors="replace").strip()
+        if returncode == 2:
             return Deny(stderr[:2000] or "The call was refused by a policy check.")
-        if done.returncode != 0:
-            log.error("%s exited with status %d; the call is refused. stderr: %s", self.where, done.returncode,
+        if returncode != 0:
+            log.error("%s exited with status %d; the call is refused. stderr: %s", self.where, returncode,
                       stderr[:2000])
             return Deny(FAILED)
-        out = done.stdout.strip()
+        out = out.strip()
         if not out:
             return None
         return self._answer(out)

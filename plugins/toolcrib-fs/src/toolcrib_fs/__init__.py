@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import stat
 import time
 from typing import Annotated, Any
@@ -14,7 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 import toolcrib
 from toolcrib import Context, ToolError
-from toolcrib.workspace import PathError, Root, display, parts_of
+from toolcrib.workspace import PathError, Root, display, parts_of, read_at
 from toolcrib_fs.walk import Budget, compile_glob, walk
 
 __all__ = ["Settings", "toolcrib_settings_model", "toolcrib_tools"]
@@ -158,6 +157,7 @@ def _edit(ctx: Context, path: str, edits: list[Replacement]) -> str:
     settings = _settings(ctx)
     parts = parts_of(path, allow_root=False)
     root = _root(ctx)
+    root.guard(parts)  # before reading: a protected file is refused as such, whatever the edit
     data, size = root.read_bytes(parts, settings.max_write_bytes + 1)
     if size > settings.max_write_bytes:
         raise ToolError(f"{display(parts)}: the file is {size} bytes, more than the edit limit of "
@@ -218,22 +218,14 @@ def rm(
     """Remove a file, a symbolic link (the link, never its target) or, with recursive=true, a directory and
     everything in it. The workspace root itself is never removed."""
     parts = parts_of(path, allow_root=False)
-    root = _root(ctx)
-    with root.parent(parts) as (dirfd, name):
-        try:
-            st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
-        except OSError as exc:
-            raise PathError(f"{display(parts)}: not found", missing=True) from exc
-        if stat.S_ISDIR(st.st_mode):
-            if not recursive:
-                raise ToolError(f"{display(parts)}: is a directory; pass recursive=true to remove it and "
-                                "everything in it")
-            if not shutil.rmtree.avoids_symlink_attacks:  # pragma: no cover - not on Linux or macOS
-                raise ToolError("this platform cannot remove directory trees safely")
-            shutil.rmtree(name, dir_fd=dirfd)
-            return f"removed directory {display(parts)}/"
-        os.unlink(name, dir_fd=dirfd)
-        return f"removed {display(parts)}"
+    try:
+        kind = _root(ctx).remove(parts, recursive=recursive)
+    except PathError as exc:
+        if str(exc) == f"{display(parts)}: is a directory":
+            raise ToolError(f"{display(parts)}: is a directory; pass recursive=true to remove it and everything in "
+                            "it") from None
+        raise
+    return f"removed directory {display(parts)}/" if kind == "directory" else f"removed {display(parts)}"
 
 
 @toolcrib.tool(annotations=READ_ONLY, rule_subject="pattern")
@@ -330,20 +322,13 @@ def find_text(
 
     def search(file_parts: tuple[str, ...], dirfd: int, name: str) -> bool:
         nonlocal skipped, truncated
-        try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dirfd)
-        except OSError:
+        found = read_at(dirfd, name, settings.max_search_file_bytes)
+        if found is None:
             return True
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                return True
-            if st.st_size > settings.max_search_file_bytes:
-                skipped += 1
-                return True
-            data = os.read(fd, settings.max_search_file_bytes)
-        finally:
-            os.close(fd)
+        data, size = found
+        if size > settings.max_search_file_bytes:
+            skipped += 1
+            return True
         if _is_binary(data):
             return True
         rel = "/".join(file_parts)
@@ -392,41 +377,29 @@ def find_text(
 Overwrite = Annotated[bool, Field(strict=True, description="Replace an existing destination file")]
 
 
-def _source_and_destination(source: str, destination: str, verb: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    src, dst = parts_of(source, allow_root=False), parts_of(destination, allow_root=False)
-    if dst[: len(src)] == src:
-        raise ToolError(f"{display(dst)}: cannot {verb} {display(src)} into itself")
-    return src, dst
-
-
-@toolcrib.tool(annotations=WRITES, rule_subject="source")
+@toolcrib.tool(annotations=WRITES, rule_subject=("source", "destination"))
 def rename(source: Path_, destination: Path_, ctx: Context, overwrite: Overwrite = False) -> str:
     """Rename or move a file or directory within the workspace."""
-    src, dst = _source_and_destination(source, destination, "move")
-    root = _root(ctx)
-    with root.parent(src) as (sfd, sname), root.parent(dst) as (dfd, dname):
-        try:
-            os.stat(sname, dir_fd=sfd, follow_symlinks=False)
-        except OSError:
-            raise PathError(f"{display(src)}: not found", missing=True) from None
-        try:
-            existing = os.stat(dname, dir_fd=dfd, follow_symlinks=False)
-        except FileNotFoundError:
-            existing = None
-        if existing is not None and (not overwrite or stat.S_ISDIR(existing.st_mode)):
-            raise ToolError(f"{display(dst)}: already exists" + ("" if overwrite else "; pass overwrite=true to "
-                                                                 "replace it"))
-        os.rename(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
+    src, dst = parts_of(source, allow_root=False), parts_of(destination, allow_root=False)
+    try:
+        _root(ctx).rename(src, dst, overwrite=overwrite)
+    except PathError as exc:
+        if str(exc) == f"{display(dst)}: already exists" and not overwrite:
+            raise ToolError(f"{display(dst)}: already exists; pass overwrite=true to replace it") from None
+        raise
     return f"renamed {display(src)} to {display(dst)}"
 
 
-@toolcrib.tool(annotations=WRITES, rule_subject="source")
+@toolcrib.tool(annotations=WRITES, rule_subject=("source", "destination"))
 def copy(source: Path_, destination: Path_, ctx: Context, overwrite: Overwrite = False) -> str:
     """Copy a file, or a directory with everything in it, within the workspace. Symbolic links are not copied
     (they are listed as skipped)."""
     settings = _settings(ctx)
-    src, dst = _source_and_destination(source, destination, "copy")
+    src, dst = parts_of(source, allow_root=False), parts_of(destination, allow_root=False)
+    if dst[: len(src)] == src:
+        raise ToolError(f"{display(dst)}: cannot copy {display(src)} into itself")
     root = _root(ctx)
+    root.guard(dst)
     st = root.lstat(src)
     if st is None:
         raise PathError(f"{display(src)}: not found", missing=True)
@@ -451,13 +424,13 @@ def copy(source: Path_, destination: Path_, ctx: Context, overwrite: Overwrite =
                 with root.directory(target, create=True):
                     pass
             elif entry.is_file(follow_symlinks=False):
-                fd = os.open(entry.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
-                try:
-                    data = os.read(fd, settings.max_write_bytes + 1)
-                finally:
-                    os.close(fd)
-                total += len(data)
-                if len(data) > settings.max_write_bytes or total > settings.max_write_bytes * 10:
+                found = read_at(dirfd, entry.name, settings.max_write_bytes)
+                if found is None:  # swapped for something else since it was listed
+                    skipped.append("/".join((*src, *parts)))
+                    continue
+                data, size = found
+                total += size
+                if size > settings.max_write_bytes or total > settings.max_write_bytes * 10:
                     raise ToolError(f"{display(src)}: more data than the copy limit; copied {copied} files so far")
                 root.write_bytes(target, data, overwrite=False)
                 copied += 1

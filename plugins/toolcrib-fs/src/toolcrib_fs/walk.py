@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from toolcrib.workspace import DIR_FLAGS, PathError
+from toolcrib.workspace import PathError, open_dir_at
 
 MAX_DEPTH = 64
 
@@ -55,7 +55,7 @@ def walk(dirfd: int, prefix: tuple[str, ...], budget: Budget, *, hidden: bool,
         yield parts, entry, dirfd
         if entry.is_dir(follow_symlinks=False):
             try:
-                child = os.open(entry.name, DIR_FLAGS, dir_fd=dirfd)
+                child = open_dir_at(dirfd, entry.name)
             except OSError:
                 continue  # swapped for a symlink, or vanished: not followed
             try:

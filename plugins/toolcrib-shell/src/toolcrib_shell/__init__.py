@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import os
 import secrets
 import shlex
 import shutil
-import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,8 +23,8 @@ import anyio.to_thread
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 import toolcrib
-from toolcrib import Context, ToolError
-from toolcrib.workspace import PathError, Root, display, parts_of
+from toolcrib import AvailabilityContext, Context, ToolError, sandbox
+from toolcrib.workspace import Root, parts_of
 
 __all__ = ["Settings", "toolcrib_settings_model", "toolcrib_tools"]
 
@@ -41,11 +44,42 @@ class Settings(BaseModel):
     max_timeout: float = Field(600.0, gt=0)
     max_output_chars: int = Field(30_000, gt=0, description="per stream; head and tail are kept")
     max_processes: int = Field(8, gt=0, description="exec_async processes running at once, per agent")
+    max_async_seconds: float = Field(3600.0, gt=0, description="an exec_async process running longer is killed")
     max_sleep_ms: int = Field(60_000, gt=0)
+    sandbox: bool = Field(True, description="confine programs' writes to the workspace, a private temporary folder "
+                                            "and writable_paths (Linux Landlock)")
+    writable_paths: list[str] = Field(default_factory=list, description="more folders programs may write in")
 
 
-def _settings(ctx: Context) -> Settings:
+def _settings(ctx: Context | AvailabilityContext) -> Settings:
     return ctx.settings if isinstance(ctx.settings, Settings) else Settings()
+
+
+# -- where programs may write -----------------------------------------------------------------------------------
+
+
+@functools.cache
+def _private_tmp() -> str:
+    """This process's temporary folder for programs (their $TMPDIR), removed when the process ends."""
+    path = tempfile.mkdtemp(prefix="toolcrib-shell-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+def _writable(workspace: Path, settings: Settings) -> list[str]:
+    return [str(workspace), _private_tmp(), *(os.path.expanduser(p) for p in settings.writable_paths)]
+
+
+def _problem(workspace: Path, settings: Settings) -> sandbox.Unconfinable | None:
+    return sandbox.problem(_writable(workspace, settings), confine=settings.sandbox)
+
+
+def confinable(ctx: AvailabilityContext) -> bool | str:
+    """Programs run only where they can be kept away from what governs the host (the reason says why not)."""
+    if ctx.workspace is None:
+        return "no workspace"
+    problem = _problem(ctx.workspace, _settings(ctx))
+    return True if problem is None else problem
 
 
 # -- building a command ----------------------------------------------------------------------------------------
@@ -82,17 +116,6 @@ def _argv(command: str | list[str], settings: Settings, env: dict[str, str]) -> 
             raise ToolError(f"program {program!r} was not found on the PATH")
         argv[0] = found
     return argv
-
-
-def _cwd(ctx: Context, cwd: str) -> Path:
-    parts = parts_of(cwd)
-    root = Root(ctx.workspace)
-    with root.directory(parts):  # refuses symlinks in any component, and missing directories
-        pass
-    path = ctx.workspace.joinpath(*parts)
-    if not path.resolve().is_relative_to(ctx.workspace.resolve()):  # a swap after the check above
-        raise PathError(f"{display(parts)}: is not inside the workspace")
-    return path
 
 
 # -- a running process ------------------------------------------------------------------------------------------
@@ -137,14 +160,19 @@ class _Capture:
 class Running:
     """A started process (its own session and process group), with its output read by two threads."""
 
-    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str], limit: int) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str], limit: int, preexec: Callable[[], None]) -> None:
         self.argv = argv
         self.started = time.monotonic()
-        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
+        self.token = secrets.token_hex(8)
+        env = {**env, sandbox.MARKER: self.token}  # to find what it starts, wherever that goes
+        self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+                                     preexec_fn=preexec)
         self.stdout = _Capture(limit)
         self.stderr = _Capture(limit)
         self.killed = False
+        self.expired = False
+        self.deadline: threading.Timer | None = None
         self._readers = [threading.Thread(target=self._read, args=(pipe, cap), daemon=True)
                          for pipe, cap in ((self.proc.stdout, self.stdout), (self.proc.stderr, self.stderr))]
         for reader in self._readers:
@@ -164,10 +192,9 @@ class Running:
         pipe.close()
 
     def kill(self) -> None:
-        """Kill the whole process group (grandchildren too), then reap."""
+        """Kill the whole process group and every descendant (those that left the group too), then reap."""
         self.killed = True
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        sandbox.end_job(self.proc.pid, self.token)
         self.proc.wait()
 
     def settle(self) -> None:
@@ -176,8 +203,7 @@ class Running:
         for reader in self._readers:
             reader.join(max(0.0, deadline - time.monotonic()))
         if any(reader.is_alive() for reader in self._readers):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+            sandbox.end_job(self.proc.pid, self.token)
             for reader in self._readers:
                 reader.join(5)
 
@@ -186,6 +212,8 @@ class Running:
         report: dict[str, Any] = {"running": code is None, "exit_code": code}
         if self.killed:
             report["killed"] = True
+        if self.expired:
+            report["expired"] = "ran longer than max_async_seconds"
         report["stdout"] = self.stdout.text()
         report["stderr"] = self.stderr.text()
         return report
@@ -193,13 +221,28 @@ class Running:
 
 def _start(ctx: Context, command: str | list[str], cwd: str) -> Running:
     settings = _settings(ctx)
+    problem = _problem(ctx.workspace, settings)  # as when the agent's view was built, and now again
+    if problem is not None:
+        raise ToolError(f"not run: {problem}")
     env = _environment(settings)
+    env["TMPDIR"] = env["TMP"] = env["TEMP"] = _private_tmp()
     argv = _argv(command, settings, env)
-    where = _cwd(ctx, cwd)
-    try:
-        return Running(argv, where, env, settings.max_output_chars)
-    except OSError as exc:
-        raise ToolError(f"cannot start {argv[0]!r}: {os.strerror(exc.errno or 0)}") from None
+    sandbox.adopt_orphans()  # a child that leaves its process group stays ours to find and end
+    with Root(ctx.workspace).directory(parts_of(cwd)) as cwd_fd:  # no symlink in any component, ever
+
+        def enter(confine: Callable[[], None] | None) -> None:  # in the child: its folder, then its confinement
+            os.fchdir(cwd_fd)
+            if confine is not None:
+                confine()
+
+        try:
+            if settings.sandbox and sandbox.landlock_abi():  # else _problem found nothing of the host writable
+                with sandbox.confined(_writable(ctx.workspace, settings)) as confine:
+                    return Running(argv, env, settings.max_output_chars, functools.partial(enter, confine))
+            return Running(argv, env, settings.max_output_chars, functools.partial(enter, None))
+        except (OSError, subprocess.SubprocessError) as exc:
+            reason = os.strerror(exc.errno) if isinstance(exc, OSError) and exc.errno else str(exc)
+            raise ToolError(f"cannot start {argv[0]!r}: {reason}") from None
 
 
 # -- tools -----------------------------------------------------------------------------------------------------
@@ -217,7 +260,7 @@ def _command_text(command: str | list[str]) -> str:
     return command if isinstance(command, str) else shlex.join(command)
 
 
-@toolcrib.tool(annotations=RUNS, rule_subject="command", timeout=24 * 3600)
+@toolcrib.tool(annotations=RUNS, rule_subject="command", timeout=24 * 3600, is_available=confinable)
 async def exec(
     command: Command,
     ctx: Context,
@@ -226,7 +269,8 @@ async def exec(
 ) -> dict[str, Any]:
     """Run a program in the workspace and wait for it. Returns its exit code, stdout and stderr (long output is
     cut in the middle). Only programs the operator allowed can run; there is no shell unless the operator
-    turned one on, so pipes and redirections are passed as plain arguments."""
+    turned one on, so pipes and redirections are passed as plain arguments. Programs may write only in the
+    workspace and $TMPDIR; nothing a program starts outlives the call."""
     settings = _settings(ctx)
     limit = min(timeout or settings.default_timeout, settings.max_timeout)
     running = _start(ctx, command, cwd)
@@ -239,6 +283,8 @@ async def exec(
     finally:
         if running.proc.poll() is None:  # the call itself was cancelled: never leave the process behind
             running.kill()
+        else:  # nothing the program started outlives the call, in its group or out of it
+            sandbox.end_job(running.proc.pid, running.token)
     report = running.report()
     del report["running"]
     if scope.cancelled_caught:
@@ -251,7 +297,7 @@ _PROCESSES: dict[tuple[str, str], Running] = {}
 _LOCK = threading.Lock()
 
 
-@toolcrib.tool(annotations=RUNS, rule_subject="command")
+@toolcrib.tool(annotations=RUNS, rule_subject="command", is_available=confinable)
 def exec_async(command: Command, ctx: Context, cwd: Cwd = ".") -> dict[str, Any]:
     """Start a program in the workspace and return at once with a handle; read its state and output with
     shell__exec_status and stop it with shell__exec_stop."""
@@ -264,7 +310,31 @@ def exec_async(command: Command, ctx: Context, cwd: Cwd = ".") -> dict[str, Any]
         running = _start(ctx, command, cwd)
         handle = "p-" + secrets.token_hex(6)
         _PROCESSES[(ctx.agent, handle)] = running
+    _end_at_exit()
+    running.deadline = threading.Timer(settings.max_async_seconds, _expire, (running,))
+    running.deadline.daemon = True
+    running.deadline.start()
     return {"handle": handle, "pid": running.proc.pid}
+
+
+def _expire(running: Running) -> None:
+    """A process past ``max_async_seconds``: killed with what it started, its output kept for exec_status."""
+    if running.proc.poll() is None:
+        running.expired = True
+    running.kill()
+
+
+@functools.cache
+def _end_at_exit() -> None:
+    """When the host's process ends, so do the processes it started and what they started."""
+    atexit.register(_end_all)
+
+
+def _end_all() -> None:
+    with _LOCK:
+        running = list(_PROCESSES.values())
+    for job in running:
+        job.kill()
 
 
 def _get(ctx: Context, handle: str) -> Running:
@@ -297,8 +367,9 @@ def exec_stop(
 ) -> dict[str, Any]:
     """Stop a started program and everything it started (its whole process group); returns its final output."""
     running = _get(ctx, handle)
-    if running.proc.poll() is None:
-        running.kill()
+    if running.deadline is not None:
+        running.deadline.cancel()
+    running.kill()  # also what it started, should the program itself have ended
     running.settle()
     with _LOCK:
         _PROCESSES.pop((ctx.agent, handle), None)

@@ -108,7 +108,7 @@ def _connect(target: _Target, address: str, deadline: float) -> http.client.HTTP
     return conn
 
 
-@toolcrib.tool(annotations={"destructiveHint": True, "openWorldHint": True}, rule_subject="url")
+@toolcrib.tool(annotations={"destructiveHint": True, "openWorldHint": True}, rule_subject=("url", "path"))
 def download_file(
     url: Annotated[str, Field(max_length=8192, description="An http(s) URL")],
     path: Annotated[str, Field(max_length=4096, description="Destination, relative to the workspace root")],
@@ -116,7 +116,8 @@ def download_file(
     overwrite: Annotated[bool, Field(strict=True, description="Replace an existing file at path")] = False,
 ) -> dict[str, Any]:
     """Download a URL into a file of the workspace. Private and loopback addresses are refused, every
-    redirect is checked, and size and time are capped; a failed download leaves no partial file."""
+    redirect is checked (addresses and the agent's URL rules), and size and time are capped; a failed download
+    leaves no partial file."""
     settings = _settings(ctx)
     deadline = time.monotonic() + settings.timeout
     parts = parts_of(path, allow_root=False)
@@ -138,6 +139,7 @@ def download_file(
                 if not location:
                     raise ToolError(f"{current} redirected without a Location")
                 current = urljoin(current, location)
+                ctx.check_rules(url=current)  # the agent's URL rules hold for every hop, not just the first
                 continue
             if response.status != 200:
                 raise ToolError(f"{current} answered HTTP {response.status} {response.reason}")
