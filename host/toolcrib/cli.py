@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Mapping
@@ -17,7 +18,7 @@ from typing import Any, TypeVar
 import click
 
 from toolcrib.config import DEFAULT_FILE
-from toolcrib.errors import ConfigError, ToolcribError
+from toolcrib.errors import ConfigError, ToolcribError, watch_interrupts
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -103,6 +104,7 @@ def _echo_json(value: Any) -> None:
 @click.version_option(package_name="toolcrib")
 def main() -> None:
     """toolcrib: serve tool packs to AI agents, each agent seeing only the tools its config allows."""
+    watch_interrupts()  # the operator's Ctrl-C stops toolcrib; a KeyboardInterrupt a pack raises does not
 
 
 @main.command()
@@ -311,12 +313,13 @@ def _explain(host: Any, agent: str, as_json: bool, tool: str) -> None:
         for key in ("deny", "allow", "ask"):
             for text in rules[key]:
                 click.echo(f"    {key:<5} {text}")
-        if rules["subject"]:
-            click.echo(f"    (specifiers match the argument {rules['subject']!r})")
+        if rules["subjects"]:
+            click.echo(f"    (specifiers match the argument{'s' if len(rules['subjects']) > 1 else ''} "
+                       f"{', '.join(map(repr, rules['subjects']))})")
 
 
 def _rules_json(rules: Any) -> dict[str, Any]:
-    return {"subject": rules.subject, "deny": [p.text for p in rules.deny],
+    return {"subjects": list(rules.subjects), "deny": [p.text for p in rules.deny],
             "allow": [p.text for p in rules.allow], "ask": [p.text for p in rules.ask]}
 
 
@@ -343,7 +346,7 @@ def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: boo
     from toolcrib.config import find_config
     from toolcrib.serve.http import HttpOptions, check_bind, serve_http
     from toolcrib.serve.state import STATE_SECRET_ENV, serving_state, state_secret
-    from toolcrib.serve.stdio import serve_stdio
+    from toolcrib.serve.stdio import claim_stdio, serve_stdio
 
     if http == (agent is not None):
         raise click.UsageError("give --agent NAME (stdio) or --http (every agent), not both or neither")
@@ -358,15 +361,67 @@ def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: boo
         check_bind(options)
     path = find_config(click.get_current_context().ensure_object(State).config)
     watch = None if no_reload or path is None else path
+    # stdio: the wire is claimed before any pack is imported, so that nothing a pack prints reaches it
+    stdin, stdout, restore = claim_stdio() if agent is not None else (None, None, None)
 
     async def run() -> None:
-        async with serving_state(path) as state:
+        async with serving_state(path) as state, anyio.create_task_group() as tg:
             if agent is not None:
-                await serve_stdio(state, agent, watch)
+                tg.start_soon(_stop_on_signal, tg.cancel_scope)
+                assert stdin is not None and stdout is not None
+                await serve_stdio(state, agent, watch, (stdin, stdout))
             else:
                 await serve_http(state, options, watch)
+            tg.cancel_scope.cancel()
 
-    anyio.run(run)
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        anyio.run(run)
+    except BaseException as exc:
+        if _stopped(exc) is None:
+            raise
+        logging.getLogger("toolcrib.serve").warning("stopped on %s", _stopped(exc))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if restore is not None:
+            restore()
+        from toolcrib import sandbox
+
+        sandbox.kill_tree(os.getpid(), group=False)  # nothing the server started outlives it
+
+
+class _Stop(BaseException):
+    """Raised by the signal handler of ``serve``: the operator stops the server (SIGINT or SIGTERM)."""
+
+
+def _stop(signum: int, frame: Any) -> None:
+    # Over HTTP uvicorn answers the signal first (it stops accepting and waits for open requests and streams, at
+    # most [host] shutdown_timeout), then hands it on to this handler, which ends the serving process.
+    raise _Stop(signal.Signals(signum).name)
+
+
+def _stopped(exc: BaseException) -> str | None:
+    """The signal's name when ``exc`` is (or wraps only) a ``_Stop``."""
+    if isinstance(exc, _Stop):
+        return str(exc)
+    if isinstance(exc, BaseExceptionGroup):
+        names = [_stopped(e) for e in exc.exceptions]
+        if names and all(names):
+            return names[0]
+    return None
+
+
+async def _stop_on_signal(scope: Any) -> None:
+    """Stop serving stdio on SIGINT (Ctrl-C) or SIGTERM: the server's scope is cancelled and ``serve`` returns,
+    ending what it started."""
+    import anyio
+
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            logging.getLogger("toolcrib.serve").warning("stopping on %s", signal.Signals(signum).name)
+            scope.cancel()
+            return
 
 
 @main.command()

@@ -101,16 +101,32 @@ def _seal(key: bytes, agent: str, name: str, arguments: Mapping[str, Any], paylo
     return f"{body}.{_mac(key, agent, name, arguments, body)}"
 
 
+class Unverifiable(Exception):
+    """A round-trip state that this server cannot verify: sealed with another key, altered, or another call's."""
+
+
+UNVERIFIABLE = ("The call could not go on: the state it carried from its earlier round could not be verified (it was "
+                "sealed by a server with another key, changed, or given for another call). Replicas behind a "
+                "balancer must all have the same TOOLCRIB_STATE_SECRET. Nothing of the call was run again; make the "
+                "call anew.")
+
+
 def _open(key: bytes, agent: str, name: str, arguments: Mapping[str, Any],
           request_state: str | None) -> dict[str, Any] | None:
-    """The payload of a request state sealed for exactly this call, or None (absent, altered, or another call's)."""
+    """The payload of a request state sealed for exactly this call; None when there is none. ``Unverifiable`` when
+    there is one this server cannot verify: it never counts as no state, which would start the call over."""
     if not request_state:
         return None
     body, _, mac = request_state.rpartition(".")
-    if not hmac.compare_digest(mac, _mac(key, agent, name, arguments, body)):
-        return None
-    payload = json.loads(base64.urlsafe_b64decode(body))
-    return payload if isinstance(payload, dict) else None
+    try:
+        if not (body and hmac.compare_digest(mac.encode("ascii"), _mac(key, agent, name, arguments, body).encode())):
+            raise Unverifiable
+        payload = json.loads(base64.urlsafe_b64decode(body.encode("ascii")))
+    except (UnicodeEncodeError, ValueError, TypeError):
+        raise Unverifiable from None
+    if not isinstance(payload, dict):
+        raise Unverifiable
+    return payload
 
 
 def _mac(key: bytes, agent: str, name: str, arguments: Mapping[str, Any], body: str) -> str:
@@ -141,7 +157,16 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
         view = state.view(agent)
         arguments = arguments if arguments is not None else {}
         modern = ctx.protocol_version in _MODERN
-        earlier = _open(state.secret, agent, name, arguments, request_state) if modern else None
+        try:
+            earlier = _open(state.secret, agent, name, arguments, request_state) if modern else None
+            if modern and earlier is None and responses and set(responses) & {APPROVAL_KEY, SAMPLE_KEY}:
+                raise Unverifiable  # answers to questions this call never asked: nothing to carry them on
+        except Unverifiable:
+            if view.lookup(name) is None:
+                raise MCPError(code=types.INVALID_PARAMS, message=str(UnknownToolError(name))) from None
+            log.warning("agent %r, tool %s: a round-trip state could not be verified (replicas with different "
+                        "TOOLCRIB_STATE_SECRET, or an altered state); the call is ended", agent, name)
+            return {"content": [{"type": "text", "text": UNVERIFIABLE}], "isError": True, "resultType": "complete"}
         journal = None
         if modern:
             events = list(earlier.get("journal", [])) if earlier is not None else []

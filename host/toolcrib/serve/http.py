@@ -14,6 +14,7 @@ import contextlib
 import hmac
 import ipaddress
 import logging
+import math
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -137,11 +138,14 @@ class HttpApp:
                 endpoint.token = wanted[name]
         for name, token in wanted.items():
             if name not in self.endpoints:
+                host = self.state.host.loaded.config.host
                 manager = StreamableHTTPSessionManager(
                     app=build_server(self.state, name),
                     stateless=self.options.stateless,
                     security_settings=self.options.security(),
                     max_request_body_size=MAX_BODY_BYTES,
+                    session_idle_timeout=host.http_session_idle,
+                    max_sessions=host.http_max_sessions,
                 )
                 endpoint = _Endpoint(name, token, manager, StreamableHTTPASGIApp(manager))
                 endpoint.stop = await self._tg.start(self._run_manager, manager)
@@ -228,7 +232,9 @@ async def serve_http(state: ServingState, options: HttpOptions, watch: Path | No
     check_bind(options)
     app = HttpApp(state, options)
     config = uvicorn.Config(app, host=options.host, port=options.port, log_level="warning", lifespan="on",
-                            server_header=False)
+                            server_header=False,
+                            # open streams (SSE, subscriptions/listen) never end by themselves: bound the wait for them
+                            timeout_graceful_shutdown=math.ceil(state.host.loaded.config.host.shutdown_timeout))
     server = uvicorn.Server(config)
 
     async def announce() -> None:

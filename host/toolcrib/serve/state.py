@@ -18,13 +18,15 @@ import anyio
 import anyio.to_thread
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 
-from toolcrib.errors import ConfigError, Problem
+from toolcrib.errors import ConfigError, Problem, contained
 from toolcrib.host import Host
 from toolcrib.view import AgentView
 
 log = logging.getLogger("toolcrib.serve")
 
 MAX_SESSIONS = 1024
+SETTLE_SECONDS = 0.2  # a changed config is reloaded once it has not changed for this long
+SETTLE_CHECKS = 25
 
 
 @asynccontextmanager
@@ -133,8 +135,16 @@ class ServingState:
         except ConfigError as exc:
             log.error("reload rejected, still serving the previous config:\n%s", exc)
             return False
-        except Exception:
-            log.exception("reload failed, still serving the previous config")
+        except BaseException as exc:
+            if not contained(exc):
+                raise
+            log.error("reload failed, still serving the previous config", exc_info=exc)
+            return False
+        if not new.agents and self.host.agents:
+            # An empty (or emptied, half-written) file is no replacement for a config that serves agents.
+            log.error("reload rejected, still serving the previous config: %s defines no agents (is it empty, or being "
+                      "written?)", new.loaded.source)
+            new.close()
             return False
         problems = [p for p in new.problems() if p.severity == "error"]
         for problem in problems:
@@ -170,8 +180,16 @@ class ServingState:
             while True:
                 await anyio.sleep(interval)
                 current = stamp()
-                if current is not None and current != last:
-                    last = current
+                if current is None or current == last:
+                    continue
+                # An editor may write the file in several steps: reload once it has stopped changing.
+                for _ in range(SETTLE_CHECKS):
+                    await anyio.sleep(SETTLE_SECONDS)
+                    settled, current = current, stamp()
+                    if current == settled:
+                        break
+                last = current
+                if current is not None:
                     await self.reload()
 
     async def _on_sighup(self) -> None:

@@ -5,7 +5,8 @@ line that is not JSON-RPC gets a JSON-RPC error (-32700 parse error, -32600 inva
 goes on, a line longer than ``MAX_LINE_BYTES`` is refused without being held in memory, and when the client
 closes stdin the requests already read are still answered before the session ends (so ``cat requests | toolcrib
 serve`` gets every answer). Like the SDK's, it points fd 0 at the null device and fd 1 at stderr while serving,
-so a handler's stray ``print`` (or a child process's output) cannot corrupt the wire.
+so a handler's stray ``print`` (or a child process's output) cannot corrupt the wire; the CLI does so before
+any pack is imported.
 """
 
 from __future__ import annotations
@@ -14,12 +15,15 @@ import json
 import logging
 import os
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import anyio.to_thread
 import mcp_types as types
 from mcp.server import NotificationOptions
@@ -36,16 +40,21 @@ DRAIN_GRACE = 5.0  # seconds beyond the call timeout that answers to requests re
 _OPEN_ENDED = frozenset({"subscriptions/listen"})  # requests answered only when cancelled: never awaited
 
 
-async def serve_stdio(state: ServingState, agent: str, watch: Path | None = None) -> None:
+async def serve_stdio(state: ServingState, agent: str, watch: Path | None = None,
+                      wire: tuple[BinaryIO, BinaryIO] | None = None) -> None:
     """Serve ``agent`` on this process's stdin/stdout until the client closes stdin.
 
-    With ``watch``, the config file is reloaded when it changes (and on SIGHUP).
+    ``wire`` is stdin/stdout as ``claim_stdio`` took them (the CLI claims them before any pack is imported, so
+    nothing a pack prints at import reaches the wire); without it they are claimed here. With ``watch``, the config
+    file is reloaded when it changes (and on SIGHUP).
     """
     state.view(agent)  # an unknown agent fails here, before any protocol
     server = build_server(state, agent)
     options = server.create_initialization_options(NotificationOptions(tools_changed=True))
     drain = state.host.loaded.config.host.call_timeout + DRAIN_GRACE
-    async with stdio_transport(drain=drain) as (read_stream, write_stream), anyio.create_task_group() as tg:
+    stdin, stdout = wire if wire is not None else (None, None)
+    async with stdio_transport(stdin, stdout, drain=drain) as (read_stream, write_stream), \
+            anyio.create_task_group() as tg:
         if watch is not None:
             tg.start_soon(state.watch, watch)
         await server.run(read_stream, write_stream, options)
@@ -63,7 +72,7 @@ async def stdio_transport(
     """
     restore = None
     if stdin is None or stdout is None:
-        stdin, stdout, restore = _claim_std_fds()
+        stdin, stdout, restore = claim_stdio()
     to_server_send, to_server = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     from_server, from_server_receive = anyio.create_memory_object_stream[SessionMessage](16)
     write_lock = anyio.Lock()
@@ -75,15 +84,16 @@ async def stdio_transport(
         async with write_lock:
             await anyio.to_thread.run_sync(_write_all, stdout, data)
 
+    # Lines are read by a daemon thread of its own: one blocked on a stdin that never closes must not keep the
+    # process from exiting when the operator stops it.
+    lines_send, lines = anyio.create_memory_object_stream[bytes | None](1)
+    threading.Thread(target=_read_lines, args=(stdin, lines_send, anyio.lowlevel.current_token()),
+                     name="toolcrib-stdin", daemon=True).start()
+
     async def reader() -> None:
-        async with to_server_send:
-            while True:
-                line = await anyio.to_thread.run_sync(stdin.readline, MAX_LINE_BYTES + 1, abandon_on_cancel=True)
-                if not line:
-                    await finish_answering()
-                    return
-                if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
-                    await anyio.to_thread.run_sync(_skip_line, stdin)
+        async with to_server_send, lines:
+            async for line in lines:
+                if line is None:
                     await write(_error(None, types.INVALID_REQUEST,
                                        f"Request too large: a message may be at most {MAX_LINE_BYTES} bytes"))
                     continue
@@ -96,6 +106,7 @@ async def stdio_transport(
                     continue
                 track_incoming(message)
                 await to_server_send.send(SessionMessage(message))
+            await finish_answering()  # end of input
 
     def track_incoming(message: types.JSONRPCMessage) -> None:
         if isinstance(message, types.JSONRPCRequest) and message.method not in _OPEN_ENDED:
@@ -161,6 +172,24 @@ def _write_all(stream: BinaryIO, data: bytes) -> None:
     stream.flush()
 
 
+def _read_lines(stdin: BinaryIO, send: Any, token: Any) -> None:
+    """Read stdin line by line into ``send`` (None for a line over ``MAX_LINE_BYTES``, which is skipped without
+    being held), until end of input or until the event loop is gone."""
+    try:
+        with send:
+            while True:
+                line = stdin.readline(MAX_LINE_BYTES + 1)
+                if not line:
+                    return
+                if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+                    _skip_line(stdin)
+                    anyio.from_thread.run(send.send, None, token=token)
+                    continue
+                anyio.from_thread.run(send.send, line, token=token)
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, RuntimeError, OSError, ValueError):
+        return  # the server is gone (or stdin closed under us): nothing to read for
+
+
 def _skip_line(stream: BinaryIO) -> None:
     while True:
         chunk = stream.readline(MAX_LINE_BYTES)
@@ -168,8 +197,10 @@ def _skip_line(stream: BinaryIO) -> None:
             return
 
 
-def _claim_std_fds() -> tuple[BinaryIO, BinaryIO, Any]:
-    """Private duplicates of fd 0/1 for the wire; fd 0 -> /dev/null and fd 1 -> stderr while serving."""
+def claim_stdio() -> tuple[BinaryIO, BinaryIO, Any]:
+    """Private duplicates of fd 0/1 for the wire, and a function that puts them back; fd 0 -> /dev/null and fd 1 ->
+    stderr meanwhile, so that whatever anything in the process (or a child it starts, from any thread) writes to
+    stdout goes to stderr, never onto the wire."""
     sys.stdout.flush()
     wire_in = os.dup(0)
     wire_out = os.dup(1)
