@@ -24,7 +24,7 @@ from mcp.shared.exceptions import MCPError
 
 from conftest import make_host
 from packs import FILES, MISC, TALK
-from toolcrib.serve.adapter import build_server
+from toolcrib.serve.adapter import UNVERIFIABLE, build_server
 from toolcrib.serve.state import ServingState
 
 TESTS = Path(__file__).parent
@@ -176,7 +176,7 @@ def test_modern_approval_is_sealed_to_the_call() -> None:
             other = await client.session.call_tool("files__write", {"path": "/etc/passwd", "text": "x"},
                                                    input_responses=responses, request_state=first.request_state)
             assert other.is_error  # type: ignore[union-attr]
-            assert "the user declined" in other.content[0].text  # type: ignore[union-attr]
+            assert other.content[0].text == UNVERIFIABLE  # type: ignore[union-attr]
             same = await client.session.call_tool("files__write", {"path": "a", "text": "x"},
                                                   input_responses=responses, request_state=first.request_state)
             assert same.content[0].text == "wrote 1 characters to a"  # type: ignore[union-attr]
@@ -187,7 +187,8 @@ def test_modern_approval_is_sealed_to_the_call() -> None:
 @pytest.mark.parametrize("shared", [True, False])
 def test_replicas_accept_each_others_rounds_only_with_one_secret(shared: bool) -> None:
     """Behind a balancer, a call's next round may reach another replica: with one $TOOLCRIB_STATE_SECRET it
-    carries on there; with a random key per replica the approval counts for nothing (declined, never granted)."""
+    carries on there; with a random key per replica the call ends with an error that says why (never granted,
+    never started over)."""
     secret = b"0123456789abcdef0123456789abcdef"
 
     async def main() -> Any:
@@ -203,9 +204,8 @@ def test_replicas_accept_each_others_rounds_only_with_one_secret(shared: bool) -
                                                request_state=first.request_state)
 
     result = anyio.run(main)
-    assert result.content[0].text == ("wrote 1 characters to a" if shared else
-                                      "Permission denied: files__write needs approval (ask rule 'files__write'), "
-                                      "and the user declined.")
+    assert result.content[0].text == ("wrote 1 characters to a" if shared else UNVERIFIABLE)
+    assert result.is_error is not shared
 
 
 def test_a_short_state_secret_is_refused_before_serving(config_file: Path) -> None:

@@ -20,7 +20,7 @@ from mcp import Client
 import toolcrib
 from conftest import make_host
 from packs import FILES, MISC, Pack
-from toolcrib.serve.adapter import build_server
+from toolcrib.serve.adapter import UNVERIFIABLE, build_server
 from toolcrib.serve.state import ServingState
 
 CONFIG = """
@@ -307,8 +307,8 @@ def test_an_approval_for_the_run_is_not_one_for_the_sub_agents_calls(mode: str) 
 
 
 def test_a_2026_round_trip_state_cannot_be_forged() -> None:
-    """The state a client carries between rounds is sealed to the call: an altered one is ignored (the run starts
-    over, with nothing recorded), and one from another call too."""
+    """The state a client carries between rounds is sealed to the call: an altered one ends the call with an error
+    that says so (the run is not started over, nothing recorded is believed), and one from another call too."""
     BUMPS.clear()
 
     async def main() -> None:
@@ -329,10 +329,9 @@ def test_a_2026_round_trip_state_cannot_be_forged() -> None:
                 again = await client.session.call_tool("toolcrib__run_agent", other_args, allow_input_required=True,
                                                        input_responses={"toolcrib_sample": turn},
                                                        request_state=state)
-                assert isinstance(again, types.InputRequiredResult)
-                request = again.input_requests["toolcrib_sample"]
-                assert len(request.params.messages) == 1  # type: ignore[union-attr]  # a fresh start
-            assert BUMPS == ["mid"]  # nothing replayed into running again, nothing recorded believed
+                assert isinstance(again, types.CallToolResult) and again.is_error
+                assert again.content == [types.TextContent(text=UNVERIFIABLE)]
+            assert BUMPS == ["mid"]  # nothing run again, nothing recorded believed
 
     anyio.run(main)
 

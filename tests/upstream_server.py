@@ -1,6 +1,9 @@
-"""A small upstream MCP server for the tests, on stdio: `python upstream_server.py`."""
+"""A small upstream MCP server for the tests, on stdio: `python upstream_server.py [--hidden]` (with --hidden it
+also offers tools whose texts hide characters, as a hostile server would)."""
 
 from __future__ import annotations
+
+import sys
 
 import anyio
 import mcp_types as types
@@ -19,6 +22,19 @@ TOOLS = [
     types.Tool(name="fails", description="Always fails.", input_schema={"type": "object"}),
 ]
 
+HIDDEN = [
+    types.Tool(name="styled", title="Styled\u200b \x1b[31mtool\x1b[0m\u202e",
+               description="Plain\U000e0041\U000e0042 text.",
+               input_schema={"type": "object", "title": "Input\u2066", "properties": {"q": {
+                   "type": "string", "description": "A query\u200d.", "examples": ["x\u200by"]}}},
+               output_schema={"type": "object", "description": "Out\ufeffput."},
+               annotations=types.ToolAnnotations(title="Ann\u200btitle", read_only_hint=True)),
+    types.Tool(name="sneaky", description="An enum value that hides a character.",
+               input_schema={"type": "object", "properties": {"mode": {"enum": ["safe", "safe\u200b"]}}}),
+]
+if "--hidden" in sys.argv:
+    TOOLS = TOOLS + HIDDEN
+
 
 async def list_tools(ctx, params):  # type: ignore[no-untyped-def]
     return types.ListToolsResult(tools=TOOLS)
@@ -32,6 +48,8 @@ async def call_tool(ctx, params):  # type: ignore[no-untyped-def]
         if not isinstance(text, str):
             return types.CallToolResult(content=[types.TextContent(text="text must be a string")], is_error=True)
         return types.CallToolResult(content=[types.TextContent(text=text)], structured_content={"echo": text})
+    if params.name == "styled":
+        return types.CallToolResult(content=[types.TextContent(text="styled")])
     if params.name == "fails":
         raise MCPError(code=types.INVALID_PARAMS, message="nope")
     raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")

@@ -105,7 +105,9 @@ def test_environment_is_reduced(host: toolcrib.Host, monkeypatch: pytest.MonkeyP
     assert out is not None
     names = set(out["stdout"].split())
     assert "PATH" in names
-    assert names <= {"PATH", "LANG", "LC_ALL", "TZ", "LC_CTYPE"}  # LC_CTYPE: Python's own locale coercion
+    # LC_CTYPE: Python's own locale coercion; the temporary folder and the job's marker are toolcrib's own
+    assert names <= {"PATH", "LANG", "LC_ALL", "TZ", "LC_CTYPE", "TMPDIR", "TMP", "TEMP", "TOOLCRIB_JOB"}
+    assert "TOOLCRIB_CONFIG" not in names and "AWS_SECRET_ACCESS_KEY" not in names
 
 
 def test_stdin_is_closed(host: toolcrib.Host) -> None:
@@ -194,8 +196,8 @@ def test_shell_mode_needs_sh_allowed(ws: Path) -> None:
         "exit_code": 0, "stdout": "b\n", "stderr": ""}
 
 
-def test_no_orphans_after_a_timeout(host: toolcrib.Host, tmp_path: Path) -> None:
-    marker = tmp_path / "pidfile"
+def test_no_orphans_after_a_timeout(host: toolcrib.Host, ws: Path) -> None:
+    marker = ws / "pidfile"
     call(host, "exec", command=[SH, "-c", f"sleep 60 & echo $! > {marker}; wait"], timeout=0.5)
     pid = int(marker.read_text())
     for _ in range(100):

@@ -71,7 +71,7 @@ def server() -> Iterator[str]:
     httpd.shutdown()
 
 
-def host_for(tmp_path: Path, settings: str) -> toolcrib.Host:
+def host_for(tmp_path: Path, settings: str, tools: str = '{ allow = ["*"] }') -> toolcrib.Host:
     (tmp_path / "ws").mkdir(exist_ok=True)
     config = f"""
 [host]
@@ -81,7 +81,7 @@ workspace = "ws"
 [agents.a]
 [agents.a.permissions]
 plugins = {{ allow = ["web"] }}
-tools = {{ allow = ["*"] }}
+tools = {tools}
 """
     return toolcrib.Host(parse_config(config, "toolcrib.toml", tmp_path), plugins={"web": toolcrib_web},
                          autoload=False, env={})
@@ -136,6 +136,25 @@ def test_every_redirect_hop_is_checked(allowed: toolcrib.Host, server: str, tmp_
                            "(an operator can allow them in [packs.web])")
     assert call(allowed, url=f"http://{server}/loop", path="x").text == "more than 5 redirects"
     assert not (tmp_path / "ws" / "x").exists()
+
+
+@pytest.mark.parametrize(("tools", "why"), [
+    ('{ deny = ["web__download_file(*/file.txt)"] }', "rule 'web__download_file(*/file.txt)'"),
+    ('{ allow = ["web__download_file(http://SERVER/redirect)", "web__download_file(downloads/*)"] }',
+     "no allow rule matches it"),
+])
+def test_url_rules_hold_for_every_redirect_hop(tmp_path: Path, server: str, tools: str, why: str) -> None:
+    """An agent allowed one URL (or denied one) cannot reach another through a redirect: each hop meets the URL
+    rules as if the agent had asked for it."""
+    host = host_for(tmp_path, f'allowed_private_hosts = ["{server}"]', tools.replace("SERVER", server))
+    result = call(host, url=f"http://{server}/redirect", path="downloads/x")
+    assert result.text == (f"Permission denied: web__download_file went on to url='http://{server}/file.txt', which "
+                           f"the agent's permissions deny ({why}).")
+    assert not (tmp_path / "ws" / "downloads" / "x").exists()
+    if "allow" in tools:  # the destination is a rule subject too: a path no allow rule names is refused
+        denied = call(host, url=f"http://{server}/redirect", path="elsewhere/x")
+        assert denied.text == ("Permission denied: web__download_file with path='elsewhere/x' is denied by the "
+                               "agent's permissions (no allow rule matches its argument).")
 
 
 def test_caps_leave_no_partial_file(allowed: toolcrib.Host, server: str, tmp_path: Path) -> None:
