@@ -894,3 +894,19 @@ def test_sigterm_with_an_open_stream_stops_the_server(http_server: tuple[Any, st
     assert opened.wait(30)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 0  # bounded by shutdown_timeout (1 s), not by the stream
+
+
+def test_check_warns_when_an_upstream_server_is_given_what_governs_the_host(tmp_path: Path) -> None:
+    config = tmp_path / "toolcrib.toml"
+    config.write_text(textwrap.dedent(f"""
+        [mcps.files]
+        command = "npx"
+        args = ["-y", "@modelcontextprotocol/server-filesystem", {json.dumps(str(tmp_path))}]
+        lazy = true
+        [agents.a]
+    """))
+    warnings = [str(p) for p in host_at(config).problems() if "mcps.files.args" in p.where]
+    assert warnings == [f"warning: {config}: mcps.files.args: upstream server 'files' is given the folder {tmp_path}, "
+                        f"which holds what governs the host: {tmp_path}/toolcrib.lock (the lock file toolcrib.lock), "
+                        f"{config} (the config file toolcrib.toml); toolcrib cannot keep another program from "
+                        "changing it"]

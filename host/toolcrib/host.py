@@ -206,11 +206,12 @@ class Host:
                 folder = self.loaded.resolve(arg) if config.command is not None else None
                 if folder is None or not folder.is_dir():
                     continue
-                for path, what in workspace.protected_within(folder):
-                    if Path(path) in self.governing:
-                        found.append(Problem("warning", f"{self.loaded.source}: mcps.{name}.args", (
-                            f"upstream server {name!r} is given the folder {folder}, and {path} ({what}) is "
-                            "there: toolcrib cannot keep another program from changing it")))
+                reached = [f"{path} ({what})" for path, what in workspace.protected_within(folder)
+                           if Path(path) in self.governing]
+                if reached:
+                    found.append(Problem("warning", f"{self.loaded.source}: mcps.{name}.args", (
+                        f"upstream server {name!r} is given the folder {folder}, which holds what governs the host: "
+                        f"{', '.join(reached)}; toolcrib cannot keep another program from changing it")))
         return found
 
     def _rule_warnings(self, agent: str, rules: AgentRules) -> list[Problem]:
