@@ -91,8 +91,8 @@ def toolcrib_host(n: int, extra: list[Any] | None = None) -> toolcrib.Host:
 
 
 def toolcrib_server(n: int) -> Any:
-    from toolcrib.serve.adapter import build_server
-    from toolcrib.serve.state import ServingState
+    from toolcrib.mcp.adapter import build_server
+    from toolcrib.mcp.state import ServingState
 
     return build_server(ServingState(toolcrib_host(n)), AGENT)
 

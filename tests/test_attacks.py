@@ -28,8 +28,8 @@ from conftest import cli, make_host
 from packs import FILES, Pack
 from toolcrib import sandbox, workspace
 from toolcrib.host import Host
-from toolcrib.serve.adapter import UNVERIFIABLE, build_server
-from toolcrib.serve.state import ServingState
+from toolcrib.mcp.adapter import UNVERIFIABLE, build_server
+from toolcrib.mcp.state import ServingState
 
 TESTS = Path(__file__).parent
 
@@ -412,7 +412,7 @@ def test_a_pack_printing_at_import_cannot_corrupt_the_stdio_wire(tmp_path: Path)
 
 @pytest.mark.slow
 def test_upstream_texts_reach_agents_without_hidden_characters() -> None:
-    from toolcrib.upstream import upstream_pool
+    from toolcrib.mcp.upstream import upstream_pool
 
     config = f"""
         [mcps.up]

@@ -24,8 +24,8 @@ from mcp.shared.exceptions import MCPError
 
 from conftest import make_host
 from packs import FILES, MISC, TALK
-from toolcrib.serve.adapter import UNVERIFIABLE, build_server
-from toolcrib.serve.state import ServingState
+from toolcrib.mcp.adapter import UNVERIFIABLE, build_server
+from toolcrib.mcp.state import ServingState
 
 TESTS = Path(__file__).parent
 PACKS_ENV = "files=packs:FILES,misc=packs:MISC,talk=packs:TALK"

@@ -77,7 +77,7 @@ def test_the_tool_lists_exactly_the_skills_the_agent_may_load(tmp_path: Path, fo
         "- refunds: How to handle a refund request.")
     assert "toolcrib__load_skill" not in host.view("none").names  # no skills rule: no skills
     assert host.explain("none", "toolcrib__load_skill").reason == (
-        "none of its skills is permitted by agents.none.permissions.skills")
+        "not available: none of its skills is permitted by agents.none.permissions.skills")
 
 
 def test_loading_and_hidden_equals_unknown(tmp_path: Path, folders: dict[str, Path]) -> None:
@@ -117,6 +117,6 @@ def test_no_skills_no_tool(tmp_path: Path) -> None:
 def test_the_toolcrib_namespace_is_reserved_for_the_host() -> None:
     host = make_host(config('{ allow = ["*"] }').replace('[skills.pdf]\npath = "skills/pdf"\n', ""),
                      {"toolcrib": Pack()})
-    record = host.catalog.record("toolcrib")
-    assert record is not None and record.error == (
+    record = next(r for r in host.records if r.name == "toolcrib" and r.kind == "pack")
+    assert record.error == (
         "invalid namespace 'toolcrib': 'toolcrib' is reserved for the host's own tools")

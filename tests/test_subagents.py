@@ -20,8 +20,8 @@ from mcp import Client
 import toolcrib
 from conftest import make_host
 from packs import FILES, MISC, Pack
-from toolcrib.serve.adapter import UNVERIFIABLE, build_server
-from toolcrib.serve.state import ServingState
+from toolcrib.mcp.adapter import UNVERIFIABLE, build_server
+from toolcrib.mcp.state import ServingState
 
 CONFIG = """
 [agents.lead]
@@ -114,8 +114,8 @@ def test_who_sees_whom() -> None:
                                            "parts of it out.")
     explained = h.explain("narcissus", "toolcrib__run_agent")
     assert explained is not None and not explained.visible
-    assert explained.checks[0].detail == ("none of its subagents is permitted by "
-                                          "agents.narcissus.permissions.subagents")
+    assert explained.reason == "not available: none of its subagents is permitted by " \
+                               "agents.narcissus.permissions.subagents"
 
 
 def test_a_sub_agent_runs_on_the_callers_model_with_its_own_tools() -> None:
@@ -433,7 +433,7 @@ def long_text() -> str:
 
 
 def test_a_2026_run_whose_state_outgrows_a_round_trip_stops_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
-    from toolcrib.serve import adapter
+    from toolcrib.mcp import adapter
 
     monkeypatch.setattr(adapter, "MAX_STATE_CHARS", 2000)  # the real cap is 2 MiB; the behaviour is the same
     script = [[types.ToolUseContent(id="m1", name="count__long_text", input={})], [types.TextContent(text="never")]]

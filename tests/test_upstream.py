@@ -17,7 +17,7 @@ import toolcrib
 from conftest import config_from
 from toolcrib.cli import main
 from toolcrib.host import Host
-from toolcrib.upstream import upstream_pool
+from toolcrib.mcp.upstream import upstream_pool
 
 SERVER = str(Path(__file__).parent / "upstream_server.py")
 

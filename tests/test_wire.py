@@ -19,8 +19,8 @@ from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOC
 import toolcrib
 from conftest import make_host
 from packs import Pack
-from toolcrib.serve.adapter import build_server
-from toolcrib.serve.state import ServingState
+from toolcrib.mcp.adapter import build_server
+from toolcrib.mcp.state import ServingState
 
 
 @toolcrib.tool(annotations={"readOnlyHint": True})

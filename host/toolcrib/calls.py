@@ -29,7 +29,7 @@ from pydantic import ValidationError
 
 from toolcrib.content import ToolResult, normalize, result_problem
 from toolcrib.context import ClientChannel, Context
-from toolcrib.errors import ToolDeclarationError, ToolError, UnknownToolError, contained
+from toolcrib.errors import Suspend, ToolDeclarationError, ToolError, UnknownToolError, contained
 from toolcrib.plugins import PluginManager, call_impl, hook_impls
 from toolcrib.policy import Allow, Deny
 
@@ -42,30 +42,6 @@ log = logging.getLogger("toolcrib.calls")
 MAX_DEPTH = 32
 MAX_INT_BITS = 64
 _BIG = 1 << (MAX_INT_BITS - 1)
-
-class InputPending(Exception):
-    """The client must answer something before the call can go on (MCP 2026-07-28's input-required round trip).
-
-    The pipeline lets it through, from an approver or from a handler; the front end answers "input required",
-    and the client makes the call again with its answer.
-    """
-
-
-class ApprovalPending(InputPending):
-    """Raised by an approver that must ask the user whether the call may run."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class SamplePending(InputPending):
-    """Raised by a channel that must ask the client's model for one turn (``request``: sampling params)."""
-
-    def __init__(self, request: Mapping[str, Any]) -> None:
-        super().__init__("the client's model must answer first")
-        self.request = request
-
 
 Approver = Callable[[str, str, Mapping[str, Any], str], Awaitable["bool | Deny | None"]]
 """What a front end offers for ``ask`` approvals: ``(agent, tool, arguments, message) -> True/False``, or None
@@ -307,7 +283,7 @@ class Pipeline:
             message = f"Agent {view.agent!r} wants to call {vt.name} (ask rule {rule!r}). Allow this call?"
             try:
                 answer = await approver(view.agent, vt.name, frozen, message)
-            except ApprovalPending:
+            except Suspend:
                 raise
             except Exception:
                 log.exception("asking the client for approval failed")
@@ -389,7 +365,7 @@ class Pipeline:
                     return ToolResult.error(f"Tool {vt.name} timed out after {_seconds(timeout)} and was stopped.")
         except ToolError as exc:
             return ToolResult.error(str(exc) or f"Tool {vt.name} failed.")
-        except InputPending:
+        except Suspend:
             raise  # not a failure: the front end asks the client, and the call is made again
         except BaseException as exc:  # whatever a handler raises, the host goes on; only a real cancel stops it
             if not contained(exc):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,8 +29,9 @@ log = logging.getLogger("toolcrib.catalog")
 class Entry:
     """One tool in the catalog.
 
-    ``dimension``/``source`` say which permission dimension governs its source (``plugins``/``orders``
-    for a pack). ``read_only`` and ``destructive`` are the annotations as the host trusts them: an
+    ``dimension``/``source`` say which permission dimension governs its source (``plugins``/``orders`` for a pack,
+    ``mcps``/``time`` for an upstream server; the host's own tools, ``kind == "builtin"``, are offered by what
+    they serve instead). ``read_only`` and ``destructive`` are the annotations as the host trusts them: an
     untrusted upstream server's tool is never read-only and always destructive.
     """
 
@@ -44,8 +45,6 @@ class Entry:
     trusted: bool = True
     distribution: str | None = None
     version: str | None = None
-    sources: tuple[str, ...] = ()  # a tool serving several sources (load_skill): visible if one is permitted
-    describe_for: Callable[[Any], str] | None = None  # a description written for each agent's rules
 
     @property
     def read_only(self) -> bool:
@@ -99,7 +98,8 @@ def build_catalog(
     settings_impls = impls_by_plugin(pm, "toolcrib_settings_model")
     tools_impls = impls_by_plugin(pm, "toolcrib_tools")
     for record in records:
-        if record.state != "loaded" or record.kind not in ("pack",):
+        own = record.kind == "builtin" and record.name == RESERVED_NAMESPACE  # the host's own pack
+        if record.state != "loaded" or not (record.kind == "pack" or own):
             continue
         if record.name in mcp_namespaces:
             clashing.add(record.name)
@@ -132,8 +132,8 @@ def build_catalog(
     for entry in extra_entries:
         if entry.namespace in clashing and entry.kind != "builtin":
             continue
-        if entry.namespace == RESERVED_NAMESPACE and entry.kind != "builtin":
-            continue  # only the host's own tools are named toolcrib__*
+        if entry.namespace == RESERVED_NAMESPACE:
+            continue  # only the host's own pack names tools toolcrib__*
         if entry.name in staged:
             other = staged.pop(entry.name)
             catalog.problems.append(Problem("error", f"tool {entry.name!r}", f"offered by both {other.kind} "
@@ -228,7 +228,7 @@ def _collect(impls: list[HookImpl], record: PluginRecord, settings: Any, catalog
         entries.append(Entry(
             name=full_name(record.name, spec.name),
             namespace=record.name,
-            kind="pack",
+            kind="builtin" if record.kind == "builtin" else "pack",
             dimension="plugins",
             source=record.name,
             tool=spec,

@@ -89,7 +89,7 @@ def _own_error(exc: BaseException) -> ToolcribError | None:
 @contextmanager
 def _session() -> Iterator[tuple[Any, Any]]:
     """The host (and, when upstream MCP servers are connected, the portal their connections live on)."""
-    from toolcrib.host import open_host
+    from toolcrib.mcp.upstream import open_host
 
     with open_host(click.get_current_context().ensure_object(State).config) as (host, portal):
         yield host, portal
@@ -344,9 +344,9 @@ def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: boo
     import anyio
 
     from toolcrib.config import find_config
-    from toolcrib.serve.http import HttpOptions, check_bind, serve_http
-    from toolcrib.serve.state import STATE_SECRET_ENV, serving_state, state_secret
-    from toolcrib.serve.stdio import claim_stdio, serve_stdio
+    from toolcrib.mcp.http import HttpOptions, check_bind, serve_http
+    from toolcrib.mcp.state import STATE_SECRET_ENV, serving_state, state_secret
+    from toolcrib.mcp.stdio import claim_stdio, serve_stdio
 
     if http == (agent is not None):
         raise click.UsageError("give --agent NAME (stdio) or --http (every agent), not both or neither")

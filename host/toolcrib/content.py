@@ -14,10 +14,11 @@ import mimetypes
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, NotRequired
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from pydantic_core import to_json, to_jsonable_python
+from typing_extensions import TypedDict
 
 _CONTENT_TYPES = frozenset({"text", "image", "audio", "resource_link", "resource"})
 
@@ -168,16 +169,69 @@ def result_problem(result: ToolResult) -> str | None:
 
 
 _TYPE_LIST = "text, image, audio, resource_link, resource"
-_MODEL_OF = {"text": "TextContent", "image": "ImageContent", "audio": "AudioContent", "resource_link": "ResourceLink",
-             "resource": "EmbeddedResource"}
+_MODEL_OF = {"text": "_TextBlock", "image": "_ImageBlock", "audio": "_AudioBlock", "resource_link": "_LinkBlock",
+             "resource": "_ResourceBlock"}
+
+
+# MCP's content blocks as JSON shapes (the specification's, with camelCase keys), to check what user code built.
+class _Annotations(TypedDict, total=False):
+    audience: list[Literal["user", "assistant"]]
+    priority: Annotated[float, Field(ge=0, le=1)]
+    lastModified: str
+
+
+class _TextBlock(TypedDict):
+    type: Literal["text"]
+    text: str
+    annotations: NotRequired[_Annotations]
+
+
+class _ImageBlock(TypedDict):
+    type: Literal["image"]
+    data: str
+    mimeType: str
+    annotations: NotRequired[_Annotations]
+
+
+class _AudioBlock(_ImageBlock):
+    pass
+
+
+class _LinkBlock(TypedDict):
+    type: Literal["resource_link"]
+    uri: str
+    name: str
+    title: NotRequired[str]
+    description: NotRequired[str]
+    mimeType: NotRequired[str]
+    size: NotRequired[int]
+    annotations: NotRequired[_Annotations]
+
+
+class TextResourceContents(TypedDict):
+    uri: str
+    text: str
+    mimeType: NotRequired[str]
+
+
+class BlobResourceContents(TypedDict):
+    uri: str
+    blob: str
+    mimeType: NotRequired[str]
+
+
+class _ResourceBlock(TypedDict):
+    type: Literal["resource"]
+    resource: TextResourceContents | BlobResourceContents
+    annotations: NotRequired[_Annotations]
 
 
 @functools.cache
 def _content_adapter() -> Any:
-    from mcp_types import ContentBlock
     from pydantic import TypeAdapter
 
-    return TypeAdapter(list[ContentBlock])
+    block = _TextBlock | _ImageBlock | _AudioBlock | _LinkBlock | _ResourceBlock
+    return TypeAdapter(list[block])
 
 
 def _block(item: Any) -> dict[str, Any] | None:

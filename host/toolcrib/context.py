@@ -7,18 +7,22 @@ import threading
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio.from_thread
 
 from toolcrib.errors import ToolError
+
+if TYPE_CHECKING:
+    from toolcrib.scope import Delegate, Server
+    from toolcrib.view import AgentView
 
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
 @dataclass(frozen=True, slots=True)
 class AvailabilityContext:
-    """Given to a tool's ``is_available`` when an agent's view is built (never per call).
+    """Given to a tool's ``is_available`` (and ``describe``) when an agent's view is built (never per call).
 
     ``capabilities`` holds the names that are true for the agent's model under ``[models.<id>]``,
     so a vision tool checks ``"vision" in ctx.capabilities``.
@@ -30,6 +34,12 @@ class AvailabilityContext:
     settings: Any
     mode: str = "default"
     workspace: Path | None = None  # the root of the agent's file tools
+    _permits: Callable[[str, str], bool] | None = field(default=None, repr=False)
+
+    def permits(self, dimension: str, name: str) -> bool:
+        """Whether the agent's rules give it ``name`` of ``dimension`` (``"skills"``, ``"subagents"``, ``"mcps"``,
+        ``"plugins"``): the host's one decision, as ``Context.permits`` asks it during a call."""
+        return self._permits is not None and self._permits(dimension, name)
 
 
 class ClientChannel(Protocol):
@@ -37,7 +47,8 @@ class ClientChannel(Protocol):
 
     A channel may also have ``async def sample(self, request: dict) -> dict``: one turn of the client's model,
     taking MCP's ``sampling/createMessage`` params and answering its result, both as wire dicts (camelCase).
-    Sub-agents run on it; ``Context.sample`` reaches it.
+    Sub-agents run on it; ``Context.sample`` reaches it. And ``async def remember(kind, compute)``, for a front end
+    that makes one call several times (``Context.remember``).
     """
 
     async def progress(self, progress: float, total: float | None, message: str | None) -> None: ...
@@ -76,7 +87,7 @@ class Context:
     logger: logging.Logger
     _channel: ClientChannel | None = field(default=None, repr=False)
     _loop_thread: int = field(default_factory=threading.get_ident, repr=False)
-    _view: Any = field(default=None, repr=False)  # the calling agent's view (the host's meta tools use it)
+    _view: AgentView | None = field(default=None, repr=False)  # the calling agent's view
     _approver: Any = field(default=None, repr=False)
     _cancelled: bool = field(default=False, repr=False)  # set from the event loop, read by the handler's thread
     _rules: Any = field(default=None, repr=False)  # the call's argument rules (permissions.CallRules), if any
@@ -146,6 +157,39 @@ class Context:
             request["tools"] = tools
         reply: dict[str, Any] = await sample(request)
         return reply
+
+    # -- what the call may reach on behalf of its agent: each asks the host's one decision ------------------------
+
+    def permits(self, dimension: str, name: str) -> bool:
+        """Whether this call's agent may have ``name`` of ``dimension``: ``"skills"`` (a skill), ``"subagents"``
+        (another agent to hand a task to; never itself, nor one of the chain of runs that led here), ``"mcps"``
+        (an upstream server), ``"plugins"`` (a pack)."""
+        from toolcrib.scope import permits
+
+        return permits(self, dimension, name)
+
+    def subagent(self, name: str) -> Delegate | None:
+        """Another agent this call's agent may hand a task to now, or None (not permitted, itself, back along the
+        chain, or no such agent: alike). See ``toolcrib.scope.Delegate``; sub-agent runs use it."""
+        from toolcrib.scope import subagent
+
+        return subagent(self, name)
+
+    def server(self, name: str) -> Server | None:
+        """A lazy upstream server this call's agent may load, or None (not permitted, not lazy, or no such server:
+        alike). See ``toolcrib.scope.Server``."""
+        from toolcrib.scope import server
+
+        return server(self, name)
+
+    async def remember(self, kind: str, compute: Callable[[], Awaitable[Any]]) -> Any:
+        """``await compute()`` once per call, whatever the front end does: one that makes a call several times to
+        finish it (MCP 2026-07-28's round trips) gets the value an earlier round recorded instead of doing the work
+        again. ``kind`` names what it is (a tool result, ...); the value must be JSON. Async handlers only."""
+        remember = getattr(self._channel, "remember", None)
+        if remember is None:
+            return await compute()
+        return await remember(kind, compute)
 
     def debug(self, message: str) -> Awaitable[None]:
         return self.log("debug", message)

@@ -41,6 +41,12 @@ class UnknownToolError(ToolcribError, LookupError):
         self.name = name
 
 
+class Suspend(BaseException):
+    """Raised by a front end's approver or channel when a call cannot go on until the client answers something (MCP
+    2026-07-28's input-required round trip): the pipeline lets it through untouched, and the front end makes the
+    call again with the answer. A ``BaseException``, so that a handler's ``except Exception`` cannot swallow it."""
+
+
 class ToolError(Exception):
     """Raise in a tool handler for an expected failure: the caller gets an ``isError`` result with this text.
 
@@ -103,6 +109,8 @@ def contained(exc: BaseException) -> bool:
     ``BaseException`` included) except the operator's own Ctrl-C and a real cancellation of the running task,
     which must stop what they stop.
     """
+    if isinstance(exc, Suspend):
+        return False
     if isinstance(exc, KeyboardInterrupt):
         return not _interrupted
     if isinstance(exc, asyncio.CancelledError):

@@ -8,29 +8,34 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from toolcrib import default_plugins, workspace
 from toolcrib.calls import Pipeline
 from toolcrib.catalog import Catalog, Entry, build_catalog
-from toolcrib.config import LoadedConfig, load_config
+from toolcrib.config import AgentConfig, LoadedConfig, load_config
 from toolcrib.content import ToolResult
+from toolcrib.default_plugins.builtins import Builtins
 from toolcrib.errors import Problem, ToolDeclarationError, UnknownAgentError
-from toolcrib.names import HIDDEN_CHARACTERS, clean_schema
+from toolcrib.names import HIDDEN_CHARACTERS, RESERVED_NAMESPACE, clean_schema
 from toolcrib.permissions import AgentRules, Decision, check_availability, compile_rules, decide, permitted
-from toolcrib.plugins import PluginRecord, autoload_enabled, get_plugin_manager, load_plugins, named_plugins
-from toolcrib.skills import SkillSet
+from toolcrib.plugins import (
+    PluginRecord,
+    autoload_enabled,
+    get_plugin_manager,
+    load_plugins,
+    named_plugins,
+    register_builtin,
+)
+from toolcrib.scope import LazyServers
 from toolcrib.skills import discover as discover_skills
-from toolcrib.subagents import SubAgents
 from toolcrib.view import AgentView, build_view
 
 
@@ -50,7 +55,7 @@ class Host:
         env: Mapping[str, str] | None = None,
         extra_entries: Iterable[Entry] = (),
         extra_records: Iterable[PluginRecord] = (),
-        upstreams: Any = None,
+        upstreams: LazyServers | None = None,
     ) -> None:
         env = os.environ if env is None else env
         self.loaded = loaded
@@ -63,30 +68,25 @@ class Host:
             plugins=plugins,
             builtins=default_plugins.create(loaded),
         ) + list(extra_records)
+        skills, problems = discover_skills(loaded, self.pm, self.records)
+        self.skills = skills
+        self.servers = upstreams
+        packs = {r.name for r in self.records if r.kind == "pack"}
+        self.lazy_servers: tuple[str, ...] = () if upstreams is None else tuple(sorted(
+            ns for ns, c in loaded.config.mcps.items() if c.enabled and c.lazy and ns not in packs))
+        # The host's own pack comes last: what it serves (skills from packs included) is known by now.
+        own = register_builtin(self.pm, RESERVED_NAMESPACE, Builtins(skills, loaded.config.agents, self.lazy_servers))
+        self.records.insert(sum(1 for r in self.records if r.kind == "builtin"), own)  # shown with the built-ins
         from toolcrib import __version__
 
         for record in self.records:
             if record.kind == "builtin":
                 record.version = __version__
-        self.skills = SkillSet({})
-        skills, problems = discover_skills(loaded, self.pm, self.records)
-        if skills:
-            self.skills = SkillSet(skills)
-            extra_entries = [*extra_entries, self.skills.entry()]
-        self.subagents = SubAgents(loaded.config.agents)
-        if any(a.permissions and a.permissions.subagents for a in loaded.config.agents.values()):
-            extra_entries = [*extra_entries, self.subagents.entry()]
-        if upstreams is not None:  # lazy upstream servers are reached through the host's dynamic tools
-            from toolcrib.upstream import dynamic_entries
-
-            extra_entries = [*extra_entries, *dynamic_entries(upstreams, loaded)]
         self.governing = self._governing(skills)
         workspace.protect(self.governing)  # before any tool can run
         self.catalog: Catalog = build_catalog(self.pm, self.records, loaded, extra_entries)
         self.catalog.problems.extend(problems)
         self.rules: dict[str, AgentRules] = compile_rules(loaded)
-        self.skills.permits = self._may_load_skill
-        self.subagents.view_of = self.view
         self.pipeline = Pipeline(self.pm, loaded, self.catalog.settings)
         self._views: dict[str, AgentView] = {}
         self._lock = threading.Lock()
@@ -112,9 +112,9 @@ class Host:
             found.setdefault(Path(prefix), "the Python environment the host runs from")
         return found
 
-    def _may_load_skill(self, agent: str, skill: str) -> bool:
-        rules = self.rules.get(agent)
-        return rules is not None and rules.has_permissions and rules.source_permits("skills", skill)[0]
+    @property
+    def agent_configs(self) -> Mapping[str, AgentConfig]:
+        return self.loaded.config.agents
 
     # -- agents and views -----------------------------------------------------------------------------------
 
@@ -136,7 +136,7 @@ class Host:
             with self._lock:
                 view = self._views.get(agent)
                 if view is None:
-                    view = build_view(rules, self.catalog.entries, self.pipeline)
+                    view = build_view(rules, self.catalog.entries, self.pipeline, self)
                     self._views[agent] = view
         return view
 
@@ -220,7 +220,7 @@ class Host:
             "plugins": {r.name for r in self.records if r.kind == "pack"},
             "mcps": set(self.loaded.config.mcps),
             "tools": set(self.catalog.entries),
-            "skills": set(self.skills.skills) | set(self.loaded.config.skills),
+            "skills": set(self.skills) | set(self.loaded.config.skills),
             "subagents": set(self.loaded.config.agents) - {agent},  # an agent is never offered itself
         }
         found = []
@@ -256,34 +256,6 @@ class Host:
             close = getattr(record.plugin, "close", None)
             if record.kind == "builtin" and callable(close):
                 close()
-
-
-@contextlib.contextmanager
-def open_host(
-    path: str | os.PathLike[str] | None = None, **kwargs: Any
-) -> Iterator[tuple[Host, BlockingPortal | None]]:
-    """A ``Host`` for code that is not async, with its upstream MCP servers connected while the block runs.
-
-    Yields the host and, when servers are connected, the portal their connections live on: calls must go through
-    it (``portal.call(host.call, agent, tool, arguments)``).
-    """
-    loaded = load_config(path, kwargs.get("env"))
-    if not any(c.enabled for c in loaded.config.mcps.values()):
-        host = Host(loaded, **kwargs)
-        try:
-            yield host, None
-        finally:
-            host.close()
-        return
-    from toolcrib.upstream import upstream_pool
-
-    with start_blocking_portal() as portal, portal.wrap_async_context_manager(upstream_pool()) as pool:
-        records, entries = portal.call(pool.sync, loaded)
-        host = Host(loaded, extra_entries=entries, extra_records=records, upstreams=pool, **kwargs)
-        try:
-            yield host, portal
-        finally:
-            host.close()
 
 
 _NOUN = {"plugins": "pack", "mcps": "upstream server", "tools": "tool", "skills": "skill", "subagents": "agent"}

@@ -1,5 +1,6 @@
-"""Permission rules -> decisions with reasons. ``decide`` is the one function that says whether an agent sees
-a tool; listing, calling, schema export, ``explain`` and every meta tool go through it.
+"""Permission rules -> decisions with reasons. ``decide`` is the one function that says whether an agent may see
+anything: a tool, a skill, another agent, an upstream server. Listing, calling, schema export, ``explain``, the
+host's own tools and every ``Context`` capability go through it.
 
 Rules are compiled once per config. A tool is visible only when its source is permitted (``plugins`` for
 packs, ``mcps`` for upstream servers, ...), its full name is permitted by ``tools``, the agent's mode lets
@@ -40,28 +41,48 @@ class Check:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """Whether ``agent`` sees ``tool``, with every check that was made, in order."""
+    """Whether ``agent`` sees the ``kind`` named ``name`` (a tool, a skill, an agent, a server), with every check
+    that was made, in order."""
 
     agent: str
-    tool: str
+    name: str
     visible: bool
     checks: tuple[Check, ...]
+    kind: str = "tool"
+
+    @property
+    def tool(self) -> str:
+        return self.name
 
     @property
     def reason(self) -> str:
-        """The check that hid the tool (or, for a visible tool, the rule that let it through)."""
+        """The check that hid it; for a visible one, the rule that let it through (the ``tools`` rule for a tool,
+        the dimension's rule for anything else)."""
         for check in self.checks:
             if not check.passed:
                 return check.detail
-        return self.checks[1].detail if len(self.checks) > 1 else (self.checks[0].detail if self.checks else "")
+        deciding = next((c for c in self.checks if c.name in ("tools", "rule")), None)
+        return deciding.detail if deciding is not None else (self.checks[0].detail if self.checks else "")
 
     def to_json(self) -> dict[str, Any]:
         return {
             "agent": self.agent,
-            "tool": self.tool,
+            self.kind: self.name,
             "visible": self.visible,
             "checks": [{"check": c.name, "passed": c.passed, "detail": c.detail} for c in self.checks],
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Named:
+    """Something other than a tool an agent may be given, by the dimension that governs it and its name: a skill
+    (``skills``), another agent to run (``subagents``), an upstream server to load (``mcps``)."""
+
+    dimension: str
+    name: str
+
+
+KINDS = {"skills": "skill", "subagents": "agent", "mcps": "server", "plugins": "pack"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,14 +230,12 @@ class AgentRules:
         return CallRules(subjects=entry.tool.rule_subjects, allow=allow, deny=deny, ask=ask)
 
     def source_permits(self, dimension: str, source: str) -> tuple[bool, Pattern | None]:
-        """``permits`` of the source's dimension, remembered per source (there are few sources, many tools)."""
+        """``permits`` of a dimension's rule for one name, remembered (there are few sources, many tools). Only
+        ``decide`` asks it: every other question goes through ``decide``."""
         key = (dimension, source)
         found = self._sources.get(key)
         if found is None:
-            if dimension == "subagents" and source == self.agent:
-                found = (False, None)  # an agent is never offered itself, whatever its rule says
-            else:
-                found = self.dimensions[dimension].permits(source)
+            found = self.dimensions[dimension].permits(source)
             self._sources[key] = found
         return found
 
@@ -260,43 +279,44 @@ _SOURCE_KIND = {"plugins": "pack", "mcps": "upstream server", "skills": "skill",
 
 
 def permitted(rules: AgentRules, entry: Entry) -> bool:
-    """The rules' part of the decision (source, tools, mode), without the tool's availability check."""
+    """The rules' part of the decision on a tool (source, tools, mode), without its availability check: which tools'
+    checks are worth running (``build_view`` runs them together)."""
     if not rules.has_permissions:
         return False
-    if entry.sources:
-        if not any(rules.source_permits(entry.dimension, s)[0] for s in entry.sources):
-            return False
-    elif not rules.source_permits(entry.dimension, entry.source)[0]:
+    if entry.kind != "builtin" and not rules.source_permits(entry.dimension, entry.source)[0]:
         return False
     return rules.dimensions["tools"].permits(entry.name)[0] and (rules.mode != "plan" or entry.read_only)
 
 
-def decide(rules: AgentRules, entry: Entry, *, detail: bool = False, exhaustive: bool = False,
-           availability: Mapping[str, Availability] | None = None) -> Decision:
-    """May ``rules.agent`` see ``entry``? The one decision.
+def decide(rules: AgentRules, subject: Entry | Named, *, detail: bool = False, exhaustive: bool = False,
+           availability: Mapping[str, Availability] | None = None, chain: Sequence[str] = ()) -> Decision:
+    """May ``rules.agent`` see ``subject``? The one decision, for every kind of thing an agent may be given.
 
-    The checks run in order - source, tools, mode, availability - and stop at the first that fails.
-    ``detail`` records each check with the rule or reason that decided it (``--all``, ``explain``);
-    ``exhaustive`` also runs the checks after a failing one (``explain``). The verdict is the same either way.
-    ``availability`` holds answers of availability checks already run (``check_availability``), by tool name.
+    A tool (an ``Entry``): the checks run in order - source, tools, mode, availability - and stop at the first that
+    fails. The host's own tools (``toolcrib__*``) have no source to permit: each is available when the agent may
+    have some of what it serves (a skill, an agent, a server). Anything else (a ``Named`` skill, agent or server):
+    its dimension's rule; an agent is never offered itself, nor one of the ``chain`` of runs that led here.
+
+    ``detail`` records each check with the rule or reason that decided it (``--all``, ``explain``); ``exhaustive``
+    also runs the checks after a failing one (``explain``). The verdict is the same either way. ``availability``
+    holds answers of availability checks already run (``check_availability``), by tool name.
     """
-    exhaustive = exhaustive and detail
+    kind = "tool" if isinstance(subject, Entry) else KINDS.get(subject.dimension, subject.dimension)
     if not rules.has_permissions:
         check = Check("permissions", False, f"agent {rules.agent!r} has no [agents.{rules.agent}.permissions] "
                                             "table, so it sees nothing")
-        return Decision(rules.agent, entry.name, False, (check,) if detail else ())
+        return Decision(rules.agent, subject.name, False, (check,) if detail else (), kind)
+    if isinstance(subject, Named):
+        return _decide_named(rules, subject, kind, detail, chain)
+    entry = subject
+    exhaustive = exhaustive and detail
     checks: list[Check] = []
-    visible = True
-
-    source_rule = rules.dimensions[entry.dimension]
-    if entry.sources:
-        permitted = [s for s in entry.sources if rules.source_permits(entry.dimension, s)[0]]
-        passed = bool(permitted)
+    if entry.kind == "builtin":
+        passed = True
         if detail:
-            text = (f"{len(permitted)} of {len(entry.sources)} {entry.dimension} permitted by {source_rule.where}"
-                    if passed else f"none of its {entry.dimension} is permitted by {source_rule.where}")
-            checks.append(Check("source", passed, text))
+            checks.append(Check("source", True, "the host's own tool: it is offered by what it serves (see available)"))
     else:
+        source_rule = rules.dimensions[entry.dimension]
         passed, pattern = rules.source_permits(entry.dimension, entry.source)
         if detail:
             text = f"{_SOURCE_KIND[entry.dimension]} {entry.source!r}: {source_rule.describe(passed, pattern)}"
@@ -326,6 +346,22 @@ def decide(rules: AgentRules, entry: Entry, *, detail: bool = False, exhaustive:
     return Decision(rules.agent, entry.name, visible, tuple(checks))
 
 
+def _decide_named(rules: AgentRules, subject: Named, kind: str, detail: bool, chain: Sequence[str]) -> Decision:
+    if subject.dimension == "subagents" and (subject.name == rules.agent or subject.name in chain):
+        why = ("an agent is never offered itself" if subject.name == rules.agent
+               else "it is one of the agents whose run led here, and a run never goes back along its chain")
+        return Decision(rules.agent, subject.name, False, (Check("rule", False, why),) if detail else (), kind)
+    rule = rules.dimensions[subject.dimension]
+    passed, pattern = rules.source_permits(subject.dimension, subject.name)
+    checks = (Check("rule", passed, f"{kind} {subject.name!r}: {rule.describe(passed, pattern)}"),) if detail else ()
+    return Decision(rules.agent, subject.name, passed, checks, kind)
+
+
+def permits(rules: AgentRules, dimension: str, name: str, chain: Sequence[str] = ()) -> bool:
+    """``decide(rules, Named(dimension, name), chain=chain).visible``."""
+    return decide(rules, Named(dimension, name), chain=chain).visible
+
+
 def _mode_detail(rules: AgentRules, entry: Entry, passed: bool) -> str:
     if rules.mode != "plan":
         return f"mode {rules.mode!r} shows every permitted tool"
@@ -350,15 +386,19 @@ def check_availability(rules: AgentRules, entries: Sequence[Entry]) -> dict[str,
     jobs = []
     for entry in entries:
         check = entry.tool.is_available
-        if check is None:
-            continue
-        ctx = AvailabilityContext(agent=rules.agent, model=rules.config.model, capabilities=rules.capabilities,
-                                  settings=entry.settings, mode=rules.mode, workspace=rules.workspace)
-        jobs.append((entry.name, check, ctx))
+        if check is not None:
+            jobs.append((entry.name, check, availability_context(rules, entry)))
     answers: dict[str, Availability] = {}
     for name, outcome in _run_checks(jobs, rules.availability_timeout).items():
         answers[name] = _interpret(rules, name, outcome)
     return answers
+
+
+def availability_context(rules: AgentRules, entry: Entry, chain: Sequence[str] = ()) -> AvailabilityContext:
+    """What ``entry``'s ``is_available`` and ``describe`` see of ``rules.agent`` (within a run's ``chain``)."""
+    return AvailabilityContext(agent=rules.agent, model=rules.config.model, capabilities=rules.capabilities,
+                               settings=entry.settings, mode=rules.mode, workspace=rules.workspace,
+                               _permits=lambda dimension, name: permits(rules, dimension, name, chain))
 
 
 def _interpret(rules: AgentRules, name: str, outcome: tuple[str, Any]) -> Availability:

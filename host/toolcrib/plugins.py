@@ -166,6 +166,14 @@ def load_plugins(
     return records
 
 
+def register_builtin(pm: PluginManager, name: str, obj: Any) -> PluginRecord:
+    """Register one of the host's own plugins after the others (the ``toolcrib`` pack is built from what they
+    offer), exactly as ``load_plugins`` registers every plugin."""
+    record = PluginRecord(name=name, kind="builtin", state="loaded", distribution="toolcrib")
+    _register(pm, record, obj)
+    return record
+
+
 def _skip(record: PluginRecord, disabled: Collection[str]) -> bool:
     problem = namespace_problem(record.name)
     if record.name == RESERVED_NAMESPACE:

@@ -1,31 +1,20 @@
 """Skills: folders holding a ``SKILL.md``, named in config (``[skills.<name>]``) or shipped by packs (the
-``toolcrib_skills`` hook), loaded through one built-in tool, ``toolcrib__load_skill``, and filtered by the ``skills``
-permission dimension.
-
-The tool is visible to an agent when the agent may load at least one skill; its description lists exactly those
-skills, and asking for any other name (hidden or nonexistent alike) gets the same "Unknown skill" answer.
+``toolcrib_skills`` hook). Agents load them through ``toolcrib__load_skill`` (the host's own pack), filtered by the
+``skills`` permission dimension.
 """
 
 from __future__ import annotations
 
 import re
 import traceback
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
 
-from pydantic import Field
-
-from toolcrib.catalog import Entry
 from toolcrib.config import LoadedConfig
-from toolcrib.context import Context
 from toolcrib.errors import Problem, ToolError, contained
 from toolcrib.plugins import PluginManager, PluginRecord, call_impl, impls_by_plugin
-from toolcrib.tool import get_tool, tool
 from toolcrib.workspace import PathError, Root, parts_of
 
-NAMESPACE = "toolcrib"  # reserved for the host's own tools
 SKILL_FILE = "SKILL.md"
 MAX_BYTES = 256 * 1024
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
@@ -112,56 +101,21 @@ def discover(loaded: LoadedConfig, pm: PluginManager, records: list[PluginRecord
     return skills, problems
 
 
-class SkillSet:
-    """The skills of one host, and the ``toolcrib__load_skill`` tool over them."""
-
-    def __init__(self, skills: Mapping[str, Skill]) -> None:
-        self.skills = dict(skills)
-        self.permits: Any = None  # set by the host: (agent, skill name) -> bool, from the agent's compiled rules
-
-    def visible(self, rules: Any) -> list[Skill]:
-        return [s for name, s in self.skills.items() if rules.source_permits("skills", name)[0]]
-
-    def describe(self, rules: Any) -> str:
-        lines = [LOAD_SKILL_DESCRIPTION, "", "Skills you can load:"]
-        lines += [f"- {s.name}: {s.description}" for s in self.visible(rules)]
-        return "\n".join(lines)
-
-    def entry(self) -> Entry:
-        skills = self
-
-        @tool(name="load_skill", description=LOAD_SKILL_DESCRIPTION,
-              annotations={"readOnlyHint": True, "openWorldHint": False, "idempotentHint": True},
-              rule_subject="name")
-        def load_skill(
-            name: Annotated[str, Field(max_length=64, description="The skill's name, from the list")],
-            ctx: Context,
-            file: Annotated[str | None, Field(max_length=4096, description="Another file of the skill, by its "
-                                                                           "path inside the skill folder")] = None,
-        ) -> str:
-            skill = skills.skills.get(name)
-            if skill is None or skills.permits is None or not skills.permits(ctx.agent, name):
-                raise ToolError(f"Unknown skill: {name}")  # hidden and nonexistent alike
-            root = Root(skill.path)
-            target = parts_of(file if file else SKILL_FILE, allow_root=False)
-            try:
-                data, size = root.read_bytes(target, MAX_BYTES + 1)
-            except PathError as exc:
-                raise ToolError(f"skill {name!r}: {exc}") from None
-            text = data[:MAX_BYTES].decode("utf-8", errors="replace")
-            if size > MAX_BYTES:
-                text += f"\n[... truncated: the file has {size} bytes]"
-            if file is None:
-                others = sorted(str(p.relative_to(skill.path)) for p in skill.path.rglob("*")
-                                if p.is_file() and not p.is_symlink() and p.name != SKILL_FILE)[:100]
-                if others:
-                    text += "\n\n[Other files of this skill (load one with file=...): " + ", ".join(others) + "]"
-            return text
-
-        return Entry(name=f"{NAMESPACE}__load_skill", namespace=NAMESPACE, kind="builtin", dimension="skills",
-                     source="*", tool=get_tool(load_skill), sources=tuple(self.skills),  # type: ignore[arg-type]
-                     describe_for=self.describe)
-
-
-LOAD_SKILL_DESCRIPTION = ("Load a skill: expert instructions for a kind of task (its SKILL.md), or one of its other "
-                          "files. Load the skill before starting a task it covers.")
+def read(skill: Skill, file: str | None) -> str:
+    """A skill's ``SKILL.md`` (with the list of its other files), or one of its other files, capped at
+    ``MAX_BYTES``. Files stay inside the skill's folder (``toolcrib.workspace.Root``); ``ToolError`` says why not."""
+    root = Root(skill.path)
+    target = parts_of(file if file else SKILL_FILE, allow_root=False)
+    try:
+        data, size = root.read_bytes(target, MAX_BYTES + 1)
+    except PathError as exc:
+        raise ToolError(f"skill {skill.name!r}: {exc}") from None
+    text = data[:MAX_BYTES].decode("utf-8", errors="replace")
+    if size > MAX_BYTES:
+        text += f"\n[... truncated: the file has {size} bytes]"
+    if file is None:
+        others = sorted(str(p.relative_to(skill.path)) for p in skill.path.rglob("*")
+                        if p.is_file() and not p.is_symlink() and p.name != SKILL_FILE)[:100]
+        if others:
+            text += "\n\n[Other files of this skill (load one with file=...): " + ", ".join(others) + "]"
+    return text

@@ -47,7 +47,7 @@ ANNOTATION_KEYS: Mapping[str, type] = {
 # Arguments come from a model: unknown keys and NaN/Infinity are refused rather than silently accepted.
 INPUT_CONFIG = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-_OPTION_KEYS = ("annotations", "is_available", "timeout", "title", "rule_subject")
+_OPTION_KEYS = ("annotations", "is_available", "timeout", "title", "rule_subject", "describe")
 
 
 class _SchemaGenerator(GenerateJsonSchema):
@@ -87,6 +87,7 @@ class Tool:
     timeout: float | None = None
     title: str | None = None
     rule_subjects: tuple[str, ...] = ()  # the arguments operators' argument rules match (paths, URLs, commands)
+    describe: Callable[[AvailabilityContext], str] | None = None  # the description, written for each agent
     context_param: str | None = None
     takes_model: bool = False  # explicit form: the handler gets the validated model, not keyword arguments
     is_async: bool = False
@@ -171,6 +172,7 @@ def tool(
     timeout: float | None = None,
     title: str | None = None,
     rule_subject: str | Sequence[str] | None = None,
+    describe: Callable[[AvailabilityContext], str] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -184,6 +186,7 @@ def tool(
     timeout: float | None = None,
     title: str | None = None,
     rule_subject: str | Sequence[str] | None = None,
+    describe: Callable[[AvailabilityContext], str] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -348,6 +351,9 @@ def _build(
     is_available = options.get("is_available")
     if is_available is not None:
         _check_is_available(name, is_available)
+    describe = options.get("describe")
+    if describe is not None:
+        _check_is_available(name, describe, "describe")
     timeout = options.get("timeout")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0):
         raise ToolDeclarationError(f"tool {name!r}: timeout must be a positive number of seconds, not {timeout!r}")
@@ -381,6 +387,7 @@ def _build(
         timeout=float(timeout) if timeout is not None else None,
         title=title if title is not None else annotations.get("title"),
         rule_subjects=subjects,
+        describe=describe,
         context_param=context_param,
         takes_model=takes_model,
         is_async=_is_async(handler),
@@ -430,9 +437,9 @@ def _check_annotations(name: str, annotations: Any) -> dict[str, Any]:
     return result
 
 
-def _check_is_available(name: str, check: Any) -> None:
+def _check_is_available(name: str, check: Any, option: str = "is_available") -> None:
     if not callable(check):
-        raise ToolDeclarationError(f"tool {name!r}: is_available must be callable, not {type(check).__name__}")
+        raise ToolDeclarationError(f"tool {name!r}: {option} must be callable, not {type(check).__name__}")
     try:
         signature = inspect.signature(check)
     except (TypeError, ValueError):
@@ -441,7 +448,7 @@ def _check_is_available(name: str, check: Any) -> None:
         signature.bind(None)
     except TypeError:
         raise ToolDeclarationError(
-            f"tool {name!r}: is_available must take one argument, the availability context (def check(ctx): ...)"
+            f"tool {name!r}: {option} must take one argument, the availability context (def check(ctx): ...)"
         ) from None
 
 

@@ -13,14 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 from toolcrib.catalog import Entry
 from toolcrib.content import ToolResult
-from toolcrib.context import ClientChannel
+from toolcrib.context import AvailabilityContext, ClientChannel
 from toolcrib.errors import UnknownToolError
 from toolcrib.names import clean, clean_schema
-from toolcrib.permissions import AgentRules, CallRules, check_availability, decide, permitted
+from toolcrib.permissions import AgentRules, CallRules, availability_context, check_availability, decide, permitted
 from toolcrib.tool import Tool
 
 if TYPE_CHECKING:
     from toolcrib.calls import Approver, Pipeline
+    from toolcrib.scope import Services
 
 log = logging.getLogger("toolcrib.view")
 
@@ -75,13 +76,16 @@ class ViewTool:
 
 
 class AgentView:
-    """The tools one agent sees. Immutable once built; ``call`` runs the full pipeline."""
+    """The tools one agent sees. Immutable once built; ``call`` runs the full pipeline. ``services`` is what the
+    host lends the capabilities of ``Context`` (other agents' views, lazy servers)."""
 
-    def __init__(self, rules: AgentRules, tools: tuple[ViewTool, ...], pipeline: Pipeline) -> None:
+    def __init__(self, rules: AgentRules, tools: tuple[ViewTool, ...], pipeline: Pipeline,
+                 services: Services | None = None) -> None:
         self.rules = rules
         self.tools = tools
         self._by_name: Mapping[str, ViewTool] = {vt.name: vt for vt in tools}
         self._pipeline = pipeline
+        self.services = services
 
     @property
     def agent(self) -> str:
@@ -147,11 +151,31 @@ class AgentView:
         for a name it does not see."""
         return self._pipeline.call(self, name, arguments, approver=approver, channel=channel)
 
+    async def run(self, entry: Entry, arguments: Mapping[str, Any], *, approver: Approver | None = None,
+                  channel: ClientChannel | None = None) -> ToolResult:
+        """Call a tool that is not in this view's list but that ``decide`` let this agent see (a lazy server's,
+        loaded during a call), through the same pipeline."""
+        vt = view_tool(self.rules, entry, self._pipeline.call_timeout)
+        return await self._pipeline.run(self, vt, arguments, approver, channel)
+
+    def availability_context(self, entry: Entry, chain: tuple[str, ...] = ()) -> AvailabilityContext:
+        return availability_context(self.rules, entry, chain)
+
     def __repr__(self) -> str:
         return f"<AgentView {self.agent!r}: {len(self.tools)} tools>"
 
 
-def build_view(rules: AgentRules, entries: Mapping[str, Entry], pipeline: Pipeline) -> AgentView:
+def view_tool(rules: AgentRules, entry: Entry, call_timeout: float) -> ViewTool:
+    """``entry`` as ``rules.agent`` sees it (the caller has decided it may): its call rules, its timeout, and its
+    description when the tool writes one for each agent."""
+    timeout = entry.tool.timeout if entry.tool.timeout is not None else call_timeout
+    describe = entry.tool.describe
+    own = describe(availability_context(rules, entry)) if describe is not None else None
+    return ViewTool(entry=entry, call_rules=rules.call_rules(entry), timeout=timeout, own_description=own)
+
+
+def build_view(rules: AgentRules, entries: Mapping[str, Entry], pipeline: Pipeline,
+               services: Services | None = None) -> AgentView:
     """The agent's view of ``entries``: each tool goes through ``decide``, the one decision function. The
     availability checks of the tools the rules permit run first, together, each within its time budget."""
     checked = [e for e in entries.values() if e.tool.is_available is not None and permitted(rules, e)]
@@ -160,8 +184,5 @@ def build_view(rules: AgentRules, entries: Mapping[str, Entry], pipeline: Pipeli
     for name in sorted(entries):
         entry = entries[name]
         if decide(rules, entry, availability=answers).visible:
-            timeout = entry.tool.timeout if entry.tool.timeout is not None else pipeline.call_timeout
-            own = entry.describe_for(rules) if entry.describe_for is not None else None
-            visible.append(ViewTool(entry=entry, call_rules=rules.call_rules(entry), timeout=timeout,
-                                    own_description=own))
-    return AgentView(rules, tuple(visible), pipeline)
+            visible.append(view_tool(rules, entry, pipeline.call_timeout))
+    return AgentView(rules, tuple(visible), pipeline, services)

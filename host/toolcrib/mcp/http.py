@@ -33,8 +33,8 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from toolcrib.errors import ToolcribError
-from toolcrib.serve.adapter import build_server
-from toolcrib.serve.state import ServingState
+from toolcrib.mcp.adapter import build_server
+from toolcrib.mcp.state import ServingState
 
 log = logging.getLogger("toolcrib.serve")
 

@@ -34,7 +34,7 @@ async def serving_state(path: Path | None) -> AsyncIterator[ServingState]:
     """The state to serve from the config at ``path``, with its upstream MCP servers connected; a reload reads
     the file again and keeps the connections whose config did not change."""
     from toolcrib.config import load_config
-    from toolcrib.upstream import upstream_pool
+    from toolcrib.mcp.upstream import upstream_pool
 
     async with upstream_pool() as pool:
 

@@ -7,10 +7,6 @@ error ``-32602 Unknown tool: <name>``, word for word the same for both; everythi
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import json
 import logging
 import os
 import warnings
@@ -24,10 +20,9 @@ from mcp_types import SERVER_INFO_META_KEY
 from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from toolcrib.calls import ApprovalPending, SamplePending
 from toolcrib.errors import ToolError, UnknownToolError
-from toolcrib.serve.state import ServingState
-from toolcrib.subagents import Journal
+from toolcrib.mcp.roundtrip import UNVERIFIABLE, ApprovalPending, Journal, SamplePending, Unverifiable, open_state, seal
+from toolcrib.mcp.state import ServingState
 
 log = logging.getLogger("toolcrib.serve")
 
@@ -88,50 +83,21 @@ class _Channel:
             raise ToolError(f"The client's model did not answer: {exc.error.message}") from None
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
+    async def remember(self, kind: str, compute: Any) -> Any:
+        """What an earlier round of this call recorded of ``kind``, else ``compute()``'s value, recorded."""
+        if self.journal is None:
+            return await compute()
+        if self.journal.next_kind() == kind:
+            return self.journal.replay(kind)
+        value = await compute()
+        self.journal.record(kind, value)
+        return value
+
     async def log(self, level: str, message: str, logger: str | None) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # logging is deprecated as of 2026-07-28, yet clients still use it
             await self._ctx.session.send_log_message(level, message, logger,  # type: ignore[arg-type]
                                                      related_request_id=self._ctx.request_id)
-
-
-def _seal(key: bytes, agent: str, name: str, arguments: Mapping[str, Any], payload: Mapping[str, Any]) -> str:
-    """A request state carrying ``payload``, bound (HMAC) to exactly this agent, tool and arguments."""
-    body = base64.urlsafe_b64encode(json.dumps(payload, separators=(",", ":")).encode()).decode("ascii")
-    return f"{body}.{_mac(key, agent, name, arguments, body)}"
-
-
-class Unverifiable(Exception):
-    """A round-trip state that this server cannot verify: sealed with another key, altered, or another call's."""
-
-
-UNVERIFIABLE = ("The call could not go on: the state it carried from its earlier round could not be verified (it was "
-                "sealed by a server with another key, changed, or given for another call). Replicas behind a "
-                "balancer must all have the same TOOLCRIB_STATE_SECRET. Nothing of the call was run again; make the "
-                "call anew.")
-
-
-def _open(key: bytes, agent: str, name: str, arguments: Mapping[str, Any],
-          request_state: str | None) -> dict[str, Any] | None:
-    """The payload of a request state sealed for exactly this call; None when there is none. ``Unverifiable`` when
-    there is one this server cannot verify: it never counts as no state, which would start the call over."""
-    if not request_state:
-        return None
-    body, _, mac = request_state.rpartition(".")
-    try:
-        if not (body and hmac.compare_digest(mac.encode("ascii"), _mac(key, agent, name, arguments, body).encode())):
-            raise Unverifiable
-        payload = json.loads(base64.urlsafe_b64decode(body.encode("ascii")))
-    except (UnicodeEncodeError, ValueError, TypeError):
-        raise Unverifiable from None
-    if not isinstance(payload, dict):
-        raise Unverifiable
-    return payload
-
-
-def _mac(key: bytes, agent: str, name: str, arguments: Mapping[str, Any], body: str) -> str:
-    message = json.dumps([agent, name, arguments, body], sort_keys=True, separators=(",", ":"), default=str)
-    return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
 
 
 def build_server(state: ServingState, agent: str) -> Server[Any]:
@@ -158,7 +124,7 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
         arguments = arguments if arguments is not None else {}
         modern = ctx.protocol_version in _MODERN
         try:
-            earlier = _open(state.secret, agent, name, arguments, request_state) if modern else None
+            earlier = open_state(state.secret, agent, name, arguments, request_state) if modern else None
             if modern and earlier is None and responses and set(responses) & {APPROVAL_KEY, SAMPLE_KEY}:
                 raise Unverifiable  # answers to questions this call never asked: nothing to carry them on
         except Unverifiable:
@@ -186,11 +152,11 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
                 message=need.message,
                 requested_schema={"type": "object", "properties": {}},
             ))
-            sealed = _seal(state.secret, agent, name, arguments, {"approval": True})
+            sealed = seal(state.secret, agent, name, arguments, {"approval": True})
             return types.InputRequiredResult(input_requests={APPROVAL_KEY: request}, request_state=sealed)
         except SamplePending as need:
             assert journal is not None
-            sealed = _seal(state.secret, agent, name, arguments, {"sampling": True, "journal": journal.events,
+            sealed = seal(state.secret, agent, name, arguments, {"sampling": True, "journal": journal.events,
                                                     "approved": approved or _answered_yes(responses, earlier)})
             if len(sealed) > MAX_STATE_CHARS:
                 return types.CallToolResult(is_error=True, content=[types.TextContent(text=(

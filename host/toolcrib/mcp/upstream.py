@@ -9,21 +9,25 @@ unaffected. ``UpstreamPool.sync`` keeps connections whose config did not change 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+import os
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
+from anyio.from_thread import BlockingPortal, start_blocking_portal
 from pydantic import BaseModel, ConfigDict, create_model
 
 from toolcrib.catalog import Entry
-from toolcrib.config import LoadedConfig, McpConfig
+from toolcrib.config import LoadedConfig, McpConfig, load_config
 from toolcrib.content import ToolResult
 from toolcrib.errors import ToolError
+from toolcrib.host import Host
 from toolcrib.names import clean, clean_schema, full_name, tool_name_problem
 from toolcrib.plugins import PluginRecord
 from toolcrib.tool import ANNOTATION_KEYS, Tool
@@ -61,7 +65,8 @@ def _target(loaded: LoadedConfig, config: McpConfig) -> Any:
 
 
 class UpstreamPool:
-    """The open upstream connections of one serving process (or one CLI command)."""
+    """The open upstream connections of one serving process (or one CLI command). For the host it is also the
+    ``toolcrib.scope.LazyServers`` behind ``Context.server``: ``load`` and ``read``."""
 
     def __init__(self, tg: TaskGroup) -> None:
         self._tg = tg
@@ -140,7 +145,7 @@ class UpstreamPool:
                 connection.entries = sorted((e for e in made if e is not None), key=lambda e: e.name)
             return connection.entries
 
-    async def read_resource(self, namespace: str, uri: str) -> ToolResult:
+    async def read(self, namespace: str, uri: str) -> ToolResult:
         await self.load(namespace)
         from mcp.shared.exceptions import MCPError
 
@@ -250,86 +255,27 @@ def _mapping(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return json.loads(json.dumps(value)) if value else None
 
 
-# -- lazy servers: the dynamic tools -------------------------------------------------------------------------------
+@contextlib.contextmanager
+def open_host(
+    path: str | os.PathLike[str] | None = None, **kwargs: Any
+) -> Iterator[tuple[Host, BlockingPortal | None]]:
+    """A ``Host`` for code that is not async, with its upstream MCP servers connected while the block runs.
 
-DYNAMIC_NOTE = "Servers you can load:"
-
-
-def dynamic_entries(pool: UpstreamPool, loaded: LoadedConfig) -> list[Entry]:
-    """``toolcrib__load_mcp``, ``toolcrib__call_mcp_tool`` and ``toolcrib__read_mcp_resource`` over the lazy servers
-    of the config. Each is visible to an agent whose ``mcps`` rule permits one of them; every tool reached through
-    them goes through the same decision as a listed tool, and a hidden one answers like a nonexistent one."""
-    from typing import Annotated
-
-    from pydantic import Field
-
-    from toolcrib.context import Context
-    from toolcrib.permissions import decide
-    from toolcrib.tool import get_tool, tool
-    from toolcrib.view import AgentView, ViewTool
-
-    lazy = tuple(sorted(ns for ns, c in loaded.config.mcps.items() if c.enabled and c.lazy))
-    if not lazy:
-        return []
-
-    def permitted(ctx: Context, server: str) -> bool:
-        rules = ctx._view.rules
-        return server in lazy and rules.has_permissions and rules.source_permits("mcps", server)[0]
-
-    Server = Annotated[str, Field(max_length=32, description="The server's name, from the list")]
-
-    @tool(name="load_mcp", annotations={"readOnlyHint": True, "openWorldHint": True, "idempotentHint": True})
-    async def load_mcp(server: Server, ctx: Context) -> dict[str, Any]:
-        """Connect an MCP server (once) and list the tools of it you can call with toolcrib__call_mcp_tool."""
-        if not permitted(ctx, server):
-            raise ToolError(f"Unknown MCP server: {server}")
-        rules = ctx._view.rules
-        entries = [e for e in await pool.load(server) if decide(rules, e).visible]
-        return {"server": server, "tools": [{"name": e.tool.name, "description": clean(e.tool.description),
-                                             "inputSchema": clean_schema(e.tool.input_schema)} for e in entries]}
-
-    @tool(name="call_mcp_tool", annotations={"destructiveHint": True, "openWorldHint": True})
-    async def call_mcp_tool(
-        server: Server,
-        tool_name: Annotated[str, Field(max_length=64, description="The tool's name on that server")],
-        ctx: Context,
-        arguments: Annotated[dict[str, Any] | None, Field(description="The tool's arguments")] = None,
-    ) -> ToolResult:
-        """Call a tool of an MCP server listed by toolcrib__load_mcp (the server is connected if it is not yet)."""
-        full = full_name(server, tool_name) if tool_name_problem(tool_name) is None else f"{server}__{tool_name}"
-        if not permitted(ctx, server):
-            raise ToolError(f"Unknown tool: {full}")
-        view: AgentView = ctx._view
-        entry = next((e for e in await pool.load(server) if e.name == full), None)
-        if entry is None or not decide(view.rules, entry).visible:
-            raise ToolError(f"Unknown tool: {full}")  # hidden and nonexistent alike
-        timeout = entry.tool.timeout if entry.tool.timeout is not None else view.pipeline.call_timeout
-        vt = ViewTool(entry=entry, call_rules=view.rules.call_rules(entry), timeout=timeout)
-        return await view.pipeline.run(view, vt, arguments or {}, ctx._approver, ctx._channel)
-
-    @tool(name="read_mcp_resource", annotations={"readOnlyHint": True, "openWorldHint": True}, rule_subject="uri")
-    async def read_mcp_resource(
-        server: Server,
-        uri: Annotated[str, Field(max_length=8192, description="The resource's URI")],
-        ctx: Context,
-    ) -> ToolResult:
-        """Read a resource of an MCP server you can load."""
-        # Which resources: argument rules on this tool match the URI, `toolcrib__read_mcp_resource(notes://*)`.
-        if not permitted(ctx, server):
-            raise ToolError(f"Unknown MCP server: {server}")
-        return await pool.read_resource(server, uri)
-
-    def describe(base: str) -> Any:
-        def for_agent(rules: Any) -> str:
-            names = [ns for ns in lazy if rules.source_permits("mcps", ns)[0]]
-            return f"{base}\n\n{DYNAMIC_NOTE} " + ", ".join(names)
-        return for_agent
-
-    entries = []
-    for fn in (load_mcp, call_mcp_tool, read_mcp_resource):
-        spec = get_tool(fn)
-        assert spec is not None
-        entries.append(Entry(name=full_name("toolcrib", spec.name), namespace="toolcrib", kind="builtin",
-                             dimension="mcps", source="*", tool=spec, sources=lazy,
-                             describe_for=describe(spec.description)))
-    return entries
+    Yields the host and, when servers are connected, the portal their connections live on: calls must go through
+    it (``portal.call(host.call, agent, tool, arguments)``).
+    """
+    loaded = load_config(path, kwargs.get("env"))
+    if not any(c.enabled for c in loaded.config.mcps.values()):
+        host = Host(loaded, **kwargs)
+        try:
+            yield host, None
+        finally:
+            host.close()
+        return
+    with start_blocking_portal() as portal, portal.wrap_async_context_manager(upstream_pool()) as pool:
+        records, entries = portal.call(pool.sync, loaded)
+        host = Host(loaded, extra_entries=entries, extra_records=records, upstreams=pool, **kwargs)
+        try:
+            yield host, portal
+        finally:
+            host.close()

@@ -30,8 +30,8 @@ from mcp.server import NotificationOptions
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from toolcrib.serve.adapter import build_server
-from toolcrib.serve.state import ServingState
+from toolcrib.mcp.adapter import build_server
+from toolcrib.mcp.state import ServingState
 
 log = logging.getLogger("toolcrib.serve")
 

@@ -1,0 +1,167 @@
+"""The host's own pack, namespace ``toolcrib``: the tools that serve what is not a tool, registered through the same
+``toolcrib_tools`` hook as any pack and written only against ``toolcrib``'s public API (``Context.permits``,
+``Context.subagent``, ``Context.server``, ``Context.sample``), as a third-party pack could be.
+
+- ``toolcrib__load_skill``: a skill the agent may load (``skills``);
+- ``toolcrib__run_agent``: hand a task to an agent the agent may run (``subagents``);
+- ``toolcrib__load_mcp``, ``toolcrib__call_mcp_tool``, ``toolcrib__read_mcp_resource``: lazy upstream servers the
+  agent may load (``mcps``), and their tools, each still decided like any tool.
+
+Each is offered only where it serves something: its availability check asks the agent's rules whether there is
+something to serve, and its description (``describe``) lists exactly that, for each agent. A name the agent may not
+have, hidden or nonexistent, gets the same "Unknown ..." answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from toolcrib import skills, subagents
+from toolcrib.config import AgentConfig
+from toolcrib.content import ToolResult
+from toolcrib.context import AvailabilityContext, Context
+from toolcrib.errors import ToolError
+from toolcrib.hookspecs import hookimpl
+from toolcrib.tool import tool
+
+NAMESPACE = "toolcrib"
+
+LOAD_SKILL = ("Load a skill: expert instructions for a kind of task (its SKILL.md), or one of its other files. Load "
+              "the skill before starting a task it covers.")
+SERVERS_NOTE = "Servers you can load:"
+
+
+class Builtins:
+    """The ``toolcrib`` pack for one host: what it serves is what the host has (its skills, its agents, its lazy
+    servers), given when the host is built."""
+
+    def __init__(self, skills: Mapping[str, skills.Skill], agents: Mapping[str, AgentConfig],
+                 servers: Sequence[str]) -> None:
+        self.skills = dict(skills)
+        self.agents = dict(agents)
+        self.servers = tuple(servers)
+
+    @hookimpl
+    def toolcrib_tools(self) -> list[Any]:
+        offered: list[Any] = []
+        if self.skills:
+            offered.append(self._load_skill())
+        if any(config.permissions and config.permissions.subagents for config in self.agents.values()):
+            offered.append(self._run_agent())
+        if self.servers:
+            offered += self._lazy_servers()
+        return offered
+
+    # -- skills ------------------------------------------------------------------------------------------------
+
+    def _load_skill(self) -> Any:
+        known = self.skills
+
+        def available(ctx: AvailabilityContext) -> bool | str:
+            if any(ctx.permits("skills", name) for name in known):
+                return True
+            return f"none of its skills is permitted by agents.{ctx.agent}.permissions.skills"
+
+        def describe(ctx: AvailabilityContext) -> str:
+            lines = [LOAD_SKILL, "", "Skills you can load:"]
+            lines += [f"- {s.name}: {s.description}" for name, s in known.items() if ctx.permits("skills", name)]
+            return "\n".join(lines)
+
+        @tool(name="load_skill", description=LOAD_SKILL, is_available=available, describe=describe,
+              annotations={"readOnlyHint": True, "openWorldHint": False, "idempotentHint": True},
+              rule_subject="name")
+        def load_skill(
+            name: Annotated[str, Field(max_length=64, description="The skill's name, from the list")],
+            ctx: Context,
+            file: Annotated[str | None, Field(max_length=4096, description="Another file of the skill, by its "
+                                                                           "path inside the skill folder")] = None,
+        ) -> str:
+            skill = known.get(name)
+            if skill is None or not ctx.permits("skills", name):
+                raise ToolError(f"Unknown skill: {name}")  # hidden and nonexistent alike
+            return skills.read(skill, file)
+
+        return load_skill
+
+    # -- sub-agents ----------------------------------------------------------------------------------------------
+
+    def _run_agent(self) -> Any:
+        agents = self.agents
+
+        def available(ctx: AvailabilityContext) -> bool | str:
+            if any(ctx.permits("subagents", name) for name in agents):
+                return True
+            return f"none of its subagents is permitted by agents.{ctx.agent}.permissions.subagents"
+
+        @tool(name="run_agent", description=subagents.DESCRIPTION, annotations={"openWorldHint": True},
+              is_available=available, describe=lambda ctx: subagents.describe(ctx, agents), rule_subject="agent",
+              timeout=subagents.RUN_TIMEOUT)
+        async def run_agent(
+            agent: Annotated[str, Field(max_length=64, description="The agent's name, from the list")],
+            task: Annotated[str, Field(min_length=1, max_length=100_000, description="What the agent is to do")],
+            ctx: Context,
+        ) -> str:
+            return await subagents.run(ctx, agent, task)
+
+        return run_agent
+
+    # -- lazy upstream servers ----------------------------------------------------------------------------------
+
+    def _lazy_servers(self) -> list[Any]:
+        servers = self.servers
+
+        def available(ctx: AvailabilityContext) -> bool | str:
+            if any(ctx.permits("mcps", name) for name in servers):
+                return True
+            return f"none of its mcps is permitted by agents.{ctx.agent}.permissions.mcps"
+
+        def described(base: str) -> Any:
+            def describe(ctx: AvailabilityContext) -> str:
+                names = [name for name in servers if ctx.permits("mcps", name)]
+                return f"{base}\n\n{SERVERS_NOTE} " + ", ".join(names)
+
+            return describe
+
+        Server = Annotated[str, Field(max_length=32, description="The server's name, from the list")]
+        LOAD = "Connect an MCP server (once) and list the tools of it you can call with toolcrib__call_mcp_tool."
+        CALL = "Call a tool of an MCP server listed by toolcrib__load_mcp (the server is connected if it is not yet)."
+        READ = "Read a resource of an MCP server you can load."
+
+        @tool(name="load_mcp", description=LOAD, is_available=available, describe=described(LOAD),
+              annotations={"readOnlyHint": True, "openWorldHint": True, "idempotentHint": True})
+        async def load_mcp(server: Server, ctx: Context) -> dict[str, Any]:
+            found = ctx.server(server)
+            if found is None:
+                raise ToolError(f"Unknown MCP server: {server}")
+            return {"server": server, "tools": await found.tools()}
+
+        @tool(name="call_mcp_tool", description=CALL, is_available=available, describe=described(CALL),
+              annotations={"destructiveHint": True, "openWorldHint": True})
+        async def call_mcp_tool(
+            server: Server,
+            tool_name: Annotated[str, Field(max_length=128, description="The tool's name on that server")],
+            ctx: Context,
+            arguments: Annotated[dict[str, Any] | None, Field(description="The tool's arguments")] = None,
+        ) -> ToolResult:
+            found = ctx.server(server)
+            if found is None:
+                raise ToolError(f"Unknown tool: {server}__{tool_name}")  # hidden and nonexistent alike
+            return await found.call(tool_name, arguments)
+
+        # Which resources: argument rules on this tool match the URI, `toolcrib__read_mcp_resource(notes://*)`.
+        @tool(name="read_mcp_resource", description=READ, is_available=available, describe=described(READ),
+              annotations={"readOnlyHint": True, "openWorldHint": True}, rule_subject="uri")
+        async def read_mcp_resource(
+            server: Server,
+            uri: Annotated[str, Field(max_length=8192, description="The resource's URI")],
+            ctx: Context,
+        ) -> ToolResult:
+            found = ctx.server(server)
+            if found is None:
+                raise ToolError(f"Unknown MCP server: {server}")
+            return await found.read(uri)
+
+        return [load_mcp, call_mcp_tool, read_mcp_resource]

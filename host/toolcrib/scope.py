@@ -1,0 +1,182 @@
+"""What a running call may reach beyond its own tool, on behalf of its agent: the capabilities behind
+``Context.permits``, ``Context.subagent`` and ``Context.server``. Each asks the one decision (``permissions.decide``)
+for the call's agent, so a pack that uses them (the host's own ``toolcrib`` pack does) can never offer more than the
+agent's rules allow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Protocol
+
+from toolcrib.content import ToolResult
+from toolcrib.errors import Suspend, ToolError, UnknownToolError
+from toolcrib.names import clean, clean_schema
+from toolcrib.permissions import Named, decide
+from toolcrib.policy import Deny
+
+if TYPE_CHECKING:
+    from toolcrib.catalog import Entry
+    from toolcrib.config import AgentConfig
+    from toolcrib.context import Context
+    from toolcrib.view import AgentView
+
+# The agents of the running delegation chain, outermost first; set while a sub-agent's turns run.
+CHAIN: ContextVar[tuple[str, ...]] = ContextVar("toolcrib_agent_chain", default=())
+
+
+class LazyServers(Protocol):
+    """Upstream servers connected on first use (``[mcps.<ns>] lazy = true``); ``toolcrib.mcp.upstream`` offers them."""
+
+    async def load(self, name: str) -> list[Entry]: ...
+
+    async def read(self, name: str, uri: str) -> ToolResult: ...
+
+
+class Services(Protocol):
+    """What the host lends the views it builds: other agents' views, their configs, lazy servers."""
+
+    def view(self, agent: str) -> AgentView: ...
+
+    @property
+    def agent_configs(self) -> Mapping[str, AgentConfig]: ...
+
+    @property
+    def servers(self) -> LazyServers | None: ...
+
+    @property
+    def lazy_servers(self) -> tuple[str, ...]: ...
+
+
+def chain_of(ctx: Context) -> tuple[str, ...]:
+    """The delegation chain this call runs in, the calling agent last."""
+    return CHAIN.get() or (ctx.agent,)
+
+
+def permits(ctx: Context, dimension: str, name: str) -> bool:
+    view = ctx._view
+    if view is None:
+        return False
+    return decide(view.rules, Named(dimension, name), chain=chain_of(ctx)).visible
+
+
+class Delegate:
+    """Another agent the calling agent may hand a task to now (``Context.subagent``): its config, the tools its model
+    is offered, and calls as that agent, through its own view and pipeline."""
+
+    def __init__(self, ctx: Context, view: AgentView, config: AgentConfig, chain: tuple[str, ...]) -> None:
+        self._ctx = ctx
+        self._view = view
+        self.name = view.agent
+        self.config = config
+        self.chain = chain  # the chain while it runs: ..., the caller, this agent
+
+    @property
+    def description(self) -> str | None:
+        return self.config.description
+
+    @property
+    def max_turns(self) -> int:
+        return self.config.max_turns
+
+    def tools(self) -> list[dict[str, Any]]:
+        """Its tools as its model is offered them (MCP tools/list objects). A tool that describes itself per agent
+        is described for this agent within this chain (``toolcrib__run_agent`` names only the agents it may still
+        run, and is gone when there are none)."""
+        tools = []
+        for vt, wire in zip(self._view.tools, self._view.mcp_tools, strict=True):
+            describe = vt.tool.describe
+            if describe is not None:
+                ctx = self._view.availability_context(vt.entry, self.chain)
+                if vt.tool.is_available is not None and vt.tool.is_available(ctx) is not True:
+                    continue
+                wire = {**wire, "description": clean(describe(ctx))}
+            tools.append(wire)
+        return tools
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """While the block runs, calls anywhere below are in this agent's run (no agent of the chain is offered)."""
+        token = CHAIN.set(self.chain)
+        try:
+            yield
+        finally:
+            CHAIN.reset(token)
+
+    async def call(self, name: str, arguments: Mapping[str, Any] | None) -> ToolResult:
+        """Call one of its tools as it; an unknown or hidden one answers as unknown. An approval its call needs is
+        put to the caller's approver, except one that would need a new round trip of the caller's whole call
+        (2026-07-28): that call is refused, saying why."""
+        try:
+            return await self._view.call(name, arguments if arguments is not None else {},
+                                         approver=_nested(self._ctx._approver), channel=self._ctx._channel)
+        except UnknownToolError as exc:
+            return ToolResult.error(str(exc))
+
+
+def subagent(ctx: Context, name: str) -> Delegate | None:
+    view = ctx._view
+    services = view.services if view is not None else None
+    if services is None or name not in services.agent_configs or not permits(ctx, "subagents", name):
+        return None
+    return Delegate(ctx, services.view(name), services.agent_configs[name], (*chain_of(ctx), name))
+
+
+def _nested(approver: Any) -> Any:
+    if approver is None:
+        return None
+
+    async def ask(*args: Any) -> Any:
+        try:
+            return await approver(*args)
+        except Suspend:
+            return Deny("a sub-agent's call cannot be put to the user from inside its run on a 2026-07-28 "
+                        "connection (use a 2025-11-25 session, or an approval hook)")
+
+    return ask
+
+
+class Server:
+    """An upstream server the calling agent may load (``Context.server``): connected on first use; only the tools
+    the agent may see are listed or called, through the agent's own pipeline."""
+
+    def __init__(self, ctx: Context, name: str, servers: LazyServers) -> None:
+        self._ctx = ctx
+        self._servers = servers
+        self.name = name
+
+    async def _visible(self) -> list[Entry]:
+        view = self._ctx._view
+        assert view is not None
+        return [e for e in await self._servers.load(self.name) if decide(view.rules, e).visible]
+
+    async def tools(self) -> list[dict[str, Any]]:
+        """Its tools this agent may call: name (the server's own), description, input schema."""
+        return [{"name": e.tool.name, "description": clean(e.tool.description),
+                 "inputSchema": clean_schema(e.tool.input_schema)} for e in await self._visible()]
+
+    async def call(self, tool: str, arguments: Mapping[str, Any] | None) -> ToolResult:
+        """Call one of its tools through this agent's pipeline (its argument and ``ask`` rules, hooks, audit);
+        ``ToolError("Unknown tool: <server>__<tool>")`` for one it may not see or that does not exist."""
+        full = f"{self.name}__{tool}"
+        entry = next((e for e in await self._visible() if e.name == full), None)
+        if entry is None:
+            raise ToolError(f"Unknown tool: {full}")  # hidden and nonexistent alike
+        view = self._ctx._view
+        assert view is not None
+        return await view.run(entry, arguments or {}, approver=self._ctx._approver, channel=self._ctx._channel)
+
+    async def read(self, uri: str) -> ToolResult:
+        """One of its resources, as embedded resource content."""
+        return await self._servers.read(self.name, uri)
+
+
+def server(ctx: Context, name: str) -> Server | None:
+    view = ctx._view
+    services = view.services if view is not None else None
+    servers = services.servers if services is not None else None
+    if servers is None or services is None or name not in services.lazy_servers or not permits(ctx, "mcps", name):
+        return None
+    return Server(ctx, name, servers)
