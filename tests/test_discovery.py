@@ -6,9 +6,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import anyio
 import pytest
 
-from conftest import config_from, ours
+import toolcrib
+from conftest import config_from, make_host, ours
+from packs import FILES
 from toolcrib.host import Host
 from toolcrib.plugins import get_plugin_manager, load_plugins
 
@@ -239,3 +242,61 @@ def test_fresh_plugin_manager_has_only_specs() -> None:
     assert pm.get_plugins() == set()
     records = load_plugins(pm, autoload=False)
     assert records == []
+
+
+class Wrapping:
+    """A plugin with a wrapper implementation: toolcrib calls each pack's implementation on its own, so it cannot
+    take one that wraps the others."""
+
+    @toolcrib.hookimpl(wrapper=True)
+    def toolcrib_pre_tool_use(self):  # type: ignore[no-untyped-def]
+        return (yield)
+
+
+class OldWrapping:
+    @toolcrib.hookimpl(hookwrapper=True)
+    def toolcrib_audit(self, record):  # type: ignore[no-untyped-def]
+        yield
+
+
+def test_wrapper_implementations_are_refused_at_registration() -> None:
+    host = make_host("[agents.a]\n[agents.a.permissions]\nplugins = { allow = ['*'] }\ntools = { allow = ['*'] }\n",
+                     {"files": FILES, "wrap": Wrapping(), "oldwrap": OldWrapping()})
+    records = {r.name: r for r in host.records}
+    for name, hook in (("wrap", "toolcrib_pre_tool_use"), ("oldwrap", "toolcrib_audit")):
+        assert (records[name].state, records[name].error) == ("failed", (
+            f"hook {hook}: wrapper implementations (wrapper=True, hookwrapper=True) are not supported: toolcrib "
+            "calls each pack's implementation on its own; return an answer instead"))
+    result = anyio.run(lambda: host.call("a", "files__read", {"path": "x"}))  # the others work
+    assert result.text == "contents of x"
+
+
+class FirstApprover:
+    def __init__(self, answer: object, seen: list[str], name: str) -> None:
+        self.answer, self.seen, self.name = answer, seen, name
+
+    @toolcrib.hookimpl
+    async def toolcrib_approve(self, tool: str) -> object:
+        self.seen.append(self.name)
+        return self.answer
+
+
+def test_approvals_stop_at_the_first_answer_across_plugins() -> None:
+    """toolcrib_approve is firstresult: the first implementation (in pluggy's order) that answers decides, async ones
+    included, and the ones after it are not asked."""
+    seen: list[str] = []
+    plugins = {"files": FILES, "a_none": FirstApprover(None, seen, "none"), "b_yes": FirstApprover(True, seen, "yes"),
+               "c_no": FirstApprover(False, seen, "no")}
+    host = make_host("[agents.a]\n[agents.a.permissions]\nplugins = { allow = ['files'] }\ntools = { allow = ['*'] }"
+                     "\nask = ['files__write']\n", plugins)
+    result = anyio.run(lambda: host.call("a", "files__write", {"path": "x", "text": "y"}))
+    # pluggy calls the last registered first: c_no, then b_yes, then a_none (plugins are registered by name)
+    assert seen == ["no"]
+    assert result.text == "Permission denied: files__write needs approval (ask rule 'files__write'), and it was refused."
+
+
+def test_tracing_uses_pluggys_monitoring(capsys: pytest.CaptureFixture[str]) -> None:
+    Host(config_from("[agents.a]\n"), plugins={"files": FILES}, autoload=False, env={"TOOLCRIB_TRACE_HOOKS": "1"})
+    err = capsys.readouterr().err.splitlines()
+    assert err[err.index("  toolcrib_tools [hook]") + 1] == "      settings: None"
+    assert any(line.startswith("  finish toolcrib_tools --> [[<function read at") for line in err), err

@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from toolcrib.content import ToolResult, normalize, result_problem
 from toolcrib.context import ClientChannel, Context
 from toolcrib.errors import Suspend, ToolDeclarationError, ToolError, UnknownToolError, contained
-from toolcrib.plugins import PluginManager, call_impl, hook_impls
+from toolcrib.plugins import PluginManager, plugin_hooks
 from toolcrib.policy import Allow, Deny
 
 if TYPE_CHECKING:
@@ -68,10 +68,10 @@ class Pipeline:
         self.max_result_chars = host.max_result_chars
         self.audit_arguments = host.audit_arguments
         self.settings = settings
-        self._pre = hook_impls(pm, "toolcrib_pre_tool_use")
-        self._post = hook_impls(pm, "toolcrib_post_tool_use")
-        self._approve = hook_impls(pm, "toolcrib_approve")
-        self._audit = hook_impls(pm, "toolcrib_audit")
+        self._pre = plugin_hooks(pm, "toolcrib_pre_tool_use")
+        self._post = plugin_hooks(pm, "toolcrib_post_tool_use")
+        self._approve = plugin_hooks(pm, "toolcrib_approve")
+        self._audit = plugin_hooks(pm, "toolcrib_audit")
         self._workers = host.sync_workers
         self._limiter: anyio.CapacityLimiter | None = None
 
@@ -192,26 +192,26 @@ class Pipeline:
         updater = ""
         for impl in self._pre:
             try:
-                answer = call_impl(impl, kwargs)
+                answer = impl(**kwargs)
                 if inspect.isawaitable(answer):
                     answer = await answer
             except BaseException as exc:
                 if not contained(exc):
                     raise
-                log.error("toolcrib_pre_tool_use of %r raised; the call is denied", impl.plugin_name, exc_info=exc)
+                log.error("toolcrib_pre_tool_use of %r raised; the call is denied", impl.plugin, exc_info=exc)
                 answer = Deny(f"{vt.name} was denied: a policy check failed ({type(exc).__name__}).")
             if isinstance(answer, Deny):
                 if deny is None:
-                    deny, denier = answer, impl.plugin_name
+                    deny, denier = answer, impl.plugin
             elif isinstance(answer, Allow):
                 if answer.updated_input is not None:
-                    updated, updater = answer.updated_input, impl.plugin_name
+                    updated, updater = answer.updated_input, impl.plugin
                     kwargs["arguments"] = types.MappingProxyType(dict(updated))
             elif answer is not None:
-                log.error("toolcrib_pre_tool_use of %r returned %r; the call is denied", impl.plugin_name, answer)
+                log.error("toolcrib_pre_tool_use of %r returned %r; the call is denied", impl.plugin, answer)
                 if deny is None:
                     deny = Deny(f"{vt.name} was denied: a policy check gave an invalid answer.")
-                    denier = impl.plugin_name
+                    denier = impl.plugin
         if deny is not None:
             return ToolResult.error(deny.message), _Outcome("denied", f"hook {denier}"), model, arguments
         if updated is None:
@@ -265,16 +265,16 @@ class Pipeline:
                   "rule": rule}
         for impl in self._approve:
             try:
-                answer = call_impl(impl, kwargs)
+                answer = impl(**kwargs)
                 if inspect.isawaitable(answer):
                     answer = await answer
             except BaseException as exc:
                 if not contained(exc):
                     raise
-                log.error("toolcrib_approve of %r raised; the call is refused", impl.plugin_name, exc_info=exc)
+                log.error("toolcrib_approve of %r raised; the call is refused", impl.plugin, exc_info=exc)
                 return False, f"Permission denied: {need}, and the approval check failed."
             if answer is True:
-                return True, f"approved by hook {impl.plugin_name}"
+                return True, f"approved by hook {impl.plugin}"
             if answer is False:
                 return False, f"Permission denied: {need}, and it was refused."
             if isinstance(answer, Deny):
@@ -418,20 +418,20 @@ class Pipeline:
                                   "arguments": types.MappingProxyType(dict(arguments)), "result": result}
         for impl in self._post:
             try:
-                answer = call_impl(impl, kwargs)
+                answer = impl(**kwargs)
                 if inspect.isawaitable(answer):
                     answer = await answer
             except BaseException as exc:
                 if not contained(exc):
                     raise
-                log.error("toolcrib_post_tool_use of %r raised; the result is withheld", impl.plugin_name,
+                log.error("toolcrib_post_tool_use of %r raised; the result is withheld", impl.plugin,
                           exc_info=exc)
                 return ToolResult.error(f"The result of {vt.name} was withheld: a post-processing check failed.")
             if answer is None:
                 continue
             problem = result_problem(answer) if isinstance(answer, ToolResult) else "it is not a ToolResult"
             if problem is not None:
-                log.error("toolcrib_post_tool_use of %r returned %r (%s); the result is withheld", impl.plugin_name,
+                log.error("toolcrib_post_tool_use of %r returned %r (%s); the result is withheld", impl.plugin,
                           answer, problem)
                 return ToolResult.error(f"The result of {vt.name} was withheld: a post-processing check failed.")
             result = answer
@@ -460,11 +460,11 @@ class Pipeline:
         frozen = types.MappingProxyType(record)
         for impl in self._audit:
             try:
-                call_impl(impl, {"record": frozen})
+                impl(record=frozen)
             except BaseException as exc:
                 if not contained(exc):
                     raise
-                log.error("toolcrib_audit of %r raised", impl.plugin_name, exc_info=exc)
+                log.error("toolcrib_audit of %r raised", impl.plugin, exc_info=exc)
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------

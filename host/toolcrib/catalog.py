@@ -13,13 +13,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pluggy import HookImpl
 from pydantic import BaseModel, ValidationError
 
 from toolcrib.config import LoadedConfig, problems_from_validation
 from toolcrib.errors import Problem, contained
 from toolcrib.names import RESERVED_NAMESPACE, full_name, tool_name_problem
-from toolcrib.plugins import PluginManager, PluginRecord, call_impl, impls_by_plugin
+from toolcrib.plugins import PluginHook, PluginManager, PluginRecord, hooks_by_plugin
 from toolcrib.tool import Tool, get_tool
 
 log = logging.getLogger("toolcrib.catalog")
@@ -95,8 +94,8 @@ def build_catalog(
     mcp_namespaces = {ns for ns, mcp in config.mcps.items() if mcp.enabled}
     staged: dict[str, Entry] = {}
     clashing: set[str] = set()  # namespaces of a pack and an upstream server at once
-    settings_impls = impls_by_plugin(pm, "toolcrib_settings_model")
-    tools_impls = impls_by_plugin(pm, "toolcrib_tools")
+    settings_hooks = hooks_by_plugin(pm, "toolcrib_settings_model")
+    tools_hooks = hooks_by_plugin(pm, "toolcrib_tools")
     for record in records:
         own = record.kind == "builtin" and record.name == RESERVED_NAMESPACE  # the host's own pack
         if record.state != "loaded" or not (record.kind == "pack" or own):
@@ -107,11 +106,11 @@ def build_catalog(
                         "served: rename the server or disable one of them")
             catalog.problems.append(_pack_problem(record, record.error or ""))
             continue
-        settings = _settings(settings_impls.get(record.name, []), record, loaded, catalog)
+        settings = _settings(settings_hooks.get(record.name), record, loaded, catalog)
         if record.state != "loaded":
             continue
         catalog.settings[record.name] = settings
-        entries = _collect(tools_impls.get(record.name, []), record, settings, catalog)
+        entries = _collect(tools_hooks.get(record.name), record, settings, catalog)
         if record.state != "loaded":
             continue
         record.tool_count = len(entries)
@@ -144,21 +143,19 @@ def build_catalog(
     return catalog
 
 
-def _settings(impls: list[HookImpl], record: PluginRecord, loaded: LoadedConfig, catalog: Catalog) -> Any:
+def _settings(hook: PluginHook | None, record: PluginRecord, loaded: LoadedConfig, catalog: Catalog) -> Any:
     table = loaded.config.packs.get(record.name)
     values = table.settings if table is not None else {}
     model = None
-    for impl in impls:
+    if hook is not None:
         try:
-            model = call_impl(impl, {})
+            model = hook()
         except BaseException as exc:
             if not contained(exc):
                 raise
             record.fail(f"toolcrib_settings_model raised {type(exc).__name__}: {exc}", traceback.format_exc())
             catalog.problems.append(_pack_problem(record, record.error or ""))
             return None
-        if model is not None:
-            break
     where = f"{loaded.source}: packs.{record.name}"
     if model is None:
         if values:
@@ -190,19 +187,19 @@ def _settings(impls: list[HookImpl], record: PluginRecord, loaded: LoadedConfig,
     return settings
 
 
-def _collect(impls: list[HookImpl], record: PluginRecord, settings: Any, catalog: Catalog) -> list[Entry]:
+def _collect(hook: PluginHook | None, record: PluginRecord, settings: Any, catalog: Catalog) -> list[Entry]:
     found: list[Tool] = []
-    for impl in impls:
+    items: Any = None
+    if hook is not None:
         try:
-            items = call_impl(impl, {"settings": settings})
+            items = hook(settings=settings)
         except BaseException as exc:
             if not contained(exc):
                 raise
             record.fail(f"toolcrib_tools raised {type(exc).__name__}: {exc}", traceback.format_exc())
             catalog.problems.append(_pack_problem(record, record.error or ""))
             return []
-        if items is None:
-            continue
+    if items is not None:
         if isinstance(items, Mapping) or not isinstance(items, Iterable) or isinstance(items, str | bytes):
             record.fail(f"toolcrib_tools returned {type(items).__name__}; expected a list of tools")
             catalog.problems.append(_pack_problem(record, record.error or ""))

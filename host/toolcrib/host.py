@@ -59,7 +59,7 @@ class Host:
     ) -> None:
         env = os.environ if env is None else env
         self.loaded = loaded
-        self.pm = get_plugin_manager()
+        self.pm = get_plugin_manager(env)
         self.records: list[PluginRecord] = load_plugins(
             self.pm,
             disabled=loaded.disabled_packs(),

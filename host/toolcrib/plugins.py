@@ -80,10 +80,14 @@ class PluginManager(pluggy.PluginManager):
         return opts
 
 
-def get_plugin_manager() -> PluginManager:
-    """A fresh plugin manager with toolcrib's hook specifications and nothing registered."""
+def get_plugin_manager(env: Mapping[str, str] | None = None) -> PluginManager:
+    """A fresh plugin manager with toolcrib's hook specifications and nothing registered. With
+    ``$TOOLCRIB_TRACE_HOOKS`` set, every hook call and its result is traced to stderr (pluggy's tracing)."""
     pm = PluginManager("toolcrib")
     pm.add_hookspecs(hookspecs)
+    if (os.environ if env is None else env).get(TRACE_ENV, "") not in ("", "0"):
+        pm.trace.root.setwriter(sys.stderr.write)
+        pm.enable_tracing()
     return pm
 
 
@@ -266,11 +270,19 @@ def _register(pm: PluginManager, record: PluginRecord, obj: Any) -> None:
     except ValueError as exc:
         record.fail(f"cannot register: {exc}")
         return
-    unknown = sorted(caller.name for caller in pm.get_hookcallers(obj) or () if caller.spec is None)
+    callers = pm.get_hookcallers(obj) or ()
+    unknown = sorted(caller.name for caller in callers if caller.spec is None)
     if unknown:
         pm.unregister(obj)
         known = ", ".join(sorted(n for n in dir(hookspecs) if n.startswith("toolcrib_")))
         record.fail(f"unknown hook(s) {', '.join(unknown)}; toolcrib's hooks are {known}")
+        return
+    wrappers = sorted(caller.name for caller in callers for impl in caller.get_hookimpls()
+                      if impl.plugin is obj and (impl.wrapper or impl.hookwrapper))
+    if wrappers:
+        pm.unregister(obj)
+        record.fail(f"hook {', '.join(wrappers)}: wrapper implementations (wrapper=True, hookwrapper=True) are not "
+                    "supported: toolcrib calls each pack's implementation on its own; return an answer instead")
         return
     record.plugin = obj
     if isinstance(obj, ModuleType) and record.distribution is None and record.kind == "pack":
@@ -288,25 +300,44 @@ def _packages_distributions() -> Mapping[str, list[str]]:
     return importlib.metadata.packages_distributions()
 
 
-def hook_impls(pm: PluginManager, hook: str) -> list[pluggy.HookImpl]:
-    """The implementations of ``hook`` in call order (pluggy's: last registered first, tryfirst/trylast)."""
-    return list(reversed(getattr(pm.hook, hook).get_hookimpls()))
+@dataclass(frozen=True, slots=True)
+class PluginHook:
+    """One plugin's implementation of one hook, called through pluggy on its own.
+
+    toolcrib calls each plugin's implementation on its own rather than through the hook's combined caller, and this
+    is the one place that does it: pluggy stops a hook call at the first implementation that raises, and in
+    toolcrib one pack's failure must stay that pack's (a policy hook that raises denies the call, fail closed,
+    and the others are still heard); implementations may also be ``async def``, whose answers are awaitables that
+    only the caller can await (so ``firstresult`` across plugins is the caller's: the first answer, awaited, that
+    is not None). Each call still goes through pluggy (``subset_hook_caller``): opt-in arguments, ``tryfirst`` and
+    ``trylast`` ordering, tracing and call monitoring all apply.
+    """
+
+    plugin: str
+    caller: pluggy.HookCaller
+
+    def __call__(self, **kwargs: Any) -> Any:
+        """The implementation's answer: what it returned, or None."""
+        result = self.caller(**kwargs)
+        if isinstance(result, list):  # a hook without firstresult: the non-None results, here at most one
+            return result[0] if result else None
+        return result
 
 
-def impls_by_plugin(pm: PluginManager, hook: str) -> dict[str, list[pluggy.HookImpl]]:
-    """The implementations of ``hook`` grouped by plugin name, in call order: one pass, for code that visits
-    every pack (a per-pack scan of all implementations would grow with the square of the packs)."""
-    grouped: dict[str, list[pluggy.HookImpl]] = {}
-    for impl in hook_impls(pm, hook):
-        grouped.setdefault(impl.plugin_name, []).append(impl)
-    return grouped
+def plugin_hooks(pm: PluginManager, hook: str) -> list[PluginHook]:
+    """Each plugin's implementation of ``hook``, in pluggy's call order (last registered first, then ``tryfirst`` /
+    ``trylast``)."""
+    caller: pluggy.HookCaller = getattr(pm.hook, hook)
+    order = [impl.plugin for impl in reversed(caller.get_hookimpls())]
+    plugins = list(dict.fromkeys(order))
+    found = []
+    for plugin in plugins:
+        others = [p for p in plugins if p is not plugin]
+        found.append(PluginHook(pm.get_name(plugin) or "?", pm.subset_hook_caller(hook, others)))
+    return found
 
 
-def call_impl(impl: pluggy.HookImpl, kwargs: Mapping[str, Any]) -> Any:
-    """Call one hook implementation with the arguments it asked for (pluggy's opt-in arguments)."""
-    if _TRACE:
-        print(f"toolcrib hook: {impl.plugin_name}.{impl.function.__name__}", file=sys.stderr)
-    return impl.function(*[kwargs[name] for name in impl.argnames])
-
-
-_TRACE = os.environ.get(TRACE_ENV, "") not in ("", "0")
+def hooks_by_plugin(pm: PluginManager, hook: str) -> dict[str, PluginHook]:
+    """``plugin_hooks`` by plugin name: one pass, for code that visits every pack (a per-pack scan of all
+    implementations would grow with the square of the packs)."""
+    return {hook_.plugin: hook_ for hook_ in plugin_hooks(pm, hook)}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from toolcrib.config import LoadedConfig
 from toolcrib.errors import Problem, ToolError, contained
-from toolcrib.plugins import PluginManager, PluginRecord, call_impl, impls_by_plugin
+from toolcrib.plugins import PluginManager, PluginRecord, hooks_by_plugin
 from toolcrib.workspace import PathError, Root, parts_of
 
 SKILL_FILE = "SKILL.md"
@@ -69,24 +69,24 @@ def discover(loaded: LoadedConfig, pm: PluginManager, records: list[PluginRecord
         skill = _read(loaded.resolve(config.path), "config", name, problems)
         if skill is not None:
             found.append(skill)
-    skill_impls = impls_by_plugin(pm, "toolcrib_skills")
+    skill_hooks = hooks_by_plugin(pm, "toolcrib_skills")
     for record in records:
-        if record.state != "loaded" or record.kind != "pack":
+        hook = skill_hooks.get(record.name)
+        if record.state != "loaded" or record.kind != "pack" or hook is None:
             continue
-        for impl in skill_impls.get(record.name, []):
-            try:
-                paths = call_impl(impl, {}) or []
-            except BaseException as exc:
-                if not contained(exc):
-                    raise
-                problems.append(Problem("error", f"pack {record.name!r}",
-                                        f"toolcrib_skills raised {type(exc).__name__}: {exc}"))
-                record.traceback = traceback.format_exc()
-                continue
-            for path in paths:
-                skill = _read(Path(path), f"pack {record.name!r}", Path(path).name, problems)
-                if skill is not None:
-                    found.append(skill)
+        try:
+            paths = hook() or []
+        except BaseException as exc:
+            if not contained(exc):
+                raise
+            problems.append(Problem("error", f"pack {record.name!r}",
+                                    f"toolcrib_skills raised {type(exc).__name__}: {exc}"))
+            record.traceback = traceback.format_exc()
+            continue
+        for path in paths:
+            skill = _read(Path(path), f"pack {record.name!r}", Path(path).name, problems)
+            if skill is not None:
+                found.append(skill)
     by_name: dict[str, list[Skill]] = {}
     for skill in found:
         by_name.setdefault(skill.name, []).append(skill)
