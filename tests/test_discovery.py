@@ -292,7 +292,8 @@ def test_approvals_stop_at_the_first_answer_across_plugins() -> None:
     result = anyio.run(lambda: host.call("a", "files__write", {"path": "x", "text": "y"}))
     # pluggy calls the last registered first: c_no, then b_yes, then a_none (plugins are registered by name)
     assert seen == ["no"]
-    assert result.text == "Permission denied: files__write needs approval (ask rule 'files__write'), and it was refused."
+    assert result.text == ("Permission denied: files__write needs approval (ask rule 'files__write'), and it was "
+                           "refused.")
 
 
 def test_tracing_uses_pluggys_monitoring(capsys: pytest.CaptureFixture[str]) -> None:
