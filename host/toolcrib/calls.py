@@ -14,10 +14,9 @@ import asyncio
 import functools
 import inspect
 import logging
-import math
 import time
 import types
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,8 +26,9 @@ import anyio
 import anyio.to_thread
 from pydantic import ValidationError
 
+from toolcrib.arguments import format_validation_error, payload_problem
 from toolcrib.content import ToolResult, normalize, result_problem
-from toolcrib.context import ClientChannel, Context
+from toolcrib.context import Approver, ClientChannel, Context
 from toolcrib.errors import Suspend, ToolDeclarationError, ToolError, UnknownToolError, contained
 from toolcrib.plugins import PluginManager, plugin_hooks
 from toolcrib.policy import Allow, Deny
@@ -38,14 +38,6 @@ if TYPE_CHECKING:
     from toolcrib.view import AgentView, ViewTool
 
 log = logging.getLogger("toolcrib.calls")
-
-MAX_DEPTH = 32
-MAX_INT_BITS = 64
-_BIG = 1 << (MAX_INT_BITS - 1)
-
-Approver = Callable[[str, str, Mapping[str, Any], str], Awaitable["bool | Deny | None"]]
-"""What a front end offers for ``ask`` approvals: ``(agent, tool, arguments, message) -> True/False``, or None
-when the client cannot answer (MCP: elicitation)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +107,7 @@ class Pipeline:
             started = time.perf_counter()
         if arguments is None:
             arguments = {}
-        problem = self._payload_problem(arguments)
+        problem = payload_problem(arguments, self.max_argument_bytes)
         if problem is not None:
             return self._finish(view, vt, arguments, _Outcome("invalid", "payload limits"),
                                 ToolResult.error(f"Invalid arguments for {vt.name}: {problem}"), started)
@@ -144,29 +136,6 @@ class Pipeline:
         return result
 
     # -- steps ---------------------------------------------------------------------------------------------
-
-    def _payload_problem(self, arguments: Any) -> str | None:
-        if not isinstance(arguments, dict):
-            return f"arguments must be a JSON object, not {_json_type(arguments)}"
-        # The common case inline (short strings and small numbers at the top level); containers go to _walk.
-        left = self.max_argument_bytes
-        for key, value in arguments.items():
-            kind = type(value)
-            if kind is str:
-                left -= len(value) + len(key) + 5
-            elif kind is int and -_BIG < value < _BIG:
-                left -= len(key) + 23
-            elif kind is bool or value is None:
-                left -= len(key) + 8
-            else:
-                budget = [left]
-                problem = _walk({key: value}, 0, budget, self.max_argument_bytes)
-                if problem is not None:
-                    return problem
-                left = budget[0]
-        if left < 0:
-            return f"the arguments are larger than the limit of {self.max_argument_bytes} bytes"
-        return None
 
     async def _policy(
         self, view: AgentView, vt: ViewTool, model: Any, approver: Approver | None
@@ -321,7 +290,7 @@ class Pipeline:
         timeout = vt.timeout
         value: Any = None
         try:
-            if tool.is_async and asyncio._get_running_loop() is not None:  # asyncio, not trio
+            if tool.is_async and _on_asyncio():
                 # Run the coroutine up to its first suspension right here (as asyncio's eager tasks do): a
                 # handler that never suspends cannot overrun its timeout and needs no timer, which is most of
                 # the pipeline's own cost. One that suspends continues under asyncio.timeout, which (unlike an
@@ -504,75 +473,10 @@ def _seconds(value: float) -> str:
     return f"{value:g} second" + ("" if value == 1 else "s")
 
 
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list | tuple):
-        return "an array"
-    return type(value).__name__
-
-
-def _walk(value: Any, depth: int, budget: list[int], limit: int) -> str | None:
-    """Check a JSON value against the payload limits: depth, size, integer size, finite numbers."""
-    if depth > MAX_DEPTH:
-        return f"nested more than {MAX_DEPTH} levels deep"
-    if isinstance(value, str):
-        budget[0] -= len(value) + 2
-    elif isinstance(value, bool) or value is None:
-        budget[0] -= 5
-    elif isinstance(value, int):
-        if value.bit_length() >= MAX_INT_BITS:
-            return f"an integer has more than {MAX_INT_BITS} bits; send big numbers as strings"
-        budget[0] -= 20
-    elif isinstance(value, float):
-        if not math.isfinite(value):
-            return "numbers must be finite (NaN and Infinity are not JSON)"
-        budget[0] -= 24
-    elif isinstance(value, dict):
-        budget[0] -= 2
-        for key, item in value.items():
-            if not isinstance(key, str):
-                return "object keys must be strings"
-            budget[0] -= len(key) + 3
-            problem = _walk(item, depth + 1, budget, limit)
-            if problem is not None:
-                return problem
-    elif isinstance(value, list | tuple):
-        budget[0] -= 2
-        for item in value:
-            problem = _walk(item, depth + 1, budget, limit)
-            if problem is not None:
-                return problem
-    else:
-        return f"{type(value).__name__} is not a JSON value"
-    if budget[0] < 0:
-        return f"the arguments are larger than the limit of {limit} bytes"
-    return None
-
-
-def format_validation_error(tool: str, exc: ValidationError, model: Any = None, suffix: str = "") -> str:
-    """Every bad field and why, one per line: what the model needs to correct its call."""
-    lines = [f"Invalid arguments for {tool}{suffix}:"]
-    takes = ", ".join(model.model_fields) if model is not None else ""
-    for err in exc.errors(include_url=False):
-        loc = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in err["loc"]).replace(".[", "[")
-        kind = err["type"]
-        if kind == "extra_forbidden":
-            message = f"unknown argument (this tool takes: {takes})" if takes else "unknown argument (it takes none)"
-        elif kind == "missing":
-            message = "required argument is missing"
-        else:
-            message = err["msg"]
-            if "input" in err and kind not in ("model_type", "dict_type"):
-                shown = repr(err["input"])
-                message += f" (got {shown[:80] + '...' if len(shown) > 80 else shown})"
-        lines.append(f"- {loc or '(arguments)'}: {message}")
-    return "\n".join(lines)
-
-
+def _on_asyncio() -> bool:
+    """Whether this runs on asyncio (anyio may run on trio, where the eager start below does not apply)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -14,6 +14,7 @@ import anyio.from_thread
 from toolcrib.errors import ToolError
 
 if TYPE_CHECKING:
+    from toolcrib.policy import Deny
     from toolcrib.scope import Delegate, Server
     from toolcrib.view import AgentView
 
@@ -40,6 +41,11 @@ class AvailabilityContext:
         """Whether the agent's rules give it ``name`` of ``dimension`` (``"skills"``, ``"subagents"``, ``"mcps"``,
         ``"plugins"``): the host's one decision, as ``Context.permits`` asks it during a call."""
         return self._permits is not None and self._permits(dimension, name)
+
+
+Approver = Callable[[str, str, Mapping[str, Any], str], Awaitable["bool | Deny | None"]]
+"""What a front end offers for ``ask`` approvals: ``(agent, tool, arguments, message) -> True/False`` (or a
+``Deny``), or None when it cannot ask anyone (MCP: elicitation; the CLI: the terminal)."""
 
 
 class ClientChannel(Protocol):
@@ -88,7 +94,7 @@ class Context:
     _channel: ClientChannel | None = field(default=None, repr=False)
     _loop_thread: int = field(default_factory=threading.get_ident, repr=False)
     _view: AgentView | None = field(default=None, repr=False)  # the calling agent's view
-    _approver: Any = field(default=None, repr=False)
+    _approver: Approver | None = field(default=None, repr=False)
     _cancelled: bool = field(default=False, repr=False)  # set from the event loop, read by the handler's thread
     _rules: Any = field(default=None, repr=False)  # the call's argument rules (permissions.CallRules), if any
 

@@ -9,23 +9,35 @@ import logging
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from toolcrib.catalog import Entry
 from toolcrib.content import ToolResult
-from toolcrib.context import AvailabilityContext, ClientChannel
+from toolcrib.context import Approver, AvailabilityContext, ClientChannel
 from toolcrib.errors import UnknownToolError
 from toolcrib.names import clean, clean_schema
 from toolcrib.permissions import AgentRules, CallRules, availability_context, check_availability, decide, permitted
 from toolcrib.tool import Tool
 
 if TYPE_CHECKING:
-    from toolcrib.calls import Approver, Pipeline
     from toolcrib.scope import Services
 
 log = logging.getLogger("toolcrib.view")
 
 EXPORT_FORMATS = ("mcp", "openai", "anthropic")
+
+
+class Pipeline(Protocol):
+    """What a view needs of the call pipeline (``toolcrib.calls.Pipeline``), so that data flows one way: the
+    pipeline knows views, views know only this."""
+
+    call_timeout: float
+
+    def call(self, view: AgentView, name: str, arguments: Any, *, approver: Approver | None = None,
+             channel: ClientChannel | None = None) -> Awaitable[ToolResult]: ...
+
+    async def run(self, view: AgentView, vt: ViewTool, arguments: Any, approver: Approver | None = None,
+                  channel: ClientChannel | None = None, started: float = 0.0) -> ToolResult: ...
 
 
 @dataclass(frozen=True, slots=True)
