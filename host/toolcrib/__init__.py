@@ -19,7 +19,7 @@ from toolcrib.errors import (
 from toolcrib.hookspecs import hookimpl, hookspec
 from toolcrib.host import Host
 from toolcrib.policy import Allow, Deny
-from toolcrib.tool import Tool, tool
+from toolcrib.tool import Tool, get_tool, tool
 
 __version__ = "0.1.0"
 
@@ -44,6 +44,7 @@ __all__ = [
     "UnknownAgentError",
     "UnknownToolError",
     "__version__",
+    "get_tool",
     "hookimpl",
     "hookspec",
     "tool",

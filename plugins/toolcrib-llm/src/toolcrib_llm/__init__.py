@@ -11,8 +11,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 import toolcrib
-from toolcrib.names import tool_name_problem
-from toolcrib.tool import get_tool
 
 __all__ = ["Settings", "toolcrib_settings_model", "toolcrib_tools"]
 
@@ -64,11 +62,8 @@ def _copy(fn: Any, name: str) -> Any:
 
 
 def _from_llm_tool(tool: Any, name: str) -> toolcrib.Tool | None:
-    """An ``llm.Tool`` that carries its own input schema: served with that schema; its implementation validates."""
-    problem = tool_name_problem(name)
-    if problem is not None:
-        log.warning("llm tool %r is not served: %s", name, problem)
-        return None
+    """An ``llm.Tool`` that carries its own input schema: served with that schema; its implementation validates.
+    (A name toolcrib does not take is refused by the host's catalog, which `toolcrib check` reports.)"""
     implementation = tool.implementation
     is_async = inspect.iscoroutinefunction(implementation)
 
@@ -88,10 +83,6 @@ def _from_llm_tool(tool: Any, name: str) -> toolcrib.Tool | None:
 def _declare(fn: Any, name: str, description: str | None, bound_to: Any = None) -> toolcrib.Tool | None:
     """A tool from a plain function (or a method, ``bound_to`` its instance): toolcrib derives the schema and
     validates, as for its own tools."""
-    problem = tool_name_problem(name)
-    if problem is not None:
-        log.warning("llm tool %r is not served: %s", name, problem)
-        return None
     copied = _copy(fn, name)
     target = copied if bound_to is None else functools.partial(copied, bound_to)
     try:
@@ -99,7 +90,7 @@ def _declare(fn: Any, name: str, description: str | None, bound_to: Any = None) 
     except toolcrib.ToolDeclarationError as exc:
         log.warning("llm tool %r is not served: %s", name, exc)
         return None
-    return get_tool(target)
+    return toolcrib.get_tool(target)
 
 
 def _toolbox(cls: Any, arguments: dict[str, Any]) -> list[toolcrib.Tool]:
