@@ -189,29 +189,14 @@ def _tools(host: Any, agent: str, as_json: bool, show_all: bool) -> None:
             if not view.tools:
                 click.echo(f"agent {agent!r} sees no tools (toolcrib tools --agent {agent} --all says why)", err=True)
         return
-    decisions = host.decisions(agent)
     if as_json:
-        out = []
-        for decision in decisions:
-            vt = view.lookup(decision.tool)
-            item = vt.to_mcp() if vt is not None else _hidden_wire(host, decision.tool)
-            item["visible"] = decision.visible
-            if not decision.visible:
-                item["hidden_because"] = decision.reason
-            out.append(item)
-        _echo_json(out)
+        _echo_json(host.listing(agent, hidden=True))
         return
-    for decision in decisions:
+    for decision in host.decisions(agent):
         if decision.visible:
             click.echo(f"visible  {decision.tool}")
         else:
             click.echo(f"hidden   {decision.tool}  ({decision.reason})")
-
-
-def _hidden_wire(host: Any, name: str) -> dict[str, Any]:
-    tool = host.catalog.entries[name].tool
-    wire: dict[str, Any] = {"name": name, "description": tool.description}
-    return wire
 
 
 def _first_line(text: str, width: int = 100) -> str:
@@ -228,40 +213,16 @@ def _first_line(text: str, width: int = 100) -> str:
 @_guard
 def new(namespace: str | None, directory: Path | None, name: str) -> None:
     """Scaffold a tool pack NAME (a distribution name, like acme-orders) that installs and passes its own tests."""
-    import re
+    from toolcrib.scaffold import ScaffoldError, new_pack
 
-    from toolcrib import __version__
-    from toolcrib.names import namespace_problem
-
-    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9._-]*", name):
-        raise click.BadParameter("a distribution name: letters, digits, '-', '_' and '.', letter first",
-                                 param_hint="NAME")
-    package = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
-    namespace = namespace or re.sub(r"^toolcrib_|_?toolcrib$", "", package) or package
-    problem = namespace_problem(namespace)
-    if problem is not None:
-        raise click.BadParameter(f"{namespace!r}: {problem}", param_hint="--namespace")
-    target = directory or Path(name)
-    if target.exists() and any(target.iterdir()):
-        raise click.ClickException(f"{target} exists and is not empty")
-    templates = resources.files("toolcrib").joinpath("templates/pack")
-    files = {
-        "pyproject.toml": "pyproject.toml.tmpl",
-        "README.md": "README.md.tmpl",
-        f"src/{package}/__init__.py": "__init__.py.tmpl",
-        f"tests/test_{package}.py": "test_pack.py.tmpl",
-    }
-    minor = ".".join(__version__.split(".")[:2])
-    for relative, template in files.items():
-        text = templates.joinpath(template).read_text(encoding="utf-8")
-        for token, value in (("__DIST__", name), ("__PACKAGE__", package), ("__NAMESPACE__", namespace),
-                             ("__TOOLCRIB_VERSION__", minor)):
-            text = text.replace(token, value)
-        path = target / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    click.echo(f"created {target}/ (namespace {namespace!r}); next:\n  cd {target} && pip install -e '.[test]' && "
-               "pytest\n  toolcrib plugins")
+    try:
+        made = new_pack(name, namespace, directory)
+    except ScaffoldError as exc:
+        if exc.argument == "directory":
+            raise click.ClickException(str(exc)) from None
+        raise click.BadParameter(str(exc), param_hint="NAME" if exc.argument == "name" else "--namespace") from None
+    click.echo(f"created {made.directory}/ (namespace {made.namespace!r}); next:\n  cd {made.directory} && pip "
+               "install -e '.[test]' && pytest\n  toolcrib plugins")
 
 
 @main.command()
@@ -291,16 +252,14 @@ def explain(agent: str, as_json: bool, tool: str) -> None:
 def _explain(host: Any, agent: str, as_json: bool, tool: str) -> None:
     decision = host.explain(agent, tool)
     if decision is None:
-        import difflib
-
-        close = difflib.get_close_matches(tool, list(host.catalog.entries), n=3, cutoff=0.8)
+        close = host.similar(tool)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise _NotFound(f"no installed source offers a tool named {tool!r}{hint} (toolcrib plugins lists the sources)")
     vt = host.view(agent).lookup(tool)
     if as_json:
         out = decision.to_json()
         if vt is not None and vt.call_rules is not None:
-            out["call_rules"] = _rules_json(vt.call_rules)
+            out["call_rules"] = vt.call_rules.to_json()
         _echo_json(out)
         return
     verdict = "visible to" if decision.visible else "hidden from"
@@ -308,7 +267,7 @@ def _explain(host: Any, agent: str, as_json: bool, tool: str) -> None:
     for check in decision.checks:
         click.echo(f"  {check.name:<11} {'ok  ' if check.passed else 'FAIL'}  {check.detail}")
     if vt is not None and vt.call_rules is not None:
-        rules = _rules_json(vt.call_rules)
+        rules = vt.call_rules.to_json()
         click.echo("  calls:")
         for key in ("deny", "allow", "ask"):
             for text in rules[key]:
@@ -316,11 +275,6 @@ def _explain(host: Any, agent: str, as_json: bool, tool: str) -> None:
         if rules["subjects"]:
             click.echo(f"    (specifiers match the argument{'s' if len(rules['subjects']) > 1 else ''} "
                        f"{', '.join(map(repr, rules['subjects']))})")
-
-
-def _rules_json(rules: Any) -> dict[str, Any]:
-    return {"subjects": list(rules.subjects), "deny": [p.text for p in rules.deny],
-            "allow": [p.text for p in rules.allow], "ask": [p.text for p in rules.ask]}
 
 
 @main.command()
@@ -345,16 +299,15 @@ def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: boo
 
     from toolcrib.config import find_config
     from toolcrib.mcp.http import HttpOptions, check_bind, serve_http
-    from toolcrib.mcp.state import STATE_SECRET_ENV, serving_state, state_secret
+    from toolcrib.mcp.state import serving_state, state_secret, stateless_warning
     from toolcrib.mcp.stdio import claim_stdio, serve_stdio
 
     if http == (agent is not None):
         raise click.UsageError("give --agent NAME (stdio) or --http (every agent), not both or neither")
     state_secret()  # a bad $TOOLCRIB_STATE_SECRET fails here, before anything is served
-    if stateless and not os.environ.get(STATE_SECRET_ENV):
-        click.echo(f"warning: --stateless without ${STATE_SECRET_ENV}: if several replicas serve behind a balancer, "
-                   "give them all one secret, or approvals and sub-agent runs of 2026-07-28 clients fail whenever "
-                   "a call's next round reaches another replica", err=True)
+    warning = stateless_warning(stateless)
+    if warning is not None:
+        click.echo(f"warning: {warning}", err=True)
     options = HttpOptions(host=bind, port=port, allow_remote=allow_remote, allowed_hosts=list(allowed_hosts),
                           allowed_origins=list(allowed_origins), stateless=stateless)
     if http:

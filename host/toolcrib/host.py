@@ -24,7 +24,7 @@ from toolcrib.config import AgentConfig, LoadedConfig, load_config
 from toolcrib.content import ToolResult
 from toolcrib.default_plugins.builtins import Builtins
 from toolcrib.errors import Problem, ToolDeclarationError, UnknownAgentError
-from toolcrib.names import HIDDEN_CHARACTERS, RESERVED_NAMESPACE, clean_schema
+from toolcrib.names import HIDDEN_CHARACTERS, RESERVED_NAMESPACE, clean, clean_schema
 from toolcrib.permissions import AgentRules, Decision, check_availability, compile_rules, decide, permitted
 from toolcrib.plugins import (
     PluginRecord,
@@ -147,6 +147,32 @@ class Host:
         if entry is None:
             return None
         return decide(rules, entry, detail=True, exhaustive=True)
+
+    def similar(self, tool: str, n: int = 3) -> list[str]:
+        """Installed tools whose names are close to ``tool`` (for "did you mean")."""
+        import difflib
+
+        return difflib.get_close_matches(tool, list(self.catalog.entries), n=n, cutoff=0.8)
+
+    def listing(self, agent: str, *, hidden: bool = False) -> list[dict[str, Any]]:
+        """The agent's tools as MCP's tools/list gives them; with ``hidden``, every installed tool, each with
+        ``visible`` and, for a hidden one, ``hidden_because`` (and only its name and description)."""
+        view = self.view(agent)
+        if not hidden:
+            return [dict(tool) for tool in view.mcp_tools]
+        out = []
+        for decision in self.decisions(agent):
+            vt = view.lookup(decision.name)
+            if vt is not None:
+                item = vt.to_mcp()
+            else:
+                tool = self.catalog.entries[decision.name].tool
+                item = {"name": decision.name, "description": clean(tool.description)}
+            item["visible"] = decision.visible
+            if not decision.visible:
+                item["hidden_because"] = decision.reason
+            out.append(item)
+        return out
 
     def decisions(self, agent: str) -> list[Decision]:
         """The decision for every tool in the catalog, in the views' order (``toolcrib tools --all``)."""

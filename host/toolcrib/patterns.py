@@ -8,6 +8,7 @@ what they are: ``@writes``, ``@destructive``.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -92,9 +93,15 @@ SELECTORS = {
 
 
 def parse(dimension: str, text: object) -> Pattern:
-    """Compile ``text`` as a pattern of ``dimension`` (one of DIMENSIONS, or "ask")."""
+    """Compile ``text`` as a pattern of ``dimension`` (one of DIMENSIONS, or "ask"). Patterns are immutable, so
+    each is compiled once: validating the config and compiling its rules share the work."""
     if not isinstance(text, str):
         raise PatternError(f"a pattern must be a string, not {type(text).__name__}")
+    return _parse(dimension, text)
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse(dimension: str, text: str) -> Pattern:
     if dimension == "ask" and text.startswith("@"):
         if text not in SELECTORS:
             raise PatternError(f"{text!r} is not a selector; ask takes tool patterns and "

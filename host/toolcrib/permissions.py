@@ -172,6 +172,11 @@ class CallRules:
                 found.append((name, str(value)))
         return found
 
+    def to_json(self) -> dict[str, Any]:
+        """The rules as ``explain --json`` shows them."""
+        return {"subjects": list(self.subjects), "deny": [p.text for p in self.deny],
+                "allow": [p.text for p in self.allow], "ask": [p.text for p in self.ask]}
+
     def check(self, arguments: Mapping[str, Any]) -> tuple[str, Pattern | None, str | None]:
         """("deny" | "ask" | "ok", the rule that decided or None, the argument it decided on or None) for one
         call; deny wins over ask. A specifier on a call with no subject to match cannot be checked: it fails

@@ -68,6 +68,15 @@ def state_secret(env: Mapping[str, str] | None = None) -> bytes:
     return configured.encode()
 
 
+def stateless_warning(stateless: bool, env: Mapping[str, str] | None = None) -> str | None:
+    """What an operator should know before serving ``--stateless`` replicas without one shared state secret."""
+    if not stateless or (os.environ if env is None else env).get(STATE_SECRET_ENV):
+        return None
+    return (f"--stateless without ${STATE_SECRET_ENV}: if several replicas serve behind a balancer, give them all one "
+            "secret, or approvals and sub-agent runs of 2026-07-28 clients fail whenever a call's next round reaches "
+            "another replica")
+
+
 class ServingState:
     """The current ``Host`` for every front end. ``reload`` builds a new host from the config file and swaps it
     in only if it loads; the old one keeps serving otherwise. Views are immutable, so a call that started under
