@@ -754,15 +754,6 @@ def test_a_pack_raising_keyboard_interrupt_at_import_is_only_that_packs_failure(
     assert records["finepack"].state == "loaded"
 
 
-RELEASE = threading.Event()
-
-
-@toolcrib.tool(annotations={"readOnlyHint": True}, is_available=lambda ctx: RELEASE.wait())
-def hangs() -> str:
-    """A tool whose availability check never answers (until the test ends)."""
-    return "never"
-
-
 @toolcrib.tool(annotations={"readOnlyHint": True}, is_available=lambda ctx: True)
 def quick() -> str:
     """A tool whose availability check answers."""
@@ -770,6 +761,13 @@ def quick() -> str:
 
 
 def test_an_availability_check_that_never_answers_hides_only_its_tool() -> None:
+    release = threading.Event()
+
+    @toolcrib.tool(annotations={"readOnlyHint": True}, is_available=lambda ctx: release.wait())
+    def hangs() -> str:
+        """A tool whose availability check never answers (until the test ends)."""
+        return "never"
+
     try:
         host = make_host("""
             [host]
@@ -790,7 +788,7 @@ def test_an_availability_check_that_never_answers_hides_only_its_tool() -> None:
         assert decision.checks[-1].detail == ("is_available gave no answer within 0.2 seconds (hidden: fail closed; "
                                               "[host] availability_timeout)")
     finally:
-        RELEASE.set()
+        release.set()
 
 
 # -- HTTP -----------------------------------------------------------------------------------------------------

@@ -24,13 +24,17 @@ def inspector() -> Path:
     if shutil.which("npm") is None:
         pytest.skip("npm is not installed: the Inspector CLI needs Node.js")
     binary = CACHE / "node_modules" / ".bin" / "mcp-inspector"
+    failed = ""
     for _attempt in range(2):  # one retry: the registry is a network away
         if binary.exists():
             break
         CACHE.mkdir(exist_ok=True)
-        subprocess.run(["npm", "install", "--prefix", str(CACHE), f"@modelcontextprotocol/inspector@{VERSION}",
-                        "--no-audit", "--no-fund", "--loglevel=error"], timeout=600)
-    assert binary.exists(), "npm could not install the MCP Inspector CLI"
+        proc = subprocess.run(["npm", "install", "--prefix", str(CACHE), f"@modelcontextprotocol/inspector@{VERSION}",
+                               "--no-audit", "--no-fund", "--loglevel=error"], capture_output=True, text=True,
+                              timeout=600)
+        failed = proc.stderr.strip()[-500:]
+    if not binary.exists():
+        pytest.skip(f"npm could not install the MCP Inspector CLI (is the npm registry reachable?): {failed}")
     return binary
 
 
@@ -55,10 +59,26 @@ def test_inspector_over_stdio(inspector: Path, tmp_path: Path) -> None:
     code, called = run(inspector, *flags, *server, "--method", "tools/call", "--tool-name", "misc__add",
                        "--tool-arg", "a=2", "b=40")
     assert (code, called) == (0, {"result": {"content": [{"type": "text", "text": "42"}], "isError": False}})
-    code, hidden = run(inspector, *flags, *server, "--method", "tools/call", "--tool-name", "files__write",
-                       "--tool-arg", "path=x", "text=y")
-    assert code != 0
-    assert hidden["error"]["message"] == "Tool 'files__write' not found on server."
+    # The Inspector answers a tool missing from its list itself, without asking the server: a hidden tool and one
+    # that never existed get the same answer from it.
+    answers = []
+    for name in ("files__write", "zz__nope"):
+        code, answer = run(inspector, *flags, *server, "--method", "tools/call", "--tool-name", name,
+                           "--tool-arg", "path=x", "text=y")
+        assert code != 0
+        answers.append(answer["error"]["message"].replace(name, "<tool>"))
+    assert answers == ["Tool '<tool>' not found on server."] * 2
+    # toolcrib's own answer to the same server command, asked directly: the same for both, word for word.
+    lines = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"}]
+    lines += [{"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": name, "arguments": {}}}
+              for i, name in ((2, "files__write"), (3, "zz__nope"))]
+    proc = subprocess.run(server, input="".join(json.dumps(line) + "\n" for line in lines), capture_output=True,
+                          text=True, env=env, timeout=120)
+    errors = {a["id"]: a["error"] for a in map(json.loads, proc.stdout.splitlines()) if "error" in a}
+    assert errors == {2: {"code": -32602, "message": "Unknown tool: files__write"},
+                      3: {"code": -32602, "message": "Unknown tool: zz__nope"}}
 
 
 def test_inspector_over_http_with_a_token(inspector: Path, tmp_path: Path) -> None:

@@ -17,13 +17,15 @@ import anyio
 import anyio.to_thread
 import httpx2
 import mcp_types as types
+import pydantic
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+import toolcrib
 from conftest import make_host
-from packs import FILES, MISC, TALK
+from packs import FILES, MISC, TALK, Pack
 from toolcrib.mcp.adapter import UNVERIFIABLE, build_server
 from toolcrib.mcp.state import ServingState
 
@@ -101,6 +103,42 @@ def test_tools_list_wire_shape(mode: str) -> None:
                     "description": "File to read", "type": "string"}}, "required": ["path"], "type": "object"},
                 "annotations": {"readOnlyHint": True},
             }
+
+    anyio.run(main)
+
+
+class Report(pydantic.BaseModel):
+    """A structured answer."""
+
+    words: int
+
+
+@toolcrib.tool(title="Count words", annotations={"readOnlyHint": True, "title": "Count"})
+def count(text: str) -> Report:
+    """Count the words of a text."""
+    return Report(words=len(text.split()))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tools_list_carries_title_and_output_schema(mode: str) -> None:
+    host = make_host('[agents.a]\n[agents.a.permissions]\nplugins = { allow = ["*"] }\ntools = { allow = ["*"] }\n',
+                     {"words": Pack(count)})
+
+    async def main() -> None:
+        async with Client(build_server(ServingState(host), "a"), mode=mode, cache=None) as client:
+            tool = (await client.list_tools()).tools[0]
+            assert tool.model_dump(by_alias=True, exclude_none=True) == {
+                "name": "words__count",
+                "title": "Count words",
+                "description": "Count the words of a text.",
+                "inputSchema": {"additionalProperties": False, "properties": {"text": {"type": "string"}},
+                                "required": ["text"], "type": "object"},
+                "outputSchema": {"description": "A structured answer.", "properties": {"words": {"type": "integer"}},
+                                 "required": ["words"], "type": "object"},
+                "annotations": {"title": "Count", "readOnlyHint": True},
+            }
+            result = await client.call_tool("words__count", {"text": "a b c"})
+            assert result.structured_content == {"words": 3}
 
     anyio.run(main)
 
@@ -644,3 +682,35 @@ def test_http_reload_good_then_bad_config_while_a_session_is_open(http_server: t
             assert (await client.call_tool("misc__add", {"a": 1, "b": 1})).content[0].text == "2"  # type: ignore[union-attr]
 
     anyio.run(main)
+
+
+def test_allowed_hosts_and_origins_extend_the_loopback_defaults() -> None:
+    from toolcrib.mcp.http import HttpOptions
+
+    security = HttpOptions(allowed_hosts=["proxy.example:8443", "api.example", "[fd00::1]"],
+                           allowed_origins=["https://app.example"]).security()
+    loopback = ["127.0.0.1", "127.0.0.1:*", "localhost", "localhost:*", "[::1]", "[::1]:*"]
+    assert security.allowed_hosts == [*loopback, "proxy.example:8443", "api.example", "api.example:*", "[fd00::1]",
+                                      "[fd00::1]:*"]
+    assert security.allowed_origins == ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*",
+                                        "http://127.0.0.1", "http://localhost", "http://[::1]", "https://app.example"]
+    assert security.enable_dns_rebinding_protection is True
+
+
+@pytest.mark.slow
+def test_http_accepts_an_allowed_host_and_only_that(config_file: Path) -> None:
+    proc, base, _ = start_http(config_file, "--allowed-host", "proxy.example")
+    try:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+                   "Authorization": f"Bearer {TOKENS['TOK_READER']}"}
+        with httpx2.Client(base_url=base, timeout=30) as http:
+            port = base.rsplit(":", 1)[1]
+            for host, status in (("proxy.example", 200), (f"proxy.example:{port}", 200), ("other.example", 421),
+                                 (f"proxy.example.evil:{port}", 421)):
+                answer = http.post("/agents/reader/mcp", json=body, headers={**headers, "Host": host})
+                assert answer.status_code == status, host
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)

@@ -227,6 +227,10 @@ def test_symlinks_in_any_component_are_never_followed(host: toolcrib.Host, ws: P
     assert error(host, "find_text", query="SECRET", path="to_outside_dir") == f"to_outside_dir: {link}"
     assert ok(host, "find_text", query="SECRET")["matches"] == []
     assert ok(host, "find_text", query="OUTSIDE")["matches"] == []
+    # exist reports the link itself: never the type or size of what it points to
+    assert ok(host, "exist", path="to_outside_file") == {"path": "to_outside_file", "exists": True, "type": "symlink"}
+    assert ok(host, "exist", path="to_outside_dir") == {"path": "to_outside_dir", "exists": True, "type": "symlink"}
+    assert error(host, "exist", path="to_outside_dir/key") == f"to_outside_dir: {link}"
     assert "to_outside_dir/key" not in ok(host, "glob", pattern="**")["matches"]
     # writing "through" a dangling link replaces the link, it never creates the target outside
     assert ok(host, "write_file", path="dangling", content="x") == "replaced dangling (1 bytes)"
@@ -308,3 +312,50 @@ def test_argument_rules_see_one_spelling_of_a_path(ws: Path) -> None:
                                "permissions (rule 'fs__write_file(secrets/*)')."), spelling
     assert not (ws / "secrets").exists()
     assert ok(host, "write_file", path="./notes//a.txt", content="x") == "created notes/a.txt (1 bytes)"
+
+
+def test_an_unusable_workspace_root_refuses_everything_and_touches_nothing(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A workspace that does not exist is never replaced by the process's current folder."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    (cwd / "here.txt").write_text("CWD")
+    monkeypatch.chdir(cwd)
+    host = toolcrib.Host(parse_config(CONFIG.replace('workspace = "ws"', 'workspace = "gone"'), "toolcrib.toml",
+                                      tmp_path), plugins={"fs": toolcrib_fs}, autoload=False, env={})
+    unusable = "the workspace root is not usable (No such file or directory)"
+    for tool, args in (("read_file", {"path": "here.txt"}), ("write_file", {"path": "new.txt", "content": "x"}),
+                       ("ls", {}), ("exist", {"path": "here.txt"}), ("mkdir", {"path": "d"}),
+                       ("rm", {"path": "here.txt"}), ("glob", {"pattern": "*"}), ("find_text", {"query": "CWD"}),
+                       ("copy", {"source": "here.txt", "destination": "b.txt"}),
+                       ("rename", {"source": "here.txt", "destination": "b.txt"})):
+        assert error(host, tool, **args) == unusable, tool
+    assert sorted(p.name for p in cwd.iterdir()) == ["here.txt"] and not (tmp_path / "gone").exists()
+
+
+def test_copy_guards(host: toolcrib.Host, ws: Path) -> None:
+    (ws / "tree" / "sub").mkdir(parents=True)
+    (ws / "tree" / "sub" / "a.txt").write_text("A")
+    (ws / "tree" / "link").symlink_to(ws.parent / "outside.txt")
+    assert error(host, "copy", source="tree", destination="tree/sub/copy") == "tree/sub/copy: cannot copy tree into itself"
+    copied = ok(host, "copy", source="tree", destination="copy")
+    assert copied == "copied tree/ to copy/ (1 files); skipped (not files or directories): tree/link"
+    assert not (ws / "copy" / "link").exists()
+    (ws / "big.bin").write_bytes(b"x" * (10 * 1024 * 1024 + 1))
+    assert error(host, "copy", source="big.bin", destination="big2.bin") == (
+        "big.bin: larger than the copy limit of 10485760 bytes")
+    assert not (ws / "big2.bin").exists()
+
+
+def test_reading_at_a_descriptor_never_follows_a_symlink(ws: Path) -> None:
+    from toolcrib.workspace import read_at
+
+    (ws / "real.txt").write_text("REAL")
+    (ws / "link.txt").symlink_to(ws / "real.txt")
+    fd = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert read_at(fd, "real.txt", 100) == (b"REAL", 4)
+        assert read_at(fd, "link.txt", 100) is None
+        assert read_at(fd, "real.txt", 2) == (b"", 4)  # larger than the limit: nothing is read
+    finally:
+        os.close(fd)

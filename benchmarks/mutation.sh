@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Mutation testing of the security-critical modules (patterns, permissions, workspace, HTTP auth) with mutmut,
+# as configured in pyproject.toml ([tool.mutmut]). A developer command: it takes tens of minutes.
+#   benchmarks/mutation.sh            run, then print the score per module
+#   .venv/bin/mutmut show NAME        what a surviving mutant changed
+# mutmut expects the source under src/: the script links src -> host for the run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -x .venv/bin/mutmut ] || .venv/bin/pip install -q "mutmut==3.8.1"
+ln -sfn host src
+trap 'rm -f src' EXIT
+rm -rf mutants
+.venv/bin/mutmut run "$@" || true
+.venv/bin/python benchmarks/mutation_score.py
