@@ -337,7 +337,8 @@ def test_copy_guards(host: toolcrib.Host, ws: Path) -> None:
     (ws / "tree" / "sub").mkdir(parents=True)
     (ws / "tree" / "sub" / "a.txt").write_text("A")
     (ws / "tree" / "link").symlink_to(ws.parent / "outside.txt")
-    assert error(host, "copy", source="tree", destination="tree/sub/copy") == "tree/sub/copy: cannot copy tree into itself"
+    assert error(host, "copy", source="tree", destination="tree/sub/copy") == (
+        "tree/sub/copy: cannot copy tree into itself")
     copied = ok(host, "copy", source="tree", destination="copy")
     assert copied == "copied tree/ to copy/ (1 files); skipped (not files or directories): tree/link"
     assert not (ws / "copy" / "link").exists()
