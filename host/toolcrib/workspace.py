@@ -140,8 +140,9 @@ class Root:
         # Only the protected paths related to this workspace can ever be met below it.
         self._protected = [(path, what) for path, what in protected().items() if _related(self._real, path)]
 
-    def guard(self, parts: tuple[str, ...]) -> None:
-        """Refuse (``PathError``) to change ``parts`` when it is a protected path, holds one, or lies inside one.
+    def guard(self, parts: tuple[str, ...], *, holding: bool = True) -> None:
+        """Refuse (``PathError``) to change ``parts`` when it is a protected path, lies inside one, or (with
+        ``holding``: moving or removing it would take one along) holds one.
 
         Every changing method of ``Root`` calls this; a pack that changes files by other means calls it first.
         Components below the root are never symbolic links (nothing here follows one), so the joined path is the
@@ -151,7 +152,8 @@ class Root:
             return
         target = os.path.join(self._real, *parts)
         for path, what in self._protected:
-            if _related(target, path):
+            inside = target == path or target.startswith(path.rstrip("/") + "/")
+            if inside or (holding and path.startswith(target.rstrip("/") + "/")):
                 raise PathError(f"{display(parts)}: is protected: changing it would change how the host governs "
                                 f"its agents ({what} is {'there' if target == path else 'in the way'}); no tool "
                                 "may change it")
@@ -173,7 +175,7 @@ class Root:
                 except FileNotFoundError:
                     if not create:
                         raise _error(FileNotFoundError(errno.ENOENT, "", part), parts[: i + 1]) from None
-                    self.guard(parts[: i + 1])
+                    self.guard(parts[: i + 1], holding=False)  # a new folder takes nothing protected along
                     try:
                         os.mkdir(part, 0o777, dir_fd=fd)
                     except FileExistsError:

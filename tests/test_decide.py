@@ -1,0 +1,363 @@
+"""The one decision (``permissions.decide``) and the rules it reads, case by case, with exact reasons: what
+mutation testing of permissions.py and patterns.py showed the other tests let through."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import anyio
+import pytest
+
+import toolcrib
+from conftest import cli, config_from, make_host
+from packs import FILES, Pack
+from toolcrib.catalog import Entry
+from toolcrib.permissions import Named, compile_rules, decide
+from toolcrib.tool import get_tool
+
+
+def rules_of(text: str, agent: str = "a") -> Any:
+    return compile_rules(config_from(text))[agent]
+
+
+def call(host: toolcrib.Host, tool: str, approver: Any = None, agent: str = "a", **arguments: Any) -> Any:
+    return anyio.run(lambda: host.call(agent, tool, arguments, approver=approver))
+
+
+# -- other kinds than tools --------------------------------------------------------------------------------------
+
+
+def test_named_decisions_say_why() -> None:
+    rules = rules_of("""
+        [agents.a.permissions]
+        skills = { deny = ["secret*"] }
+        subagents = { allow = ["b", "a", "c"] }
+        [agents.b]
+        [agents.c]
+    """)
+    pdf = decide(rules, Named("skills", "pdf"), detail=True)
+    assert (pdf.kind, pdf.name, pdf.visible, pdf.reason) == ("skill", "pdf", True,
+                                                             "skill 'pdf': not matched by agents.a.permissions.skills.deny")
+    secret = decide(rules, Named("skills", "secret-sauce"), detail=True)
+    assert (secret.visible, secret.reason) == (False, "skill 'secret-sauce': denied by agents.a.permissions.skills.deny "
+                                                      "'secret*'")
+    assert decide(rules, Named("subagents", "b"), detail=True).reason == (
+        "agent 'b': allowed by agents.a.permissions.subagents.allow 'b'")
+    itself = decide(rules, Named("subagents", "a"), detail=True)
+    assert (itself.visible, itself.reason) == (False, "an agent is never offered itself")
+    back = decide(rules, Named("subagents", "c"), detail=True, chain=("c", "a"))
+    assert (back.visible, back.reason) == (False, "it is one of the agents whose run led here, and a run never goes "
+                                                  "back along its chain")
+    assert decide(rules, Named("subagents", "c"), chain=("x", "a")).visible
+    server = decide(rules, Named("mcps", "time"), detail=True)
+    assert (server.kind, server.visible, server.reason) == ("server", False, "server 'time': agents.a.permissions.mcps "
+                                                            "is not set, so nothing of 'mcps' is allowed")
+    assert server.to_json() == {"agent": "a", "server": "time", "visible": False, "checks": [
+        {"check": "rule", "passed": False,
+         "detail": "server 'time': agents.a.permissions.mcps is not set, so nothing of 'mcps' is allowed"}]}
+
+
+def test_without_a_permissions_table_nothing_of_any_kind() -> None:
+    rules = rules_of("[agents.a]\n")
+    for subject in (Named("skills", "pdf"), Named("subagents", "b")):
+        decision = decide(rules, subject, detail=True)
+        assert (decision.visible, [c.name for c in decision.checks], decision.reason) == (
+            False, ["permissions"], "agent 'a' has no [agents.a.permissions] table, so it sees nothing")
+    host = make_host("[agents.a]\n", {"files": FILES})
+    explained = host.explain("a", "files__read")
+    assert explained is not None and explained.to_json() == {"agent": "a", "tool": "files__read", "visible": False,
+                                                             "checks": [{"check": "permissions", "passed": False,
+                                                                         "detail": "agent 'a' has no "
+                                                                         "[agents.a.permissions] table, so it sees "
+                                                                         "nothing"}]}
+
+
+def test_explain_names_a_missing_dimension() -> None:
+    host = make_host('[agents.a.permissions]\nplugins = { allow = ["files"] }\n', {"files": FILES})
+    explained = host.explain("a", "files__read")
+    assert explained is not None
+    assert [(c.name, c.passed, c.detail) for c in explained.checks] == [
+        ("source", True, "pack 'files': allowed by agents.a.permissions.plugins.allow 'files'"),
+        ("tools", False, "agents.a.permissions.tools is not set, so nothing of 'tools' is allowed"),
+        ("mode", True, "mode 'default' shows every permitted tool"),
+        ("available", True, "the tool has no availability check"),
+    ]
+
+
+# -- the rules' part and availability ---------------------------------------------------------------------------
+
+
+def test_availability_checks_run_only_for_tools_the_rules_permit() -> None:
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def counted(name: str) -> Any:
+        def check(ctx: toolcrib.AvailabilityContext) -> bool:
+            with lock:
+                seen.append(f"{ctx.agent}:{name}")
+            return True
+        return check
+
+    @toolcrib.tool(annotations={"readOnlyHint": True}, is_available=counted("ro"))
+    def ro() -> str:
+        """Read-only."""
+        return "ro"
+
+    @toolcrib.tool(is_available=counted("rw"))
+    def rw() -> str:
+        """Writes."""
+        return "rw"
+
+    @toolcrib.tool(annotations={"readOnlyHint": True}, is_available=counted("denied"))
+    def denied() -> str:
+        """Denied by name."""
+        return "no"
+
+    host = make_host("""
+        [agents.a]
+        [agents.a.permissions]
+        plugins = { allow = ["p"] }
+        tools = { deny = ["p__denied"] }
+        [agents.planner]
+        mode = "plan"
+        [agents.planner.permissions]
+        plugins = { allow = ["p"] }
+        tools = { allow = ["*"] }
+        [agents.other]
+        [agents.other.permissions]
+        plugins = { allow = ["q"] }
+        tools = { allow = ["*"] }
+    """, {"p": Pack(ro, rw, denied), "q": Pack()})
+    assert host.view("a").names == ["p__ro", "p__rw"]
+    assert host.view("planner").names == ["p__denied", "p__ro"]
+    assert host.view("other").names == []
+    assert sorted(seen) == ["a:ro", "a:rw", "planner:denied", "planner:ro"]  # each once; none for what is hidden
+
+
+def test_a_check_after_one_that_hangs_is_still_asked_once() -> None:
+    release = threading.Event()
+    asked: list[str] = []
+
+    @toolcrib.tool(annotations={"readOnlyHint": True}, is_available=lambda ctx: release.wait())
+    def a_hangs() -> str:
+        """Hangs."""
+        return "x"
+
+    @toolcrib.tool(annotations={"readOnlyHint": True}, is_available=lambda ctx: asked.append("b") or True)
+    def b_after() -> str:
+        """Answers."""
+        return "x"
+
+    @toolcrib.tool(annotations={"readOnlyHint": True}, is_available=lambda ctx: asked.append("c") or "not today")
+    def c_last() -> str:
+        """Answers no."""
+        return "x"
+
+    try:
+        host = make_host('[host]\navailability_timeout = 0.2\n[agents.a.permissions]\nplugins = { allow = ["*"] }\n'
+                         'tools = { allow = ["*"] }\n', {"p": Pack(a_hangs, b_after, c_last)})
+        assert host.view("a").names == ["p__b_after"]
+        assert asked == ["b", "c"]
+        explained = host.explain("a", "p__c_last")
+        assert explained is not None and explained.reason == "not available: not today"
+    finally:
+        release.set()
+
+
+@pytest.mark.parametrize(("answer", "visible", "reason"), [
+    (True, True, "is_available said yes"),
+    (False, False, "is_available said no"),
+    ("", False, "is_available said no"),
+    ("  ", False, "is_available said no"),
+    ("no GPU", False, "not available: no GPU"),
+    (None, False, "is_available returned None; expected True, False or a reason (hidden: fail closed)"),
+    (1, False, "is_available returned 1; expected True, False or a reason (hidden: fail closed)"),
+])
+def test_what_an_availability_check_answers(answer: Any, visible: bool, reason: str) -> None:
+    @toolcrib.tool(annotations={"readOnlyHint": True}, is_available=lambda ctx: answer)
+    def checked() -> str:
+        """Checked."""
+        return "x"
+
+    host = make_host('[agents.a.permissions]\nplugins = { allow = ["*"] }\ntools = { allow = ["*"] }\n',
+                     {"p": Pack(checked)})
+    explained = host.explain("a", "p__checked")
+    assert explained is not None
+    assert (explained.visible, explained.checks[-1].detail) == (visible, reason)
+    assert ("p__checked" in host.view("a")) is visible
+
+
+def test_plan_mode_says_why_an_untrusted_servers_read_only_hint_does_not_count() -> None:
+    spec = get_tool(toolcrib.tool(name="now", description="The time.", annotations={"readOnlyHint": True})(
+        lambda: "12:00"))
+    assert spec is not None
+    rules = rules_of('[agents.a]\nmode = "plan"\n[agents.a.permissions]\nmcps = { allow = ["*"] }\n'
+                     'tools = { allow = ["*"] }\n')
+    for trusted, passed, detail in [
+        (False, False, "plan mode shows only read-only tools; upstream server 'time' is not trusted, so its "
+                       "readOnlyHint does not count (set trusted = true to trust it)"),
+        (True, True, "plan mode, and the tool is annotated read-only"),
+    ]:
+        entry = Entry(name="time__now", namespace="time", kind="mcp", dimension="mcps", source="time", tool=spec,
+                      trusted=trusted)
+        decision = decide(rules, entry, detail=True)
+        assert (decision.visible, decision.checks[2].name, decision.checks[2].passed, decision.checks[2].detail) == (
+            passed, "mode", passed, detail)
+    writes = get_tool(toolcrib.tool(name="set", description="Set the time.")(lambda: "x"))
+    assert writes is not None
+    entry = Entry(name="time__set", namespace="time", kind="mcp", dimension="mcps", source="time", tool=writes)
+    assert decide(rules, entry, detail=True).checks[2].detail == (
+        "plan mode shows only tools annotated read-only (readOnlyHint), and this one is not")
+
+
+# -- call rules ----------------------------------------------------------------------------------------------------
+
+
+def test_a_bare_allow_beside_a_specifier_leaves_the_tool_unrestricted() -> None:
+    host = make_host('[agents.a.permissions]\nplugins = { allow = ["files"] }\n'
+                     'tools = { allow = ["files__read", "files__read(docs/*)", "files__write(docs/*)"] }\n',
+                     {"files": FILES})
+    assert call(host, "files__read", path="anywhere").text == "contents of anywhere"
+    assert call(host, "files__write", path="anywhere", text="x").text == (
+        "Permission denied: files__write with path='anywhere' is denied by the agent's permissions (no allow rule "
+        "matches its argument).")
+    vt = host.view("a").lookup("files__read")
+    assert vt is not None and vt.call_rules is None  # nothing to check
+
+
+@toolcrib.tool(rule_subject=("command", "target"))
+def run(command: list[str], target: str | None = None) -> str:
+    """Run a command, maybe against a target."""
+    return " ".join(command) + (f" -> {target}" if target else "")
+
+
+def test_an_argv_subject_is_matched_as_the_command_line_it_spells_and_every_subject_counts() -> None:
+    host = make_host('[agents.a.permissions]\nplugins = { allow = ["cmd"] }\n'
+                     'tools = { allow = ["cmd__run(git status*)", "cmd__run(main)"] }\n', {"cmd": Pack(run)})
+    assert call(host, "cmd__run", command=["git", "status", "--short"]).text == "git status --short"
+    assert call(host, "cmd__run", command=["git", "status"], target="main").text == "git status -> main"
+    assert call(host, "cmd__run", command=["git", "status; rm -rf /"]).text == (
+        "Permission denied: cmd__run with command=['git', 'status; rm -rf /'] is denied by the agent's permissions "
+        "(no allow rule matches its argument).")  # quoted as "git 'status; rm -rf /'", which no rule allows
+    assert call(host, "cmd__run", command=["git", "status"], target="dev").text == (
+        "Permission denied: cmd__run with target='dev' is denied by the agent's permissions (no allow rule matches "
+        "its argument).")
+
+
+@toolcrib.tool(rule_subject="path")
+def maybe(path: str | None = None) -> str:
+    """Act on a path, or on nothing."""
+    return f"acted on {path}"
+
+
+def test_a_call_without_its_subject_meets_allow_deny_and_ask_rules_closed() -> None:
+    for tools, ask, expected, docs_refused in [
+        ('{ allow = ["m__maybe(docs/*)"] }', "[]", "Permission denied: m__maybe with this call is denied by the "
+                                                   "agent's permissions (no allow rule matches its argument).", False),
+        ('{ deny = ["m__maybe(secrets/*)"] }', "[]", "Permission denied: m__maybe with this call is denied by the "
+                                                     "agent's permissions (rule 'm__maybe(secrets/*)').", False),
+        ('{ allow = ["*"] }', '["m__maybe(docs/*)"]', "Permission denied: m__maybe needs approval (ask rule "
+                                                      "'m__maybe(docs/*)'), and no approver could answer (the client "
+                                                      "does not support elicitation and no approval hook decided).",
+         True),
+    ]:
+        host = make_host(f'[agents.a.permissions]\nplugins = {{ allow = ["m"] }}\ntools = {tools}\nask = {ask}\n',
+                         {"m": Pack(maybe)})
+        assert call(host, "m__maybe").text == expected
+        assert call(host, "m__maybe", path="docs/x").is_error is docs_refused
+
+
+def test_writes_and_destructive_selectors_choose_by_annotations() -> None:
+    asked: list[str] = []
+
+    async def approver(agent: str, tool: str, arguments: Any, message: str) -> bool:
+        asked.append(tool)
+        return True
+
+    for selector, expected in (("@writes", ["files__rm", "files__touch", "files__write"]),
+                               ("@destructive", ["files__rm", "files__write"])):
+        asked.clear()
+        host = make_host(f'[agents.a.permissions]\nplugins = {{ allow = ["files"] }}\ntools = {{ allow = ["*"] }}\n'
+                         f'ask = ["{selector}"]\n', {"files": FILES})
+        for tool in ("files__read", "files__touch", "files__write", "files__rm"):
+            assert not call(host, tool, approver=approver, path="x", **({"text": "y"} if tool == "files__write"
+                                                                        else {})).is_error
+        assert sorted(asked) == expected
+
+
+def test_a_redirect_the_rules_allow_goes_on() -> None:
+    """ctx.check_rules lets a value through that the rules allow, refuses one they deny, and one an ask rule holds."""
+    hops: list[str] = []
+
+    @toolcrib.tool(rule_subject="url")
+    def fetch(url: str, ctx: toolcrib.Context) -> str:
+        """Follow a URL's redirects."""
+        for hop in (url + "/next", url + "/next/last"):
+            ctx.check_rules(url=hop)
+            hops.append(hop)
+        return "fetched"
+
+    base = '[agents.a.permissions]\nplugins = { allow = ["w"] }\n'
+    ok = make_host(base + 'tools = { allow = ["w__fetch(https://ok/*)"] }\n', {"w": Pack(fetch)})
+    assert call(ok, "w__fetch", url="https://ok/a").text == "fetched"
+    assert hops == ["https://ok/a/next", "https://ok/a/next/last"]
+    hops.clear()
+    denied = make_host(base + 'tools = { deny = ["w__fetch(*/last)"] }\n', {"w": Pack(fetch)})
+    assert call(denied, "w__fetch", url="https://ok/a").text == (
+        "Permission denied: w__fetch went on to url='https://ok/a/next/last', which the agent's permissions deny "
+        "(rule 'w__fetch(*/last)').")
+    asked = make_host(base + 'tools = { allow = ["*"] }\nask = ["w__fetch(*/next)"]\n', {"w": Pack(fetch)})
+    assert call(asked, "w__fetch", url="https://ok/a", approver=lambda *a: anyio.sleep(0)).text == (
+        "w__fetch went on to url='https://ok/a/next', which needs approval (ask rule 'w__fetch(*/next)'); call "
+        "w__fetch again with it to be asked.")
+
+
+# -- patterns ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("pattern", "name", "matches"), [
+    ("*a*b*", "aba", True),  # the first 'a' is the one to take: taking the last leaves no 'b' after it
+    ("*ab*ab*", "ab", False),  # two pieces need two places, not one found twice
+    ("*ab*ab*", "abab", True),
+    ("x*y*x", "xyx", True),
+    ("x*y*x", "xy", False),
+    ("a*a", "a", False),
+    ("*", "", True),
+    ("fs__*", "fs__", True),
+    ("fs__*_file", "fs__file", False),
+])
+def test_globs_take_each_piece_at_its_leftmost_place_after_the_last(pattern: str, name: str, matches: bool) -> None:
+    from toolcrib.patterns import Glob
+
+    glob = Glob.of(pattern)
+    assert glob is not None and glob.matches(name) is matches
+
+
+def test_a_pattern_that_is_not_a_string_says_what_it_is() -> None:
+    from toolcrib.patterns import PatternError, parse
+
+    with pytest.raises(PatternError, match=r"^a pattern must be a string, not int$"):
+        parse("tools", 7)
+
+
+def test_explain_json_of_a_tool(cli_config: Any) -> None:
+    config = cli_config('[agents.a.permissions]\nplugins = { allow = ["files"] }\n'
+                        'tools = { allow = ["files__write(docs/*)"] }\nask = ["files__write(docs/private/*)"]\n',
+                        "files=packs:FILES")
+    code, out, _ = cli("explain", "--config", config, "--agent", "a", "--json", "files__write")
+    assert code == 0
+    assert json.loads(out) == {
+        "agent": "a", "tool": "files__write", "visible": True,
+        "checks": [
+            {"check": "source", "passed": True, "detail": "pack 'files': allowed by agents.a.permissions.plugins.allow "
+                                                          "'files'"},
+            {"check": "tools", "passed": True, "detail": "allowed by agents.a.permissions.tools.allow "
+                                                         "'files__write(docs/*)'"},
+            {"check": "mode", "passed": True, "detail": "mode 'default' shows every permitted tool"},
+            {"check": "available", "passed": True, "detail": "the tool has no availability check"},
+        ],
+        "call_rules": {"subjects": ["path"], "deny": [], "allow": ["files__write(docs/*)"],
+                       "ask": ["files__write(docs/private/*)"]},
+    }

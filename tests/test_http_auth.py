@@ -1,0 +1,161 @@
+"""HTTP serving's gate, in-process (the ASGI app itself, through httpx's ASGI transport): each agent behind its own
+token, every bad credential refused alike, Host and Origin checked. tests/test_serve.py does the same against a
+real server subprocess; these are quick, so that they run in the quick suite and under mutation testing."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+
+from conftest import make_host
+from packs import FILES
+from toolcrib.mcp.http import HttpApp, HttpOptions
+from toolcrib.mcp.state import ServingState
+
+CONFIG = """
+[agents.reader]
+token_env = "TOK_READER"
+[agents.reader.permissions]
+plugins = { allow = ["files"] }
+tools = { allow = ["files__read"] }
+
+[agents.writer]
+token_env = "TOK_WRITER"
+[agents.writer.permissions]
+plugins = { allow = ["files"] }
+tools = { allow = ["*"] }
+
+[agents.twin]
+token_env = "TOK_TWIN"
+[agents.twin.permissions]
+plugins = { allow = ["files"] }
+tools = { allow = ["*"] }
+
+[agents.silent]
+[agents.nokey]
+token_env = "TOK_UNSET"
+"""
+
+TOKENS = {"TOK_READER": "r" * 32, "TOK_WRITER": "w" * 32, "TOK_TWIN": "w" * 32}
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+
+@asynccontextmanager
+async def serving(env: dict[str, str] | None = None, **options: Any) -> AsyncIterator[tuple[HttpApp, httpx2.AsyncClient]]:
+    app = HttpApp(ServingState(make_host(CONFIG, {"files": FILES})), HttpOptions(**options),
+                  env=TOKENS if env is None else env)
+    async with app.app.router.lifespan_context(app.app):
+        transport = httpx2.ASGITransport(app=app)
+        async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000", timeout=30) as client:
+            yield app, client
+
+
+def run(check: Callable[[HttpApp, httpx2.AsyncClient], Any], **options: Any) -> None:
+    async def main() -> None:
+        async with serving(**options) as (app, client):
+            await check(app, client)
+
+    anyio.run(main)
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_only_agents_with_a_token_of_their_own_are_served(caplog: pytest.LogCaptureFixture) -> None:
+    async def check(app: HttpApp, client: httpx2.AsyncClient) -> None:
+        assert sorted(app.endpoints) == ["reader"]  # writer and twin share a token; silent and nokey have none
+
+    run(check)
+    messages = [r.getMessage() for r in caplog.records]
+    assert "agent 'silent' is not served over HTTP: it has no token_env" in messages
+    assert "agent 'nokey' is not served over HTTP: $TOK_UNSET is not set" in messages
+    assert "agent 'twin' is not served over HTTP: another agent has the same token" in messages
+    assert "agent 'writer' is not served over HTTP: another agent has the same token" in messages
+
+
+def test_the_right_token_gets_in() -> None:
+    async def check(app: HttpApp, client: httpx2.AsyncClient) -> None:
+        answer = await client.post("/agents/reader/mcp", json=INITIALIZE, headers={**HEADERS, **bearer("r" * 32)})
+        assert answer.status_code == 200
+        assert "mcp-session-id" in answer.headers
+        lowercase = await client.post("/agents/reader/mcp", json=INITIALIZE,
+                                      headers={**HEADERS, "authorization": "bearer " + "r" * 32})
+        assert lowercase.status_code == 200  # the scheme is case-insensitive, as RFC 6750 says
+
+    run(check)
+
+
+@pytest.mark.parametrize(("path", "headers", "error"), [
+    ("/agents/reader/mcp", {}, None),
+    ("/agents/reader/mcp", bearer("nope"), "invalid_token"),
+    ("/agents/reader/mcp", bearer("r" * 31), "invalid_token"),
+    ("/agents/reader/mcp", bearer("r" * 32 + "x"), "invalid_token"),
+    ("/agents/reader/mcp", bearer("w" * 32), "invalid_token"),  # another agent's token
+    ("/agents/ghost/mcp", bearer("r" * 32), "invalid_token"),  # no such agent
+    ("/agents/silent/mcp", bearer("x"), "invalid_token"),  # an agent without a token
+    ("/agents/writer/mcp", bearer("w" * 32), "invalid_token"),  # an agent whose token another shares
+    ("/agents/reader/mcp", {"Authorization": "Basic cmVhZGVyOng="}, None),
+    ("/agents/reader/mcp", {"Authorization": "Bearer"}, None),
+    ("/agents/reader/mcp", {"Authorization": "Bearer "}, None),
+    (f"/agents/reader/mcp?access_token={'r' * 32}", {}, "invalid_request"),
+    (f"/agents/reader/mcp?x=1&Token={'r' * 32}", bearer("r" * 32), "invalid_request"),
+])
+def test_every_bad_credential_gets_the_same_401(path: str, headers: dict[str, str], error: str | None) -> None:
+    async def check(app: HttpApp, client: httpx2.AsyncClient) -> None:
+        answer = await client.post(path, json=INITIALIZE, headers={**HEADERS, **headers})
+        assert answer.status_code == 401
+        challenge = answer.headers["www-authenticate"]
+        body = answer.json()
+        if error is None:
+            assert challenge == 'Bearer realm="toolcrib"'
+            assert body == {"error": "unauthorized",
+                            "error_description": "this endpoint needs Authorization: Bearer <the agent's token>"}
+        elif error == "invalid_request":
+            description = "tokens are accepted only in the Authorization header"
+            assert challenge == f'Bearer realm="toolcrib", error="invalid_request", error_description="{description}"'
+            assert body == {"error": "invalid_request", "error_description": description}
+        else:
+            description = "the token is not valid for this endpoint"
+            assert challenge == f'Bearer realm="toolcrib", error="invalid_token", error_description="{description}"'
+            assert body == {"error": "invalid_token", "error_description": description}
+        assert "reader" not in answer.text and "r" * 32 not in answer.text
+
+    run(check)
+
+
+def test_a_wrong_token_and_an_unknown_agent_look_the_same() -> None:
+    async def check(app: HttpApp, client: httpx2.AsyncClient) -> None:
+        wrong = await client.post("/agents/reader/mcp", json=INITIALIZE, headers={**HEADERS, **bearer("nope")})
+        ghost = await client.post("/agents/ghost/mcp", json=INITIALIZE, headers={**HEADERS, **bearer("nope")})
+        assert (wrong.status_code, wrong.text, wrong.headers["www-authenticate"]) == (
+            ghost.status_code, ghost.text, ghost.headers["www-authenticate"])
+
+    run(check)
+
+
+@pytest.mark.parametrize(("host", "origin", "status"), [
+    ("127.0.0.1:8000", None, 200),
+    ("localhost:8000", "http://localhost:5173", 200),
+    ("attacker.example:8000", None, 421),
+    ("127.0.0.1:8000", "http://evil.example", 403),
+    ("proxy.example", None, 200),
+    ("proxy.example:8443", "https://app.example", 200),
+    ("proxy.example.evil", None, 421),
+])
+def test_host_and_origin_are_checked(host: str, origin: str | None, status: int) -> None:
+    async def check(app: HttpApp, client: httpx2.AsyncClient) -> None:
+        headers = {**HEADERS, **bearer("r" * 32), "Host": host}
+        if origin is not None:
+            headers["Origin"] = origin
+        answer = await client.post("/agents/reader/mcp", json=INITIALIZE, headers=headers)
+        assert answer.status_code == status
+
+    run(check, allowed_hosts=["proxy.example"], allowed_origins=["https://app.example"])

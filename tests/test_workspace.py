@@ -1,0 +1,123 @@
+"""``toolcrib.workspace.Root``, the public confinement every pack that touches files uses, through its own API:
+exact answers for every refusal, and protected paths (what mutation testing of workspace.py showed untested)."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from toolcrib import workspace
+from toolcrib.workspace import PathError, Root, parts_of, read_at
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Root:
+    (tmp_path / "ws" / "dir" / "sub").mkdir(parents=True)
+    (tmp_path / "ws" / "dir" / "a.txt").write_text("A")
+    (tmp_path / "ws" / "b.txt").write_text("B")
+    (tmp_path / "outside.txt").write_text("OUT")
+    (tmp_path / "ws" / "link").symlink_to(tmp_path / "outside.txt")
+    return Root(tmp_path / "ws")
+
+
+def refused(call: object, *args: object, **kwargs: object) -> str:
+    with pytest.raises(PathError) as info:
+        call(*args, **kwargs)  # type: ignore[operator]
+    return str(info.value)
+
+
+def test_remove(root: Root, tmp_path: Path) -> None:
+    assert refused(root.remove, ()) == "the workspace root itself cannot be removed"
+    assert refused(root.remove, ("dir",)) == "dir: is a directory"
+    assert refused(root.remove, ("nope",)) == "nope: not found"
+    assert root.remove(("link",)) == "file"  # the link itself, never its target
+    assert (tmp_path / "outside.txt").read_text() == "OUT"
+    assert root.remove(("dir", "a.txt")) == "file"
+    assert root.remove(("dir",), recursive=True) == "directory"
+    assert sorted(p.name for p in (tmp_path / "ws").iterdir()) == ["b.txt"]
+
+
+def test_rename(root: Root, tmp_path: Path) -> None:
+    assert refused(root.rename, (), ("x",)) == "the workspace root itself cannot be moved or replaced"
+    assert refused(root.rename, ("b.txt",), ()) == "the workspace root itself cannot be moved or replaced"
+    assert refused(root.rename, ("dir",), ("dir", "sub", "x")) == "dir/sub/x: cannot move dir into itself"
+    assert refused(root.rename, ("nope",), ("x",)) == "nope: not found"
+    assert refused(root.rename, ("b.txt",), ("dir", "a.txt")) == "dir/a.txt: already exists"
+    assert refused(root.rename, ("b.txt",), ("dir",), overwrite=True) == "dir: already exists"  # never a folder
+    root.rename(("link",), ("moved-link",))  # the link moves, not its target
+    assert (tmp_path / "ws" / "moved-link").is_symlink() and (tmp_path / "outside.txt").read_text() == "OUT"
+    root.rename(("b.txt",), ("dir", "a.txt"), overwrite=True)
+    assert (tmp_path / "ws" / "dir" / "a.txt").read_text() == "B" and not (tmp_path / "ws" / "b.txt").exists()
+
+
+def test_writes_and_stats(root: Root, tmp_path: Path) -> None:
+    assert refused(root.write_bytes, ("new", "x.txt"), b"x") == "new: not found"  # no parents unless asked
+    assert root.write_bytes(("new", "x.txt"), b"x", create_parents=True) is False
+    assert refused(root.write_bytes, ("new", "x.txt"), b"y", overwrite=False) == "new/x.txt: already exists"
+    assert root.write_bytes(("new", "x.txt"), b"y") is True
+    assert (tmp_path / "ws" / "new" / "x.txt").read_text() == "y"
+    link = root.lstat(("link",))
+    assert link is not None and os.path.islink(tmp_path / "ws" / "link") and link.st_size != 3  # the link's own
+    assert root.lstat(("nope",)) is None
+    assert refused(root.lstat, ("link", "x")) == "link: goes through a symbolic link, which file tools do not follow"
+    assert refused(root.read_bytes, ("x" * 300,), 10).endswith("...: the path is too long")
+    assert refused(root.read_bytes, ("x" * 300,), 10).startswith("x" * 80 + "...")
+
+
+def test_reading_large_files_in_chunks(root: Root, tmp_path: Path) -> None:
+    data = os.urandom(3 * 1024 * 1024 + 7)
+    (tmp_path / "ws" / "big.bin").write_bytes(data)
+    assert root.read_bytes(("big.bin",), len(data) + 10) == (data, len(data))
+    assert root.read_bytes(("big.bin",), 1024 * 1024 + 3) == (data[: 1024 * 1024 + 3], len(data))
+    fd = os.open(tmp_path / "ws", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert read_at(fd, "big.bin", len(data)) == (data, len(data))
+        assert read_at(fd, "dir", 10) is None
+        assert read_at(fd, "missing", 10) is None
+    finally:
+        os.close(fd)
+
+
+def test_paths_that_are_refused_before_any_io() -> None:
+    for path, message in [("\\\\server\\share", "'\\\\\\\\server\\\\share': absolute paths are not allowed; give a "
+                                                  "path relative to the workspace"),
+                          ("C:x", "'C:x': absolute paths are not allowed; give a path relative to the workspace"),
+                          ("a\\b", "'a\\\\b': use '/' to separate path components")]:
+        assert refused(parts_of, path) == message
+
+
+@pytest.mark.parametrize(("code", "message"), [
+    (errno.EEXIST, "p/q: already exists"),
+    (errno.EACCES, "p/q: permission denied"),
+    (errno.EPERM, "p/q: permission denied"),
+    (errno.EISDIR, "p/q: is a directory"),
+    (errno.ENOTEMPTY, "p/q: the directory is not empty"),
+    (errno.ENOTDIR, "p/q: a component of the path is not a directory (or is a symbolic link)"),
+    (errno.EIO, "p/q: Input/output error"),
+])
+def test_os_errors_become_messages_a_model_can_act_on(code: int, message: str) -> None:
+    from toolcrib.workspace import _error
+
+    assert str(_error(OSError(code, os.strerror(code)), ("p", "q"))) == message
+
+
+def test_protected_paths_are_related_by_whole_components(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    workspace.protect({tmp_path / "ws" / "conf" / "toolcrib.toml": "the config file"})
+    root = Root(tmp_path / "ws")
+    root.write_bytes(("conf-backup", "toolcrib.toml"), b"x", create_parents=True)  # a sibling, not the folder
+    root.write_bytes(("conf", "toolcrib.toml.bak"), b"x", create_parents=True)  # a sibling, in a new folder
+    assert refused(root.write_bytes, ("conf", "toolcrib.toml"), b"x") == (
+        "conf/toolcrib.toml: is protected: changing it would change how the host governs its agents (the config "
+        "file is there); no tool may change it")
+    assert refused(root.remove, ("conf",), recursive=True) == (
+        "conf: is protected: changing it would change how the host governs its agents (the config file is in the "
+        "way); no tool may change it")
+    assert workspace.protected_within(tmp_path / "ws" / "conf-backup") == []
+    assert workspace.protected_within(tmp_path / "ws") == [(str(tmp_path / "ws" / "conf" / "toolcrib.toml"),
+                                                            "the config file")]
+    assert workspace.protected_within(tmp_path / "ws" / "conf" / "toolcrib.toml" / "x") == [
+        (str(tmp_path / "ws" / "conf" / "toolcrib.toml"), "the config file")]  # inside it: reached too
