@@ -48,7 +48,8 @@ HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text
 
 
 @asynccontextmanager
-async def serving(env: dict[str, str] | None = None, **options: Any) -> AsyncIterator[tuple[HttpApp, httpx2.AsyncClient]]:
+async def serving(env: dict[str, str] | None = None,
+                  **options: Any) -> AsyncIterator[tuple[HttpApp, httpx2.AsyncClient]]:
     app = HttpApp(ServingState(make_host(CONFIG, {"files": FILES})), HttpOptions(**options),
                   env=TOKENS if env is None else env)
     async with app.app.router.lifespan_context(app.app):
