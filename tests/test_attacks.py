@@ -535,13 +535,22 @@ def test_a_timed_out_hooks_children_are_ended(tmp_path: Path) -> None:
     assert not _alive(child)
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting to be reaped does not)."""
+def _running(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as stat:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie waiting to be reaped does not), once a killed process has had a moment to
+    die: a SIGKILL is delivered at once, but on a busy machine the process may take a while to end."""
+    for _ in range(500):
+        if not _running(pid):
+            return False
+        time.sleep(0.02)
+    return True
 
 
 # -- shell jobs outliving the server ---------------------------------------------------------------------------
@@ -585,7 +594,7 @@ def test_stopping_an_async_job_ends_what_left_its_group(tmp_path: Path) -> None:
     started = call(host, "a", "shell__exec_async", command=[sys.executable, "-c", ESCAPE]).structured_content
     assert started is not None
     escaped = wait_for(tmp_path / "ws" / "escaped.pid")
-    assert _alive(escaped)
+    assert _running(escaped)
     stopped = call(host, "a", "shell__exec_stop", handle=started["handle"]).structured_content
     assert stopped is not None and stopped["killed"] is True
     assert not _alive(escaped) and not _alive(started["pid"])

@@ -72,7 +72,7 @@ def test_unknown_keys_name_the_path_and_what_is_allowed() -> None:
         "audit_arguments, call_timeout, max_argument_bytes, max_result_chars, sync_workers, availability_timeout, "
         "shutdown_timeout, http_session_idle, http_max_sessions",
         "error: conf.toml: agents.a.permissions.toolz: unknown key 'toolz'; expected one of: plugins, mcps, tools, "
-        "skills, subagents, ask",
+        "resources, prompts, skills, subagents, ask",
     ]
 
 

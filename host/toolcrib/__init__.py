@@ -7,13 +7,17 @@ file which agent sees which tools; a denied tool is invisible. Importing this pa
 
 from toolcrib.content import Audio, EmbeddedResource, Image, ResourceLink, Text, ToolResult
 from toolcrib.context import AvailabilityContext, Context
+from toolcrib.declarations import Message, get_prompt, get_resource, prompt, resource
 from toolcrib.errors import (
     ConfigError,
+    InvalidArgumentsError,
     Problem,
     ToolcribError,
     ToolDeclarationError,
     ToolError,
     UnknownAgentError,
+    UnknownPromptError,
+    UnknownResourceError,
     UnknownToolError,
 )
 from toolcrib.hookspecs import hookimpl, hookspec
@@ -33,6 +37,8 @@ __all__ = [
     "EmbeddedResource",
     "Host",
     "Image",
+    "InvalidArgumentsError",
+    "Message",
     "Problem",
     "ResourceLink",
     "Text",
@@ -42,10 +48,16 @@ __all__ = [
     "ToolResult",
     "ToolcribError",
     "UnknownAgentError",
+    "UnknownPromptError",
+    "UnknownResourceError",
     "UnknownToolError",
     "__version__",
+    "get_prompt",
+    "get_resource",
     "get_tool",
     "hookimpl",
     "hookspec",
+    "prompt",
+    "resource",
     "tool",
 ]

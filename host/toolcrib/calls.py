@@ -24,12 +24,23 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from toolcrib.arguments import format_validation_error, payload_problem
+from toolcrib.catalog import ItemEntry
 from toolcrib.content import ToolResult, normalize, result_problem
 from toolcrib.context import Approver, ClientChannel, Context
-from toolcrib.errors import Suspend, ToolDeclarationError, ToolError, UnknownToolError, contained
+from toolcrib.declarations import MAX_COMPLETIONS, Prompt, Resource, prompt_messages, resource_contents
+from toolcrib.errors import (
+    InvalidArgumentsError,
+    Suspend,
+    ToolDeclarationError,
+    ToolError,
+    UnknownPromptError,
+    UnknownResourceError,
+    UnknownToolError,
+    contained,
+)
 from toolcrib.plugins import PluginManager, plugin_hooks
 from toolcrib.policy import Allow, Deny
 
@@ -413,12 +424,145 @@ class Pipeline:
             self._write_audit(view.agent, vt.name, arguments, outcome.decision, outcome.by, started, result.is_error)
         return result
 
+    # -- resources, prompts, completions -------------------------------------------------------------------------
+
+    async def read(self, view: AgentView, uri: str, *, channel: ClientChannel | None = None) -> list[dict[str, Any]]:
+        """Read ``uri`` as ``view.agent``: the resource's contents. ``UnknownResourceError`` for one the agent may not
+        read (hidden and nonexistent alike), ``InvalidArgumentsError`` for a template's parameters that do not
+        validate, ``ToolError`` when the resource's function fails (with its message, or a generic one)."""
+        started = time.perf_counter()
+        found = view.resource(uri)
+        if found is None:
+            self._write_audit(view.agent, str(uri)[:2000], None, "unknown", "no such resource in the agent's view",
+                              started, True, "resource")
+            raise UnknownResourceError(str(uri))
+        entry, parameters = found
+        resource: Resource = entry.item  # type: ignore[assignment]
+        try:
+            if resource.passthrough:
+                value = await self._invoke(entry, resource, {"uri": uri}, view, channel)
+                contents = list(value)
+            else:
+                kwargs = self._validated(entry, resource.model, parameters, "parameters")
+                value = await self._invoke(entry, resource, kwargs, view, channel)
+                try:
+                    contents = resource_contents(uri, resource.mime_type, value)
+                except (TypeError, ValueError) as exc:
+                    log.error("resource %s returned a value that cannot be sent: %s", entry.name, exc)
+                    raise ToolError(f"Resource {uri} returned a value that cannot be sent; the host's log has the "
+                                    "details.") from None
+        except (ToolError, InvalidArgumentsError):
+            self._write_audit(view.agent, uri, parameters or None, "allowed", "rules", started, True, "resource")
+            raise
+        self._write_audit(view.agent, uri, parameters or None, "allowed", "rules", started, False, "resource")
+        return contents
+
+    async def get_prompt(self, view: AgentView, name: str, arguments: Mapping[str, Any] | None = None, *,
+                         channel: ClientChannel | None = None) -> dict[str, Any]:
+        """Get prompt ``name`` as ``view.agent``: ``{"description", "messages"}``. ``UnknownPromptError``,
+        ``InvalidArgumentsError`` or ``ToolError`` as for ``read``."""
+        started = time.perf_counter()
+        entry = view.prompt(name)
+        if entry is None:
+            self._write_audit(view.agent, str(name)[:200], None, "unknown", "no such prompt in the agent's view",
+                              started, True, "prompt")
+            raise UnknownPromptError(str(name))
+        prompt: Prompt = entry.item  # type: ignore[assignment]
+        arguments = dict(arguments or {})
+        try:
+            problem = payload_problem(arguments, self.max_argument_bytes)
+            if problem is not None:
+                raise InvalidArgumentsError(f"Invalid arguments for prompt {entry.name}: {problem}")
+            if prompt.passthrough:
+                answer = dict(await self._invoke(entry, prompt, {"arguments": arguments}, view, channel))
+            else:
+                kwargs = self._validated(entry, prompt.model, arguments, "arguments")
+                value = await self._invoke(entry, prompt, kwargs, view, channel)
+                try:
+                    answer = {"description": prompt.description, "messages": prompt_messages(value)}
+                except (TypeError, ValueError) as exc:
+                    log.error("prompt %s returned a value that cannot be sent: %s", entry.name, exc)
+                    raise ToolError(f"Prompt {entry.name} returned a value that cannot be sent; the host's log has "
+                                    "the details.") from None
+        except (ToolError, InvalidArgumentsError):
+            self._write_audit(view.agent, entry.name, arguments, "allowed", "rules", started, True, "prompt")
+            raise
+        self._write_audit(view.agent, entry.name, arguments, "allowed", "rules", started, False, "prompt")
+        return answer
+
+    async def complete(self, view: AgentView, ref: Mapping[str, Any], argument: str, value: str,
+                       context: Mapping[str, str] | None = None) -> list[str]:
+        """The completions of ``argument`` of the prompt or template ``ref`` names, starting from ``value``; none
+        for what the agent does not see, or what offers none."""
+        entry: ItemEntry | None = None
+        if ref.get("type") == "ref/prompt":
+            entry = view.prompt(ref.get("name"))
+        elif ref.get("type") == "ref/resource":
+            entry = next((t for t in view.templates if t.item.uri == ref.get("uri")), None)  # type: ignore[union-attr]
+        if entry is None:
+            return []
+        completer = entry.item.complete.get(argument)
+        if completer is None:
+            return []
+        try:
+            takes = len(inspect.signature(completer).parameters)
+        except (TypeError, ValueError):
+            takes = 2
+        args: tuple[Any, ...] = (value, dict(context or {})) if takes >= 2 else (value,)
+        try:
+            with anyio.fail_after(self.call_timeout):
+                found = completer(*args)
+                if inspect.isawaitable(found):
+                    found = await found
+        except BaseException as exc:
+            if not contained(exc):
+                raise
+            log.error("the completion of %s (%s) raised", entry.name, argument, exc_info=exc)
+            return []
+        return [str(v) for v in list(found or [])[:MAX_COMPLETIONS]]
+
+    def _validated(self, entry: ItemEntry, model: type[BaseModel] | None, values: Mapping[str, Any],
+                   what: str) -> dict[str, Any]:
+        if model is None:
+            return {}
+        try:
+            return dict(model.model_validate(dict(values)).__dict__)
+        except ValidationError as exc:
+            raise InvalidArgumentsError(format_validation_error(entry.name, exc, model).replace(
+                "Invalid arguments for", f"Invalid {what} for")) from None
+
+    async def _invoke(self, entry: ItemEntry, item: Resource | Prompt, kwargs: dict[str, Any], view: AgentView,
+                      channel: ClientChannel | None) -> Any:
+        """Run a resource's or prompt's function under the call timeout; whatever it raises is its own failure."""
+        what = "Resource" if isinstance(item, Resource) else "Prompt"
+        if item.context_param is not None:
+            kwargs[item.context_param] = Context(agent=view.agent, tool=entry.name, settings=entry.settings,
+                                                 workspace=self.workspace, _channel=channel, _view=view,
+                                                 logger=logging.getLogger(f"toolcrib.pack.{entry.namespace}"))
+        try:
+            with anyio.fail_after(self.call_timeout):
+                if item.is_async:
+                    return await item.handler(**kwargs)
+                return await anyio.to_thread.run_sync(functools.partial(item.handler, **kwargs),
+                                                      limiter=self.limiter, abandon_on_cancel=True)
+        except TimeoutError:
+            raise ToolError(f"{what} {entry.name} timed out after {_seconds(self.call_timeout)}.") from None
+        except (ToolError, Suspend):
+            raise
+        except BaseException as exc:
+            if not contained(exc):
+                raise
+            log.error("%s %s raised (agent %r)", what.lower(), entry.name, view.agent, exc_info=exc)
+            raise ToolError(f"{what} {entry.name} failed with an internal error; the host's log has the "
+                            "details.") from None
+
     def _write_audit(self, agent: str, tool: str, arguments: Any, decision: str, by: str, started: float,
-                     is_error: bool) -> None:
+                     is_error: bool, kind: str = "tool") -> None:
         record: dict[str, Any] = {
             "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
             "agent": agent,
-            "tool": tool,
+            "kind": kind,
+            kind: tool,
             "decision": decision,
             "by": by,
             "duration_ms": round((time.perf_counter() - started) * 1000, 3),

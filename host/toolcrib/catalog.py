@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from toolcrib.config import LoadedConfig, problems_from_validation
+from toolcrib.declarations import Prompt, Resource, get_prompt, get_resource
 from toolcrib.errors import Problem, contained
 from toolcrib.names import RESERVED_NAMESPACE, full_name, tool_name_problem
 from toolcrib.plugins import PluginHook, PluginManager, PluginRecord, hooks_by_plugin
@@ -59,12 +60,42 @@ class Entry:
         return self.tool.annotations.get("destructiveHint", True) is not False
 
 
+@dataclass(frozen=True, slots=True)
+class ItemEntry:
+    """A resource, resource template or prompt in the catalog: ``what`` says which. ``name`` is its full name
+    (``<namespace>__<name>``); a resource's URI (or a template's) is its pack's own, and owned by one namespace."""
+
+    name: str
+    namespace: str
+    kind: str  # "pack" | "mcp" | "builtin"
+    dimension: str  # the source's: "plugins" | "mcps"
+    source: str
+    item: Resource | Prompt
+    settings: Any = None
+    trusted: bool = True
+
+    @property
+    def what(self) -> str:
+        if isinstance(self.item, Prompt):
+            return "prompt"
+        return "template" if self.item.is_template else "resource"
+
+    @property
+    def uri(self) -> str | None:
+        return self.item.uri if isinstance(self.item, Resource) else None
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.item.to_wire(self.name)
+
+
 @dataclass
 class Catalog:
     entries: dict[str, Entry]
     records: list[PluginRecord]
     problems: list[Problem] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
+    resources: dict[str, ItemEntry] = field(default_factory=dict)  # static ones and templates, by full name
+    prompts: dict[str, ItemEntry] = field(default_factory=dict)
 
     def record(self, name: str) -> PluginRecord | None:
         for record in self.records:
@@ -84,8 +115,10 @@ def build_catalog(
     records: list[PluginRecord],
     loaded: LoadedConfig,
     extra_entries: Iterable[Entry] = (),
+    extra_items: Iterable[ItemEntry] = (),
 ) -> Catalog:
-    """Collect the tools of every loaded pack (and ``extra_entries`` from other sources)."""
+    """Collect the tools, resources and prompts of every loaded pack (and ``extra_entries`` and ``extra_items``
+    from other sources: upstream servers)."""
     config = loaded.config
     catalog = Catalog(entries={}, records=records)
     for record in records:
@@ -96,6 +129,9 @@ def build_catalog(
     clashing: set[str] = set()  # namespaces of a pack and an upstream server at once
     settings_hooks = hooks_by_plugin(pm, "toolcrib_settings_model")
     tools_hooks = hooks_by_plugin(pm, "toolcrib_tools")
+    resources_hooks = hooks_by_plugin(pm, "toolcrib_resources")
+    prompts_hooks = hooks_by_plugin(pm, "toolcrib_prompts")
+    staged_items: list[ItemEntry] = []
     for record in records:
         own = record.kind == "builtin" and record.name == RESERVED_NAMESPACE  # the host's own pack
         if record.state != "loaded" or not (record.kind == "pack" or own):
@@ -113,9 +149,14 @@ def build_catalog(
         entries = _collect(tools_hooks.get(record.name), record, settings, catalog)
         if record.state != "loaded":
             continue
+        items = [*_collect_items(resources_hooks.get(record.name), "resources", record, settings, catalog),
+                 *_collect_items(prompts_hooks.get(record.name), "prompts", record, settings, catalog)]
+        if record.state != "loaded":
+            continue
         record.tool_count = len(entries)
         for entry in entries:
             staged[entry.name] = entry
+        staged_items.extend(items)
     for ns in config.packs:
         if catalog.record(ns) is None:
             catalog.problems.append(
@@ -140,7 +181,71 @@ def build_catalog(
             continue
         staged[entry.name] = entry
     catalog.entries = {name: staged[name] for name in sorted(staged)}
+    for item in extra_items:
+        if item.namespace not in clashing and item.namespace != RESERVED_NAMESPACE:
+            staged_items.append(item)
+    _place_items(staged_items, catalog)
     return catalog
+
+
+def _place_items(items: list[ItemEntry], catalog: Catalog) -> None:
+    """Resources and prompts by full name; a URI (or URI template) two namespaces declare is served by neither."""
+    owners: dict[str, set[str]] = {}
+    for item in items:
+        if item.uri is not None:
+            owners.setdefault(item.uri, set()).add(item.namespace)
+    for uri, namespaces in sorted(owners.items()):
+        if len(namespaces) > 1:
+            catalog.problems.append(Problem("error", f"resource {uri!r}", f"declared by more than one source "
+                                            f"({', '.join(sorted(namespaces))}); neither is served"))
+    resources: dict[str, ItemEntry] = {}
+    prompts: dict[str, ItemEntry] = {}
+    for item in items:
+        if item.uri is not None and len(owners[item.uri]) > 1:
+            continue
+        target = prompts if item.what == "prompt" else resources
+        if item.name in target:
+            catalog.problems.append(Problem("error", f"{item.what} {item.name!r}", "declared twice; neither is "
+                                            "served: rename one"))
+            target[item.name] = None  # type: ignore[assignment]
+            continue
+        target[item.name] = item
+    catalog.resources = {n: resources[n] for n in sorted(resources) if resources[n] is not None}
+    catalog.prompts = {n: prompts[n] for n in sorted(prompts) if prompts[n] is not None}
+
+
+def _collect_items(hook: PluginHook | None, kind: str, record: PluginRecord, settings: Any,
+                   catalog: Catalog) -> list[ItemEntry]:
+    """A pack's resources or prompts (``kind``), from its ``toolcrib_<kind>`` hook; each bad item on its own."""
+    if hook is None:
+        return []
+    try:
+        items = hook(settings=settings)
+    except BaseException as exc:
+        if not contained(exc):
+            raise
+        record.fail(f"toolcrib_{kind} raised {type(exc).__name__}: {exc}", traceback.format_exc())
+        catalog.problems.append(_pack_problem(record, record.error or ""))
+        return []
+    if items is None:
+        return []
+    if isinstance(items, Mapping) or not isinstance(items, Iterable) or isinstance(items, str | bytes):
+        record.fail(f"toolcrib_{kind} returned {type(items).__name__}; expected a list")
+        catalog.problems.append(_pack_problem(record, record.error or ""))
+        return []
+    get = get_resource if kind == "resources" else get_prompt
+    found = []
+    for i, item in enumerate(items):
+        spec = get(item)
+        if spec is None:
+            decorator = "@toolcrib.resource(uri)" if kind == "resources" else "@toolcrib.prompt"
+            catalog.problems.append(_pack_problem(
+                record, f"toolcrib_{kind} item {i} ({item!r}) is not a {kind[:-1]}: decorate it with {decorator}"))
+            continue
+        found.append(ItemEntry(name=full_name(record.name, spec.name), namespace=record.name,
+                               kind="builtin" if record.kind == "builtin" else "pack", dimension="plugins",
+                               source=record.name, item=spec, settings=settings))
+    return found
 
 
 def _settings(hook: PluginHook | None, record: PluginRecord, loaded: LoadedConfig, catalog: Catalog) -> Any:

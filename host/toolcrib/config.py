@@ -86,6 +86,8 @@ class Permissions(_Strict):
     plugins: Rule | None = Field(None, description="tool packs, by namespace")
     mcps: Rule | None = Field(None, description="upstream MCP servers, by namespace")
     tools: Rule | None = Field(None, description="tools, by full name; may carry argument specifiers")
+    resources: Rule | None = Field(None, description="resources and resource templates, by full name or URI")
+    prompts: Rule | None = Field(None, description="prompts, by full name")
     skills: Rule | None = Field(None, description="skills, by name")
     subagents: Rule | None = Field(None, description="other agents offered as tools, by agent name")
     ask: list[str] = Field(default_factory=list, description="tool patterns whose calls need approval")
@@ -100,6 +102,8 @@ class AgentConfig(_Strict):
     prompt: str | None = Field(None, description="its system prompt when it runs as a sub-agent")
     max_turns: PositiveInt = Field(10, description="most model turns of one sub-agent run")
     token_env: str | None = Field(None, description="environment variable holding the agent's HTTP bearer token")
+    bare_names: bool = Field(False, description="serve tools and prompts without their '<namespace>__' where no "
+                             "two share a name")
     allow_dangerously_skip_permissions: bool = Field(False, description="required beside mode = bypassPermissions")
     permissions: Permissions | None = Field(None, description="missing: the agent sees nothing")
 

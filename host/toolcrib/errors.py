@@ -47,6 +47,31 @@ class Suspend(BaseException):
     call again with the answer. A ``BaseException``, so that a handler's ``except Exception`` cannot swallow it."""
 
 
+class UnknownResourceError(ToolcribError, LookupError):
+    """The agent may read no resource at that URI. Hidden resources raise exactly this too, word for word."""
+
+    exit_code = 2
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(f"Unknown resource: {uri}")
+        self.uri = uri
+
+
+class UnknownPromptError(ToolcribError, LookupError):
+    """The agent has no prompt of that name. Hidden prompts raise exactly this too, word for word."""
+
+    exit_code = 2
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"Unknown prompt: {name}")
+        self.name = name
+
+
+class InvalidArgumentsError(ToolcribError, ValueError):
+    """A prompt's arguments, or a resource template's parameters, that do not validate: the message names each bad
+    one and why."""
+
+
 class ToolError(Exception):
     """Raise in a tool handler for an expected failure: the caller gets an ``isError`` result with this text.
 

@@ -38,6 +38,31 @@ def toolcrib_tools(settings: Any) -> Sequence[Any] | None:
 
 
 @hookspec
+def toolcrib_resources(settings: Any) -> Sequence[Any] | None:
+    """Return the pack's resources and resource templates.
+
+    Called once per pack when the host builds its catalog. Each item is a function decorated with
+    ``@toolcrib.resource(uri)``; its full name is ``<namespace>__<name>``, its URI the pack's own. A URI two sources
+    declare is served by neither; an item that is not a resource is rejected on its own. If the implementation
+    raises, none of the pack's tools, resources or prompts load.
+
+    :param settings: the pack's parsed settings (an instance of its settings model), or None.
+    """
+
+
+@hookspec
+def toolcrib_prompts(settings: Any) -> Sequence[Any] | None:
+    """Return the pack's prompts.
+
+    Called once per pack when the host builds its catalog. Each item is a function decorated with
+    ``@toolcrib.prompt``; the host names each ``<namespace>__<prompt>``. An item that is not a prompt is rejected
+    on its own. If the implementation raises, none of the pack's tools, resources or prompts load.
+
+    :param settings: the pack's parsed settings (an instance of its settings model), or None.
+    """
+
+
+@hookspec
 def toolcrib_skills() -> Sequence[str | Path] | None:
     """Return the folders of the skills the pack ships, each holding a ``SKILL.md``.
 

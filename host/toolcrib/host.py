@@ -19,7 +19,7 @@ import anyio
 
 from toolcrib import default_plugins, workspace
 from toolcrib.calls import Pipeline
-from toolcrib.catalog import Catalog, Entry, build_catalog
+from toolcrib.catalog import Catalog, Entry, ItemEntry, build_catalog
 from toolcrib.config import AgentConfig, LoadedConfig, load_config
 from toolcrib.content import ToolResult
 from toolcrib.default_plugins.builtins import Builtins
@@ -56,6 +56,7 @@ class Host:
         extra_entries: Iterable[Entry] = (),
         extra_records: Iterable[PluginRecord] = (),
         upstreams: LazyServers | None = None,
+        extra_items: Iterable[ItemEntry] = (),
     ) -> None:
         env = os.environ if env is None else env
         self.loaded = loaded
@@ -84,7 +85,7 @@ class Host:
                 record.version = __version__
         self.governing = self._governing(skills)
         workspace.protect(self.governing)  # before any tool can run
-        self.catalog: Catalog = build_catalog(self.pm, self.records, loaded, extra_entries)
+        self.catalog: Catalog = build_catalog(self.pm, self.records, loaded, extra_entries, extra_items)
         self.catalog.problems.extend(problems)
         self.rules: dict[str, AgentRules] = compile_rules(loaded)
         self.pipeline = Pipeline(self.pm, loaded, self.catalog.settings)
@@ -136,7 +137,8 @@ class Host:
             with self._lock:
                 view = self._views.get(agent)
                 if view is None:
-                    view = build_view(rules, self.catalog.entries, self.pipeline, self)
+                    items = [*self.catalog.resources.values(), *self.catalog.prompts.values()]
+                    view = build_view(rules, self.catalog.entries, self.pipeline, self, items)
                     self._views[agent] = view
         return view
 

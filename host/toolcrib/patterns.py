@@ -12,12 +12,14 @@ import functools
 import re
 from dataclasses import dataclass
 
-DIMENSIONS = ("plugins", "mcps", "tools", "skills", "subagents")
+DIMENSIONS = ("plugins", "mcps", "tools", "resources", "prompts", "skills", "subagents")
 
 _NAME_CHARS = {
     "plugins": ("a-z0-9_", "namespaces: lower-case letters, digits and '_'"),
     "mcps": ("a-z0-9_", "namespaces: lower-case letters, digits and '_'"),
     "tools": ("A-Za-z0-9_", "full tool names: letters, digits and '_'"),
+    "resources": (r"!-'+-~", "resource names or URIs: printable characters but spaces, '(' and ')'"),
+    "prompts": ("A-Za-z0-9_", "full prompt names: letters, digits and '_'"),
     "skills": (r"A-Za-z0-9_\-", "skill names: letters, digits, '_' and '-'"),
     "subagents": ("A-Za-z0-9_", "agent names: letters, digits and '_'"),
 }

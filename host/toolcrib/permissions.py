@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from toolcrib import patterns
-from toolcrib.catalog import Entry
+from toolcrib.catalog import Entry, ItemEntry
 from toolcrib.config import AgentConfig, LoadedConfig
 from toolcrib.context import AvailabilityContext
 from toolcrib.patterns import SELECTORS, Pattern
@@ -283,17 +283,20 @@ def compile_rules(loaded: LoadedConfig) -> dict[str, AgentRules]:
 _SOURCE_KIND = {"plugins": "pack", "mcps": "upstream server", "skills": "skill", "subagents": "agent"}
 
 
-def permitted(rules: AgentRules, entry: Entry) -> bool:
-    """The rules' part of the decision on a tool (source, tools, mode), without its availability check: which tools'
-    checks are worth running (``build_view`` runs them together)."""
+def permitted(rules: AgentRules, entry: Entry | ItemEntry) -> bool:
+    """The rules' part of the decision (source, tools or resources or prompts, mode), without the availability
+    check: which checks are worth running (``build_view`` runs them together)."""
     if not rules.has_permissions:
         return False
     if entry.kind != "builtin" and not rules.source_permits(entry.dimension, entry.source)[0]:
         return False
+    if isinstance(entry, ItemEntry):
+        dimension = "prompts" if entry.what == "prompt" else "resources"
+        return item_permits(rules.dimensions[dimension], entry.name, entry.uri)[0]
     return rules.dimensions["tools"].permits(entry.name)[0] and (rules.mode != "plan" or entry.read_only)
 
 
-def decide(rules: AgentRules, subject: Entry | Named, *, detail: bool = False, exhaustive: bool = False,
+def decide(rules: AgentRules, subject: Entry | ItemEntry | Named, *, detail: bool = False, exhaustive: bool = False,
            availability: Mapping[str, Availability] | None = None, chain: Sequence[str] = ()) -> Decision:
     """May ``rules.agent`` see ``subject``? The one decision, for every kind of thing an agent may be given.
 
@@ -306,13 +309,20 @@ def decide(rules: AgentRules, subject: Entry | Named, *, detail: bool = False, e
     also runs the checks after a failing one (``explain``). The verdict is the same either way. ``availability``
     holds answers of availability checks already run (``check_availability``), by tool name.
     """
-    kind = "tool" if isinstance(subject, Entry) else KINDS.get(subject.dimension, subject.dimension)
+    if isinstance(subject, Entry):
+        kind = "tool"
+    elif isinstance(subject, ItemEntry):
+        kind = subject.what
+    else:
+        kind = KINDS.get(subject.dimension, subject.dimension)
     if not rules.has_permissions:
         check = Check("permissions", False, f"agent {rules.agent!r} has no [agents.{rules.agent}.permissions] "
                                             "table, so it sees nothing")
         return Decision(rules.agent, subject.name, False, (check,) if detail else (), kind)
     if isinstance(subject, Named):
         return _decide_named(rules, subject, kind, detail, chain)
+    if isinstance(subject, ItemEntry):
+        return _decide_item(rules, subject, detail, exhaustive and detail, availability)
     entry = subject
     exhaustive = exhaustive and detail
     checks: list[Check] = []
@@ -351,6 +361,53 @@ def decide(rules: AgentRules, subject: Entry | Named, *, detail: bool = False, e
     return Decision(rules.agent, entry.name, visible, tuple(checks))
 
 
+def _decide_item(rules: AgentRules, item: ItemEntry, detail: bool, exhaustive: bool,
+                 availability: Mapping[str, Availability] | None) -> Decision:
+    """A resource, template or prompt: its source, its dimension's rule (matched against its full name and, for a
+    resource, its URI: an allow that matches either lets it through, a deny that matches either hides it), its
+    availability. Modes do not hide them: reading changes nothing."""
+    checks: list[Check] = []
+    if item.kind == "builtin":
+        passed = True
+        if detail:
+            checks.append(Check("source", True, "the host's own: it is offered by what it serves (see available)"))
+    else:
+        source_rule = rules.dimensions[item.dimension]
+        passed, pattern = rules.source_permits(item.dimension, item.source)
+        if detail:
+            text = f"{_SOURCE_KIND[item.dimension]} {item.source!r}: {source_rule.describe(passed, pattern)}"
+            checks.append(Check("source", passed, text))
+    visible = passed
+    dimension = "prompts" if item.what == "prompt" else "resources"
+    if visible or exhaustive:
+        rule = rules.dimensions[dimension]
+        passed, pattern = item_permits(rule, item.name, item.uri)
+        if detail:
+            checks.append(Check(dimension, passed, rule.describe(passed, pattern)))
+        visible = visible and passed
+    if visible or exhaustive:
+        if item.item.is_available is None:
+            answer: Availability = (True, "no availability check", None)
+        else:
+            found = availability.get(item.name) if availability is not None else None
+            answer = found if found is not None else check_availability(rules, [item])[item.name]
+        passed = answer[0]
+        if detail:
+            checks.append(Check("available", passed, answer[1], answer[2]))
+        visible = visible and passed
+    return Decision(rules.agent, item.name, visible, tuple(checks), item.what)
+
+
+def item_permits(rule: DimensionRule, name: str, uri: str | None = None) -> tuple[bool, Pattern | None]:
+    """A rule of ``resources`` or ``prompts`` for an item: matched against its full name and its URI (if any)."""
+    if rule.kind == "missing":
+        return False, None
+    pattern = rule.match(name)
+    if pattern is None and uri is not None:
+        pattern = rule.match(uri)
+    return (pattern is not None, pattern) if rule.kind == "allow" else (pattern is None, pattern)
+
+
 def _decide_named(rules: AgentRules, subject: Named, kind: str, detail: bool, chain: Sequence[str]) -> Decision:
     if subject.dimension == "subagents" and (subject.name == rules.agent or subject.name in chain):
         why = ("an agent is never offered itself" if subject.name == rules.agent
@@ -384,13 +441,13 @@ Availability = tuple[bool, str, "str | None"]
 """(available, the reason, a kind: ``"unconfinable"`` when the tool's programs could reach what governs the host)."""
 
 
-def check_availability(rules: AgentRules, entries: Sequence[Entry]) -> dict[str, Availability]:
+def check_availability(rules: AgentRules, entries: Sequence[Entry | ItemEntry]) -> dict[str, Availability]:
     """Run the availability checks of ``entries`` for ``rules.agent``, each within ``[host] availability_timeout``
     seconds: one that takes longer (or never returns) hides its tool with that reason, and the rest go on. The
     checks run one after another on a worker thread, so a slow one costs its budget, not the caller's loop."""
     jobs = []
     for entry in entries:
-        check = entry.tool.is_available
+        check = entry.tool.is_available if isinstance(entry, Entry) else entry.item.is_available
         if check is not None:
             jobs.append((entry.name, check, availability_context(rules, entry)))
     answers: dict[str, Availability] = {}
@@ -399,7 +456,8 @@ def check_availability(rules: AgentRules, entries: Sequence[Entry]) -> dict[str,
     return answers
 
 
-def availability_context(rules: AgentRules, entry: Entry, chain: Sequence[str] = ()) -> AvailabilityContext:
+def availability_context(rules: AgentRules, entry: Entry | ItemEntry,
+                         chain: Sequence[str] = ()) -> AvailabilityContext:
     """What ``entry``'s ``is_available`` and ``describe`` see of ``rules.agent`` (within a run's ``chain``)."""
     return AvailabilityContext(agent=rules.agent, model=rules.config.model, capabilities=rules.capabilities,
                                settings=entry.settings, mode=rules.mode, workspace=rules.workspace,

@@ -6,16 +6,16 @@ Every front end (Python API, CLI, MCP, schema export) reads views; none filters 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
-from toolcrib.catalog import Entry
+from toolcrib.catalog import Entry, ItemEntry
 from toolcrib.content import ToolResult
 from toolcrib.context import Approver, AvailabilityContext, ClientChannel
 from toolcrib.errors import UnknownToolError
-from toolcrib.names import clean, clean_schema
+from toolcrib.names import SEPARATOR, clean, clean_schema
 from toolcrib.permissions import AgentRules, CallRules, availability_context, check_availability, decide, permitted
 from toolcrib.tool import Tool
 
@@ -39,6 +39,15 @@ class Pipeline(Protocol):
     async def run(self, view: AgentView, vt: ViewTool, arguments: Any, approver: Approver | None = None,
                   channel: ClientChannel | None = None, started: float = 0.0) -> ToolResult: ...
 
+    async def read(self, view: AgentView, uri: str, *,
+                   channel: ClientChannel | None = None) -> list[dict[str, Any]]: ...
+
+    async def get_prompt(self, view: AgentView, name: str, arguments: Mapping[str, Any] | None = None, *,
+                         channel: ClientChannel | None = None) -> dict[str, Any]: ...
+
+    async def complete(self, view: AgentView, ref: Mapping[str, Any], argument: str, value: str,
+                       context: Mapping[str, str] | None = None) -> list[str]: ...
+
 
 @dataclass(frozen=True, slots=True)
 class ViewTool:
@@ -48,12 +57,15 @@ class ViewTool:
     call_rules: CallRules | None
     timeout: float
     own_description: str | None = None  # written for this agent (load_skill lists the agent's skills)
+    served: str = ""  # the name MCP clients see: the full name, or without its namespace (bare_names)
     name: str = field(init=False)  # copies of entry.name and entry.tool: read on every call
     tool: Tool = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "name", self.entry.name)
         object.__setattr__(self, "tool", self.entry.tool)
+        if not self.served:
+            object.__setattr__(self, "served", self.entry.name)
 
     @property
     def description(self) -> str:
@@ -64,7 +76,7 @@ class ViewTool:
         """This tool as MCP's tools/list shows it (camelCase wire keys). Every text is ``names.clean``: whatever
         a pack or a server wrote, an agent never gets hidden characters."""
         tool = self.entry.tool
-        wire: dict[str, Any] = {"name": self.entry.name}
+        wire: dict[str, Any] = {"name": self.served}
         if tool.title:
             wire["title"] = clean(tool.title)
         wire["description"] = self.description
@@ -92,12 +104,77 @@ class AgentView:
     host lends the capabilities of ``Context`` (other agents' views, lazy servers)."""
 
     def __init__(self, rules: AgentRules, tools: tuple[ViewTool, ...], pipeline: Pipeline,
-                 services: Services | None = None) -> None:
+                 services: Services | None = None, resources: tuple[ItemEntry, ...] = (),
+                 templates: tuple[ItemEntry, ...] = (), prompts: tuple[tuple[str, ItemEntry], ...] = ()) -> None:
         self.rules = rules
         self.tools = tools
-        self._by_name: Mapping[str, ViewTool] = {vt.name: vt for vt in tools}
+        self._by_name: Mapping[str, ViewTool] = {**{vt.name: vt for vt in tools}, **{vt.served: vt for vt in tools}}
         self._pipeline = pipeline
         self.services = services
+        self.resources = resources  # the fixed ones
+        self.templates = templates
+        self.prompts = tuple(entry for _, entry in prompts)
+        self.served_prompts: Mapping[str, str] = {entry.name: served for served, entry in prompts}  # full -> served
+        self._prompts: Mapping[str, ItemEntry] = {**{entry.name: entry for _, entry in prompts},
+                                                  **{served: entry for served, entry in prompts}}
+        self._resources: Mapping[str, ItemEntry] = {entry.item.uri: entry for entry in resources}  # type: ignore[union-attr]
+
+    # -- resources and prompts ---------------------------------------------------------------------------------
+
+    def resource(self, uri: Any) -> tuple[ItemEntry, dict[str, str]] | None:
+        """The resource this agent may read at ``uri`` (a fixed one, or a template it fits, with the template's
+        parameters), or None: hidden and nonexistent alike. A deny rule that names the URI itself hides it, even
+        where it fits a template the agent sees."""
+        found = self._resources.get(uri) if isinstance(uri, str) else None
+        if found is not None:
+            return found, {}
+        if not isinstance(uri, str):
+            return None
+        rule = self.rules.dimensions["resources"]
+        for template in self.templates:
+            parameters = template.item.match(uri)  # type: ignore[union-attr]
+            if parameters is not None:
+                if rule.kind == "deny" and rule.match(uri) is not None:
+                    return None
+                return template, parameters
+        return None
+
+    def prompt(self, name: Any) -> ItemEntry | None:
+        """The prompt of that name (served or full), or None: hidden and nonexistent alike."""
+        return self._prompts.get(name) if isinstance(name, str) else None
+
+    @cached_property
+    def mcp_resources(self) -> list[dict[str, Any]]:
+        """The resources/list payload."""
+        return [clean_schema(entry.to_wire()) for entry in self.resources]
+
+    @cached_property
+    def mcp_templates(self) -> list[dict[str, Any]]:
+        """The resources/templates/list payload."""
+        return [clean_schema(entry.to_wire()) for entry in self.templates]
+
+    @cached_property
+    def mcp_prompts(self) -> list[dict[str, Any]]:
+        """The prompts/list payload (served names)."""
+        return [{**clean_schema(entry.to_wire()), "name": self.served_prompts[entry.name]} for entry in self.prompts]
+
+    def read(self, uri: str, *, channel: ClientChannel | None = None) -> Awaitable[list[dict[str, Any]]]:
+        """Read a resource as this agent (``await view.read(uri)``): its contents, as MCP's resource contents.
+        ``UnknownResourceError`` for a URI it may not read, hidden or nonexistent alike."""
+        return self._pipeline.read(self, uri, channel=channel)
+
+    def get_prompt(self, name: str, arguments: Mapping[str, str] | None = None, *,
+                   channel: ClientChannel | None = None) -> Awaitable[dict[str, Any]]:
+        """Get a prompt as this agent: ``{"description", "messages"}`` as MCP's prompts/get answers.
+        ``UnknownPromptError`` for a name it does not see."""
+        return self._pipeline.get_prompt(self, name, arguments, channel=channel)
+
+    def complete(self, ref: Mapping[str, Any], argument: str, value: str,
+                 context: Mapping[str, str] | None = None) -> Awaitable[list[str]]:
+        """The values an argument of a prompt (``{"type": "ref/prompt", "name": ...}``) or of a resource template
+        (``{"type": "ref/resource", "uri": <the template>}``) may take, starting from ``value``; nothing for what
+        this agent does not see."""
+        return self._pipeline.complete(self, ref, argument, value, context)
 
     @property
     def agent(self) -> str:
@@ -177,24 +254,43 @@ class AgentView:
         return f"<AgentView {self.agent!r}: {len(self.tools)} tools>"
 
 
-def view_tool(rules: AgentRules, entry: Entry, call_timeout: float) -> ViewTool:
-    """``entry`` as ``rules.agent`` sees it (the caller has decided it may): its call rules, its timeout, and its
-    description when the tool writes one for each agent."""
+def view_tool(rules: AgentRules, entry: Entry, call_timeout: float, served: str = "") -> ViewTool:
+    """``entry`` as ``rules.agent`` sees it (the caller has decided it may): its call rules, its timeout, the name
+    it is served under, and its description when the tool writes one for each agent."""
     timeout = entry.tool.timeout if entry.tool.timeout is not None else call_timeout
     describe = entry.tool.describe
     own = describe(availability_context(rules, entry)) if describe is not None else None
-    return ViewTool(entry=entry, call_rules=rules.call_rules(entry), timeout=timeout, own_description=own)
+    return ViewTool(entry=entry, call_rules=rules.call_rules(entry), timeout=timeout, own_description=own,
+                    served=served)
 
 
 def build_view(rules: AgentRules, entries: Mapping[str, Entry], pipeline: Pipeline,
-               services: Services | None = None) -> AgentView:
-    """The agent's view of ``entries``: each tool goes through ``decide``, the one decision function. The
-    availability checks of the tools the rules permit run first, together, each within its time budget."""
-    checked = [e for e in entries.values() if e.tool.is_available is not None and permitted(rules, e)]
+               services: Services | None = None, items: Sequence[ItemEntry] = ()) -> AgentView:
+    """The agent's view of ``entries`` (tools) and ``items`` (resources, templates, prompts): each goes through
+    ``decide``, the one decision function. The availability checks of what the rules permit run first, together,
+    each within its time budget."""
+    checked: list[Entry | ItemEntry] = [e for e in entries.values()
+                                        if e.tool.is_available is not None and permitted(rules, e)]
+    checked += [i for i in items if i.item.is_available is not None and permitted(rules, i)]
     answers = check_availability(rules, checked) if checked else None
-    visible = []
-    for name in sorted(entries):
-        entry = entries[name]
-        if decide(rules, entry, availability=answers).visible:
-            visible.append(view_tool(rules, entry, pipeline.call_timeout))
-    return AgentView(rules, tuple(visible), pipeline, services)
+    tools = [entry for name in sorted(entries) if decide(rules, (entry := entries[name]), availability=answers).visible]
+    shown = [item for item in items if decide(rules, item, availability=answers).visible]
+    prompts = [item for item in shown if item.what == "prompt"]
+    bare = rules.config.bare_names
+    tool_names = served_names([e.name for e in tools]) if bare else {}
+    prompt_names = served_names([p.name for p in prompts]) if bare else {}
+    visible = tuple(view_tool(rules, entry, pipeline.call_timeout, tool_names.get(entry.name, "")) for entry in tools)
+    return AgentView(rules, visible, pipeline, services,
+                     resources=tuple(i for i in shown if i.what == "resource"),
+                     templates=tuple(i for i in shown if i.what == "template"),
+                     prompts=tuple((prompt_names.get(p.name, p.name), p) for p in prompts))
+
+
+def served_names(full_names: Sequence[str]) -> dict[str, str]:
+    """Bare names (``bare_names = true``): each full name without its ``<namespace>__``, except where two share
+    the bare name: those keep their full names."""
+    bare = [name.split(SEPARATOR, 1)[-1] for name in full_names]
+    counts: dict[str, int] = {}
+    for name in bare:
+        counts[name] = counts.get(name, 0) + 1
+    return {full: short for full, short in zip(full_names, bare, strict=True) if counts[short] == 1}

@@ -1,0 +1,355 @@
+"""``@resource`` and ``@prompt``: what a pack offers besides tools, declared like tools.
+
+A resource is data an agent reads by URI: a fixed one (``@resource("orders://index")``) or a template whose
+parameters are the function's (``@resource("orders://{order_id}")``). A prompt is a named message template with
+typed arguments. Both are plain functions (sync or async) with a frozen declaration attached, checked at
+declaration; both take an availability check and completions for their arguments::
+
+    @toolcrib.resource("orders://{order_id}", mime_type="application/json",
+                       complete={"order_id": lambda value: [o for o in ORDERS if o.startswith(value)]})
+    def order(order_id: str) -> dict: ...
+
+    @toolcrib.prompt
+    def review(code: Annotated[str, Field(description="The code")]) -> str:
+        \"\"\"Review a piece of code.\"\"\"
+        return f"Please review:\\n{code}"
+
+A pack returns them from its ``toolcrib_resources`` and ``toolcrib_prompts`` hooks.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import inspect
+import re
+import types
+from collections.abc import Callable, Mapping
+from functools import cached_property
+from typing import Any, TypeVar, overload
+from urllib.parse import unquote
+
+from pydantic import BaseModel, ConfigDict, create_model
+
+from toolcrib.content import CONTENT_CLASSES, EmbeddedResource, Text, dumps
+from toolcrib.context import AvailabilityContext
+from toolcrib.errors import ToolDeclarationError
+from toolcrib.names import tool_name_problem
+from toolcrib.tool import _caller_locals, _check_is_available, _hints, _is_async, _signature_fields, json_schema_of
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+RESOURCE_ATTRIBUTE = "__toolcrib_resource__"
+PROMPT_ATTRIBUTE = "__toolcrib_prompt__"
+MAX_COMPLETIONS = 100
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:\S+")
+_VARIABLE = re.compile(r"\{(\+?)([A-Za-z_][A-Za-z0-9_]*)\}")
+
+Completer = Callable[..., Any]
+"""``(value)`` or ``(value, context)`` -> the values an argument may take that start from ``value`` (``context``:
+the arguments already given, by name). Sync or async."""
+
+
+def _check_completions(name: str, complete: Any, arguments: tuple[str, ...]) -> Mapping[str, Completer]:
+    if complete is None:
+        return types.MappingProxyType({})
+    if not isinstance(complete, Mapping):
+        raise ToolDeclarationError(f"{name!r}: complete must map argument names to functions, not "
+                                   f"{type(complete).__name__}")
+    for argument, completer in complete.items():
+        if argument not in arguments:
+            takes = ", ".join(arguments) or "none"
+            raise ToolDeclarationError(f"{name!r}: complete names {argument!r}, which is not one of its arguments "
+                                       f"({takes})")
+        if not callable(completer):
+            raise ToolDeclarationError(f"{name!r}: the completion of {argument!r} must be callable")
+    return types.MappingProxyType(dict(complete))
+
+
+def _check_name(kind: str, name: Any) -> None:
+    problem = tool_name_problem(name)
+    if problem is not None:
+        raise ToolDeclarationError(f"{kind} {name!r}: invalid name: {problem.replace('tool names', f'{kind} names')}")
+
+
+def _model(name: str, fields: dict[str, Any]) -> type[BaseModel]:
+    try:
+        return create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
+    except Exception as exc:
+        raise ToolDeclarationError(f"{name!r}: cannot build a model of its arguments: {exc}") from exc
+
+
+# -- resources ----------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Resource:
+    """A declared resource, or resource template (``parameters`` is not empty).
+
+    ``uri`` is the pack's own; for a template it is the RFC 6570 template (``{name}`` for one path segment,
+    ``{+name}`` for the rest of the URI).
+    """
+
+    name: str
+    uri: str
+    description: str
+    handler: Callable[..., Any]
+    mime_type: str | None = None
+    title: str | None = None
+    parameters: tuple[str, ...] = ()
+    is_available: Callable[[AvailabilityContext], Any] | None = None
+    complete: Mapping[str, Completer] = dataclasses.field(default_factory=dict)
+    context_param: str | None = None
+    is_async: bool = False
+    make_model: Callable[[], type[BaseModel]] | None = dataclasses.field(default=None, repr=False)
+    passthrough: bool = False  # an upstream server's: handler(uri=...) answers MCP's resource contents itself
+
+    @property
+    def is_template(self) -> bool:
+        return bool(self.parameters)
+
+    @cached_property
+    def model(self) -> type[BaseModel] | None:
+        return self.make_model() if self.make_model is not None else None
+
+    @cached_property
+    def _pattern(self) -> re.Pattern[str]:
+        parts, last = [], 0
+        for match in _VARIABLE.finditer(self.uri):
+            parts.append(re.escape(self.uri[last:match.start()]))
+            parts.append(f"(?P<{match.group(2)}>{'.+' if match.group(1) else '[^/?#]+'})")
+            last = match.end()
+        parts.append(re.escape(self.uri[last:]))
+        return re.compile("".join(parts))
+
+    def match(self, uri: str) -> dict[str, str] | None:
+        """The template's parameters in ``uri`` (percent-decoded), or None when it does not fit the template."""
+        found = self._pattern.fullmatch(uri)
+        return {k: unquote(v) for k, v in found.groupdict().items()} if found is not None else None
+
+    def to_wire(self, full_name: str) -> dict[str, Any]:
+        """As MCP's resources/list (or resources/templates/list) shows it."""
+        wire: dict[str, Any] = {"name": full_name}
+        if self.title:
+            wire["title"] = self.title
+        wire["uriTemplate" if self.is_template else "uri"] = self.uri
+        wire["description"] = self.description
+        if self.mime_type:
+            wire["mimeType"] = self.mime_type
+        return wire
+
+
+@overload
+def resource(uri: str, /, *, name: str | None = None, description: str | None = None, mime_type: str | None = None,
+             title: str | None = None, is_available: Callable[[AvailabilityContext], Any] | None = None,
+             complete: Mapping[str, Completer] | None = None) -> Callable[[F], F]: ...
+
+
+@overload
+def resource(uri: str, /, **options: Any) -> Callable[[F], F]: ...
+
+
+def resource(uri: str, /, **options: Any) -> Callable[[F], F]:
+    """Declare a resource at ``uri`` (a template when it holds ``{parameters}``, which are then the function's).
+    The function returns the content: ``str`` (text), ``bytes`` (binary), a dict, list or pydantic model (JSON),
+    or ``toolcrib.EmbeddedResource`` items for several contents."""
+    known = {"name", "description", "mime_type", "title", "is_available", "complete"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ToolDeclarationError(f"resource() got unknown option(s) {', '.join(unknown)}; it takes "
+                                   f"{', '.join(sorted(known))}")
+    if not isinstance(uri, str) or _URI.fullmatch(uri) is None:
+        raise ToolDeclarationError(f"resource(): {uri!r} is not a URI (scheme:rest, no spaces): "
+                                   "resource('orders://{order_id}')")
+    localns = _caller_locals()
+
+    def decorator(fn: F) -> F:
+        if not callable(fn) or inspect.isclass(fn):
+            raise ToolDeclarationError(f"@resource({uri!r}) decorates a function, not {type(fn).__name__}")
+        given = options.get("name") or getattr(fn, "__name__", "")
+        _check_name("resource", given)
+        name = str(given)
+        description = options.get("description")
+        if description is None:
+            description = inspect.cleandoc(fn.__doc__) if fn.__doc__ else f"The resource {uri}."
+        hints = _hints(fn, name, localns)
+        fields, context_param = _signature_fields(fn, name, hints)
+        variables = tuple(m.group(2) for m in _VARIABLE.finditer(uri))
+        if len(set(variables)) != len(variables):
+            raise ToolDeclarationError(f"resource {name!r}: {uri!r} names a parameter twice")
+        if set(variables) != set(fields):
+            raise ToolDeclarationError(
+                f"resource {name!r}: the parameters of {uri!r} ({', '.join(variables) or 'none'}) and of the function "
+                f"({', '.join(fields) or 'none'}) must be the same")
+        is_available = options.get("is_available")
+        if is_available is not None:
+            _check_is_available(name, is_available)
+        spec = Resource(
+            name=name, uri=uri, description=description.strip(), handler=fn, mime_type=options.get("mime_type"),
+            title=options.get("title"), parameters=variables, is_available=is_available,
+            complete=_check_completions(name, options.get("complete"), variables), context_param=context_param,
+            is_async=_is_async(fn), make_model=(lambda: _model(name, fields)) if fields else None)
+        setattr(fn, RESOURCE_ATTRIBUTE, spec)
+        return fn
+
+    return decorator
+
+
+def get_resource(obj: Any) -> Resource | None:
+    """The ``Resource`` declared by ``obj`` (a decorated function or a ``Resource``), else None."""
+    if isinstance(obj, Resource):
+        return obj
+    spec = getattr(obj, RESOURCE_ATTRIBUTE, None)
+    return spec if isinstance(spec, Resource) else None
+
+
+def resource_contents(uri: str, mime_type: str | None, value: Any) -> list[dict[str, Any]]:
+    """What a resource's function returned, as MCP's resource contents (wire dicts)."""
+    if isinstance(value, EmbeddedResource):
+        value = [value]
+    if isinstance(value, list | tuple) and value and all(isinstance(v, EmbeddedResource) for v in value):
+        return [v.to_wire()["resource"] for v in value]
+    if isinstance(value, bytes | bytearray):
+        contents: dict[str, Any] = {"uri": uri, "blob": base64.b64encode(bytes(value)).decode("ascii")}
+    elif isinstance(value, str):
+        contents = {"uri": uri, "text": value}
+    elif isinstance(value, BaseModel):
+        contents = {"uri": uri, "text": value.model_dump_json(by_alias=True)}
+        mime_type = mime_type or "application/json"
+    elif isinstance(value, dict | list | tuple | int | float | bool) or value is None:
+        contents = {"uri": uri, "text": dumps(value)}
+        mime_type = mime_type or "application/json"
+    else:
+        raise TypeError(f"a resource's function returned {type(value).__name__}; expected str, bytes, JSON or "
+                        "EmbeddedResource items")
+    if mime_type:
+        contents["mimeType"] = mime_type
+    return [contents]
+
+
+# -- prompts ------------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Message:
+    """One message of a prompt: ``role`` ``"user"`` or ``"assistant"``; ``content`` text or one content item
+    (``toolcrib.Image``, ``toolcrib.Audio``, ``toolcrib.EmbeddedResource``, ``toolcrib.ResourceLink``)."""
+
+    role: str
+    content: Any
+
+    def __post_init__(self) -> None:
+        if self.role not in ("user", "assistant"):
+            raise ValueError(f"a message's role is 'user' or 'assistant', not {self.role!r}")
+
+    def to_wire(self) -> dict[str, Any]:
+        content = Text(self.content) if isinstance(self.content, str) else self.content
+        if not isinstance(content, CONTENT_CLASSES):
+            raise TypeError(f"a message's content is text or a toolcrib content item, not {type(content).__name__}")
+        return {"role": self.role, "content": content.to_wire()}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Prompt:
+    """A declared prompt: its arguments are the function's (MCP passes them as strings; they are validated, and
+    converted where the annotation says, against ``model``)."""
+
+    name: str
+    description: str
+    handler: Callable[..., Any]
+    arguments: tuple[tuple[str, str | None, bool], ...]  # (name, description, required)
+    title: str | None = None
+    is_available: Callable[[AvailabilityContext], Any] | None = None
+    complete: Mapping[str, Completer] = dataclasses.field(default_factory=dict)
+    context_param: str | None = None
+    is_async: bool = False
+    make_model: Callable[[], type[BaseModel]] = dataclasses.field(default=lambda: BaseModel, repr=False)
+    passthrough: bool = False  # an upstream server's: handler(arguments=...) answers MCP's prompts/get itself
+
+    @cached_property
+    def model(self) -> type[BaseModel]:
+        return self.make_model()
+
+    def to_wire(self, full_name: str) -> dict[str, Any]:
+        """As MCP's prompts/list shows it."""
+        wire: dict[str, Any] = {"name": full_name}
+        if self.title:
+            wire["title"] = self.title
+        wire["description"] = self.description
+        wire["arguments"] = [{"name": n, **({"description": d} if d else {}), "required": r}
+                             for n, d, r in self.arguments]
+        return wire
+
+
+@overload
+def prompt(fn: F, /) -> F: ...
+
+
+@overload
+def prompt(*, name: str | None = None, description: str | None = None, title: str | None = None,
+           is_available: Callable[[AvailabilityContext], Any] | None = None,
+           complete: Mapping[str, Completer] | None = None) -> Callable[[F], F]: ...
+
+
+def prompt(fn: Any = None, /, **options: Any) -> Any:
+    """Declare a prompt (bare or with options). The function returns the prompt: a ``str`` (one user message), a
+    ``toolcrib.Message``, or a list of them."""
+    known = {"name", "description", "title", "is_available", "complete"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ToolDeclarationError(f"prompt() got unknown option(s) {', '.join(unknown)}; it takes "
+                                   f"{', '.join(sorted(known))}")
+    localns = _caller_locals()
+
+    def decorator(fn: F) -> F:
+        if not callable(fn) or inspect.isclass(fn):
+            raise ToolDeclarationError(f"@prompt decorates a function, not {type(fn).__name__}")
+        given = options.get("name") or getattr(fn, "__name__", "")
+        _check_name("prompt", given)
+        name = str(given)
+        description = options.get("description")
+        if description is None:
+            description = inspect.cleandoc(fn.__doc__) if fn.__doc__ else ""
+        if not isinstance(description, str) or not description.strip():
+            raise ToolDeclarationError(f"prompt {name!r} has no description: write a docstring or pass "
+                                       "description='...'")
+        hints = _hints(fn, name, localns)
+        fields, context_param = _signature_fields(fn, name, hints)
+        model = _model(name, fields)
+        schema = json_schema_of(model, "validation")
+        required = set(schema.get("required", ()))
+        arguments = tuple((arg, schema["properties"][arg].get("description"), arg in required) for arg in fields)
+        is_available = options.get("is_available")
+        if is_available is not None:
+            _check_is_available(name, is_available)
+        spec = Prompt(name=name, description=description.strip(), handler=fn, arguments=arguments,
+                      title=options.get("title"), is_available=is_available,
+                      complete=_check_completions(name, options.get("complete"), tuple(fields)),
+                      context_param=context_param, is_async=_is_async(fn), make_model=lambda: model)
+        setattr(fn, PROMPT_ATTRIBUTE, spec)
+        return fn
+
+    if fn is not None:
+        if options:
+            raise ToolDeclarationError("@prompt takes options as keywords only: @prompt(name=...)")
+        return decorator(fn)
+    return decorator
+
+
+def get_prompt(obj: Any) -> Prompt | None:
+    """The ``Prompt`` declared by ``obj`` (a decorated function or a ``Prompt``), else None."""
+    if isinstance(obj, Prompt):
+        return obj
+    spec = getattr(obj, PROMPT_ATTRIBUTE, None)
+    return spec if isinstance(spec, Prompt) else None
+
+
+def prompt_messages(value: Any) -> list[dict[str, Any]]:
+    """What a prompt's function returned, as MCP's prompt messages (wire dicts)."""
+    if isinstance(value, str):
+        value = [Message("user", value)]
+    elif isinstance(value, Message):
+        value = [value]
+    if not isinstance(value, list | tuple) or not all(isinstance(m, Message) for m in value):
+        raise TypeError("a prompt returns a str, a toolcrib.Message or a list of them")
+    return [m.to_wire() for m in value]
