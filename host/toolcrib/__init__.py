@@ -6,8 +6,8 @@ file which agent sees which tools; a denied tool is invisible. Importing this pa
 """
 
 from toolcrib.content import Audio, EmbeddedResource, Image, ResourceLink, Text, ToolResult
-from toolcrib.context import AvailabilityContext, Context
-from toolcrib.declarations import Message, get_prompt, get_resource, prompt, resource
+from toolcrib.context import AvailabilityContext, Context, Elicitation
+from toolcrib.declarations import Message, get_prompt, get_resource, prompt, resource, resource_updated
 from toolcrib.errors import (
     ConfigError,
     InvalidArgumentsError,
@@ -34,6 +34,7 @@ __all__ = [
     "ConfigError",
     "Context",
     "Deny",
+    "Elicitation",
     "EmbeddedResource",
     "Host",
     "Image",
@@ -59,5 +60,6 @@ __all__ = [
     "hookspec",
     "prompt",
     "resource",
+    "resource_updated",
     "tool",
 ]

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio.from_thread
+from pydantic import BaseModel
 
 from toolcrib.errors import ToolError
 
@@ -60,6 +61,15 @@ class ClientChannel(Protocol):
     async def progress(self, progress: float, total: float | None, message: str | None) -> None: ...
 
     async def log(self, level: str, message: str, logger: str | None) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Elicitation:
+    """What the user did with a form (``Context.elicit``): ``action`` is ``"accept"`` (then ``content`` holds the
+    answers, by field), ``"decline"`` or ``"cancel"``."""
+
+    action: str
+    content: dict[str, Any] | None = None
 
 
 class _Done:
@@ -196,6 +206,24 @@ class Context:
         if remember is None:
             return await compute()
         return await remember(kind, compute)
+
+    async def elicit(self, message: str, schema: Mapping[str, Any] | type[BaseModel]) -> Elicitation:
+        """Ask the user to fill in a form (MCP elicitation, form mode; async handlers only): ``schema`` is a JSON
+        Schema of a flat object (strings, numbers, integers, booleans, enums, with ``default`` where useful) or a
+        pydantic model of one. Returns what the user did: ``accept`` (with ``content``), ``decline`` or
+        ``cancel``. Works in both protocol eras (on 2026-07-28 the call makes a round trip and is replayed, never
+        re-run past this point). A ``ToolError`` says so when the client cannot ask."""
+        ask = getattr(self._channel, "elicit", None)
+        if ask is None:
+            raise ToolError("This needs the user's answer, and nobody can be asked here (no MCP client that "
+                            "supports elicitation).")
+        if isinstance(schema, type) and issubclass(schema, BaseModel):
+            from toolcrib.tool import json_schema_of
+
+            schema = json_schema_of(schema, "validation")
+        answer: dict[str, Any] = await ask(message, dict(schema))
+        content = answer.get("content")
+        return Elicitation(str(answer.get("action", "cancel")), dict(content) if isinstance(content, dict) else None)
 
     def debug(self, message: str) -> Awaitable[None]:
         return self.log("debug", message)

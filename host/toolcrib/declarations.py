@@ -227,6 +227,22 @@ def resource_contents(uri: str, mime_type: str | None, value: Any) -> list[dict[
     return [contents]
 
 
+_update_listeners: list[Callable[[str], None]] = []
+
+
+def resource_updated(uri: str) -> None:
+    """Tell the clients that subscribed to ``uri`` that the resource changed (MCP ``notifications/resources/
+    updated``), from any thread. A pack calls it when what one of its resources would read has changed; only clients
+    of agents that may read the resource hear of it."""
+    for listener in list(_update_listeners):
+        listener(uri)
+
+
+def add_update_listener(listener: Callable[[str], None]) -> None:
+    """Have ``resource_updated`` call ``listener(uri)`` (a front end that serves clients registers one)."""
+    _update_listeners.append(listener)
+
+
 # -- prompts ------------------------------------------------------------------------------------------------------
 
 

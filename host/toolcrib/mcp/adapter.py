@@ -14,26 +14,47 @@ from collections.abc import Mapping
 from typing import Any
 
 import mcp_types as types
-from mcp.server import Server, ServerRequestContext
+from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import SERVER_INFO_META_KEY
 from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from toolcrib.errors import ToolError, UnknownToolError
-from toolcrib.mcp.roundtrip import UNVERIFIABLE, ApprovalPending, Journal, SamplePending, Unverifiable, open_state, seal
-from toolcrib.mcp.state import ServingState
+from toolcrib.errors import (
+    InvalidArgumentsError,
+    ToolError,
+    UnknownPromptError,
+    UnknownResourceError,
+    UnknownToolError,
+)
+from toolcrib.mcp.roundtrip import (
+    UNVERIFIABLE,
+    ApprovalPending,
+    ElicitPending,
+    Journal,
+    SamplePending,
+    Unverifiable,
+    open_state,
+    seal,
+)
+from toolcrib.mcp.state import SUBSCRIPTIONS, ServingState
 
 log = logging.getLogger("toolcrib.serve")
 
 TRACING_ENV = "TOOLCRIB_MCP_TRACING"
 APPROVAL_KEY = "toolcrib_approval"
 SAMPLE_KEY = "toolcrib_sample"
+ELICIT_KEY = "toolcrib_elicit"
+ASKED = {"sample": SAMPLE_KEY, "elicit": ELICIT_KEY}  # what a round asked the client for -> its answer's key
+LOG_LEVEL = "toolcrib_log_level"  # in a connection's state: the level the client set (logging/setLevel)
+RESOURCE_NOT_FOUND = -32002  # MCP's error code for a resource that is not there (hidden ones answer alike)
 MAX_STATE_CHARS = 2 * 1024 * 1024  # request state goes back and forth with every round; HTTP bodies cap at 4 MiB
 
 _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 
-INSTRUCTIONS = "Tools served by toolcrib. Each tool is named <namespace>__<tool>: its pack or server, then its name."
+INSTRUCTIONS = ("Tools, resources and prompts served by toolcrib. Each tool and prompt is named "
+                "<namespace>__<name>: its pack or server, then its name.")
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
 class _Channel:
@@ -93,7 +114,33 @@ class _Channel:
         self.journal.record(kind, value)
         return value
 
+    async def elicit(self, message: str, schema: dict[str, Any]) -> dict[str, Any]:
+        """The user's answer to a form (``elicitation/create``): pushed on 2025-11-25 sessions; on 2026-07-28
+        replayed from the journal, or asked for by ending the round (``ElicitPending``)."""
+        ctx = self._ctx
+        capabilities = ctx.session.client_capabilities
+        if capabilities is None or capabilities.elicitation is None:
+            raise ToolError("This needs the user's answer, and the client cannot ask for one (it does not support "
+                            "MCP elicitation).")
+        if self.journal is not None:
+            recorded = self.journal.replay("elicit")
+            if recorded is not None:
+                return dict(recorded)
+            raise ElicitPending({"mode": "form", "message": message, "requestedSchema": schema})
+        if not ctx.session.can_send_request:
+            raise ToolError("This needs the user's answer, which this connection cannot ask for (a stateless "
+                            "2025-11-25 connection has no back-channel).")
+        try:
+            result = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
+        except MCPError as exc:
+            raise ToolError(f"The client did not ask the user: {exc.error.message}") from None
+        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
     async def log(self, level: str, message: str, logger: str | None) -> None:
+        connection = getattr(self._ctx.session, "_connection", None)
+        chosen = connection.state.get(LOG_LEVEL) if connection is not None else None
+        if chosen is not None and LOG_LEVELS.index(level) < LOG_LEVELS.index(chosen):
+            return  # below the level the client set (logging/setLevel)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # logging is deprecated as of 2026-07-28, yet clients still use it
             await self._ctx.session.send_log_message(level, message, logger,  # type: ignore[arg-type]
@@ -125,7 +172,7 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
         modern = ctx.protocol_version in _MODERN
         try:
             earlier = open_state(state.secret, agent, name, arguments, request_state) if modern else None
-            if modern and earlier is None and responses and set(responses) & {APPROVAL_KEY, SAMPLE_KEY}:
+            if modern and earlier is None and responses and set(responses) & {APPROVAL_KEY, *ASKED.values()}:
                 raise Unverifiable  # answers to questions this call never asked: nothing to carry them on
         except Unverifiable:
             if view.lookup(name) is None:
@@ -136,9 +183,10 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
         journal = None
         if modern:
             events = list(earlier.get("journal", [])) if earlier is not None else []
-            answer = (responses or {}).get(SAMPLE_KEY)
-            if answer is not None and earlier is not None and earlier.get("sampling"):
-                events.append({"sample": answer.model_dump(by_alias=True, mode="json", exclude_none=True)})
+            asked = earlier.get("asked") if earlier is not None else None
+            answer = (responses or {}).get(ASKED[asked]) if asked in ASKED else None
+            if answer is not None:
+                events.append({asked: answer.model_dump(by_alias=True, mode="json", exclude_none=True)})
             journal = Journal(events)
         approved = earlier is not None and earlier.get("approved") is True
         try:
@@ -154,17 +202,24 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
             ))
             sealed = seal(state.secret, agent, name, arguments, {"approval": True})
             return types.InputRequiredResult(input_requests={APPROVAL_KEY: request}, request_state=sealed)
-        except SamplePending as need:
+        except (SamplePending, ElicitPending) as need:
             assert journal is not None
-            sealed = seal(state.secret, agent, name, arguments, {"sampling": True, "journal": journal.events,
-                                                    "approved": approved or _answered_yes(responses, earlier)})
+            kind = "sample" if isinstance(need, SamplePending) else "elicit"
+            carried = {"asked": kind, "journal": journal.events,
+                       "approved": approved or _answered_yes(responses, earlier)}
+            sealed = seal(state.secret, agent, name, arguments, carried)
             if len(sealed) > MAX_STATE_CHARS:
                 return types.CallToolResult(is_error=True, content=[types.TextContent(text=(
                     f"Tool {name} stopped: its conversation grew past what a 2026-07-28 round trip carries "
                     f"({MAX_STATE_CHARS} characters of request state); a 2025-11-25 session has no such limit."))])
-            turn = types.CreateMessageRequest(
-                params=types.CreateMessageRequestParams.model_validate(need.request, by_name=False))
-            return types.InputRequiredResult(input_requests={SAMPLE_KEY: turn}, request_state=sealed)
+            question: Any
+            if kind == "sample":
+                question = types.CreateMessageRequest(
+                    params=types.CreateMessageRequestParams.model_validate(need.request, by_name=False))
+            else:
+                question = types.ElicitRequest(
+                    params=types.ElicitRequestFormParams.model_validate(need.request, by_name=False))
+            return types.InputRequiredResult(input_requests={ASKED[kind]: question}, request_state=sealed)
         wire = result.to_wire()
         wire["resultType"] = "complete"
         return wire
@@ -241,18 +296,112 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
             result.pop("resultType", None)
         return result
 
-    server: Server[Any] = Server(
-        "toolcrib",
-        version=_version(),
-        instructions=INSTRUCTIONS,
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
-        on_subscriptions_listen=lambda ctx, params: state.listener(agent)(ctx, params),
-    )
+    # -- resources, prompts, completion, logging ------------------------------------------------------------
+
+    def paginated(params: types.PaginatedRequestParams | None) -> None:
+        if params is not None and params.cursor is not None:
+            raise MCPError(code=types.INVALID_PARAMS, message="Invalid cursor: this server returns one page")
+
+    def remembered(ctx: ServerRequestContext[Any, Any]) -> None:
+        if ctx.protocol_version not in _MODERN:
+            state.remember_session(agent, ctx.session)
+
+    async def list_resources(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> Any:
+        paginated(params)
+        remembered(ctx)
+        return {"resources": state.view(agent).mcp_resources, "resultType": "complete"}
+
+    async def list_templates(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> Any:
+        paginated(params)
+        remembered(ctx)
+        return {"resourceTemplates": state.view(agent).mcp_templates, "resultType": "complete"}
+
+    async def read_resource(ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams) -> Any:
+        try:
+            contents = await state.view(agent).read(str(params.uri), channel=_Channel(ctx))
+        except UnknownResourceError as exc:
+            raise MCPError(code=RESOURCE_NOT_FOUND, message=str(exc), data={"uri": str(params.uri)}) from None
+        except InvalidArgumentsError as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+        except ToolError as exc:
+            raise MCPError(code=types.INTERNAL_ERROR, message=str(exc)) from None
+        return {"contents": contents, "resultType": "complete"}
+
+    async def subscribe(ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams) -> Any:
+        uri = str(params.uri)
+        if state.view(agent).resource(uri) is None:  # hidden and nonexistent alike
+            raise MCPError(code=RESOURCE_NOT_FOUND, message=str(UnknownResourceError(uri)), data={"uri": uri})
+        state.remember_session(agent, ctx.session)
+        ctx.session._connection.state.setdefault(SUBSCRIPTIONS, set()).add(uri)
+        return {}
+
+    async def unsubscribe(ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams) -> Any:
+        ctx.session._connection.state.setdefault(SUBSCRIPTIONS, set()).discard(str(params.uri))
+        return {}
+
+    async def list_prompts(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> Any:
+        paginated(params)
+        remembered(ctx)
+        return {"prompts": state.view(agent).mcp_prompts, "resultType": "complete"}
+
+    async def get_prompt(ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams) -> Any:
+        try:
+            answer = await state.view(agent).get_prompt(params.name, params.arguments, channel=_Channel(ctx))
+        except UnknownPromptError as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+        except InvalidArgumentsError as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+        except ToolError as exc:
+            raise MCPError(code=types.INTERNAL_ERROR, message=str(exc)) from None
+        return {**answer, "resultType": "complete"}
+
+    async def complete(ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams) -> Any:
+        ref = params.ref.model_dump(by_alias=True, mode="json", exclude_none=True)
+        context = params.context.arguments if params.context is not None else None
+        values = await state.view(agent).complete(ref, params.argument.name, params.argument.value, context)
+        return {"completion": {"values": values, "total": len(values), "hasMore": False}}
+
+    async def set_level(ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams) -> Any:
+        ctx.session._connection.state[LOG_LEVEL] = params.level
+        return {}
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # logging/setLevel is deprecated as of 2026-07-28, yet clients still use it
+        server: Server[Any] = _Server(
+            "toolcrib",
+            version=_version(),
+            instructions=INSTRUCTIONS,
+            on_list_tools=list_tools,
+            on_call_tool=call_tool,
+            on_list_resources=list_resources,
+            on_list_resource_templates=list_templates,
+            on_read_resource=read_resource,
+            on_subscribe_resource=subscribe,
+            on_unsubscribe_resource=unsubscribe,
+            on_list_prompts=list_prompts,
+            on_get_prompt=get_prompt,
+            on_completion=complete,
+            on_set_logging_level=set_level,
+            on_subscriptions_listen=lambda ctx, params: state.listener(agent)(ctx, params),
+        )
     if os.environ.get(TRACING_ENV, "") in ("", "0"):
         server.middleware.clear()  # the SDK's OpenTelemetry middleware costs about a third of a call
     server.middleware.append(fast_paths)
     return server
+
+
+class _Server(Server[Any]):
+    """The SDK's low-level server, advertising the same capabilities on every transport: toolcrib tells clients when
+    an agent's tools, resources or prompts change (on reload), whoever asks for the initialization options."""
+
+    def create_initialization_options(self, notification_options: NotificationOptions | None = None,
+                                      *args: Any, **kwargs: Any) -> Any:
+        if notification_options is None:
+            notification_options = NOTIFY
+        return super().create_initialization_options(notification_options, *args, **kwargs)
+
+
+NOTIFY = NotificationOptions(tools_changed=True, resources_changed=True, prompts_changed=True)
 
 
 def _plain_call(params: Mapping[str, Any] | None) -> bool:

@@ -23,6 +23,14 @@ class ApprovalPending(Suspend):
         self.message = message
 
 
+class ElicitPending(Suspend):
+    """Raised by a channel that must ask the user (``request``: ``elicitation/create`` params, form mode)."""
+
+    def __init__(self, request: Mapping[str, Any]) -> None:
+        super().__init__("the user must answer first")
+        self.request = request
+
+
 class SamplePending(Suspend):
     """Raised by a channel that must ask the client's model for one turn (``request``: sampling params)."""
 

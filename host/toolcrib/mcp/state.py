@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import logging
@@ -9,20 +10,29 @@ import os
 import secrets
 import signal
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.to_thread
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    PromptsListChanged,
+    ResourcesListChanged,
+    ResourceUpdated,
+    ToolsListChanged,
+)
 
+from toolcrib.declarations import add_update_listener
 from toolcrib.errors import ConfigError, Problem, contained
 from toolcrib.host import Host
 from toolcrib.view import AgentView
 
 log = logging.getLogger("toolcrib.serve")
+SUBSCRIPTIONS = "toolcrib_subscriptions"  # in a connection's state: the URIs its client subscribed to
 
 MAX_SESSIONS = 1024
 SETTLE_SECONDS = 0.2  # a changed config is reloaded once it has not changed for this long
@@ -91,6 +101,7 @@ class ServingState:
         self._listeners: dict[str, ListenHandler] = {}
         self._sessions: dict[str, OrderedDict[int, Any]] = {}
         self.on_reload: list[Callable[[], Awaitable[None]]] = []  # front ends that must follow (new agents, tokens)
+        self._updates: Callable[[str], None] | None = None
 
     def view(self, agent: str) -> AgentView:
         return self.host.view(agent)
@@ -99,6 +110,7 @@ class ServingState:
 
     def listener(self, agent: str) -> ListenHandler:
         """The ``subscriptions/listen`` handler of one agent (2026-07-28 clients)."""
+        self.watch_resources()
         if agent not in self._listeners:
             self._buses[agent] = InMemorySubscriptionBus()
             self._listeners[agent] = ListenHandler(self._buses[agent])
@@ -110,6 +122,7 @@ class ServingState:
         The SDK hands each request its own session object over one connection; one is kept per connection
         (the newest), at most ``MAX_SESSIONS`` per agent, and those that fail to take a notification are dropped.
         """
+        self.watch_resources()
         sessions = self._sessions.setdefault(agent, OrderedDict())
         key = id(getattr(session, "_connection", session))
         sessions.pop(key, None)
@@ -117,18 +130,52 @@ class ServingState:
         while len(sessions) > MAX_SESSIONS:
             sessions.popitem(last=False)
 
-    async def notify_changed(self, agent: str) -> None:
+    async def notify_changed(self, agent: str, lists: Sequence[str] = ("tools",)) -> None:
+        """Tell ``agent``'s clients that these of its lists changed (``tools``, ``resources``, ``prompts``)."""
         bus = self._buses.get(agent)
         if bus is not None:
-            await bus.publish(ToolsListChanged())
+            for name in lists:
+                await bus.publish(_EVENTS[name]())
         sessions = self._sessions.get(agent, OrderedDict())
         for key, session in list(sessions.items()):
             try:
                 with anyio.fail_after(5):
-                    await session.send_tool_list_changed()
+                    for name in lists:
+                        await getattr(session, _SENDERS[name])()
             except Exception:  # a closed connection: nothing to tell, ever again
                 sessions.pop(key, None)
                 log.debug("could not notify a session of agent %r", agent, exc_info=True)
+
+    async def resource_updated(self, uri: str) -> None:
+        """Tell the clients that subscribed to ``uri`` (and may read it) that it changed."""
+        for agent in list(set(self._sessions) | set(self._buses)):
+            if agent not in self.host.rules or self.view(agent).resource(uri) is None:
+                continue  # an agent that may not read it learns nothing of it
+            bus = self._buses.get(agent)
+            if bus is not None:
+                await bus.publish(ResourceUpdated(uri=uri))
+            for key, session in list(self._sessions.get(agent, OrderedDict()).items()):
+                connection = getattr(session, "_connection", None)
+                if connection is None or uri not in connection.state.get(SUBSCRIPTIONS, ()):
+                    continue
+                try:
+                    with anyio.fail_after(5):
+                        await session.send_resource_updated(uri)
+                except Exception:
+                    self._sessions[agent].pop(key, None)
+
+    def watch_resources(self) -> None:
+        """Start passing ``toolcrib.resource_updated(uri)`` (from any thread) on to the clients; call it from the
+        event loop that serves."""
+        if self._updates is not None:
+            return
+        loop = asyncio.get_running_loop()
+
+        def updated(uri: str) -> None:
+            loop.call_soon_threadsafe(lambda: loop.create_task(self.resource_updated(uri)))
+
+        self._updates = updated
+        add_update_listener(updated)
 
     # -- reload --------------------------------------------------------------------------------------------
 
@@ -163,11 +210,11 @@ class ServingState:
             await follow()
         changed = []
         for agent in sorted(set(old.agents) | set(new.agents)):
-            before = old.view(agent).mcp_tools if agent in old.rules else None
-            after = new.view(agent).mcp_tools if agent in new.rules else None
-            if before != after:
+            differing = [name for name in ("tools", "resources", "prompts")
+                         if _listed(old, agent, name) != _listed(new, agent, name)]
+            if differing:
                 changed.append(agent)
-                await self.notify_changed(agent)
+                await self.notify_changed(agent, differing)
         log.info("reloaded the config; agents whose tools changed: %s", ", ".join(changed) or "none")
         old.close()
         return True
@@ -208,3 +255,19 @@ class ServingState:
                     await self.reload()
         except NotImplementedError:  # pragma: no cover - platforms without signal handling in the loop
             return
+
+
+_EVENTS: dict[str, type[ToolsListChanged | ResourcesListChanged | PromptsListChanged]] = {
+    "tools": ToolsListChanged, "resources": ResourcesListChanged, "prompts": PromptsListChanged}
+_SENDERS = {"tools": "send_tool_list_changed", "resources": "send_resource_list_changed",
+            "prompts": "send_prompt_list_changed"}
+
+
+def _listed(host: Host, agent: str, name: str) -> Any:
+    """What ``agent`` sees of one list on ``host`` (None when there is no such agent)."""
+    if agent not in host.rules:
+        return None
+    view = host.view(agent)
+    if name == "resources":
+        return view.mcp_resources, view.mcp_templates
+    return view.mcp_tools if name == "tools" else view.mcp_prompts

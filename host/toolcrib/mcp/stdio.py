@@ -26,7 +26,6 @@ import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 import mcp_types as types
-from mcp.server import NotificationOptions
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
@@ -50,7 +49,7 @@ async def serve_stdio(state: ServingState, agent: str, watch: Path | None = None
     """
     state.view(agent)  # an unknown agent fails here, before any protocol
     server = build_server(state, agent)
-    options = server.create_initialization_options(NotificationOptions(tools_changed=True))
+    options = server.create_initialization_options()
     drain = state.host.loaded.config.host.call_timeout + DRAIN_GRACE
     stdin, stdout = wire if wire is not None else (None, None)
     async with stdio_transport(stdin, stdout, drain=drain) as (read_stream, write_stream), \
