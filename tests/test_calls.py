@@ -562,6 +562,21 @@ def test_a_tool_whose_schema_cannot_be_built_is_listed_errors_and_is_reported() 
                                   "from its parameters: Unable to generate pydantic-core schema for ")
 
 
+def test_a_json_schema_tool_gets_its_arguments_as_a_dict_and_bad_ones_named_by_field() -> None:
+    from test_tool import ADDRESS_SCHEMA
+
+    register = toolcrib.tool("register", "Register a person.", ADDRESS_SCHEMA,
+                             lambda args: f"{type(args).__name__} {sorted(args.items())}")
+    host = make_host(CONFIG, {"kit": Pack(register)})
+    assert host.view("a").mcp_tools[0]["inputSchema"] == ADDRESS_SCHEMA
+    assert call(host, "kit__register", {"name": "Ada"}).to_wire() == {
+        "content": [{"type": "text", "text": "dict [('name', 'Ada')]"}], "isError": False}
+    assert call(host, "kit__register", {"name": 7, "address": {}}).to_wire() == {"content": [{"type": "text", "text": (
+        "Invalid arguments for kit__register:\n"
+        "- address.street: required argument is missing\n"
+        "- name: 7 is not of type 'string'")}], "isError": True}
+
+
 @toolcrib.tool
 def sdk_content() -> list[Any]:
     """Return the MCP SDK's own content objects."""

@@ -118,6 +118,20 @@ def test_code_shown_in_the_docs_is_the_tested_code() -> None:
     assert found == 4
 
 
+def test_python_in_the_docs_is_valid_and_the_json_schema_example_declares_what_it_says() -> None:
+    for doc in [*DOCS.glob("*.md"), *ROOT.glob("plugins/*/README.md")]:
+        for block in re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S):
+            compile(block, str(doc), "exec")  # a SyntaxError names the doc
+    blocks = re.findall(r"```python\n(.*?)```", (DOCS / "writing-packs.md").read_text(), flags=re.S)
+    example = next(b for b in blocks if b.startswith("schema = "))
+    scope: dict[str, Any] = {"toolcrib": __import__("toolcrib")}
+    exec(example, scope)
+    spec = scope["search_tool"]
+    assert spec.input_schema == scope["schema"]
+    assert spec.handler({"q": "refunds"}) == "refunds"
+    assert spec.input_model.model_validate({"q": "refunds"}).__pydantic_extra__ == {"q": "refunds"}
+
+
 @pytest.mark.slow
 def test_the_embedding_example_runs() -> None:
     pytest.importorskip("toolcrib_fs", reason="the example uses the fs pack")

@@ -6,7 +6,7 @@ import re
 from typing import Annotated, Literal
 
 import pytest
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from typing_extensions import TypedDict
 
 import toolcrib
@@ -205,6 +205,54 @@ def test_explicit_form_with_a_dict_of_fields() -> None:
     }
 
 
+ADDRESS_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "$defs": {"address": {"type": "object", "properties": {"street": {"type": "string"}}, "required": ["street"]}},
+    "properties": {"name": {"type": "string", "minLength": 1}, "address": {"$ref": "#/$defs/address"}},
+    "required": ["name"],
+    "additionalProperties": False,
+}
+
+
+def test_explicit_form_with_a_json_schema_keeps_it_as_given_and_validates_with_it() -> None:
+    seen = []
+    spec = tool("register", "Register a person.", ADDRESS_SCHEMA, seen.append)
+    assert spec.input_schema == ADDRESS_SCHEMA  # $schema, $defs and additionalProperties as written
+    assert spec.input_schema is not ADDRESS_SCHEMA
+    assert spec.arguments == ("name", "address")
+    assert spec.takes_dict is True
+    model = spec.input_model
+    assert model.model_validate({"name": "Ada", "address": {"street": "Main"}}).__pydantic_extra__ == {
+        "name": "Ada", "address": {"street": "Main"}}
+    with pytest.raises(ValidationError) as caught:
+        model.model_validate({"name": "", "address": {}, "age": 3})
+    assert [(e["type"], e["loc"], e["msg"]) for e in caught.value.errors()] == [
+        ("json_schema", (), "Additional properties are not allowed ('age' was unexpected)"),
+        ("missing", ("address", "street"), "Field required"),
+        ("json_schema", ("name",), "'' should be non-empty"),
+    ]
+    with pytest.raises(ValidationError) as caught:
+        model.model_validate({})
+    assert [(e["type"], e["loc"]) for e in caught.value.errors()] == [("missing", ("name",))]
+
+
+def test_a_json_schema_that_is_not_one_is_refused_at_declaration() -> None:
+    with _fails("tool 'x': an input schema describes the arguments object, so its type must be \"object\", "
+                "not 'array'"):
+        tool("x", "X.", {"type": "array", "items": {"type": "string"}}, lambda a: a)
+    with _fails("tool 'x': an input schema describes the arguments object, so its type must be \"object\", "
+                "not None"):
+        tool("x", "X.", {"properties": {"a": {"type": "string"}}}, lambda a: a)
+    with _fails("tool 'x': invalid JSON Schema at properties/a/type: 'text' is not valid under any of the given "
+                "schemas"):
+        tool("x", "X.", {"type": "object", "properties": {"a": {"type": "text"}}}, lambda a: a)
+    with _fails("tool 'x': a JSON Schema holds only JSON values (no NaN, Infinity, sets or Python objects)"):
+        tool("x", "X.", {"type": "object", "properties": {"a": {"maximum": float("nan")}}}, lambda a: a)
+    # a dict of field types whose field is called "type" is still a dict of field types
+    assert tool("x", "X.", {"type": str}, lambda a: a).takes_dict is False
+
+
 def _fails(match: str) -> pytest.RaisesContext:  # type: ignore[type-arg]
     return pytest.raises(ToolDeclarationError, match="^" + re.escape(match) + "$")
 
@@ -307,7 +355,8 @@ def test_explicit_form_misuse() -> None:
     class Q(BaseModel):
         q: str
 
-    with _fails("tool 'x': schema must be a pydantic model class or a dict of field types, not 'str'"):
+    with _fails("tool 'x': schema must be a pydantic model class, a dict of field types or a JSON Schema object, "
+                "not 'str'"):
         tool("x", "X.", "str", lambda a: a)
     with _fails("tool 'x': the explicit form's handler takes one argument, the validated input (def handler(args): "
                 "...), plus optionally a toolcrib.Context parameter"):

@@ -105,7 +105,7 @@ def format_validation_error(tool: str, exc: ValidationError, model: Any = None, 
             message = "required argument is missing"
         else:
             message = err["msg"]
-            if "input" in err and kind not in ("model_type", "dict_type"):
+            if "input" in err and kind not in ("model_type", "dict_type", "json_schema"):  # JSON Schema's says it
                 shown = repr(err["input"])
                 message += f" (got {shown[:80] + '...' if len(shown) > 80 else shown})"
         lines.append(f"- {loc or '(arguments)'}: {message}")

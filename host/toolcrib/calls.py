@@ -280,9 +280,12 @@ class Pipeline:
     async def _run(self, view: AgentView, vt: ViewTool, model: Any, channel: ClientChannel | None,
                    approver: Approver | None) -> ToolResult:
         tool = vt.tool
-        if tool.takes_model:
-            args: tuple[Any, ...] = (model,)
+        if tool.takes_dict:
+            args: tuple[Any, ...] = (dict(model.__pydantic_extra__ or {}),)
             kwargs: dict[str, Any] = {}
+        elif tool.takes_model:
+            args = (model,)
+            kwargs = {}
         else:
             args = ()
             kwargs = model.__dict__ if tool.context_param is None else dict(model.__dict__)

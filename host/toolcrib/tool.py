@@ -7,6 +7,7 @@ a message that says the fix::
     @toolcrib.tool()                                 # called
     @toolcrib.tool(name="find", annotations={...})   # with options
     toolcrib.tool("lookup", "Look up ...", OrderQuery, handler, {"annotations": {...}})   # explicit -> Tool
+    toolcrib.tool("lookup", "Look up ...", {"type": "object", ...}, handler)              # JSON Schema -> Tool
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import json
 import sys
 import types
 import typing
@@ -23,9 +25,9 @@ from functools import cached_property
 from typing import Any, TypeVar, overload
 
 import typing_extensions
-from pydantic import BaseModel, ConfigDict, TypeAdapter, create_model
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model, model_validator
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode
-from pydantic_core import CoreSchema
+from pydantic_core import CoreSchema, InitErrorDetails, PydanticCustomError
 
 from toolcrib.content import CONTENT_CLASSES, ToolResult
 from toolcrib.context import AvailabilityContext, Context
@@ -90,6 +92,7 @@ class Tool:
     describe: Callable[[AvailabilityContext], str] | None = None  # the description, written for each agent
     context_param: str | None = None
     takes_model: bool = False  # explicit form: the handler gets the validated model, not keyword arguments
+    takes_dict: bool = False  # JSON Schema form: the handler gets the validated arguments as a dict
     is_async: bool = False
     make_input: Callable[[], type[BaseModel]] = dataclasses.field(default=lambda: BaseModel, repr=False)
     return_annotation: Any = dataclasses.field(default=inspect.Signature.empty, repr=False)
@@ -319,7 +322,11 @@ def _explicit(args: tuple[Any, ...], kwargs: dict[str, Any], localns: Mapping[st
     _check_description(name, description)
     if not callable(handler):
         raise ToolDeclarationError(f"tool {name!r}: handler must be callable, not {type(handler).__name__}")
-    arguments, make_input = _model_from_schema(name, schema)
+    given = _json_schema(name, schema)
+    if given is not None:
+        arguments, make_input = tuple(given.get("properties", {})), _json_schema_model(name, given)
+    else:
+        arguments, make_input = _model_from_schema(name, schema)
     hints = _hints(handler, name, localns)
     context_param = _explicit_handler_params(name, handler, hints)
     return _build(
@@ -332,6 +339,7 @@ def _explicit(args: tuple[Any, ...], kwargs: dict[str, Any], localns: Mapping[st
         context_param=context_param,
         takes_model=True,
         return_annotation=hints.get("return", inspect.Signature.empty),
+        given_input_schema=given,
     )
 
 
@@ -346,6 +354,7 @@ def _build(
     context_param: str | None,
     takes_model: bool,
     return_annotation: Any,
+    given_input_schema: Mapping[str, Any] | None = None,
 ) -> Tool:
     annotations = _check_annotations(name, options.get("annotations"))
     is_available = options.get("is_available")
@@ -390,7 +399,9 @@ def _build(
         describe=describe,
         context_param=context_param,
         takes_model=takes_model,
+        takes_dict=given_input_schema is not None,
         is_async=_is_async(handler),
+        given_input_schema=given_input_schema,
     )
 
 
@@ -545,6 +556,76 @@ def _create_model(name: str, fields: dict[str, Any]) -> type[BaseModel]:
         raise ToolDeclarationError(f"tool {name!r}: cannot build an input schema from its parameters: {exc}") from exc
 
 
+def _json_schema(name: str, schema: Any) -> dict[str, Any] | None:
+    """The schema when it is JSON Schema (``{"type": "object", ...}``), checked against its dialect; else None.
+
+    A dict of field types maps names to Python types; JSON Schema has ``type``, ``properties`` or ``$schema``
+    with JSON values, so the two cannot be confused.
+    """
+    if not isinstance(schema, Mapping) or not (
+        isinstance(schema.get("type"), str) or isinstance(schema.get("properties"), Mapping)
+        or isinstance(schema.get("$schema"), str)
+    ):
+        return None
+    from jsonschema import validators  # type: ignore[import-untyped]  # no stubs
+    from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]
+
+    try:
+        given = json.loads(json.dumps(schema, allow_nan=False))
+    except (TypeError, ValueError):
+        raise ToolDeclarationError(
+            f"tool {name!r}: a JSON Schema holds only JSON values (no NaN, Infinity, sets or Python objects)"
+        ) from None
+    if given.get("type") != "object":
+        raise ToolDeclarationError(
+            f"tool {name!r}: an input schema describes the arguments object, so its type must be \"object\", "
+            f"not {given.get('type')!r}"
+        )
+    try:
+        validators.validator_for(given, default=validators.Draft202012Validator).check_schema(given)
+    except SchemaError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+        raise ToolDeclarationError(f"tool {name!r}: invalid JSON Schema at {where}: {exc.message}") from None
+    return typing.cast(dict[str, Any], given)
+
+
+def _json_schema_model(name: str, schema: Mapping[str, Any]) -> Callable[[], type[BaseModel]]:
+    """A model that validates arguments with JSON Schema itself, each problem a pydantic error at its field."""
+
+    def make() -> type[BaseModel]:
+        from jsonschema import validators
+
+        validator = validators.validator_for(schema, default=validators.Draft202012Validator)(schema)
+
+        def check(data: Any) -> Any:
+            errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+            if not errors:
+                return data
+            details: list[InitErrorDetails] = []
+            for error in errors:
+                loc = tuple(error.absolute_path)
+                if error.validator == "required" and isinstance(error.validator_value, list):
+                    present = data if isinstance(data, Mapping) else {}
+                    for missing in error.validator_value:
+                        if missing not in present:
+                            details.append(InitErrorDetails(type="missing", loc=(*loc, missing), input=data))
+                    continue
+                details.append(InitErrorDetails(
+                    type=PydanticCustomError("json_schema", "{message}", {"message": error.message}),
+                    loc=loc, input=error.instance,
+                ))
+            raise ValidationError.from_exception_data(f"{name}_arguments", details)
+
+        return create_model(
+            f"{name}_arguments",
+            __config__=ConfigDict(extra="allow"),
+            # pydantic documents decorated validators in __validators__; its annotation says plain callables
+            __validators__={"json_schema": model_validator(mode="before")(check)},  # type: ignore[dict-item]
+        )
+
+    return make
+
+
 def _model_from_schema(name: str, schema: Any) -> tuple[tuple[str, ...], Callable[[], type[BaseModel]]]:
     if isinstance(schema, Mapping):
         fields = {}
@@ -553,7 +634,8 @@ def _model_from_schema(name: str, schema: Any) -> tuple[tuple[str, ...], Callabl
         return tuple(fields), lambda: _create_model(name, fields)
     if not (inspect.isclass(schema) and issubclass(schema, BaseModel)):
         raise ToolDeclarationError(
-            f"tool {name!r}: schema must be a pydantic model class or a dict of field types, not {schema!r}"
+            f"tool {name!r}: schema must be a pydantic model class, a dict of field types or a JSON Schema object, "
+            f"not {schema!r}"
         )
     config = dict(schema.model_config)
     changes = {k: v for k, v in INPUT_CONFIG.items() if k not in config}

@@ -221,11 +221,11 @@ def _entry(connection: _Connection, tool: Any, problems: list[str]) -> Entry | N
     client = connection.client
     namespace = connection.namespace
 
-    async def handler(arguments: BaseModel) -> ToolResult:
+    async def handler(arguments: dict[str, Any]) -> ToolResult:
         from mcp.shared.exceptions import MCPError
 
         try:
-            result = await client.call_tool(name, dict(arguments.__pydantic_extra__ or {}))
+            result = await client.call_tool(name, arguments)
         except MCPError as exc:
             raise ToolError(f"upstream server {namespace!r} refused the call: {exc.error.message}") from None
         return ToolResult(
@@ -242,6 +242,7 @@ def _entry(connection: _Connection, tool: Any, problems: list[str]) -> Entry | N
         arguments=tuple(input_schema.get("properties", {})),
         title=clean(title) if isinstance(title, str) and title else annotations.get("title"),
         takes_model=True,
+        takes_dict=True,
         is_async=True,
         make_input=lambda: _ANY_ARGUMENTS,
         given_input_schema=input_schema,
