@@ -472,13 +472,15 @@ TOKENS = {"TOK_READER": "reader-token-0123456789", "TOK_WRITER": "writer-token-0
           "TOK_RUNNER": "runner-token-0123456789"}
 
 
-def start_http(config_file: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str, Path]:
+def start_http(config_file: Path, *extra: str, env: dict[str, str] | None = None
+               ) -> tuple[subprocess.Popen[bytes], str, Path]:
     """Start ``toolcrib serve --http`` on a free port; its stderr goes to a file (a pipe nobody drains could
     fill up and stall the server)."""
     log = config_file.parent / f"serve-{time.monotonic_ns()}.log"
     with log.open("wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "toolcrib.cli", "serve", "--http", "--port", "0",
-                                 "--config", str(config_file), *extra], stderr=err, env=subprocess_env(**TOKENS))
+                                 "--config", str(config_file), *extra], stderr=err,
+                                env=subprocess_env(**TOKENS, **(env or {})))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
         text = log.read_text()

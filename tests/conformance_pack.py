@@ -1,0 +1,230 @@
+"""The tools, resources and prompts the official MCP conformance suite (@modelcontextprotocol/conformance) asks a
+server for, written as an ordinary toolcrib pack: each does exactly what the suite's scenario text says."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import struct
+from typing import Annotated, Any
+
+from pydantic import Field
+
+import toolcrib
+from toolcrib import Context, EmbeddedResource, Image, Message, Text, ToolError
+
+# a 1x1 red pixel
+PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJ"
+                       "RU5ErkJggg==")
+# a tenth of a second of 8 kHz, 8-bit mono silence
+WAV = (b"RIFF" + struct.pack("<I", 36 + 800) + b"WAVEfmt " + struct.pack("<IHHIIHH", 16, 1, 1, 8000, 8000, 1, 8)
+       + b"data" + struct.pack("<I", 800) + b"\x80" * 800)
+
+
+@toolcrib.tool
+def test_simple_text() -> str:
+    """Return a simple text."""
+    return "This is a simple text response for testing."
+
+
+@toolcrib.tool
+def test_image_content() -> Image:
+    """Return an image."""
+    return Image(PNG, "image/png")
+
+
+@toolcrib.tool
+def test_audio_content() -> toolcrib.Audio:
+    """Return a sound."""
+    return toolcrib.Audio(WAV, "audio/wav")
+
+
+@toolcrib.tool
+def test_embedded_resource() -> EmbeddedResource:
+    """Return an embedded resource."""
+    return EmbeddedResource("test://embedded-resource", text="This is an embedded resource content.",
+                            mime_type="text/plain")
+
+
+@toolcrib.tool
+def test_multiple_content_types() -> list[Any]:
+    """Return text, an image and a resource."""
+    return [Text("Multiple content types test:"), Image(PNG, "image/png"),
+            EmbeddedResource("test://mixed-content-resource", text=json.dumps({"test": "data", "value": 123}),
+                             mime_type="application/json")]
+
+
+@toolcrib.tool
+async def test_tool_with_logging(ctx: Context) -> str:
+    """Log three messages while it runs."""
+    await ctx.info("Tool execution started")
+    await asyncio.sleep(0.05)
+    await ctx.info("Tool processing data")
+    await asyncio.sleep(0.05)
+    await ctx.info("Tool execution completed")
+    return "Logged three messages."
+
+
+@toolcrib.tool
+def test_error_handling() -> str:
+    """Fail, always."""
+    raise ToolError("This tool intentionally returns an error for testing")
+
+
+@toolcrib.tool
+async def test_tool_with_progress(ctx: Context) -> str:
+    """Report progress 0, 50 and 100 of 100."""
+    await ctx.report_progress(0, 100)
+    await asyncio.sleep(0.05)
+    await ctx.report_progress(50, 100)
+    await asyncio.sleep(0.05)
+    await ctx.report_progress(100, 100)
+    return "Reported progress."
+
+
+@toolcrib.tool
+async def test_sampling(prompt: Annotated[str, Field(description="The prompt to send to the LLM")],
+                        ctx: Context) -> str:
+    """Ask the client's model."""
+    reply = await ctx.sample([{"role": "user", "content": {"type": "text", "text": prompt}}], max_tokens=100)
+    content = reply.get("content")
+    text = content.get("text", "") if isinstance(content, dict) else ""
+    return f"LLM response: {text}"
+
+
+@toolcrib.tool
+async def test_elicitation(message: Annotated[str, Field(description="The message to show the user")],
+                           ctx: Context) -> str:
+    """Ask the user for a name and an email address."""
+    answer = await ctx.elicit(message, {
+        "type": "object",
+        "properties": {"username": {"type": "string", "description": "User's response"},
+                       "email": {"type": "string", "description": "User's email address"}},
+        "required": ["username", "email"],
+    })
+    return f"User response: action={answer.action}, content={json.dumps(answer.content)}"
+
+
+@toolcrib.tool
+async def test_elicitation_sep1034_defaults(ctx: Context) -> str:
+    """Ask with a default for every primitive type."""
+    answer = await ctx.elicit("Please review your details", {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "default": "John Doe"},
+            "age": {"type": "integer", "default": 30},
+            "score": {"type": "number", "default": 95.5},
+            "status": {"type": "string", "enum": ["active", "inactive", "pending"], "default": "active"},
+            "verified": {"type": "boolean", "default": True},
+        },
+    })
+    return f"Elicitation completed: action={answer.action}, content={json.dumps(answer.content)}"
+
+
+@toolcrib.tool
+async def test_elicitation_sep1330_enums(ctx: Context) -> str:
+    """Ask with each kind of enum."""
+    answer = await ctx.elicit("Please choose", {
+        "type": "object",
+        "properties": {
+            "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
+            "titledSingle": {"type": "string", "oneOf": [{"const": "value1", "title": "First Option"},
+                                                         {"const": "value2", "title": "Second Option"},
+                                                         {"const": "value3", "title": "Third Option"}]},
+            "legacyEnum": {"type": "string", "enum": ["opt1", "opt2", "opt3"],
+                           "enumNames": ["Option One", "Option Two", "Option Three"]},
+            "untitledMulti": {"type": "array", "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+            "titledMulti": {"type": "array", "items": {"anyOf": [{"const": "value1", "title": "First Choice"},
+                                                                 {"const": "value2", "title": "Second Choice"},
+                                                                 {"const": "value3", "title": "Third Choice"}]}},
+        },
+    })
+    return f"Elicitation completed: action={answer.action}, content={json.dumps(answer.content)}"
+
+
+json_schema_2020_12_tool = toolcrib.tool("json_schema_2020_12_tool", "Tool with JSON Schema 2020-12 features", {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "$defs": {"address": {"type": "object",
+                          "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}},
+    "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
+    "additionalProperties": False,
+}, lambda args: f"Hello {args.get('name', 'nobody')}")
+
+
+@toolcrib.resource("test://static-text", mime_type="text/plain")
+def static_text() -> str:
+    """A static text resource."""
+    return "This is the content of the static text resource."
+
+
+@toolcrib.resource("test://static-binary", mime_type="image/png")
+def static_binary() -> bytes:
+    """A static binary resource."""
+    return PNG
+
+
+@toolcrib.resource("test://template/{id}/data", mime_type="application/json")
+def template_data(id: str) -> dict[str, Any]:
+    """Data for an ID."""
+    return {"id": id, "templateTest": True, "data": f"Data for ID: {id}"}
+
+
+@toolcrib.resource("test://watched-resource", mime_type="text/plain")
+def watched_resource() -> str:
+    """A resource clients may subscribe to."""
+    return "Watched resource content."
+
+
+@toolcrib.prompt
+def test_simple_prompt() -> str:
+    """A prompt without arguments."""
+    return "This is a simple prompt for testing."
+
+
+CITIES = ["paris", "park", "party", "test", "testing"]
+
+
+@toolcrib.prompt(complete={"arg1": lambda value: [c for c in CITIES if c.startswith(value)]})
+def test_prompt_with_arguments(arg1: Annotated[str, Field(description="First test argument")],
+                               arg2: Annotated[str, Field(description="Second test argument")]) -> str:
+    """A prompt with two arguments."""
+    return f"Prompt with arguments: arg1='{arg1}', arg2='{arg2}'"
+
+
+@toolcrib.prompt
+def test_prompt_with_embedded_resource(
+    resourceUri: Annotated[str, Field(description="URI of the resource to embed")],
+) -> list[Message]:
+    """A prompt that embeds a resource."""
+    return [Message("user", EmbeddedResource(resourceUri, text="Embedded resource content for testing.",
+                                             mime_type="text/plain")),
+            Message("user", "Please process the embedded resource above.")]
+
+
+@toolcrib.prompt
+def test_prompt_with_image() -> list[Message]:
+    """A prompt with an image."""
+    return [Message("user", Image(PNG, "image/png")), Message("user", "Please analyze the image above.")]
+
+
+class ConformancePack:
+    @toolcrib.hookimpl
+    def toolcrib_tools(self) -> list[Any]:
+        return [test_simple_text, test_image_content, test_audio_content, test_embedded_resource,
+                test_multiple_content_types, test_tool_with_logging, test_error_handling, test_tool_with_progress,
+                test_sampling, test_elicitation, test_elicitation_sep1034_defaults, test_elicitation_sep1330_enums,
+                json_schema_2020_12_tool]
+
+    @toolcrib.hookimpl
+    def toolcrib_resources(self) -> list[Any]:
+        return [static_text, static_binary, template_data, watched_resource]
+
+    @toolcrib.hookimpl
+    def toolcrib_prompts(self) -> list[Any]:
+        return [test_simple_prompt, test_prompt_with_arguments, test_prompt_with_embedded_resource,
+                test_prompt_with_image]
+
+
+PACK = ConformancePack()

@@ -1,0 +1,187 @@
+"""The official MCP conformance suite (@modelcontextprotocol/conformance, pinned, from the npm registry) as the
+judge of ``toolcrib serve --http``: every server scenario, against an agent that serves the suite's fixtures (an
+ordinary pack, tests/conformance_pack.py) under their own names.
+
+The suite sends no credentials, and toolcrib serves no agent without them, so the suite talks to a loopback relay
+that adds the agent's bearer token to each request and passes everything else (Host and Origin included, so the
+DNS-rebinding scenario judges toolcrib's own checks) through unchanged, byte for byte.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from test_serve import TESTS, start_http
+
+pytestmark = pytest.mark.slow
+
+SUITE_VERSION = "0.1.16"
+NODE_VERSION = "22.23.3"  # the suite is tested on Node 22; the npm registry's `node` package brings that binary
+CACHE = TESTS / ".conformance"
+TOKEN = "conformance-token-0123456789"
+
+CONFIG = """
+[agents.judge]
+token_env = "TOK_JUDGE"
+bare_names = true
+[agents.judge.permissions]
+plugins = { allow = ["conformance"] }
+tools = { allow = ["*"] }
+resources = { allow = ["*"] }
+prompts = { allow = ["*"] }
+
+[agents.silent]
+"""
+
+SCENARIOS = {
+    "server-initialize", "ping", "logging-set-level", "completion-complete", "tools-list", "json-schema-2020-12",
+    "tools-call-simple-text", "tools-call-image", "tools-call-audio", "tools-call-embedded-resource",
+    "tools-call-mixed-content", "tools-call-with-logging", "tools-call-error", "tools-call-with-progress",
+    "tools-call-sampling", "tools-call-elicitation", "elicitation-sep1034-defaults", "elicitation-sep1330-enums",
+    "resources-list", "resources-read-text", "resources-read-binary", "resources-templates-read",
+    "resources-subscribe", "resources-unsubscribe", "prompts-list", "prompts-get-simple", "prompts-get-with-args",
+    "prompts-get-embedded-resource", "prompts-get-with-image", "server-sse-polling", "server-sse-multiple-streams",
+    "dns-rebinding-protection",
+}
+
+
+@pytest.fixture(scope="module")
+def suite() -> tuple[Path, Path]:
+    """(node, the suite's CLI script), installed once into tests/.conformance."""
+    if shutil.which("npm") is None:
+        pytest.skip("npm is not installed: the conformance suite needs Node.js")
+    node = CACHE / "node_modules" / "node" / "bin" / "node"
+    script = CACHE / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
+    failed = ""
+    for _attempt in range(2):  # one retry: the registry is a network away
+        if node.exists() and script.exists():
+            break
+        CACHE.mkdir(exist_ok=True)
+        proc = subprocess.run(["npm", "install", "--prefix", str(CACHE), f"node@{NODE_VERSION}",
+                               f"@modelcontextprotocol/conformance@{SUITE_VERSION}", "--no-audit", "--no-fund",
+                               "--loglevel=error"], capture_output=True, text=True, timeout=900)
+        failed = proc.stderr.strip()[-500:]
+    if not (node.exists() and script.exists()):
+        pytest.skip(f"npm could not install the conformance suite (is the npm registry reachable?): {failed}")
+    return node, script
+
+
+class TokenRelay:
+    """A loopback TCP relay that adds ``Authorization: Bearer <token>`` to every HTTP request it passes on.
+
+    Requests are read head by head (their bodies by Content-Length; the suite sends no chunked bodies, and one
+    would fail the scenario loudly rather than pass it wrongly); responses, SSE streams included, flow back as
+    they come.
+    """
+
+    def __init__(self, target: tuple[str, int], token: str) -> None:
+        self.target = target
+        self.header = f"Authorization: Bearer {token}\r\n".encode()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        with client, socket.create_connection(self.target) as upstream:
+            threading.Thread(target=self._pipe, args=(upstream, client), daemon=True).start()
+            buffered = b""
+            try:
+                while True:
+                    while b"\r\n\r\n" not in buffered:
+                        chunk = client.recv(65536)
+                        if not chunk:
+                            return
+                        buffered += chunk
+                    head, _, buffered = buffered.partition(b"\r\n\r\n")
+                    request_line, _, headers = head.partition(b"\r\n")
+                    length = 0
+                    for line in headers.split(b"\r\n"):
+                        name, _, value = line.partition(b":")
+                        if name.strip().lower() == b"content-length":
+                            length = int(value.strip())
+                        assert name.strip().lower() != b"transfer-encoding", "chunked request bodies are not relayed"
+                    while len(buffered) < length:
+                        chunk = client.recv(65536)
+                        if not chunk:
+                            return
+                        buffered += chunk
+                    body, buffered = buffered[:length], buffered[length:]
+                    upstream.sendall(request_line + b"\r\n" + self.header + headers + b"\r\n\r\n" + body)
+            except OSError:
+                return
+            finally:  # the client went: so does the server's side (close alone would wait for the other thread)
+                with contextlib.suppress(OSError):
+                    upstream.shutdown(socket.SHUT_RDWR)
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while chunk := source.recv(65536):
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[str]:
+    config = tmp_path / "toolcrib.toml"
+    config.write_text(CONFIG)
+    env = {"TOOLCRIB_PLUGINS": "conformance=conformance_pack:PACK", "TOK_JUDGE": TOKEN}
+    proc, base, log = start_http(config, env=env)
+    port = int(base.rsplit(":", 1)[1])
+    relay = TokenRelay(("127.0.0.1", port), TOKEN)
+    try:
+        yield f"http://127.0.0.1:{relay.port}/agents/judge/mcp"
+    finally:
+        relay.close()
+        proc.terminate()
+        proc.wait(timeout=20)
+        print(log.read_text()[-4000:])  # shown when a scenario fails
+
+
+def test_every_server_scenario_of_the_official_suite_passes(suite: tuple[Path, Path], served: str,
+                                                            tmp_path: Path) -> None:
+    node, script = suite
+    out = tmp_path / "results"
+    proc = subprocess.run([str(node), str(script), "server", "--url", served, "--suite", "all", "-o", str(out)],
+                          capture_output=True, text=True, timeout=900, env={**os.environ, "NO_COLOR": "1"})
+    checks: dict[str, list[dict]] = {}  # type: ignore[type-arg]
+    for path in sorted(out.rglob("checks.json")):  # results/server-<scenario>-<timestamp>/checks.json
+        checks[re.sub(r"^server-|-\d{4}-\d\d-\d\dT[\d-]+Z$", "", path.parent.name)] = json.loads(path.read_text())
+    assert checks, proc.stdout[-3000:] + proc.stderr[-3000:]
+    failures = {scenario: [(c["id"], c.get("errorMessage")) for c in found if c["status"] == "FAILURE"]
+                for scenario, found in checks.items()}
+    assert {k: v for k, v in failures.items() if v} == {}, proc.stdout[-3000:]
+    assert set(checks) == SCENARIOS  # every one ran
+    warnings = {scenario: sorted(c["id"] for c in found if c["status"] == "WARNING")
+                for scenario, found in checks.items()}
+    # SHOULDs for resumable SSE streams (SEP-1699), which need an event store toolcrib does not keep
+    assert {k: v for k, v in warnings.items() if v} == {
+        "server-sse-polling": ["server-sse-priming-event", "server-sse-retry-field"]}
+    assert proc.returncode == 0, proc.stdout[-3000:]
