@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import itertools
 import logging
 import time
 import types
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +31,7 @@ from toolcrib.arguments import format_validation_error, payload_problem
 from toolcrib.catalog import ItemEntry
 from toolcrib.content import ToolResult, normalize, result_problem
 from toolcrib.context import Approver, ClientChannel, Context
-from toolcrib.declarations import MAX_COMPLETIONS, Prompt, Resource, prompt_messages, resource_contents
+from toolcrib.declarations import MAX_COMPLETION_SCAN, Completions, Prompt, Resource, prompt_messages, resource_contents
 from toolcrib.errors import (
     InvalidArgumentsError,
     Suspend,
@@ -494,7 +495,7 @@ class Pipeline:
         return answer
 
     async def complete(self, view: AgentView, ref: Mapping[str, Any], argument: str, value: str,
-                       context: Mapping[str, str] | None = None) -> list[str]:
+                       context: Mapping[str, str] | None = None) -> Completions:
         """The completions of ``argument`` of the prompt or template ``ref`` names, starting from ``value``; none
         for what the agent does not see, or what offers none."""
         entry: ItemEntry | None = None
@@ -503,10 +504,10 @@ class Pipeline:
         elif ref.get("type") == "ref/resource":
             entry = next((t for t in view.templates if t.item.uri == ref.get("uri")), None)  # type: ignore[union-attr]
         if entry is None:
-            return []
+            return Completions()
         completer = entry.item.complete.get(argument)
         if completer is None:
-            return []
+            return Completions()
         try:
             takes = len(inspect.signature(completer).parameters)
         except (TypeError, ValueError):
@@ -521,8 +522,14 @@ class Pipeline:
             if not contained(exc):
                 raise
             log.error("the completion of %s (%s) raised", entry.name, argument, exc_info=exc)
-            return []
-        return [str(v) for v in list(found or [])[:MAX_COMPLETIONS]]
+            return Completions()
+        if found is None:
+            return Completions()
+        if isinstance(found, str | bytes) or not isinstance(found, Iterable):
+            log.error("the completion of %s (%s) returned %s, not a list of values", entry.name, argument,
+                      type(found).__name__)
+            return Completions()
+        return Completions(list(itertools.islice(found, MAX_COMPLETION_SCAN)))
 
     def _validated(self, entry: ItemEntry, model: type[BaseModel] | None, values: Mapping[str, Any],
                    what: str) -> dict[str, Any]:

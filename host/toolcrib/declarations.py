@@ -20,11 +20,13 @@ A pack returns them from its ``toolcrib_resources`` and ``toolcrib_prompts`` hoo
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import inspect
+import logging
 import re
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from typing import Any, TypeVar, overload
 from urllib.parse import unquote
@@ -41,9 +43,23 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 RESOURCE_ATTRIBUTE = "__toolcrib_resource__"
 PROMPT_ATTRIBUTE = "__toolcrib_prompt__"
-MAX_COMPLETIONS = 100
+MAX_COMPLETIONS = 100  # values one completion answer carries, as MCP allows
+MAX_COMPLETION_SCAN = 10_000  # values counted for its total: a completer's endless generator ends there
 _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:\S+")
 _VARIABLE = re.compile(r"\{(\+?)([A-Za-z_][A-Za-z0-9_]*)\}")
+
+class Completions(list[str]):
+    """The values a completion offers (at most ``MAX_COMPLETIONS``, as MCP allows) and how many it found in all."""
+
+    def __init__(self, values: Sequence[Any] = ()) -> None:
+        found = [str(v) for v in values]
+        super().__init__(found[:MAX_COMPLETIONS])
+        self.total = len(found)
+
+    @property
+    def has_more(self) -> bool:
+        return self.total > len(self)
+
 
 Completer = Callable[..., Any]
 """``(value)`` or ``(value, context)`` -> the values an argument may take that start from ``value`` (``context``:
@@ -235,12 +251,22 @@ def resource_updated(uri: str) -> None:
     updated``), from any thread. A pack calls it when what one of its resources would read has changed; only clients
     of agents that may read the resource hear of it."""
     for listener in list(_update_listeners):
-        listener(uri)
+        try:
+            listener(uri)
+        except Exception:  # one front end's trouble is not the pack's, nor the other front ends'
+            logging.getLogger("toolcrib").exception("a resource update listener failed")
 
 
-def add_update_listener(listener: Callable[[str], None]) -> None:
-    """Have ``resource_updated`` call ``listener(uri)`` (a front end that serves clients registers one)."""
+def add_update_listener(listener: Callable[[str], None]) -> Callable[[], None]:
+    """Have ``resource_updated`` call ``listener(uri)`` (a front end that serves clients registers one); returns
+    the function that stops it."""
     _update_listeners.append(listener)
+
+    def remove() -> None:
+        with contextlib.suppress(ValueError):
+            _update_listeners.remove(listener)
+
+    return remove
 
 
 # -- prompts ------------------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from toolcrib.catalog import Entry, ItemEntry
 from toolcrib.content import ToolResult
 from toolcrib.context import Approver, AvailabilityContext, ClientChannel
+from toolcrib.declarations import Completions
 from toolcrib.errors import UnknownToolError
 from toolcrib.names import SEPARATOR, clean, clean_schema
 from toolcrib.permissions import AgentRules, CallRules, availability_context, check_availability, decide, permitted
@@ -46,7 +47,7 @@ class Pipeline(Protocol):
                          channel: ClientChannel | None = None) -> dict[str, Any]: ...
 
     async def complete(self, view: AgentView, ref: Mapping[str, Any], argument: str, value: str,
-                       context: Mapping[str, str] | None = None) -> list[str]: ...
+                       context: Mapping[str, str] | None = None) -> Completions: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +171,7 @@ class AgentView:
         return self._pipeline.get_prompt(self, name, arguments, channel=channel)
 
     def complete(self, ref: Mapping[str, Any], argument: str, value: str,
-                 context: Mapping[str, str] | None = None) -> Awaitable[list[str]]:
+                 context: Mapping[str, str] | None = None) -> Awaitable[Completions]:
         """The values an argument of a prompt (``{"type": "ref/prompt", "name": ...}``) or of a resource template
         (``{"type": "ref/resource", "uri": <the template>}``) may take, starting from ``value``; nothing for what
         this agent does not see."""

@@ -153,7 +153,7 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
     def listing() -> dict[str, Any]:
         # Wire dicts, not models: never validated twice. The extra keys are what 2026-07-28 requires (no caching:
         # lists change on reload); for the handshake era the SDK sieves them off, or the fast path leaves them out.
-        return {"tools": state.view(agent).mcp_tools, "resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
+        return {"tools": state.view(agent).mcp_tools, **_UNCACHED}
 
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> Any:
         if params is not None and params.cursor is not None:
@@ -309,12 +309,12 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
     async def list_resources(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> Any:
         paginated(params)
         remembered(ctx)
-        return {"resources": state.view(agent).mcp_resources, "resultType": "complete"}
+        return {"resources": state.view(agent).mcp_resources, **_UNCACHED}
 
     async def list_templates(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> Any:
         paginated(params)
         remembered(ctx)
-        return {"resourceTemplates": state.view(agent).mcp_templates, "resultType": "complete"}
+        return {"resourceTemplates": state.view(agent).mcp_templates, **_UNCACHED}
 
     async def read_resource(ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams) -> Any:
         try:
@@ -325,7 +325,7 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
         except ToolError as exc:
             raise MCPError(code=types.INTERNAL_ERROR, message=str(exc)) from None
-        return {"contents": contents, "resultType": "complete"}
+        return {"contents": contents, **_UNCACHED}
 
     async def subscribe(ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams) -> Any:
         uri = str(params.uri)
@@ -342,7 +342,7 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
     async def list_prompts(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> Any:
         paginated(params)
         remembered(ctx)
-        return {"prompts": state.view(agent).mcp_prompts, "resultType": "complete"}
+        return {"prompts": state.view(agent).mcp_prompts, **_UNCACHED}
 
     async def get_prompt(ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams) -> Any:
         try:
@@ -358,8 +358,9 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
     async def complete(ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams) -> Any:
         ref = params.ref.model_dump(by_alias=True, mode="json", exclude_none=True)
         context = params.context.arguments if params.context is not None else None
-        values = await state.view(agent).complete(ref, params.argument.name, params.argument.value, context)
-        return {"completion": {"values": values, "total": len(values), "hasMore": False}}
+        found = await state.view(agent).complete(ref, params.argument.name, params.argument.value, context)
+        return {"completion": {"values": list(found), "total": found.total, "hasMore": found.has_more},
+                "resultType": "complete"}
 
     async def set_level(ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams) -> Any:
         ctx.session._connection.state[LOG_LEVEL] = params.level
@@ -400,6 +401,10 @@ class _Server(Server[Any]):
             notification_options = NOTIFY
         return super().create_initialization_options(notification_options, *args, **kwargs)
 
+
+# What 2026-07-28 requires of lists and reads: nothing may be cached (they change on reload, and per agent). For the
+# handshake era the SDK sieves these keys off.
+_UNCACHED = {"resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
 
 NOTIFY = NotificationOptions(tools_changed=True, resources_changed=True, prompts_changed=True)
 

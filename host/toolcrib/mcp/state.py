@@ -102,6 +102,7 @@ class ServingState:
         self._sessions: dict[str, OrderedDict[int, Any]] = {}
         self.on_reload: list[Callable[[], Awaitable[None]]] = []  # front ends that must follow (new agents, tokens)
         self._updates: Callable[[str], None] | None = None
+        self._sending: set[asyncio.Task[None]] = set()  # resource updates on their way (held, or they may vanish)
 
     def view(self, agent: str) -> AgentView:
         return self.host.view(agent)
@@ -171,11 +172,19 @@ class ServingState:
             return
         loop = asyncio.get_running_loop()
 
+        def send(uri: str) -> None:
+            task = loop.create_task(self.resource_updated(uri))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+
         def updated(uri: str) -> None:
-            loop.call_soon_threadsafe(lambda: loop.create_task(self.resource_updated(uri)))
+            try:
+                loop.call_soon_threadsafe(send, uri)
+            except RuntimeError:  # that loop is closed: this state serves no one any more
+                stop()
 
         self._updates = updated
-        add_update_listener(updated)
+        stop = add_update_listener(updated)
 
     # -- reload --------------------------------------------------------------------------------------------
 

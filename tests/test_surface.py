@@ -1,0 +1,475 @@
+"""The MCP surface beyond tools, through the SDK's own client in both protocol eras: resources, resource templates,
+subscriptions, prompts, completion, logging levels and elicitation, each behind the agent's permissions, where a
+hidden item answers exactly like one that does not exist."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import httpx2
+import mcp_types as types
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from pydantic import Field
+
+import toolcrib
+from conftest import make_host
+from toolcrib import Context, Message
+from toolcrib.mcp.adapter import build_server
+from toolcrib.mcp.state import ServingState
+
+MODES = ["auto", "legacy"]
+# logging/setLevel and resources/subscribe are deprecated on 2026-07-28; the handshake era still has them
+pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+PNG = b"\x89PNG\r\n\x1a\n"
+PAGES = {"intro": "Welcome.", "install": "pip install it.", "internal": "Staff only."}
+
+
+@toolcrib.resource("docs://readme", mime_type="text/markdown")
+def readme() -> str:
+    """The project's readme."""
+    return "# Readme"
+
+
+@toolcrib.resource("docs://logo", mime_type="image/png", title="Logo")
+def logo() -> bytes:
+    """The logo."""
+    return PNG
+
+
+@toolcrib.resource("docs://secret")
+def secret() -> str:
+    """Kept from agent b."""
+    return "s3cret"
+
+
+@toolcrib.resource("docs://pages/{slug}", mime_type="text/plain",
+                   complete={"slug": lambda value: [s for s in PAGES if s.startswith(value)]})
+def page(slug: str) -> str:
+    """A page of the docs, by its slug."""
+    if slug not in PAGES:
+        raise toolcrib.ToolError(f"There is no page {slug!r}.")
+    return PAGES[slug]
+
+
+@toolcrib.prompt(complete={"topic": lambda value, context: [t for t in ("tests", "types", "docs")
+                                                             if t.startswith(value)]})
+def review(topic: Annotated[str, Field(description="What to look at")], strict: bool = False) -> str:
+    """Ask for a review."""
+    return f"Review the {topic}{' strictly' if strict else ''}."
+
+
+@toolcrib.prompt(complete={"name": lambda value: (f"n{i}" for i in range(10**9)),
+                           "other": lambda value: "not a list", "broken": lambda value: 1 / 0})
+def many(name: str, other: str = "", broken: str = "") -> str:
+    """A prompt whose completions misbehave."""
+    return name
+
+
+@toolcrib.prompt(title="Show the logo")
+def show_logo() -> list[Message]:
+    """A prompt with an image."""
+    return [Message("user", toolcrib.Image(PNG, "image/png")), Message("assistant", "A fine logo.")]
+
+
+@toolcrib.tool
+async def chatty(ctx: Context) -> str:
+    """Log at three levels."""
+    await ctx.debug("a detail")
+    await ctx.info("some news")
+    await ctx.warning("a concern")
+    return "done"
+
+
+@toolcrib.tool
+async def ask_name(ctx: Context) -> str:
+    """Ask the user for a name."""
+    answer = await ctx.elicit("Who are you?", {"type": "object", "properties": {
+        "name": {"type": "string", "default": "Ada"}}, "required": ["name"]})
+    return f"{answer.action} {answer.content}"
+
+
+class Docs:
+    @toolcrib.hookimpl
+    def toolcrib_tools(self) -> list[Any]:
+        return [chatty, ask_name]
+
+    @toolcrib.hookimpl
+    def toolcrib_resources(self) -> list[Any]:
+        return [readme, logo, secret, page]
+
+    @toolcrib.hookimpl
+    def toolcrib_prompts(self) -> list[Any]:
+        return [review, show_logo, many]
+
+
+CONFIG = """
+[agents.a.permissions]
+plugins = { allow = ["*"] }
+tools = { allow = ["*"] }
+resources = { allow = ["*"] }
+prompts = { deny = ["docs__many"] }
+
+[agents.b.permissions]
+plugins = { allow = ["*"] }
+tools = { allow = ["*"] }
+resources = { deny = ["docs://secret", "docs://pages/internal"] }
+prompts = { allow = ["docs__review"] }
+
+[agents.bare]
+bare_names = true
+[agents.bare.permissions]
+plugins = { allow = ["*"] }
+prompts = { allow = ["*"] }
+
+[agents.none.permissions]
+plugins = { allow = ["*"] }
+tools = { allow = ["*"] }
+"""
+
+
+def state() -> ServingState:
+    return ServingState(make_host(CONFIG, {"docs": Docs()}))
+
+
+def run(agent: str, mode: str, body: Any, **kwargs: Any) -> None:
+    async def main() -> None:
+        async with Client(build_server(state(), agent), mode=mode, cache=None, **kwargs) as client:
+            await body(client)
+
+    anyio.run(main)
+
+
+async def refused(call: Any) -> tuple[int, str]:
+    with pytest.raises(MCPError) as info:
+        await call
+    return info.value.error.code, info.value.error.message
+
+
+def dump(model: Any) -> Any:
+    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+# -- resources ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_resources_and_templates_are_listed_as_declared(mode: str) -> None:
+    async def body(client: Client) -> None:
+        assert [dump(r) for r in (await client.list_resources()).resources] == [
+            {"name": "docs__logo", "title": "Logo", "uri": "docs://logo", "description": "The logo.",
+             "mimeType": "image/png"},
+            {"name": "docs__readme", "uri": "docs://readme", "description": "The project's readme.",
+             "mimeType": "text/markdown"},
+            {"name": "docs__secret", "uri": "docs://secret", "description": "Kept from agent b."},
+        ]
+        assert [dump(t) for t in (await client.list_resource_templates()).resource_templates] == [
+            {"name": "docs__page", "uriTemplate": "docs://pages/{slug}",
+             "description": "A page of the docs, by its slug.", "mimeType": "text/plain"}]
+
+    run("a", mode, body)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_reading_text_binary_and_templated_resources(mode: str) -> None:
+    async def body(client: Client) -> None:
+        assert [dump(c) for c in (await client.read_resource("docs://readme")).contents] == [
+            {"uri": "docs://readme", "mimeType": "text/markdown", "text": "# Readme"}]
+        assert [dump(c) for c in (await client.read_resource("docs://logo")).contents] == [
+            {"uri": "docs://logo", "mimeType": "image/png", "blob": base64.b64encode(PNG).decode()}]
+        assert [dump(c) for c in (await client.read_resource("docs://pages/install")).contents] == [
+            {"uri": "docs://pages/install", "mimeType": "text/plain", "text": "pip install it."}]
+        assert await refused(client.read_resource("docs://pages/nope")) == (
+            -32603, "There is no page 'nope'.")
+
+    run("a", mode, body)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_hidden_resource_answers_like_one_that_does_not_exist(mode: str) -> None:
+    async def body(client: Client) -> None:
+        assert [r.uri for r in (await client.list_resources()).resources] == ["docs://logo", "docs://readme"]
+        # the template stays, but the URI a deny rule names is not readable through it
+        assert [t.uri_template for t in (await client.list_resource_templates()).resource_templates] == [
+            "docs://pages/{slug}"]
+        assert (await client.read_resource("docs://pages/intro")).contents[0].text == "Welcome."  # type: ignore[union-attr]
+        for uri in ("docs://secret", "docs://pages/internal", "docs://nothing"):
+            assert await refused(client.read_resource(uri)) == (-32002, f"Unknown resource: {uri}")
+
+    run("b", mode, body)
+
+
+def test_subscriptions_on_a_2025_11_25_session_hear_only_of_what_the_agent_may_read() -> None:
+    updated: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            updated.append(str(message.params.uri))
+
+    async def body(client: Client) -> None:
+        for uri in ("docs://secret", "docs://pages/internal", "docs://nothing"):
+            assert await refused(client.subscribe_resource(uri)) == (-32002, f"Unknown resource: {uri}")
+        await client.subscribe_resource("docs://readme")
+        await client.subscribe_resource("docs://logo")
+        await client.unsubscribe_resource("docs://logo")
+        for uri in ("docs://secret", "docs://logo", "docs://readme"):
+            toolcrib.resource_updated(uri)
+        await client.send_ping()  # the updates went out before the ping's answer came back
+        with anyio.fail_after(10):
+            while not updated:
+                await anyio.sleep(0.01)
+
+    run("b", "legacy", body, message_handler=on_message)
+    assert updated == ["docs://readme"]
+
+
+def test_subscriptions_on_2026_07_28_listen_hear_only_of_what_the_agent_may_read() -> None:
+    async def body(client: Client) -> None:
+        async with client.listen(resource_subscriptions=["docs://secret", "docs://readme"]) as subscription:
+            for uri in ("docs://secret", "docs://logo", "docs://readme"):
+                toolcrib.resource_updated(uri)
+            with anyio.fail_after(10):
+                event = await subscription.__anext__()
+            assert (type(event).__name__, event.uri) == ("ResourceUpdated", "docs://readme")  # type: ignore[attr-defined]
+
+    run("b", "auto", body)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_agent_without_the_dimensions_sees_no_resources_or_prompts(mode: str) -> None:
+    async def body(client: Client) -> None:
+        assert (await client.list_resources()).resources == []
+        assert (await client.list_resource_templates()).resource_templates == []
+        assert (await client.list_prompts()).prompts == []
+        assert await refused(client.read_resource("docs://readme")) == (-32002, "Unknown resource: docs://readme")
+        assert await refused(client.get_prompt("docs__review", {"topic": "x"})) == (
+            -32602, "Unknown prompt: docs__review")
+        assert [t.name for t in (await client.list_tools()).tools] == ["docs__ask_name", "docs__chatty"]
+
+    run("none", mode, body)
+
+
+# -- prompts and completion --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_prompts_are_listed_and_got_with_validated_arguments(mode: str) -> None:
+    async def body(client: Client) -> None:
+        assert [dump(p) for p in (await client.list_prompts()).prompts] == [
+            {"name": "docs__review", "description": "Ask for a review.", "arguments": [
+                {"name": "topic", "description": "What to look at", "required": True},
+                {"name": "strict", "required": False}]},
+            {"name": "docs__show_logo", "title": "Show the logo", "description": "A prompt with an image.",
+             "arguments": []},
+        ]
+        got = await client.get_prompt("docs__review", {"topic": "tests", "strict": "true"})
+        assert {k: v for k, v in dump(got).items() if k in ("description", "messages")} == {
+            "description": "Ask for a review.", "messages": [
+            {"role": "user", "content": {"type": "text", "text": "Review the tests strictly."}}]}
+        image = await client.get_prompt("docs__show_logo")
+        assert dump(image)["messages"] == [
+            {"role": "user", "content": {"type": "image", "data": base64.b64encode(PNG).decode(),
+                                         "mimeType": "image/png"}},
+            {"role": "assistant", "content": {"type": "text", "text": "A fine logo."}}]
+        assert await refused(client.get_prompt("docs__review", {})) == (
+            -32602, "Invalid arguments for docs__review:\n- topic: required argument is missing")
+
+    run("a", mode, body)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_completion_of_prompt_arguments_and_template_parameters(mode: str) -> None:
+    async def body(client: Client) -> None:
+        prompt = types.PromptReference(name="docs__review")
+        template = types.ResourceTemplateReference(uri="docs://pages/{slug}")
+        assert dump((await client.complete(prompt, {"name": "topic", "value": "t"})).completion) == {
+            "values": ["tests", "types"], "total": 2, "hasMore": False}
+        assert (await client.complete(template, {"name": "slug", "value": "in"})).completion.values == [
+            "intro", "install", "internal"]
+        assert (await client.complete(prompt, {"name": "strict", "value": ""})).completion.values == []
+
+    run("a", mode, body)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_hidden_prompt_answers_like_one_that_does_not_exist(mode: str) -> None:
+    async def body(client: Client) -> None:
+        assert [p.name for p in (await client.list_prompts()).prompts] == ["docs__review"]
+        for name in ("docs__show_logo", "docs__nothing"):
+            assert await refused(client.get_prompt(name)) == (-32602, f"Unknown prompt: {name}")
+            completion = await client.complete(types.PromptReference(name=name), {"name": "x", "value": ""})
+            assert dump(completion.completion) == {"values": [], "total": 0, "hasMore": False}
+
+    run("b", mode, body)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_bare_names_serve_prompts_under_their_own_names(mode: str) -> None:
+    async def body(client: Client) -> None:
+        assert [p.name for p in (await client.list_prompts()).prompts] == ["many", "review", "show_logo"]
+        assert (await client.get_prompt("review", {"topic": "docs"})).messages[0].content.text == (  # type: ignore[union-attr]
+            "Review the docs.")
+        assert (await client.get_prompt("docs__review", {"topic": "docs"})).messages[0].content.text == (  # type: ignore[union-attr]
+            "Review the docs.")
+
+    run("bare", mode, body)
+
+
+# -- logging and elicitation -------------------------------------------------------------------------------------
+
+
+def test_logging_set_level_filters_what_a_tool_logs() -> None:
+    received: list[tuple[str, Any]] = []
+
+    async def logged(params: types.LoggingMessageNotificationParams) -> None:
+        received.append((params.level, params.data))
+
+    async def body(client: Client) -> None:
+        await client.set_logging_level("info")
+        assert (await client.call_tool("docs__chatty", {})).content[0].text == "done"  # type: ignore[union-attr]
+        await client.set_logging_level("warning")
+        await client.call_tool("docs__chatty", {})
+
+    run("a", "legacy", body, logging_callback=logged)
+    assert received == [("info", "some news"), ("warning", "a concern"), ("warning", "a concern")]
+
+
+def test_on_2026_07_28_log_messages_go_to_requests_that_opt_in() -> None:
+    received: list[tuple[str, Any]] = []
+
+    async def logged(params: types.LoggingMessageNotificationParams) -> None:
+        received.append((params.level, params.data))
+
+    async def body(client: Client) -> None:
+        await client.call_tool("docs__chatty", {})
+
+    run("a", "auto", body, logging_callback=logged)
+    assert received == []  # no opt-in, no messages
+    run("a", "auto", body, logging_callback=logged, log_level="info")
+    assert received == [("info", "some news"), ("warning", "a concern")]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("action", ["accept", "decline", "cancel"])
+def test_a_tool_asks_the_user_in_both_eras(mode: str, action: str) -> None:
+    asked: list[dict[str, Any]] = []
+
+    async def elicit(context: Any, params: Any) -> types.ElicitResult:
+        asked.append(dump(params))
+        return types.ElicitResult(action=action, content={"name": "Grace"} if action == "accept" else None)  # type: ignore[arg-type]
+
+    async def body(client: Client) -> None:
+        result = await client.call_tool("docs__ask_name", {})
+        expected = "accept {'name': 'Grace'}" if action == "accept" else f"{action} None"
+        assert (result.is_error, result.content[0].text) == (False, expected)  # type: ignore[union-attr]
+
+    run("a", mode, body, elicitation_callback=elicit)
+    assert len(asked) == 1
+    assert {k: v for k, v in asked[0].items() if k != "_meta"} == {
+        "mode": "form", "message": "Who are you?", "requestedSchema": {
+            "type": "object", "properties": {"name": {"type": "string", "default": "Ada"}}, "required": ["name"]}}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_client_that_cannot_elicit_gets_a_clear_error(mode: str) -> None:
+    async def body(client: Client) -> None:
+        result = await client.call_tool("docs__ask_name", {})
+        assert (result.is_error, result.content[0].text) == (True, (  # type: ignore[union-attr]
+            "This needs the user's answer, and the client cannot ask for one (it does not support MCP "
+            "elicitation)."))
+
+    run("a", mode, body)
+
+
+# -- the Python API ----------------------------------------------------------------------------------------------
+
+
+def test_the_python_api_reads_gets_and_completes_as_the_agent() -> None:
+    host = make_host(CONFIG.replace('prompts = { deny = ["docs__many"] }', 'prompts = { allow = ["*"] }'),
+                     {"docs": Docs()})
+    view = host.view("a")
+    assert [e.name for e in view.resources] == ["docs__logo", "docs__readme", "docs__secret"]
+    assert [e.name for e in view.templates] == ["docs__page"]
+    assert [e.name for e in view.prompts] == ["docs__many", "docs__review", "docs__show_logo"]
+
+    async def main() -> None:
+        assert await view.read("docs://pages/intro") == [
+            {"uri": "docs://pages/intro", "text": "Welcome.", "mimeType": "text/plain"}]
+        assert await view.get_prompt("docs__review", {"topic": "types"}) == {
+            "description": "Ask for a review.",
+            "messages": [{"role": "user", "content": {"type": "text", "text": "Review the types."}}]}
+        ref = {"type": "ref/prompt", "name": "docs__many"}
+        endless = await view.complete(ref, "name", "")
+        assert (len(endless), endless[:3], endless.total, endless.has_more) == (100, ["n0", "n1", "n2"], 10_000, True)
+        assert await view.complete(ref, "other", "") == []  # a str is not a list of values: logged, nothing offered
+        assert await view.complete(ref, "broken", "") == []  # a completer that raises: logged, nothing offered
+        with pytest.raises(toolcrib.UnknownResourceError, match=r"^Unknown resource: docs://nothing$"):
+            await view.read("docs://nothing")
+        with pytest.raises(toolcrib.UnknownPromptError, match=r"^Unknown prompt: docs__nothing$"):
+            await view.get_prompt("docs__nothing")
+
+    anyio.run(main)
+
+
+# -- stateless replicas ------------------------------------------------------------------------------------------
+
+
+class Alternating(httpx2.AsyncBaseTransport):
+    """An HTTP transport that sends each request to the next of several replicas, as a balancer may."""
+
+    def __init__(self, ports: list[int]) -> None:
+        self.inner = httpx2.AsyncHTTPTransport()
+        self.ports = ports
+        self.sent: list[int] = []
+
+    async def handle_async_request(self, request: Any) -> Any:
+        port = self.ports[len(self.sent) % len(self.ports)]
+        self.sent.append(port)
+        request.url = request.url.copy_with(port=port)
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@pytest.mark.slow
+def test_elicitation_round_trips_across_stateless_replicas(tmp_path: Path) -> None:
+    from mcp.client.streamable_http import streamable_http_client
+
+    from test_conformance import CONFIG as JUDGE
+    from test_conformance import TOKEN
+    from test_serve import start_http
+
+    config = tmp_path / "toolcrib.toml"
+    config.write_text(JUDGE)
+    env = {"TOOLCRIB_PLUGINS": "conformance=conformance_pack:PACK", "TOK_JUDGE": TOKEN,
+           "TOOLCRIB_STATE_SECRET": "a-secret-all-replicas-share-0123456789"}
+    replicas = [start_http(config, "--stateless", env=env) for _ in range(2)]
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: Any) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"username": "ada", "email": "ada@example.com"})
+
+    async def main() -> None:
+        transport = Alternating([int(base.rsplit(":", 1)[1]) for _, base, _ in replicas])
+        http = httpx2.AsyncClient(transport=transport, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+        url = f"{replicas[0][1]}/agents/judge/mcp"
+        async with http, Client(streamable_http_client(url, http_client=http), mode="auto", cache=None,
+                                elicitation_callback=elicit) as client:
+            result = await client.call_tool("test_elicitation", {"message": "Who are you?"})
+            assert (result.is_error, result.content[0].text) == (False, (  # type: ignore[union-attr]
+                'User response: action=accept, content={"username": "ada", "email": "ada@example.com"}'))
+        assert set(transport.sent) == set(transport.ports)  # both replicas served a part of it
+
+    try:
+        anyio.run(main)
+    finally:
+        for proc, _, _ in replicas:
+            proc.terminate()
+            proc.wait(timeout=20)
+    assert asked == ["Who are you?"]
