@@ -430,8 +430,13 @@ def test_upstream_texts_reach_agents_without_hidden_characters() -> None:
 
         loaded = config_from(config)
         async with upstream_pool() as pool:
-            records, entries = await pool.sync(loaded)
-            host = Host(loaded, extra_entries=entries, extra_records=records, plugins={}, autoload=False, env={})
+            records, entries, items = await pool.sync(loaded)
+            assert sorted(i.name for i in items) == ["up__key", "up__note", "up__readme", "up__search",
+                                                     "up__summarize"]
+            summarize = next(i for i in items if i.name == "up__summarize")
+            assert summarize.to_wire()["title"] == "Summarize"
+            host = Host(loaded, extra_entries=entries, extra_records=records, extra_items=items, plugins={},
+                        autoload=False, env={})
             async with Client(build_server(ServingState(host), "a"), cache=None) as client:
                 return (await client.list_tools()).tools, records
 
@@ -449,6 +454,9 @@ def test_upstream_texts_reach_agents_without_hidden_characters() -> None:
     }
     up = next(r for r in records if r.name == "up")
     assert "tool 'sneaky' is not served: hidden characters in inputSchema.properties.mode.enum[1]" in (up.error or "")
+    # resources and prompts: identifiers with hidden characters keep the item out; prose loses them
+    assert "resource 'sneaky' is not served: hidden characters in its name or URI" in (up.error or "")
+    assert "prompt 'hider' is not served: hidden characters in the name of an argument" in (up.error or "")
 
 
 @toolcrib.tool(title="Tidy\u200b", annotations={"readOnlyHint": True, "title": "T\u202eidy"})

@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp_types as types
 import pytest
 from click.testing import CliRunner
+from mcp.shared.exceptions import MCPError
 
 import toolcrib
 from conftest import config_from
@@ -63,8 +65,9 @@ def cli_env() -> dict[str, str]:
 async def with_host(check: Any) -> None:
     loaded = config_from(CONFIG)
     async with upstream_pool() as pool:
-        records, entries = await pool.sync(loaded)
-        host = Host(loaded, extra_entries=entries, extra_records=records, plugins={}, autoload=False, env={})
+        records, entries, items = await pool.sync(loaded)
+        host = Host(loaded, extra_entries=entries, extra_records=records, extra_items=items, plugins={},
+                    autoload=False, env={})
         await check(host, records)
 
 
@@ -77,8 +80,9 @@ def test_upstream_tools_are_served_under_their_namespace() -> None:
         broken = next(r for r in records if r.name == "broken")
         assert broken.error is not None and broken.error.startswith("cannot connect: ")
         up = next(r for r in records if r.name == "up")
-        assert up.error == ("tool 'get-weather' is not served: tool names are 1-64 characters: a letter first, then "
-                            "letters, digits and single underscores ('__' is reserved)")
+        rule = "1-64 characters: a letter first, then letters, digits and single underscores ('__' is reserved)"
+        assert up.error == (f"tool 'get-weather' is not served: tool names are {rule}; "
+                            f"prompt 'bad-name' is not served: prompt names are {rule}")
         assert host.view("a").names == ["up__echo", "up__fails", "up__now"]
         assert host.view("nomcp").names == []
         # untrusted annotations do not count for plan mode; trusted ones do
@@ -101,6 +105,87 @@ def test_upstream_tools_are_served_under_their_namespace() -> None:
             await host.call("a", "trusted_up__now", {})
 
     anyio.run(with_host, check)
+
+
+ITEMS = f"""
+[mcps.up]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(SERVER)}]
+
+[agents.a.permissions]
+mcps = {{ allow = ["up"] }}
+tools = {{ allow = ["*"] }}
+
+[agents.reader.permissions]
+mcps = {{ allow = ["up"] }}
+resources = {{ deny = ["notes://private/*"] }}
+prompts = {{ allow = ["up__*"] }}
+
+[agents.bare]
+bare_names = true
+[agents.bare.permissions]
+mcps = {{ allow = ["up"] }}
+prompts = {{ allow = ["*"] }}
+"""
+
+
+@pytest.mark.slow
+def test_upstream_resources_templates_and_prompts_pass_through_behind_the_rules() -> None:
+    from mcp import Client
+
+    from toolcrib.mcp.adapter import build_server
+    from toolcrib.mcp.state import ServingState
+
+    async def main_() -> None:
+        loaded = config_from(ITEMS)
+        async with upstream_pool() as pool:
+            records, entries, items = await pool.sync(loaded)
+            host = Host(loaded, extra_entries=entries, extra_records=records, extra_items=items, plugins={},
+                        autoload=False, env={})
+            async with Client(build_server(ServingState(host), "reader"), cache=None) as client:
+                listed = [r.model_dump(by_alias=True, exclude_none=True)
+                          for r in (await client.list_resources()).resources]
+                assert listed == [{"name": "up__readme", "uri": "notes://public/readme", "description": "The readme.",
+                                   "mimeType": "text/plain"}]  # the private one denied by URI; hidden character gone
+                templates = (await client.list_resource_templates()).resource_templates
+                assert [(t.name, t.uri_template) for t in templates] == [  # both pages
+                    ("up__note", "notes://{+path}"), ("up__search", "search://notes{?q,limit}")]
+                read = await client.read_resource("notes://public/readme")
+                assert read.contents[0].text == "Read me first."  # type: ignore[union-attr]
+                assert (await client.read_resource("search://notes?q=tea")).contents[0].text == "no hits"  # type: ignore[union-attr]
+                for uri in ("notes://private/key", "other://x"):  # denied (through the template too), or no one's
+                    with pytest.raises(MCPError) as info:
+                        await client.read_resource(uri)
+                    assert (info.value.error.code, info.value.error.message) == (-32002, f"Unknown resource: {uri}")
+                with pytest.raises(MCPError) as info:
+                    await client.read_resource("notes://public/nothing")  # the server's own answer, passed on
+                assert info.value.error.message == ("upstream server 'up' could not read 'notes://public/nothing': "
+                                                    "Resource not found: notes://public/nothing")
+                prompts = [p.model_dump(by_alias=True, exclude_none=True)
+                           for p in (await client.list_prompts()).prompts]
+                assert prompts == [{"name": "up__summarize", "title": "Summarize", "description": "Summarize a text.",
+                                    "arguments": [{"name": "text", "description": "The text", "required": True},
+                                                  {"name": "style", "description": "How", "required": False}]}]
+                got = await client.get_prompt("up__summarize", {"text": "a long story"})
+                assert got.messages[0].content.text == "Summarize (briefly): a long story"  # type: ignore[union-attr]
+                with pytest.raises(MCPError) as info:
+                    await client.get_prompt("up__summarize", {})
+                assert info.value.error.message == ("upstream server 'up' could not give prompt 'summarize': text is "
+                                                    "required")
+                completed = await client.complete(types.PromptReference(name="up__summarize"),
+                                                  {"name": "style", "value": "b"})
+                assert completed.completion.values == ["briefly", "bullets"]
+                path = await client.complete(types.ResourceTemplateReference(uri="notes://{+path}"),
+                                             {"name": "path", "value": "pu"})
+                assert path.completion.values == ["public/readme"]
+            async with Client(build_server(ServingState(host), "bare"), cache=None) as client:
+                assert [p.name for p in (await client.list_prompts()).prompts] == ["summarize"]
+                assert (await client.list_resources()).resources == []  # no resources rule: none
+            async with Client(build_server(ServingState(host), "a"), cache=None) as client:
+                assert (await client.list_prompts()).prompts == []  # no prompts rule: none
+            host.close()
+
+    anyio.run(main_)
 
 
 @pytest.mark.slow
@@ -175,9 +260,9 @@ def test_lazy_servers_are_reached_through_the_dynamic_tools(tmp_path: Path) -> N
 
     async def main_() -> None:
         async with upstream_pool() as pool:
-            records, entries = await pool.sync(loaded)
+            records, entries, items = await pool.sync(loaded)
             assert {r.name: r.state for r in records} == {"other": "lazy", "up": "lazy"}
-            assert entries == []
+            assert (entries, items) == ([], [])  # a lazy server's are reached through toolcrib__* tools
             host = Host(loaded, extra_entries=entries, extra_records=records, upstreams=pool, plugins={},
                         autoload=False, env={})
             view = host.view("a")

@@ -56,18 +56,72 @@ async def call_tool(ctx, params):  # type: ignore[no-untyped-def]
 
 
 NOTES = {"notes://public/readme": "Read me first.", "notes://private/key": "SECRET"}
+RESOURCES = [
+    types.Resource(name="readme", uri="notes://public/readme", description="The readme.\u200b",
+                   mime_type="text/plain"),
+    types.Resource(name="key", uri="notes://private/key", description="A key."),
+]
+TEMPLATES = [
+    types.ResourceTemplate(name="note", uri_template="notes://{+path}", description="Any note, by its path."),
+    types.ResourceTemplate(name="search", uri_template="search://notes{?q,limit}", description="Notes found."),
+]
+PROMPTS = [
+    types.Prompt(name="summarize", title="Summarize\u202e", description="Summarize a text.", arguments=[
+        types.PromptArgument(name="text", description="The text", required=True),
+        types.PromptArgument(name="style", description="How", required=False)]),
+    types.Prompt(name="bad-name", description="A name toolcrib does not accept."),
+]
+if "--hidden" in sys.argv:
+    RESOURCES = [*RESOURCES, types.Resource(name="sneaky\u200b", uri="notes://sneaky", description="x")]
+    PROMPTS = [*PROMPTS, types.Prompt(name="hider", description="x",
+                                      arguments=[types.PromptArgument(name="te\u200bxt")])]
 
 
 async def read_resource(ctx, params):  # type: ignore[no-untyped-def]
+    if params.uri.startswith("search://notes"):
+        return types.ReadResourceResult(contents=[types.TextResourceContents(uri=params.uri, text="no hits")])
     if params.uri not in NOTES:
         raise MCPError(code=types.INVALID_PARAMS, message=f"Resource not found: {params.uri}")
     return types.ReadResourceResult(contents=[types.TextResourceContents(uri=params.uri, mime_type="text/plain",
                                                                           text=NOTES[params.uri])])
 
 
+async def list_resources(ctx, params):  # type: ignore[no-untyped-def]
+    return types.ListResourcesResult(resources=RESOURCES)
+
+
+async def list_templates(ctx, params):  # type: ignore[no-untyped-def]
+    # two pages, so that the host must follow the cursor
+    if params is None or params.cursor is None:
+        return types.ListResourceTemplatesResult(resource_templates=TEMPLATES[:1], next_cursor="2")
+    return types.ListResourceTemplatesResult(resource_templates=TEMPLATES[1:])
+
+
+async def list_prompts(ctx, params):  # type: ignore[no-untyped-def]
+    return types.ListPromptsResult(prompts=PROMPTS)
+
+
+async def get_prompt(ctx, params):  # type: ignore[no-untyped-def]
+    if params.name != "summarize":
+        raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt: {params.name}")
+    args = params.arguments or {}
+    if "text" not in args:
+        raise MCPError(code=types.INVALID_PARAMS, message="text is required")
+    return types.GetPromptResult(description="Summarize a text.", messages=[types.PromptMessage(
+        role="user", content=types.TextContent(text=f"Summarize ({args.get('style', 'briefly')}): {args['text']}"))])
+
+
+async def complete(ctx, params):  # type: ignore[no-untyped-def]
+    choices = {"style": ["briefly", "bullets"], "path": ["public/readme", "private/key"]}
+    found = [c for c in choices.get(params.argument.name, []) if c.startswith(params.argument.value)]
+    return types.CompleteResult(completion=types.Completion(values=found))
+
+
 async def main() -> None:
     server = Server("upstream", version="1", on_list_tools=list_tools, on_call_tool=call_tool,
-                    on_read_resource=read_resource)
+                    on_read_resource=read_resource, on_list_resources=list_resources,
+                    on_list_resource_templates=list_templates, on_list_prompts=list_prompts,
+                    on_get_prompt=get_prompt, on_completion=complete)
     async with stdio_server() as (r, w):
         await server.run(r, w, server.create_initialization_options(NotificationOptions()))
 

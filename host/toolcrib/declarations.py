@@ -46,7 +46,17 @@ PROMPT_ATTRIBUTE = "__toolcrib_prompt__"
 MAX_COMPLETIONS = 100  # values one completion answer carries, as MCP allows
 MAX_COMPLETION_SCAN = 10_000  # values counted for its total: a completer's endless generator ends there
 _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:\S+")
-_VARIABLE = re.compile(r"\{(\+?)([A-Za-z_][A-Za-z0-9_]*)\}")
+_VARIABLE = re.compile(r"\{(\+?)([A-Za-z_][A-Za-z0-9_]*)\}")  # what a pack's template may hold: {name}, {+name}
+_EXPRESSION = re.compile(r"\{([+#./;?&]?)([^{}]*)\}")  # any RFC 6570 expression (an upstream server's templates)
+# What each RFC 6570 operator expands to, loosely: enough to tell whether a URI fits an upstream server's template.
+_EXPANSIONS = {"": "[^/?#]+", "+": ".+", "#": "(?:#.*)?", ".": "(?:\\.[^/?#]*)?", "/": "(?:/[^?#]*)?",
+               ";": "(?:;[^/?#]*)?", "?": "(?:\\?[^#]*)?", "&": "(?:&[^#]*)?"}
+
+
+def template_variables(uri: str) -> tuple[str, ...]:
+    """The variable names of an RFC 6570 template (modifiers ``*`` and ``:n`` dropped), in order."""
+    names = (v.split(":", 1)[0].rstrip("*") for m in _EXPRESSION.finditer(uri) for v in m.group(2).split(","))
+    return tuple(dict.fromkeys(n for n in names if n))
 
 class Completions(list[str]):
     """The values a completion offers (at most ``MAX_COMPLETIONS``, as MCP allows) and how many it found in all."""
@@ -130,13 +140,18 @@ class Resource:
 
     @cached_property
     def _pattern(self) -> re.Pattern[str]:
-        parts, last = [], 0
-        for match in _VARIABLE.finditer(self.uri):
+        parts, last, named = [], 0, set()
+        for match in _EXPRESSION.finditer(self.uri):
             parts.append(re.escape(self.uri[last:match.start()]))
-            parts.append(f"(?P<{match.group(2)}>{'.+' if match.group(1) else '[^/?#]+'})")
+            operator, variables = match.groups()
+            expansion = _EXPANSIONS[operator]
+            if operator in ("", "+") and variables.isidentifier() and variables not in named:
+                named.add(variables)
+                expansion = f"(?P<{variables}>{expansion})"  # one plain variable: its value is the parameter
+            parts.append(expansion)
             last = match.end()
         parts.append(re.escape(self.uri[last:]))
-        return re.compile("".join(parts))
+        return re.compile("".join(parts), re.S)
 
     def match(self, uri: str) -> dict[str, str] | None:
         """The template's parameters in ``uri`` (percent-decoded), or None when it does not fit the template."""
@@ -190,6 +205,10 @@ def resource(uri: str, /, **options: Any) -> Callable[[F], F]:
             description = inspect.cleandoc(fn.__doc__) if fn.__doc__ else f"The resource {uri}."
         hints = _hints(fn, name, localns)
         fields, context_param = _signature_fields(fn, name, hints)
+        unsupported = [m.group(0) for m in _EXPRESSION.finditer(uri) if _VARIABLE.fullmatch(m.group(0)) is None]
+        if unsupported:
+            raise ToolDeclarationError(f"resource {name!r}: {unsupported[0]} in {uri!r}: a template's parameters are "
+                                       "written {name} (one path segment) or {+name} (the rest of the URI)")
         variables = tuple(m.group(2) for m in _VARIABLE.finditer(uri))
         if len(set(variables)) != len(variables):
             raise ToolDeclarationError(f"resource {name!r}: {uri!r} names a parameter twice")

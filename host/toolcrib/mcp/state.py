@@ -50,9 +50,9 @@ async def serving_state(path: Path | None) -> AsyncIterator[ServingState]:
 
         async def build() -> Host:
             loaded = await anyio.to_thread.run_sync(load_config, path)
-            records, entries = await pool.sync(loaded)
-            return await anyio.to_thread.run_sync(
-                functools.partial(Host, loaded, extra_entries=entries, extra_records=records, upstreams=pool))
+            records, entries, items = await pool.sync(loaded)
+            return await anyio.to_thread.run_sync(functools.partial(
+                Host, loaded, extra_entries=entries, extra_records=records, upstreams=pool, extra_items=items))
 
         state = ServingState(await build(), make_host=build)
         try:

@@ -2,7 +2,9 @@
 
 Each server is connected by a task of its own (the SDK's client holds a task group for the life of the
 connection), listed once, and kept open; its tools become catalog entries like a pack's, filtered by the ``mcps``
-and ``tools`` rules. Their annotations are untrusted unless the operator marks the server ``trusted = true``.
+and ``tools`` rules, and its resources, resource templates and prompts pass through the same way (``resources``
+and ``prompts`` rules), every text cleaned as a tool's is. Their annotations are untrusted unless the operator
+marks the server ``trusted = true``.
 A server that cannot be started or does not answer within its ``timeout`` is reported as failed; the others are
 unaffected. ``UpstreamPool.sync`` keeps connections whose config did not change across reloads.
 """
@@ -23,10 +25,11 @@ from anyio.abc import TaskGroup
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from pydantic import BaseModel, ConfigDict, create_model
 
-from toolcrib.catalog import Entry
+from toolcrib.catalog import Entry, ItemEntry
 from toolcrib.config import LoadedConfig, McpConfig, load_config
 from toolcrib.content import ToolResult
-from toolcrib.errors import ToolError
+from toolcrib.declarations import Prompt, Resource, template_variables
+from toolcrib.errors import InvalidArgumentsError, ToolError
 from toolcrib.host import Host
 from toolcrib.names import clean, clean_schema, full_name, tool_name_problem
 from toolcrib.plugins import PluginRecord
@@ -49,6 +52,26 @@ class _Connection:
     ready: anyio.Event = field(default_factory=anyio.Event)
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     entries: list[Entry] = field(default_factory=list)
+    resources: list[Any] = field(default_factory=list)
+    templates: list[Any] = field(default_factory=list)
+    prompts: list[Any] = field(default_factory=list)
+    listing_problems: list[str] = field(default_factory=list)
+
+
+MAX_PAGES = 100  # of one list from one server: a server that pages on forever is cut off there
+
+
+async def _every(fetch: Any, key: str) -> list[Any]:
+    """All pages of a paginated list (``fetch(cursor=...)``), up to ``MAX_PAGES``."""
+    found: list[Any] = []
+    cursor = None
+    for _ in range(MAX_PAGES):
+        page = await fetch(cursor=cursor)
+        found.extend(getattr(page, key))
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return found
 
 
 def _key(config: McpConfig) -> str:
@@ -74,9 +97,10 @@ class UpstreamPool:
         self._locks: dict[str, anyio.Lock] = {}
         self._loaded: LoadedConfig | None = None
 
-    async def sync(self, loaded: LoadedConfig) -> tuple[list[PluginRecord], list[Entry]]:
+    async def sync(self, loaded: LoadedConfig) -> tuple[list[PluginRecord], list[Entry], list[ItemEntry]]:
         """Connect what the config names (reusing unchanged connections, closing the rest); return a record per
-        server and the catalog entries of their tools. Lazy servers are left for ``load``."""
+        server, the catalog entries of their tools, and their resources, templates and prompts. Lazy servers are
+        left for ``load``."""
         self._loaded = loaded
         configured = {ns: c for ns, c in loaded.config.mcps.items() if c.enabled}
         wanted = {ns: c for ns, c in configured.items() if not c.lazy}
@@ -96,7 +120,9 @@ class UpstreamPool:
             if not connection.ready.is_set():
                 connection.error = f"did not answer within {connection.config.timeout:g} seconds"
                 connection.scope.cancel()
-        records, entries = [], []
+        records: list[PluginRecord] = []
+        entries: list[Entry] = []
+        items: list[ItemEntry] = []
         for ns, config in sorted(loaded.config.mcps.items()):
             record = PluginRecord(name=ns, kind="mcp", state="loaded", entry_point=config.command or config.url)
             records.append(record)
@@ -111,15 +137,16 @@ class UpstreamPool:
                 record.fail(f"cannot connect: {connection.error}")
                 self._connections.pop(ns).scope.cancel()
                 continue
-            problems: list[str] = []
+            problems: list[str] = list(connection.listing_problems)
             for tool in connection.tools:
                 entry = _entry(connection, tool, problems)
                 if entry is not None:
                     entries.append(entry)
+            items.extend(_items(connection, problems))
             record.tool_count = sum(1 for e in entries if e.namespace == ns)
             if problems:
                 record.error = "; ".join(problems)
-        return records, entries
+        return records, entries, items
 
     async def load(self, namespace: str) -> list[Entry]:
         """Connect a lazy server (once; later calls reuse the connection) and return its tools as entries."""
@@ -163,8 +190,8 @@ class UpstreamPool:
         with connection.scope:
             try:
                 async with Client(target, mode="auto", cache=None, read_timeout_seconds=read_timeout) as client:
-                    listing = await client.list_tools()
-                    connection.tools = list(listing.tools)
+                    connection.tools = await _every(client.list_tools, "tools")
+                    await _list_items(connection, client)
                     connection.client = client
                     connection.ready.set()
                     await anyio.sleep_forever()
@@ -252,6 +279,143 @@ def _entry(connection: _Connection, tool: Any, problems: list[str]) -> Entry | N
                  source=namespace, tool=spec, trusted=connection.config.trusted)
 
 
+async def _list_items(connection: _Connection, client: Any) -> None:
+    """The server's resources, templates and prompts, as far as it offers them; a list that fails is a problem
+    of this server, not a failed connection (its tools still serve)."""
+    capabilities = client.server_capabilities
+    lists = []
+    if capabilities.resources is not None:
+        lists += [("resources", client.list_resources, "resources"),
+                  ("templates", client.list_resource_templates, "resource_templates")]
+    if capabilities.prompts is not None:
+        lists.append(("prompts", client.list_prompts, "prompts"))
+    for attribute, fetch, key in lists:
+        try:
+            setattr(connection, attribute, await _every(fetch, key))
+        except Exception as exc:
+            connection.listing_problems.append(f"its {attribute} could not be listed: {_describe(exc)}")
+
+
+def _items(connection: _Connection, problems: list[str]) -> list[ItemEntry]:
+    """An upstream server's resources, templates and prompts as catalog items of its namespace. Each text an agent
+    reads loses its hidden characters; an item that would have to change what identifies it (a name, a URI, an
+    argument's name) to lose them is not served."""
+    namespace = connection.namespace
+    found: list[ItemEntry] = []
+    seen: set[tuple[str, str]] = set()
+
+    def add(what: str, name: str, item: Resource | Prompt) -> None:
+        if (what, name) in seen:
+            problems.append(f"{what} {name!r} is not served: the server offers two of that name")
+            return
+        seen.add((what, name))
+        found.append(ItemEntry(name=full_name(namespace, name), namespace=namespace, kind="mcp", dimension="mcps",
+                               source=namespace, item=item, trusted=connection.config.trusted))
+
+    for resource in connection.resources:
+        made = _resource(connection, resource.name, str(resource.uri), resource, problems)
+        if made is not None:
+            add("resource", made.name, made)
+    for template in connection.templates:
+        made = _resource(connection, template.name, template.uri_template, template, problems)
+        if made is not None:
+            add("resource template", made.name, made)
+    for prompt in connection.prompts:
+        made_prompt = _prompt(connection, prompt, problems)
+        if made_prompt is not None:
+            add("prompt", made_prompt.name, made_prompt)
+    return found
+
+
+def _untouched(*texts: str) -> bool:
+    return all(clean(t) == t for t in texts)
+
+
+def _resource(connection: _Connection, name: str, uri: str, declared: Any,
+              problems: list[str]) -> Resource | None:
+    template = getattr(declared, "uri_template", None) is not None
+    what = "resource template" if template else "resource"
+    if not _untouched(name, uri):
+        problems.append(f"{what} {clean(name)!r} is not served: hidden characters in its name or URI")
+        return None
+    parameters = template_variables(uri) if template else ()
+    if template and not parameters:
+        problems.append(f"resource template {name!r} is not served: {uri!r} has no variables")
+        return None
+    client = connection.client
+    title = getattr(declared, "title", None)
+
+    async def read(uri: str) -> list[dict[str, Any]]:
+        from mcp.shared.exceptions import MCPError
+
+        try:
+            result = await client.read_resource(uri)
+        except MCPError as exc:
+            raise ToolError(f"upstream server {connection.namespace!r} could not read {uri!r}: "
+                            f"{exc.error.message}") from None
+        return [c.model_dump(by_alias=True, mode="json", exclude_none=True) for c in result.contents]
+
+    completions = {p: _completer(client, "ref/resource", uri, p) for p in parameters}
+    return Resource(name=name, uri=uri, description=clean(declared.description or "") or f"The resource {uri}.",
+                    handler=read, mime_type=clean(declared.mime_type) if declared.mime_type else None,
+                    title=clean(title) if title else None, parameters=parameters, complete=completions,
+                    is_async=True, passthrough=True)
+
+
+def _prompt(connection: _Connection, declared: Any, problems: list[str]) -> Prompt | None:
+    name = declared.name
+    problem = tool_name_problem(name)
+    if problem is not None:
+        problems.append(f"prompt {name!r} is not served: {problem.replace('tool names', 'prompt names')}")
+        return None
+    arguments = [(a.name, clean(a.description) if a.description else None, bool(a.required))
+                 for a in declared.arguments or ()]
+    if not _untouched(*(a for a, _, _ in arguments)):
+        problems.append(f"prompt {name!r} is not served: hidden characters in the name of an argument")
+        return None
+    client = connection.client
+    namespace = connection.namespace
+
+    async def get(arguments: Mapping[str, Any]) -> dict[str, Any]:
+        from mcp.shared.exceptions import MCPError
+
+        bad = sorted(k for k, v in arguments.items() if not isinstance(v, str))
+        if bad:
+            raise InvalidArgumentsError(f"Invalid arguments for prompt {full_name(namespace, name)}: a prompt's "
+                                        f"arguments are strings ({', '.join(bad)} is not)")
+        try:
+            result = await client.get_prompt(name, dict(arguments))
+        except MCPError as exc:
+            raise ToolError(f"upstream server {namespace!r} could not give prompt {name!r}: "
+                            f"{exc.error.message}") from None
+        answer = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return {k: v for k, v in answer.items() if k in ("description", "messages")}
+
+    title = getattr(declared, "title", None)
+    completions = {a: _completer(client, "ref/prompt", name, a) for a, _, _ in arguments}
+    return Prompt(name=name, description=clean(declared.description or "") or f"The prompt {name} of the upstream "
+                  "server.", handler=get, arguments=tuple(arguments), title=clean(title) if title else None,
+                  complete=completions, is_async=True, passthrough=True)
+
+
+def _completer(client: Any, kind: str, ref: str, argument: str) -> Any:
+    """A completer that asks the upstream server (nothing when it offers no completion or fails)."""
+
+    async def complete(value: str, context: Mapping[str, str]) -> list[str]:
+        import mcp_types as types
+
+        reference: Any = (types.PromptReference(name=ref) if kind == "ref/prompt"
+                          else types.ResourceTemplateReference(uri=ref))
+        try:
+            result = await client.complete(reference, {"name": argument, "value": value}, dict(context) or None)
+        except Exception:
+            log.debug("upstream completion of %s %s failed", ref, argument, exc_info=True)
+            return []
+        return [clean(v) for v in result.completion.values]
+
+    return complete
+
+
 def _mapping(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return json.loads(json.dumps(value)) if value else None
 
@@ -274,8 +438,9 @@ def open_host(
             host.close()
         return
     with start_blocking_portal() as portal, portal.wrap_async_context_manager(upstream_pool()) as pool:
-        records, entries = portal.call(pool.sync, loaded)
-        host = Host(loaded, extra_entries=entries, extra_records=records, upstreams=pool, **kwargs)
+        records, entries, items = portal.call(pool.sync, loaded)
+        host = Host(loaded, extra_entries=entries, extra_records=records, upstreams=pool, extra_items=items,
+                    **kwargs)
         try:
             yield host, portal
         finally:
