@@ -219,8 +219,8 @@ def test_cli_explain(cli_env: str) -> None:
     )
     code, out, err = run("explain", "--config", cli_env, "--agent", "text", "media__view_imag")
     assert code == 2
-    assert err == ("error: no installed source offers a tool named 'media__view_imag'; did you mean "
-                   "media__view_image? (toolcrib plugins lists the sources)\n")
+    assert err == ("error: no installed source offers a tool, prompt or resource named 'media__view_imag'; did you "
+                   "mean media__view_image? (toolcrib plugins lists the sources)\n")
 
 
 def test_cli_unknown_agent(cli_env: str) -> None:

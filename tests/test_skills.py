@@ -120,3 +120,27 @@ def test_the_toolcrib_namespace_is_reserved_for_the_host() -> None:
     record = next(r for r in host.records if r.name == "toolcrib" and r.kind == "pack")
     assert record.error == (
         "invalid namespace 'toolcrib': 'toolcrib' is reserved for the host's own tools")
+
+
+def test_each_skill_the_agent_may_load_is_also_a_prompt(tmp_path: Path, folders: dict[str, Path]) -> None:
+    text = config('{ deny = ["secret"] }').replace('skills = { deny = ["secret"] }',
+                                                    'skills = { deny = ["secret"] }\nprompts = { allow = ["*"] }')
+    text += '\n[agents.b]\n[agents.b.permissions]\nskills = { allow = ["*"] }\nprompts = { allow = ["*"] }\n'
+    text += '\n[agents.c]\n[agents.c.permissions]\nskills = { allow = ["*"] }\n'
+    extra = skill(tmp_path / "pack-skills" / "tax-forms", "tax-forms", "Fill in tax forms.")
+    host = make_host(text, {"kb": SkillPack(folders["refunds"], folders["secret"], extra)}, base_dir=tmp_path)
+    view = host.view("a")
+    assert view.mcp_prompts == [
+        {"name": "toolcrib__pdf", "title": "Skill: pdf", "description": "Fill in and read PDF forms.", "arguments": []},
+        {"name": "toolcrib__refunds", "title": "Skill: refunds", "description": "How to handle a refund request.",
+         "arguments": []},
+        {"name": "toolcrib__tax_forms", "title": "Skill: tax-forms", "description": "Fill in tax forms.",
+         "arguments": []},
+    ]  # not the skill the skills rule denies
+    got = anyio.run(lambda: view.get_prompt("toolcrib__pdf"))
+    assert got["messages"] == [{"role": "user", "content": {"type": "text", "text": call(host, name="pdf").text}}]
+    with pytest.raises(toolcrib.UnknownPromptError, match=r"^Unknown prompt: toolcrib__secret$"):
+        anyio.run(lambda: view.get_prompt("toolcrib__secret"))
+    assert [p["name"] for p in host.view("b").mcp_prompts] == [
+        "toolcrib__pdf", "toolcrib__refunds", "toolcrib__secret", "toolcrib__tax_forms"]
+    assert host.view("c").mcp_prompts == []  # the skills rule alone does not serve prompts: no prompts rule

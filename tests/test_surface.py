@@ -5,6 +5,7 @@ hidden item answers exactly like one that does not exist."""
 from __future__ import annotations
 
 import base64
+import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,7 +18,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import Field
 
 import toolcrib
-from conftest import make_host
+from conftest import cli, make_host
 from toolcrib import Context, Message
 from toolcrib.mcp.adapter import build_server
 from toolcrib.mcp.state import ServingState
@@ -94,6 +95,8 @@ async def ask_name(ctx: Context) -> str:
 
 
 class Docs:
+    """The pack every test here serves (``test_surface:DOCS`` for the CLI)."""
+
     @toolcrib.hookimpl
     def toolcrib_tools(self) -> list[Any]:
         return [chatty, ask_name]
@@ -106,6 +109,8 @@ class Docs:
     def toolcrib_prompts(self) -> list[Any]:
         return [review, show_logo, many]
 
+
+DOCS = Docs()
 
 CONFIG = """
 [agents.a.permissions]
@@ -473,3 +478,103 @@ def test_elicitation_round_trips_across_stateless_replicas(tmp_path: Path) -> No
             proc.terminate()
             proc.wait(timeout=20)
     assert asked == ["Who are you?"]
+
+
+# -- the CLI -----------------------------------------------------------------------------------------------------
+
+
+def test_the_cli_lists_reads_and_gets(cli_config: Any) -> None:
+    config = cli_config(CONFIG, "docs=test_surface:DOCS")
+    assert cli("resources", "--agent", "b", "--config", config) == (0, (
+        "docs://logo  docs__logo  The logo.\n"
+        "docs://readme  docs__readme  The project's readme.\n"
+        "docs://pages/{slug}  docs__page  A page of the docs, by its slug.\n"), "")
+    code, out, _ = cli("resources", "--agent", "b", "--json", "--config", config)
+    assert (code, json.loads(out)["resourceTemplates"]) == (0, [
+        {"name": "docs__page", "uriTemplate": "docs://pages/{slug}", "description": "A page of the docs, by its slug.",
+         "mimeType": "text/plain"}])
+    assert cli("read", "--agent", "b", "docs://pages/intro", "--config", config) == (0, "Welcome.\n", "")
+    assert cli("read", "--agent", "b", "docs://logo", "--config", config) == (
+        0, "[binary content of docs://logo, 8 bytes, image/png]\n", "")
+    code, out, _ = cli("read", "--agent", "b", "docs://readme", "--json", "--config", config)
+    assert (code, json.loads(out)) == (0, {"contents": [
+        {"uri": "docs://readme", "text": "# Readme", "mimeType": "text/markdown"}]})
+    for uri in ("docs://secret", "docs://nothing"):  # hidden and nonexistent alike
+        assert cli("read", "--agent", "b", uri, "--config", config) == (2, "", f"error: Unknown resource: {uri}\n")
+    assert cli("read", "--agent", "b", "docs://pages/nope", "--config", config) == (
+        1, "", "error: There is no page 'nope'.\n")
+    assert cli("prompts", "--agent", "a", "--config", config) == (0, (
+        "docs__review topic [strict]  Ask for a review.\n"
+        "docs__show_logo  A prompt with an image.\n"), "")
+    assert cli("prompt", "--agent", "a", "docs__review", "--args", '{"topic": "docs"}', "--config", config) == (
+        0, "user: Review the docs.\n", "")
+    assert cli("prompt", "--agent", "a", "docs__show_logo", "--config", config) == (
+        0, "user: [image content]\nassistant: A fine logo.\n", "")
+    code, out, _ = cli("prompt", "--agent", "a", "docs__review", "--args", '{"topic": "x"}', "--json",
+                       "--config", config)
+    assert json.loads(out)["messages"] == [{"role": "user", "content": {"type": "text", "text": "Review the x."}}]
+    assert cli("prompt", "--agent", "a", "docs__many", "--args", '{"name": "x"}', "--config", config) == (
+        2, "", "error: Unknown prompt: docs__many\n")
+    assert cli("prompt", "--agent", "a", "docs__review", "--config", config) == (
+        1, "", "error: Invalid arguments for docs__review:\n- topic: required argument is missing\n")
+    code, _, err = cli("prompt", "--agent", "a", "docs__review", "--args", "[1]", "--config", config)
+    assert (code, err.splitlines()[-1]) == (2, "Error: Invalid value for --args: must be a JSON object, such as "
+                                               "'{\"path\": \"README.md\"}'")
+    assert cli("prompts", "--agent", "none", "--config", config) == (0, "", "agent 'none' may get no prompts\n")
+
+
+# -- explain and check -------------------------------------------------------------------------------------------
+
+
+def test_explain_covers_prompts_and_resources_by_name_uri_and_template() -> None:
+    host = make_host(CONFIG, {"docs": Docs()})
+    prompt = host.explain("b", "docs__show_logo")
+    assert prompt is not None
+    assert (prompt.kind, prompt.visible, [(c.name, c.passed, c.detail) for c in prompt.checks]) == (
+        "prompt", False, [
+            ("source", True, "pack 'docs': allowed by agents.b.permissions.plugins.allow '*'"),
+            ("prompts", False, "not matched by any pattern of agents.b.permissions.prompts.allow"),
+            ("available", True, "no availability check")])
+    by_uri = host.explain("b", "docs://secret")
+    assert by_uri is not None and (by_uri.kind, by_uri.name, by_uri.visible, by_uri.reason) == (
+        "resource", "docs__secret", False, "denied by agents.b.permissions.resources.deny 'docs://secret'")
+    assert host.explain("b", "docs__readme").visible is True  # type: ignore[union-attr]
+    fits = host.explain("b", "docs://pages/internal")
+    assert fits is not None and (fits.kind, fits.name, fits.visible) == ("template", "docs://pages/internal", False)
+    assert (fits.checks[-1].name, fits.checks[-1].detail) == ("uri", (
+        "'docs://pages/internal' fits the template 'docs://pages/{slug}'; denied by "
+        "agents.b.permissions.resources.deny 'docs://pages/internal'"))
+    intro = host.explain("b", "docs://pages/intro")
+    assert intro is not None and intro.visible and intro.checks[-1].detail == (
+        "'docs://pages/intro' fits the template 'docs://pages/{slug}'")
+    assert host.explain("b", "docs://elsewhere") is None
+    assert host.similar("docs__reveiw") == ["docs__review"]
+
+
+def test_check_reports_dead_rules_empty_dimensions_and_kept_full_names() -> None:
+    text = CONFIG + """
+[agents.empty.permissions]
+plugins = { allow = ["*"] }
+tools = { allow = ["*"] }
+resources = { allow = ["nothing://*", "docs__nothing"] }
+prompts = { allow = ["docs__review"] }
+"""
+
+    class Twin:
+        @toolcrib.hookimpl
+        def toolcrib_prompts(self) -> list[Any]:
+            return [review]
+
+    host = make_host(text.replace('[agents.bare.permissions]', '[agents.bare.permissions]\ntools = { allow = ["*"] }'),
+                     {"docs": Docs(), "twin": Twin()})
+    warnings = [str(p).removeprefix("warning: toolcrib.toml: ") for p in host.problems() if p.severity == "warning"]
+    assert warnings == [
+        "agents.bare.bare_names: docs__review, twin__review keep their full names: another of the agent's prompts has "
+        "the same name without its namespace",
+        "agents.empty.permissions.resources.allow[0]: 'nothing://*' matches no installed resource (by name or URI)",
+        "agents.empty.permissions.resources.allow[1]: 'docs__nothing' matches no installed resource (by name or URI)",
+        "agents.empty.permissions.resources: the agent is given resources, yet sees none (`toolcrib explain --agent "
+        "empty NAME` says why for each)",
+    ]
+    view = host.view("bare")
+    assert [p["name"] for p in view.mcp_prompts] == ["many", "docs__review", "show_logo", "twin__review"]

@@ -8,17 +8,17 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import wraps
-from importlib import resources
+from importlib import resources as package_data
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
 from toolcrib.config import DEFAULT_FILE
-from toolcrib.errors import ConfigError, ToolcribError, watch_interrupts
+from toolcrib.errors import ConfigError, ToolcribError, ToolError, watch_interrupts
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -161,7 +161,7 @@ def init(force: bool, path: Path | None) -> None:
     target = path or Path(click.get_current_context().ensure_object(State).config or DEFAULT_FILE)
     if target.exists() and not force:
         raise click.ClickException(f"{target} exists; pass --force to overwrite it")
-    text = resources.files("toolcrib").joinpath("templates/toolcrib.toml").read_text(encoding="utf-8")
+    text = package_data.files("toolcrib").joinpath("templates/toolcrib.toml").read_text(encoding="utf-8")
     target.write_text(text, encoding="utf-8")
     click.echo(f"wrote {target}; check it with: toolcrib --config {target} check")
 
@@ -244,7 +244,8 @@ def schema(agent: str, fmt: str) -> None:
 @click.argument("tool")
 @_guard
 def explain(agent: str, as_json: bool, tool: str) -> None:
-    """Say why TOOL is or is not visible to an agent: each check and the rule or reason that decided it."""
+    """Say why TOOL is or is not visible to an agent: each check and the rule or reason that decided it. TOOL may
+    also be a prompt, or a resource (by name or URI)."""
     with _session() as (host, _):
         _explain(host, agent, as_json, tool)
 
@@ -254,7 +255,8 @@ def _explain(host: Any, agent: str, as_json: bool, tool: str) -> None:
     if decision is None:
         close = host.similar(tool)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise _NotFound(f"no installed source offers a tool named {tool!r}{hint} (toolcrib plugins lists the sources)")
+        raise _NotFound(f"no installed source offers a tool, prompt or resource named {tool!r}{hint} (toolcrib "
+                        "plugins lists the sources)")
     vt = host.view(agent).lookup(tool)
     if as_json:
         out = decision.to_json()
@@ -386,20 +388,10 @@ async def _stop_on_signal(scope: Any) -> None:
 @_guard
 def call(agent: str, args_json: str, as_json: bool, tool: str) -> None:
     """Call TOOL once through the full pipeline, as the agent would; exit 1 on an error result."""
-    try:
-        arguments = json.loads(args_json)
-    except ValueError as exc:
-        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="--args") from None
-    if not isinstance(arguments, dict):
-        raise click.BadParameter("must be a JSON object, such as '{\"path\": \"README.md\"}'", param_hint="--args")
+    arguments = _json_object(args_json, "--args")
     with _session() as (host, portal):
         approver = _terminal_approver() if sys.stdin.isatty() else None
-        if portal is not None:
-            result = portal.call(lambda: host.call(agent, tool, arguments, approver=approver))
-        else:
-            import anyio
-
-            result = anyio.run(lambda: host.call(agent, tool, arguments, approver=approver))
+        result = _run(portal, lambda: host.call(agent, tool, arguments, approver=approver))
     if as_json:
         _echo_json(result.to_wire())
     else:
@@ -410,6 +402,118 @@ def call(agent: str, args_json: str, as_json: bool, tool: str) -> None:
                 click.echo(f"[{block.get('type')} content]")
     if result.is_error:
         sys.exit(1)
+
+
+def _run(portal: Any, fn: Callable[[], Awaitable[Any]]) -> Any:
+    """Run ``fn()`` on the portal upstream connections live on, or on an event loop of its own."""
+    if portal is not None:
+        return portal.call(fn)
+    import anyio
+
+    return anyio.run(fn)
+
+
+def _json_object(text: str, option: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint=option) from None
+    if not isinstance(value, dict):
+        raise click.BadParameter("must be a JSON object, such as '{\"path\": \"README.md\"}'", param_hint=option)
+    return value
+
+
+# -- resources and prompts -----------------------------------------------------------------------------------------
+
+
+@main.command()
+@_common
+@click.option("--agent", required=True, help="Agent name.")
+@click.option("--json", "as_json", is_flag=True, help="Print both lists as MCP's resources/list and "
+              "resources/templates/list give them.")
+@_guard
+def resources(agent: str, as_json: bool) -> None:
+    """List the resources and resource templates an agent may read."""
+    with _session() as (host, _):
+        view = host.view(agent)
+        if as_json:
+            _echo_json({"resources": view.mcp_resources, "resourceTemplates": view.mcp_templates})
+            return
+        for entry in (*view.resources, *view.templates):
+            click.echo(f"{entry.uri}  {entry.name}  {_first_line(entry.item.description)}")
+        if not (view.resources or view.templates):
+            click.echo(f"agent {agent!r} may read no resources", err=True)
+
+
+@main.command()
+@_common
+@click.option("--agent", required=True, help="Agent name.")
+@click.option("--json", "as_json", is_flag=True, help="Print MCP's resources/read result.")
+@click.argument("uri")
+@_guard
+def read(agent: str, as_json: bool, uri: str) -> None:
+    """Read the resource at URI as the agent would; exit 1 when it fails, 2 when the agent may not read it."""
+    with _session() as (host, portal):
+        try:
+            contents = _run(portal, lambda: host.view(agent).read(uri))
+        except ToolError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+    if as_json:
+        _echo_json({"contents": contents})
+        return
+    for item in contents:
+        if "text" in item:
+            click.echo(item["text"])
+        else:
+            import base64
+
+            size = len(base64.b64decode(item.get("blob", "")))
+            click.echo(f"[binary content of {item['uri']}, {size} bytes, {item.get('mimeType', 'no type')}]")
+
+
+@main.command()
+@_common
+@click.option("--agent", required=True, help="Agent name.")
+@click.option("--json", "as_json", is_flag=True, help="Print the list as MCP's prompts/list gives it.")
+@_guard
+def prompts(agent: str, as_json: bool) -> None:
+    """List the prompts an agent may get."""
+    with _session() as (host, _):
+        view = host.view(agent)
+        if as_json:
+            _echo_json(view.mcp_prompts)
+            return
+        for listed in view.mcp_prompts:
+            arguments = " ".join(a["name"] if a.get("required") else f"[{a['name']}]" for a in listed["arguments"])
+            click.echo(f"{listed['name']}{' ' + arguments if arguments else ''}  {_first_line(listed['description'])}")
+        if not view.prompts:
+            click.echo(f"agent {agent!r} may get no prompts", err=True)
+
+
+@main.command()
+@_common
+@click.option("--agent", required=True, help="Agent name.")
+@click.option("--args", "args_json", default="{}", metavar="JSON", help="Arguments as a JSON object of strings.")
+@click.option("--json", "as_json", is_flag=True, help="Print MCP's prompts/get result.")
+@click.argument("name")
+@_guard
+def prompt(agent: str, args_json: str, as_json: bool, name: str) -> None:
+    """Get prompt NAME as the agent would: its messages; exit 1 when it fails, 2 when the agent may not get it."""
+    arguments = _json_object(args_json, "--args")
+    with _session() as (host, portal):
+        try:
+            answer = _run(portal, lambda: host.view(agent).get_prompt(name, arguments))
+        except ToolError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+    if as_json:
+        _echo_json(answer)
+        return
+    for message in answer["messages"]:
+        content = message["content"]
+        text = content["text"] if content.get("type") == "text" else f"[{content.get('type')} content]"
+        click.echo(f"{message['role']}: {text}")
 
 
 def _terminal_approver() -> Any:

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
@@ -22,10 +23,19 @@ from toolcrib.calls import Pipeline
 from toolcrib.catalog import Catalog, Entry, ItemEntry, build_catalog
 from toolcrib.config import AgentConfig, LoadedConfig, load_config
 from toolcrib.content import ToolResult
+from toolcrib.declarations import Resource
 from toolcrib.default_plugins.builtins import Builtins
 from toolcrib.errors import Problem, ToolDeclarationError, UnknownAgentError
 from toolcrib.names import HIDDEN_CHARACTERS, RESERVED_NAMESPACE, clean, clean_schema
-from toolcrib.permissions import AgentRules, Decision, check_availability, compile_rules, decide, permitted
+from toolcrib.permissions import (
+    AgentRules,
+    Check,
+    Decision,
+    check_availability,
+    compile_rules,
+    decide,
+    permitted,
+)
 from toolcrib.plugins import (
     PluginRecord,
     autoload_enabled,
@@ -36,7 +46,7 @@ from toolcrib.plugins import (
 )
 from toolcrib.scope import LazyServers
 from toolcrib.skills import discover as discover_skills
-from toolcrib.view import AgentView, build_view
+from toolcrib.view import AgentView, build_view, served_names
 
 
 class Host:
@@ -142,19 +152,38 @@ class Host:
                     self._views[agent] = view
         return view
 
-    def explain(self, agent: str, tool: str) -> Decision | None:
-        """Every check of the one decision for this agent and tool; None when no source offers the tool."""
+    def explain(self, agent: str, name: str) -> Decision | None:
+        """Every check of the one decision for this agent and a tool, prompt or resource (by full name, or a
+        resource by its URI: a fixed one's, a template's own, or one that fits a template); None when no source
+        offers it."""
         rules = self._rules(agent)
-        entry = self.catalog.entries.get(tool)
-        if entry is None:
+        entry = self.catalog.entries.get(name)
+        if entry is not None:
+            return decide(rules, entry, detail=True, exhaustive=True)
+        item = self.catalog.prompts.get(name) or self.catalog.resources.get(name)
+        resources = self.catalog.resources.values()
+        item = item or next((r for r in resources if r.uri == name), None)
+        if item is not None:
+            return decide(rules, item, detail=True, exhaustive=True)
+        template = next((r for r in resources if r.what == "template" and r.item.match(name) is not None), None)  # type: ignore[union-attr]
+        if template is None:
             return None
-        return decide(rules, entry, detail=True, exhaustive=True)
+        decision = decide(rules, template, detail=True, exhaustive=True)
+        rule = rules.dimensions["resources"]
+        named = rule.match(name) if rule.kind == "deny" else None
+        detail = f"{name!r} fits the template {template.uri!r}"
+        check = Check("uri", named is None, f"{detail}; {rule.describe(False, named)}" if named else detail)
+        return dataclasses.replace(decision, name=name, visible=decision.visible and named is None,
+                                   checks=(*decision.checks, check))
 
-    def similar(self, tool: str, n: int = 3) -> list[str]:
-        """Installed tools whose names are close to ``tool`` (for "did you mean")."""
+    def similar(self, name: str, n: int = 3) -> list[str]:
+        """Installed tools, prompts and resources whose names (or URIs) are close to ``name`` (for "did you
+        mean")."""
         import difflib
 
-        return difflib.get_close_matches(tool, list(self.catalog.entries), n=n, cutoff=0.8)
+        known = [*self.catalog.entries, *self.catalog.prompts, *self.catalog.resources]
+        known += [r.uri for r in self.catalog.resources.values() if r.uri]
+        return difflib.get_close_matches(name, known, n=n, cutoff=0.8)
 
     def listing(self, agent: str, *, hidden: bool = False) -> list[dict[str, Any]]:
         """The agent's tools as MCP's tools/list gives them; with ``hidden``, every installed tool, each with
@@ -250,7 +279,11 @@ class Host:
             "tools": set(self.catalog.entries),
             "skills": set(self.skills) | set(self.loaded.config.skills),
             "subagents": set(self.loaded.config.agents) - {agent},  # an agent is never offered itself
+            "resources": set(self.catalog.resources) | {r.uri for r in self.catalog.resources.values() if r.uri},
+            "prompts": set(self.catalog.prompts),
         }
+        templates = [r.item for r in self.catalog.resources.values()
+                     if isinstance(r.item, Resource) and r.item.is_template]
         found = []
 
         def warn(where: str, message: str) -> None:
@@ -258,6 +291,8 @@ class Host:
 
         for dimension, rule in rules.dimensions.items():
             for i, pattern in enumerate(rule.patterns):
+                if dimension == "resources" and any(t.match(pattern.text) is not None for t in templates):
+                    continue  # a URI (or URIs) a template serves
                 if not any(pattern.matches(n) for n in names[dimension]):
                     what = "other agent" if dimension == "subagents" else f"installed {_NOUN[dimension]}"
                     warn(f"{rule.where}.{rule.kind}[{i}]", f"{pattern.text!r} matches no {what}")
@@ -272,10 +307,22 @@ class Host:
                 continue  # a selector: chooses tools by what they are, and may rightly choose none
             if not any(pattern.matches(n) for n in names["tools"]):
                 warn(f"agents.{agent}.permissions.ask[{i}]", f"{pattern.text!r} matches no installed tool")
-        if not self.view(agent).tools:
+        view = self.view(agent)
+        if not view.tools:
             hint = ("it has no permissions table" if not rules.has_permissions
                     else f"see `toolcrib tools --agent {agent} --all` for why each tool is hidden")
             warn(f"agents.{agent}", f"the agent sees no tools ({hint})")
+        for dimension, seen in (("resources", (*view.resources, *view.templates)), ("prompts", view.prompts)):
+            rule = rules.dimensions[dimension]
+            if rule.kind != "missing" and not seen:
+                warn(rule.where, f"the agent is given {dimension}, yet sees none (`toolcrib explain --agent {agent} "
+                                 "NAME` says why for each)")
+        if rules.config.bare_names:
+            for what, full in (("tools", [vt.name for vt in view.tools]), ("prompts", [p.name for p in view.prompts])):
+                kept = sorted(set(full) - set(served_names(full)))
+                if kept:
+                    warn(f"agents.{agent}.bare_names", f"{', '.join(kept)} keep their full names: another of the "
+                                                       f"agent's {what} has the same name without its namespace")
         return found
 
     def close(self) -> None:
@@ -286,7 +333,8 @@ class Host:
                 close()
 
 
-_NOUN = {"plugins": "pack", "mcps": "upstream server", "tools": "tool", "skills": "skill", "subagents": "agent"}
+_NOUN = {"plugins": "pack", "mcps": "upstream server", "tools": "tool", "skills": "skill", "subagents": "agent",
+         "resources": "resource (by name or URI)", "prompts": "prompt"}
 
 
 def _hidden_text(entry: Entry) -> list[Problem]:

@@ -2,7 +2,8 @@
 ``toolcrib_tools`` hook as any pack and written only against ``toolcrib``'s public API (``Context.permits``,
 ``Context.subagent``, ``Context.server``, ``Context.sample``), as a third-party pack could be.
 
-- ``toolcrib__load_skill``: a skill the agent may load (``skills``);
+- ``toolcrib__load_skill``: a skill the agent may load (``skills``), and each such skill as a prompt too
+  (``toolcrib__<skill>``, hyphens written as underscores), for clients that offer prompts to their user;
 - ``toolcrib__run_agent``: hand a task to an agent the agent may run (``subagents``);
 - ``toolcrib__load_mcp``, ``toolcrib__call_mcp_tool``, ``toolcrib__read_mcp_resource``: lazy upstream servers the
   agent may load (``mcps``), and their tools, each still decided like any tool.
@@ -23,8 +24,10 @@ from toolcrib import skills, subagents
 from toolcrib.config import AgentConfig
 from toolcrib.content import ToolResult
 from toolcrib.context import AvailabilityContext, Context
+from toolcrib.declarations import prompt
 from toolcrib.errors import ToolError
 from toolcrib.hookspecs import hookimpl
+from toolcrib.names import tool_name_problem
 from toolcrib.tool import tool
 
 NAMESPACE = "toolcrib"
@@ -32,6 +35,11 @@ NAMESPACE = "toolcrib"
 LOAD_SKILL = ("Load a skill: expert instructions for a kind of task (its SKILL.md), or one of its other files. Load "
               "the skill before starting a task it covers.")
 SERVERS_NOTE = "Servers you can load:"
+
+
+def prompt_name(skill: str) -> str:
+    """The name a skill's prompt has (prompt names take no hyphens)."""
+    return skill.replace("-", "_")
 
 
 class Builtins:
@@ -55,7 +63,24 @@ class Builtins:
             offered += self._lazy_servers()
         return offered
 
+    @hookimpl
+    def toolcrib_prompts(self) -> list[Any]:
+        return [self._skill_prompt(skill) for _, skill in sorted(self.skills.items())
+                if tool_name_problem(prompt_name(skill.name)) is None]
+
     # -- skills ------------------------------------------------------------------------------------------------
+
+    def _skill_prompt(self, skill: skills.Skill) -> Any:
+        """The skill as a prompt: its SKILL.md as one user message, for agents the skills rule allows it."""
+
+        def available(ctx: AvailabilityContext) -> bool | str:
+            return ctx.permits("skills", skill.name) or f"agents.{ctx.agent}.permissions.skills does not allow it"
+
+        def load() -> str:
+            return skills.read(skill, None)
+
+        return prompt(name=prompt_name(skill.name), description=skill.description or f"The skill {skill.name}.",
+                      title=f"Skill: {skill.name}", is_available=available)(load)
 
     def _load_skill(self) -> Any:
         known = self.skills
