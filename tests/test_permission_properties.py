@@ -1,7 +1,8 @@
 """Property tests of the permission rules over generated configs and catalogs (hypothesis).
 
 Properties: listed names == callable names, and a call of anything else fails exactly like a call of a
-nonexistent tool; the rules agree with a naive reference evaluator; deny wins; no permissions => nothing;
+nonexistent tool (for resources and prompts too: listed == readable or gettable); the rules agree with a naive
+reference evaluator; deny wins; no permissions => nothing;
 adding an allow never hides and adding a deny never reveals; agents are isolated; pattern order is irrelevant.
 """
 
@@ -19,8 +20,9 @@ from hypothesis import strategies as st
 
 from toolcrib import tool
 from toolcrib.calls import Pipeline
-from toolcrib.catalog import Entry
+from toolcrib.catalog import Entry, ItemEntry
 from toolcrib.config import Config, LoadedConfig, check_config
+from toolcrib.declarations import get_prompt, get_resource
 from toolcrib.errors import UnknownToolError
 from toolcrib.permissions import compile_rules
 from toolcrib.plugins import get_plugin_manager
@@ -251,6 +253,127 @@ def test_no_mode_reveals_what_the_lists_hide(mode: str) -> None:
                                     "tools": {"deny": ["fs__*"]}}}}
     entries = _catalog({("fs", "read"): (True, "none", "pack", True), ("web", "get"): (True, "none", "pack", True)})
     assert _visible(_config(agents), entries) == {"a": ["web__get"]}
+
+
+# -- resources and prompts: the same rules, over full names and URIs ---------------------------------------------
+
+RESOURCE_NAMES = ["readme", "logo"]
+PROMPT_NAMES = ["review", "plan"]
+
+
+def _item(ns: str, what: str, name: str) -> ItemEntry:
+    from toolcrib.declarations import prompt, resource
+
+    def fixed() -> str:
+        return f"{ns}:{name}"
+
+    def templated(id: str) -> str:
+        return f"{ns}:{id}"
+
+    if what == "prompt":
+        spec: Any = get_prompt(prompt(name=name, description="A generated prompt.")(fixed))
+    elif what == "template":
+        spec = get_resource(resource(f"{ns}://t/{{id}}", name=name, description="A template.")(templated))
+    else:
+        spec = get_resource(resource(f"{ns}://{name}", name=name, description="A resource.")(fixed))
+    assert spec is not None
+    return ItemEntry(name=f"{ns}__{name}", namespace=ns, kind="pack", dimension="plugins", source=ns, item=spec)
+
+
+ITEM_POOL = {(ns, what, name): _item(ns, what, name)
+             for ns in NAMESPACES
+             for what, names in (("resource", RESOURCE_NAMES), ("template", ["page"]), ("prompt", PROMPT_NAMES))
+             for name in names}
+
+items_st = st.sets(st.sampled_from(sorted(ITEM_POOL)), min_size=1, max_size=12).map(
+    lambda keys: [ITEM_POOL[k] for k in sorted(keys)])
+
+
+def _item_patterns(dimension: str) -> st.SearchStrategy[str]:
+    names = [*RESOURCE_NAMES, "page"] if dimension == "resources" else PROMPT_NAMES
+    full = st.tuples(st.sampled_from(NAMESPACES), st.sampled_from(names)).map(lambda t: f"{t[0]}__{t[1]}")
+    options = [st.just("*"), full, st.sampled_from(NAMESPACES).map(lambda n: n + "__*"), full.map(str.upper)]
+    if dimension == "resources":
+        uri = st.tuples(st.sampled_from(NAMESPACES), st.sampled_from(RESOURCE_NAMES)).map(lambda t: f"{t[0]}://{t[1]}")
+        options += [uri, st.sampled_from(NAMESPACES).map(lambda n: n + "://*"), st.just("*://logo"),
+                    st.sampled_from(NAMESPACES).map(lambda n: n + "://t/7"),  # one URI a template serves
+                    st.sampled_from(NAMESPACES).map(lambda n: n + "://t/*")]
+    return st.one_of(*options)
+
+
+def _item_rule(dimension: str) -> st.SearchStrategy[dict[str, list[str]] | None]:
+    patterns = st.lists(_item_patterns(dimension), max_size=4)
+    return st.one_of(st.none(), patterns.map(lambda p: {"allow": p}), patterns.map(lambda p: {"deny": p}))
+
+
+item_agents_st = st.dictionaries(st.sampled_from(["a", "b"]), st.fixed_dictionaries({
+    "model": st.just("text-model"),
+    "mode": st.sampled_from(MODES),
+    "permissions": st.fixed_dictionaries({"plugins": _rule("plugins"), "resources": _item_rule("resources"),
+                                          "prompts": _item_rule("prompts")}),
+}), min_size=1, max_size=2)
+
+
+def _item_reference(permissions: dict[str, Any], item: ItemEntry) -> bool:
+    """SPEC section 4 for items, written naively: the source rule, then the item's dimension rule, matched
+    against its full name or its URI (an allow that matches either lets it through, a deny that matches either
+    hides it). Modes do not hide what only reads."""
+
+    def matches(pattern: str) -> bool:
+        return fnmatchcase(item.name, pattern) or (item.uri is not None and fnmatchcase(item.uri, pattern))
+
+    source = permissions.get("plugins")
+    if source is None or ("allow" in source and not any(fnmatchcase(item.source, p) for p in source["allow"])):
+        return False
+    if "deny" in source and any(fnmatchcase(item.source, p) for p in source["deny"]):
+        return False
+    rule = permissions.get("prompts" if item.what == "prompt" else "resources")
+    if rule is None:
+        return False
+    if "allow" in rule:
+        return any(matches(p) for p in rule["allow"])
+    return not any(matches(p) for p in rule["deny"])
+
+
+@SETTINGS
+@given(agents=item_agents_st, items=items_st)
+def test_items_listed_are_exactly_those_readable_or_gettable_and_the_rest_are_unknown(agents: Any,
+                                                                                     items: Any) -> None:
+    from toolcrib.errors import UnknownPromptError, UnknownResourceError
+
+    loaded = _config(agents)
+    pipeline = Pipeline(get_plugin_manager(), loaded, {})
+    views = {a: build_view(r, {}, pipeline, items=items) for a, r in compile_rules(loaded).items()}
+
+    async def probe() -> None:
+        for agent, view in views.items():
+            permissions = agents[agent]["permissions"]
+            listed = [e.name for e in (*view.resources, *view.templates, *view.prompts)]
+            assert sorted(listed) == sorted(i.name for i in items if _item_reference(permissions, i))
+            deny = [p for p in (permissions.get("resources") or {}).get("deny", [])]
+            for ns in NAMESPACES:
+                for uri in [f"{ns}://{n}" for n in RESOURCE_NAMES] + [f"{ns}://t/7", f"{ns}://nothing"]:
+                    fixed = uri in {e.uri for e in view.resources}
+                    by_template = any(t.item.match(uri) is not None for t in view.templates) and not any(
+                        fnmatchcase(uri, p) for p in deny)  # a deny naming the URI hides it even so
+                    try:
+                        await view.read(uri)
+                    except UnknownResourceError as exc:
+                        assert exc.args == (f"Unknown resource: {uri}",)
+                        assert not (fixed or by_template)
+                    else:
+                        assert fixed or by_template
+                for name in PROMPT_NAMES:
+                    full = f"{ns}__{name}"
+                    try:
+                        await view.get_prompt(full)
+                    except UnknownPromptError as exc:
+                        assert exc.args == (f"Unknown prompt: {full}",)
+                        assert full not in listed
+                    else:
+                        assert full in listed
+
+    anyio.run(probe)
 
 
 # -- the glob matcher itself ----------------------------------------------------------------------------------
