@@ -19,6 +19,7 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -148,14 +149,99 @@ class TokenRelay:
         self.listener.close()
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[str]:
+class NameMapper:
+    """A loopback HTTP relay for an agent served with full names (``conformance__test_simple_text``) to a client
+    that knows only the pack's own names: it adds the namespace to the names a request carries (tools/call,
+    prompts/get, completion of a prompt) and takes it off the names tools/list and prompts/list answer, and adds
+    the bearer token. Everything else (Host and Origin included) passes as it is; SSE streams line by line."""
+
+    PREFIX = "conformance__"
+
+    def __init__(self, target: str, token: str) -> None:
+        import uvicorn
+
+        self.target = target
+        self.token = token
+        sock = socket.create_server(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", lifespan="off", interface="asgi3"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
+        self.thread.start()
+
+    @classmethod
+    def _map(cls, data: bytes, outgoing: bool) -> bytes:
+        try:
+            message = json.loads(data)
+        except ValueError:
+            return data
+        for one in message if isinstance(message, list) else [message]:
+            if not isinstance(one, dict):
+                continue
+            params, result = one.get("params") or {}, one.get("result") or {}
+            if outgoing and one.get("method") in ("tools/call", "prompts/get"):
+                params["name"] = cls.PREFIX + params["name"]
+            elif outgoing and one.get("method") == "completion/complete" and params["ref"].get("type") == "ref/prompt":
+                params["ref"]["name"] = cls.PREFIX + params["ref"]["name"]
+            for key in ("tools", "prompts"):
+                for item in result.get(key, []) if not outgoing else []:
+                    item["name"] = item["name"].removeprefix(cls.PREFIX)
+        return json.dumps(message).encode()
+
+    async def app(self, scope: dict, receive: Any, send: Any) -> None:  # type: ignore[type-arg]
+        import anyio
+        import httpx2
+
+        body, more = b"", True
+        while more:
+            event = await receive()
+            body += event.get("body", b"")
+            more = event.get("more_body", False)
+        headers = [(k, v) for k, v in scope["headers"] if k not in (b"content-length", b"authorization")]
+        headers.append((b"authorization", f"Bearer {self.token}".encode()))
+        url = self.target + scope["path"] + ("?" + scope["query_string"].decode() if scope["query_string"] else "")
+        async with httpx2.AsyncClient(timeout=None) as client:
+            request = client.build_request(scope["method"], url, headers=headers,
+                                           content=self._map(body, True) if body else None)
+            response = await client.send(request, stream=True)
+            kept = [(k.encode(), v.encode()) for k, v in response.headers.items()
+                    if k.lower() not in ("content-length", "transfer-encoding", "content-encoding", "connection")]
+            await send({"type": "http.response.start", "status": response.status_code, "headers": kept})
+            async with anyio.create_task_group() as tg:
+
+                async def until_the_client_goes() -> None:
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(until_the_client_goes)
+                if "text/event-stream" in response.headers.get("content-type", ""):
+                    async for line in response.aiter_lines():
+                        if line.startswith("data:"):
+                            line = "data: " + self._map(line[5:].encode(), False).decode()
+                        await send({"type": "http.response.body", "body": (line + "\n").encode(), "more_body": True})
+                else:
+                    data = await response.aread()
+                    await send({"type": "http.response.body", "body": self._map(data, False) if data else b"",
+                                "more_body": True})
+                await send({"type": "http.response.body", "body": b""})
+                tg.cancel_scope.cancel()
+            await response.aclose()
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture(params=["bare names", "full names"])
+def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The agent with bare_names (through a relay that only adds the token), and with full names (through one that
+    also maps the names)."""
     config = tmp_path / "toolcrib.toml"
-    config.write_text(CONFIG)
+    config.write_text(CONFIG if request.param == "bare names" else CONFIG.replace("bare_names = true\n", ""))
     env = {"TOOLCRIB_PLUGINS": "conformance=conformance_pack:PACK", "TOK_JUDGE": TOKEN}
     proc, base, log = start_http(config, env=env)
     port = int(base.rsplit(":", 1)[1])
-    relay = TokenRelay(("127.0.0.1", port), TOKEN)
+    relay = TokenRelay(("127.0.0.1", port), TOKEN) if request.param == "bare names" else NameMapper(base, TOKEN)
     try:
         yield f"http://127.0.0.1:{relay.port}/agents/judge/mcp"
     finally:
