@@ -521,6 +521,13 @@ def test_the_cli_lists_reads_and_gets(cli_config: Any) -> None:
     assert (code, err.splitlines()[-1]) == (2, "Error: Invalid value for --args: must be a JSON object, such as "
                                                "'{\"path\": \"README.md\"}'")
     assert cli("prompts", "--agent", "none", "--config", config) == (0, "", "agent 'none' may get no prompts\n")
+    code, out, _ = cli("schema", "--agent", "b", "--format", "mcp-all", "--config", config)
+    surface = json.loads(out)
+    assert (code, sorted(surface)) == (0, ["prompts", "resourceTemplates", "resources", "tools"])
+    assert ([t["name"] for t in surface["tools"]], [r["uri"] for r in surface["resources"]],
+            [t["uriTemplate"] for t in surface["resourceTemplates"]], [p["name"] for p in surface["prompts"]]) == (
+        ["docs__ask_name", "docs__chatty"], ["docs://logo", "docs://readme"], ["docs://pages/{slug}"],
+        ["docs__review"])
 
 
 # -- explain and check -------------------------------------------------------------------------------------------
@@ -578,3 +585,34 @@ prompts = { allow = ["docs__review"] }
     ]
     view = host.view("bare")
     assert [p["name"] for p in view.mcp_prompts] == ["many", "docs__review", "show_logo", "twin__review"]
+
+
+def test_reads_and_prompts_are_audited_like_calls(tmp_path: Path) -> None:
+    host = make_host('[host]\naudit_log = "audit.jsonl"\naudit_arguments = true\n' + CONFIG, {"docs": Docs()},
+                     base_dir=tmp_path)
+    view = host.view("b")
+
+    async def main() -> None:
+        await view.read("docs://pages/intro")
+        await view.get_prompt("docs__review", {"topic": "x"})
+        for uri in ("docs://secret", "docs://pages/nope"):
+            with pytest.raises((toolcrib.UnknownResourceError, toolcrib.ToolError)):
+                await view.read(uri)
+        with pytest.raises(toolcrib.UnknownPromptError):
+            await view.get_prompt("docs__show_logo")
+
+    anyio.run(main)
+    host.close()
+    records = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert [{k: v for k, v in r.items() if k not in ("time", "duration_ms")} for r in records] == [
+        {"agent": "b", "kind": "resource", "resource": "docs://pages/intro", "decision": "allowed", "by": "rules",
+         "is_error": False, "arguments": {"slug": "intro"}},
+        {"agent": "b", "kind": "prompt", "prompt": "docs__review", "decision": "allowed", "by": "rules",
+         "is_error": False, "arguments": {"topic": "x"}},
+        {"agent": "b", "kind": "resource", "resource": "docs://secret", "decision": "unknown",
+         "by": "no such resource in the agent's view", "is_error": True},
+        {"agent": "b", "kind": "resource", "resource": "docs://pages/nope", "decision": "allowed", "by": "rules",
+         "is_error": True, "arguments": {"slug": "nope"}},
+        {"agent": "b", "kind": "prompt", "prompt": "docs__show_logo", "decision": "unknown",
+         "by": "no such prompt in the agent's view", "is_error": True},
+    ]

@@ -228,13 +228,16 @@ def new(namespace: str | None, directory: Path | None, name: str) -> None:
 @main.command()
 @_common
 @click.option("--agent", required=True, help="Agent name.")
-@click.option("--format", "fmt", type=click.Choice(["mcp", "openai", "anthropic"]), default="mcp", show_default=True,
-              help="mcp: tools/list objects; openai: function tools; anthropic: tool definitions.")
+@click.option("--format", "fmt", type=click.Choice(["mcp", "openai", "anthropic", "mcp-all"]), default="mcp",
+              show_default=True, help="mcp: tools/list objects; openai: function tools; anthropic: tool definitions; "
+              "mcp-all: tools, resources, resource templates and prompts, as MCP lists them.")
 @_guard
 def schema(agent: str, fmt: str) -> None:
-    """Export the tools an agent sees, as JSON for a framework that does not speak MCP."""
+    """Export the tools an agent sees, as JSON for a framework that does not speak MCP (or, with mcp-all, all it is
+    served)."""
     with _session() as (host, _):
-        _echo_json(host.view(agent).export(fmt))
+        view = host.view(agent)
+        _echo_json(view.surface() if fmt == "mcp-all" else view.export(fmt))
 
 
 @main.command()

@@ -225,6 +225,12 @@ class AgentView:
                     for t in tools]
         raise ValueError(f"unknown export format {format!r}; formats: {', '.join(EXPORT_FORMATS)}")
 
+    def surface(self) -> dict[str, list[dict[str, Any]]]:
+        """Everything this view serves over MCP, as MCP's lists give it: tools, resources, resource templates and
+        prompts (``toolcrib schema --format mcp-all``)."""
+        return {"tools": [dict(t) for t in self.mcp_tools], "resources": list(self.mcp_resources),
+                "resourceTemplates": list(self.mcp_templates), "prompts": list(self.mcp_prompts)}
+
     @property
     def pipeline(self) -> Pipeline:
         return self._pipeline
