@@ -86,7 +86,30 @@ def test_the_kit_passes_a_good_pack_and_names_what_is_wrong_with_a_bad_one(tmp_p
     assert "bad__sneaky: the description holds a hidden or control character (U+200B)" in problems
     assert "bad__terse: the description is too short to tell a model when to use the tool" in problems
     assert any(p.startswith("bad__moody: is_available answered differently for the same context") for p in problems)
-    assert make_kit(Pack(), namespace="empty", workspace=tmp_path).problems() == ["the pack offers no tools"]
+    assert make_kit(Pack(), namespace="empty", workspace=tmp_path).problems() == [
+        "the pack offers no tools, resources or prompts"]
+
+    @toolcrib.resource("bad://note", description="A note.")
+    def note() -> str:
+        return "x"
+
+    @toolcrib.prompt(description="Ask\u200b nicely.")
+    def ask() -> str:
+        return "x"
+
+    class Items:
+        @toolcrib.hookimpl
+        def toolcrib_resources(self) -> list[Any]:
+            return [note]
+
+        @toolcrib.hookimpl
+        def toolcrib_prompts(self) -> list[Any]:
+            return [ask]
+
+    assert make_kit(Items(), namespace="items", workspace=tmp_path).problems() == [
+        "items__note: the description is too short to tell a model or a user what it is",
+        "items__ask: the description holds a hidden or control character (U+200B)",
+    ]
 
 
 def test_the_kit_fixture_and_calls(toolcrib_pack: Any) -> None:
@@ -145,4 +168,4 @@ def test_new_refuses_bad_names_and_existing_folders(tmp_path: Path) -> None:
 def test_the_documented_example_pack_installs_and_passes_its_tests(tmp_path: Path) -> None:
     run = _run_pack_tests(ROOT / "docs" / "examples" / "acme-orders", tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "4 passed" in run.stdout
+    assert "5 passed" in run.stdout

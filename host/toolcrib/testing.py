@@ -5,6 +5,7 @@ its fixtures) and a conformance check.
         kit = toolcrib_pack(acme_orders, namespace="orders", settings={"region": "eu"})
         assert kit.names == ["orders__lookup_order"]
         assert kit.call("lookup_order", order_id="O-1001").structured_content["status"] == "shipped"
+        assert kit.read("orders://O-1001")[0]["mimeType"] == "application/json"
         assert kit.problems() == []          # names, schemas, descriptions, availability, validation errors
 
 Importing this module imports nothing heavy: pytest loads it in every project where toolcrib is installed.
@@ -53,6 +54,26 @@ class PackKit:
 
         return anyio.run(lambda: self.view.call(self.full_name(tool), arguments))
 
+    def read(self, uri: str) -> list[dict[str, Any]]:
+        """Read a resource (the contents, as MCP's resources/read gives them)."""
+        import anyio
+
+        return anyio.run(lambda: self.view.read(uri))
+
+    def prompt(self, name: str, /, **arguments: Any) -> dict[str, Any]:
+        """Get a prompt (its own name or its full name): ``{"description", "messages"}``."""
+        import anyio
+
+        return anyio.run(lambda: self.view.get_prompt(self.full_name(name), arguments))
+
+    def complete(self, ref: str, argument: str, value: str = "") -> list[str]:
+        """The completions of ``argument`` of a prompt (by name) or a resource template (by its URI template)."""
+        import anyio
+
+        kind = {"type": "ref/resource", "uri": ref} if ":" in ref else {"type": "ref/prompt",
+                                                                          "name": self.full_name(ref)}
+        return list(anyio.run(lambda: self.view.complete(kind, argument, value)))
+
     def problems(self) -> list[str]:
         """Everything the conformance check finds wrong with the pack; an empty list means it passes."""
         return check_pack(self.host, self.namespace)
@@ -76,7 +97,8 @@ def make_kit(
 
     everything = {"allow": ["*"]}
     agent: dict[str, Any] = {"mode": mode, "permissions": {d: everything for d in
-                                                            ("plugins", "mcps", "tools", "skills", "subagents")}}
+                                                            ("plugins", "mcps", "tools", "skills", "subagents",
+                                                             "resources", "prompts")}}
     if mode == "bypassPermissions":
         agent["allow_dangerously_skip_permissions"] = True
     data: dict[str, Any] = {"host": {"workspace": str(workspace)}, "agents": {AGENT: agent},
@@ -120,8 +142,17 @@ def check_pack(host: Host, namespace: str) -> list[str]:
         return [f"the pack did not load: {record.error if record else 'no such pack'}"]
     found += [str(p) for p in host.catalog.problems if p.severity == "error"]
     entries = [e for e in host.catalog.entries.values() if e.namespace == namespace]
-    if not entries:
-        found.append("the pack offers no tools")
+    items = [i for i in (*host.catalog.resources.values(), *host.catalog.prompts.values()) if i.namespace == namespace]
+    if not (entries or items):
+        found.append("the pack offers no tools, resources or prompts")
+    for item in items:
+        text = item.item.description
+        if len(text) < 10:
+            found.append(f"{item.name}: the description is too short to tell a model or a user what it is")
+        hidden = HIDDEN_CHARACTERS.search(text + (item.item.title or ""))
+        if hidden:
+            found.append(f"{item.name}: the description holds a hidden or control character "
+                         f"(U+{ord(hidden.group()):04X})")
     validator = _schema_checker()
     rules = host.rules.get(AGENT)
     for entry in entries:

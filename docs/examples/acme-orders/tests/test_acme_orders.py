@@ -29,3 +29,12 @@ def test_cancel(toolcrib_pack):
     bad = kit.call("cancel_order", order_id="1001")
     assert bad.text == ("Invalid arguments for orders__cancel_order:\n- order_id: String should match pattern "
                         "'^O-\\d+$' (got '1001')")
+
+
+def test_order_resource_and_refund_prompt(toolcrib_pack):
+    kit = toolcrib_pack(acme_orders, namespace="orders", settings={"region": "eu"})
+    assert kit.read("orders://O-1001") == [{"uri": "orders://O-1001", "mimeType": "application/json",
+                                           "text": '{"id":"O-1001","status":"shipped","region":"eu"}'}]
+    assert kit.complete("orders://{order_id}", "order_id", "O-10") == ["O-1001", "O-1002"]
+    messages = kit.prompt("refund_request", order_id="O-1001")["messages"]
+    assert [m["content"]["type"] for m in messages] == ["resource", "text"]

@@ -1,5 +1,7 @@
-"""acme-toolcrib-orders: look up and cancel orders. The example of docs/writing-packs.md."""
+"""acme-toolcrib-orders: look up and cancel orders, read them as resources, draft refund answers. The example of
+docs/writing-packs.md."""
 
+import json
 from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
@@ -25,8 +27,12 @@ async def lookup_order(
     ctx: toolcrib.Context,
 ) -> dict:
     """Look up an order by its ID and return it as JSON."""
+    return find_order(order_id, ctx.settings)
+
+
+def find_order(order_id: str, settings: Settings) -> dict:
     order = ORDERS.get(order_id)
-    if order is None or (ctx.settings.region and order["region"] != ctx.settings.region):
+    if order is None or (settings.region and order["region"] != settings.region):
         raise toolcrib.ToolError(f"Order not found: {order_id}")
     return order
 
@@ -48,12 +54,47 @@ def cancel_order(order_id: Annotated[str, Field(pattern=r"^O-\d+$")]) -> str:
     if order["status"] != "open":
         raise toolcrib.ToolError(f"Order {order_id} is {order['status']}; only open orders can be cancelled")
     order["status"] = "cancelled"
+    toolcrib.resource_updated(f"orders://{order_id}")  # clients that subscribed to it hear of the change
     return f"Cancelled {order_id}"
+
+
+def order_ids(prefix: str) -> list[str]:
+    return [order_id for order_id in ORDERS if order_id.startswith(prefix)]
+
+
+@toolcrib.resource("orders://{order_id}", mime_type="application/json", complete={"order_id": order_ids})
+def order(order_id: str, ctx: toolcrib.Context) -> dict:
+    """An order, by its ID."""
+    return find_order(order_id, ctx.settings)
+
+
+@toolcrib.prompt(complete={"order_id": order_ids})
+def refund_request(
+    order_id: Annotated[str, Field(description="The order to refund")],
+    ctx: toolcrib.Context,
+) -> list[toolcrib.Message]:
+    """Draft the answer to a customer who asks for a refund."""
+    found = json.dumps(find_order(order_id, ctx.settings))
+    return [
+        toolcrib.Message("user", toolcrib.EmbeddedResource(f"orders://{order_id}", text=found,
+                                                           mime_type="application/json")),
+        toolcrib.Message("user", f"The customer asks for a refund of order {order_id}. Draft a short, kind answer."),
+    ]
 
 
 @toolcrib.hookimpl
 def toolcrib_tools() -> list[Any]:
     return [lookup_order, cancel_order]
+
+
+@toolcrib.hookimpl
+def toolcrib_resources() -> list[Any]:
+    return [order]
+
+
+@toolcrib.hookimpl
+def toolcrib_prompts() -> list[Any]:
+    return [refund_request]
 
 
 @toolcrib.hookimpl
