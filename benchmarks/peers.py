@@ -1,4 +1,5 @@
-"""The same tools on every side: ``add(a, b) -> {"result": a + b}`` plus filler tools up to N.
+"""The same tools on every side: ``add(a, b) -> {"result": a + b}`` plus filler tools up to N; and the same
+resources (N text resources ``bench://doc/<i>``) and prompts (``greet(name)`` plus fillers up to 10).
 
 toolcrib serves them from a pack; the SDK's low-level server from hand-written handlers (with its default
 middleware, as a user gets it); the SDK's bundled high-level server (MCPServer) and FastMCP from decorated
@@ -63,16 +64,48 @@ def _add_tool(name: str, sync: bool = False, sleep: float = 0.0) -> Any:
     return fn
 
 
+PROMPTS = ["greet", *(f"prompt_{i:02d}" for i in range(9))]
+
+
+def _doc(i: int) -> Any:
+    def fn() -> str:
+        return f"Document {i}."
+
+    fn.__name__ = f"doc_{i:04d}"
+    fn.__doc__ = f"Document number {i}."
+    return fn
+
+
+def _prompt(name: str) -> Any:
+    def fn(name: str) -> str:
+        return f"Say hello to {name}."
+
+    fn.__name__ = name
+    fn.__doc__ = "Greet someone." if name == "greet" else f"Filler prompt {name}."
+    return fn
+
+
 class BenchPack:
-    """A toolcrib pack with ``add`` and fillers (and, for concurrency, 100 ms tools)."""
+    """A toolcrib pack with ``add`` and fillers (and, for concurrency, 100 ms tools), N resources and the
+    prompts."""
 
     def __init__(self, n: int, extra: list[Any] | None = None) -> None:
         self.tools = [toolcrib.tool(annotations={"readOnlyHint": True})(_add_tool(name)) for name in names(n)]
         self.tools += extra or []
+        self.resources = [toolcrib.resource(f"bench://doc/{i}", mime_type="text/plain")(_doc(i)) for i in range(n)]
+        self.prompts = [toolcrib.prompt(_prompt(name)) for name in PROMPTS]
 
     @toolcrib.hookimpl
     def toolcrib_tools(self) -> list[Any]:
         return self.tools
+
+    @toolcrib.hookimpl
+    def toolcrib_resources(self) -> list[Any]:
+        return self.resources
+
+    @toolcrib.hookimpl
+    def toolcrib_prompts(self) -> list[Any]:
+        return self.prompts
 
 
 CONFIG = f"""
@@ -80,6 +113,8 @@ CONFIG = f"""
 [agents.{AGENT}.permissions]
 plugins = {{ allow = ["*"] }}
 tools = {{ allow = ["*"] }}
+resources = {{ allow = ["*"] }}
+prompts = {{ allow = ["*"] }}
 """
 
 
@@ -99,7 +134,19 @@ def toolcrib_server(n: int) -> Any:
 
 def lowlevel_server(n: int) -> Any:
     from mcp.server import Server
-    from mcp.types import CallToolResult, ListToolsResult, TextContent, Tool
+    from mcp.types import (
+        CallToolResult,
+        GetPromptResult,
+        ListPromptsResult,
+        ListResourcesResult,
+        ListToolsResult,
+        Prompt,
+        PromptArgument,
+        PromptMessage,
+        Resource,
+        TextContent,
+        Tool,
+    )
 
     tools = [Tool(name=name, description=("Add two integers." if name == "add" else f"Filler tool {name}."),
                   input_schema=IN_SCHEMA, output_schema=OUT_SCHEMA) for name in names(n)]
@@ -117,7 +164,26 @@ def lowlevel_server(n: int) -> Any:
             return CallToolResult(content=[TextContent(text="a and b must be integers")], is_error=True)
         return CallToolResult(content=[TextContent(text=str(a + b))], structured_content={"result": a + b})
 
-    return Server("lowlevel", version="0", on_list_tools=on_list_tools, on_call_tool=on_call_tool)
+    resources = [Resource(name=f"doc_{i:04d}", uri=f"bench://doc/{i}", description=f"Document number {i}.",
+                          mime_type="text/plain") for i in range(n)]
+    prompts = [Prompt(name=name, description="Greet someone.", arguments=[PromptArgument(name="name", required=True)])
+               for name in PROMPTS]
+
+    async def on_list_resources(ctx: Any, params: Any) -> ListResourcesResult:
+        return ListResourcesResult(resources=resources)
+
+    async def on_list_prompts(ctx: Any, params: Any) -> ListPromptsResult:
+        return ListPromptsResult(prompts=prompts)
+
+    async def on_get_prompt(ctx: Any, params: Any) -> GetPromptResult:
+        name = (params.arguments or {}).get("name")
+        if params.name not in PROMPTS or not isinstance(name, str):  # a hand-written minimal check
+            raise ValueError("unknown prompt or missing name")
+        return GetPromptResult(description="Greet someone.", messages=[
+            PromptMessage(role="user", content=TextContent(text=f"Say hello to {name}."))])
+
+    return Server("lowlevel", version="0", on_list_tools=on_list_tools, on_call_tool=on_call_tool,
+                  on_list_resources=on_list_resources, on_list_prompts=on_list_prompts, on_get_prompt=on_get_prompt)
 
 
 def mcpserver_server(n: int) -> Any:
@@ -126,6 +192,10 @@ def mcpserver_server(n: int) -> Any:
     server = MCPServer("mcpserver", log_level="ERROR", warn_on_duplicate_tools=False)
     for name in names(n):
         server.add_tool(_add_tool(name), name=name)
+    for i in range(n):
+        server.resource(f"bench://doc/{i}", name=f"doc_{i:04d}", mime_type="text/plain")(_doc(i))
+    for name in PROMPTS:
+        server.prompt(name)(_prompt(name))
     return server
 
 
@@ -136,6 +206,10 @@ def fastmcp_server(n: int) -> Any:
     server = FastMCP("fastmcp")
     for name in names(n):
         server.add_tool(FTool.from_function(_add_tool(name), name=name))
+    for i in range(n):
+        server.resource(f"bench://doc/{i}", name=f"doc_{i:04d}", mime_type="text/plain")(_doc(i))
+    for name in PROMPTS:
+        server.prompt(name=name)(_prompt(name))
     return server
 
 

@@ -6,6 +6,7 @@ noisy: absolute times drift, ratios hold).
     python benchmarks/run.py --quick        # a smoke run (CI runs it through the test suite)
 
 Sections: MCP call latency (in-memory, stdio subprocess, HTTP loopback), tools/list with 10/100/1000 tools,
+resources/list with 10/100 resources and prompts/get (in-memory),
 Python API overhead, discovery (0 vs 200 installed packs), concurrency, view build, start-up.
 """
 
@@ -102,7 +103,21 @@ async def mcp_inmemory(args: argparse.Namespace) -> list[Row]:
             ops = {p: (lambda c=c: c.list_tools()) for p, c in clients.items()}
             result = await interleaved(ops, iterations, args.rounds)
         rows.append(_peer_row(f"tools/list, {n} tools, in-memory", result))
+    for n in (10, 100):
+        iterations = {10: 100, 100: 30}[n] // (5 if args.quick else 1) or 1
+        async with _clients(n, "auto") as clients:
+            ops = {p: (lambda c=c: c.list_resources()) for p, c in clients.items()}
+            result = await interleaved(ops, iterations, args.rounds)
+        rows.append(_peer_row(f"resources/list, {n} resources, in-memory", result))
+    async with _clients(10, "auto") as clients:
+        ops = {p: (lambda c=c, p=p: c.get_prompt(_greet(p), {"name": "Ada"})) for p, c in clients.items()}
+        result = await interleaved(ops, calls, args.rounds)
+    rows.append(_peer_row("prompts/get, in-memory", result))
     return rows
+
+
+def _greet(peer: str) -> str:
+    return "math__greet" if peer == "toolcrib" else "greet"
 
 
 def _add(peer: str) -> str:
