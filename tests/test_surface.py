@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -616,3 +617,106 @@ def test_reads_and_prompts_are_audited_like_calls(tmp_path: Path) -> None:
         {"agent": "b", "kind": "prompt", "prompt": "docs__show_logo", "decision": "unknown",
          "by": "no such prompt in the agent's view", "is_error": True},
     ]
+
+
+# -- conflicts, reloads, transports ------------------------------------------------------------------------------
+
+
+def test_a_uri_two_sources_declare_is_served_by_neither() -> None:
+    @toolcrib.resource("docs://readme")
+    def impostor() -> str:
+        """Another readme, from another pack."""
+        return "mine"
+
+    class Other:
+        @toolcrib.hookimpl
+        def toolcrib_resources(self) -> list[Any]:
+            return [impostor]
+
+    host = make_host(CONFIG, {"docs": Docs(), "other": Other()})
+    assert [e.uri for e in host.view("a").resources] == ["docs://logo", "docs://secret"]
+    assert "error: resource 'docs://readme': declared by more than one source (docs, other); neither is served" in [
+        str(p) for p in host.problems()]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_reload_tells_clients_which_lists_changed(mode: str) -> None:
+    first = make_host(CONFIG, {"docs": Docs()})
+    second = make_host(CONFIG.replace('prompts = { deny = ["docs__many"] }', 'prompts = { deny = ["docs__*"] }'),
+                       {"docs": Docs()})
+    s = ServingState(first, make_host=lambda: second)
+    heard: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        heard.append(type(message).__name__)
+
+    async def main() -> None:
+        async with Client(build_server(s, "a"), mode=mode, cache=None, message_handler=on_message) as client:
+            assert len((await client.list_prompts()).prompts) == 2
+            if mode == "legacy":
+                assert await s.reload()
+                await client.send_ping()
+                with anyio.fail_after(10):
+                    while not heard:
+                        await anyio.sleep(0.01)
+                assert heard == ["PromptListChangedNotification"]
+            else:
+                async with client.listen(prompts_list_changed=True, tools_list_changed=True,
+                                         resources_list_changed=True) as subscription:
+                    assert await s.reload()
+                    with anyio.fail_after(10):
+                        event = await subscription.__anext__()
+                    assert type(event).__name__ == "PromptsListChanged"
+            assert (await client.list_prompts()).prompts == []
+
+    anyio.run(main)
+
+
+@pytest.mark.slow
+def test_stdio_and_http_serve_the_same_surface_with_the_same_capabilities(tmp_path: Path) -> None:
+    from mcp import StdioServerParameters
+    from mcp.client.streamable_http import streamable_http_client
+
+    from test_conformance import CONFIG as JUDGE
+    from test_conformance import TOKEN
+    from test_serve import start_http, subprocess_env
+
+    config = tmp_path / "toolcrib.toml"
+    config.write_text(JUDGE)
+    env = {"TOOLCRIB_PLUGINS": "conformance=conformance_pack:PACK", "TOK_JUDGE": TOKEN}
+    proc, base, _ = start_http(config, env=env)
+
+    async def surface(client: Client) -> tuple[Any, ...]:
+        capabilities = client.server_capabilities.model_dump(by_alias=True, exclude_none=True)
+        read = await client.read_resource("test://template/7/data")
+        got = await client.get_prompt("test_prompt_with_arguments", {"arg1": "a", "arg2": "b"})
+        return (capabilities, [r.uri for r in (await client.list_resources()).resources],
+                [p.name for p in (await client.list_prompts()).prompts], dump(read.contents[0]),
+                dump(got.messages[0]))
+
+    async def main() -> None:
+        stdio = StdioServerParameters(command=sys.executable, args=[
+            "-m", "toolcrib.cli", "serve", "--agent", "judge", "--config", str(config)], env=subprocess_env(**env))
+        async with Client(stdio, cache=None) as client:
+            over_stdio = await surface(client)
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+        async with http, Client(streamable_http_client(f"{base}/agents/judge/mcp", http_client=http),
+                                cache=None) as client:
+            over_http = await surface(client)
+        assert over_stdio == over_http
+        capabilities, resources, prompts, read, message = over_stdio
+        assert {k: v for k, v in capabilities.items() if k != "experimental"} == {
+            "logging": {}, "prompts": {"listChanged": True}, "resources": {"subscribe": True, "listChanged": True},
+            "tools": {"listChanged": True}, "completions": {}}
+        assert resources == ["test://static-binary", "test://static-text", "test://watched-resource"]
+        assert prompts[:2] == ["test_prompt_with_arguments", "test_prompt_with_embedded_resource"]
+        assert read == {"uri": "test://template/7/data", "mimeType": "application/json",
+                        "text": '{"id":"7","templateTest":true,"data":"Data for ID: 7"}'}
+        assert message == {"role": "user", "content": {"type": "text", "text": "Prompt with arguments: arg1='a', "
+                                                                              "arg2='b'"}}
+
+    try:
+        anyio.run(main)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
