@@ -48,9 +48,9 @@ HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text
 
 
 @asynccontextmanager
-async def serving(env: dict[str, str] | None = None,
+async def serving(env: dict[str, str] | None = None, config: str = CONFIG,
                   **options: Any) -> AsyncIterator[tuple[HttpApp, httpx2.AsyncClient]]:
-    app = HttpApp(ServingState(make_host(CONFIG, {"files": FILES})), HttpOptions(**options),
+    app = HttpApp(ServingState(make_host(config, {"files": FILES})), HttpOptions(**options),
                   env=TOKENS if env is None else env)
     async with app.app.router.lifespan_context(app.app):
         transport = httpx2.ASGITransport(app=app)
@@ -90,6 +90,9 @@ def test_the_right_token_gets_in() -> None:
         lowercase = await client.post("/agents/reader/mcp", json=INITIALIZE,
                                       headers={**HEADERS, "authorization": "bearer " + "r" * 32})
         assert lowercase.status_code == 200  # the scheme is case-insensitive, as RFC 6750 says
+        spaced = await client.post("/agents/reader/mcp", json=INITIALIZE,
+                                   headers={**HEADERS, "authorization": "Bearer   " + "r" * 32})
+        assert spaced.status_code == 200  # "Bearer" 1*SP token
 
     run(check)
 
@@ -108,6 +111,10 @@ def test_the_right_token_gets_in() -> None:
     ("/agents/reader/mcp", {"Authorization": "Bearer "}, None),
     (f"/agents/reader/mcp?access_token={'r' * 32}", {}, "invalid_request"),
     (f"/agents/reader/mcp?x=1&Token={'r' * 32}", bearer("r" * 32), "invalid_request"),
+    ("/agents/reader/mcp?auth=x", bearer("r" * 32), "invalid_request"),
+    ("/agents/reader/mcp?authorization=Bearer%20x", bearer("r" * 32), "invalid_request"),
+    ("/agents/reader/mcp?BEARER=x", bearer("r" * 32), "invalid_request"),
+    ("/agents/reader/mcp?token=a=b", bearer("r" * 32), "invalid_request"),  # the key is what precedes the first =
 ])
 def test_every_bad_credential_gets_the_same_401(path: str, headers: dict[str, str], error: str | None) -> None:
     async def check(app: HttpApp, client: httpx2.AsyncClient) -> None:
@@ -160,3 +167,73 @@ def test_host_and_origin_are_checked(host: str, origin: str | None, status: int)
         assert answer.status_code == status
 
     run(check, allowed_hosts=["proxy.example"], allowed_origins=["https://app.example"])
+
+
+def test_tokens_come_from_the_process_environment_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in TOKENS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("TOK_UNSET", raising=False)
+    app = HttpApp(ServingState(make_host(CONFIG, {"files": FILES})), HttpOptions())
+    assert app.tokens() == {"reader": b"r" * 32}
+
+
+def test_a_short_token_is_served_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    env = {"TOK_READER": "r" * 15, "TOK_WRITER": "w" * 16}  # the least a token should have: 16 characters
+    app = HttpApp(ServingState(make_host(CONFIG, {"files": FILES})), HttpOptions(), env=env)
+    assert app.tokens() == {"reader": b"r" * 15, "writer": b"w" * 16}
+    warnings = [r.getMessage() for r in caplog.records if "shorter" in r.getMessage()]
+    assert warnings == ["agent 'reader': its token is shorter than 16 characters; use a long random one"]
+
+
+def test_a_reload_rotates_tokens_and_stops_endpoints_whose_token_went() -> None:
+    env = dict(TOKENS)
+
+    async def main() -> None:
+        async with serving(env=env) as (app, client):
+            async def status(token: str) -> int:
+                answer = await client.post("/agents/reader/mcp", json=INITIALIZE, headers={**HEADERS, **bearer(token)})
+                return answer.status_code
+
+            assert await status("r" * 32) == 200
+            env["TOK_READER"] = "n" * 32
+            await app.sync()
+            assert (await status("r" * 32), await status("n" * 32)) == (401, 200)
+            assert app.endpoints["reader"].token == b"n" * 32
+            del env["TOK_READER"]
+            await app.sync()
+            assert sorted(app.endpoints) == []
+            assert await status("n" * 32) == 401
+
+    anyio.run(main)
+
+
+def test_stateless_endpoints_open_no_sessions() -> None:
+    async def check(app: HttpApp, client: httpx2.AsyncClient) -> None:
+        answer = await client.post("/agents/reader/mcp", json=INITIALIZE, headers={**HEADERS, **bearer("r" * 32)})
+        assert answer.status_code == 200
+        assert "mcp-session-id" not in answer.headers
+
+    run(check, stateless=True)
+
+
+def test_session_limits_idle_time_and_body_size_apply() -> None:
+    limited = "[host]\nhttp_max_sessions = 1\nhttp_session_idle = 0.2\n" + CONFIG
+
+    async def main() -> None:
+        async with serving(config=limited) as (_app, client):
+            headers = {**HEADERS, **bearer("r" * 32)}
+            first = await client.post("/agents/reader/mcp", json=INITIALIZE, headers=headers)
+            assert first.status_code == 200
+            second = await client.post("/agents/reader/mcp", json=INITIALIZE, headers=headers)
+            assert second.status_code == 503  # one session per agent at most
+            await anyio.sleep(0.6)  # the first one sits idle past http_session_idle and is closed
+            ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+            gone = await client.post("/agents/reader/mcp", json=ping,
+                                     headers={**headers, "mcp-session-id": first.headers["mcp-session-id"],
+                                              "mcp-protocol-version": "2025-11-25"})
+            assert gone.status_code == 404
+            big = await client.post("/agents/reader/mcp", content=b" " * (4 * 1024 * 1024 + 1),
+                                    headers=headers)
+            assert big.status_code == 413
+
+    anyio.run(main)

@@ -121,3 +121,43 @@ def test_protected_paths_are_related_by_whole_components(tmp_path: Path) -> None
                                                             "the config file")]
     assert workspace.protected_within(tmp_path / "ws" / "conf" / "toolcrib.toml" / "x") == [
         (str(tmp_path / "ws" / "conf" / "toolcrib.toml"), "the config file")]  # inside it: reached too
+
+
+def test_dangling_links_are_files_of_their_own(root: Root, tmp_path: Path) -> None:
+    (tmp_path / "ws" / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "ws" / "dangling2").symlink_to(tmp_path / "nowhere")
+    # a destination that is a dangling link exists: it is not replaced unasked
+    assert refused(root.rename, ("b.txt",), ("dangling",)) == "dangling: already exists"
+    root.rename(("dangling2",), ("moved",))  # a dangling link moves like any file
+    assert os.readlink(tmp_path / "ws" / "moved") == str(tmp_path / "nowhere")
+    assert root.remove(("moved",)) == "file"
+    assert not os.path.lexists(tmp_path / "ws" / "moved")
+
+
+def test_errors_name_the_path_they_are_about(root: Root) -> None:
+    assert refused(root.rename, ("b.txt",), ("nope", "x")) == "nope: not found"
+    assert refused(root.rename, ("b.txt",), ("dir", "a.txt", "x")) == (
+        "dir/a.txt: a component of the path is not a directory (or is a symbolic link)")
+    assert refused(root.rename, ("dir",), ("b.txt",), overwrite=True) == (
+        "b.txt: is a file, which a directory cannot replace")
+    assert refused(root.remove, ("b.txt", "x")) == (
+        "b.txt: a component of the path is not a directory (or is a symbolic link)")
+    assert refused(root.remove, ("nope", "x")) == "nope: not found"
+
+
+def test_a_protected_root_of_everything_refuses_every_change(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(workspace, "_PROTECTED", {})  # protection lasts for the process: this one only for the test
+    (tmp_path / "ws").mkdir()
+    workspace.protect({Path("/"): "the machine itself"})
+    root = Root(tmp_path / "ws")
+    assert refused(root.write_bytes, ("x",), b"x").startswith("x: is protected: ")
+
+
+def test_reading_a_fifo_never_blocks(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe")  # open() of a FIFO without O_NONBLOCK would wait for a writer forever
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert read_at(fd, "pipe", 10) is None
+    finally:
+        os.close(fd)

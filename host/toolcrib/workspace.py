@@ -331,7 +331,7 @@ class Root:
         self.guard(destination)
         with self.parent(source) as (sfd, sname), self.parent(destination) as (dfd, dname):
             try:
-                os.stat(sname, dir_fd=sfd, follow_symlinks=False)
+                moving = os.stat(sname, dir_fd=sfd, follow_symlinks=False)
             except OSError as exc:
                 raise _error(exc, source) from None
             try:
@@ -342,6 +342,8 @@ class Root:
                 raise _error(exc, destination) from None
             if existing is not None and (not overwrite or stat.S_ISDIR(existing.st_mode)):
                 raise PathError(f"{display(destination)}: already exists", missing=False)
+            if existing is not None and stat.S_ISDIR(moving.st_mode):
+                raise PathError(f"{display(destination)}: is a file, which a directory cannot replace", missing=False)
             try:
                 os.rename(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
             except OSError as exc:
