@@ -431,8 +431,8 @@ def test_upstream_texts_reach_agents_without_hidden_characters() -> None:
         loaded = config_from(config)
         async with upstream_pool() as pool:
             records, entries, items = await pool.sync(loaded)
-            assert sorted(i.name for i in items) == ["up__key", "up__note", "up__readme", "up__search",
-                                                     "up__summarize"]
+            assert sorted(i.name for i in items) == ["up__bad_name", "up__key", "up__note", "up__readme",
+                                                     "up__search", "up__summarize"]
             summarize = next(i for i in items if i.name == "up__summarize")
             assert summarize.to_wire()["title"] == "Summarize"
             host = Host(loaded, extra_entries=entries, extra_records=records, extra_items=items, plugins={},

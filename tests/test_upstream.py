@@ -75,15 +75,17 @@ async def with_host(check: Any) -> None:
 def test_upstream_tools_are_served_under_their_namespace() -> None:
     async def check(host: Host, records: list[Any]) -> None:
         states = {r.name: (r.kind, r.state, r.tool_count) for r in records}
-        assert states == {"broken": ("mcp", "failed", 0), "trusted_up": ("mcp", "loaded", 3),
-                          "up": ("mcp", "loaded", 3)}
+        assert states == {"broken": ("mcp", "failed", 0), "trusted_up": ("mcp", "loaded", 4),
+                          "up": ("mcp", "loaded", 4)}
         broken = next(r for r in records if r.name == "broken")
         assert broken.error is not None and broken.error.startswith("cannot connect: ")
         up = next(r for r in records if r.name == "up")
-        rule = "1-64 characters: a letter first, then letters, digits and single underscores ('__' is reserved)"
-        assert up.error == (f"tool 'get-weather' is not served: tool names are {rule}; "
-                            f"prompt 'bad-name' is not served: prompt names are {rule}")
-        assert host.view("a").names == ["up__echo", "up__fails", "up__now"]
+        assert up.error is None
+        assert host.view("a").names == ["up__echo", "up__fails", "up__get_weather", "up__now"]
+        # a name MCP allows and toolcrib's rule does not is served mapped, and called upstream by its own
+        weather = host.view("a").lookup("up__get_weather")
+        assert weather is not None and weather.to_mcp()["_meta"] == {"io.toolcrib/source-name": "get-weather"}
+        assert (await host.call("a", "up__get_weather", {})).text == "sunny"
         assert host.view("nomcp").names == []
         # untrusted annotations do not count for plan mode; trusted ones do
         assert host.view("planner").names == ["trusted_up__now"]
@@ -163,9 +165,12 @@ def test_upstream_resources_templates_and_prompts_pass_through_behind_the_rules(
                                                     "Resource not found: notes://public/nothing")
                 prompts = [p.model_dump(by_alias=True, exclude_none=True)
                            for p in (await client.list_prompts()).prompts]
-                assert prompts == [{"name": "up__summarize", "title": "Summarize", "description": "Summarize a text.",
-                                    "arguments": [{"name": "text", "description": "The text", "required": True},
-                                                  {"name": "style", "description": "How", "required": False}]}]
+                assert prompts[0] == {"name": "up__bad_name", "description": "A name toolcrib does not accept.",
+                                      "arguments": [], "_meta": {"io.toolcrib/source-name": "bad-name"}}
+                assert prompts[1:] == [{"name": "up__summarize", "title": "Summarize",
+                                        "description": "Summarize a text.",
+                                        "arguments": [{"name": "text", "description": "The text", "required": True},
+                                                      {"name": "style", "description": "How", "required": False}]}]
                 got = await client.get_prompt("up__summarize", {"text": "a long story"})
                 assert got.messages[0].content.text == "Summarize (briefly): a long story"  # type: ignore[union-attr]
                 with pytest.raises(MCPError) as info:
@@ -179,13 +184,31 @@ def test_upstream_resources_templates_and_prompts_pass_through_behind_the_rules(
                                              {"name": "path", "value": "pu"})
                 assert path.completion.values == ["public/readme"]
             async with Client(build_server(ServingState(host), "bare"), cache=None) as client:
-                assert [p.name for p in (await client.list_prompts()).prompts] == ["summarize"]
+                assert [p.name for p in (await client.list_prompts()).prompts] == ["bad_name", "summarize"]
                 assert (await client.list_resources()).resources == []  # no resources rule: none
             async with Client(build_server(ServingState(host), "a"), cache=None) as client:
                 assert (await client.list_prompts()).prompts == []  # no prompts rule: none
             host.close()
 
     anyio.run(main_)
+
+
+def test_names_a_source_gives_are_served_mapped_and_clashes_refused() -> None:
+    from toolcrib.mcp.upstream import serving_names
+
+    problems: list[str] = []
+    names = serving_names("tool", ["get-sum", "get_sum", "echo", "fs__read", "a.b", "dup", "dup", "9lives",
+                                   "x" * 65, "_hidden"], problems)
+    assert names == {"echo": "echo", "fs__read": "fs_read", "a.b": "a_b", "_hidden": "hidden"}
+    assert problems == [
+        "tool '9lives' is not served: tool names are served as 1-64 characters, a letter first, then letters, "
+        "digits and underscores ('9lives' is not)",
+        f"tool '{'x' * 65}' is not served: tool names are served as 1-64 characters, a letter first, then letters, "
+        f"digits and underscores ('{'x' * 65}' is not)",
+        "tool 'get-sum' is not served: it would be served as 'get_sum', like 'get_sum'",
+        "tool 'get_sum' is not served: it would be served as 'get_sum', like 'get-sum'",
+        "tool 'dup' is not served: the server offers two tools named 'dup'",
+    ]
 
 
 @pytest.mark.slow
@@ -200,6 +223,11 @@ def test_upstream_through_the_cli(tmp_path: Path) -> None:
     called = runner.invoke(main, ["call", "--config", str(config), "--agent", "a", "up__echo", "--args",
                                   '{"text": "hello"}'])
     assert (called.exit_code, called.stdout) == (0, "hello\n")
+    explained = runner.invoke(main, ["explain", "--config", str(config), "--agent", "a", "up__get_weather"])
+    assert explained.stdout.splitlines()[:2] == ["up__get_weather is visible to agent 'a' (mode 'default').",
+                                                 "  (its source calls it 'get-weather')"]
+    explained = runner.invoke(main, ["explain", "--config", str(config), "--agent", "a", "up__get_weather", "--json"])
+    assert json.loads(explained.stdout)["source_name"] == "get-weather"
     checked = runner.invoke(main, ["check", "--config", str(config)])
     assert checked.exit_code == 1
     assert "error: toolcrib.toml" not in checked.stderr
@@ -217,7 +245,8 @@ def test_upstream_tools_over_mcp(tmp_path: Path) -> None:
 
     async def main_() -> None:
         async with Client(params, cache=None) as client:
-            assert [t.name for t in (await client.list_tools()).tools] == ["up__echo", "up__fails", "up__now"]
+            assert [t.name for t in (await client.list_tools()).tools] == [
+                "up__echo", "up__fails", "up__get_weather", "up__now"]
             result = await client.call_tool("up__echo", {"text": "through two servers"})
             assert result.structured_content == {"echo": "through two servers"}
 
@@ -271,7 +300,8 @@ def test_lazy_servers_are_reached_through_the_dynamic_tools(tmp_path: Path) -> N
             load = {t["name"]: t for t in view.mcp_tools}["toolcrib__load_mcp"]
             assert load["description"].endswith("\n\nServers you can load: up")
             listed = await view.call("toolcrib__load_mcp", {"server": "up"})
-            assert [t["name"] for t in listed.structured_content["tools"]] == ["echo", "now"]  # type: ignore[index]
+            assert [t["name"] for t in listed.structured_content["tools"]] == [  # type: ignore[index]
+                "echo", "get_weather", "now"]
             now = await view.call("toolcrib__call_mcp_tool", {"server": "up", "tool_name": "now"})
             assert (now.is_error, now.text) == (False, "12:00")
             # the inner tool's own rules apply: ask needs approval, a denied tool is unknown

@@ -50,6 +50,8 @@ async def call_tool(ctx, params):  # type: ignore[no-untyped-def]
         return types.CallToolResult(content=[types.TextContent(text=text)], structured_content={"echo": text})
     if params.name == "styled":
         return types.CallToolResult(content=[types.TextContent(text="styled")])
+    if params.name == "get-weather":
+        return types.CallToolResult(content=[types.TextContent(text="sunny")])
     if params.name == "fails":
         raise MCPError(code=types.INVALID_PARAMS, message="nope")
     raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")

@@ -261,14 +261,20 @@ def _explain(host: Any, agent: str, as_json: bool, tool: str) -> None:
         raise _NotFound(f"no installed source offers a tool, prompt or resource named {tool!r}{hint} (toolcrib "
                         "plugins lists the sources)")
     vt = host.view(agent).lookup(tool)
+    entry = host.catalog.entries.get(tool)
+    source_name = entry.tool.source_name if entry is not None else None
     if as_json:
         out = decision.to_json()
+        if source_name is not None:
+            out["source_name"] = source_name
         if vt is not None and vt.call_rules is not None:
             out["call_rules"] = vt.call_rules.to_json()
         _echo_json(out)
         return
     verdict = "visible to" if decision.visible else "hidden from"
     click.echo(f"{tool} is {verdict} agent {agent!r} (mode {host.rules[agent].mode!r}).")
+    if source_name is not None:
+        click.echo(f"  (its source calls it {source_name!r})")
     for check in decision.checks:
         click.echo(f"  {check.name:<11} {'ok  ' if check.passed else 'FAIL'}  {check.detail}")
     if vt is not None and vt.call_rules is not None:

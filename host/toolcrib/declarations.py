@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, create_model
 from toolcrib.content import CONTENT_CLASSES, EmbeddedResource, Text, dumps
 from toolcrib.context import AvailabilityContext
 from toolcrib.errors import ToolDeclarationError
-from toolcrib.names import tool_name_problem
+from toolcrib.names import SOURCE_NAME_KEY, tool_name_problem
 from toolcrib.tool import _caller_locals, _check_is_available, _hints, _is_async, _signature_fields, json_schema_of
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -326,6 +326,7 @@ class Prompt:
     is_async: bool = False
     make_model: Callable[[], type[BaseModel]] = dataclasses.field(default=lambda: BaseModel, repr=False)
     passthrough: bool = False  # an upstream server's: handler(arguments=...) answers MCP's prompts/get itself
+    source_name: str | None = None  # the name its source gives it, when served under another
 
     @cached_property
     def model(self) -> type[BaseModel]:
@@ -339,6 +340,8 @@ class Prompt:
         wire["description"] = self.description
         wire["arguments"] = [{"name": n, **({"description": d} if d else {}), "required": r}
                              for n, d, r in self.arguments]
+        if self.source_name is not None:
+            wire["_meta"] = {SOURCE_NAME_KEY: self.source_name}
         return wire
 
 

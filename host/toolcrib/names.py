@@ -90,6 +90,18 @@ def tool_name_problem(name: object) -> str | None:
     return None
 
 
+SOURCE_NAME_KEY = "io.toolcrib/source-name"  # in a served tool's _meta: the name its source gives it
+
+
+def served_name(name: str) -> str:
+    """The name toolcrib serves a source's tool (or prompt) under when the source's own name breaks the tool-name
+    rule (MCP allows 1-128 characters of ``[A-Za-z0-9_.-]``): every other character becomes ``_``, runs of
+    underscores become one, and leading underscores go (``get-tiny-image`` -> ``get_tiny_image``, another
+    toolcrib's ``fs__read_file`` -> ``fs_read_file``). The result may still break the rule (a digit first, too
+    long): ``tool_name_problem`` says so."""
+    return re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9_]", "_", name)).lstrip("_")
+
+
 def namespace_problem(name: object) -> str | None:
     """Why ``name`` is not a valid namespace, or None when it is."""
     if not isinstance(name, str):

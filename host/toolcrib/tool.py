@@ -99,6 +99,7 @@ class Tool:
     # Schemas given as they are, for tools described by JSON Schema rather than Python (upstream MCP servers).
     given_input_schema: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
     given_output_schema: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
+    source_name: str | None = None  # the name its source gives it, when served under another (names.served_name)
 
     @cached_property
     def input_model(self) -> type[BaseModel]:

@@ -16,7 +16,7 @@ from toolcrib.content import ToolResult
 from toolcrib.context import Approver, AvailabilityContext, ClientChannel
 from toolcrib.declarations import Completions
 from toolcrib.errors import UnknownToolError
-from toolcrib.names import SEPARATOR, clean, clean_schema
+from toolcrib.names import SEPARATOR, SOURCE_NAME_KEY, clean, clean_schema
 from toolcrib.permissions import AgentRules, CallRules, availability_context, check_availability, decide, permitted
 from toolcrib.tool import Tool
 
@@ -97,6 +97,8 @@ class ViewTool:
             if isinstance(annotations.get("title"), str):
                 annotations["title"] = clean(annotations["title"])
             wire["annotations"] = annotations
+        if tool.source_name is not None:
+            wire["_meta"] = {SOURCE_NAME_KEY: tool.source_name}
         return wire
 
 

@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from toolcrib.content import ToolResult
 from toolcrib.declarations import Prompt, Resource, template_variables
 from toolcrib.errors import InvalidArgumentsError, ToolError
 from toolcrib.host import Host
-from toolcrib.names import clean, clean_schema, full_name, tool_name_problem
+from toolcrib.names import clean, clean_schema, full_name, served_name, tool_name_problem
 from toolcrib.plugins import PluginRecord
 from toolcrib.tool import ANNOTATION_KEYS, Tool
 
@@ -138,10 +139,7 @@ class UpstreamPool:
                 self._connections.pop(ns).scope.cancel()
                 continue
             problems: list[str] = list(connection.listing_problems)
-            for tool in connection.tools:
-                entry = _entry(connection, tool, problems)
-                if entry is not None:
-                    entries.append(entry)
+            entries.extend(_entries(connection, problems))
             items.extend(_items(connection, problems))
             record.tool_count = sum(1 for e in entries if e.namespace == ns)
             if problems:
@@ -168,8 +166,7 @@ class UpstreamPool:
                     connection.scope.cancel()
                     why = connection.error or f"it did not answer within {config.timeout:g} seconds"
                     raise ToolError(f"cannot connect to MCP server {namespace!r}: {why}")
-                made = (_entry(connection, t, []) for t in connection.tools)
-                connection.entries = sorted((e for e in made if e is not None), key=lambda e: e.name)
+                connection.entries = sorted(_entries(connection, []), key=lambda e: e.name)
             return connection.entries
 
     async def read(self, namespace: str, uri: str) -> ToolResult:
@@ -224,12 +221,37 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-def _entry(connection: _Connection, tool: Any, problems: list[str]) -> Entry | None:
+def serving_names(kind: str, originals: list[str], problems: list[str]) -> dict[str, str]:
+    """The name each of a source's tools (or prompts) is served under, by its own name: its own where toolcrib's
+    rule takes it, else ``names.served_name``'s. One that cannot be served, or that would share its served name with
+    another, is left out (both are), and ``problems`` says why."""
+    wanted: dict[str, str] = {}
+    for original in originals:
+        served = original if tool_name_problem(original) is None else served_name(original)
+        problem = tool_name_problem(served)
+        if problem is not None:
+            problems.append(f"{kind} {original!r} is not served: {kind} names are served as 1-64 characters, a letter "
+                            f"first, then letters, digits and underscores ({served!r} is not)")
+            continue
+        wanted[original] = served
+    shared = Counter(wanted[original] for original in originals if original in wanted)
+    for original, served in list(wanted.items()):
+        if shared[served] > 1:
+            others = sorted({o for o in originals if wanted.get(o) == served} - {original})
+            why = (f"the server offers two {kind}s named {original!r}" if not others
+                   else f"it would be served as {served!r}, like {', '.join(map(repr, others))}")
+            problems.append(f"{kind} {original!r} is not served: {why}")
+    return {original: served for original, served in wanted.items() if shared[served] == 1}
+
+
+def _entries(connection: _Connection, problems: list[str]) -> list[Entry]:
+    names = serving_names("tool", [t.name for t in connection.tools], problems)
+    made = (_entry(connection, t, names[t.name], problems) for t in connection.tools if t.name in names)
+    return [e for e in made if e is not None]
+
+
+def _entry(connection: _Connection, tool: Any, served: str, problems: list[str]) -> Entry | None:
     name = tool.name
-    problem = tool_name_problem(name)
-    if problem is not None:
-        problems.append(f"tool {name!r} is not served: {problem}")
-        return None
     annotations: dict[str, Any] = {}
     if tool.annotations is not None:
         for key, value in tool.annotations.model_dump(by_alias=True, exclude_none=True).items():
@@ -262,7 +284,7 @@ def _entry(connection: _Connection, tool: Any, problems: list[str]) -> Entry | N
         )
 
     spec = Tool(
-        name=name,
+        name=served,
         description=description,
         handler=handler,
         annotations=annotations,
@@ -274,8 +296,9 @@ def _entry(connection: _Connection, tool: Any, problems: list[str]) -> Entry | N
         make_input=lambda: _ANY_ARGUMENTS,
         given_input_schema=input_schema,
         given_output_schema=output_schema,
+        source_name=name if served != name else None,
     )
-    return Entry(name=full_name(namespace, name), namespace=namespace, kind="mcp", dimension="mcps",
+    return Entry(name=full_name(namespace, served), namespace=namespace, kind="mcp", dimension="mcps",
                  source=namespace, tool=spec, trusted=connection.config.trusted)
 
 
@@ -320,8 +343,11 @@ def _items(connection: _Connection, problems: list[str]) -> list[ItemEntry]:
         made = _resource(connection, template.name, template.uri_template, template, problems)
         if made is not None:
             add("resource template", made.name, made)
+    prompt_names = serving_names("prompt", [p.name for p in connection.prompts], problems)
     for prompt in connection.prompts:
-        made_prompt = _prompt(connection, prompt, problems)
+        if prompt.name not in prompt_names:
+            continue
+        made_prompt = _prompt(connection, prompt, prompt_names[prompt.name], problems)
         if made_prompt is not None:
             add("prompt", made_prompt.name, made_prompt)
     return found
@@ -362,12 +388,8 @@ def _resource(connection: _Connection, name: str, uri: str, declared: Any,
                     is_async=True, passthrough=True)
 
 
-def _prompt(connection: _Connection, declared: Any, problems: list[str]) -> Prompt | None:
+def _prompt(connection: _Connection, declared: Any, served: str, problems: list[str]) -> Prompt | None:
     name = declared.name
-    problem = tool_name_problem(name)
-    if problem is not None:
-        problems.append(f"prompt {name!r} is not served: {problem.replace('tool names', 'prompt names')}")
-        return None
     arguments = [(a.name, clean(a.description) if a.description else None, bool(a.required))
                  for a in declared.arguments or ()]
     if not _untouched(*(a for a, _, _ in arguments)):
@@ -381,7 +403,7 @@ def _prompt(connection: _Connection, declared: Any, problems: list[str]) -> Prom
 
         bad = sorted(k for k, v in arguments.items() if not isinstance(v, str))
         if bad:
-            raise InvalidArgumentsError(f"Invalid arguments for prompt {full_name(namespace, name)}: a prompt's "
+            raise InvalidArgumentsError(f"Invalid arguments for prompt {full_name(namespace, served)}: a prompt's "
                                         f"arguments are strings ({', '.join(bad)} is not)")
         try:
             result = await client.get_prompt(name, dict(arguments))
@@ -393,9 +415,10 @@ def _prompt(connection: _Connection, declared: Any, problems: list[str]) -> Prom
 
     title = getattr(declared, "title", None)
     completions = {a: _completer(client, "ref/prompt", name, a) for a, _, _ in arguments}
-    return Prompt(name=name, description=clean(declared.description or "") or f"The prompt {name} of the upstream "
+    return Prompt(name=served, description=clean(declared.description or "") or f"The prompt {name} of the upstream "
                   "server.", handler=get, arguments=tuple(arguments), title=clean(title) if title else None,
-                  complete=completions, is_async=True, passthrough=True)
+                  complete=completions, is_async=True, passthrough=True,
+                  source_name=name if served != name else None)
 
 
 def _completer(client: Any, kind: str, ref: str, argument: str) -> Any:
