@@ -117,7 +117,7 @@ def test_bad_patterns_names_and_references() -> None:
         model = "gpt-9"
         [agents.a.permissions]
         tools = { deny = ["fs__write file", "FS__read_file", "shell__exec(", "x()"] }
-        plugins = { allow = ["Fs"] }
+        plugins = { allow = ["fs pack"] }
         ask = [""]
         [agents."bad-name"]
         [agents.b]
@@ -126,8 +126,9 @@ def test_bad_patterns_names_and_references() -> None:
     ''') == [
         "error: conf.toml: agents.a.model: model 'gpt-9' is not defined; add a [models.\"gpt-9\"] table (defined: "
         "qwen-vl)",
-        "error: conf.toml: agents.a.permissions.plugins.allow[0]: 'Fs' is not a valid pattern: namespaces: lower-case "
-        "letters, digits and '_' and '*'",
+        "error: conf.toml: agents.a.permissions.plugins.allow[0]: 'fs pack' is not a valid pattern: namespaces, or the "
+        "names of the plugins a pack serves tools of (such as llm-tools-simpleeval): letters, digits, '_', '-' and "
+        "'.' and '*'",
         "error: conf.toml: agents.a.permissions.tools.deny[0]: 'fs__write file' is not a valid pattern: full tool "
         "names: letters, digits and '_' and '*', optionally followed by '(specifier)'",
         "error: conf.toml: agents.a.permissions.tools.deny[2]: 'shell__exec(': a specifier ends with ')': "

@@ -9,6 +9,7 @@ adding an allow never hides and adding a deny never reveals; agents are isolated
 from __future__ import annotations
 
 import copy
+import dataclasses
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
@@ -49,9 +50,12 @@ def _declare(read_only: bool, availability: str) -> Any:
 AVAILABILITY = ["none", "yes", "no", "vision", "raises"]
 POOL = {(ro, av): _declare(ro, av) for ro in (True, False) for av in AVAILABILITY}
 
+ORIGINS = [None, "llm-tools-a", "llm-tools-b"]  # the installed plugin a pack serves a tool from (the llm pack's)
+
 entries_st = st.dictionaries(
     keys=st.tuples(st.sampled_from(NAMESPACES), st.sampled_from(TOOLS)),
-    values=st.tuples(st.booleans(), st.sampled_from(AVAILABILITY), st.sampled_from(["pack", "mcp"]), st.booleans()),
+    values=st.tuples(st.booleans(), st.sampled_from(AVAILABILITY), st.sampled_from(["pack", "mcp"]), st.booleans(),
+                     st.sampled_from(ORIGINS)),
     min_size=1,
     max_size=9,
 )
@@ -60,7 +64,10 @@ entries_st = st.dictionaries(
 def _patterns(dimension: str) -> st.SearchStrategy[str]:
     if dimension in ("plugins", "mcps"):
         names = st.sampled_from(NAMESPACES)
-        return st.one_of(st.just("*"), names, names.map(lambda n: n[:1] + "*"), names.map(lambda n: "*" + n[-1:]))
+        found = st.one_of(st.just("*"), names, names.map(lambda n: n[:1] + "*"), names.map(lambda n: "*" + n[-1:]))
+        if dimension == "plugins":
+            found = st.one_of(found, st.sampled_from(["llm-tools-a", "llm-tools-*", "*-b"]))
+        return found
     full = st.tuples(st.sampled_from(NAMESPACES), st.sampled_from(TOOLS)).map(lambda t: f"{t[0]}__{t[1]}")
     return st.one_of(
         st.just("*"),
@@ -109,13 +116,15 @@ def _config(agents: dict[str, Any]) -> LoadedConfig:
     return LoadedConfig(config=config, source="generated", base_dir=Path.cwd())
 
 
-def _catalog(spec: dict[tuple[str, str], tuple[bool, str, str, bool]]) -> dict[str, Entry]:
+def _catalog(spec: dict[tuple[str, str], tuple[bool, str, str, bool, str | None]]) -> dict[str, Entry]:
     entries = {}
-    for (ns, name), (read_only, availability, kind, trusted) in spec.items():
+    for (ns, name), (read_only, availability, kind, trusted, origin) in spec.items():
         full = f"{ns}__{name}"
+        tool = POOL[(read_only, availability)]
+        if kind == "pack" and origin is not None:
+            tool = dataclasses.replace(tool, origin=origin)
         entries[full] = Entry(name=full, namespace=ns, kind=kind, dimension="plugins" if kind == "pack" else "mcps",
-                              source=ns, tool=POOL[(read_only, availability)],
-                              trusted=trusted if kind == "mcp" else True)
+                              source=ns, tool=tool, trusted=trusted if kind == "mcp" else True)
     return dict(sorted(entries.items()))
 
 
@@ -138,7 +147,14 @@ def _reference(agent: dict[str, Any], entry: Entry) -> bool:
         return not any(fnmatchcase(name, p) for p in rule["deny"] if "(" not in p)
 
     source_rule = permissions.get("plugins" if entry.kind == "pack" else "mcps")
-    if not permitted(source_rule, entry.source) or not permitted(permissions.get("tools"), entry.name):
+    source_ok = permitted(source_rule, entry.source)
+    origin = entry.tool.origin
+    if origin is not None and source_rule is not None:  # a pack's tool from another plugin is of both
+        if "allow" in source_rule:
+            source_ok = source_ok or permitted(source_rule, origin)
+        else:
+            source_ok = source_ok and permitted(source_rule, origin)
+    if not source_ok or not permitted(permissions.get("tools"), entry.name):
         return False
     read_only = entry.tool.annotations.get("readOnlyHint") is True and entry.trusted
     if agent["mode"] == "plan" and not read_only:
@@ -161,9 +177,9 @@ UNTRUSTED_PLAN = {"a": {"model": "vision-model", "mode": "plan",
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@example(agents=SPECIFIER_DENY, spec={("fs", "read"): (True, "none", "pack", True)})
-@example(agents=UNTRUSTED_PLAN, spec={("fs", "read"): (True, "none", "mcp", False),
-                                      ("web", "get"): (True, "vision", "mcp", True)})
+@example(agents=SPECIFIER_DENY, spec={("fs", "read"): (True, "none", "pack", True, None)})
+@example(agents=UNTRUSTED_PLAN, spec={("fs", "read"): (True, "none", "mcp", False, None),
+                                      ("web", "get"): (True, "vision", "mcp", True, None)})
 @given(agents=agents_st, spec=entries_st)
 def test_rules_agree_with_the_reference_and_deny_wins(agents: dict[str, Any], spec: Any) -> None:
     loaded = _config(agents)
@@ -182,6 +198,8 @@ def test_rules_agree_with_the_reference_and_deny_wins(agents: dict[str, Any], sp
             source_rule = permissions.get("plugins" if entry.kind == "pack" else "mcps") or {}
             tools_rule = permissions.get("tools") or {}
             assert not any(fnmatchcase(entry.source, p) for p in source_rule.get("deny", []))
+            if entry.tool.origin is not None:
+                assert not any(fnmatchcase(entry.tool.origin, p) for p in source_rule.get("deny", []))
             assert not any(fnmatchcase(name, p) for p in tools_rule.get("deny", []) if "(" not in p)
 
 
@@ -251,7 +269,8 @@ def test_no_mode_reveals_what_the_lists_hide(mode: str) -> None:
     agents = {"a": {"model": "vision-model", "mode": mode,
                     "permissions": {"plugins": {"allow": ["*"]}, "mcps": {"allow": ["*"]},
                                     "tools": {"deny": ["fs__*"]}}}}
-    entries = _catalog({("fs", "read"): (True, "none", "pack", True), ("web", "get"): (True, "none", "pack", True)})
+    entries = _catalog({("fs", "read"): (True, "none", "pack", True, None),
+                        ("web", "get"): (True, "none", "pack", True, None)})
     assert _visible(_config(agents), entries) == {"a": ["web__get"]}
 
 

@@ -7,9 +7,11 @@ sources claim is served by neither.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,6 +134,7 @@ def build_catalog(
     resources_hooks = hooks_by_plugin(pm, "toolcrib_resources")
     prompts_hooks = hooks_by_plugin(pm, "toolcrib_prompts")
     staged_items: list[ItemEntry] = []
+    origins: list[tuple[PluginRecord, PluginRecord]] = []  # (a pack, an installed plugin it serves tools of)
     for record in records:
         own = record.kind == "builtin" and record.name == RESERVED_NAMESPACE  # the host's own pack
         if record.state != "loaded" or not (record.kind == "pack" or own):
@@ -142,21 +145,26 @@ def build_catalog(
                         "served: rename the server or disable one of them")
             catalog.problems.append(_pack_problem(record, record.error or ""))
             continue
-        settings = _settings(settings_hooks.get(record.name), record, loaded, catalog)
+        with _warnings_of(record, catalog):
+            settings = _settings(settings_hooks.get(record.name), record, loaded, catalog)
+            if record.state != "loaded":
+                continue
+            catalog.settings[record.name] = settings
+            entries = _collect(tools_hooks.get(record.name), record, settings, catalog)
+            if record.state != "loaded":
+                continue
+            items = [*_collect_items(resources_hooks.get(record.name), "resources", record, settings, catalog),
+                     *_collect_items(prompts_hooks.get(record.name), "prompts", record, settings, catalog)]
         if record.state != "loaded":
             continue
-        catalog.settings[record.name] = settings
-        entries = _collect(tools_hooks.get(record.name), record, settings, catalog)
-        if record.state != "loaded":
-            continue
-        items = [*_collect_items(resources_hooks.get(record.name), "resources", record, settings, catalog),
-                 *_collect_items(prompts_hooks.get(record.name), "prompts", record, settings, catalog)]
-        if record.state != "loaded":
-            continue
+        entries, served_for = _origins(record, entries, catalog, mcp_namespaces | {r.name for r in records})
+        origins += [(record, origin) for origin in served_for]
         record.tool_count = len(entries)
         for entry in entries:
             staged[entry.name] = entry
         staged_items.extend(items)
+    for pack, origin in reversed(origins):  # each right after its pack, in the order the pack gave them
+        records.insert(records.index(pack) + 1, origin)
     for ns in config.packs:
         if catalog.record(ns) is None:
             catalog.problems.append(
@@ -186,6 +194,54 @@ def build_catalog(
             staged_items.append(item)
     _place_items(staged_items, catalog)
     return catalog
+
+
+@contextmanager
+def _warnings_of(record: PluginRecord, catalog: Catalog) -> Iterator[None]:
+    """What a pack logs at warning level or above while the host collects its tools (on ``toolcrib.pack.<ns>``) is
+    also a ``toolcrib check`` warning about the pack: it is how a pack says something is off in its settings."""
+
+    def collect(log_record: logging.LogRecord) -> bool:  # a filter that lets everything through: handlers (or
+        if log_record.levelno >= logging.WARNING:      # Python's last resort, printing to stderr) still get it
+            catalog.problems.append(_pack_problem(record, log_record.getMessage(), "warning"))
+        return True
+
+    logger = logging.getLogger(f"toolcrib.pack.{record.name}")
+    logger.addFilter(collect)
+    try:
+        yield
+    finally:
+        logger.removeFilter(collect)
+
+
+def _origins(pack: PluginRecord, entries: list[Entry], catalog: Catalog,
+             taken: set[str]) -> tuple[list[Entry], list[PluginRecord]]:
+    """A record for each installed plugin whose tools the pack serves (``Tool.origin``), to show beside it; an
+    origin named like a pack or a server is dropped (rules naming it mean that one)."""
+    from importlib import metadata
+
+    found: dict[str, PluginRecord] = {}
+    kept = []
+    for entry in entries:
+        origin = entry.tool.origin
+        if origin is not None and origin in taken:
+            catalog.problems.append(_pack_problem(pack, f"{entry.name}: its plugin {origin!r} has the name of a pack "
+                                                        "or server; rules that name it mean that one, not this plugin"))
+            entry = dataclasses.replace(entry, tool=dataclasses.replace(entry.tool, origin=None))
+            origin = None
+        kept.append(entry)
+        if origin is None:
+            continue
+        record = found.get(origin)
+        if record is None:
+            try:
+                version: str | None = metadata.version(origin)
+            except (metadata.PackageNotFoundError, ValueError):
+                version = None
+            record = found[origin] = PluginRecord(name=origin, kind=pack.name, state="loaded", distribution=origin,
+                                                  version=version, entry_point=f"served by pack {pack.name!r}")
+        record.tool_count += 1
+    return kept, list(found.values())
 
 
 def _place_items(items: list[ItemEntry], catalog: Catalog) -> None:

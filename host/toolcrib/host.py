@@ -274,7 +274,7 @@ class Host:
     def _rule_warnings(self, agent: str, rules: AgentRules) -> list[Problem]:
         source = self.loaded.source
         names = {
-            "plugins": {r.name for r in self.records if r.kind == "pack"},
+            "plugins": {r.name for r in self.records if r.kind not in ("builtin", "mcp")},  # packs, their plugins
             "mcps": set(self.loaded.config.mcps),
             "tools": set(self.catalog.entries),
             "skills": set(self.skills) | set(self.loaded.config.skills),

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 DIMENSIONS = ("plugins", "mcps", "tools", "resources", "prompts", "skills", "subagents")
 
 _NAME_CHARS = {
-    "plugins": ("a-z0-9_", "namespaces: lower-case letters, digits and '_'"),
+    "plugins": (r"A-Za-z0-9_.\-", "namespaces, or the names of the plugins a pack serves tools of (such as "
+                                  "llm-tools-simpleeval): letters, digits, '_', '-' and '.'"),
     "mcps": ("a-z0-9_", "namespaces: lower-case letters, digits and '_'"),
     "tools": ("A-Za-z0-9_", "full tool names: letters, digits and '_'"),
     "resources": (r"!-'+-~", "resource names or URIs: printable characters but spaces, '(' and ')'"),

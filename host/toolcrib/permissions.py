@@ -215,7 +215,7 @@ class AgentRules:
     has_permissions: bool
     workspace: Path | None = None
     availability_timeout: float = 5.0
-    _sources: dict[tuple[str, str], tuple[bool, Pattern | None]] = field(default_factory=dict, repr=False)
+    _sources: dict[tuple[str, str, str | None], tuple[bool, Pattern | None]] = field(default_factory=dict, repr=False)
 
     @property
     def mode(self) -> str:
@@ -234,13 +234,23 @@ class AgentRules:
             return None
         return CallRules(subjects=entry.tool.rule_subjects, allow=allow, deny=deny, ask=ask)
 
-    def source_permits(self, dimension: str, source: str) -> tuple[bool, Pattern | None]:
+    def source_permits(self, dimension: str, source: str, origin: str | None = None) -> tuple[bool, Pattern | None]:
         """``permits`` of a dimension's rule for one name, remembered (there are few sources, many tools). Only
-        ``decide`` asks it: every other question goes through ``decide``."""
-        key = (dimension, source)
+        ``decide`` asks it: every other question goes through ``decide``.
+
+        A tool a pack serves from another installed plugin (``origin``: ``llm-tools-simpleeval`` in the ``llm``
+        pack) is of both: an allow that names either lets it through, a deny that names either hides it.
+        """
+        key = (dimension, source, origin)
         found = self._sources.get(key)
         if found is None:
-            found = self.dimensions[dimension].permits(source)
+            rule = self.dimensions[dimension]
+            found = rule.permits(source)
+            if origin is not None and rule.kind != "missing":
+                by_origin = rule.permits(origin)
+                # allow: either name lets it through; deny: either name hides it
+                if (rule.kind == "allow" and not found[0]) or (rule.kind == "deny" and not by_origin[0]):
+                    found = by_origin
             self._sources[key] = found
         return found
 
@@ -288,7 +298,8 @@ def permitted(rules: AgentRules, entry: Entry | ItemEntry) -> bool:
     check: which checks are worth running (``build_view`` runs them together)."""
     if not rules.has_permissions:
         return False
-    if entry.kind != "builtin" and not rules.source_permits(entry.dimension, entry.source)[0]:
+    origin = entry.tool.origin if isinstance(entry, Entry) else None
+    if entry.kind != "builtin" and not rules.source_permits(entry.dimension, entry.source, origin)[0]:
         return False
     if isinstance(entry, ItemEntry):
         dimension = "prompts" if entry.what == "prompt" else "resources"
@@ -332,9 +343,11 @@ def decide(rules: AgentRules, subject: Entry | ItemEntry | Named, *, detail: boo
             checks.append(Check("source", True, "the host's own tool: it is offered by what it serves (see available)"))
     else:
         source_rule = rules.dimensions[entry.dimension]
-        passed, pattern = rules.source_permits(entry.dimension, entry.source)
+        origin = entry.tool.origin
+        passed, pattern = rules.source_permits(entry.dimension, entry.source, origin)
         if detail:
-            text = f"{_SOURCE_KIND[entry.dimension]} {entry.source!r}: {source_rule.describe(passed, pattern)}"
+            of = f" (its plugin {origin!r})" if origin is not None else ""
+            text = f"{_SOURCE_KIND[entry.dimension]} {entry.source!r}{of}: {source_rule.describe(passed, pattern)}"
             checks.append(Check("source", passed, text))
     visible = passed
     if visible or exhaustive:

@@ -100,6 +100,9 @@ class Tool:
     given_input_schema: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
     given_output_schema: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
     source_name: str | None = None  # the name its source gives it, when served under another (names.served_name)
+    # The installed plugin (a distribution, such as llm-tools-simpleeval) the tool comes from, when its pack serves
+    # other plugins' tools: operators' plugins rules match it beside the pack's namespace.
+    origin: str | None = None
 
     @cached_property
     def input_model(self) -> type[BaseModel]:

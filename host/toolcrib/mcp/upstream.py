@@ -252,6 +252,11 @@ def _entries(connection: _Connection, problems: list[str]) -> list[Entry]:
 
 def _entry(connection: _Connection, tool: Any, served: str, problems: list[str]) -> Entry | None:
     name = tool.name
+    execution = getattr(tool, "execution", None)
+    if execution is not None and execution.task_support == "required":
+        problems.append(f"tool {name!r} is not served: it runs only as an MCP task (taskSupport 'required'), and "
+                        "toolcrib does not run tasks")
+        return None
     annotations: dict[str, Any] = {}
     if tool.annotations is not None:
         for key, value in tool.annotations.model_dump(by_alias=True, exclude_none=True).items():

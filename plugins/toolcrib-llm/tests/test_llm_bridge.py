@@ -15,6 +15,8 @@ import pytest
 pytest.importorskip("llm")
 
 PLUGIN = '''
+import threading
+
 import llm
 
 
@@ -37,9 +39,12 @@ class Memory(llm.Toolbox):
     def __init__(self, prefix: str = ""):
         self.prefix = prefix
         self.data = {}
+        self.thread = threading.get_ident()  # like a sqlite3 connection, usable only on the thread that made it
 
     def remember(self, key: str, value: str) -> str:
         """Remember a value under a key."""
+        if threading.get_ident() != self.thread:
+            raise RuntimeError("objects created in a thread can only be used in that same thread")
         self.data[key] = value
         return f"remembered {key}"
 
@@ -126,11 +131,39 @@ def test_a_name_two_llm_plugins_register_is_served_by_neither(env: dict[str, str
 
 
 def test_only_the_chosen_llm_plugins(env: dict[str, str], tmp_path: Path) -> None:
-    (tmp_path / "toolcrib.toml").write_text(CONFIG + '\n[packs.llm]\nplugins = ["llm_tools_demo"]\n')
+    (tmp_path / "toolcrib.toml").write_text(CONFIG + '\n[packs.llm]\nplugins = ["llm-tools-demo"]\n')
     listed = toolcrib(env, tmp_path, "tools", "--agent", "a")
     names = [line.split()[0] for line in listed.stdout.splitlines()]
     # llm's own tools (llm_version, llm_time) are left out, so the demo plugin's llm_time no longer collides
     assert names == ["llm__add_numbers", "llm__llm_time", "llm__raw_echo", "llm__yell"]
+    # a name `llm plugins` does not print (the plugin's module) is a warning of check
+    (tmp_path / "toolcrib.toml").write_text(CONFIG + '\n[packs.llm]\nplugins = ["llm_tools_demo"]\n')
+    checked = toolcrib(env, tmp_path, "check")
+    assert ("warning: pack 'llm' (toolcrib-llm 0.1.0): [packs.llm] plugins names 'llm_tools_demo', which is not an "
+            "installed llm plugin with tools (`llm plugins` lists them)") in checked.stderr
+
+
+def test_each_llm_plugin_is_a_plugin_operators_allow_or_deny(env: dict[str, str], tmp_path: Path) -> None:
+    listed = toolcrib(env, tmp_path, "plugins", "--json")
+    rows = {r["name"]: r for r in json.loads(listed.stdout)}
+    demo = rows["llm-tools-demo"]
+    assert (demo["kind"], demo["state"], demo["distribution"], demo["version"], demo["tool_count"]) == (
+        "llm", "loaded", "llm-tools-demo", "0.1", 3)  # llm_time collides with llm's own, bad-name is refused
+    assert rows["llm.default_plugins.default_tools"]["tool_count"] == 1  # llm_version (llm_time collides)
+
+    def names(rule: str) -> list[str]:
+        (tmp_path / "toolcrib.toml").write_text(CONFIG.replace('plugins = { allow = ["llm"] }', rule))
+        listed = toolcrib(env, tmp_path, "tools", "--agent", "a")
+        return [line.split()[0] for line in listed.stdout.splitlines()]
+
+    demo_tools = ["llm__add_numbers", "llm__raw_echo", "llm__yell"]
+    assert names('plugins = { deny = ["llm-tools-demo"] }') == ["llm__llm_version"]  # even though llm is not denied
+    assert names('plugins = { allow = ["llm-tools-demo"] }') == demo_tools  # without allowing all of llm
+    assert names('plugins = { deny = ["llm"] }') == []  # the pack, with every plugin's tools
+    explained = toolcrib(env, tmp_path, "explain", "--agent", "a", "llm__yell")
+    assert explained.stdout.splitlines()[1] == (
+        "  source      FAIL  pack 'llm' (its plugin 'llm-tools-demo'): denied by agents.a.permissions.plugins.deny "
+        "'llm'")
 
 
 TOOLBOX_SCRIPT = """
@@ -153,7 +186,7 @@ anyio.run(main)
 def test_toolboxes_are_served_when_the_operator_configures_them(env: dict[str, str], tmp_path: Path) -> None:
     (tmp_path / "toolcrib.toml").write_text(CONFIG + """
 [packs.llm]
-plugins = ["llm_tools_demo"]
+plugins = ["llm-tools-demo"]
 [packs.llm.toolboxes.Memory]
 prefix = "> "
 [packs.llm.toolboxes.Needy]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import dataclasses
 import functools
 import inspect
 import logging
@@ -23,7 +26,8 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    plugins: list[str] | None = Field(None, description="only the tools of these llm plugins (default: all)")
+    plugins: list[str] | None = Field(None, description="only the tools of these llm plugins, by the names `llm "
+                                      "plugins` prints (default: all)")
     toolboxes: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="llm toolboxes to serve, by class name, each with its constructor's "
                                           "arguments ({} when it needs none); a toolbox not named here is not served")
@@ -31,13 +35,15 @@ class Settings(BaseModel):
 
 def registered() -> list[tuple[str, Any]]:
     """(llm plugin name, what it registered) for every ``register_tools`` implementation, each called on its own
-    (rather than through ``llm.get_tools()``, which renames a duplicate name silently)."""
+    (rather than through ``llm.get_tools()``, which renames a duplicate name silently). A plugin's name is the one
+    ``llm plugins`` prints: its distribution's (``llm-tools-simpleeval``), or the module of one of llm's own."""
     from llm.plugins import load_plugins, pm
 
     load_plugins()
+    distributions = {id(plugin): dist.metadata["Name"] for plugin, dist in pm.list_plugin_distinfo()}
     found: list[tuple[str, Any]] = []
     for plugin in pm.get_plugins():
-        plugin_name = pm.get_name(plugin) or "?"
+        plugin_name = distributions.get(id(plugin)) or pm.get_name(plugin) or "?"
         for impl in pm.hook.register_tools.get_hookimpls():
             if impl.plugin is not plugin:
                 continue
@@ -95,12 +101,15 @@ def _declare(fn: Any, name: str, description: str | None, bound_to: Any = None) 
 
 def _toolbox(cls: Any, arguments: dict[str, Any]) -> list[toolcrib.Tool]:
     """The tools of one instance of an ``llm.Toolbox``, built with the operator's constructor arguments. It is
-    shared by every agent allowed its tools, and lives until the config is reloaded."""
+    shared by every agent allowed its tools, and lives until the config is reloaded.
+
+    The instance is built, and its plain methods run, on one thread of its own: objects such as a ``sqlite3``
+    connection may be used only on the thread that made them, and worker threads come and go."""
+    thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"llm-{cls.__name__}")
     try:
-        instance = cls(**arguments)
-        instance.prepare()
-        tools = list(instance.tools())
+        instance, tools = thread.submit(_set_up, cls, arguments).result()
     except Exception as exc:
+        thread.shutdown(wait=False)
         log.warning("llm toolbox %s is not served: it cannot be set up with %r (%s: %s)", cls.__name__, arguments,
                     type(exc).__name__, exc)
         return []
@@ -111,9 +120,31 @@ def _toolbox(cls: Any, arguments: dict[str, Any]) -> list[toolcrib.Tool]:
             spec = _declare(implementation.__func__, tool.name, tool.description, bound_to=instance)
         else:  # added with add_tool(): an llm.Tool of its own
             spec = _from_llm_tool(tool, tool.name)
+        if spec is not None and not spec.is_async:
+            spec = dataclasses.replace(spec, handler=_on(thread, spec.handler, spec.takes_model), is_async=True)
         if spec is not None:
             specs.append(spec)
     return specs
+
+
+def _set_up(cls: Any, arguments: dict[str, Any]) -> tuple[Any, list[Any]]:
+    instance = cls(**arguments)
+    instance.prepare()
+    return instance, list(instance.tools())
+
+
+def _on(thread: concurrent.futures.ThreadPoolExecutor, handler: Any, takes_model: bool) -> Any:
+    """``handler``, run on ``thread`` (the event loop waits for it without blocking)."""
+    if takes_model:
+        async def run_model(arguments: Any) -> Any:
+            return await asyncio.wrap_future(thread.submit(handler, arguments))
+
+        return run_model
+
+    async def run(**arguments: Any) -> Any:
+        return await asyncio.wrap_future(thread.submit(functools.partial(handler, **arguments)))
+
+    return run
 
 
 @toolcrib.hookimpl
@@ -125,7 +156,11 @@ def toolcrib_tools(settings: Settings | None) -> list[Any]:
     wanted = set(settings.plugins) if settings.plugins is not None else None
     served = []
     toolboxes = set()
-    for plugin_name, (thing, name) in registered():
+    found = registered()
+    for unknown in sorted((wanted or set()) - {plugin_name for plugin_name, _ in found}):
+        log.warning("[packs.llm] plugins names %r, which is not an installed llm plugin with tools (`llm plugins` "
+                    "lists them)", unknown)
+    for plugin_name, (thing, name) in found:
         if wanted is not None and plugin_name not in wanted:
             continue
         if inspect.isclass(thing) and issubclass(thing, llm.Toolbox):
@@ -134,7 +169,8 @@ def toolcrib_tools(settings: Settings | None) -> list[Any]:
                 log.info("llm plugin %r registers the toolbox %s; to serve it, add [packs.llm.toolboxes.%s] with its "
                          "constructor's arguments", plugin_name, thing.__name__, thing.__name__)
                 continue
-            served += _toolbox(thing, settings.toolboxes[thing.__name__])
+            box = _toolbox(thing, settings.toolboxes[thing.__name__])
+            served += [dataclasses.replace(t, origin=plugin_name) for t in box]
             continue
         if isinstance(thing, llm.Tool):
             spec = _from_llm_tool(thing, name or thing.name)
@@ -144,7 +180,7 @@ def toolcrib_tools(settings: Settings | None) -> list[Any]:
             log.warning("llm plugin %r registers %r, which is not a tool; skipped", plugin_name, thing)
             continue
         if spec is not None:
-            served.append(spec)
+            served.append(dataclasses.replace(spec, origin=plugin_name))
     for unknown in sorted(set(settings.toolboxes) - toolboxes):
         log.warning("[packs.llm.toolboxes.%s]: no installed llm plugin registers a toolbox of that name", unknown)
     return served
