@@ -56,6 +56,7 @@ TABLES = {
     "[agents.&lt;name&gt;]": [config.AgentConfig],
     "[agents.&lt;name&gt;.permissions]": [config.Permissions, config.Rule],
     "[[hooks.pre_tool_use]]": [config.CommandHook],
+    '[tools."&lt;namespace&gt;__&lt;tool&gt;"]': [config.ToolCuration, config.ArgumentCuration],
 }
 
 
@@ -100,6 +101,19 @@ def test_config_reference_matches_the_models() -> None:
                     assert cell == "—", f"{heading} {key}: the default is not documented as none"
                 else:
                     assert cell == value, f"{heading} {key}: documented {cell!r}, the model says {value!r}"
+
+
+def test_every_config_example_in_the_docs_loads() -> None:
+    from toolcrib.config import parse_config
+
+    checked = 0
+    for doc in [ROOT / "README.md", *DOCS.glob("*.md"), *ROOT.glob("plugins/*/README.md")]:
+        for i, block in enumerate(re.findall(r"```toml\n(.*?)```", doc.read_text(), flags=re.S)):
+            if "[project]" in block or "[build-system]" in block:
+                continue  # a pyproject.toml, not a toolcrib config
+            parse_config(block, f"{doc.name} example {i}", ROOT)  # a ConfigError names the doc and what is wrong
+            checked += 1
+    assert checked >= 20
 
 
 def test_starter_config_and_builtin_default_are_documented_files() -> None:

@@ -337,3 +337,29 @@ def test_lazy_servers_are_reached_through_the_dynamic_tools(tmp_path: Path) -> N
     decisions = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
     inner = [(d["tool"], d["decision"]) for d in decisions if not d["tool"].startswith("toolcrib__")]
     assert inner == [("up__now", "allowed"), ("up__echo", "denied"), ("up__echo", "allowed")]
+
+
+@pytest.mark.slow
+def test_upstream_tools_are_curated_like_any() -> None:
+    text = CONFIG + """
+[tools.up__now]
+annotations = { readOnlyHint = true }
+[tools.up__get_weather]
+name = "weather"
+description = "Today's weather."
+"""
+
+    async def main_() -> None:
+        loaded = config_from(text)
+        async with upstream_pool() as pool:
+            records, entries, items = await pool.sync(loaded)
+            host = Host(loaded, extra_entries=entries, extra_records=records, extra_items=items, plugins={},
+                        autoload=False, env={})
+            # the operator vouches for the annotation of an untrusted server's tool: it counts in plan mode
+            assert host.view("planner").names == ["trusted_up__now", "up__now"]
+            assert host.view("a").names == ["up__echo", "up__fails", "up__now", "up__weather"]
+            weather = await host.call("a", "up__weather", {})
+            assert weather.text == "sunny"  # called upstream by the server's own name, get-weather
+            assert host.view("a").lookup("up__weather").to_mcp()["description"] == "Today's weather."  # type: ignore[union-attr]
+
+    anyio.run(main_)

@@ -119,6 +119,12 @@ class Pipeline:
             started = time.perf_counter()
         if arguments is None:
             arguments = {}
+        curation = vt.entry.curation
+        if curation is not None:  # the operator's defaults and fixed values go in before anything looks at them
+            arguments, refused = curation.apply(arguments)
+            if refused is not None:
+                return self._finish(view, vt, arguments, _Outcome("invalid", "input validation"),
+                                    ToolResult.error(f"Invalid arguments for {vt.name}:\n- {refused}"), started)
         problem = payload_problem(arguments, self.max_argument_bytes)
         if problem is not None:
             return self._finish(view, vt, arguments, _Outcome("invalid", "payload limits"),

@@ -47,6 +47,7 @@ class Entry:
     trusted: bool = True
     distribution: str | None = None
     version: str | None = None
+    curation: Any = None  # toolcrib.curation.Curation: what the operator changed of the tool its source serves
 
     @property
     def read_only(self) -> bool:

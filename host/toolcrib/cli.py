@@ -263,10 +263,13 @@ def _explain(host: Any, agent: str, as_json: bool, tool: str) -> None:
     vt = host.view(agent).lookup(tool)
     entry = host.catalog.entries.get(tool)
     source_name = entry.tool.source_name if entry is not None else None
+    curation = entry.curation if entry is not None else None
     if as_json:
         out = decision.to_json()
         if source_name is not None:
             out["source_name"] = source_name
+        if curation is not None:
+            out["curation"] = {"original": curation.original, "changes": list(curation.changes)}
         if vt is not None and vt.call_rules is not None:
             out["call_rules"] = vt.call_rules.to_json()
         _echo_json(out)
@@ -275,6 +278,8 @@ def _explain(host: Any, agent: str, as_json: bool, tool: str) -> None:
     click.echo(f"{tool} is {verdict} agent {agent!r} (mode {host.rules[agent].mode!r}).")
     if source_name is not None:
         click.echo(f"  (its source calls it {source_name!r})")
+    for change in curation.changes if curation is not None else ():
+        click.echo(f"  curated: {change}")
     for check in decision.checks:
         click.echo(f"  {check.name:<11} {'ok  ' if check.passed else 'FAIL'}  {check.detail}")
     if vt is not None and vt.call_rules is not None:

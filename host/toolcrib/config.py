@@ -29,7 +29,8 @@ from pydantic import (
 
 from toolcrib import patterns
 from toolcrib.errors import ConfigError, Problem
-from toolcrib.names import RESERVED_NAMESPACE, agent_name_problem, namespace_problem
+from toolcrib.names import RESERVED_NAMESPACE, SEPARATOR, agent_name_problem, namespace_problem, tool_name_problem
+from toolcrib.tool import ANNOTATION_KEYS
 
 CONFIG_ENV = "TOOLCRIB_CONFIG"
 DEFAULT_FILE = "toolcrib.toml"
@@ -165,6 +166,34 @@ class HooksConfig(_Strict):
     pre_tool_use: list[CommandHook] = Field(default_factory=list, description="run in order before a call")
 
 
+class ArgumentCuration(_Strict):
+    """``[tools."<name>".arguments.<argument>]``: one argument of a curated tool."""
+
+    value: Any = Field(None, description="always this value: the argument leaves the schema, and a call that gives "
+                       "it is refused")
+    default: Any = Field(None, description="the value when a call leaves the argument out (the schema shows it)")
+    description: str | None = Field(None, description="what the schema says the argument is")
+
+    @model_validator(mode="after")
+    def _value_or_default(self) -> ArgumentCuration:
+        if self.value is not None and (self.default is not None or self.description is not None):
+            raise ValueError("a fixed value leaves the schema, so it takes no default or description")
+        return self
+
+
+class ToolCuration(_Strict):
+    """``[tools."<namespace>__<tool>"]``: how the host serves one tool of any source, as its source offers it."""
+
+    name: str | None = Field(None, description="serve it as <namespace>__<name> (rules and the audit log use that)")
+    title: str | None = Field(None, description="its title")
+    description: str | None = Field(None, description="its description, replacing the source's")
+    annotations: dict[str, Any] = Field(default_factory=dict, description="MCP annotations to set (readOnlyHint, "
+                                        "destructiveHint, idempotentHint, openWorldHint, title); the operator vouches "
+                                        "for them, so they count even for an untrusted server")
+    arguments: dict[str, ArgumentCuration] = Field(default_factory=dict, description="per argument: a fixed "
+                                                   "value, or a default, or a description")
+
+
 class Config(_Strict):
     """The whole file."""
 
@@ -175,6 +204,8 @@ class Config(_Strict):
     skills: dict[str, SkillConfig] = Field(default_factory=dict)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     hooks: HooksConfig = HooksConfig()
+    tools: dict[str, ToolCuration] = Field(default_factory=dict, description="curation of tools, by the full name "
+                                           "their source serves them under")
 
 
 @dataclass(frozen=True)
@@ -303,6 +334,20 @@ def check_config(config: Config, source: str) -> list[Problem]:
             error(("mcps", name, "url"), f"expected an http:// or https:// URL, got {mcp.url!r}")
         if mcp.command is not None and (mcp.headers):
             error(("mcps", name, "headers"), "headers apply to url servers only")
+    for tool, curation in config.tools.items():
+        namespace, separator, own = tool.partition(SEPARATOR)
+        if not separator or namespace_problem(namespace) is not None or tool_name_problem(own) is not None:
+            error(("tools", tool), "expected the full name of a tool, <namespace>__<tool>, as its source serves it")
+        if curation.name is not None and tool_name_problem(curation.name) is not None:
+            error(("tools", tool, "name"), f"{curation.name!r}: {tool_name_problem(curation.name)} (the namespace "
+                  f"stays: name = \"calc\" serves it as {namespace}__calc)")
+        for key, value in curation.annotations.items():
+            expected = ANNOTATION_KEYS.get(key)
+            if expected is None:
+                error(("tools", tool, "annotations", key), f"not an MCP tool annotation; they are "
+                      f"{', '.join(ANNOTATION_KEYS)}")
+            elif not isinstance(value, expected):
+                error(("tools", tool, "annotations", key), f"expected {expected.__name__}, got {value!r}")
     for i, hook in enumerate(config.hooks.pre_tool_use):
         where = ("hooks", "pre_tool_use", i)
         if not hook.command or not hook.command[0]:

@@ -23,6 +23,7 @@ from toolcrib.calls import Pipeline
 from toolcrib.catalog import Catalog, Entry, ItemEntry, build_catalog
 from toolcrib.config import AgentConfig, LoadedConfig, load_config
 from toolcrib.content import ToolResult
+from toolcrib.curation import curate
 from toolcrib.declarations import Resource
 from toolcrib.default_plugins.builtins import Builtins
 from toolcrib.errors import Problem, ToolDeclarationError, UnknownAgentError
@@ -97,6 +98,8 @@ class Host:
         workspace.protect(self.governing)  # before any tool can run
         self.catalog: Catalog = build_catalog(self.pm, self.records, loaded, extra_entries, extra_items)
         self.catalog.problems.extend(problems)
+        self.catalog.entries, curation_problems = curate(self.catalog.entries, loaded, frozenset(self.lazy_servers))
+        self.catalog.problems.extend(curation_problems)
         self.rules: dict[str, AgentRules] = compile_rules(loaded)
         self.pipeline = Pipeline(self.pm, loaded, self.catalog.settings)
         self._views: dict[str, AgentView] = {}

@@ -166,7 +166,10 @@ class UpstreamPool:
                     connection.scope.cancel()
                     why = connection.error or f"it did not answer within {config.timeout:g} seconds"
                     raise ToolError(f"cannot connect to MCP server {namespace!r}: {why}")
-                connection.entries = sorted(_entries(connection, []), key=lambda e: e.name)
+                from toolcrib.curation import curate
+
+                curated, _ = curate({e.name: e for e in _entries(connection, [])}, loaded)
+                connection.entries = [e for e in curated.values() if e.namespace == namespace]
             return connection.entries
 
     async def read(self, namespace: str, uri: str) -> ToolResult:
