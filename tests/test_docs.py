@@ -113,7 +113,7 @@ def test_every_config_example_in_the_docs_loads() -> None:
                 continue  # a pyproject.toml, not a toolcrib config
             parse_config(block, f"{doc.name} example {i}", ROOT)  # a ConfigError names the doc and what is wrong
             checked += 1
-    assert checked >= 20
+    assert checked >= 15
 
 
 def test_starter_config_and_builtin_default_are_documented_files() -> None:
