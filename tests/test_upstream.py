@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -220,6 +221,16 @@ def test_upstream_through_the_cli(tmp_path: Path) -> None:
     assert listed.exit_code == 0, listed.output
     assert {r["name"]: r["state"] for r in json.loads(listed.stdout) if r["kind"] == "mcp"} == {
         "broken": "failed", "trusted_up": "loaded", "up": "loaded"}
+    # a command about one agent connects only the servers that agent may reach: 'broken' is not even tried
+    def tools_of(agent: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "toolcrib.cli", "tools", "--config", str(config), "--agent",
+                               agent], capture_output=True, text=True, env=cli_env(), timeout=120)
+
+    tools = tools_of("a")
+    assert tools.returncode == 0 and "broken" not in tools.stderr
+    assert [line.split()[0] for line in tools.stdout.splitlines()] == [
+        "up__echo", "up__fails", "up__get_weather", "up__now"]
+    assert "WARNING toolcrib.upstream: upstream server 'broken': " in tools_of("planner").stderr  # it may reach all
     called = runner.invoke(main, ["call", "--config", str(config), "--agent", "a", "up__echo", "--args",
                                   '{"text": "hello"}'])
     assert (called.exit_code, called.stdout) == (0, "hello\n")
@@ -363,3 +374,126 @@ description = "Today's weather."
             assert host.view("a").lookup("up__weather").to_mcp()["description"] == "Today's weather."  # type: ignore[union-attr]
 
     anyio.run(main_)
+
+
+@pytest.mark.slow
+def test_a_server_that_fails_is_reported_by_its_own_last_words() -> None:
+    text = f"""
+[mcps.gone]
+command = {json.dumps(sys.executable)}
+args = ["-m", "mcp_server_that_is_not_installed"]
+
+[mcps.nokey]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(SERVER)}]
+env = {{ API_KEY = "${{TOOLCRIB_TEST_UNSET_KEY}}" }}
+"""
+
+    async def main_() -> list[Any]:
+        async with upstream_pool() as pool:
+            records, _, _ = await pool.sync(config_from(text))
+            return records
+
+    records = {r.name: r for r in anyio.run(main_)}
+    assert records["gone"].state == "failed"
+    assert records["gone"].error == (f"cannot connect: it stopped, saying: {sys.executable}: No module named "
+                                     "mcp_server_that_is_not_installed")
+    assert records["nokey"].error == "cannot connect: env.API_KEY names ${TOOLCRIB_TEST_UNSET_KEY}, which is not set"
+
+
+@pytest.mark.slow
+def test_another_toolcrib_over_http_is_an_upstream_with_headers_from_the_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from test_serve import CONFIG as INNER
+    from test_serve import TOKENS, start_http
+
+    inner = tmp_path / "inner.toml"
+    inner.write_text(INNER)
+    proc, base, _ = start_http(inner)
+    monkeypatch.setenv("INNER_TOKEN", TOKENS["TOK_WRITER"])
+    text = f"""
+[mcps.inner]
+url = "{base}/agents/writer/mcp"
+headers = {{ Authorization = "Bearer ${{INNER_TOKEN}}" }}
+
+[mcps.locked]
+url = "{base}/agents/writer/mcp"
+headers = {{ Authorization = "Bearer ${{TOOLCRIB_TEST_UNSET_TOKEN}}" }}
+
+[agents.a.permissions]
+mcps = {{ allow = ["*"] }}
+tools = {{ allow = ["*"] }}
+"""
+
+    async def main_() -> None:
+        loaded = config_from(text)
+        async with upstream_pool() as pool:
+            records, entries, items = await pool.sync(loaded)
+            host = Host(loaded, extra_entries=entries, extra_records=records, extra_items=items, plugins={},
+                        autoload=False, env={})
+            # its full names are served mapped (files__read -> files_read), called upstream by their own
+            assert host.view("a").names == ["inner__files_read", "inner__files_touch", "inner__files_write",
+                                            "inner__talk_chatty", "inner__talk_noisy"]
+            read = await host.call("a", "inner__files_read", {"path": "notes.txt"})
+            assert (read.is_error, read.text) == (False, "contents of notes.txt")
+            locked = next(r for r in records if r.name == "locked")
+            assert locked.error == ("cannot connect: headers.Authorization names ${TOOLCRIB_TEST_UNSET_TOKEN}, which "
+                                    "is not set")
+
+    try:
+        anyio.run(main_)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    assert TOKENS["TOK_WRITER"] not in caplog.text  # a header's value is never logged
+
+
+SERVERS_JSON = {"mcpServers": {
+    "GitHub Server": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-github"],
+                      "env": {"GITHUB_TOKEN": "${GITHUB_TOKEN}"}},
+    "time": {"command": "python", "args": ["-m", "mcp_server_time"]},
+    "remote": {"type": "http", "url": "https://example.com/mcp",
+               "headers": {"Authorization": "Bearer ${API_TOKEN}", "X-Team Id": "7"}},
+    "legacy": {"type": "sse", "url": "https://example.com/sse"},
+    "toolcrib": {"command": "toolcrib", "args": ["serve", "--agent", "x"], "disabled": True},
+}}
+
+
+def test_an_mcp_servers_file_becomes_mcps_tables(tmp_path: Path) -> None:
+    from conftest import cli
+    from toolcrib.config import parse_config
+
+    source = tmp_path / "claude_desktop_config.json"
+    source.write_text(json.dumps(SERVERS_JSON))
+    code, out, err = cli("mcps", "import", str(source))
+    assert code == 0
+    assert out == textwrap.dedent("""\
+        [mcps.github_server]
+        command = "npx"
+        args = ["-y", "@modelcontextprotocol/server-github"]
+        env = { GITHUB_TOKEN = "${GITHUB_TOKEN}" }
+
+        [mcps.time]
+        command = "python"
+        args = ["-m", "mcp_server_time"]
+
+        [mcps.remote]
+        url = "https://example.com/mcp"
+        headers = { Authorization = "Bearer ${API_TOKEN}", "X-Team Id" = "7" }
+
+        [mcps.toolcrib_server]
+        command = "toolcrib"
+        args = ["serve", "--agent", "x"]
+        enabled = false
+        """)
+    assert err.splitlines() == [
+        "note: 'GitHub Server' is served as namespace 'github_server'",
+        "note: 'legacy': a 'sse' server; toolcrib connects stdio and streamable-HTTP servers only; left out",
+        "note: 'toolcrib' is served as namespace 'toolcrib_server'",
+    ]
+    loaded = parse_config(out, "imported", tmp_path)  # what it prints is a config that loads
+    assert sorted(loaded.config.mcps) == ["github_server", "remote", "time", "toolcrib_server"]
+    (tmp_path / "bad.json").write_text('{"servers": []}')
+    code, _, err = cli("mcps", "import", str(tmp_path / "bad.json"))
+    assert (code, err) == (1, f'Error: {tmp_path / "bad.json"}: expected an object with "mcpServers" (or "servers"): '
+                              '{"mcpServers": {"name": {"command": ..., "args": [...]}}}\n')

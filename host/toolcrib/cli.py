@@ -87,11 +87,14 @@ def _own_error(exc: BaseException) -> ToolcribError | None:
 
 
 @contextmanager
-def _session() -> Iterator[tuple[Any, Any]]:
-    """The host (and, when upstream MCP servers are connected, the portal their connections live on)."""
-    from toolcrib.mcp.upstream import open_host
+def _session(agent: str | None = None, *names: str) -> Iterator[tuple[Any, Any]]:
+    """The host (and, when upstream MCP servers are connected, the portal their connections live on). With an
+    ``agent``, only the upstream servers it may reach are connected (and those the ``names`` name): a command
+    about one agent does not wait for every server."""
+    from toolcrib.mcp.upstream import needed_by, open_host
 
-    with open_host(click.get_current_context().ensure_object(State).config) as (host, portal):
+    servers = needed_by(agent, *(n.split("__", 1)[0] for n in names)) if agent is not None else None
+    with open_host(click.get_current_context().ensure_object(State).config, servers=servers) as (host, portal):
         yield host, portal
 
 
@@ -174,7 +177,7 @@ def init(force: bool, path: Path | None) -> None:
 @_guard
 def tools(agent: str, as_json: bool, show_all: bool) -> None:
     """List the tools an agent sees, in the order MCP lists them."""
-    with _session() as (host, _):
+    with _session(None if show_all else agent) as (host, _):
         _tools(host, agent, as_json, show_all)
 
 
@@ -235,7 +238,7 @@ def new(namespace: str | None, directory: Path | None, name: str) -> None:
 def schema(agent: str, fmt: str) -> None:
     """Export the tools an agent sees, as JSON for a framework that does not speak MCP (or, with mcp-all, all it is
     served)."""
-    with _session() as (host, _):
+    with _session(agent) as (host, _):
         view = host.view(agent)
         _echo_json(view.surface() if fmt == "mcp-all" else view.export(fmt))
 
@@ -249,7 +252,7 @@ def schema(agent: str, fmt: str) -> None:
 def explain(agent: str, as_json: bool, tool: str) -> None:
     """Say why TOOL is or is not visible to an agent: each check and the rule or reason that decided it. TOOL may
     also be a prompt, or a resource (by name or URI)."""
-    with _session() as (host, _):
+    with _session(agent, tool) as (host, _):
         _explain(host, agent, as_json, tool)
 
 
@@ -403,7 +406,7 @@ async def _stop_on_signal(scope: Any) -> None:
 def call(agent: str, args_json: str, as_json: bool, tool: str) -> None:
     """Call TOOL once through the full pipeline, as the agent would; exit 1 on an error result."""
     arguments = _json_object(args_json, "--args")
-    with _session() as (host, portal):
+    with _session(agent) as (host, portal):
         approver = _terminal_approver() if sys.stdin.isatty() else None
         result = _run(portal, lambda: host.call(agent, tool, arguments, approver=approver))
     if as_json:
@@ -448,7 +451,7 @@ def _json_object(text: str, option: str) -> dict[str, Any]:
 @_guard
 def resources(agent: str, as_json: bool) -> None:
     """List the resources and resource templates an agent may read."""
-    with _session() as (host, _):
+    with _session(agent) as (host, _):
         view = host.view(agent)
         if as_json:
             _echo_json({"resources": view.mcp_resources, "resourceTemplates": view.mcp_templates})
@@ -467,7 +470,7 @@ def resources(agent: str, as_json: bool) -> None:
 @_guard
 def read(agent: str, as_json: bool, uri: str) -> None:
     """Read the resource at URI as the agent would; exit 1 when it fails, 2 when the agent may not read it."""
-    with _session() as (host, portal):
+    with _session(agent) as (host, portal):
         try:
             contents = _run(portal, lambda: host.view(agent).read(uri))
         except ToolError as exc:
@@ -493,7 +496,7 @@ def read(agent: str, as_json: bool, uri: str) -> None:
 @_guard
 def prompts(agent: str, as_json: bool) -> None:
     """List the prompts an agent may get."""
-    with _session() as (host, _):
+    with _session(agent) as (host, _):
         view = host.view(agent)
         if as_json:
             _echo_json(view.mcp_prompts)
@@ -515,7 +518,7 @@ def prompts(agent: str, as_json: bool) -> None:
 def prompt(agent: str, args_json: str, as_json: bool, name: str) -> None:
     """Get prompt NAME as the agent would: its messages; exit 1 when it fails, 2 when the agent may not get it."""
     arguments = _json_object(args_json, "--args")
-    with _session() as (host, portal):
+    with _session(agent) as (host, portal):
         try:
             answer = _run(portal, lambda: host.view(agent).get_prompt(name, arguments))
         except ToolError as exc:
@@ -528,6 +531,30 @@ def prompt(agent: str, args_json: str, as_json: bool, name: str) -> None:
         content = message["content"]
         text = content["text"] if content.get("type") == "text" else f"[{content.get('type')} content]"
         click.echo(f"{message['role']}: {text}")
+
+
+# -- upstream servers ---------------------------------------------------------------------------------------------
+
+
+@main.group()
+def mcps() -> None:
+    """Upstream MCP servers."""
+
+
+@mcps.command("import")
+@click.argument("file", type=click.File("r", encoding="utf-8"))
+def import_servers(file: Any) -> None:
+    """Print [mcps.*] tables for the servers of an mcpServers JSON FILE (as Claude Desktop, Cursor, Claude Code and
+    the Claude SDK write it; - reads stdin): append them to your config with >> toolcrib.toml."""
+    from toolcrib.mcp.importing import McpImportError, import_servers
+
+    try:
+        text, notes = import_servers(file.read())
+    except McpImportError as exc:
+        raise click.ClickException(f"{file.name}: {exc}") from None
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
+    click.echo(text, nl=False)
 
 
 def _terminal_approver() -> Any:

@@ -15,8 +15,10 @@ import contextlib
 import json
 import logging
 import os
-from collections import Counter
-from collections.abc import AsyncIterator, Iterator, Mapping
+import re
+import threading
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,12 +82,71 @@ def _key(config: McpConfig) -> str:
 
 
 def _target(loaded: LoadedConfig, config: McpConfig) -> Any:
+    """How to reach the server: ``StdioServerParameters``, or ``(url, headers)``. Values of ``env`` and ``headers``
+    may name the host's environment variables, ``${NAME}`` (a secret stays out of the config file)."""
     if config.url is not None:
-        return config.url
+        return config.url, {k: expand(v, f"headers.{k}") for k, v in config.headers.items()}
     from mcp import StdioServerParameters
 
     cwd = str(loaded.resolve(config.cwd)) if config.cwd else None
-    return StdioServerParameters(command=config.command or "", args=config.args, env=config.env or None, cwd=cwd)
+    env = {k: expand(v, f"env.{k}") for k, v in config.env.items()}
+    return StdioServerParameters(command=config.command or "", args=config.args, env=env or None, cwd=cwd)
+
+
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expand(value: str, where: str, env: Mapping[str, str] | None = None) -> str:
+    """``value`` with each ``${NAME}`` replaced by the environment variable; ``UpstreamConfigError`` names a missing
+    one (never a value: these are often secrets)."""
+    env = os.environ if env is None else env
+
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in env:
+            raise UpstreamConfigError(f"{where} names ${{{name}}}, which is not set")
+        return env[name]
+
+    return _VARIABLE.sub(one, value)
+
+
+class UpstreamConfigError(ValueError):
+    """What keeps toolcrib from even starting an upstream server (a missing environment variable)."""
+
+
+STDERR_LINES = 20  # of a stdio server's stderr, kept to say why it failed
+
+
+@asynccontextmanager
+async def _transport(target: Any, tail: deque[str]) -> AsyncIterator[Any]:
+    """What ``mcp.Client`` connects through: a stdio server whose stderr is read into ``tail`` (its last lines say
+    why it failed: "No module named mcp_server_time"), or a streamable-HTTP one with the configured headers."""
+    if isinstance(target, tuple):
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        url, headers = target
+        async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http:
+            yield streamable_http_client(url, http_client=http)
+        return
+    from mcp.client.stdio import stdio_client
+
+    read_fd, write_fd = os.pipe()
+    errlog = os.fdopen(write_fd, "w")
+
+    def drain() -> None:
+        with os.fdopen(read_fd, errors="replace") as lines:
+            for line in lines:
+                if line.strip():
+                    tail.append(line.rstrip())
+                    log.debug("upstream stderr: %s", line.rstrip())
+
+    reader = threading.Thread(target=drain, name="toolcrib-upstream-stderr", daemon=True)
+    reader.start()
+    try:
+        yield stdio_client(target, errlog=errlog)
+    finally:
+        errlog.close()  # the child's copy closes when it exits; then the reader ends
 
 
 class UpstreamPool:
@@ -98,12 +159,14 @@ class UpstreamPool:
         self._locks: dict[str, anyio.Lock] = {}
         self._loaded: LoadedConfig | None = None
 
-    async def sync(self, loaded: LoadedConfig) -> tuple[list[PluginRecord], list[Entry], list[ItemEntry]]:
+    async def sync(self, loaded: LoadedConfig, only: frozenset[str] | None = None
+                   ) -> tuple[list[PluginRecord], list[Entry], list[ItemEntry]]:
         """Connect what the config names (reusing unchanged connections, closing the rest); return a record per
         server, the catalog entries of their tools, and their resources, templates and prompts. Lazy servers are
-        left for ``load``."""
+        left for ``load``; with ``only``, so is every server not named in it (a command that needs only some)."""
         self._loaded = loaded
-        configured = {ns: c for ns, c in loaded.config.mcps.items() if c.enabled}
+        configured = {ns: c for ns, c in loaded.config.mcps.items()
+                      if c.enabled and (only is None or ns in only)}
         wanted = {ns: c for ns, c in configured.items() if not c.lazy}
         for ns in list(self._connections):
             if ns not in configured or self._connections[ns].key != _key(configured[ns]):
@@ -113,7 +176,7 @@ class UpstreamPool:
             if ns not in self._connections:
                 connection = _Connection(ns, config, _key(config))
                 self._connections[ns] = connection
-                self._tg.start_soon(self._run, connection, _target(loaded, config), loaded.config.host.call_timeout)
+                self._tg.start_soon(self._run, connection, loaded, loaded.config.host.call_timeout)
                 starting.append(connection)
         for connection in starting:
             with anyio.move_on_after(connection.config.timeout):
@@ -125,6 +188,8 @@ class UpstreamPool:
         entries: list[Entry] = []
         items: list[ItemEntry] = []
         for ns, config in sorted(loaded.config.mcps.items()):
+            if only is not None and ns not in only:
+                continue
             record = PluginRecord(name=ns, kind="mcp", state="loaded", entry_point=config.command or config.url)
             records.append(record)
             if not config.enabled:
@@ -158,7 +223,7 @@ class UpstreamPool:
             if connection is None or connection.client is None:
                 connection = _Connection(namespace, config, _key(config))
                 self._connections[namespace] = connection
-                self._tg.start_soon(self._run, connection, _target(loaded, config), loaded.config.host.call_timeout)
+                self._tg.start_soon(self._run, connection, loaded, loaded.config.host.call_timeout)
                 with anyio.move_on_after(config.timeout):
                     await connection.ready.wait()
                 if connection.client is None:
@@ -169,7 +234,8 @@ class UpstreamPool:
                 from toolcrib.curation import curate
 
                 curated, _ = curate({e.name: e for e in _entries(connection, [])}, loaded)
-                connection.entries = [e for e in curated.values() if e.namespace == namespace]
+                connection.entries = sorted((e for e in curated.values() if e.namespace == namespace),
+                                            key=lambda e: e.name)
             return connection.entries
 
     async def read(self, namespace: str, uri: str) -> ToolResult:
@@ -184,20 +250,24 @@ class UpstreamPool:
                   for c in result.contents]
         return ToolResult(content=tuple(blocks))
 
-    async def _run(self, connection: _Connection, target: Any, read_timeout: float) -> None:
+    async def _run(self, connection: _Connection, loaded: LoadedConfig, read_timeout: float) -> None:
         from mcp import Client
 
+        tail: deque[str] = deque(maxlen=STDERR_LINES)
         with connection.scope:
             try:
-                async with Client(target, mode="auto", cache=None, read_timeout_seconds=read_timeout) as client:
+                target = _target(loaded, connection.config)
+                async with _transport(target, tail) as transport, Client(
+                        transport, mode="auto", cache=None, read_timeout_seconds=read_timeout) as client:
                     connection.tools = await _every(client.list_tools, "tools")
                     await _list_items(connection, client)
                     connection.client = client
                     connection.ready.set()
                     await anyio.sleep_forever()
             except Exception as exc:  # a server that cannot start, answers garbage, or dies
-                log.warning("upstream server %r: %s", connection.namespace, exc)
-                connection.error = _describe(exc)
+                await anyio.sleep(0.05)  # its last words on stderr are on their way
+                connection.error = _describe(exc, list(tail))
+                log.warning("upstream server %r: %s", connection.namespace, connection.error)
                 connection.client = None
                 connection.ready.set()
 
@@ -218,7 +288,14 @@ async def upstream_pool() -> AsyncIterator[UpstreamPool]:
             tg.cancel_scope.cancel()
 
 
-def _describe(exc: BaseException) -> str:
+def _describe(exc: BaseException, stderr: Sequence[str] = ()) -> str:
+    """Why a server failed: its own last words on stderr when it said any (the real cause: "No module named
+    mcp_server_time"), else the error, unwrapped from the task groups it came through."""
+    if stderr:
+        said = " | ".join(stderr[-5:])
+        return f"it stopped, saying: {said[-600:]}"
+    if isinstance(exc, UpstreamConfigError):
+        return str(exc)
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(_describe(e) for e in exc.exceptions)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -451,17 +528,43 @@ def _mapping(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return json.loads(json.dumps(value)) if value else None
 
 
+def needed_by(agent: str, *also: str) -> Callable[[LoadedConfig], frozenset[str]]:
+    """The upstream servers ``agent`` may reach: those its ``mcps`` rule permits, and those of every agent it may
+    hand a task to, and theirs (plus the namespaces ``also`` names that are servers). What a command about one
+    agent connects."""
+
+    def needed(loaded: LoadedConfig) -> frozenset[str]:
+        from toolcrib.permissions import compile_rules, permits
+
+        rules = compile_rules(loaded)
+        agents, todo = set(), [agent]
+        while todo:
+            name = todo.pop()
+            if name in agents or name not in rules:
+                continue
+            agents.add(name)
+            todo += [other for other in rules if permits(rules[name], "subagents", other)]
+        found = {ns for ns in loaded.config.mcps for a in agents if permits(rules[a], "mcps", ns)}
+        found |= {ns for ns in also if ns in loaded.config.mcps}
+        return frozenset(found)
+
+    return needed
+
+
 @contextlib.contextmanager
 def open_host(
-    path: str | os.PathLike[str] | None = None, **kwargs: Any
+    path: str | os.PathLike[str] | None = None, *, servers: Callable[[LoadedConfig], frozenset[str]] | None = None,
+    **kwargs: Any,
 ) -> Iterator[tuple[Host, BlockingPortal | None]]:
-    """A ``Host`` for code that is not async, with its upstream MCP servers connected while the block runs.
+    """A ``Host`` for code that is not async, with its upstream MCP servers connected while the block runs (with
+    ``servers``, only those it names for the loaded config: ``needed_by``).
 
     Yields the host and, when servers are connected, the portal their connections live on: calls must go through
     it (``portal.call(host.call, agent, tool, arguments)``).
     """
     loaded = load_config(path, kwargs.get("env"))
-    if not any(c.enabled for c in loaded.config.mcps.values()):
+    only = servers(loaded) if servers is not None else None
+    if not any(c.enabled and (only is None or ns in only) for ns, c in loaded.config.mcps.items()):
         host = Host(loaded, **kwargs)
         try:
             yield host, None
@@ -469,7 +572,7 @@ def open_host(
             host.close()
         return
     with start_blocking_portal() as portal, portal.wrap_async_context_manager(upstream_pool()) as pool:
-        records, entries, items = portal.call(pool.sync, loaded)
+        records, entries, items = portal.call(pool.sync, loaded, only)
         host = Host(loaded, extra_entries=entries, extra_records=records, upstreams=pool, extra_items=items,
                     **kwargs)
         try:
