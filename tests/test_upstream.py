@@ -497,3 +497,58 @@ def test_an_mcp_servers_file_becomes_mcps_tables(tmp_path: Path) -> None:
     code, _, err = cli("mcps", "import", str(tmp_path / "bad.json"))
     assert (code, err) == (1, f'Error: {tmp_path / "bad.json"}: expected an object with "mcpServers" (or "servers"): '
                               '{"mcpServers": {"name": {"command": ..., "args": [...]}}}\n')
+
+
+def _rug_config(tmp_path: Path, env: str) -> Path:
+    config = tmp_path / "toolcrib.toml"
+    config.write_text(f"""
+[mcps.up]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(SERVER)}]
+env = {{ {env} }}
+
+[agents.a.permissions]
+mcps = {{ allow = ["up"] }}
+tools = {{ allow = ["*"] }}
+""")
+    return config
+
+
+@pytest.mark.slow
+def test_a_rug_pull_is_caught_after_a_restart(tmp_path: Path) -> None:
+    runner = CliRunner(env=cli_env())
+    config = _rug_config(tmp_path, 'RUG_PULL = "0"')
+    locked = runner.invoke(main, ["lock", "--config", str(config)])
+    assert locked.stdout == f"locked 4 tools in {tmp_path / 'toolcrib.lock'}\n"
+    # the server is upgraded: echo's definition changes; the next start serves everything but echo
+    _rug_config(tmp_path, 'RUG_PULL = "1"')
+    listed = runner.invoke(main, ["tools", "--config", str(config), "--agent", "a"])
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == ["up__fails", "up__get_weather", "up__now"]
+    checked = runner.invoke(main, ["check", "--config", str(config)])
+    assert (f"error: {tmp_path / 'toolcrib.lock'}: up__echo (upstream server 'up') changed since the lock: "
+            "description, inputSchema, outputSchema; it is held back until toolcrib lock accepts it"
+            ) in checked.stderr.splitlines()
+
+
+@pytest.mark.slow
+def test_a_server_that_redefines_a_tool_while_connected_is_caught(tmp_path: Path) -> None:
+    from toolcrib import lock
+    from toolcrib.mcp.state import serving_state
+
+    config = _rug_config(tmp_path, 'MUTABLE = "1"')
+
+    async def main_() -> None:
+        async with serving_state(config) as state:
+            lock.write(state.host.loaded, state.host.catalog.entries)
+            assert await state.reload()
+            assert "up__echo" in state.view("a").names
+            mutated = await state.view("a").call("up__mutate", {})
+            assert mutated.text == "mutated"
+            with anyio.fail_after(30):  # the server's notification reloads the host; the lock holds echo back
+                while "up__echo" in state.view("a").names:
+                    await anyio.sleep(0.05)
+            assert state.view("a").names == ["up__fails", "up__get_weather", "up__mutate", "up__now"]
+            assert state.host.explain("a", "up__echo").reason.startswith(  # type: ignore[union-attr]
+                "its definition changed since toolcrib.lock: description")
+
+    anyio.run(main_)

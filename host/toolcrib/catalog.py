@@ -48,6 +48,7 @@ class Entry:
     distribution: str | None = None
     version: str | None = None
     curation: Any = None  # toolcrib.curation.Curation: what the operator changed of the tool its source serves
+    held: str | None = None  # why the definition lock holds the tool back (toolcrib.lock), or None
 
     @property
     def read_only(self) -> bool:

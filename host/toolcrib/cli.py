@@ -156,6 +156,23 @@ def check(strict: bool) -> None:
 
 @main.command()
 @_common
+@_guard
+def lock() -> None:
+    """Record what every tool the config serves looks like, in toolcrib.lock beside the config: a tool whose
+    definition changes afterwards (a pack upgrade, an upstream server redefining it) is held back until you lock
+    again."""
+    from toolcrib import lock as definitions
+
+    with _session() as (host, _):
+        held = sorted(name for name, entry in host.catalog.entries.items() if entry.held is not None)
+        path, count = definitions.write(host.loaded, host.catalog.entries)
+    for name in held:
+        click.echo(f"accepted the new definition of {name}")
+    click.echo(f"locked {count} tools in {path}")
+
+
+@main.command()
+@_common
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 @click.argument("path", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @_guard

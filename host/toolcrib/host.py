@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import sys
 import threading
@@ -18,7 +19,7 @@ from typing import Any
 
 import anyio
 
-from toolcrib import default_plugins, workspace
+from toolcrib import default_plugins, lock, workspace
 from toolcrib.calls import Pipeline
 from toolcrib.catalog import Catalog, Entry, ItemEntry, build_catalog
 from toolcrib.config import AgentConfig, LoadedConfig, load_config
@@ -48,6 +49,8 @@ from toolcrib.plugins import (
 from toolcrib.scope import LazyServers
 from toolcrib.skills import discover as discover_skills
 from toolcrib.view import AgentView, build_view, served_names
+
+log = logging.getLogger("toolcrib.host")
 
 
 class Host:
@@ -100,10 +103,26 @@ class Host:
         self.catalog.problems.extend(problems)
         self.catalog.entries, curation_problems = curate(self.catalog.entries, loaded, frozenset(self.lazy_servers))
         self.catalog.problems.extend(curation_problems)
+        self._apply_lock()
         self.rules: dict[str, AgentRules] = compile_rules(loaded)
         self.pipeline = Pipeline(self.pm, loaded, self.catalog.settings)
         self._views: dict[str, AgentView] = {}
         self._lock = threading.Lock()
+
+    def _apply_lock(self) -> None:
+        """Hold back what ``toolcrib.lock`` says changed (and, when strict, what it does not know)."""
+        loaded = self.loaded
+        held, problems = lock.held_back(lock.read(loaded), self.catalog.entries, loaded.config.host.lock == "strict",
+                                        str(lock.path_of(loaded)))
+        for name, why in held.items():
+            entry = self.catalog.entries[name] = dataclasses.replace(self.catalog.entries[name], held=why)
+            record = self.catalog.record(entry.source)
+            if record is not None:
+                note = f"{name} is held back by toolcrib.lock"
+                record.error = f"{record.error}; {note}" if record.error else note
+        for problem in problems:
+            log.warning("%s", problem)
+        self.catalog.problems.extend(problems)
 
     @classmethod
     def from_config(

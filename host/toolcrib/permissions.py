@@ -299,6 +299,8 @@ def permitted(rules: AgentRules, entry: Entry | ItemEntry) -> bool:
     if not rules.has_permissions:
         return False
     origin = entry.tool.origin if isinstance(entry, Entry) else None
+    if isinstance(entry, Entry) and entry.held is not None:
+        return False
     if entry.kind != "builtin" and not rules.source_permits(entry.dimension, entry.source, origin)[0]:
         return False
     if isinstance(entry, ItemEntry):
@@ -337,6 +339,11 @@ def decide(rules: AgentRules, subject: Entry | ItemEntry | Named, *, detail: boo
     entry = subject
     exhaustive = exhaustive and detail
     checks: list[Check] = []
+    if entry.held is not None:  # the definition lock: for every agent, before any rule
+        held = Check("lock", False, entry.held)
+        if not exhaustive:
+            return Decision(rules.agent, entry.name, False, (held,) if detail else ())
+        checks.append(held)
     if entry.kind == "builtin":
         passed = True
         if detail:
@@ -371,7 +378,7 @@ def decide(rules: AgentRules, subject: Entry | ItemEntry | Named, *, detail: boo
         if detail:
             checks.append(Check("available", passed, answer[1], answer[2]))
         visible = visible and passed
-    return Decision(rules.agent, entry.name, visible, tuple(checks))
+    return Decision(rules.agent, entry.name, visible and entry.held is None, tuple(checks))
 
 
 def _decide_item(rules: AgentRules, item: ItemEntry, detail: bool, exhaustive: bool,

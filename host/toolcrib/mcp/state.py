@@ -55,6 +55,7 @@ async def serving_state(path: Path | None) -> AsyncIterator[ServingState]:
                 Host, loaded, extra_entries=entries, extra_records=records, upstreams=pool, extra_items=items))
 
         state = ServingState(await build(), make_host=build)
+        pool.changed = state.reload  # a server that redefines its tools is listed again, and the lock re-applied
         try:
             yield state
         finally:

@@ -18,7 +18,7 @@ import os
 import re
 import threading
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +59,10 @@ class _Connection:
     templates: list[Any] = field(default_factory=list)
     prompts: list[Any] = field(default_factory=list)
     listing_problems: list[str] = field(default_factory=list)
+    stale: bool = False  # the server said its lists changed: list them again at the next sync
+
+
+_LIST_CHANGED = {"ToolListChangedNotification", "PromptListChangedNotification", "ResourceListChangedNotification"}
 
 
 MAX_PAGES = 100  # of one list from one server: a server that pages on forever is cut off there
@@ -158,6 +162,9 @@ class UpstreamPool:
         self._connections: dict[str, _Connection] = {}
         self._locks: dict[str, anyio.Lock] = {}
         self._loaded: LoadedConfig | None = None
+        # Called when a connected server says its tools, resources or prompts changed (the serving state reloads,
+        # so the new definitions go through everything a start does: curation, the lock, the rules).
+        self.changed: Callable[[], Coroutine[Any, Any, Any]] | None = None
 
     async def sync(self, loaded: LoadedConfig, only: frozenset[str] | None = None
                    ) -> tuple[list[PluginRecord], list[Entry], list[ItemEntry]]:
@@ -171,6 +178,15 @@ class UpstreamPool:
         for ns in list(self._connections):
             if ns not in configured or self._connections[ns].key != _key(configured[ns]):
                 self._connections.pop(ns).scope.cancel()
+        for ns, connection in self._connections.items():
+            if connection.stale and connection.client is not None and ns in wanted:
+                connection.stale = False
+                try:
+                    connection.tools = await _every(connection.client.list_tools, "tools")
+                    connection.listing_problems.clear()
+                    await _list_items(connection, connection.client)
+                except Exception as exc:
+                    log.warning("upstream server %r could not be listed again: %s", ns, _describe(exc))
         starting = []
         for ns, config in sorted(wanted.items()):
             if ns not in self._connections:
@@ -257,19 +273,46 @@ class UpstreamPool:
         with connection.scope:
             try:
                 target = _target(loaded, connection.config)
+
+                async def on_message(message: Any) -> None:
+                    if type(message).__name__ in _LIST_CHANGED:  # handshake-era notifications
+                        self._stale(connection)
+
                 async with _transport(target, tail) as transport, Client(
-                        transport, mode="auto", cache=None, read_timeout_seconds=read_timeout) as client:
+                        transport, mode="auto", cache=None, read_timeout_seconds=read_timeout,
+                        message_handler=on_message) as client:
                     connection.tools = await _every(client.list_tools, "tools")
                     await _list_items(connection, client)
                     connection.client = client
                     connection.ready.set()
-                    await anyio.sleep_forever()
+                    await self._listen(connection, client)
             except Exception as exc:  # a server that cannot start, answers garbage, or dies
                 await anyio.sleep(0.05)  # its last words on stderr are on their way
                 connection.error = _describe(exc, list(tail))
                 log.warning("upstream server %r: %s", connection.namespace, connection.error)
                 connection.client = None
                 connection.ready.set()
+
+    def _stale(self, connection: _Connection) -> None:
+        log.info("upstream server %r says its lists changed", connection.namespace)
+        connection.stale = True
+        if self.changed is not None and self._connections.get(connection.namespace) is connection:
+            self._tg.start_soon(self.changed)
+
+    async def _listen(self, connection: _Connection, client: Any) -> None:
+        """Wait for the server's word that its lists changed: a ``subscriptions/listen`` stream on 2026-07-28 (on
+        older sessions the notifications arrive by themselves)."""
+        from mcp.client.subscriptions import ListenNotSupportedError
+        from mcp.shared.exceptions import MCPError
+
+        try:
+            async with client.listen(tools_list_changed=True, prompts_list_changed=True,
+                                     resources_list_changed=True) as events:
+                async for _ in events:
+                    self._stale(connection)
+        except (ListenNotSupportedError, MCPError):
+            pass
+        await anyio.sleep_forever()
 
     async def aclose(self) -> None:
         for connection in self._connections.values():

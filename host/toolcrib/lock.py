@@ -1,0 +1,134 @@
+"""The definition lock, ``toolcrib.lock`` beside the config: what each tool looked like when the operator reviewed
+it, so that a pack upgrade or an upstream server that redefines a tool ("rug pull") is caught.
+
+``toolcrib lock`` records, for every tool the config can serve, a hash of what an agent sees (served name, title,
+description, input and output schema, annotations) with its source and version, and a hash of each of those parts
+(to say what changed). With a lock present, a tool whose definition differs is held back: it answers like a tool
+that does not exist until the operator locks again; a tool the lock does not know is served, unless
+``[host] lock = "strict"``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from toolcrib.catalog import Entry
+from toolcrib.config import LOCK_FILE, LoadedConfig
+from toolcrib.errors import ConfigError, Problem
+from toolcrib.names import clean, clean_schema
+
+FORMAT = 1
+PARTS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
+
+
+def definition(entry: Entry) -> dict[str, Any]:
+    """What an agent sees of the tool, as the lock hashes it (a description written per agent is not in it)."""
+    tool = entry.tool
+    return {
+        "name": entry.name,
+        "title": clean(tool.title) if tool.title else None,
+        "description": clean(tool.description),
+        "inputSchema": clean_schema(tool.input_schema),
+        "outputSchema": clean_schema(tool.output_schema) if tool.output_schema is not None else None,
+        "annotations": dict(tool.annotations),
+    }
+
+
+def _hash(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def record(entry: Entry) -> dict[str, Any]:
+    """The lock's record of one tool."""
+    seen = definition(entry)
+    return {"source": entry.source, "kind": entry.kind, "version": entry.version, "sha256": _hash(seen),
+            "parts": {part: _hash(seen[part])[:16] for part in PARTS}}
+
+
+def path_of(loaded: LoadedConfig) -> Path | None:
+    """Where the config's lock lives: beside the config file (None for a config that was not read from a file, such
+    as the built-in default, which has no folder)."""
+    return loaded.file.parent / LOCK_FILE if loaded.file is not None else None
+
+
+def write(loaded: LoadedConfig, entries: Mapping[str, Entry]) -> tuple[Path, int]:
+    """Lock every entry's definition; returns the file and how many tools it holds."""
+    path = path_of(loaded)
+    if path is None:
+        raise ConfigError([Problem("error", loaded.source, "a lock is kept beside the config file, and this config "
+                                   "was not read from a file; write one first: toolcrib init")])
+    tools = {}
+    for name, entry in sorted(entries.items()):
+        try:
+            tools[name] = record(entry)
+        except Exception as exc:  # a tool whose schema cannot be built: check reports it; nothing to lock
+            tools[name] = {"source": entry.source, "kind": entry.kind, "version": entry.version, "sha256": None,
+                           "unbuildable": str(exc)}
+    data = {"toolcrib_lock": FORMAT, "tools": tools}
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    temporary.write_text(json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    temporary.replace(path)  # whole or not at all: a reload never reads half a lock
+    return path, len(tools)
+
+
+def read(loaded: LoadedConfig) -> dict[str, Any] | None:
+    """The lock's tools, or None when there is no lock. A lock that cannot be read is a ``ConfigError``: serving
+    without the protection the operator asked for would be worse than not starting."""
+    path = path_of(loaded)
+    if path is None or not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError([Problem("error", str(path), f"cannot be read ({exc}); write it again with toolcrib "
+                                   "lock")]) from None
+    if not isinstance(data, dict) or data.get("toolcrib_lock") != FORMAT or not isinstance(data.get("tools"), dict):
+        raise ConfigError([Problem("error", str(path), f"is not a toolcrib lock of format {FORMAT}; write it again "
+                                   "with toolcrib lock")])
+    tools: dict[str, Any] = data["tools"]
+    return tools
+
+
+def held_back(locked: Mapping[str, Any] | None, entries: Mapping[str, Entry], strict: bool,
+              where: str) -> tuple[dict[str, str], list[Problem]]:
+    """The tools the lock holds back, each with why (for ``explain``), and a problem for each (for ``check``, the
+    log and ``plugins``)."""
+    if locked is None:
+        return {}, []
+    held: dict[str, str] = {}
+    problems = []
+    for name, entry in entries.items():
+        known = locked.get(name)
+        if known is None:
+            if strict:
+                held[name] = "toolcrib.lock does not know it, and [host] lock is \"strict\"; toolcrib lock accepts it"
+                problems.append(Problem("error", where, f"{name} ({_from(entry)}) is new since the lock; it is held "
+                                        "back until toolcrib lock accepts it"))
+            continue
+        try:
+            now = record(entry)
+        except Exception:
+            continue  # a tool whose schema cannot be built: check reports that on its own
+        if now["sha256"] == known.get("sha256"):
+            continue
+        before = known.get("parts") if isinstance(known.get("parts"), dict) else {}
+        changed = [part for part in PARTS if before.get(part) != now["parts"][part]] or ["its definition"]
+        versions = ""
+        if known.get("version") != entry.version:
+            versions = f" (locked at {known.get('source')} {known.get('version') or '?'}, now {entry.version or '?'})"
+        held[name] = (f"its definition changed since toolcrib.lock: {', '.join(changed)}{versions}; toolcrib lock "
+                      "accepts it")
+        problems.append(Problem("error", where, f"{name} ({_from(entry)}) changed since the lock: "
+                                f"{', '.join(changed)}{versions}; it is held back until toolcrib lock accepts it"))
+    return held, problems
+
+
+def _from(entry: Entry) -> str:
+    kind = {"mcp": "upstream server", "builtin": "the host"}.get(entry.kind, "pack")
+    return f"{kind} {entry.source!r}" if entry.kind != "builtin" else "the host's own"
