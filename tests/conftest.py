@@ -94,3 +94,23 @@ def cli(*args: str) -> tuple[int, str, str]:
 def ours(records: list[Any], names: set[str]) -> dict[str, Any]:
     """The records of the packs a test made (other installed packs may be present)."""
     return {r.name: r for r in records if r.name in names}
+
+
+def npm_install(cache: Path, packages: list[str], wanted: list[Path]) -> None:
+    """Install npm ``packages`` (pinned) into ``cache`` once; skip the test, saying why, when npm or the registry
+    is not there."""
+    import shutil
+    import subprocess
+
+    if shutil.which("npm") is None:
+        pytest.skip("npm is not installed: these tests need Node.js")
+    failed = ""
+    for _attempt in range(2):  # one retry: the registry is a network away
+        if all(path.exists() for path in wanted):
+            return
+        cache.mkdir(exist_ok=True)
+        proc = subprocess.run(["npm", "install", "--prefix", str(cache), *packages, "--no-audit", "--no-fund",
+                               "--loglevel=error"], capture_output=True, text=True, timeout=900)
+        failed = proc.stderr.strip()[-500:]
+    if not all(path.exists() for path in wanted):
+        pytest.skip(f"npm could not install {', '.join(packages)} (is the npm registry reachable?): {failed}")

@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import threading
@@ -23,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from conftest import npm_install
 from test_serve import TESTS, start_http
 
 pytestmark = pytest.mark.slow
@@ -60,21 +60,9 @@ SCENARIOS = {
 @pytest.fixture(scope="module")
 def suite() -> tuple[Path, Path]:
     """(node, the suite's CLI script), installed once into tests/.conformance."""
-    if shutil.which("npm") is None:
-        pytest.skip("npm is not installed: the conformance suite needs Node.js")
     node = CACHE / "node_modules" / "node" / "bin" / "node"
     script = CACHE / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
-    failed = ""
-    for _attempt in range(2):  # one retry: the registry is a network away
-        if node.exists() and script.exists():
-            break
-        CACHE.mkdir(exist_ok=True)
-        proc = subprocess.run(["npm", "install", "--prefix", str(CACHE), f"node@{NODE_VERSION}",
-                               f"@modelcontextprotocol/conformance@{SUITE_VERSION}", "--no-audit", "--no-fund",
-                               "--loglevel=error"], capture_output=True, text=True, timeout=900)
-        failed = proc.stderr.strip()[-500:]
-    if not (node.exists() and script.exists()):
-        pytest.skip(f"npm could not install the conformance suite (is the npm registry reachable?): {failed}")
+    npm_install(CACHE, [f"node@{NODE_VERSION}", f"@modelcontextprotocol/conformance@{SUITE_VERSION}"], [node, script])
     return node, script
 
 

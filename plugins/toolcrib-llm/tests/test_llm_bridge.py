@@ -95,7 +95,8 @@ def env(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "toolcrib.toml").write_text(CONFIG)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TOOLCRIB_", "LLM_"))}
     env.update({"PYTHONPATH": str(site), "TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD": "1", "TOOLCRIB_PLUGINS": "llm",
-                "LLM_USER_PATH": str(tmp_path / "llm-home")})
+                "LLM_USER_PATH": str(tmp_path / "llm-home"),
+                "LLM_LOAD_PLUGINS": "llm-tools-demo"})  # llm's own and this one: not others the machine has
     return env
 
 

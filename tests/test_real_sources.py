@@ -1,0 +1,194 @@
+"""Real third-party sources, as operators use them: @modelcontextprotocol/server-everything and server-filesystem
+(npm, pinned, on Node 22 from the npm registry), mcp-server-time (PyPI), and the llm plugins llm-tools-simpleeval,
+llm-tools-quickjs and llm-tools-sqlite (PyPI; installed with the test extras). Nothing here is a stand-in."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from conftest import config_from, npm_install
+from test_serve import TESTS
+
+pytestmark = pytest.mark.slow
+
+CACHE = TESTS / ".sources"
+NODE = CACHE / "node_modules" / "node" / "bin" / "node"
+EVERYTHING = CACHE / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+FILESYSTEM = CACHE / "node_modules" / "@modelcontextprotocol" / "server-filesystem" / "dist" / "index.js"
+PACKAGES = ["node@22.23.3", "@modelcontextprotocol/server-everything@2026.8.31",
+            "@modelcontextprotocol/server-filesystem@2026.8.31"]
+
+
+@pytest.fixture(scope="module")
+def node_servers() -> None:
+    npm_install(CACHE, PACKAGES, [NODE, EVERYTHING, FILESYSTEM])
+
+
+async def _host(text: str, base: Path, **kwargs: Any) -> Any:
+    """A host with the config's upstream servers connected, in the caller's task group."""
+    from toolcrib.host import Host
+    from toolcrib.mcp.upstream import upstream_pool
+
+    loaded = config_from(text, base)
+    pool_cm = upstream_pool()
+    pool = await pool_cm.__aenter__()
+    records, entries, items = await pool.sync(loaded)
+    host = Host(loaded, extra_entries=entries, extra_records=records, extra_items=items, upstreams=pool,
+                autoload=False, plugins={}, env={}, **kwargs)
+    return host, pool_cm
+
+
+# What each server-everything tool is called with, and what its answer must say.
+EVERYTHING_CALLS = {
+    "everything__echo": ({"message": "hi"}, "Echo: hi"),
+    "everything__get_annotated_message": ({"messageType": "success"}, "Operation completed successfully"),
+    "everything__get_env": ({}, '"PATH"'),
+    "everything__get_resource_links": ({"count": 2}, "Here are 2 resource links"),
+    "everything__get_resource_reference": ({"resourceType": "Text", "resourceId": 1},
+                                           "demo://resource/dynamic/text/1"),
+    "everything__get_structured_content": ({"location": "Chicago"}, '"temperature"'),
+    "everything__get_sum": ({"a": 2, "b": 40}, "The sum of 2 and 40 is 42."),
+    "everything__get_tiny_image": ({}, "Here's the image you requested"),
+    "everything__gzip_file_as_resource": ({"name": "hello.gz", "data": "data:text/plain;base64,aGVsbG8="}, ""),
+    "everything__toggle_simulated_logging": ({}, "simulated, random-leveled logging"),
+    "everything__toggle_subscriber_updates": ({}, "simulated resource updated notifications"),
+    "everything__trigger_long_running_operation": ({"duration": 1, "steps": 2}, "Long running operation completed"),
+}
+
+
+def test_every_tool_of_server_everything_is_served_and_callable(node_servers: None, tmp_path: Path) -> None:
+    text = f"""
+[mcps.everything]
+command = {json.dumps(str(NODE))}
+args = [{json.dumps(str(EVERYTHING))}]
+
+[agents.a.permissions]
+mcps = {{ allow = ["everything"] }}
+tools = {{ allow = ["*"] }}
+resources = {{ allow = ["*"] }}
+prompts = {{ allow = ["*"] }}
+"""
+
+    async def main() -> None:
+        host, pool = await _host(text, tmp_path)
+        try:
+            view = host.view("a")
+            assert view.names == sorted(EVERYTHING_CALLS)  # 12 names with hyphens, served mapped
+            echo = view.lookup("everything__echo")
+            assert echo is not None and echo.to_mcp().get("_meta") is None
+            sum_tool = view.lookup("everything__get_sum")
+            assert sum_tool is not None and sum_tool.to_mcp()["_meta"] == {"io.toolcrib/source-name": "get-sum"}
+            for name, (arguments, says) in EVERYTHING_CALLS.items():
+                result = await view.call(name, arguments)
+                assert not result.is_error, (name, result.text)
+                assert says in result.text, (name, result.to_wire())
+            record = host.catalog.record("everything")
+            assert record.error == ("tool 'simulate-research-query' is not served: it runs only as an MCP task "
+                                    "(taskSupport 'required'), and toolcrib does not run tasks")
+            # its prompts and resources pass through, names mapped too
+            assert [p["name"] for p in view.mcp_prompts] == [
+                "everything__args_prompt", "everything__completable_prompt", "everything__resource_prompt",
+                "everything__simple_prompt"]
+            got = await view.get_prompt("everything__simple_prompt")
+            assert got["messages"][0]["content"]["type"] == "text"
+            contents = await view.read("demo://resource/dynamic/text/1")
+            assert contents[0]["uri"] == "demo://resource/dynamic/text/1"
+        finally:
+            host.close()
+            await pool.__aexit__(None, None, None)
+
+    anyio.run(main)
+
+
+def test_server_filesystem_and_mcp_server_time(node_servers: None, tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "notes.txt").write_text("remember the milk\n")
+    text = f"""
+[mcps.files]
+command = {json.dumps(str(NODE))}
+args = [{json.dumps(str(FILESYSTEM))}, {json.dumps(str(shared))}]
+
+[mcps.time]
+command = {json.dumps(sys.executable)}
+args = ["-m", "mcp_server_time", "--local-timezone", "UTC"]
+
+[agents.a.permissions]
+mcps = {{ allow = ["*"] }}
+tools = {{ allow = ["files__read_text_file", "files__list_allowed_directories", "time__*"] }}
+"""
+
+    async def main() -> None:
+        host, pool = await _host(text, tmp_path)
+        try:
+            view = host.view("a")
+            assert view.names == ["files__list_allowed_directories", "files__read_text_file",
+                                  "time__convert_time", "time__get_current_time"]
+            read = await view.call("files__read_text_file", {"path": str(shared / "notes.txt")})
+            assert (read.is_error, read.text) == (False, "remember the milk\n")
+            now = await view.call("time__get_current_time", {"timezone": "UTC"})
+            assert not now.is_error and json.loads(now.text)["timezone"] == "UTC"
+        finally:
+            host.close()
+            await pool.__aexit__(None, None, None)
+
+    anyio.run(main)
+
+
+LLM_CONFIG = """
+[agents.calc.permissions]
+plugins = { allow = ["llm"] }
+tools = { allow = ["llm__*"] }
+
+[agents.nocalc.permissions]
+plugins = { deny = ["llm-tools-simpleeval"] }
+tools = { allow = ["llm__*"] }
+
+[agents.db.permissions]
+plugins = { allow = ["llm-tools-sqlite"] }
+tools = { allow = ["llm__*"] }
+
+[packs.llm]
+plugins = ["llm-tools-simpleeval", "llm-tools-quickjs", "llm-tools-sqlite"]
+[packs.llm.toolboxes.SQLite]
+path = "reports.db"
+"""
+
+
+def test_real_llm_plugins_are_plugins_and_the_sqlite_toolbox_answers_over_mcp(tmp_path: Path) -> None:
+    pytest.importorskip("llm_tools_sqlite", reason="the test extras install the real llm plugins")
+    import toolcrib_llm
+    from mcp import Client
+
+    from toolcrib.host import Host
+    from toolcrib.mcp.adapter import build_server
+    from toolcrib.mcp.state import ServingState
+
+    with sqlite3.connect(tmp_path / "reports.db") as db:
+        db.execute("create table sales (region text, total integer)")
+        db.executemany("insert into sales values (?, ?)", [("eu", 120), ("us", 80)])
+    host = Host(config_from(LLM_CONFIG.replace('"reports.db"', json.dumps(str(tmp_path / "reports.db"))), tmp_path),
+                plugins={"llm": toolcrib_llm}, autoload=False, env={})
+    rows = {r.name: r for r in host.records}
+    assert {name: (rows[name].kind, rows[name].tool_count) for name in
+            ("llm-tools-simpleeval", "llm-tools-quickjs", "llm-tools-sqlite")} == {
+        "llm-tools-simpleeval": ("llm", 1), "llm-tools-quickjs": ("llm", 1), "llm-tools-sqlite": ("llm", 2)}
+    assert host.view("calc").names == ["llm__SQLite_query", "llm__SQLite_schema", "llm__quickjs", "llm__simple_eval"]
+    assert "llm__simple_eval" not in host.view("nocalc").names  # denied by its distribution's name
+    assert host.view("db").names == ["llm__SQLite_query", "llm__SQLite_schema"]
+    assert anyio.run(lambda: host.call("calc", "llm__simple_eval", {"expression": "6 * 7"})).text == "42"
+
+    async def over_mcp() -> str:
+        async with Client(build_server(ServingState(host), "db"), cache=None) as client:
+            result = await client.call_tool("llm__SQLite_query", {"sql": "select region, total from sales order by 1"})
+            return result.content[0].text  # type: ignore[union-attr]
+
+    # the toolbox's sqlite3 connection was made on its own thread, and every call runs there
+    assert json.loads(anyio.run(over_mcp)) == [{"region": "eu", "total": 120}, {"region": "us", "total": 80}]
