@@ -720,3 +720,50 @@ def test_stdio_and_http_serve_the_same_surface_with_the_same_capabilities(tmp_pa
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_item_availability_is_asked_once_per_view_and_only_where_the_rules_permit() -> None:
+    asked: list[str] = []
+
+    def only_for_a(ctx: toolcrib.AvailabilityContext) -> bool | str:
+        asked.append(ctx.agent)
+        return True if ctx.agent == "a" else "not for this agent"
+
+    @toolcrib.resource("gated://note", is_available=only_for_a)
+    def gated() -> str:
+        """A note some agents may read."""
+        return "note"
+
+    class Gated:
+        @toolcrib.hookimpl
+        def toolcrib_resources(self) -> list[Any]:
+            return [gated]
+
+    host = make_host(CONFIG, {"gated": Gated()})
+    assert [e.uri for e in host.view("a").resources] == ["gated://note"]
+    assert host.view("b").resources == ()  # b's rule permits it (deny names others): asked, and said no
+    assert host.view("none").resources == ()  # no resources rule: never asked
+    assert asked == ["a", "b"]
+    explained = host.explain("b", "gated://note")
+    assert explained is not None and (explained.agent, explained.kind, explained.visible) == ("b", "resource", False)
+    assert [(c.name, c.passed, c.detail) for c in explained.checks] == [
+        ("source", True, "pack 'gated': allowed by agents.b.permissions.plugins.allow '*'"),
+        ("resources", True, "not matched by agents.b.permissions.resources.deny"),
+        ("available", False, "not available: not for this agent"),
+    ]
+
+
+def test_a_skill_prompt_is_the_hosts_own_and_says_so(tmp_path: Path) -> None:
+    skill = tmp_path / "skills" / "pdf"
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text("---\nname: pdf\ndescription: Fill in PDF forms.\n---\nUse pdftk.\n")
+    text = '[skills.pdf]\npath = "skills/pdf"\n[agents.s.permissions]\nskills = { allow = ["pdf"] }\n' \
+           'prompts = { allow = ["*"] }\n'
+    host = make_host(text, {}, base_dir=tmp_path)
+    explained = host.explain("s", "toolcrib__pdf")
+    assert explained is not None and explained.visible
+    assert [(c.name, c.passed, c.detail) for c in explained.checks] == [
+        ("source", True, "the host's own: it is offered by what it serves (see available)"),
+        ("prompts", True, "allowed by agents.s.permissions.prompts.allow '*'"),
+        ("available", True, "is_available said yes"),
+    ]

@@ -134,6 +134,16 @@ def test_dangling_links_are_files_of_their_own(root: Root, tmp_path: Path) -> No
     assert not os.path.lexists(tmp_path / "ws" / "moved")
 
 
+def test_what_exists_is_not_missing(root: Root) -> None:
+    for call, args in ((root.rename, (("b.txt",), ("dir", "a.txt"))), (root.rename, (("dir",), ("b.txt",)))):
+        with pytest.raises(PathError) as info:
+            call(*args, overwrite=args[1] == ("b.txt",))  # type: ignore[operator]
+        assert info.value.missing is False
+    with pytest.raises(PathError) as info:
+        root.rename(("nope",), ("x",))
+    assert info.value.missing is True
+
+
 def test_errors_name_the_path_they_are_about(root: Root) -> None:
     assert refused(root.rename, ("b.txt",), ("nope", "x")) == "nope: not found"
     assert refused(root.rename, ("b.txt",), ("dir", "a.txt", "x")) == (
