@@ -96,6 +96,25 @@ def ours(records: list[Any], names: set[str]) -> dict[str, Any]:
     return {r.name: r for r in records if r.name in names}
 
 
+NPM_CACHE = Path(__file__).parent / ".npm"
+# Everything the tests take from the npm registry but the Inspector, pinned, installed by one npm run: Node 22 (the
+# conformance suite's runtime), the official conformance suite, and two reference MCP servers.
+NPM_PACKAGES = ["node@22.23.3", "@modelcontextprotocol/conformance@0.1.16",
+                "@modelcontextprotocol/server-everything@2026.8.31",
+                "@modelcontextprotocol/server-filesystem@2026.8.31"]
+
+
+def npm_packages() -> Path:
+    """``tests/.npm/node_modules``, with NPM_PACKAGES installed (once; the test is skipped, saying why, when npm or
+    the registry is not there)."""
+    modules = NPM_CACHE / "node_modules"
+    wanted = [modules / "node" / "bin" / "node", modules / "@modelcontextprotocol" / "conformance" / "dist",
+              modules / "@modelcontextprotocol" / "server-everything" / "dist",
+              modules / "@modelcontextprotocol" / "server-filesystem" / "dist"]
+    npm_install(NPM_CACHE, NPM_PACKAGES, wanted)
+    return modules
+
+
 def npm_install(cache: Path, packages: list[str], wanted: list[Path]) -> None:
     """Install npm ``packages`` (pinned) into ``cache`` once; skip the test, saying why, when npm or the registry
     is not there."""

@@ -22,14 +22,11 @@ from typing import Any
 
 import pytest
 
-from conftest import npm_install
-from test_serve import TESTS, start_http
+from conftest import npm_packages
+from test_serve import start_http
 
 pytestmark = pytest.mark.slow
 
-SUITE_VERSION = "0.1.16"
-NODE_VERSION = "22.23.3"  # the suite is tested on Node 22; the npm registry's `node` package brings that binary
-CACHE = TESTS / ".conformance"
 TOKEN = "conformance-token-0123456789"
 
 CONFIG = """
@@ -59,11 +56,9 @@ SCENARIOS = {
 
 @pytest.fixture(scope="module")
 def suite() -> tuple[Path, Path]:
-    """(node, the suite's CLI script), installed once into tests/.conformance."""
-    node = CACHE / "node_modules" / "node" / "bin" / "node"
-    script = CACHE / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
-    npm_install(CACHE, [f"node@{NODE_VERSION}", f"@modelcontextprotocol/conformance@{SUITE_VERSION}"], [node, script])
-    return node, script
+    """(node, the suite's CLI script), installed once (tests/conftest.py pins them)."""
+    modules = npm_packages()
+    return modules / "node" / "bin" / "node", modules / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
 
 
 class TokenRelay:

@@ -13,22 +13,19 @@ from typing import Any
 import anyio
 import pytest
 
-from conftest import config_from, npm_install
-from test_serve import TESTS
+from conftest import NPM_CACHE, config_from, npm_packages
 
 pytestmark = pytest.mark.slow
 
-CACHE = TESTS / ".sources"
-NODE = CACHE / "node_modules" / "node" / "bin" / "node"
-EVERYTHING = CACHE / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
-FILESYSTEM = CACHE / "node_modules" / "@modelcontextprotocol" / "server-filesystem" / "dist" / "index.js"
-PACKAGES = ["node@22.23.3", "@modelcontextprotocol/server-everything@2026.8.31",
-            "@modelcontextprotocol/server-filesystem@2026.8.31"]
+MODULES = NPM_CACHE / "node_modules"  # pinned in tests/conftest.py
+NODE = MODULES / "node" / "bin" / "node"
+EVERYTHING = MODULES / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+FILESYSTEM = MODULES / "@modelcontextprotocol" / "server-filesystem" / "dist" / "index.js"
 
 
 @pytest.fixture(scope="module")
 def node_servers() -> None:
-    npm_install(CACHE, PACKAGES, [NODE, EVERYTHING, FILESYSTEM])
+    npm_packages()
 
 
 async def _host(text: str, base: Path, **kwargs: Any) -> Any:
