@@ -411,6 +411,17 @@ def test_stdio_answers_malformed_lines_and_survives(config_file: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("given", ["", "\n", "\n\n   \n"])
+def test_stdio_ends_when_a_client_closes_stdin_having_sent_nothing(config_file: Path, given: str) -> None:
+    # A blank line, then end of input: the reader thread once closed its stream from its own thread, which left the
+    # waiting reader (and the server with it) asleep forever.
+    proc = subprocess.run([sys.executable, "-m", "toolcrib.cli", "serve", "--agent", "reader", "--config",
+                           str(config_file)], input=given, capture_output=True, text=True, env=subprocess_env(),
+                          timeout=60)
+    assert (proc.returncode, proc.stdout) == (0, "")
+
+
+@pytest.mark.slow
 def test_stdio_answers_every_request_read_before_stdin_closes(config_file: Path) -> None:
     """``cat requests | toolcrib serve``: the client closes stdin at once, and calls still running (async and sync)
     are answered, not cancelled. A cancelled request is not waited for, and nothing else is answered twice."""

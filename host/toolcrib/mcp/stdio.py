@@ -11,6 +11,7 @@ any pack is imported.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -175,18 +176,21 @@ def _read_lines(stdin: BinaryIO, send: Any, token: Any) -> None:
     """Read stdin line by line into ``send`` (None for a line over ``MAX_LINE_BYTES``, which is skipped without
     being held), until end of input or until the event loop is gone."""
     try:
-        with send:
-            while True:
-                line = stdin.readline(MAX_LINE_BYTES + 1)
-                if not line:
-                    return
-                if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
-                    _skip_line(stdin)
-                    anyio.from_thread.run(send.send, None, token=token)
-                    continue
-                anyio.from_thread.run(send.send, line, token=token)
+        while True:
+            line = stdin.readline(MAX_LINE_BYTES + 1)
+            if not line:
+                break
+            if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+                _skip_line(stdin)
+                anyio.from_thread.run(send.send, None, token=token)
+                continue
+            anyio.from_thread.run(send.send, line, token=token)
     except (anyio.BrokenResourceError, anyio.ClosedResourceError, RuntimeError, OSError, ValueError):
-        return  # the server is gone (or stdin closed under us): nothing to read for
+        pass  # the server is gone (or stdin closed under us): nothing to read for
+    # End of input: closed on the event loop's thread, so that a reader already waiting is woken (a stream closed
+    # from another thread leaves its waiter asleep, and the server with it).
+    with contextlib.suppress(RuntimeError):
+        anyio.from_thread.run_sync(send.close, token=token)
 
 
 def _skip_line(stream: BinaryIO) -> None:
