@@ -327,16 +327,23 @@ def _explain(host: Any, agent: str, as_json: bool, tool: str) -> None:
 @click.option("--stateless", is_flag=True, help="No per-client sessions (--http), for replicas behind a balancer; "
               "give every replica the same $TOOLCRIB_STATE_SECRET (32+ characters).")
 @click.option("--no-reload", is_flag=True, help="Do not reload when the config file changes.")
+@click.option("--metrics", is_flag=True, help="Serve Prometheus metrics at /metrics (--http; also [host] metrics).")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="Logs on stderr as text, or one JSON object per line.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+              show_default=True, help="The least a log line must be to be written; info shows each request.")
 @_guard
 def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: bool, allowed_hosts: tuple[str, ...],
-          allowed_origins: tuple[str, ...], stateless: bool, no_reload: bool) -> None:
+          allowed_origins: tuple[str, ...], stateless: bool, no_reload: bool, metrics: bool, log_format: str,
+          log_level: str) -> None:
     """Serve over MCP: one agent on stdio (--agent NAME), or every agent over HTTP (--http)."""
     import anyio
 
-    from toolcrib.config import find_config
+    from toolcrib.config import find_config, load_config
     from toolcrib.mcp.http import HttpOptions, check_bind, serve_http
     from toolcrib.mcp.state import serving_state, state_secret, stateless_warning
     from toolcrib.mcp.stdio import claim_stdio, serve_stdio
+    from toolcrib.observe import Metrics, configure_logging
 
     if http == (agent is not None):
         raise click.UsageError("give --agent NAME (stdio) or --http (every agent), not both or neither")
@@ -350,15 +357,19 @@ def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: boo
         check_bind(options)
     path = find_config(click.get_current_context().ensure_object(State).config)
     watch = None if no_reload or path is None else path
+    debug = click.get_current_context().ensure_object(State).debug
+    configure_logging("debug" if debug else log_level, log_format)
+    keeping = http and (metrics or load_config(path).config.host.metrics)
+    kept = Metrics() if keeping else None
     # stdio: the wire is claimed before any pack is imported, so that nothing a pack prints reaches it
     stdin, stdout, restore = claim_stdio() if agent is not None else (None, None, None)
 
     async def run() -> None:
-        async with serving_state(path) as state, anyio.create_task_group() as tg:
+        async with serving_state(path, kept) as state, anyio.create_task_group() as tg:
             if agent is not None:
                 tg.start_soon(_stop_on_signal, tg.cancel_scope)
                 assert stdin is not None and stdout is not None
-                await serve_stdio(state, agent, watch, (stdin, stdout))
+                await serve_stdio(state, agent, watch, (stdin, stdout), announce=True)
             else:
                 await serve_http(state, options, watch)
             tg.cancel_scope.cancel()

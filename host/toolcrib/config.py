@@ -64,6 +64,9 @@ class HostConfig(_Strict):
     http_session_idle: PositiveFloat = Field(1800.0, description="seconds an HTTP session may sit idle before it "
                                              "is closed")
     http_max_sessions: PositiveInt = Field(256, description="open HTTP sessions per agent; more are refused (503)")
+    metrics: bool = Field(False, description="serve Prometheus metrics at /metrics (serve --http; also --metrics)")
+    metrics_token_env: str | None = Field(None, description="environment variable holding a bearer token that "
+                                          "/metrics then requires")
     lock: Literal["changed", "strict"] = Field("changed", description="with a toolcrib.lock beside the config: "
                                                "\"changed\" holds back each tool whose definition differs from the "
                                                "lock; \"strict\" also each tool the lock does not know")

@@ -71,6 +71,7 @@ class Host:
         extra_records: Iterable[PluginRecord] = (),
         upstreams: LazyServers | None = None,
         extra_items: Iterable[ItemEntry] = (),
+        observers: Mapping[str, Any] | None = None,
     ) -> None:
         env = os.environ if env is None else env
         self.loaded = loaded
@@ -81,7 +82,7 @@ class Host:
             autoload=autoload_enabled(env) if autoload is None else autoload,
             named=named_plugins(env),
             plugins=plugins,
-            builtins=default_plugins.create(loaded),
+            builtins=[*default_plugins.create(loaded), *(observers or {}).items()],
         ) + list(extra_records)
         skills, problems = discover_skills(loaded, self.pm, self.records)
         self.skills = skills

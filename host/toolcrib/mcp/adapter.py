@@ -1,14 +1,15 @@
 """One agent's view as an MCP server (the SDK's low-level ``Server``), both protocol eras.
 
-toolcrib's own pipeline does all the work: the SDK adds no second validation layer and, unless
-``TOOLCRIB_MCP_TRACING=1``, no tracing middleware on the hot path. A hidden or unknown tool gets the protocol
-error ``-32602 Unknown tool: <name>``, word for word the same for both; everything else is a result.
+toolcrib's own pipeline does all the work: the SDK adds no second validation layer, and its generic tracing
+middleware is replaced by toolcrib's own (``observe``: a span and a log line per request, only when something
+listens). A hidden or unknown tool gets the protocol error ``-32602 Unknown tool: <name>``, word for word the same
+for both; everything else is a result.
 """
 
 from __future__ import annotations
 
 import logging
-import os
+import time
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -38,10 +39,10 @@ from toolcrib.mcp.roundtrip import (
     seal,
 )
 from toolcrib.mcp.state import SUBSCRIPTIONS, ServingState
+from toolcrib.observe import log_request, requests_log
 
 log = logging.getLogger("toolcrib.serve")
 
-TRACING_ENV = "TOOLCRIB_MCP_TRACING"
 APPROVAL_KEY = "toolcrib_approval"
 SAMPLE_KEY = "toolcrib_sample"
 ELICIT_KEY = "toolcrib_elicit"
@@ -385,10 +386,72 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
             on_set_logging_level=set_level,
             on_subscriptions_listen=lambda ctx, params: state.listener(agent)(ctx, params),
         )
-    if os.environ.get(TRACING_ENV, "") in ("", "0"):
-        server.middleware.clear()  # the SDK's OpenTelemetry middleware costs about a third of a call
+    server.middleware.clear()  # the SDK's generic OpenTelemetry middleware costs about a third of a call
+    if requests_log.isEnabledFor(logging.INFO) or tracing():
+        server.middleware.append(_observer(agent))
     server.middleware.append(fast_paths)
     return server
+
+
+def tracing() -> bool:
+    """Whether an OpenTelemetry SDK is set up (the API alone answers every span with a no-op)."""
+    from opentelemetry import trace
+    from opentelemetry.trace import ProxyTracerProvider
+
+    return not isinstance(trace.get_tracer_provider(), ProxyTracerProvider)
+
+
+_NAMED = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+
+
+def _observer(agent: str) -> Any:
+    """A span (continuing the caller's trace from ``_meta``) and a log line for each request."""
+    from opentelemetry import trace
+    from opentelemetry.propagate import extract
+    from opentelemetry.trace import SpanKind, StatusCode
+
+    tracer = trace.get_tracer("toolcrib")
+
+    async def observe(ctx: ServerRequestContext[Any, Any], call_next: Any) -> Any:
+        if ctx.request_id is None:  # a notification: nothing to answer, nothing to report
+            return await call_next(ctx)
+        started = time.perf_counter()
+        method = ctx.method
+        params = ctx.params or {}
+        key = _NAMED.get(method)
+        name = params.get(key) if key is not None else None
+        name = name if isinstance(name, str) else None
+        meta = params.get("_meta")
+        parent = extract(meta) if isinstance(meta, dict) and "traceparent" in meta else None
+        attributes = {"mcp.method.name": method, "toolcrib.agent": agent}
+        if name is not None:
+            attributes["gen_ai.tool.name" if method == "tools/call" else "toolcrib.item"] = name
+        outcome = "ok"
+        with tracer.start_as_current_span(f"{method} {name}" if name else method, kind=SpanKind.SERVER,
+                                          context=parent, attributes=attributes, record_exception=False,
+                                          set_status_on_exception=False) as span:
+            try:
+                result = await call_next(ctx)
+            except MCPError as exc:
+                outcome = f"error {exc.error.code}"
+                span.set_status(StatusCode.ERROR, exc.error.message)
+                raise
+            except BaseException as exc:
+                outcome = type(exc).__name__
+                span.set_status(StatusCode.ERROR)
+                raise
+            else:
+                failed = result.get("isError") if isinstance(result, dict) else getattr(result, "is_error", False)
+                if failed is True:
+                    outcome = "tool error"
+                    span.set_status(StatusCode.ERROR)
+                return result
+            finally:
+                span.set_attribute("toolcrib.outcome", outcome)
+                connection = getattr(ctx.session, "_connection", None)
+                log_request(agent, method, name, outcome, started, getattr(connection, "session_id", None))
+
+    return observe
 
 
 class _Server(Server[Any]):

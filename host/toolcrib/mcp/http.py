@@ -17,7 +17,7 @@ import logging
 import math
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
@@ -94,9 +95,48 @@ class HttpApp:
         self._env = env
         self.endpoints: dict[str, _Endpoint] = {}
         self._tg: TaskGroup | None = None
+        self.ready = False  # the lifespan has set every endpoint up
+        self.draining: Callable[[], bool] = lambda: False  # the server is shutting down (serve_http says)
+        metrics = state.metrics
+        if metrics is not None:
+            metrics.watch(sessions=self.sessions)
         # An object (not a method) as the endpoint: Starlette then routes every HTTP method to it as raw ASGI.
-        self.app = Starlette(routes=[Route("/agents/{agent}/mcp", endpoint=_Asgi(self._agent_endpoint))],
-                             lifespan=self._lifespan)
+        routes = [Route("/agents/{agent}/mcp", endpoint=_Asgi(self._agent_endpoint)),
+                  Route("/healthz", endpoint=self._healthz, methods=["GET", "HEAD"]),
+                  Route("/readyz", endpoint=self._readyz, methods=["GET", "HEAD"])]
+        if metrics is not None:
+            routes.append(Route("/metrics", endpoint=self._metrics, methods=["GET"]))
+        self.app = Starlette(routes=routes, lifespan=self._lifespan)
+
+    def sessions(self) -> dict[str, int]:
+        """Open sessions by agent (the SDK's session managers keep them; zero when stateless)."""
+        return {name: len(getattr(endpoint.manager, "_server_instances", {}))
+                for name, endpoint in self.endpoints.items()}
+
+    # -- probes and metrics: no token, nothing about agents or tools -------------------------------------------
+
+    async def _healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def _readyz(self, request: Request) -> Response:
+        if self.draining():
+            return JSONResponse({"status": "draining"}, status_code=503)
+        if not self.ready:
+            return JSONResponse({"status": "starting"}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    async def _metrics(self, request: Request) -> Response:
+        metrics = self.state.metrics
+        assert metrics is not None
+        variable = self.state.host.loaded.config.host.metrics_token_env
+        if variable is not None:
+            expected = (self._env if self._env is not None else os.environ).get(variable, "")
+            supplied = _bearer(request.headers.get("authorization", "")) or ""
+            if not expected or not hmac.compare_digest(supplied.encode("latin-1"), expected.encode()):
+                return _unauthorized("invalid_token" if supplied else None, "this endpoint needs Authorization: "
+                                     "Bearer <the metrics token>")
+        body, content_type = metrics.render()
+        return Response(body, media_type=content_type)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.app(scope, receive, send)
@@ -165,7 +205,9 @@ class HttpApp:
             self._tg = tg
             await self.sync()
             self.state.on_reload.append(self.sync)
+            self.ready = True
             yield
+            self.ready = False
             self.state.on_reload.remove(self.sync)
             tg.cancel_scope.cancel()
 
@@ -236,13 +278,18 @@ async def serve_http(state: ServingState, options: HttpOptions, watch: Path | No
                             # open streams (SSE, subscriptions/listen) never end by themselves: bound the wait for them
                             timeout_graceful_shutdown=math.ceil(state.host.loaded.config.host.shutdown_timeout))
     server = uvicorn.Server(config)
+    app.draining = lambda: server.should_exit  # set by uvicorn on SIGTERM and SIGINT: /readyz answers 503
 
     async def announce() -> None:
         while not server.started:
             await anyio.sleep(0.02)
         port = server.servers[0].sockets[0].getsockname()[1] if server.servers else options.port
-        agents = ", ".join(sorted(app.endpoints)) or "none (no agent has a token)"
-        print(f"toolcrib: serving over HTTP at http://{options.host}:{port}/agents/<name>/mcp; agents: {agents}",
+        agents = ", ".join(f"{name} ({len(state.view(name))} tools)" for name in sorted(app.endpoints))
+        extras = ["stateless" if options.stateless else "sessions"]
+        if state.metrics is not None:
+            extras.append("metrics at /metrics")
+        print(f"toolcrib: serving over HTTP at http://{options.host}:{port}/agents/<name>/mcp; agents: "
+              f"{agents or 'none (no agent has a token)'}; {'; '.join(extras)}; probes at /healthz and /readyz",
               file=sys.stderr, flush=True)
 
     async with anyio.create_task_group() as tg:

@@ -29,6 +29,7 @@ from mcp.server.subscriptions import (
 from toolcrib.declarations import add_update_listener
 from toolcrib.errors import ConfigError, Problem, contained
 from toolcrib.host import Host
+from toolcrib.observe import Metrics
 from toolcrib.view import AgentView
 
 log = logging.getLogger("toolcrib.serve")
@@ -40,9 +41,10 @@ SETTLE_CHECKS = 25
 
 
 @asynccontextmanager
-async def serving_state(path: Path | None) -> AsyncIterator[ServingState]:
+async def serving_state(path: Path | None, metrics: Metrics | None = None) -> AsyncIterator[ServingState]:
     """The state to serve from the config at ``path``, with its upstream MCP servers connected; a reload reads
-    the file again and keeps the connections whose config did not change."""
+    the file again and keeps the connections whose config did not change. With ``metrics``, every host built
+    reports into them."""
     from toolcrib.config import load_config
     from toolcrib.mcp.upstream import upstream_pool
 
@@ -51,10 +53,16 @@ async def serving_state(path: Path | None) -> AsyncIterator[ServingState]:
         async def build() -> Host:
             loaded = await anyio.to_thread.run_sync(load_config, path)
             records, entries, items = await pool.sync(loaded)
+            observers = {"toolcrib.metrics": metrics} if metrics is not None else None
             return await anyio.to_thread.run_sync(functools.partial(
-                Host, loaded, extra_entries=entries, extra_records=records, upstreams=pool, extra_items=items))
+                Host, loaded, extra_entries=entries, extra_records=records, upstreams=pool, extra_items=items,
+                observers=observers))
 
         state = ServingState(await build(), make_host=build)
+        state.metrics = metrics
+        if metrics is not None:
+            metrics.watch(upstreams=lambda: {r.name: r.state == "loaded" for r in state.host.records
+                                             if r.kind == "mcp" and r.state in ("loaded", "failed")})
         pool.changed = state.reload  # a server that redefines its tools is listed again, and the lock re-applied
         try:
             yield state
@@ -104,6 +112,7 @@ class ServingState:
         self.on_reload: list[Callable[[], Awaitable[None]]] = []  # front ends that must follow (new agents, tokens)
         self._updates: Callable[[str], None] | None = None
         self._sending: set[asyncio.Task[None]] = set()  # resource updates on their way (held, or they may vanish)
+        self.metrics: Metrics | None = None  # the serving process's, when it keeps them
 
     def view(self, agent: str) -> AgentView:
         return self.host.view(agent)
@@ -191,6 +200,12 @@ class ServingState:
 
     async def reload(self) -> bool:
         """Load the config again; on success swap hosts and notify agents whose list changed."""
+        done = await self._reload()
+        if self.metrics is not None and self._make_host is not None:
+            self.metrics.reloads.labels("ok" if done else "rejected").inc()
+        return done
+
+    async def _reload(self) -> bool:
         if self._make_host is None:
             return False
         try:

@@ -41,14 +41,19 @@ _OPEN_ENDED = frozenset({"subscriptions/listen"})  # requests answered only when
 
 
 async def serve_stdio(state: ServingState, agent: str, watch: Path | None = None,
-                      wire: tuple[BinaryIO, BinaryIO] | None = None) -> None:
+                      wire: tuple[BinaryIO, BinaryIO] | None = None, announce: bool = False) -> None:
     """Serve ``agent`` on this process's stdin/stdout until the client closes stdin.
 
     ``wire`` is stdin/stdout as ``claim_stdio`` took them (the CLI claims them before any pack is imported, so
     nothing a pack prints at import reaches the wire); without it they are claimed here. With ``watch``, the config
-    file is reloaded when it changes (and on SIGHUP).
+    file is reloaded when it changes (and on SIGHUP). ``announce`` says on stderr what is served.
     """
-    state.view(agent)  # an unknown agent fails here, before any protocol
+    view = state.view(agent)  # an unknown agent fails here, before any protocol
+    if announce:
+        print(f"toolcrib: serving agent {agent!r} over stdio ({len(view)} tools, "
+              f"{len(view.resources) + len(view.templates)} resources, {len(view.prompts)} prompts); an MCP client "
+              "talks to it on stdin and stdout; stop it with Ctrl-C or by closing stdin (Ctrl-D)",
+              file=sys.stderr, flush=True)
     server = build_server(state, agent)
     options = server.create_initialization_options()
     drain = state.host.loaded.config.host.call_timeout + DRAIN_GRACE

@@ -1,0 +1,136 @@
+"""What an operator sees of a serving toolcrib: Prometheus metrics (``prometheus_client``), one log line per
+request (text or JSON), and OpenTelemetry spans per request (``opentelemetry-api``: free when no SDK is set up).
+
+Metrics come from the same records as the audit log (a ``toolcrib_audit`` plugin), so a call is counted exactly
+where it is decided. Labels are bounded: a name an agent asks for that it does not see is counted as
+``(unknown)``, never as the name it sent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from toolcrib.hookspecs import hookimpl
+
+requests_log = logging.getLogger("toolcrib.requests")
+
+UNKNOWN = "(unknown)"
+DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class Metrics:
+    """The metrics of one serving process. It outlives reloads (a new host reports into the same counters)."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Histogram
+
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.calls = Counter("toolcrib_tool_calls", "Tool calls, by agent, tool and outcome (ok, error, denied, "
+                             "invalid, unknown)", ["agent", "tool", "outcome"], registry=self.registry)
+        self.duration = Histogram("toolcrib_tool_call_duration_seconds", "How long tool calls took, by agent",
+                                  ["agent"], buckets=DURATION_BUCKETS, registry=self.registry)
+        self.reads = Counter("toolcrib_item_requests", "Resource reads and prompt gets, by agent, kind and outcome",
+                             ["agent", "kind", "outcome"], registry=self.registry)
+        self.reloads = Counter("toolcrib_reloads", "Config reloads, by result (ok, rejected)", ["result"],
+                               registry=self.registry)
+        self._sessions: Callable[[], Mapping[str, int]] = dict
+        self._upstreams: Callable[[], Mapping[str, bool]] = dict
+        self.registry.register(_Live(self))
+
+    def watch(self, *, sessions: Callable[[], Mapping[str, int]] | None = None,
+              upstreams: Callable[[], Mapping[str, bool]] | None = None) -> None:
+        """Where the gauges read from when scraped: open sessions by agent, upstream servers up or not."""
+        if sessions is not None:
+            self._sessions = sessions
+        if upstreams is not None:
+            self._upstreams = upstreams
+
+    @hookimpl
+    def toolcrib_audit(self, record: Mapping[str, Any]) -> None:
+        decision = record["decision"]
+        outcome = ("error" if record["is_error"] else "ok") if decision == "allowed" else decision
+        kind = record["kind"]
+        if kind != "tool":
+            self.reads.labels(record["agent"], kind, outcome).inc()
+            return
+        tool = record["tool"] if decision != "unknown" else UNKNOWN
+        self.calls.labels(record["agent"], tool, outcome).inc()
+        self.duration.labels(record["agent"]).observe(record["duration_ms"] / 1000)
+
+    def render(self) -> tuple[bytes, str]:
+        """The exposition (and its content type) for ``GET /metrics``."""
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class _Live:
+    """Gauges read at scrape time: nothing to keep up to date between scrapes."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterable[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        sessions = GaugeMetricFamily("toolcrib_http_sessions", "Open HTTP sessions, by agent", labels=["agent"])
+        for agent, count in sorted(self.metrics._sessions().items()):
+            sessions.add_metric([agent], count)
+        yield sessions
+        upstream = GaugeMetricFamily("toolcrib_upstream_up", "Upstream MCP servers: 1 connected, 0 not",
+                                     labels=["server"])
+        for server, up in sorted(self.metrics._upstreams().items()):
+            upstream.add_metric([server], 1 if up else 0)
+        yield upstream
+
+    def describe(self) -> Iterable[Any]:
+        return []
+
+
+# -- logs --------------------------------------------------------------------------------------------------------
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, and the fields a record carries (``extra``)."""
+
+    _STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        line.update({k: v for k, v in record.__dict__.items() if k not in self._STANDARD and not k.startswith("_")})
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False, default=str)
+
+
+def configure_logging(level: str, format: str) -> None:
+    """The serving process's logs on stderr: ``text`` (the default) or ``json``, at ``level``."""
+    handler = logging.StreamHandler()
+    if format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler], force=True)
+
+
+def log_request(agent: str, method: str, name: str | None, outcome: str, started: float,
+                session: str | None) -> None:
+    """The one line a request leaves (logger ``toolcrib.requests``, level info): its agent, method, target (the
+    tool, prompt or resource it names), outcome, duration and session."""
+    if not requests_log.isEnabledFor(logging.INFO):
+        return
+    duration = round((time.perf_counter() - started) * 1000, 3)
+    fields = {"agent": agent, "method": method, "target": name, "outcome": outcome, "duration_ms": duration,
+              "session": session}
+    requests_log.info("%s %s%s %s %.1f ms", agent, method, f" {name}" if name else "", outcome, duration,
+                      extra=fields)
