@@ -95,7 +95,7 @@ def test_metrics_count_calls_by_outcome_and_time_them() -> None:
     served = state(metrics=metrics)
 
     async def main() -> str:
-        async with serving(served) as (app, client):
+        async with serving(served) as (_, client):
             async with Client(build_server(served, "reader"), cache=None) as mcp:
                 await mcp.call_tool("misc__add", {"a": 1, "b": 2})
                 await mcp.call_tool("misc__add", {"a": 1, "b": 2})

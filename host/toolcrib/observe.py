@@ -27,7 +27,7 @@ class Metrics:
     """The metrics of one serving process. It outlives reloads (a new host reports into the same counters)."""
 
     def __init__(self) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Histogram
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
         self.calls = Counter("toolcrib_tool_calls", "Tool calls, by agent, tool and outcome (ok, error, denied, "
@@ -38,6 +38,9 @@ class Metrics:
                              ["agent", "kind", "outcome"], registry=self.registry)
         self.reloads = Counter("toolcrib_reloads", "Config reloads, by result (ok, rejected)", ["result"],
                                registry=self.registry)
+        started = Gauge("toolcrib_start_time_seconds", "When this process started serving (Unix time)",
+                        registry=self.registry)
+        started.set(time.time())
         self._sessions: Callable[[], Mapping[str, int]] = dict
         self._upstreams: Callable[[], Mapping[str, bool]] = dict
         self.registry.register(_Live(self))

@@ -1,0 +1,237 @@
+"""The documented deployment, run: three stateless replicas behind a real nginx with deploy/nginx.conf (only the
+ports changed), checked through nginx with the SDK's client in both eras; and the Kubernetes manifests and the
+Dockerfile checked against Kubernetes' schemas and toolcrib's own command line."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import mcp_types as types
+import pytest
+import yaml
+
+from conftest import ROOT
+from test_serve import CONFIG, TOKENS, _accept, _run_writer_over_http, http_client, start_http
+
+DEPLOY = ROOT / "deploy"
+SECRET = "a-state-secret-all-replicas-share-0123456789"
+
+
+# -- the manifests and the image -----------------------------------------------------------------------------------
+
+
+def test_the_kubernetes_manifests_are_valid_and_their_config_loads() -> None:
+    import kubernetes_validate
+
+    from toolcrib.cli import main
+    from toolcrib.config import parse_config
+
+    docs = [d for d in yaml.safe_load_all((DEPLOY / "kubernetes" / "toolcrib.yaml").read_text()) if d]
+    assert [d["kind"] for d in docs] == ["Secret", "ConfigMap", "Deployment", "Service"]
+    for doc in docs:
+        kubernetes_validate.validate(doc, "1.30.0", strict=True)  # raises, naming the field, when invalid
+    config = next(d for d in docs if d["kind"] == "ConfigMap")["data"]["toolcrib.toml"]
+    loaded = parse_config(config, "the ConfigMap", ROOT)
+    secret = next(d for d in docs if d["kind"] == "Secret")["stringData"]
+    assert {a.token_env for a in loaded.config.agents.values()} <= set(secret)
+    assert len(secret["TOOLCRIB_STATE_SECRET"]) >= 32
+    container = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert (container["readinessProbe"]["httpGet"]["path"], container["livenessProbe"]["httpGet"]["path"]) == (
+        "/readyz", "/healthz")
+    # the container's command is one toolcrib takes
+    assert container["command"] == ["toolcrib"]
+    main.make_context("toolcrib", list(container["args"]))
+
+
+def test_the_dockerfile_runs_a_command_toolcrib_takes() -> None:
+    from toolcrib.cli import main
+
+    text = (DEPLOY / "Dockerfile").read_text()
+    command = re.search(r"^CMD (\[.*?\])$", text.replace("\\\n", ""), flags=re.M | re.S)
+    assert command is not None
+    args = yaml.safe_load(command.group(1))
+    assert args[0] == "toolcrib"
+    main.make_context("toolcrib", args[1:])
+    assert "USER toolcrib" in text and "HEALTHCHECK" in text and "/healthz" in text
+
+
+# -- behind nginx ------------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def behind_nginx(tmp_path: Path) -> Iterator[tuple[str, list[Any], Path]]:
+    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    if nginx is None:
+        pytest.skip("nginx is not installed (.ci/run installs it from Debian's packages)")
+    config = tmp_path / "toolcrib.toml"
+    config.write_text('[host]\nshutdown_timeout = 3\n' + CONFIG)
+    env = {"TOOLCRIB_STATE_SECRET": SECRET}
+    replicas = [start_http(config, "--stateless", "--metrics", "--log-format", "json", env=env) for _ in range(3)]
+    ports = [int(base.rsplit(":", 1)[1]) for _, base, _ in replicas]
+    listen = _free_port()
+    text = (DEPLOY / "nginx.conf").read_text()
+    for placeholder, port in zip((8001, 8002, 8003), ports, strict=True):
+        text = text.replace(f"127.0.0.1:{placeholder}", f"127.0.0.1:{port}")
+    text = text.replace("listen 8080;", f"listen 127.0.0.1:{listen};")
+    (tmp_path / "nginx").mkdir()
+    (tmp_path / "nginx" / "nginx.conf").write_text(text)
+    errors = tmp_path / "nginx" / "error.log"
+    with errors.open("wb") as err:
+        proc = subprocess.Popen([nginx, "-p", str(tmp_path / "nginx"), "-c", str(tmp_path / "nginx" / "nginx.conf"),
+                                 "-g", f"daemon off; pid {tmp_path / 'nginx' / 'nginx.pid'}; error_log stderr;"],
+                                stderr=err)
+    base = f"http://127.0.0.1:{listen}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx2.get(f"{base}/healthz").status_code == 200:
+                break
+        except httpx2.HTTPError:
+            time.sleep(0.05)
+    else:
+        proc.kill()
+        for replica, _, _ in replicas:
+            replica.kill()
+        pytest.fail(f"nginx did not answer: {errors.read_text()[-2000:]}")
+    try:
+        yield base, replicas, errors
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        for replica, _, _ in replicas:
+            if replica.poll() is None:
+                replica.kill()
+                replica.wait(timeout=30)
+
+
+def _calls_total(base: str) -> float:
+    """The calls counted by all three replicas, scraped through nginx (which replica answers a scrape is nginx's
+    choice: scrape until each has answered, telling them apart by their start time)."""
+    counted: dict[str, float] = {}
+    for _ in range(60):
+        text = httpx2.get(f"{base}/metrics").text
+        started = next(line for line in text.splitlines() if line.startswith("toolcrib_start_time_seconds "))
+        counted[started] = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                               if line.startswith("toolcrib_tool_calls_total{"))
+        if len(counted) == 3:
+            return sum(counted.values())
+    raise AssertionError(f"60 scrapes through nginx reached only {len(counted)} replicas")
+
+
+def test_three_replicas_behind_nginx(behind_nginx: tuple[str, list[Any], Path]) -> None:
+    base, replicas, _ = behind_nginx
+    logs = [log for _, _, log in replicas]
+
+    # probes and metrics through nginx, without a token
+    assert httpx2.get(f"{base}/healthz").json() == {"status": "ok"}
+    assert httpx2.get(f"{base}/readyz").json() == {"status": "ready"}
+    before = _calls_total(base)
+
+    async def both_eras() -> int:
+        calls = 0
+        for mode in ("auto", "legacy"):
+            for agent, token, tool, arguments in (("reader", "TOK_READER", "misc__add", {"a": 2, "b": 3}),
+                                                   ("writer", "TOK_WRITER", "files__read", {"path": "x"})):
+                http, client = await http_client(f"{base}/agents/{agent}/mcp", TOKENS[token], mode,
+                                                 elicitation_callback=lambda c, p: _accept())
+                async with http, client:
+                    names = [t.name for t in (await client.list_tools()).tools]
+                    assert tool in names and ("misc__add" in names) == (agent == "reader")
+                    result = await client.call_tool(tool, arguments)
+                    assert not result.is_error, result
+                    calls += 1
+        # an approval round trip (2026-07-28): asked on one replica, answered on another
+        http, client = await http_client(f"{base}/agents/writer/mcp", TOKENS["TOK_WRITER"], "auto",
+                                         elicitation_callback=lambda c, p: _accept())
+        async with http, client:
+            approved = await client.call_tool("files__write", {"path": "a.txt", "text": "hi"})
+            assert approved.content[0].text == "wrote 2 characters to a.txt"  # type: ignore[union-attr]
+        return calls + 2  # the approval's two rounds
+
+    calls = anyio.run(both_eras)
+    # a sub-agent run across replicas: each model turn is a round of the same call
+    ran = anyio.run(_run_writer_over_http, base, "auto")
+    assert ran.content == [types.TextContent(text="notes say: contents of notes")]
+    served = [sum(1 for line in log.read_text().splitlines() if '"method": "tools/call"' in line) for log in logs]
+    assert sum(1 for n in served if n) >= 2, served  # the calls were spread over the replicas
+    after = _calls_total(base)
+    assert after >= before + calls  # the call counter moved (the sub-agent's inner calls count too)
+
+
+def test_a_killed_replica_loses_only_its_calls_in_flight(behind_nginx: tuple[str, list[Any], Path]) -> None:
+    base, replicas, errors = behind_nginx
+    killed = replicas[1][1].rsplit(":", 1)[1]
+
+    async def main() -> list[bool]:
+        outcomes: list[bool] = []
+
+        async def one(client: Any) -> None:
+            try:
+                result = await client.call_tool("misc__slow", {"seconds": 2})
+                outcomes.append(not result.is_error)
+            except Exception:  # the connection to the killed replica broke
+                outcomes.append(False)
+
+        http, client = await http_client(f"{base}/agents/runner/mcp", TOKENS["TOK_RUNNER"])
+        async with http, client, anyio.create_task_group() as tg:
+            for _ in range(9):  # three in flight on each replica
+                tg.start_soon(one, client)
+            await anyio.sleep(0.8)
+            replicas[1][0].send_signal(signal.SIGKILL)
+        after = []
+        http2, client2 = await http_client(f"{base}/agents/runner/mcp", TOKENS["TOK_RUNNER"])
+        async with http2, client2:
+            for _ in range(6):  # nginx passes every new call to the replicas that are left
+                after.append(not (await client2.call_tool("misc__slow", {"seconds": 0})).is_error)
+        assert after == [True] * 6
+        return outcomes
+
+    outcomes = anyio.run(main)
+    # nginx says which calls were in flight on the killed replica when it went: exactly those are lost
+    lost = [line for line in errors.read_text().splitlines() if f"127.0.0.1:{killed}/agents/runner/mcp" in line
+            and "prematurely closed" in line]
+    assert 1 <= len(lost) <= 9 - 2, lost
+    assert (len(outcomes), outcomes.count(False)) == (9, len(lost)), (outcomes, lost)
+
+
+def test_sigterm_with_an_open_stream_stops_within_the_shutdown_timeout(
+        behind_nginx: tuple[str, list[Any], Path]) -> None:
+    base, replicas, _ = behind_nginx
+
+    async def main() -> None:
+        http, client = await http_client(f"{base}/agents/reader/mcp", TOKENS["TOK_READER"], "auto")
+        async with http, client, client.listen(tools_list_changed=True):  # a stream the server never ends by itself
+                for replica, _, _ in replicas:
+                    replica.send_signal(signal.SIGTERM)
+                started = time.monotonic()
+                for replica, _, log in replicas:
+                    # [host] shutdown_timeout = 3: open streams are closed then; the bound here only keeps a
+                    # broken shutdown from hanging the suite
+                    code = await anyio.to_thread.run_sync(lambda r=replica: r.wait(timeout=60))
+                    assert code == 0, log.read_text()[-2000:]
+                    assert "stopped on SIGTERM" in log.read_text()
+                assert time.monotonic() - started < 3 + 30
+
+    try:
+        anyio.run(main)
+    except BaseException as exc:  # the stream ends with the server: whatever the client makes of that
+        if not all(r.poll() == 0 for r, _, _ in replicas):
+            raise
+        del exc
+
