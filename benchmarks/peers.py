@@ -118,11 +118,11 @@ prompts = {{ allow = ["*"] }}
 """
 
 
-def toolcrib_host(n: int, extra: list[Any] | None = None) -> toolcrib.Host:
+def toolcrib_host(n: int, extra: list[Any] | None = None, **options: Any) -> toolcrib.Host:
     from toolcrib.config import parse_config
 
     return toolcrib.Host(parse_config(CONFIG, "bench", Path.cwd()), plugins={"math": BenchPack(n, extra)},
-                         autoload=False, env={})
+                         autoload=False, env={}, **options)
 
 
 def toolcrib_server(n: int) -> Any:

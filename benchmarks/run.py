@@ -230,6 +230,58 @@ async def mcp_wire(args: argparse.Namespace) -> list[Row]:
     return rows
 
 
+# -- operations: what metrics, request logs and traces cost ----------------------------------------------------------
+
+
+async def operations(args: argparse.Namespace) -> list[Row]:
+    """An in-memory call (2026-07-28) with each of what an operator can switch on, against the same call without."""
+    import io
+    import logging
+
+    from toolcrib.mcp.adapter import build_server
+    from toolcrib.mcp.state import ServingState
+    from toolcrib.observe import JsonFormatter, Metrics, requests_log
+
+    calls = 100 if args.quick else 1000
+
+    def server(**host_options: Any) -> Any:
+        return build_server(ServingState(peers.toolcrib_host(10, **host_options)), peers.AGENT)
+
+    rows: list[Row] = []
+    requests_log.propagate = False
+    sink = logging.StreamHandler(io.StringIO())
+    sink.setFormatter(JsonFormatter())
+    async with contextlib.AsyncExitStack() as stack:
+        servers = {"plain": server(), "metrics": server(metrics=Metrics())}
+        requests_log.addHandler(sink)
+        requests_log.setLevel(logging.INFO)
+        servers["JSON request log"] = server()  # built while the log listens: it has the observing middleware
+        clients = {n: await stack.enter_async_context(Client(s, cache=None)) for n, s in servers.items()}
+        ops = {n: (lambda c=c: c.call_tool("math__add", {"a": 2, "b": 3})) for n, c in clients.items()}
+        result = await interleaved(ops, calls, args.rounds)
+        requests_log.removeHandler(sink)
+        requests_log.setLevel(logging.NOTSET)
+    for name in ("metrics", "JSON request log"):
+        MEASURED[f"ops {name}"] = result[name] / result["plain"]
+        rows.append([f"call with {name}", fmt(result[name]), fmt(result["plain"]), ratio(result[name],
+                                                                                          result["plain"])])
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    trace.set_tracer_provider(TracerProvider())  # an SDK, exporting nowhere
+    async with contextlib.AsyncExitStack() as stack:
+        servers = {"plain": server(), "traces": server()}
+        servers["plain"].middleware.clear()  # the same call without the observing middleware
+        servers["plain"].middleware.extend(m for m in servers["traces"].middleware if m.__name__ == "fast_paths")
+        clients = {n: await stack.enter_async_context(Client(s, cache=None)) for n, s in servers.items()}
+        ops = {n: (lambda c=c: c.call_tool("math__add", {"a": 2, "b": 3})) for n, c in clients.items()}
+        result = await interleaved(ops, calls, args.rounds)
+    MEASURED["ops traces"] = result["traces"] / result["plain"]
+    rows.append(["call with spans (an OpenTelemetry SDK, no exporter)", fmt(result["traces"]), fmt(result["plain"]),
+                 ratio(result["traces"], result["plain"])])
+    return rows
+
+
 # -- Python API, concurrency, views, discovery, start-up ------------------------------------------------------------
 
 
@@ -351,6 +403,8 @@ def _goals() -> list[Row]:
         ("Python API call vs a bare pydantic-validated call", "<= 3.00x", MEASURED.get("api ratio"), 3.0, "x"),
         ("discovery, marginal cost per pack of 10 tools", "<= 2 ms", MEASURED.get("per pack"), 0.002, "s"),
         ("100 concurrent 100 ms async calls", "<= 150 ms", MEASURED.get("slow_async"), 0.150, "s"),
+        ("a call with metrics on (no trace exporter) vs without", "<= 1.05x", MEASURED.get("ops metrics"), 1.05,
+         "x"),
     ]
     rows = []
     for name, target, value, limit, unit in goals:
@@ -390,6 +444,7 @@ def main() -> None:
     if not args.no_wire:
         mcp_rows += anyio.run(mcp_wire, args)
     api_rows = anyio.run(python_api, args)
+    ops_rows = anyio.run(operations, args)
     other = anyio.run(concurrency, args) + view_build(args) + discovery(args) + startup(args)
     cpu = platform.processor() or platform.machine()
     report = "\n\n".join([
@@ -404,6 +459,8 @@ def main() -> None:
         _table(["measure", "toolcrib", "SDK low-level server", "SDK MCPServer", "FastMCP"], mcp_rows),
         "## Python API",
         _table(["measure", "toolcrib", "floor", "ratio"], api_rows),
+        "## Operations (what each costs a call, in-memory, 2026-07-28)",
+        _table(["measure", "with", "without", "ratio"], ops_rows),
         "## Concurrency, views, discovery, start-up",
         _table(["measure", "time", "note"], other),
         f"Total harness time: {time.perf_counter() - started:.0f} s.",

@@ -20,6 +20,7 @@ def test_the_harness_runs_in_quick_mode(tmp_path) -> None:  # type: ignore[no-un
     report = out.read_text()
     for row in ("| call, in-memory (2026-07-28) |", "| tools/list, 1000 tools, in-memory |",
                 "| resources/list, 100 resources, in-memory |", "| prompts/get, in-memory |",
+                "| call with metrics |", "| call with spans (an OpenTelemetry SDK, no exporter) |",
                 "| view.call vs a bare pydantic-validated call", "| 100 concurrent 100 ms calls, async |",
                 "| view build, ", "| toolcrib tools, 20 packs of 10 tools |", "| toolcrib plugins"):
         assert row in report, row

@@ -42,7 +42,7 @@ def state(config: str = CONFIG, metrics: Metrics | None = None) -> ServingState:
         from toolcrib.host import Host
 
         host = Host(config_from(config), plugins={"files": FILES, "misc": MISC}, autoload=False, env={},
-                    observers={"toolcrib.metrics": metrics})
+                    metrics=metrics)
     served = ServingState(host)  # type: ignore[arg-type]
     served.metrics = metrics
     return served

@@ -42,6 +42,7 @@ from toolcrib.errors import (
     UnknownToolError,
     contained,
 )
+from toolcrib.observe import Metrics
 from toolcrib.plugins import PluginManager, plugin_hooks
 from toolcrib.policy import Allow, Deny
 
@@ -64,7 +65,8 @@ _ALLOWED = _Outcome("allowed", "rules")
 class Pipeline:
     """Runs calls for every view of one host state; holds what all calls share (hooks, limits, workers)."""
 
-    def __init__(self, pm: PluginManager, loaded: LoadedConfig, settings: Mapping[str, Any]) -> None:
+    def __init__(self, pm: PluginManager, loaded: LoadedConfig, settings: Mapping[str, Any],
+                 metrics: Metrics | None = None) -> None:
         host = loaded.config.host
         self.workspace: Path = loaded.workspace
         self.call_timeout = host.call_timeout
@@ -76,6 +78,8 @@ class Pipeline:
         self._post = plugin_hooks(pm, "toolcrib_post_tool_use")
         self._approve = plugin_hooks(pm, "toolcrib_approve")
         self._audit = plugin_hooks(pm, "toolcrib_audit")
+        self._metrics = metrics
+        self._observed = bool(self._audit) or metrics is not None  # then each decision is timed and reported
         self._workers = host.sync_workers
         self._limiter: anyio.CapacityLimiter | None = None
 
@@ -96,10 +100,10 @@ class Pipeline:
     ) -> Awaitable[ToolResult]:
         """One call as ``view.agent`` makes it, to be awaited. Raises ``UnknownToolError`` for a name the agent
         does not see (hidden or nonexistent alike), at once; every other failure is an ``isError`` result."""
-        started = time.perf_counter() if self._audit else 0.0
+        started = time.perf_counter() if self._observed else 0.0
         vt = view.lookup(name)  # hidden and nonexistent alike: None
         if vt is None:
-            if self._audit:
+            if self._observed:
                 self._write_audit(view.agent, str(name)[:200], None, "unknown", "no such tool in the agent's view",
                                   started, True)
             raise UnknownToolError(name if isinstance(name, str) else repr(name))
@@ -115,7 +119,7 @@ class Pipeline:
         started: float = 0.0,
     ) -> ToolResult:
         """The pipeline for a tool the caller has already resolved (and decided on) for ``view``'s agent."""
-        if self._audit and not started:
+        if self._observed and not started:
             started = time.perf_counter()
         if arguments is None:
             arguments = {}
@@ -149,7 +153,7 @@ class Pipeline:
         result = await self._run(view, vt, model, channel, approver)
         if self._post:
             result = await self._post_hooks(view, vt, model.model_dump(mode="json"), result)
-        if self._audit:
+        if self._observed:
             self._finish(view, vt, arguments, outcome, result, started)
         return result
 
@@ -430,7 +434,7 @@ class Pipeline:
 
     def _finish(self, view: AgentView, vt: ViewTool, arguments: Any, outcome: _Outcome, result: ToolResult,
                 started: float) -> ToolResult:
-        if self._audit:
+        if self._observed:
             self._write_audit(view.agent, vt.name, arguments, outcome.decision, outcome.by, started, result.is_error)
         return result
 
@@ -574,6 +578,12 @@ class Pipeline:
 
     def _write_audit(self, agent: str, tool: str, arguments: Any, decision: str, by: str, started: float,
                      is_error: bool, kind: str = "tool") -> None:
+        """Report a decision: to the metrics (when kept), and as an audit record to every ``toolcrib_audit``."""
+        elapsed = time.perf_counter() - started
+        if self._metrics is not None:
+            self._metrics.observe(agent, kind, tool, decision, is_error, elapsed)
+        if not self._audit:
+            return
         record: dict[str, Any] = {
             "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
             "agent": agent,
@@ -581,7 +591,7 @@ class Pipeline:
             kind: tool,
             "decision": decision,
             "by": by,
-            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+            "duration_ms": round(elapsed * 1000, 3),
             "is_error": is_error,
         }
         if self.audit_arguments and arguments is not None:

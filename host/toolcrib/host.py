@@ -29,6 +29,7 @@ from toolcrib.declarations import Resource
 from toolcrib.default_plugins.builtins import Builtins
 from toolcrib.errors import Problem, ToolDeclarationError, UnknownAgentError
 from toolcrib.names import HIDDEN_CHARACTERS, RESERVED_NAMESPACE, clean, clean_schema
+from toolcrib.observe import Metrics
 from toolcrib.permissions import (
     AgentRules,
     Check,
@@ -71,7 +72,7 @@ class Host:
         extra_records: Iterable[PluginRecord] = (),
         upstreams: LazyServers | None = None,
         extra_items: Iterable[ItemEntry] = (),
-        observers: Mapping[str, Any] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         env = os.environ if env is None else env
         self.loaded = loaded
@@ -82,7 +83,7 @@ class Host:
             autoload=autoload_enabled(env) if autoload is None else autoload,
             named=named_plugins(env),
             plugins=plugins,
-            builtins=[*default_plugins.create(loaded), *(observers or {}).items()],
+            builtins=default_plugins.create(loaded),
         ) + list(extra_records)
         skills, problems = discover_skills(loaded, self.pm, self.records)
         self.skills = skills
@@ -106,7 +107,7 @@ class Host:
         self.catalog.problems.extend(curation_problems)
         self._apply_lock()
         self.rules: dict[str, AgentRules] = compile_rules(loaded)
-        self.pipeline = Pipeline(self.pm, loaded, self.catalog.settings)
+        self.pipeline = Pipeline(self.pm, loaded, self.catalog.settings, metrics)
         self._views: dict[str, AgentView] = {}
         self._lock = threading.Lock()
 

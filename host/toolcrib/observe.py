@@ -1,8 +1,8 @@
 """What an operator sees of a serving toolcrib: Prometheus metrics (``prometheus_client``), one log line per
 request (text or JSON), and OpenTelemetry spans per request (``opentelemetry-api``: free when no SDK is set up).
 
-Metrics come from the same records as the audit log (a ``toolcrib_audit`` plugin), so a call is counted exactly
-where it is decided. Labels are bounded: a name an agent asks for that it does not see is counted as
+Metrics are reported by the call pipeline where it writes the audit log, so a call is counted exactly where it is
+decided. Labels are bounded: a name an agent asks for that it does not see is counted as
 ``(unknown)``, never as the name it sent.
 """
 
@@ -14,8 +14,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
-
-from toolcrib.hookspecs import hookimpl
 
 requests_log = logging.getLogger("toolcrib.requests")
 
@@ -41,6 +39,9 @@ class Metrics:
         started = Gauge("toolcrib_start_time_seconds", "When this process started serving (Unix time)",
                         registry=self.registry)
         started.set(time.time())
+        self._call_counters: dict[tuple[str, str, str], Any] = {}
+        self._read_counters: dict[tuple[str, str, str], Any] = {}
+        self._timers: dict[str, Any] = {}
         self._sessions: Callable[[], Mapping[str, int]] = dict
         self._upstreams: Callable[[], Mapping[str, bool]] = dict
         self.registry.register(_Live(self))
@@ -53,17 +54,26 @@ class Metrics:
         if upstreams is not None:
             self._upstreams = upstreams
 
-    @hookimpl
-    def toolcrib_audit(self, record: Mapping[str, Any]) -> None:
-        decision = record["decision"]
-        outcome = ("error" if record["is_error"] else "ok") if decision == "allowed" else decision
-        kind = record["kind"]
+    def observe(self, agent: str, kind: str, name: str, decision: str, is_error: bool, seconds: float) -> None:
+        """One decision of the call pipeline (a call, a read, a prompt get)."""
+        outcome = ("error" if is_error else "ok") if decision == "allowed" else decision
         if kind != "tool":
-            self.reads.labels(record["agent"], kind, outcome).inc()
+            key = (agent, kind, outcome)
+            counter = self._read_counters.get(key)
+            if counter is None:
+                counter = self._read_counters[key] = self.reads.labels(agent, kind, outcome)
+            counter.inc()
             return
-        tool = record["tool"] if decision != "unknown" else UNKNOWN
-        self.calls.labels(record["agent"], tool, outcome).inc()
-        self.duration.labels(record["agent"]).observe(record["duration_ms"] / 1000)
+        tool = name if decision != "unknown" else UNKNOWN
+        call_key = (agent, tool, outcome)
+        calls = self._call_counters.get(call_key)
+        if calls is None:  # labels() takes a lock and builds a key: done once per series, not once per call
+            calls = self._call_counters[call_key] = self.calls.labels(agent, tool, outcome)
+        calls.inc()
+        timer = self._timers.get(agent)
+        if timer is None:
+            timer = self._timers[agent] = self.duration.labels(agent)
+        timer.observe(seconds)
 
     def render(self) -> tuple[bytes, str]:
         """The exposition (and its content type) for ``GET /metrics``."""

@@ -53,10 +53,9 @@ async def serving_state(path: Path | None, metrics: Metrics | None = None) -> As
         async def build() -> Host:
             loaded = await anyio.to_thread.run_sync(load_config, path)
             records, entries, items = await pool.sync(loaded)
-            observers = {"toolcrib.metrics": metrics} if metrics is not None else None
             return await anyio.to_thread.run_sync(functools.partial(
                 Host, loaded, extra_entries=entries, extra_records=records, upstreams=pool, extra_items=items,
-                observers=observers))
+                metrics=metrics))
 
         state = ServingState(await build(), make_host=build)
         state.metrics = metrics
