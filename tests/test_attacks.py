@@ -397,13 +397,18 @@ def test_a_pack_printing_at_import_cannot_corrupt_the_stdio_wire(tmp_path: Path)
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "printer__hello", "arguments": {}}},
     ]
-    proc = subprocess.Popen([sys.executable, "-m", "toolcrib.cli", "serve", "--agent", "a", "--config", str(config)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    errors = tmp_path / "stderr"
+    with errors.open("wb") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "toolcrib.cli", "serve", "--agent", "a", "--config",
+                                 str(config)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env)
     assert proc.stdin is not None
     proc.stdin.write("".join(json.dumps(line) + "\n" for line in lines).encode())
     proc.stdin.flush()
-    time.sleep(1.0)  # the pack's thread prints meanwhile
-    out, err = proc.communicate(timeout=60)
+    deadline = time.monotonic() + 60
+    while b"and again from a thread" not in errors.read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.05)  # the pack's thread prints while the server serves: stdin stays open until it has
+    out, _ = proc.communicate(timeout=60)
+    err = errors.read_bytes()
     answers = [json.loads(line) for line in out.decode().splitlines()]  # every line of stdout is JSON-RPC
     assert [a.get("id") for a in answers] == [1, 2]
     assert answers[1]["result"]["content"] == [{"type": "text", "text": "hello"}]
