@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode
 from pydantic_core import CoreSchema, InitErrorDetails, PydanticCustomError
 
+from toolcrib import fastschema
 from toolcrib.content import CONTENT_CLASSES, ToolResult
 from toolcrib.context import AvailabilityContext, Context
 from toolcrib.errors import ToolDeclarationError
@@ -100,6 +101,9 @@ class Tool:
     given_input_schema: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
     given_output_schema: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
     source_name: str | None = None  # the name its source gives it, when served under another (names.served_name)
+    # The decorated function's arguments, name -> (annotation, default or ...): their schema is written directly
+    # when they are plain (toolcrib.fastschema)
+    signature: Mapping[str, tuple[Any, Any]] | None = dataclasses.field(default=None, repr=False)
     # The installed plugin (a distribution, such as llm-tools-simpleeval) the tool comes from, when its pack serves
     # other plugins' tools: operators' plugins rules match it beside the pack's namespace.
     origin: str | None = None
@@ -113,28 +117,33 @@ class Tool:
     def input_schema(self) -> dict[str, Any]:
         if self.given_input_schema is not None:
             return dict(self.given_input_schema)
+        if self.signature is not None:  # plain arguments: written directly, the model waits for the first call
+            fast = fastschema.input_schema(self.signature)
+            if fast is not None:
+                return fast
         return json_schema_of(self.input_model, "validation")
-
-    @cached_property
-    def _output(self) -> tuple[TypeAdapter[Any] | None, bool]:
-        return _output_adapter(self.name, self.return_annotation)
 
     @cached_property  # read on every call: cached as a plain attribute after the first
     def output_adapter(self) -> TypeAdapter[Any] | None:
         """Validates results against the declared return type, when it describes structured output."""
-        return self._output[0]
+        return _output_adapter(self.name, self.return_annotation)
 
     @cached_property
     def wrap_output(self) -> bool:
         """A list-valued output, carried as ``{"result": [...]}``."""
-        return self._output[1]
+        return _output_kind(self.return_annotation)[1]
 
     @cached_property
     def output_schema(self) -> dict[str, Any] | None:
         if self.given_output_schema is not None:
             return dict(self.given_output_schema)
-        if self.output_adapter is None:
+        structured, wrap = _output_kind(self.return_annotation)
+        if not structured:
             return None
+        fast = fastschema.output_schema(self.return_annotation) if not wrap else None
+        if fast is not None:
+            return fast
+        assert self.output_adapter is not None
         schema = json_schema_of(self.output_adapter, "serialization")
         if self.wrap_output:
             defs = schema.pop("$defs", None)
@@ -147,7 +156,7 @@ class Tool:
     def prepare(self) -> None:
         """Build the input model and both schemas now; ``ToolDeclarationError`` says what is wrong."""
         try:
-            _ = self.input_schema, self.output_schema
+            _ = self.input_model, self.input_schema, self.output_adapter, self.output_schema
         except ToolDeclarationError:
             raise
         except Exception as exc:
@@ -291,6 +300,7 @@ def _decorate(fn: F, options: dict[str, Any], localns: Mapping[str, Any] | None 
         context_param=context_param,
         takes_model=False,
         return_annotation=hints.get("return", inspect.Signature.empty),
+        signature=fields,
     )
     try:
         setattr(fn, ATTRIBUTE, spec)
@@ -359,6 +369,7 @@ def _build(
     takes_model: bool,
     return_annotation: Any,
     given_input_schema: Mapping[str, Any] | None = None,
+    signature: Mapping[str, tuple[Any, Any]] | None = None,
 ) -> Tool:
     annotations = _check_annotations(name, options.get("annotations"))
     is_available = options.get("is_available")
@@ -406,6 +417,7 @@ def _build(
         takes_dict=given_input_schema is not None,
         is_async=_is_async(handler),
         given_input_schema=given_input_schema,
+        signature=types.MappingProxyType(dict(signature)) if signature is not None else None,
     )
 
 
@@ -682,24 +694,29 @@ def _is_content(annotation: Any) -> bool:
     return inspect.isclass(annotation) and issubclass(annotation, (*CONTENT_CLASSES, ToolResult))
 
 
-def _output_adapter(name: str, annotation: Any) -> tuple[TypeAdapter[Any] | None, bool]:
-    """An adapter for the declared return type when it describes structured output, else None."""
+def _output_kind(annotation: Any) -> tuple[bool, bool]:
+    """Whether the declared return type describes structured output, and whether it is a list to wrap."""
     if annotation is inspect.Signature.empty or annotation is None:
-        return None, False
+        return False, False
     base = annotation
     if typing.get_origin(base) is typing.Annotated:
         base = typing.get_args(base)[0]
     if _is_content(base):
-        return None, False
+        return False, False
     origin = typing.get_origin(base) or base
     if origin in (list, tuple, set, frozenset) and any(_is_content(a) for a in typing.get_args(base)):
-        return None, False
+        return False, False
     structured = (inspect.isclass(base) and issubclass(base, BaseModel)) or typing_extensions.is_typeddict(base)
     structured = structured or (inspect.isclass(base) and dataclasses.is_dataclass(base))
     wrap = origin in (list, tuple, set, frozenset) and base is not origin  # a parameterized list[...]
-    if not (structured or wrap):
-        return None, False
+    return structured or wrap, wrap
+
+
+def _output_adapter(name: str, annotation: Any) -> TypeAdapter[Any] | None:
+    """An adapter for the declared return type when it describes structured output, else None."""
+    if not _output_kind(annotation)[0]:
+        return None
     try:
-        return TypeAdapter(annotation), wrap
+        return TypeAdapter(annotation)
     except Exception as exc:
         raise ToolDeclarationError(f"tool {name!r}: cannot build an output schema from its return type: {exc}") from exc

@@ -1,0 +1,145 @@
+"""JSON Schemas of plain signatures, written directly: the same schema pydantic generates, without building a model.
+
+Building a pydantic model and generating its schema costs about 0.5 ms a tool; a host serving 10,000 tools would
+spend seconds on the first ``tools/list``. Most tools take plain arguments (``str``, ``int``, ``float``, ``bool``,
+``list[...]``, ``dict[str, ...]``, ``Literal[...]``, ``X | None``, with ``Annotated[..., Field(description=...)]``
+and simple defaults), whose schema is a short, fixed function of the annotations. For those this module writes it;
+for anything else it answers None and the tool's schema comes from pydantic, as before. The model that validates
+arguments is built when the tool is first called. ``tests/test_fastschema.py`` holds every answer to pydantic's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import typing_extensions
+from pydantic.fields import FieldInfo
+
+_PRIMITIVE: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
+
+
+class _Unsupported(Exception):
+    """Not a shape this module writes: pydantic's own schema is used."""
+
+
+def input_schema(fields: Mapping[str, tuple[Any, Any]]) -> dict[str, Any] | None:
+    """The input schema of a tool whose arguments are ``fields`` (name -> (annotation, default or ...)), or None."""
+    try:
+        properties: dict[str, Any] = {}
+        required = []
+        for name, (annotation, default) in fields.items():
+            schema = _schema(annotation)
+            if default is ...:
+                required.append(name)
+            else:
+                schema["default"] = _default(default)
+            properties[name] = schema
+    except _Unsupported:
+        return None
+    result: dict[str, Any] = {"additionalProperties": False, "properties": properties}
+    if required:
+        result["required"] = required
+    result["type"] = "object"
+    return result
+
+
+def output_schema(annotation: Any) -> dict[str, Any] | None:
+    """The output schema of a tool returning a TypedDict of plain fields, or None."""
+    if not typing_extensions.is_typeddict(annotation):
+        return None
+    try:
+        hints = typing.get_type_hints(annotation, include_extras=True)
+        properties = {name: _schema(hint) for name, hint in hints.items()}
+    except (_Unsupported, NameError, TypeError):
+        return None
+    required = [name for name in hints if name in annotation.__required_keys__]
+    result: dict[str, Any] = {"properties": properties}
+    if required:
+        result["required"] = required
+    result["type"] = "object"
+    return result
+
+
+def _schema(annotation: Any) -> dict[str, Any]:
+    kind = _PRIMITIVE.get(annotation) if isinstance(annotation, type) else None
+    if kind is not None:
+        return {"type": kind}
+    if annotation is list:
+        return {"items": {}, "type": "array"}
+    if annotation is dict:
+        return {"additionalProperties": True, "type": "object"}
+    origin = typing.get_origin(annotation)
+    arguments = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        schema = _schema(arguments[0])
+        for extra in arguments[1:]:
+            # only a description: constraints (in metadata), aliases, examples, defaults... are pydantic's to write
+            if not isinstance(extra, FieldInfo) or extra.metadata or set(_attributes(extra)) - {"description"}:
+                raise _Unsupported
+            if extra.description is not None:
+                schema["description"] = extra.description
+        return schema
+    if origin is list and len(arguments) == 1:
+        return {"items": _schema(arguments[0]), "type": "array"}
+    if origin is dict and len(arguments) == 2 and arguments[0] is str:
+        return {"additionalProperties": _schema(arguments[1]), "type": "object"}
+    if origin in (typing.Union, types.UnionType):
+        if any(typing.get_origin(a) in (Literal, typing.Annotated) for a in arguments):
+            raise _Unsupported  # pydantic merges and dedupes such members: not worth matching
+        nullable = type(None) in arguments
+        members: list[dict[str, Any]] = []
+        for member in (_schema(a) for a in arguments if a is not type(None)):
+            if "anyOf" in member:
+                raise _Unsupported
+            if member not in members:  # pydantic writes equal members once
+                members.append(member)
+        if nullable:
+            return {"anyOf": [*members, {"type": "null"}]}  # pydantic puts null last
+        return members[0] if len(members) == 1 else {"anyOf": members}
+    if origin is Literal:
+        return _literal(arguments)
+    raise _Unsupported
+
+
+def _attributes(field: FieldInfo) -> Any:
+    """What the author gave ``Field(...)`` (pydantic keeps it as ``_attributes_set``; without it, assume all)."""
+    given = getattr(field, "_attributes_set", None)
+    if not isinstance(given, dict):
+        raise _Unsupported
+    return given
+
+
+def _literal(values: tuple[Any, ...]) -> dict[str, Any]:
+    if values and all(type(v) is str for v in values):
+        kind = "string"
+    elif values and all(type(v) is int for v in values):
+        kind = "integer"
+    else:
+        raise _Unsupported
+    if len(set(values)) != len(values):
+        raise _Unsupported
+    if len(values) == 1:
+        return {"const": values[0], "type": kind}
+    return {"enum": list(values), "type": kind}
+
+
+def _default(value: Any) -> Any:
+    """A default as pydantic puts it in a schema: plain JSON values only."""
+    if value is None or type(value) in (str, int, bool):
+        return value
+    if type(value) is float:
+        if not math.isfinite(value):
+            raise _Unsupported
+        return value
+    if type(value) in (list, dict):
+        try:
+            if json.loads(json.dumps(value, allow_nan=False)) == value:
+                return json.loads(json.dumps(value))
+        except (TypeError, ValueError):
+            pass
+    raise _Unsupported
