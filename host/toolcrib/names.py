@@ -41,38 +41,45 @@ def clean(text: str) -> str:
 
 
 def clean_schema(schema: Any, hidden: list[str] | None = None, where: str = "") -> Any:
-    """A copy of a JSON Schema whose prose (description, title, $comment, examples) is ``clean``. A hidden
-    character anywhere else (a property name, an enum value) cannot be removed without changing the schema: its
-    place is appended to ``hidden``, for the caller to refuse or report."""
+    """A JSON Schema whose prose (description, title, $comment, examples) is ``clean``: ``schema`` itself when
+    nothing needs cleaning (the usual case: no copy is made), else a copy. A hidden character anywhere else (a
+    property name, an enum value) cannot be removed without changing the schema: its place is appended to
+    ``hidden``, for the caller to refuse or report."""
     if isinstance(schema, str):
         if hidden is not None and HIDDEN_CHARACTERS.search(schema):
             hidden.append(where or "(schema)")
         return schema
     if isinstance(schema, list):
-        return [clean_schema(item, hidden, f"{where}[{i}]") for i, item in enumerate(schema)]
+        items = [clean_schema(item, hidden, f"{where}[{i}]") for i, item in enumerate(schema)]
+        return schema if all(a is b for a, b in zip(items, schema, strict=True)) else items
     if not isinstance(schema, dict):
         return schema
     cleaned = {}
+    changed = False
     for key, value in schema.items():
         place = f"{where}.{key}" if where else str(key)
         if hidden is not None and isinstance(key, str) and HIDDEN_CHARACTERS.search(key):
             hidden.append(place)
         if key in _PROSE_KEYS and isinstance(value, str):
-            cleaned[key] = clean(value)
+            new = clean(value)
         elif key == "examples":
-            cleaned[key] = _clean_strings(value)
+            new = _clean_strings(value)
         else:
-            cleaned[key] = clean_schema(value, hidden, place)
-    return cleaned
+            new = clean_schema(value, hidden, place)
+        changed = changed or new is not value
+        cleaned[key] = new
+    return cleaned if changed else schema
 
 
 def _clean_strings(value: Any) -> Any:
     if isinstance(value, str):
         return clean(value)
     if isinstance(value, list):
-        return [_clean_strings(v) for v in value]
+        items = [_clean_strings(v) for v in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
     if isinstance(value, dict):
-        return {k: _clean_strings(v) for k, v in value.items()}
+        cleaned = {k: _clean_strings(v) for k, v in value.items()}
+        return value if all(cleaned[k] is v for k, v in value.items()) else cleaned
     return value
 
 
