@@ -176,3 +176,19 @@ def test_fast_paths_answer_exactly_like_the_sdk(modern: bool) -> None:
     assert by_id[13]["result"]["content"] == [
         {"type": "text", "text": "Tool w__hand_built returned a result that cannot be sent (it does not match its "
                                  "declared output, or is not JSON); the host's log has the details."}]
+
+
+def test_the_identity_stamp_is_the_sdks_and_owned_by_the_caller() -> None:
+    from mcp.server import Server
+
+    from toolcrib.mcp.adapter import _Server
+
+    server, _ = _servers()
+    stamp = server.server_info_stamp
+    assert stamp == Server.server_info_stamp.fget(server) == {"name": "toolcrib", "version": toolcrib.__version__}
+    stamp["name"] = "changed"
+    assert server.server_info_stamp["name"] == "toolcrib"
+    iconic = _Server("iconic", version="1", icons=[types.Icon(src="https://example.com/i.png")])
+    stamp = iconic.server_info_stamp  # nested values: the SDK's deep copy
+    stamp["icons"][0]["src"] = "changed"
+    assert iconic.server_info_stamp["icons"] == [{"src": "https://example.com/i.png"}]
