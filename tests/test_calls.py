@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Annotated, Any
@@ -472,6 +474,62 @@ def test_approval_hook() -> None:
     assert denied.text == "Permission denied: writes need a ticket number"
 
 
+# -- sync workers -------------------------------------------------------------------------------------------
+
+
+def _meeting(parties: int) -> tuple[Any, list[int]]:
+    """A sync tool whose calls wait for each other: ``parties`` of them must run at once for any to return."""
+    barrier = threading.Barrier(parties, timeout=60)  # a deadlock guard, not a speed limit
+    running = [0, 0]  # now, most at once
+    lock = threading.Lock()
+
+    @toolcrib.tool
+    def meet() -> str:
+        """Wait until enough calls run at once."""
+        with lock:
+            running[0] += 1
+            running[1] = max(running[1], running[0])
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            return "alone"
+        finally:
+            with lock:
+                running[0] -= 1
+        return "met"
+
+    return Pack(meet), running
+
+
+def _all_at_once(host: Any, tool: str, n: int) -> list[str]:
+    texts: list[str] = []
+
+    async def one() -> None:
+        texts.append((await host.call("a", tool, {})).text)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+            for _ in range(n):
+                group.start_soon(one)
+
+    anyio.run(main)
+    return texts
+
+
+def test_a_hundred_sync_calls_run_at_once_by_default() -> None:
+    pack, running = _meeting(100)
+    host = make_host(CONFIG, {"meeting": pack})
+    assert _all_at_once(host, "meeting__meet", 100) == ["met"] * 100
+    assert running[1] == 100
+
+
+def test_sync_workers_bounds_the_sync_calls_running_at_once() -> None:
+    pack, running = _meeting(2)
+    host = make_host("[host]\nsync_workers = 2\n" + CONFIG.replace("[host]\n", "", 1), {"meeting": pack})
+    assert _all_at_once(host, "meeting__meet", 10) == ["met"] * 10
+    assert running[1] == 2
+
+
 # -- audit --------------------------------------------------------------------------------------------------
 
 
@@ -504,6 +562,77 @@ def test_audit_arguments_when_asked(tmp_path: Path) -> None:
     call(host, "files__read", {"path": "x"})
     host.close()
     assert json.loads((tmp_path / "a.jsonl").read_text())["arguments"] == {"path": "x"}
+
+
+class _Unwritable:
+    def __repr__(self) -> str:
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("arguments", [None, {"path": "x"}, {"ü\n\"": ["\u2028", 1.5, None, True]}])
+@pytest.mark.parametrize("name", ["files__read", 'we"ird\\name\u00e9'])
+def test_audit_line_is_the_records_json(name: str, arguments: Any) -> None:
+    from toolcrib.default_plugins.audit import line, record
+    for at, seconds in [(1_764_510_000.0, 0.0), (1_764_510_000.9996, 0.0012345), (1_764_510_001.5, 12.0)]:
+        decision = (at, "ag\u00eant", "tool", name, "denied", 'rule "x"\n', seconds, True, arguments)
+        assert json.loads(line(decision)) == record(decision)
+        assert line(decision) == json.dumps(record(decision), ensure_ascii=False) + "\n"
+
+
+def test_audit_lines_keep_coming_past_arguments_that_cannot_be_written(tmp_path: Path) -> None:
+    from toolcrib.default_plugins.audit import AuditLog
+    audit = AuditLog(tmp_path / "a.jsonl")
+    audit.add((1_764_510_000.25, "a", "tool", "t", "allowed", "rules", 0.001, False, {"x": _Unwritable()}))
+    audit.add((1_764_510_000.5, "a", "tool", "t", "allowed", "rules", 0.002, False, {"x": 1}))
+    audit.close()
+    assert [json.loads(text)["arguments"] for text in (tmp_path / "a.jsonl").read_text().splitlines()] == [
+        {"(not written)": "KeyboardInterrupt: "}, {"x": 1}]
+
+
+def test_an_audit_log_that_cannot_be_opened_costs_no_call(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "taken").write_text("a file where the log's folder should be")
+    config = RULES.format(name="a", mode="default", tools='{ allow = ["*"] }', extra="")
+    host = make_host('[host]\naudit_log = "taken/a.jsonl"\n' + config, {"files": FILES}, base_dir=tmp_path)
+    with caplog.at_level(logging.ERROR, logger="toolcrib.default_plugins.audit"):
+        assert call(host, "files__read", {"path": "x"}).text == "contents of x"
+        assert call(host, "files__read", {"path": "y"}).text == "contents of y"
+        host.close()
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == [
+        f"audit log {tmp_path / 'taken' / 'a.jsonl'} cannot be opened, its lines are lost until it can"]
+
+
+def test_other_audit_plugins_get_the_same_records_as_the_log(tmp_path: Path) -> None:
+    seen: list[dict[str, Any]] = []
+
+    class Auditor:
+        @toolcrib.hookimpl
+        def toolcrib_audit(self, record: Any) -> None:
+            seen.append(dict(record))
+
+    config = RULES.format(name="a", mode="default", tools='{ allow = ["*"] }', extra="")
+    host = make_host('[host]\naudit_log = "a.jsonl"\naudit_arguments = true\n' + config,
+                     {"files": FILES, "auditor": Auditor()}, base_dir=tmp_path)
+    call(host, "files__read", {"path": "x"})
+    host.close()
+    assert [json.loads(text) for text in (tmp_path / "a.jsonl").read_text().splitlines()] == seen
+    assert [(r["tool"], r["decision"], r["arguments"]) for r in seen] == [("files__read", "allowed", {"path": "x"})]
+
+
+def test_a_process_that_never_closes_its_log_loses_no_line(tmp_path: Path) -> None:
+    script = ("import sys; from pathlib import Path; from toolcrib.default_plugins.audit import AuditLog\n"
+              "log = AuditLog(Path(sys.argv[1]))\n"
+              "for i in range(500): log.add((1.0 + i, 'a', 'tool', f't{i}', 'allowed', 'rules', 0.0, False, None))\n")
+    subprocess.run([sys.executable, "-c", script, str(tmp_path / "a.jsonl")], check=True, timeout=60)
+    names = [json.loads(text)["tool"] for text in (tmp_path / "a.jsonl").read_text().splitlines()]
+    assert names == [f"t{i}" for i in range(500)]
+
+
+def test_a_cli_call_leaves_its_audit_line(tmp_path: Path, cli_config: Any) -> None:
+    path = cli_config(CONFIG.replace("[host]\n", '[host]\naudit_log = "audit.jsonl"\n'), "shop=test_calls:SHOP")
+    assert cli("call", "--config", path, "--agent", "a", "shop__lookup_order", "--args",
+               '{"order_id": "O-1001"}')[0] == 0
+    records = [json.loads(text) for text in (Path(path).parent / "audit.jsonl").read_text().splitlines()]
+    assert [(r["agent"], r["tool"], r["decision"]) for r in records] == [("a", "shop__lookup_order", "allowed")]
 
 
 # -- the CLI runs the same pipeline ---------------------------------------------------------------------------

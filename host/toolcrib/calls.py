@@ -19,7 +19,6 @@ import time
 import types
 from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +31,8 @@ from toolcrib.catalog import ItemEntry
 from toolcrib.content import ToolResult, normalize, result_problem
 from toolcrib.context import Approver, ClientChannel, Context
 from toolcrib.declarations import MAX_COMPLETION_SCAN, Completions, Prompt, Resource, prompt_messages, resource_contents
+from toolcrib.default_plugins.audit import AuditLog
+from toolcrib.default_plugins.audit import record as audit_record
 from toolcrib.errors import (
     InvalidArgumentsError,
     Suspend,
@@ -43,7 +44,7 @@ from toolcrib.errors import (
     contained,
 )
 from toolcrib.observe import Metrics
-from toolcrib.plugins import PluginManager, plugin_hooks
+from toolcrib.plugins import PluginHook, PluginManager, plugin_hooks
 from toolcrib.policy import Allow, Deny
 
 if TYPE_CHECKING:
@@ -75,11 +76,19 @@ class Pipeline:
         self.audit_arguments = host.audit_arguments
         self.settings = settings
         self._pre = plugin_hooks(pm, "toolcrib_pre_tool_use")
+        # The config's command hooks say which calls they see: a call none of them matches does not call them.
+        self._commands = pm.get_plugin("toolcrib.hooks")
+        self._pre_for: dict[tuple[str, str], list[PluginHook]] = {}
         self._post = plugin_hooks(pm, "toolcrib_post_tool_use")
         self._approve = plugin_hooks(pm, "toolcrib_approve")
-        self._audit = plugin_hooks(pm, "toolcrib_audit")
+        # The audit log is handed each decision as it is (its writer thread formats it); other toolcrib_audit
+        # plugins get the record.
+        log_plugin = pm.get_plugin("toolcrib.audit")
+        self._log: AuditLog | None = log_plugin if isinstance(log_plugin, AuditLog) else None
+        self._audit = [h for h in plugin_hooks(pm, "toolcrib_audit") if h.plugin != "toolcrib.audit"]
         self._metrics = metrics
-        self._observed = bool(self._audit) or metrics is not None  # then each decision is timed and reported
+        # then each decision is timed and reported
+        self._observed = bool(self._audit) or self._log is not None or metrics is not None
         self._workers = host.sync_workers
         self._limiter: anyio.CapacityLimiter | None = None
 
@@ -145,8 +154,9 @@ class Pipeline:
                                 ToolResult.error(format_validation_error(vt.name, exc, vt.tool.input_model)), started)
 
         outcome = _ALLOWED
-        if vt.call_rules is not None or self._pre:
-            denied, outcome, model, arguments = await self._policy(view, vt, model, approver)
+        pre = self._pre_hooks(view.agent, vt.name) if self._pre else self._pre
+        if vt.call_rules is not None or pre:
+            denied, outcome, model, arguments = await self._policy(view, vt, model, approver, pre)
             if denied is not None:
                 return self._finish(view, vt, arguments, outcome, denied, started)
 
@@ -159,8 +169,18 @@ class Pipeline:
 
     # -- steps ---------------------------------------------------------------------------------------------
 
+    def _pre_hooks(self, agent: str, tool: str) -> list[PluginHook]:
+        """The pre-tool-use hooks that see this agent's calls of this tool (remembered: a view never changes)."""
+        found = self._pre_for.get((agent, tool))
+        if found is None:
+            commands = self._commands
+            found = [h for h in self._pre
+                     if h.plugin != "toolcrib.hooks" or commands is None or commands.wants(agent, tool)]
+            self._pre_for[(agent, tool)] = found
+        return found
+
     async def _policy(
-        self, view: AgentView, vt: ViewTool, model: Any, approver: Approver | None
+        self, view: AgentView, vt: ViewTool, model: Any, approver: Approver | None, pre: list[PluginHook]
     ) -> tuple[ToolResult | None, _Outcome, Any, dict[str, Any]]:
         """Argument rules and approvals, then the pre-tool-use hooks; when a hook replaced the input, the rules hold
         again for what will really run. Returns (a refusal or None, the outcome, the model, its arguments)."""
@@ -173,7 +193,7 @@ class Pipeline:
             refused, outcome, approved = await self._rules(view, vt, arguments, approver, "", False)
             if refused is not None:
                 return refused, outcome, model, arguments
-        if not self._pre:
+        if not pre:
             return None, outcome, model, arguments
         frozen = types.MappingProxyType(arguments)
         kwargs = {"agent": view.agent, "tool": vt.name, "arguments": frozen, "annotations": vt.tool.annotations}
@@ -181,7 +201,7 @@ class Pipeline:
         denier = ""
         updated: Mapping[str, Any] | None = None
         updater = ""
-        for impl in self._pre:
+        for impl in pre:
             try:
                 answer = impl(**kwargs)
                 if inspect.isawaitable(answer):
@@ -582,21 +602,15 @@ class Pipeline:
         elapsed = time.perf_counter() - started
         if self._metrics is not None:
             self._metrics.observe(agent, kind, tool, decision, is_error, elapsed)
+        if self._log is None and not self._audit:
+            return
+        given = arguments if self.audit_arguments and arguments is not None else None
+        item = (time.time(), agent, kind, tool, decision, by, elapsed, is_error, given)
+        if self._log is not None:
+            self._log.add(item)
         if not self._audit:
             return
-        record: dict[str, Any] = {
-            "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
-            "agent": agent,
-            "kind": kind,
-            kind: tool,
-            "decision": decision,
-            "by": by,
-            "duration_ms": round(elapsed * 1000, 3),
-            "is_error": is_error,
-        }
-        if self.audit_arguments and arguments is not None:
-            record["arguments"] = arguments
-        frozen = types.MappingProxyType(record)
+        frozen = types.MappingProxyType(audit_record(item))
         for impl in self._audit:
             try:
                 impl(record=frozen)

@@ -56,7 +56,7 @@ class HostConfig(_Strict):
     call_timeout: PositiveFloat = Field(60.0, description="seconds a call may run, unless its tool declares its own")
     max_argument_bytes: PositiveInt = Field(1_048_576, description="largest argument payload, in bytes of JSON")
     max_result_chars: PositiveInt = Field(100_000, description="longest result text; longer results are truncated")
-    sync_workers: PositiveInt = Field(32, description="worker threads for sync handlers (calls beyond wait)")
+    sync_workers: PositiveInt = Field(128, description="worker threads for sync handlers (calls beyond wait)")
     availability_timeout: PositiveFloat = Field(5.0, description="seconds a tool's availability check may take; a "
                                                 "slower one hides its tool")
     shutdown_timeout: PositiveFloat = Field(10.0, description="seconds `serve` waits for calls and streams to end "

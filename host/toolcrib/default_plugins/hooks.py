@@ -161,6 +161,10 @@ class CommandHooks:
     def __init__(self, hooks: list[CommandHook], base_dir: Path) -> None:
         self.hooks = [_Hook(i, hook, base_dir) for i, hook in enumerate(hooks)]
 
+    def wants(self, agent: str, tool: str) -> bool:
+        """Whether any of the programs sees this agent's calls of this tool (else the pipeline does not ask)."""
+        return any(hook.matches(agent, tool) for hook in self.hooks)
+
     @hookimpl
     async def toolcrib_pre_tool_use(self, agent: str, tool: str, arguments: Mapping[str, Any],
                                     annotations: Mapping[str, Any]) -> Allow | Deny | None:
