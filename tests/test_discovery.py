@@ -302,3 +302,11 @@ def test_tracing_uses_pluggys_monitoring(capsys: pytest.CaptureFixture[str]) -> 
     err = capsys.readouterr().err.splitlines()
     assert err[err.index("  toolcrib_tools [hook]") + 1] == "      settings: None"
     assert any(line.startswith("  finish toolcrib_tools --> [[<function read at") for line in err), err
+
+
+def test_one_module_under_two_names_loads_once(dist_path: Callable[..., Path]) -> None:
+    dist_path("acme-orders", "1.0", {"orders": "acme_orders", "again": "acme_orders"}, {"acme_orders": GOOD})
+    records = ours(_host().records, {"orders", "again"})
+    assert (records["orders"].state, records["orders"].error) == (  # entry points load in name order
+        "failed", "the same object is already registered as 'again'; give each pack its own module")
+    assert (records["again"].state, records["again"].tool_count) == ("loaded", 1)

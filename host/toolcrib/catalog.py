@@ -137,6 +137,7 @@ def build_catalog(
     prompts_hooks = hooks_by_plugin(pm, "toolcrib_prompts")
     staged_items: list[ItemEntry] = []
     origins: list[tuple[PluginRecord, PluginRecord]] = []  # (a pack, an installed plugin it serves tools of)
+    taken = mcp_namespaces | {r.name for r in records}  # names an origin may not have
     for record in records:
         own = record.kind == "builtin" and record.name == RESERVED_NAMESPACE  # the host's own pack
         if record.state != "loaded" or not (record.kind == "pack" or own):
@@ -159,7 +160,7 @@ def build_catalog(
                      *_collect_items(prompts_hooks.get(record.name), "prompts", record, settings, catalog)]
         if record.state != "loaded":
             continue
-        entries, served_for = _origins(record, entries, catalog, mcp_namespaces | {r.name for r in records})
+        entries, served_for = _origins(record, entries, catalog, taken)
         origins += [(record, origin) for origin in served_for]
         record.tool_count = len(entries)
         for entry in entries:

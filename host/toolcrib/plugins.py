@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -69,14 +69,25 @@ class PluginRecord:
 
 
 class PluginManager(pluggy.PluginManager):
-    """pluggy's manager, which (as pytest does) also takes ``toolcrib_*`` functions without the marker."""
+    """pluggy's manager, which (as pytest does) also takes ``toolcrib_*`` functions without the marker, and
+    remembers the hook implementations (name, options) the last ``register`` found: what toolcrib checks of a pack
+    it registered, without pluggy's ``get_name``/``get_hookcallers``, which scan every plugin (1,000 packs would
+    cost a million steps)."""
+
+    registered_hooks: list[tuple[str, Any]]
+
+    def register(self, plugin: Any, name: str | None = None) -> str | None:
+        self.registered_hooks = []
+        return super().register(plugin, name)
 
     def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
-        opts = super().parse_hookimpl_opts(plugin, name)
+        opts: Any = super().parse_hookimpl_opts(plugin, name)
         if opts is None and name.startswith("toolcrib_"):
             method = getattr(plugin, name, None)
             if inspect.isroutine(method):
-                return {}
+                opts = {}
+        if opts is not None:
+            self.registered_hooks.append((name, opts))
         return opts
 
 
@@ -258,27 +269,26 @@ def _register(pm: PluginManager, record: PluginRecord, obj: Any) -> None:
     if obj is None:
         record.fail("the entry point's value is None; point it at a module or object with hook implementations")
         return
-    existing = pm.get_name(obj)
-    if existing is not None:
-        record.fail(f"the same object is already registered as {existing!r}; give each pack its own module")
-        return
     try:
         pm.register(obj, name=record.name)
     except pluggy.PluginValidationError as exc:
         record.fail(f"invalid hook implementation: {exc}")
         return
     except ValueError as exc:
-        record.fail(f"cannot register: {exc}")
+        existing = pm.get_name(obj)
+        if existing is not None:
+            record.fail(f"the same object is already registered as {existing!r}; give each pack its own module")
+        else:
+            record.fail(f"cannot register: {exc}")
         return
-    callers = pm.get_hookcallers(obj) or ()
-    unknown = sorted(caller.name for caller in callers if caller.spec is None)
+    found = pm.registered_hooks
+    unknown = sorted(name for name, _ in found if getattr(pm.hook, name).spec is None)
     if unknown:
         pm.unregister(obj)
         known = ", ".join(sorted(n for n in dir(hookspecs) if n.startswith("toolcrib_")))
         record.fail(f"unknown hook(s) {', '.join(unknown)}; toolcrib's hooks are {known}")
         return
-    wrappers = sorted(caller.name for caller in callers for impl in caller.get_hookimpls()
-                      if impl.plugin is obj and (impl.wrapper or impl.hookwrapper))
+    wrappers = sorted(name for name, opts in found if opts.get("wrapper") or opts.get("hookwrapper"))
     if wrappers:
         pm.unregister(obj)
         record.fail(f"hook {', '.join(wrappers)}: wrapper implementations (wrapper=True, hookwrapper=True) are not "
@@ -314,7 +324,7 @@ class PluginHook:
     """
 
     plugin: str
-    caller: pluggy.HookCaller
+    caller: Callable[..., Any]
 
     def __call__(self, **kwargs: Any) -> Any:
         """The implementation's answer: what it returned, or None."""
@@ -324,17 +334,34 @@ class PluginHook:
         return result
 
 
+class _OneImpl:
+    """pluggy's caller of a hook, holding one implementation: what ``subset_hook_caller`` gives when every other
+    plugin is removed (the same ``_hookexec``: opt-in arguments, tracing and call monitoring apply), but without its
+    cost, which grows with the plugins: it is built from a set of all the others, and each call filters every
+    implementation again (a pass over 1,000 packs would take a million steps)."""
+
+    __slots__ = ("_args", "_exec")
+
+    def __init__(self, caller: pluggy.HookCaller, impl: pluggy.HookImpl) -> None:
+        firstresult = bool(caller.spec.opts.get("firstresult")) if caller.spec is not None else False
+        self._exec = caller._hookexec
+        self._args = (caller.name, [impl], firstresult)
+
+    def __call__(self, **kwargs: Any) -> Any:
+        name, impls, firstresult = self._args
+        return self._exec(name, impls, kwargs, firstresult)
+
+
 def plugin_hooks(pm: PluginManager, hook: str) -> list[PluginHook]:
     """Each plugin's implementation of ``hook``, in pluggy's call order (last registered first, then ``tryfirst`` /
     ``trylast``)."""
     caller: pluggy.HookCaller = getattr(pm.hook, hook)
-    order = [impl.plugin for impl in reversed(caller.get_hookimpls())]
-    plugins = list(dict.fromkeys(order))
-    found = []
-    for plugin in plugins:
-        others = [p for p in plugins if p is not plugin]
-        found.append(PluginHook(pm.get_name(plugin) or "?", pm.subset_hook_caller(hook, others)))
-    return found
+    names = {id(plugin): name for name, plugin in pm.list_name_plugin()}
+    found: dict[int, PluginHook] = {}
+    for impl in reversed(caller.get_hookimpls()):
+        if id(impl.plugin) not in found:
+            found[id(impl.plugin)] = PluginHook(names.get(id(impl.plugin), "?"), _OneImpl(caller, impl))
+    return list(found.values())
 
 
 def hooks_by_plugin(pm: PluginManager, hook: str) -> dict[str, PluginHook]:
