@@ -7,6 +7,7 @@ import logging
 import subprocess
 import sys
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -576,7 +577,11 @@ def test_audit_line_is_the_records_json(name: str, arguments: Any) -> None:
     for at, seconds in [(1_764_510_000.0, 0.0), (1_764_510_000.9996, 0.0012345), (1_764_510_001.5, 12.0)]:
         decision = (at, "ag\u00eant", "tool", name, "denied", 'rule "x"\n', seconds, True, arguments)
         assert json.loads(line(decision)) == record(decision)
-        assert line(decision) == json.dumps(record(decision), ensure_ascii=False) + "\n"
+        assert record(decision)["time"] == datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
+    written = line((1_764_510_000.9996, "a", "tool", "t", "allowed", "rules", 0.012, False, {"x": "é"}))
+    assert written == ('{"time": "2025-11-30T13:40:00.999+00:00", "agent": "a", "kind": "tool", "tool": "t", '
+                       '"decision": "allowed", "by": "rules", "duration_ms": 12.000, "is_error": false, '
+                       '"arguments": {"x": "é"}}\n')
 
 
 def test_audit_lines_keep_coming_past_arguments_that_cannot_be_written(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any
 
@@ -109,26 +110,31 @@ def record(decision: Decision) -> dict[str, Any]:
     return out
 
 
-_second: tuple[int, str] = (-1, "")  # the last whole second formatted and its ISO text (one tuple: threads share it)
+_moment: tuple[int, str] = (-1, "")  # the last millisecond formatted and its text (one tuple: threads share it)
 
 
 def _time(at: float) -> str:
-    global _second
-    second = int(at)
-    known = _second
-    if known[0] != second:
-        known = _second = (second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
-    return f"{known[1]}.{int((at - second) * 1000):03d}+00:00"
+    """ISO 8601 in UTC to the millisecond, as ``datetime.isoformat(timespec="milliseconds")`` writes it."""
+    global _moment
+    ms = int(at * 1000)
+    known = _moment
+    if known[0] != ms:
+        second, fraction = divmod(ms, 1000)
+        text = f"{datetime.fromtimestamp(second, UTC).strftime('%Y-%m-%dT%H:%M:%S')}.{fraction:03d}+00:00"
+        known = _moment = (ms, text)
+    return known[1]
 
 
 _dumps = json.JSONEncoder(ensure_ascii=False, default=repr).encode
+_text = encode_basestring  # a str as a JSON string (what _dumps writes for one, without its type dispatch)
 
 
 def line(decision: Decision) -> str:
-    """The JSON line of a decision: ``record``'s, written field by field (the writer's time goes here)."""
+    """The JSON line of a decision: ``record``'s, written field by field (the writer's time goes here); the
+    duration is written with three decimals ("12.000" where ``record`` has 12.0)."""
     at, agent, kind, name, verdict, by, seconds, is_error, arguments = decision
-    text = (f'{{"time": "{_time(at)}", "agent": {_dumps(agent)}, "kind": "{kind}", "{kind}": {_dumps(name)}, '
-            f'"decision": "{verdict}", "by": {_dumps(by)}, "duration_ms": {round(seconds * 1000, 3)}, '
+    text = (f'{{"time": "{_time(at)}", "agent": {_text(agent)}, "kind": "{kind}", "{kind}": {_text(name)}, '
+            f'"decision": "{verdict}", "by": {_text(by)}, "duration_ms": {seconds * 1000:.3f}, '
             f'"is_error": {"true" if is_error else "false"}')
     if arguments is not None:
         text += f', "arguments": {_dumps(arguments)}'
