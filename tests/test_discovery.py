@@ -310,3 +310,24 @@ def test_one_module_under_two_names_loads_once(dist_path: Callable[..., Path]) -
     assert (records["orders"].state, records["orders"].error) == (  # entry points load in name order
         "failed", "the same object is already registered as 'again'; give each pack its own module")
     assert (records["again"].state, records["again"].tool_count) == ("loaded", 1)
+
+
+def test_loading_leaves_the_garbage_collector_as_it_found_it(dist_path: Callable[..., Path]) -> None:
+    import gc
+
+    seen: list[bool] = []
+    source = GOOD.replace("    return [lookup_order]", "    import gc\n    seen.append(gc.isenabled())\n"
+                                                         "    return [lookup_order]") + "\nseen = []\n"
+    dist_path("acme-orders", "1.0", {"orders": "acme_orders"}, {"acme_orders": source})
+    assert gc.isenabled()
+    host = _host()
+    assert gc.isenabled()
+    seen = sys.modules["acme_orders"].seen
+    assert seen == [False]  # paused while the packs load
+    gc.disable()
+    try:
+        _host()
+        assert not gc.isenabled()  # an application that turned it off keeps it off
+    finally:
+        gc.enable()
+    assert "orders__lookup_order" in host.catalog.entries
