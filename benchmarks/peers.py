@@ -1,13 +1,16 @@
 """The same tools on every side: ``add(a, b) -> {"result": a + b}`` plus filler tools up to N; and the same
 resources (N text resources ``bench://doc/<i>``) and prompts (``greet(name)`` plus fillers up to 10).
 
-toolcrib serves them from a pack; the SDK's low-level server from hand-written handlers (with its default
-middleware, as a user gets it); the SDK's bundled high-level server (MCPServer) and FastMCP from decorated
-functions. Every side declares the same output schema, so every client does the same validation.
+toolcrib serves them from a pack; the SDK's low-level server from hand-written handlers, once without middleware
+("lowlevel") and once with the SDK's default OpenTelemetry middleware as a user gets it ("lowlevel-otel"); the SDK's
+bundled high-level server (MCPServer) and FastMCP from decorated functions, FastMCP once with its defaults
+("fastmcp") and once without its default schema-dereferencing middleware ("fastmcp-bare"). Every side declares
+the same output schema, so every client does the same validation.
 
-Also a small CLI, so the wire benchmarks can start each peer as a server process:
+Also a small CLI, so the wire and cold benchmarks can start each peer as a process of its own:
 
-    python benchmarks/peers.py {toolcrib,lowlevel,mcpserver,fastmcp} {stdio,http} N [PORT]
+    python benchmarks/peers.py PEER {stdio,http} N [PORT]
+    python benchmarks/peers.py PEER cold N        # prints {"build", "first", "warm": s, "rss_mb"} as JSON
 """
 
 from __future__ import annotations
@@ -118,21 +121,23 @@ prompts = {{ allow = ["*"] }}
 """
 
 
-def toolcrib_host(n: int, extra: list[Any] | None = None, **options: Any) -> toolcrib.Host:
+def toolcrib_host(n: int, extra: list[Any] | None = None, config: str = "", **options: Any) -> toolcrib.Host:
+    """The bench pack's host; ``config`` is TOML put before the agent's (``[host]`` keys, hooks)."""
     from toolcrib.config import parse_config
 
-    return toolcrib.Host(parse_config(CONFIG, "bench", Path.cwd()), plugins={"math": BenchPack(n, extra)},
+    return toolcrib.Host(parse_config(config + CONFIG, "bench", Path.cwd()), plugins={"math": BenchPack(n, extra)},
                          autoload=False, env={}, **options)
 
 
-def toolcrib_server(n: int) -> Any:
+def toolcrib_server(n: int, config: str = "", **options: Any) -> Any:
     from toolcrib.mcp.adapter import build_server
     from toolcrib.mcp.state import ServingState
 
-    return build_server(ServingState(toolcrib_host(n)), AGENT)
+    return build_server(ServingState(toolcrib_host(n, config=config, **options)), AGENT)
 
 
-def lowlevel_server(n: int) -> Any:
+def lowlevel_otel_server(n: int) -> Any:
+    """The low-level server as the SDK gives it (its OpenTelemetry middleware on)."""
     from mcp.server import Server
     from mcp.types import (
         CallToolResult,
@@ -186,6 +191,12 @@ def lowlevel_server(n: int) -> Any:
                   on_list_resources=on_list_resources, on_list_prompts=on_list_prompts, on_get_prompt=on_get_prompt)
 
 
+def lowlevel_server(n: int) -> Any:
+    server = lowlevel_otel_server(n)
+    server.middleware.clear()  # the SDK's default OpenTelemetry middleware ("lowlevel-otel" keeps it)
+    return server
+
+
 def mcpserver_server(n: int) -> Any:
     from mcp.server import MCPServer
 
@@ -199,11 +210,11 @@ def mcpserver_server(n: int) -> Any:
     return server
 
 
-def fastmcp_server(n: int) -> Any:
+def fastmcp_server(n: int, defaults: bool = True) -> Any:
     from fastmcp import FastMCP
     from fastmcp.tools import Tool as FTool
 
-    server = FastMCP("fastmcp")
+    server = FastMCP("fastmcp", dereference_schemas=defaults)
     for name in names(n):
         server.add_tool(FTool.from_function(_add_tool(name), name=name))
     for i in range(n):
@@ -211,6 +222,10 @@ def fastmcp_server(n: int) -> Any:
     for name in PROMPTS:
         server.prompt(name=name)(_prompt(name))
     return server
+
+
+def fastmcp_bare_server(n: int) -> Any:
+    return fastmcp_server(n, defaults=False)
 
 
 def fastmcp_available() -> bool:
@@ -221,11 +236,39 @@ def fastmcp_available() -> bool:
 
 def lowlevel_of(peer: str, server: Any) -> Any:
     """What to hand mcp.Client: FastMCP wraps an SDK server."""
-    return server._mcp_server if peer == "fastmcp" else server
+    return server._mcp_server if peer.startswith("fastmcp") else server
 
 
-BUILDERS = {"toolcrib": toolcrib_server, "lowlevel": lowlevel_server, "mcpserver": mcpserver_server,
-            "fastmcp": fastmcp_server}
+BUILDERS = {"toolcrib": toolcrib_server, "lowlevel": lowlevel_server, "lowlevel-otel": lowlevel_otel_server,
+            "mcpserver": mcpserver_server, "fastmcp": fastmcp_server, "fastmcp-bare": fastmcp_bare_server}
+
+
+def cold(peer: str, n: int) -> dict[str, float]:
+    """In a fresh process (the SDK imported): building the server with n tools (and n resources), its first
+    tools/list, a warm one, and the process's peak memory after both."""
+    import gc
+    import resource
+    import time
+
+    import anyio
+    from mcp import Client
+
+    async def lists() -> dict[str, float]:
+        start = time.perf_counter()
+        server = lowlevel_of(peer, BUILDERS[peer](n))
+        build = time.perf_counter() - start
+        async with Client(server, cache=None) as client:
+            start = time.perf_counter()
+            await client.list_tools()
+            first = time.perf_counter() - start
+            start = time.perf_counter()
+            await client.list_tools()
+            warm = time.perf_counter() - start
+            gc.collect()
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        return {"build": build, "first": first, "warm": warm, "rss_mb": rss}
+
+    return anyio.run(lists)
 
 
 def main() -> None:
@@ -233,8 +276,13 @@ def main() -> None:
 
     peer, transport, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     port = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+    if transport == "cold":
+        import json
+
+        print(json.dumps(cold(peer, n)))
+        return
     server = BUILDERS[peer](n)
-    if peer in ("mcpserver", "fastmcp"):
+    if peer in ("mcpserver", "fastmcp", "fastmcp-bare"):
         if transport == "stdio":
             server.run("stdio") if peer == "mcpserver" else server.run(transport="stdio", show_banner=False)
         else:

@@ -5,9 +5,11 @@ noisy: absolute times drift, ratios hold).
     benchmarks/run.sh                       # sets up benchmarks/.venv (with fastmcp) and writes docs/benchmarks.md
     python benchmarks/run.py --quick        # a smoke run (CI runs it through the test suite)
 
-Sections: MCP call latency (in-memory, stdio subprocess, HTTP loopback), tools/list with 10/100/1000 tools,
-resources/list with 10/100 resources and prompts/get (in-memory),
-Python API overhead, discovery (0 vs 200 installed packs), concurrency, view build, start-up.
+Sections: MCP call latency (in-memory, the server's part alone, stdio subprocess, HTTP loopback), tools/list with
+10/100/1000 tools, resources/list with 10/100 resources and prompts/get (in-memory); cold (a fresh process's
+first tools/list of 1,000 and 10,000 tools, and memory); Python API overhead; what metrics, request logs, spans,
+an audit log and a command hook cost a call; concurrency, view build, discovery (0, 200 and 1,000 installed packs,
+names and --json), start-up.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import gc
 import os
 import platform
 import socket
@@ -61,20 +64,57 @@ async def _median_of(op: Callable[[], Awaitable[Any]], iterations: int) -> float
     return statistics.median(samples)
 
 
-async def interleaved(ops: dict[str, Callable[[], Awaitable[Any]]], iterations: int, rounds: int) -> dict[str, float]:
-    """The median over rounds of each op's per-round median; the ops take turns within every round."""
+async def _mean_of(op: Callable[[], Awaitable[Any]], iterations: int) -> float:
+    clock = time.perf_counter
+    start = clock()
+    for _ in range(iterations):
+        await op()
+    return (clock() - start) / iterations
+
+
+async def interleaved(ops: dict[str, Callable[[], Awaitable[Any]]], iterations: int, rounds: int,
+                      mean: bool = False) -> dict[str, float]:
+    """The median over rounds of each op's per-round median (``mean``: its per-round mean, which counts work done
+    off the call's path, such as the audit log's writer thread, that a median leaves out); the ops take turns
+    within every round."""
     per_round: dict[str, list[float]] = {name: [] for name in ops}
+    of = _mean_of if mean else _median_of
     for _ in range(rounds):
         for name, op in ops.items():
-            per_round[name].append(await _median_of(op, iterations))
+            per_round[name].append(await of(op, iterations))
     return {name: statistics.median(values) for name, values in per_round.items()}
 
 
 # -- MCP, in-memory ----------------------------------------------------------------------------------------------
 
 
+COLUMNS = {  # peer -> its column in the MCP table
+    "lowlevel": "SDK low-level, no middleware",
+    "lowlevel-otel": "SDK low-level, as shipped (OTel middleware)",
+    "mcpserver": "SDK MCPServer",
+    "fastmcp": "FastMCP, defaults",
+    "fastmcp-bare": "FastMCP, no dereferencing",
+}
+
+WORK = """What each side does for a call of `add`: **toolcrib** resolves the name in the agent's permission view,
+validates the arguments against the tool's input schema (pydantic), runs the pipeline (argument rules, hooks;
+none configured here), validates the result against the output schema and writes structured and text content;
+tools/list is the view's wire list, built once per view (again after a reload). The **SDK low-level server**
+runs hand-written handlers: `type(a) is int` instead of a schema, no output validation, a `ListToolsResult`
+rebuilt from prebuilt `Tool` objects on each list; "as shipped" keeps the SDK's default OpenTelemetry middleware
+(no tracer provider set: the API's no-op), "no middleware" clears it, as toolcrib does. **MCPServer** and
+**FastMCP** build schemas from decorated functions and validate arguments with pydantic; FastMCP's default
+adds its schema-dereferencing middleware, "no dereferencing" turns it off (`dereference_schemas=False`). Every
+side declares the same output schema, so every client does the same validation. A sync prompt function runs in
+a worker thread on toolcrib, MCPServer and FastMCP (as their sync tools do); the low-level peer formats its prompt
+inline. Over HTTP toolcrib checks a bearer token on every request; the peers check none. All servers and clients
+of a table stay alive through its rounds, frozen out of the garbage collector's scans (`gc.freeze`), so that
+each peer's times are its own work and not a collection of every peer's heap."""
+
+
 def _peer_names() -> list[str]:
-    return ["toolcrib", "lowlevel", "mcpserver"] + (["fastmcp"] if peers.fastmcp_available() else [])
+    found = ["toolcrib", "lowlevel", "lowlevel-otel", "mcpserver"]
+    return found + (["fastmcp", "fastmcp-bare"] if peers.fastmcp_available() else [])
 
 
 @contextlib.asynccontextmanager
@@ -86,7 +126,29 @@ async def _clients(n: int, mode: str) -> AsyncIterator[dict[str, Client]]:
             client = await stack.enter_async_context(Client(server, mode=mode, cache=None))  # type: ignore[arg-type]
             await client.list_tools()  # primes the client's output-schema cache, as every real client has it
             clients[peer] = client
-        yield clients
+        # Every peer's servers and clients stay alive for the interleaved rounds: frozen, they are not what the
+        # collector scans in each measured operation (else the heap of all peers together taxes whoever allocates).
+        gc.collect()
+        gc.freeze()
+        try:
+            yield clients
+        finally:
+            gc.unfreeze()
+
+
+def _server_side(samples: list[float]) -> Any:
+    """A middleware put first on a server: how long the server takes over each tools/call, from the request
+    parsed to the result returned (what the client, the in-memory streams and the SDK's runner cost is not in it)."""
+
+    async def timed(ctx: Any, call_next: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return await call_next(ctx)
+        finally:
+            if ctx.method == "tools/call":
+                samples.append(time.perf_counter() - start)
+
+    return timed
 
 
 async def mcp_inmemory(args: argparse.Namespace) -> list[Row]:
@@ -97,6 +159,18 @@ async def mcp_inmemory(args: argparse.Namespace) -> list[Row]:
             ops = {p: (lambda c=c, p=p: c.call_tool(_add(p), {"a": 2, "b": 3})) for p, c in clients.items()}
             result = await interleaved(ops, calls, args.rounds)
         rows.append(_peer_row(f"call, in-memory ({'2026-07-28' if mode == 'auto' else '2025-11-25'})", result))
+    async with contextlib.AsyncExitStack() as stack:
+        samples: dict[str, list[float]] = {}
+        clients = {}
+        for peer in _peer_names():
+            server = peers.lowlevel_of(peer, peers.BUILDERS[peer](10))
+            server.middleware.insert(0, _server_side(samples.setdefault(peer, [])))
+            clients[peer] = await stack.enter_async_context(Client(server, cache=None))  # type: ignore[arg-type]
+            await clients[peer].list_tools()
+        ops = {p: (lambda c=c, p=p: c.call_tool(_add(p), {"a": 2, "b": 3})) for p, c in clients.items()}
+        await interleaved(ops, calls, args.rounds)
+    rows.append(_peer_row("call, in-memory (2026-07-28): the server's part only",
+                          {p: statistics.median(v) for p, v in samples.items()}))
     for n in (10, 100, 1000):
         iterations = {10: 100, 100: 30, 1000: 5}[n] // (5 if args.quick else 1) or 1
         async with _clients(n, "auto") as clients:
@@ -132,10 +206,43 @@ def _peer_row(label: str, result: dict[str, float]) -> Row:
     for peer, value in result.items():
         MEASURED[f"{label}|{peer}"] = value
     cells = [label, fmt(base)]
-    for peer in ("lowlevel", "mcpserver", "fastmcp"):
+    for peer in COLUMNS:
         value = result.get(peer)
-        cells.append(f"{fmt(value)} ({ratio(base, value)})" if value else "not installed")
+        cells.append(f"{fmt(value)} ({ratio(base, value)})" if value else "-")
     return cells
+
+
+# -- cold: a fresh process's first list, and memory -----------------------------------------------------------------
+
+
+def cold(args: argparse.Namespace) -> list[Row]:
+    """Each peer in fresh processes (the SDK imported first): building the server with N tools and N resources,
+    its first tools/list, a warm one, and peak memory; the median of a few processes."""
+    import json
+
+    rows: list[Row] = []
+    for n, runs in ((1000, 3), (10_000, 3)) if not args.quick else ((1000, 1),):
+        found: dict[str, dict[str, float]] = {}
+        for peer in ("toolcrib", "lowlevel"):
+            samples = [json.loads(subprocess.run([sys.executable, str(HERE / "peers.py"), peer, "cold", str(n)],
+                                                 env=_env(), check=True, capture_output=True, text=True).stdout)
+                       for _ in range(runs)]
+            found[peer] = {key: statistics.median(s[key] for s in samples) for key in samples[0]}
+            for key, value in found[peer].items():
+                MEASURED[f"cold {n} {key}|{peer}"] = value
+        mine, theirs = found["toolcrib"], found["lowlevel"]
+        rows += [
+            [f"{n} tools: first tools/list, fresh process", fmt(mine["first"]), fmt(theirs["first"]),
+             ratio(mine["first"], theirs["first"]), f"{mine['first'] / mine['warm']:.1f}x toolcrib's warm list"],
+            [f"{n} tools: warm tools/list, same process", fmt(mine["warm"]), fmt(theirs["warm"]),
+             ratio(mine["warm"], theirs["warm"]), ""],
+            [f"{n} tools: building the server (decorating the functions)", fmt(mine["build"]),
+             fmt(theirs["build"]), ratio(mine["build"], theirs["build"]),
+             "the low-level peer builds `Tool` models directly, with no function to inspect"],
+            [f"{n} tools: peak memory after both lists", f"{mine['rss_mb']:.0f} MB", f"{theirs['rss_mb']:.0f} MB",
+             ratio(mine["rss_mb"], theirs["rss_mb"]), ""],
+        ]
+    return rows
 
 
 # -- MCP, over the wire --------------------------------------------------------------------------------------------
@@ -244,10 +351,30 @@ async def operations(args: argparse.Namespace) -> list[Row]:
 
     calls = 100 if args.quick else 1000
 
-    def server(**host_options: Any) -> Any:
-        return build_server(ServingState(peers.toolcrib_host(10, **host_options)), peers.AGENT)
+    def server(config: str = "", **host_options: Any) -> Any:
+        return build_server(ServingState(peers.toolcrib_host(10, config=config, **host_options)), peers.AGENT)
 
     rows: list[Row] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        audited = f'[host]\naudit_log = "{tmp}/audit.jsonl"\n'
+        hooked = '[[hooks.pre_tool_use]]\ncommand = ["true"]\ntools = ["other__*"]\n'
+        async with contextlib.AsyncExitStack() as stack:
+            servers = {"plain": server(), "audit": server(audited), "hook": server(hooked)}
+            clients = {n: await stack.enter_async_context(Client(s, cache=None)) for n, s in servers.items()}
+            ops = {n: (lambda c=c: c.call_tool("math__add", {"a": 2, "b": 3})) for n, c in clients.items()}
+            result = await interleaved(ops, calls, args.rounds, mean=True)
+        views = {"plain": peers.toolcrib_host(10).view(peers.AGENT),
+                 "audit": peers.toolcrib_host(10, config=audited).view(peers.AGENT),
+                 "hook": peers.toolcrib_host(10, config=hooked).view(peers.AGENT)}
+        api = await interleaved({n: (lambda v=v: v.call("math__add", {"a": 2, "b": 3})) for n, v in views.items()},
+                                calls * 10, args.rounds, mean=True)
+    for name, label in (("audit", "an audit log"), ("hook", "a command hook that matches no call")):
+        MEASURED[f"ops {name}"] = result[name] / result["plain"]
+        MEASURED[f"ops {name} api"] = api[name] / api["plain"]
+        rows.append([f"call with {label}", fmt(result[name]), fmt(result["plain"]),
+                     ratio(result[name], result["plain"])])
+        rows.append([f"Python API call with {label} (a loop that never waits)", fmt(api[name]), fmt(api["plain"]),
+                     ratio(api[name], api["plain"])])
     requests_log.propagate = False
     sink = logging.StreamHandler(io.StringIO())
     sink.setFormatter(JsonFormatter())
@@ -308,7 +435,7 @@ async def concurrency(args: argparse.Namespace) -> list[Row]:
                 tg.start_soon(view.call, f"math__{name}", {"a": 1, "b": 2})
         total = time.perf_counter() - start
         MEASURED[name] = total
-        kind = "async" if name == "slow_async" else "sync (32 worker threads)"
+        kind = "async" if name == "slow_async" else "sync (default: 128 worker threads)"
         rows.append([f"100 concurrent 100 ms calls, {kind}", fmt(total), f"{total / 0.1:.1f}x one call"])
     return rows
 
@@ -333,46 +460,63 @@ def _time_command(cmd: list[str], env: dict[str, str], runs: int) -> float:
     return statistics.median(samples)
 
 
+def _site(root: Path, packs: int) -> Path:
+    """A path entry with ``packs`` installed packs of 10 tools (real dist-info folders, as pip leaves them)."""
+    site = root / f"site{packs}"
+    site.mkdir()
+    for i in range(packs):
+        module = f"benchpack{i:04d}"
+        tools = "\n".join(textwrap.dedent(f'''
+            @toolcrib.tool(annotations={{"readOnlyHint": True}})
+            def tool{j}(a: int, b: int = 0) -> int:
+                """Tool {j} of pack {i}: adds two integers."""
+                return a + b
+            ''') for j in range(10))
+        listing = ", ".join(f"tool{j}" for j in range(10))
+        (site / f"{module}.py").write_text(f"import toolcrib\n{tools}\n\n@toolcrib.hookimpl\n"
+                                           f"def toolcrib_tools():\n    return [{listing}]\n")
+        info = site / f"bench_pack_{i:04d}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: bench-pack-{i:04d}\nVersion: 1.0\n")
+        (info / "entry_points.txt").write_text(f"[toolcrib]\nbp{i:04d} = {module}\n")
+    return site
+
+
 def discovery(args: argparse.Namespace) -> list[Row]:
-    """``toolcrib tools --agent X`` with 0 and with 200 installed packs of 10 tools (real dist-info folders on a
-    path entry, as pip leaves them), and with the 200 disabled in config."""
-    packs = 20 if args.quick else 200
-    runs = 3 if args.quick else 7
+    """``toolcrib tools --agent X`` (names only) and ``--json`` (every schema, as tools/list gives them) with 0, 200
+    and (in a full run) 1,000 installed packs of 10 tools, and with the 200 disabled in config. Each command is a
+    fresh process: imports, discovery, config, views."""
+    counts = [20] if args.quick else [200, 1000]
+    runs = 3 if args.quick else 5
+    rows: list[Row] = []
     with tempfile.TemporaryDirectory() as tmp:
-        site = Path(tmp) / "site"
-        site.mkdir()
-        for i in range(packs):
-            module = f"benchpack{i:03d}"
-            tools = "\n".join(textwrap.dedent(f'''
-                @toolcrib.tool(annotations={{"readOnlyHint": True}})
-                def tool{j}(a: int, b: int = 0) -> int:
-                    """Tool {j} of pack {i}: adds two integers."""
-                    return a + b
-                ''') for j in range(10))
-            listing = ", ".join(f"tool{j}" for j in range(10))
-            (site / f"{module}.py").write_text(f"import toolcrib\n{tools}\n\n@toolcrib.hookimpl\n"
-                                               f"def toolcrib_tools():\n    return [{listing}]\n")
-            info = site / f"bench_pack_{i:03d}-1.0.dist-info"
-            info.mkdir()
-            (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: bench-pack-{i:03d}\nVersion: 1.0\n")
-            (info / "entry_points.txt").write_text(f"[toolcrib]\nbp{i:03d} = {module}\n")
         config = Path(tmp) / "toolcrib.toml"
         config.write_text(peers.CONFIG)
-        disabled = Path(tmp) / "disabled.toml"
-        disabled.write_text(peers.CONFIG + "".join(f"\n[packs.bp{i:03d}]\nenabled = false\n" for i in range(packs)))
         base_env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLCRIB_")}
-        cmd = [sys.executable, "-m", "toolcrib.cli", "tools", "--agent", peers.AGENT, "--config"]
-        empty = _time_command([*cmd, str(config)], base_env, runs)
-        with_site = {**base_env, "PYTHONPATH": str(site)}
-        full = _time_command([*cmd, str(config)], with_site, runs)
-        off = _time_command([*cmd, str(disabled)], with_site, runs)
-    marginal = (full - empty) / packs
-    MEASURED["per pack"] = marginal
-    return [
-        ["toolcrib tools, 0 extra packs", fmt(empty), ""],
-        [f"toolcrib tools, {packs} packs of 10 tools", fmt(full), f"{fmt(marginal)} per pack"],
-        [f"toolcrib tools, {packs} packs disabled in config", fmt(off), f"{fmt((off - empty) / packs)} per pack"],
-    ]
+        cmd = [sys.executable, "-m", "toolcrib.cli", "tools", "--agent", peers.AGENT, "--config", str(config)]
+        empty = _time_command(cmd, base_env, runs)
+        empty_json = _time_command([*cmd, "--json"], base_env, runs)
+        rows += [["toolcrib tools, 0 extra packs", fmt(empty), ""],
+                 ["toolcrib tools --json, 0 extra packs", fmt(empty_json), ""]]
+        for packs in counts:
+            env = {**base_env, "PYTHONPATH": str(_site(Path(tmp), packs))}
+            full = _time_command(cmd, env, runs)
+            marginal = (full - empty) / packs
+            MEASURED[f"per pack {packs}"] = marginal
+            rows.append([f"toolcrib tools, {packs} packs of 10 tools", fmt(full), f"{fmt(marginal)} per pack"])
+            if packs == counts[0]:
+                full_json = _time_command([*cmd, "--json"], env, runs)
+                MEASURED["per pack json"] = (full_json - empty_json) / packs
+                rows.append([f"toolcrib tools --json, {packs} packs of 10 tools", fmt(full_json),
+                             f"{fmt(MEASURED['per pack json'])} per pack"])
+                disabled = Path(tmp) / "disabled.toml"
+                disabled.write_text(peers.CONFIG + "".join(f"\n[packs.bp{i:04d}]\nenabled = false\n"
+                                                           for i in range(packs)))
+                off = _time_command([sys.executable, "-m", "toolcrib.cli", "tools", "--agent", peers.AGENT,
+                                     "--config", str(disabled)], env, runs)
+                rows.append([f"toolcrib tools, {packs} packs disabled in config", fmt(off),
+                             f"{fmt((off - empty) / packs)} per pack"])
+    return rows
 
 
 def startup(args: argparse.Namespace) -> list[Row]:
@@ -395,16 +539,33 @@ def _goals() -> list[Row]:
 
     call = "call, in-memory (2026-07-28)"
     listing = "tools/list, 1000 tools, in-memory"
+    cold_first = MEASURED.get("cold 10000 first|toolcrib")
+    cold_warm = MEASURED.get("cold 10000 warm|toolcrib")
+    slow_sync = MEASURED.get("slow_sync")
     goals: list[tuple[str, str, float | None, float, str]] = [
-        ("MCP call vs the SDK's low-level server", "<= 1.00x", peer_ratio(call, "lowlevel"), 1.0, "x"),
-        ("MCP call vs FastMCP", "<= 0.50x", peer_ratio(call, "fastmcp"), 0.5, "x"),
-        ("tools/list of 1000 tools vs the low-level server", "<= 1.00x", peer_ratio(listing, "lowlevel"), 1.0, "x"),
-        ("tools/list of 1000 tools vs FastMCP", "<= 0.30x", peer_ratio(listing, "fastmcp"), 0.3, "x"),
-        ("Python API call vs a bare pydantic-validated call", "<= 3.00x", MEASURED.get("api ratio"), 3.0, "x"),
-        ("discovery, marginal cost per pack of 10 tools", "<= 2 ms", MEASURED.get("per pack"), 0.002, "s"),
-        ("100 concurrent 100 ms async calls", "<= 150 ms", MEASURED.get("slow_async"), 0.150, "s"),
-        ("a call with metrics on (no trace exporter) vs without", "<= 1.05x", MEASURED.get("ops metrics"), 1.05,
+        ("MCP call vs the low-level server without middleware", "<= 0.85x", peer_ratio(call, "lowlevel"), 0.85, "x"),
+        ("the server's part of that call vs the low-level server's", "-",
+         peer_ratio(call + ": the server's part only", "lowlevel"), 1.0, "x"),
+        ("tools/list of 1000 tools vs the low-level server without middleware, warm", "<= 0.70x",
+         peer_ratio(listing, "lowlevel"), 0.7, "x"),
+        ("first tools/list of 10,000 tools vs the low-level server's first", "<= 1.00x",
+         peer_ratio("cold 10000 first", "lowlevel"), 1.0, "x"),
+        ("first tools/list of 10,000 tools vs toolcrib's warm list", "<= 3.00x",
+         cold_first / cold_warm if cold_first and cold_warm else None, 3.0, "x"),
+        ("memory serving 10,000 listed tools vs the low-level server", "<= 1.30x",
+         peer_ratio("cold 10000 rss_mb", "lowlevel"), 1.3, "x"),
+        ("`toolcrib tools --json`, marginal cost per pack of 10 tools (200 packs)", "<= 2 ms",
+         MEASURED.get("per pack json"), 0.002, "s"),
+        ("discovery, marginal cost per pack of 10 tools (1,000 packs)", "<= 1 ms", MEASURED.get("per pack 1000"),
+         0.001, "s"),
+        ("100 concurrent 100 ms sync calls vs one call", "<= 1.50x", slow_sync / 0.1 if slow_sync else None, 1.5,
          "x"),
+        ("100 concurrent 100 ms async calls", "<= 150 ms", MEASURED.get("slow_async"), 0.150, "s"),
+        ("MCP call with an audit log vs without", "<= 1.30x", MEASURED.get("ops audit"), 1.3, "x"),
+        ("MCP call with a command hook matching no call vs without", "<= 1.05x", MEASURED.get("ops hook"), 1.05, "x"),
+        ("MCP call with metrics on (no trace exporter) vs without", "<= 1.05x", MEASURED.get("ops metrics"), 1.05,
+         "x"),
+        ("Python API call vs a bare pydantic-validated call", "<= 3.00x", MEASURED.get("api ratio"), 3.0, "x"),
     ]
     rows = []
     for name, target, value, limit, unit in goals:
@@ -412,7 +573,7 @@ def _goals() -> list[Row]:
             rows.append([name, target, "not measured", "-"])
             continue
         shown = f"{value:.2f}x" if unit == "x" else fmt(value)
-        rows.append([name, target, shown, "yes" if value <= limit else "**no**"])
+        rows.append([name, target, shown, "-" if target == "-" else "yes" if value <= limit else "**no**"])
     return rows
 
 
@@ -440,26 +601,35 @@ def main() -> None:
     args = parser.parse_args()
     args.rounds = args.rounds or (2 if args.quick else 5)
     started = time.perf_counter()
+    load_before = os.getloadavg()
     mcp_rows = anyio.run(mcp_inmemory, args)
     if not args.no_wire:
         mcp_rows += anyio.run(mcp_wire, args)
     api_rows = anyio.run(python_api, args)
     ops_rows = anyio.run(operations, args)
+    cold_rows = cold(args)
     other = anyio.run(concurrency, args) + view_build(args) + discovery(args) + startup(args)
+    load_after = os.getloadavg()
     cpu = platform.processor() or platform.machine()
     report = "\n\n".join([
         "# Benchmarks",
         f"Run on {datetime.date.today()}: {platform.system()} {platform.machine()} ({cpu}), {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}; {_versions()}. Each MCP number is the median over {args.rounds} "
+        f"Python {platform.python_version()}; {_versions()}. Load average (1 min) {load_before[0]:.2f} before the "
+        f"run and {load_after[0]:.2f} after it. Each MCP number is the median over {args.rounds} "
         "interleaved rounds of the per-round median; ratios are toolcrib's time over the peer's (below 1.00x: "
         "toolcrib is faster). Reproduce with `benchmarks/run.sh`.",
         "## Goals",
         _table(["goal", "target", "measured", "met"], _goals()),
-        "## MCP (the same `add` tool and output schema on every side)",
-        _table(["measure", "toolcrib", "SDK low-level server", "SDK MCPServer", "FastMCP"], mcp_rows),
+        "## MCP, warm (the same `add` tool and output schema on every side)",
+        WORK.replace("\n", " "),
+        _table(["measure", "toolcrib", *COLUMNS.values()], mcp_rows),
+        "## Cold: a fresh process (toolcrib and the SDK's low-level server without middleware)",
+        _table(["measure", "toolcrib", "SDK low-level", "ratio", "note"], cold_rows),
         "## Python API",
         _table(["measure", "toolcrib", "floor", "ratio"], api_rows),
         "## Operations (what each costs a call, in-memory, 2026-07-28)",
+        "The audit log and command hook rows are means over each round (they count the audit log's writer thread, "
+        "which a median leaves out); the others are medians.",
         _table(["measure", "with", "without", "ratio"], ops_rows),
         "## Concurrency, views, discovery, start-up",
         _table(["measure", "time", "note"], other),

@@ -22,7 +22,13 @@ def test_the_harness_runs_in_quick_mode(tmp_path) -> None:  # type: ignore[no-un
                 "| resources/list, 100 resources, in-memory |", "| prompts/get, in-memory |",
                 "| call with metrics |", "| call with spans (an OpenTelemetry SDK, no exporter) |",
                 "| view.call vs a bare pydantic-validated call", "| 100 concurrent 100 ms calls, async |",
-                "| view build, ", "| toolcrib tools, 20 packs of 10 tools |", "| toolcrib plugins"):
+                "| view build, ", "| toolcrib tools, 20 packs of 10 tools |", "| toolcrib plugins",
+                "| call, in-memory (2026-07-28): the server's part only |",
+                "| 1000 tools: first tools/list, fresh process |", "| 1000 tools: peak memory after both lists |",
+                "| call with an audit log |", "| call with a command hook that matches no call |",
+                "| toolcrib tools --json, 20 packs of 10 tools |",
+                "| 100 concurrent 100 ms calls, sync (default: 128 worker threads) |",
+                "| MCP call vs the low-level server without middleware | <= 0.85x |"):
         assert row in report, row
 
 
