@@ -54,7 +54,10 @@ TABLES = {
     "[mcps.&lt;namespace&gt;]": [config.McpConfig],
     "[skills.&lt;name&gt;]": [config.SkillConfig],
     "[agents.&lt;name&gt;]": [config.AgentConfig],
+    "[agents.&lt;name&gt;.identity]": [config.IdentityConfig],
+    "[agents.&lt;name&gt;.limits]": [config.LimitsConfig],
     "[agents.&lt;name&gt;.permissions]": [config.Permissions, config.Rule],
+    "[oauth]": [config.OAuthConfig],
     "[[hooks.pre_tool_use]]": [config.CommandHook],
     '[tools."&lt;namespace&gt;__&lt;tool&gt;"]': [config.ToolCuration, config.ArgumentCuration],
 }

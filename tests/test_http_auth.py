@@ -174,13 +174,13 @@ def test_tokens_come_from_the_process_environment_by_default(monkeypatch: pytest
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("TOK_UNSET", raising=False)
     app = HttpApp(ServingState(make_host(CONFIG, {"files": FILES})), HttpOptions())
-    assert app.tokens() == {"reader": b"r" * 32}
+    assert app.credentials() == {"reader": [("TOK_READER", b"r" * 32)]}
 
 
 def test_a_short_token_is_served_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     env = {"TOK_READER": "r" * 15, "TOK_WRITER": "w" * 16}  # the least a token should have: 16 characters
     app = HttpApp(ServingState(make_host(CONFIG, {"files": FILES})), HttpOptions(), env=env)
-    assert app.tokens() == {"reader": b"r" * 15, "writer": b"w" * 16}
+    assert app.credentials() == {"reader": [("TOK_READER", b"r" * 15)], "writer": [("TOK_WRITER", b"w" * 16)]}
     warnings = [r.getMessage() for r in caplog.records if "shorter" in r.getMessage()]
     assert warnings == ["agent 'reader': its token is shorter than 16 characters; use a long random one"]
 
@@ -198,7 +198,7 @@ def test_a_reload_rotates_tokens_and_stops_endpoints_whose_token_went() -> None:
             env["TOK_READER"] = "n" * 32
             await app.sync()
             assert (await status("r" * 32), await status("n" * 32)) == (401, 200)
-            assert app.endpoints["reader"].token == b"n" * 32
+            assert app.endpoints["reader"].tokens == [("TOK_READER", b"n" * 32)]
             del env["TOK_READER"]
             await app.sync()
             assert sorted(app.endpoints) == []

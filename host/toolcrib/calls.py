@@ -43,6 +43,7 @@ from toolcrib.errors import (
     UnknownToolError,
     contained,
 )
+from toolcrib.limits import Limit, LimitBook, Refusal, compile_limits
 from toolcrib.observe import Metrics
 from toolcrib.plugins import PluginHook, PluginManager, plugin_hooks
 from toolcrib.policy import Allow, Deny
@@ -56,7 +57,7 @@ log = logging.getLogger("toolcrib.calls")
 
 @dataclass(frozen=True, slots=True)
 class _Outcome:
-    decision: str  # "allowed" | "denied" | "invalid"
+    decision: str  # "allowed" | "denied" | "invalid" | "limited"
     by: str
 
 
@@ -67,7 +68,7 @@ class Pipeline:
     """Runs calls for every view of one host state; holds what all calls share (hooks, limits, workers)."""
 
     def __init__(self, pm: PluginManager, loaded: LoadedConfig, settings: Mapping[str, Any],
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, limits: LimitBook | None = None) -> None:
         host = loaded.config.host
         self.workspace: Path = loaded.workspace
         self.call_timeout = host.call_timeout
@@ -91,6 +92,11 @@ class Pipeline:
         self._observed = bool(self._audit) or self._log is not None or metrics is not None
         self._workers = host.sync_workers
         self._limiter: anyio.CapacityLimiter | None = None
+        # [agents.<name>.limits], counted in a book that outlives reloads (serving keeps one)
+        self._limits = {name: found for name, agent in loaded.config.agents.items()
+                        if (found := compile_limits(name, agent.limits))}
+        self._book = limits if limits is not None else LimitBook()
+        self._limits_for: dict[tuple[str, str], list[Limit]] = {}
 
     @property
     def limiter(self) -> anyio.CapacityLimiter:
@@ -114,7 +120,7 @@ class Pipeline:
         if vt is None:
             if self._observed:
                 self._write_audit(view.agent, str(name)[:200], None, "unknown", "no such tool in the agent's view",
-                                  started, True)
+                                  started, True, channel=channel)
             raise UnknownToolError(name if isinstance(name, str) else repr(name))
         return self.run(view, vt, arguments, approver, channel, started)
 
@@ -137,37 +143,58 @@ class Pipeline:
             arguments, refused = curation.apply(arguments)
             if refused is not None:
                 return self._finish(view, vt, arguments, _Outcome("invalid", "input validation"),
-                                    ToolResult.error(f"Invalid arguments for {vt.name}:\n- {refused}"), started)
+                                    ToolResult.error(f"Invalid arguments for {vt.name}:\n- {refused}"), started,
+                                    channel)
         problem = payload_problem(arguments, self.max_argument_bytes)
         if problem is not None:
             return self._finish(view, vt, arguments, _Outcome("invalid", "payload limits"),
-                                ToolResult.error(f"Invalid arguments for {vt.name}: {problem}"), started)
+                                ToolResult.error(f"Invalid arguments for {vt.name}: {problem}"), started, channel)
         try:
             model = vt.tool.input_model.__pydantic_validator__.validate_python(arguments)
         except ToolDeclarationError:
             log.exception("tool %s cannot be called: its input model cannot be built", vt.name)
             return self._finish(view, vt, arguments, _Outcome("invalid", "broken tool"), ToolResult.error(
                 f"Tool {vt.name} cannot be called: its input schema could not be built (`toolcrib check` says "
-                "why)."), started)
+                "why)."), started, channel)
         except ValidationError as exc:
             return self._finish(view, vt, arguments, _Outcome("invalid", "input validation"),
-                                ToolResult.error(format_validation_error(vt.name, exc, vt.tool.input_model)), started)
+                                ToolResult.error(format_validation_error(vt.name, exc, vt.tool.input_model)), started,
+                                channel)
 
         outcome = _ALLOWED
         pre = self._pre_hooks(view.agent, vt.name) if self._pre else self._pre
         if vt.call_rules is not None or pre:
             denied, outcome, model, arguments = await self._policy(view, vt, model, approver, pre)
             if denied is not None:
-                return self._finish(view, vt, arguments, outcome, denied, started)
+                return self._finish(view, vt, arguments, outcome, denied, started, channel)
 
-        result = await self._run(view, vt, model, channel, approver)
+        limits = self._limits_of(view.agent, vt.name) if self._limits else None
+        if limits:
+            entered = self._book.enter(view.agent, limits)
+            if isinstance(entered, Refusal):
+                return self._finish(view, vt, arguments, _Outcome("limited", f"limit {entered.limit!r}"),
+                                    ToolResult.error(entered.text), started, channel)
+            try:
+                result = await self._run(view, vt, model, channel, approver)
+            finally:
+                self._book.leave(entered)
+        else:
+            result = await self._run(view, vt, model, channel, approver)
         if self._post:
             result = await self._post_hooks(view, vt, model.model_dump(mode="json"), result)
         if self._observed:
-            self._finish(view, vt, arguments, outcome, result, started)
+            self._finish(view, vt, arguments, outcome, result, started, channel)
         return result
 
     # -- steps ---------------------------------------------------------------------------------------------
+
+    def _limits_of(self, agent: str, tool: str) -> list[Limit]:
+        """The limits covering this agent's calls of this tool (remembered)."""
+        found = self._limits_for.get((agent, tool))
+        if found is None:
+            found = self._limits_for[(agent, tool)] = [
+                limit for limit in self._limits.get(agent, ()) if limit.covers(tool)]
+        return found
 
     def _pre_hooks(self, agent: str, tool: str) -> list[PluginHook]:
         """The pre-tool-use hooks that see this agent's calls of this tool (remembered: a view never changes)."""
@@ -453,9 +480,10 @@ class Pipeline:
         return result
 
     def _finish(self, view: AgentView, vt: ViewTool, arguments: Any, outcome: _Outcome, result: ToolResult,
-                started: float) -> ToolResult:
+                started: float, channel: ClientChannel | None = None) -> ToolResult:
         if self._observed:
-            self._write_audit(view.agent, vt.name, arguments, outcome.decision, outcome.by, started, result.is_error)
+            self._write_audit(view.agent, vt.name, arguments, outcome.decision, outcome.by, started, result.is_error,
+                              channel=channel)
         return result
 
     # -- resources, prompts, completions -------------------------------------------------------------------------
@@ -468,7 +496,7 @@ class Pipeline:
         found = view.resource(uri)
         if found is None:
             self._write_audit(view.agent, str(uri)[:2000], None, "unknown", "no such resource in the agent's view",
-                              started, True, "resource")
+                              started, True, "resource", channel)
             raise UnknownResourceError(str(uri))
         entry, parameters = found
         resource: Resource = entry.item  # type: ignore[assignment]
@@ -486,9 +514,11 @@ class Pipeline:
                     raise ToolError(f"Resource {uri} returned a value that cannot be sent; the host's log has the "
                                     "details.") from None
         except (ToolError, InvalidArgumentsError):
-            self._write_audit(view.agent, uri, parameters or None, "allowed", "rules", started, True, "resource")
+            self._write_audit(view.agent, uri, parameters or None, "allowed", "rules", started, True, "resource",
+                              channel)
             raise
-        self._write_audit(view.agent, uri, parameters or None, "allowed", "rules", started, False, "resource")
+        self._write_audit(view.agent, uri, parameters or None, "allowed", "rules", started, False, "resource",
+                          channel)
         return contents
 
     async def get_prompt(self, view: AgentView, name: str, arguments: Mapping[str, Any] | None = None, *,
@@ -499,7 +529,7 @@ class Pipeline:
         entry = view.prompt(name)
         if entry is None:
             self._write_audit(view.agent, str(name)[:200], None, "unknown", "no such prompt in the agent's view",
-                              started, True, "prompt")
+                              started, True, "prompt", channel)
             raise UnknownPromptError(str(name))
         prompt: Prompt = entry.item  # type: ignore[assignment]
         arguments = dict(arguments or {})
@@ -519,9 +549,9 @@ class Pipeline:
                     raise ToolError(f"Prompt {entry.name} returned a value that cannot be sent; the host's log has "
                                     "the details.") from None
         except (ToolError, InvalidArgumentsError):
-            self._write_audit(view.agent, entry.name, arguments, "allowed", "rules", started, True, "prompt")
+            self._write_audit(view.agent, entry.name, arguments, "allowed", "rules", started, True, "prompt", channel)
             raise
-        self._write_audit(view.agent, entry.name, arguments, "allowed", "rules", started, False, "prompt")
+        self._write_audit(view.agent, entry.name, arguments, "allowed", "rules", started, False, "prompt", channel)
         return answer
 
     async def complete(self, view: AgentView, ref: Mapping[str, Any], argument: str, value: str,
@@ -597,7 +627,7 @@ class Pipeline:
                             "details.") from None
 
     def _write_audit(self, agent: str, tool: str, arguments: Any, decision: str, by: str, started: float,
-                     is_error: bool, kind: str = "tool") -> None:
+                     is_error: bool, kind: str = "tool", channel: ClientChannel | None = None) -> None:
         """Report a decision: to the metrics (when kept), and as an audit record to every ``toolcrib_audit``."""
         elapsed = time.perf_counter() - started
         if self._metrics is not None:
@@ -605,7 +635,8 @@ class Pipeline:
         if self._log is None and not self._audit:
             return
         given = arguments if self.audit_arguments and arguments is not None else None
-        item = (time.time(), agent, kind, tool, decision, by, elapsed, is_error, given)
+        identity = getattr(channel, "identity", None) if channel is not None else None
+        item = (time.time(), agent, kind, tool, decision, by, elapsed, is_error, given, identity)
         if self._log is not None:
             self._log.add(item)
         if not self._audit:

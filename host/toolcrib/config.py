@@ -21,6 +21,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    NonNegativeFloat,
     PositiveFloat,
     PositiveInt,
     ValidationError,
@@ -100,6 +101,40 @@ class Permissions(_Strict):
     ask: list[str] = Field(default_factory=list, description="tool patterns whose calls need approval")
 
 
+class ScopeRights(_Strict):
+    """``[agents.<name>.identity.needs_scope."<scope>"]``: what only a token with the scope sees."""
+
+    tools: list[str] = Field(default_factory=list, description="tool patterns, as in permissions")
+    resources: list[str] = Field(default_factory=list, description="resource patterns (names or URIs)")
+    prompts: list[str] = Field(default_factory=list, description="prompt patterns")
+
+
+class IdentityConfig(_Strict):
+    """``[agents.<name>.identity]``: which OAuth access tokens (verified against ``[oauth]``) act as this agent."""
+
+    claims: dict[str, str | list[str]] = Field(description="claim (a dotted path for nested ones) -> a glob or a "
+                                               "list of globs; every claim named must match (for a list-valued "
+                                               "claim such as groups, any of its values)")
+    scopes: list[str] = Field(default_factory=list, description="scopes every token must carry (from its "
+                              "`scope` or `scp` claim); a token without them is refused (403, insufficient_scope)")
+    needs_scope: dict[str, ScopeRights] = Field(default_factory=dict, description="scope -> what a token without "
+                                                "it does not see (tools, resources, prompts, as patterns)")
+
+
+class LimitConfig(_Strict):
+    """A limit on calls: how many per period, and how many at once."""
+
+    rate: str | None = Field(None, description="calls per period: \"60/minute\" (second, minute, hour, day)")
+    in_flight: PositiveInt | None = Field(None, description="calls running at once; one more is refused")
+
+
+class LimitsConfig(LimitConfig):
+    """``[agents.<name>.limits]``: limits on the agent's calls, all together and per tool (per replica)."""
+
+    tools: dict[str, LimitConfig] = Field(default_factory=dict, description="tool pattern (a glob over full "
+                                          "names) -> its own limit, counted over the calls it matches")
+
+
 class AgentConfig(_Strict):
     """``[agents.<name>]``: one agent, its model, its mode and what it may see."""
 
@@ -108,7 +143,10 @@ class AgentConfig(_Strict):
     description: str | None = Field(None, description="what the agent does, shown when offered as a sub-agent")
     prompt: str | None = Field(None, description="its system prompt when it runs as a sub-agent")
     max_turns: PositiveInt = Field(10, description="most model turns of one sub-agent run")
-    token_env: str | None = Field(None, description="environment variable holding the agent's HTTP bearer token")
+    token_env: str | list[str] | None = Field(None, description="environment variable holding the agent's HTTP "
+                                              "bearer token, or a list of them (each set one is accepted: rotation)")
+    identity: IdentityConfig | None = Field(None, description="OAuth access tokens that act as this agent")
+    limits: LimitsConfig | None = Field(None, description="rate and concurrency limits on its calls")
     bare_names: bool = Field(False, description="serve tools and prompts without their '<namespace>__' where no "
                              "two share a name")
     allow_dangerously_skip_permissions: bool = Field(False, description="required beside mode = bypassPermissions")
@@ -200,6 +238,27 @@ class ToolCuration(_Strict):
                                                    "value, or a default, or a description")
 
 
+class OAuthConfig(_Strict):
+    """``[oauth]``: ``serve --http`` as an OAuth 2.1 resource server: JWT access tokens from one issuer."""
+
+    issuer: str = Field(description="the authorization server's issuer URL (the tokens' `iss`)")
+    audience: str = Field(description="the `aud` tokens must carry: this server as a resource (RFC 8707)")
+    jwks_url: str | None = Field(None, description="where the issuer's signing keys are; default: the jwks_uri of "
+                                 "its metadata (/.well-known/openid-configuration or oauth-authorization-server)")
+    jwks_file: str | None = Field(None, description="a JWKS file instead, relative to the config (air-gapped "
+                                  "setups); read again when it changes")
+    algorithms: list[str] = Field(default_factory=lambda: ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512",
+                                                           "ES256", "ES384", "ES512", "EdDSA"],
+                                  description="signature algorithms accepted (asymmetric only)")
+    leeway: NonNegativeFloat = Field(30.0, description="seconds of clock skew allowed on exp, nbf and iat")
+    jwks_refresh: PositiveFloat = Field(600.0, description="seconds the keys are kept before they are fetched "
+                                        "again; a token signed by an unknown key fetches them at once (at most "
+                                        "every 30 s)")
+    resource_url: str | None = Field(None, description="this server's public base URL, for the protected resource "
+                                     "metadata (default: the URL the request came to)")
+    scopes_supported: list[str] = Field(default_factory=list, description="scopes the metadata advertises")
+
+
 class Config(_Strict):
     """The whole file."""
 
@@ -210,6 +269,7 @@ class Config(_Strict):
     skills: dict[str, SkillConfig] = Field(default_factory=dict)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     hooks: HooksConfig = HooksConfig()
+    oauth: OAuthConfig | None = Field(None, description="OAuth 2.1 access tokens over HTTP")
     tools: dict[str, ToolCuration] = Field(default_factory=dict, description="curation of tools, by the full name "
                                            "their source serves them under")
 
@@ -368,6 +428,8 @@ def check_config(config: Config, source: str) -> list[Problem]:
                 if pattern.specifier is not None:
                     error((*where, key, j), f"{text!r}: hooks match calls by tool name only; the hook's program "
                                             "sees the arguments and can check them itself")
+    if config.oauth is not None:
+        problems.extend(_oauth_problems(config.oauth, source))
     for name, agent in config.agents.items():
         problem = agent_name_problem(name)
         if problem is not None:
@@ -379,8 +441,19 @@ def check_config(config: Config, source: str) -> list[Problem]:
         if agent.mode == "bypassPermissions" and not agent.allow_dangerously_skip_permissions:
             error(("agents", name, "mode"), "bypassPermissions approves every asked call; it is accepted only with "
                   "allow_dangerously_skip_permissions = true beside it")
-        if agent.token_env is not None and _ENV_NAME.fullmatch(agent.token_env) is None:
-            error(("agents", name, "token_env"), f"expected an environment variable name, got {agent.token_env!r}")
+        variables = [agent.token_env] if isinstance(agent.token_env, str) else agent.token_env or []
+        if isinstance(agent.token_env, list) and not agent.token_env:
+            error(("agents", name, "token_env"), "expected one or more environment variable names, got []")
+        for i, variable in enumerate(variables):
+            if _ENV_NAME.fullmatch(variable) is None:
+                at: tuple[Any, ...] = ("agents", name, "token_env")
+                error((*at, i) if isinstance(agent.token_env, list) else at,
+                      f"expected an environment variable name, got {variable!r}")
+        if agent.identity is not None:
+            problems.extend(_identity_problems(agent.identity, config.oauth is not None, source,
+                                               ("agents", name, "identity")))
+        if agent.limits is not None:
+            problems.extend(_limits_problems(agent.limits, source, ("agents", name, "limits")))
         if agent.permissions is None:
             continue
         for dimension in patterns.DIMENSIONS:
@@ -398,6 +471,92 @@ def check_config(config: Config, source: str) -> list[Problem]:
                 patterns.parse("ask", text)
             except patterns.PatternError as exc:
                 error(("agents", name, "permissions", "ask", i), str(exc))
+    return problems
+
+
+ASYMMETRIC = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES256K", "ES384", "ES512", "EdDSA")
+
+
+def _oauth_problems(oauth: OAuthConfig, source: str) -> list[Problem]:
+    problems = []
+
+    def error(key: Any, message: str) -> None:
+        path = ("oauth", *key) if isinstance(key, tuple) else ("oauth", key)
+        problems.append(Problem("error", f"{source}: {key_path(path)}", message))
+
+    for key in ("issuer", "jwks_url", "resource_url"):
+        value = getattr(oauth, key)
+        if value is not None and not value.startswith(("https://", "http://")):
+            error(key, f"expected an https:// URL, got {value!r}")
+    if not oauth.audience:
+        error("audience", "expected the audience tokens are issued for: this server's URL as a resource")
+    if oauth.jwks_url is not None and oauth.jwks_file is not None:
+        error("jwks_file", "give jwks_url or jwks_file, not both")
+    if not oauth.algorithms:
+        error("algorithms", f"expected one or more of {', '.join(ASYMMETRIC)}")
+    for i, algorithm in enumerate(oauth.algorithms):
+        if algorithm not in ASYMMETRIC:
+            error(("algorithms", i), f"{algorithm!r} is not accepted: only asymmetric signatures are ("
+                  f"{', '.join(ASYMMETRIC)}); a shared secret or 'none' would let anyone who has it mint tokens")
+    return problems
+
+
+def _identity_problems(identity: IdentityConfig, oauth: bool, source: str, where: tuple[Any, ...]) -> list[Problem]:
+    problems = []
+
+    def error(path: tuple[Any, ...], message: str) -> None:
+        problems.append(Problem("error", f"{source}: {key_path((*where, *path))}", message))
+
+    if not oauth:
+        error((), "needs an [oauth] table: the issuer whose tokens are verified")
+    if not identity.claims:
+        error(("claims",), "name at least one claim (sub, client_id, groups, ...): with none, every token the "
+                           "issuer signs would act as this agent")
+    for claim, globs in identity.claims.items():
+        for i, glob in enumerate([globs] if isinstance(globs, str) else globs):
+            if not glob:
+                error(("claims", claim) if isinstance(globs, str) else ("claims", claim, i), "expected a value or "
+                      "glob, got an empty string")
+        if isinstance(globs, list) and not globs:
+            error(("claims", claim), "expected one or more values or globs, got []")
+    for scope, rights in identity.needs_scope.items():
+        for dimension in ("tools", "resources", "prompts"):
+            for i, text in enumerate(getattr(rights, dimension)):
+                try:
+                    pattern = patterns.parse(dimension, text)
+                except patterns.PatternError as exc:
+                    error(("needs_scope", scope, dimension, i), str(exc))
+                    continue
+                if pattern.specifier is not None:
+                    error(("needs_scope", scope, dimension, i), f"{text!r}: a scope hides whole tools; argument "
+                          "specifiers belong in permissions")
+    return problems
+
+
+def _limits_problems(limits: LimitsConfig, source: str, where: tuple[Any, ...]) -> list[Problem]:
+    from toolcrib.limits import RateError, parse_rate
+
+    problems = []
+
+    def error(path: tuple[Any, ...], message: str) -> None:
+        problems.append(Problem("error", f"{source}: {key_path((*where, *path))}", message))
+
+    for path, limit in [((), limits), *((("tools", glob), rule) for glob, rule in limits.tools.items())]:
+        if limit.rate is None and limit.in_flight is None and (path or not limits.tools):
+            error(path, "expected rate = \"N/minute\" or in_flight = N (or both)")
+        if limit.rate is not None:
+            try:
+                parse_rate(limit.rate)
+            except RateError as exc:
+                error((*path, "rate"), str(exc))
+    for glob in limits.tools:
+        try:
+            pattern = patterns.parse("tools", glob)
+        except patterns.PatternError as exc:
+            error(("tools", glob), str(exc))
+            continue
+        if pattern.specifier is not None:
+            error(("tools", glob), "limits count calls by tool name only")
     return problems
 
 

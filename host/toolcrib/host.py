@@ -30,6 +30,7 @@ from toolcrib.curation import curate
 from toolcrib.declarations import Resource
 from toolcrib.default_plugins.builtins import Builtins
 from toolcrib.errors import Problem, ToolDeclarationError, UnknownAgentError
+from toolcrib.limits import LimitBook
 from toolcrib.names import HIDDEN_CHARACTERS, RESERVED_NAMESPACE, clean, clean_schema
 from toolcrib.observe import Metrics
 from toolcrib.permissions import (
@@ -87,6 +88,7 @@ class Host:
         upstreams: LazyServers | None = None,
         extra_items: Iterable[ItemEntry] = (),
         metrics: Metrics | None = None,
+        limits: LimitBook | None = None,
     ) -> None:
         env = os.environ if env is None else env
         self.loaded = loaded
@@ -125,8 +127,8 @@ class Host:
             self.catalog.problems.extend(curation_problems)
             self._apply_lock()
             self.rules: dict[str, AgentRules] = compile_rules(loaded)
-            self.pipeline = Pipeline(self.pm, loaded, self.catalog.settings, metrics)
-        self._views: dict[str, AgentView] = {}
+            self.pipeline = Pipeline(self.pm, loaded, self.catalog.settings, metrics, limits)
+        self._views: dict[str | tuple[str, frozenset[str]], AgentView] = {}
         self._lock = threading.Lock()
 
     def _apply_lock(self) -> None:
@@ -181,17 +183,22 @@ class Host:
             raise UnknownAgentError(str(agent), self.rules)
         return rules
 
-    def view(self, agent: str) -> AgentView:
-        """The agent's view, built on first use and then reused (views never change; a reload makes a new Host)."""
-        view = self._views.get(agent)
+    def view(self, agent: str, lacking: frozenset[str] = frozenset()) -> AgentView:
+        """The agent's view, built on first use and then reused (views never change; a reload makes a new Host).
+        ``lacking``: scopes of the agent's ``identity.needs_scope`` that the request's OAuth token does not carry;
+        what they guard is hidden too (a view of its own, also kept)."""
+        key = (agent, lacking) if lacking else agent
+        view = self._views.get(key)
         if view is None:
             rules = self._rules(agent)
+            if lacking:
+                rules = rules.lacking(lacking)
             with self._lock:
-                view = self._views.get(agent)
+                view = self._views.get(key)
                 if view is None:
                     items = [*self.catalog.resources.values(), *self.catalog.prompts.values()]
                     view = build_view(rules, self.catalog.entries, self.pipeline, self, items)
-                    self._views[agent] = view
+                    self._views[key] = view
         return view
 
     def explain(self, agent: str, name: str) -> Decision | None:

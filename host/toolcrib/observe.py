@@ -29,7 +29,7 @@ class Metrics:
 
         self.registry = CollectorRegistry(auto_describe=True)
         self.calls = Counter("toolcrib_tool_calls", "Tool calls, by agent, tool and outcome (ok, error, denied, "
-                             "invalid, unknown)", ["agent", "tool", "outcome"], registry=self.registry)
+                             "limited, invalid, unknown)", ["agent", "tool", "outcome"], registry=self.registry)
         self.duration = Histogram("toolcrib_tool_call_duration_seconds", "How long tool calls took, by agent",
                                   ["agent"], buckets=DURATION_BUCKETS, registry=self.registry)
         self.reads = Counter("toolcrib_item_requests", "Resource reads and prompt gets, by agent, kind and outcome",

@@ -10,6 +10,7 @@ denies everything of that dimension; wherever an allow and a deny both apply, de
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shlex
 import threading
@@ -33,7 +34,7 @@ log = logging.getLogger("toolcrib.permissions")
 class Check:
     """One step of a decision: what was checked, whether it passed, and the rule or reason."""
 
-    name: str  # "source" | "tools" | "mode" | "available"
+    name: str  # "source" | "tools" | "mode" | "scope" | "available" (tools; items: their dimension)
     passed: bool
     detail: str
     kind: str | None = None  # "unconfinable": hidden because its programs could reach what governs the host
@@ -215,7 +216,18 @@ class AgentRules:
     has_permissions: bool
     workspace: Path | None = None
     availability_timeout: float = 5.0
+    # (dimension, pattern, scope): what the request's OAuth token may not see, lacking a scope (identity.needs_scope)
+    scope_hidden: tuple[tuple[str, Pattern, str], ...] = ()
     _sources: dict[tuple[str, str, str | None], tuple[bool, Pattern | None]] = field(default_factory=dict, repr=False)
+
+    def lacking(self, scopes: frozenset[str]) -> AgentRules:
+        """These rules for a request whose token lacks ``scopes`` (of ``identity.needs_scope``): what each of them
+        guards is hidden as well."""
+        needs = self.config.identity.needs_scope if self.config.identity is not None else {}
+        hidden = tuple((dimension, patterns.parse(dimension, text), scope) for scope in sorted(scopes) if scope in needs
+                       for dimension in ("tools", "resources", "prompts")
+                       for text in getattr(needs[scope], dimension))
+        return dataclasses.replace(self, scope_hidden=hidden, _sources={})
 
     @property
     def mode(self) -> str:
@@ -305,8 +317,10 @@ def permitted(rules: AgentRules, entry: Entry | ItemEntry) -> bool:
         return False
     if isinstance(entry, ItemEntry):
         dimension = "prompts" if entry.what == "prompt" else "resources"
-        return item_permits(rules.dimensions[dimension], entry.name, entry.uri)[0]
-    return rules.dimensions["tools"].permits(entry.name)[0] and (rules.mode != "plan" or entry.read_only)
+        return item_permits(rules.dimensions[dimension], entry.name, entry.uri)[0] and (
+            not rules.scope_hidden or _scope_hides(rules, dimension, entry.name, entry.uri) is None)
+    return rules.dimensions["tools"].permits(entry.name)[0] and (rules.mode != "plan" or entry.read_only) and (
+        not rules.scope_hidden or _scope_hides(rules, "tools", entry.name) is None)
 
 
 def decide(rules: AgentRules, subject: Entry | ItemEntry | Named, *, detail: bool = False, exhaustive: bool = False,
@@ -363,6 +377,11 @@ def decide(rules: AgentRules, subject: Entry | ItemEntry | Named, *, detail: boo
         if detail:
             checks.append(Check("tools", passed, tools_rule.describe(passed, pattern)))
         visible = visible and passed
+    if rules.scope_hidden and (visible or exhaustive):
+        scope = _scope_check(rules, "tools", entry.name)
+        if detail:
+            checks.append(scope)
+        visible = visible and scope.passed
     if visible or exhaustive:
         passed = rules.mode != "plan" or entry.read_only
         if detail:
@@ -405,6 +424,11 @@ def _decide_item(rules: AgentRules, item: ItemEntry, detail: bool, exhaustive: b
         if detail:
             checks.append(Check(dimension, passed, rule.describe(passed, pattern)))
         visible = visible and passed
+    if rules.scope_hidden and (visible or exhaustive):
+        scope = _scope_check(rules, dimension, item.name, item.uri)
+        if detail:
+            checks.append(scope)
+        visible = visible and scope.passed
     if visible or exhaustive:
         if item.item.is_available is None:
             answer: Availability = (True, "no availability check", None)
@@ -416,6 +440,22 @@ def _decide_item(rules: AgentRules, item: ItemEntry, detail: bool, exhaustive: b
             checks.append(Check("available", passed, answer[1], answer[2]))
         visible = visible and passed
     return Decision(rules.agent, item.name, visible, tuple(checks), item.what)
+
+
+def _scope_hides(rules: AgentRules, dimension: str, name: str, uri: str | None = None) -> tuple[str, Pattern] | None:
+    """The scope (and its pattern) the request's token lacks to see this, if any."""
+    for hidden_dimension, pattern, scope in rules.scope_hidden:
+        if hidden_dimension == dimension and (pattern.matches(name) or (uri is not None and pattern.matches(uri))):
+            return scope, pattern
+    return None
+
+
+def _scope_check(rules: AgentRules, dimension: str, name: str, uri: str | None = None) -> Check:
+    hides = _scope_hides(rules, dimension, name, uri)
+    if hides is None:
+        return Check("scope", True, "the token carries every scope it needs")
+    return Check("scope", False, f"needs scope {hides[0]!r} (identity.needs_scope: {hides[1].text!r}), which the "
+                                 "request's token does not carry")
 
 
 def item_permits(rule: DimensionRule, name: str, uri: str | None = None) -> tuple[bool, Pattern | None]:

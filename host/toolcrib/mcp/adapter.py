@@ -29,6 +29,7 @@ from toolcrib.errors import (
     UnknownResourceError,
     UnknownToolError,
 )
+from toolcrib.mcp.oauth import IDENTITY, Identity
 from toolcrib.mcp.roundtrip import (
     UNVERIFIABLE,
     ApprovalPending,
@@ -41,6 +42,7 @@ from toolcrib.mcp.roundtrip import (
 )
 from toolcrib.mcp.state import SUBSCRIPTIONS, ServingState
 from toolcrib.observe import log_request, requests_log
+from toolcrib.view import AgentView
 
 log = logging.getLogger("toolcrib.serve")
 
@@ -71,6 +73,12 @@ class _Channel:
     def __init__(self, ctx: ServerRequestContext[Any, Any], journal: Journal | None = None) -> None:
         self._ctx = ctx
         self.journal = journal
+
+    @property
+    def identity(self) -> dict[str, str] | None:
+        """Who the request acts for, as the audit log records it (never the token)."""
+        found = identity_of_request(self._ctx)
+        return found.record() if found is not None else None
 
     async def progress(self, progress: float, total: float | None, message: str | None) -> None:
         await self._ctx.session.report_progress(progress, total, message)
@@ -149,27 +157,39 @@ class _Channel:
                                                      related_request_id=self._ctx.request_id)
 
 
+def identity_of_request(ctx: ServerRequestContext[Any, Any]) -> Identity | None:
+    """Who the HTTP request acts for (``toolcrib.mcp.http`` put it in the ASGI scope); None over stdio."""
+    request = ctx.request
+    scope = getattr(request, "scope", None)
+    return scope.get(IDENTITY) if isinstance(scope, dict) else None
+
+
 def build_server(state: ServingState, agent: str) -> Server[Any]:
     """The MCP server for ``agent``; it reads ``state``'s current host on every request, so reloads apply."""
 
-    def listing() -> dict[str, Any]:
+    def view_of(ctx: ServerRequestContext[Any, Any]) -> AgentView:
+        """The agent's view for this request: an OAuth token lacking scopes of ``identity.needs_scope`` sees less."""
+        identity = identity_of_request(ctx)
+        return state.view(agent, identity.lacking) if identity is not None else state.view(agent)
+
+    def listing(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         # Wire dicts, not models: never validated twice. The extra keys are what 2026-07-28 requires (no caching:
         # lists change on reload); for the handshake era the SDK sieves them off, or the fast path leaves them out.
-        return {"tools": state.view(agent).mcp_tools, **_UNCACHED}
+        return {"tools": view_of(ctx).mcp_tools, **_UNCACHED}
 
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> Any:
         if params is not None and params.cursor is not None:
             raise MCPError(code=types.INVALID_PARAMS, message="Invalid cursor: this server returns one page")
         if ctx.protocol_version not in _MODERN:
             state.remember_session(agent, ctx.session)
-        return listing()
+        return listing(ctx)
 
     async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> Any:
         return await call(ctx, params.name, params.arguments, params.input_responses, params.request_state)
 
     async def call(ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any] | None,
                    responses: Mapping[str, Any] | None, request_state: str | None) -> Any:
-        view = state.view(agent)
+        view = view_of(ctx)
         arguments = arguments if arguments is not None else {}
         modern = ctx.protocol_version in _MODERN
         try:
@@ -280,8 +300,8 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
         if method == "tools/list":
             if not modern:
                 state.remember_session(agent, ctx.session)
-                return {"tools": state.view(agent).mcp_tools}
-            return {**listing(), "_meta": {SERVER_INFO_META_KEY: server.server_info_stamp}}
+                return {"tools": view_of(ctx).mcp_tools}
+            return {**listing(ctx), "_meta": {SERVER_INFO_META_KEY: server.server_info_stamp}}
         assert params is not None
         result = await call(ctx, params["name"], params.get("arguments"), None, None)
         if not isinstance(result, dict):  # an approval round-trip (2026-07-28): the SDK's own shaping
@@ -311,16 +331,16 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
     async def list_resources(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> Any:
         paginated(params)
         remembered(ctx)
-        return {"resources": state.view(agent).mcp_resources, **_UNCACHED}
+        return {"resources": view_of(ctx).mcp_resources, **_UNCACHED}
 
     async def list_templates(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> Any:
         paginated(params)
         remembered(ctx)
-        return {"resourceTemplates": state.view(agent).mcp_templates, **_UNCACHED}
+        return {"resourceTemplates": view_of(ctx).mcp_templates, **_UNCACHED}
 
     async def read_resource(ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams) -> Any:
         try:
-            contents = await state.view(agent).read(str(params.uri), channel=_Channel(ctx))
+            contents = await view_of(ctx).read(str(params.uri), channel=_Channel(ctx))
         except UnknownResourceError as exc:
             raise MCPError(code=RESOURCE_NOT_FOUND, message=str(exc), data={"uri": str(params.uri)}) from None
         except InvalidArgumentsError as exc:
@@ -331,7 +351,7 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
 
     async def subscribe(ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams) -> Any:
         uri = str(params.uri)
-        if state.view(agent).resource(uri) is None:  # hidden and nonexistent alike
+        if view_of(ctx).resource(uri) is None:  # hidden and nonexistent alike
             raise MCPError(code=RESOURCE_NOT_FOUND, message=str(UnknownResourceError(uri)), data={"uri": uri})
         state.remember_session(agent, ctx.session)
         ctx.session._connection.state.setdefault(SUBSCRIPTIONS, set()).add(uri)
@@ -344,11 +364,11 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
     async def list_prompts(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> Any:
         paginated(params)
         remembered(ctx)
-        return {"prompts": state.view(agent).mcp_prompts, **_UNCACHED}
+        return {"prompts": view_of(ctx).mcp_prompts, **_UNCACHED}
 
     async def get_prompt(ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams) -> Any:
         try:
-            answer = await state.view(agent).get_prompt(params.name, params.arguments, channel=_Channel(ctx))
+            answer = await view_of(ctx).get_prompt(params.name, params.arguments, channel=_Channel(ctx))
         except UnknownPromptError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
         except InvalidArgumentsError as exc:
@@ -360,7 +380,7 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
     async def complete(ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams) -> Any:
         ref = params.ref.model_dump(by_alias=True, mode="json", exclude_none=True)
         context = params.context.arguments if params.context is not None else None
-        found = await state.view(agent).complete(ref, params.argument.name, params.argument.value, context)
+        found = await view_of(ctx).complete(ref, params.argument.name, params.argument.value, context)
         return {"completion": {"values": list(found), "total": found.total, "hasMore": found.has_more},
                 "resultType": "complete"}
 

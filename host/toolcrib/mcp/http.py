@@ -1,11 +1,17 @@
-"""``toolcrib serve --http``: every agent over streamable HTTP at ``/agents/<name>/mcp``, each behind its own token.
+"""``toolcrib serve --http``: every agent over streamable HTTP at ``/agents/<name>/mcp``, each behind its own
+credentials.
 
 The agent is identified by its credential, never by anything the client asserts: the path names an agent, and
-the request gets in only with that agent's bearer token (compared in constant time, never logged). A missing
-or wrong token, another agent's token, a token in the query string, or a path naming no agent: all get the
-same ``401`` with ``WWW-Authenticate``, so nothing tells an outsider which agents exist. Each agent has its own
-session manager, so a session id from one agent's endpoint means nothing on another's. Host and Origin are
-checked on every endpoint (DNS-rebinding protection); request bodies are capped at ``MAX_BODY_BYTES``.
+the request gets in only with one of that agent's static bearer tokens (``token_env``: one or several, for
+rotation; compared in constant time, never logged) or, with ``[oauth]``, an access token the issuer signed whose
+claims the agent's ``identity`` accepts (``toolcrib.mcp.oauth``). A missing or wrong token, another agent's token,
+a token in the query string, or a path naming no agent: all get the same ``401`` with ``WWW-Authenticate`` (and,
+with ``[oauth]``, the ``resource_metadata`` URL of RFC 9728, where clients find the issuer), so nothing tells an
+outsider which agents exist. An access token that is the agent's but lacks its required scopes gets ``403
+insufficient_scope``. Each agent has its own session manager, so a session id from one agent's endpoint means
+nothing on another's, and a session opened with an access token serves only that token's principal (client,
+issuer, subject). Host and Origin are checked on every endpoint (DNS-rebinding protection); request bodies are
+capped at ``MAX_BODY_BYTES``.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import ipaddress
 import logging
 import math
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -25,16 +32,21 @@ from typing import Any
 import anyio
 import uvicorn
 from anyio.abc import TaskGroup, TaskStatus
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.auth import ProtectedResourceMetadata
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from toolcrib.config import IdentityConfig
 from toolcrib.errors import ToolcribError
 from toolcrib.mcp.adapter import build_server
+from toolcrib.mcp.oauth import IDENTITY, Identity, Verifier, claims_match, identity_of
 from toolcrib.mcp.state import ServingState
 
 log = logging.getLogger("toolcrib.serve")
@@ -80,7 +92,8 @@ def is_loopback(host: str) -> bool:
 @dataclass
 class _Endpoint:
     agent: str
-    token: bytes
+    tokens: list[tuple[str, bytes]]  # (the variable, its token): every one set is accepted
+    identity: IdentityConfig | None
     manager: StreamableHTTPSessionManager
     app: StreamableHTTPASGIApp
     stop: anyio.CancelScope | None = None
@@ -94,6 +107,7 @@ class HttpApp:
         self.options = options
         self._env = env
         self.endpoints: dict[str, _Endpoint] = {}
+        self.verifier: Verifier | None = None
         self._tg: TaskGroup | None = None
         self.ready = False  # the lifespan has set every endpoint up
         self.draining: Callable[[], bool] = lambda: False  # the server is shutting down (serve_http says)
@@ -102,6 +116,8 @@ class HttpApp:
             metrics.watch(sessions=self.sessions)
         # An object (not a method) as the endpoint: Starlette then routes every HTTP method to it as raw ASGI.
         routes = [Route("/agents/{agent}/mcp", endpoint=_Asgi(self._agent_endpoint)),
+                  Route(METADATA_PATH + "/agents/{agent}/mcp", endpoint=self._resource_metadata, methods=["GET"]),
+                  Route(METADATA_PATH, endpoint=self._resource_metadata, methods=["GET"]),
                   Route("/healthz", endpoint=self._healthz, methods=["GET", "HEAD"]),
                   Route("/readyz", endpoint=self._readyz, methods=["GET", "HEAD"])]
         if metrics is not None:
@@ -143,40 +159,66 @@ class HttpApp:
 
     # -- which agents are served -----------------------------------------------------------------------------
 
-    def tokens(self) -> dict[str, bytes]:
-        """Each agent's token from its ``token_env``; agents without one are not served (and are told so)."""
+    def credentials(self) -> dict[str, list[tuple[str, bytes]]]:
+        """Each agent's static tokens (variable, value) from its ``token_env``; agents with none and no OAuth
+        identity are not served (and are told so)."""
         env = os.environ if self._env is None else self._env
-        found = {}
+        config = self.state.host.loaded.config
+        found: dict[str, list[tuple[str, bytes]]] = {}
         for name in self.state.host.agents:
-            variable = self.state.host.loaded.config.agents[name].token_env
-            value = env.get(variable, "") if variable else ""
-            if not value:
-                why = "it has no token_env" if not variable else f"${variable} is not set"
+            agent = config.agents[name]
+            variables = [agent.token_env] if isinstance(agent.token_env, str) else agent.token_env or []
+            tokens = []
+            for variable in variables:
+                value = env.get(variable, "")
+                if not value:
+                    continue
+                if len(value) < MIN_TOKEN_LENGTH:
+                    which = "its token" if len(variables) == 1 else f"the token in ${variable}"
+                    log.warning("agent %r: %s is shorter than %d characters; use a long random one",
+                                name, which, MIN_TOKEN_LENGTH)
+                tokens.append((variable, value.encode()))
+            if not tokens and (config.oauth is None or agent.identity is None):
+                if not variables:
+                    why = "it has no token_env" + (", and its identity needs an [oauth] table"
+                                                   if agent.identity is not None else "")
+                else:
+                    why = " and ".join(f"${v}" for v in variables) + (" is" if len(variables) == 1 else " are") + \
+                        " not set"
                 log.warning("agent %r is not served over HTTP: %s", name, why)
                 continue
-            if len(value) < MIN_TOKEN_LENGTH:
-                log.warning("agent %r: its token is shorter than %d characters; use a long random one",
-                            name, MIN_TOKEN_LENGTH)
-            found[name] = value.encode()
-        duplicates = {a for a in found for b in found if a != b and hmac.compare_digest(found[a], found[b])}
-        for name in sorted(duplicates):
-            log.error("agent %r is not served over HTTP: another agent has the same token", name)
-            del found[name]
+            found[name] = tokens
+        owners: dict[bytes, set[str]] = {}
+        for name, tokens in found.items():
+            for _, secret in tokens:
+                owners.setdefault(secret, set()).add(name)
+        for names in owners.values():
+            if len(names) > 1:
+                for name in sorted(names):
+                    if name in found:
+                        log.error("agent %r is not served over HTTP: another agent has the same token", name)
+                        del found[name]
         return found
 
     async def sync(self) -> None:
         """Start endpoints for agents that gained a token, stop those that lost theirs (start-up and reload)."""
         assert self._tg is not None
-        wanted = self.tokens()
+        config = self.state.host.loaded.config
+        if config.oauth is None:
+            self.verifier = None
+        elif self.verifier is None or self.verifier.oauth != config.oauth:
+            self.verifier = Verifier(self.state.host.loaded)  # the keys fetched so far stay with an unchanged [oauth]
+        wanted = self.credentials()
         for name in list(self.endpoints):
             endpoint = self.endpoints[name]
             if name not in wanted:
                 del self.endpoints[name]
                 if endpoint.stop is not None:
                     endpoint.stop.cancel()
-            elif not hmac.compare_digest(endpoint.token, wanted[name]):
-                endpoint.token = wanted[name]
-        for name, token in wanted.items():
+            else:
+                endpoint.tokens = wanted[name]
+                endpoint.identity = config.agents[name].identity if config.oauth is not None else None
+        for name, tokens in wanted.items():
             if name not in self.endpoints:
                 host = self.state.host.loaded.config.host
                 manager = StreamableHTTPSessionManager(
@@ -187,7 +229,8 @@ class HttpApp:
                     session_idle_timeout=host.http_session_idle,
                     max_sessions=host.http_max_sessions,
                 )
-                endpoint = _Endpoint(name, token, manager, StreamableHTTPASGIApp(manager))
+                identity = config.agents[name].identity if config.oauth is not None else None
+                endpoint = _Endpoint(name, tokens, identity, manager, StreamableHTTPASGIApp(manager))
                 endpoint.stop = await self._tg.start(self._run_manager, manager)
                 self.endpoints[name] = endpoint
 
@@ -219,19 +262,91 @@ class HttpApp:
         headers = {k.lower(): v for k, v in ((k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"])}
         supplied = _bearer(headers.get("authorization", ""))
         query = scope.get("query_string", b"").decode("latin-1")
+        metadata = self._metadata_url(scope, headers, agent)
         if _token_in_query(query):
-            await _unauthorized("invalid_request", "tokens are accepted only in the Authorization header")(
-                scope, receive, send)
+            await _unauthorized("invalid_request", "tokens are accepted only in the Authorization header",
+                                metadata)(scope, receive, send)
             return
-        expected = endpoint.token if endpoint is not None else _DUMMY
         if supplied is None:
-            await _unauthorized(None, "this endpoint needs Authorization: Bearer <the agent's token>")(
+            await _unauthorized(None, "this endpoint needs Authorization: Bearer <the agent's token>",
+                                metadata)(scope, receive, send)
+            return
+        identity = await self._identify(endpoint, supplied.encode("latin-1"))
+        if identity is None or endpoint is None:
+            await _unauthorized("invalid_token", "the token is not valid for this endpoint", metadata)(
                 scope, receive, send)
             return
-        if not hmac.compare_digest(supplied.encode("latin-1"), expected) or endpoint is None:
-            await _unauthorized("invalid_token", "the token is not valid for this endpoint")(scope, receive, send)
-            return
+        if identity.kind == "oauth":
+            assert endpoint.identity is not None
+            missing = [scope_ for scope_ in endpoint.identity.scopes if scope_ not in identity.scopes]
+            if missing:
+                await _forbidden(endpoint.identity.scopes, metadata)(scope, receive, send)
+                return
+            # the SDK binds a session to the principal that opened it (client, issuer, subject)
+            scope["user"] = AuthenticatedUser(AccessToken(
+                token="", client_id=identity.client or "", scopes=sorted(identity.scopes), subject=identity.subject,
+                claims={"iss": identity.issuer}))
+        scope[IDENTITY] = identity
         await endpoint.app(scope, receive, send)
+
+    async def _identify(self, endpoint: _Endpoint | None, supplied: bytes) -> Identity | None:
+        """Who the token says the request is: one of the agent's static tokens (every one compared, so timing says
+        nothing), else an access token its identity accepts; None for anything else."""
+        matched = None
+        for variable, token in endpoint.tokens if endpoint is not None and endpoint.tokens else [("", _DUMMY)]:
+            if hmac.compare_digest(supplied, token) and variable:
+                matched = variable
+        if matched is not None:
+            return Identity(kind="token", credential=f"${matched}")
+        if self.verifier is None or endpoint is None or endpoint.identity is None:
+            return None
+        claims = await self.verifier.claims(supplied.decode("latin-1"))
+        if claims is None:
+            return None
+        if not claims_match(endpoint.identity, claims):
+            log.info("access token refused on agent %r's endpoint: its claims are not the agent's identity",
+                     endpoint.agent)
+            return None
+        return identity_of(claims, endpoint.identity)
+
+    # -- OAuth protected resource metadata (RFC 9728) -------------------------------------------------------
+
+    def _base_url(self, scope: Scope, headers: dict[str, str]) -> str | None:
+        oauth = self.state.host.loaded.config.oauth
+        if oauth is None:
+            return None
+        if oauth.resource_url is not None:
+            return oauth.resource_url.rstrip("/")
+        host = headers.get("host", "")
+        if not _HOST.fullmatch(host):
+            return None
+        return f"{scope.get('scheme', 'http')}://{host}"
+
+    def _metadata_url(self, scope: Scope, headers: dict[str, str], agent: str) -> str | None:
+        base = self._base_url(scope, headers)
+        if base is None or not _AGENT.fullmatch(agent):
+            return None
+        return f"{base}{METADATA_PATH}/agents/{agent}/mcp"
+
+    async def _resource_metadata(self, request: Request) -> Response:
+        """The same document for every path (it never says which agents exist): this server as a resource, and the
+        issuer that grants access to it."""
+        oauth = self.state.host.loaded.config.oauth
+        if oauth is None:
+            return JSONResponse({"error": "not_found"}, status_code=404)
+        document = ProtectedResourceMetadata(
+            resource=oauth.audience, authorization_servers=[oauth.issuer],
+            scopes_supported=oauth.scopes_supported or None, resource_name="toolcrib",
+            bearer_methods_supported=["header"])
+        body = document.model_dump(mode="json", exclude_none=True)
+        # as configured, not as pydantic normalises URLs (a trailing "/"): clients compare them as strings
+        body.update(resource=oauth.audience, authorization_servers=[oauth.issuer])
+        return JSONResponse(body, headers={"Cache-Control": "public, max-age=300"})
+
+
+METADATA_PATH = "/.well-known/oauth-protected-resource"
+_HOST = re.compile(r"[A-Za-z0-9.\-]+(:[0-9]{1,5})?|\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?")
+_AGENT = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class _Asgi:
@@ -253,12 +368,24 @@ def _token_in_query(query: str) -> bool:
     return bool(keys & {"access_token", "token", "auth", "authorization", "bearer"})
 
 
-def _unauthorized(error: str | None, description: str) -> Response:
+def _unauthorized(error: str | None, description: str, metadata: str | None = None) -> Response:
     challenge = 'Bearer realm="toolcrib"'
+    if metadata is not None:
+        challenge += f', resource_metadata="{metadata}"'
     if error is not None:
         challenge += f', error="{error}", error_description="{description}"'
     body = {"error": error or "unauthorized", "error_description": description}
     return JSONResponse(body, status_code=401, headers={"WWW-Authenticate": challenge})
+
+
+def _forbidden(scopes: list[str], metadata: str | None) -> Response:
+    """RFC 6750's answer to a token without the scopes the endpoint needs: which ones, so a client can ask again."""
+    wanted = " ".join(scopes)
+    challenge = f'Bearer realm="toolcrib", error="insufficient_scope", scope="{wanted}"'
+    if metadata is not None:
+        challenge += f', resource_metadata="{metadata}"'
+    body = {"error": "insufficient_scope", "error_description": f"the token needs the scopes: {wanted}"}
+    return JSONResponse(body, status_code=403, headers={"WWW-Authenticate": challenge})
 
 
 def check_bind(options: HttpOptions) -> None:

@@ -46,16 +46,18 @@ async def serving_state(path: Path | None, metrics: Metrics | None = None) -> As
     the file again and keeps the connections whose config did not change. With ``metrics``, every host built
     reports into them."""
     from toolcrib.config import load_config
+    from toolcrib.limits import LimitBook
     from toolcrib.mcp.upstream import upstream_pool
 
     async with upstream_pool() as pool:
+        limits = LimitBook()  # the counts of [agents.*.limits], kept across reloads
 
         async def build() -> Host:
             loaded = await anyio.to_thread.run_sync(load_config, path)
             records, entries, items = await pool.sync(loaded)
             return await anyio.to_thread.run_sync(functools.partial(
                 Host, loaded, extra_entries=entries, extra_records=records, upstreams=pool, extra_items=items,
-                metrics=metrics))
+                metrics=metrics, limits=limits))
 
         state = ServingState(await build(), make_host=build)
         state.metrics = metrics
@@ -113,8 +115,8 @@ class ServingState:
         self._sending: set[asyncio.Task[None]] = set()  # resource updates on their way (held, or they may vanish)
         self.metrics: Metrics | None = None  # the serving process's, when it keeps them
 
-    def view(self, agent: str) -> AgentView:
-        return self.host.view(agent)
+    def view(self, agent: str, lacking: frozenset[str] = frozenset()) -> AgentView:
+        return self.host.view(agent, lacking)
 
     # -- who is listening --------------------------------------------------------------------------------
 

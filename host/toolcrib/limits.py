@@ -1,0 +1,172 @@
+"""Rate and concurrency limits on an agent's calls (``[agents.<name>.limits]``), per replica.
+
+A limit counts the calls it covers: all of the agent's, or those of the tools a pattern matches (together). A rate
+is a token bucket: ``60/minute`` allows a burst of 60, then one more call each second. ``in_flight`` bounds the
+calls running at once. A call over any limit is not run: it is answered at once with an ``isError`` result that
+says which limit and when to try again (a call that waited would hold a client and a worker for nothing).
+
+The counts live in a ``LimitBook`` that outlives reloads (``ServingState`` hands the same one to each new host): a
+limit the reload did not change keeps its count, a changed one starts afresh. Each replica counts its own calls;
+docs/deploy.md says how a shared store would fit.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from toolcrib import patterns
+from toolcrib.config import LimitConfig, LimitsConfig
+
+_RATE = re.compile(r"\s*(\d+)\s*/\s*([a-z]+)\s*")
+_PERIODS = {"second": 1.0, "sec": 1.0, "s": 1.0, "minute": 60.0, "min": 60.0, "m": 60.0, "hour": 3600.0, "h": 3600.0,
+            "day": 86400.0, "d": 86400.0}
+
+
+class RateError(ValueError):
+    """A rate that is not ``N/period``."""
+
+
+@dataclass(frozen=True)
+class Rate:
+    count: int
+    seconds: float
+    text: str
+
+
+def parse_rate(text: str) -> Rate:
+    """``"60/minute"`` -> Rate(60, 60.0). Periods: second, minute, hour, day (or s, min, h, d)."""
+    match = _RATE.fullmatch(text.lower())
+    if match is None or match.group(2) not in _PERIODS:
+        raise RateError(f"expected calls per period, such as \"60/minute\" (second, minute, hour, day), got {text!r}")
+    count = int(match.group(1))
+    if count < 1:
+        raise RateError(f"{text!r}: allow at least one call per period (to forbid a tool, deny it)")
+    return Rate(count, _PERIODS[match.group(2)], text)
+
+
+def _per(rate: Rate) -> str:
+    return {1.0: "a second", 60.0: "a minute", 3600.0: "an hour", 86400.0: "a day"}[rate.seconds]
+
+
+@dataclass
+class _Counter:
+    """One limit's state: a token bucket (for a rate) and the calls running (for in_flight)."""
+
+    rate: Rate | None
+    in_flight: int | None
+    checked: float
+    tokens: float = 0.0
+    running: int = 0
+
+    def __post_init__(self) -> None:
+        self.tokens = float(self.rate.count) if self.rate is not None else 0.0
+
+    def wait(self, now: float) -> float | None:
+        """Seconds until this limit lets one more call through (0: now), or None when only calls ending will."""
+        if self.in_flight is not None and self.running >= self.in_flight:
+            return None
+        if self.rate is None:
+            return 0.0
+        self.tokens = min(float(self.rate.count),
+                          self.tokens + (now - self.checked) * self.rate.count / self.rate.seconds)
+        self.checked = now
+        if self.tokens >= 1.0:
+            return 0.0
+        return (1.0 - self.tokens) * self.rate.seconds / self.rate.count
+
+
+@dataclass(frozen=True)
+class Limit:
+    key: tuple[str, str, str | None, int | None]  # (agent, pattern or "", rate text, in_flight)
+    pattern: patterns.Pattern | None
+    rate: Rate | None
+    in_flight: int | None
+
+    def covers(self, tool: str) -> bool:
+        return self.pattern is None or self.pattern.matches(tool)
+
+    def describe(self, agent: str) -> str:
+        calls = f"calls of {self.pattern.text}" if self.pattern is not None else "calls"
+        parts = []
+        if self.rate is not None:
+            parts.append(f"{self.rate.count} {calls} {_per(self.rate)}")
+        if self.in_flight is not None:
+            parts.append(f"{self.in_flight} {calls} at once")
+        return f"agent {agent!r} may make at most " + " and ".join(parts)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A call refused by a limit: what the model is told, the limit (its pattern, or "*"), and the seconds after
+    which a call would pass (None: when a running call ends)."""
+
+    text: str
+    limit: str
+    retry_after: float | None
+
+
+class LimitBook:
+    """The counts of every limit, kept across reloads (one lock: a few dict and float operations per call)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._counters: dict[tuple[str, str, str | None, int | None], _Counter] = {}
+        self._lock = threading.Lock()
+        self._clock = clock
+
+    def counter(self, limit: Limit) -> _Counter:
+        with self._lock:
+            found = self._counters.get(limit.key)
+            if found is None:
+                found = self._counters[limit.key] = _Counter(limit.rate, limit.in_flight, checked=self._clock())
+            return found
+
+    def enter(self, agent: str, limits: list[Limit]) -> Refusal | list[_Counter]:
+        """Take one call through every limit covering it; or, when one is full, none, and say which and when."""
+        counters = [self.counter(limit) for limit in limits]
+        with self._lock:
+            now = self._clock()
+            for limit, counter in zip(limits, counters, strict=True):
+                wait = counter.wait(now)
+                if wait is None or wait > 0:
+                    return _refusal(agent, limit, wait)
+            for counter in counters:
+                if counter.rate is not None:
+                    counter.tokens -= 1.0
+                counter.running += 1
+        return counters
+
+    def leave(self, counters: list[_Counter]) -> None:
+        with self._lock:
+            for counter in counters:
+                counter.running -= 1
+
+
+def _refusal(agent: str, limit: Limit, wait: float | None) -> Refusal:
+    if wait is None:
+        when = "try again when one of them has finished"
+    else:
+        when = f"try again in {max(1, round(wait + 0.4999))} s"
+    return Refusal(f"Rate limited: {limit.describe(agent)}; {when}.",
+                   limit.pattern.text if limit.pattern is not None else "*", wait)
+
+
+def compile_limits(agent: str, config: LimitsConfig | None) -> tuple[Limit, ...]:
+    """The agent's limits (the config was checked: rates and patterns parse)."""
+    if config is None:
+        return ()
+    found = []
+    rules: list[tuple[str | None, LimitConfig]] = [(None, config), *config.tools.items()]
+    for glob, rule in rules:
+        if rule.rate is None and rule.in_flight is None:
+            continue
+        rate = parse_rate(rule.rate) if rule.rate is not None else None
+        pattern = patterns.parse("tools", glob) if glob is not None else None
+        found.append(Limit((agent, glob or "", rule.rate, rule.in_flight), pattern, rate, rule.in_flight))
+    return tuple(found)
+
+
+__all__ = ["LimitBook", "Rate", "RateError", "Refusal", "compile_limits", "parse_rate"]

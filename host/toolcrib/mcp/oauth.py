@@ -1,0 +1,257 @@
+"""``serve --http`` as an OAuth 2.1 resource server (``[oauth]``): JWT access tokens verified, mapped to agents.
+
+A token is accepted when its signature verifies with a key of the issuer's JWKS (fetched from the issuer's
+metadata or ``jwks_url``, or read from ``jwks_file``; kept ``jwks_refresh`` seconds, fetched again at once for a
+key id it does not know, at most every ``MIN_REFETCH`` seconds), its ``alg`` is one of ``algorithms`` (asymmetric
+only: ``none`` and shared-secret algorithms never verify, so a public key cannot be used as an HMAC secret), and
+its ``iss``, ``aud``, ``exp`` (required) and ``nbf`` hold, with ``leeway`` seconds of clock skew. PyJWT does the
+cryptography (the mcp SDK depends on it already); nothing here signs or checks a signature by hand.
+
+Then ``[agents.<name>.identity]`` decides which agent it acts as: every claim named must match one of its globs.
+Why a token was refused is logged (at info, on ``toolcrib.serve``); the token never is.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import jwt
+
+from toolcrib.config import IdentityConfig, LoadedConfig, OAuthConfig
+
+log = logging.getLogger("toolcrib.serve")
+
+IDENTITY = "toolcrib.identity"  # the ASGI scope key the request's Identity is kept under (the adapter reads it)
+MIN_REFETCH = 30.0  # seconds: a token naming an unknown key fetches the keys again at most this often
+FETCH_TIMEOUT = 10.0
+MAX_JWKS_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a request acts for. ``kind`` "token": a static token (``credential``: the variable that holds it);
+    "oauth": a verified access token, its subject, client, issuer and scopes. ``lacking``: the scopes of the agent's
+    ``identity.needs_scope`` that the token does not carry."""
+
+    kind: str
+    credential: str | None = None
+    subject: str | None = None
+    client: str | None = None
+    issuer: str | None = None
+    scopes: frozenset[str] = frozenset()
+    lacking: frozenset[str] = frozenset()
+
+    def record(self) -> dict[str, str]:
+        """What the audit log and ``explain`` show: never the token."""
+        found = {"kind": self.kind, "credential": self.credential, "subject": self.subject, "client": self.client,
+                 "issuer": self.issuer}
+        return {key: value for key, value in found.items() if value is not None}
+
+
+# -- claims ----------------------------------------------------------------------------------------------------
+
+
+def claim_values(claims: dict[str, Any], path: str) -> list[str]:
+    """The values of a claim, as strings (a dotted path reaches into objects: ``realm_access.roles``); ``client_id``
+    falls back to OIDC's ``azp``."""
+    value: Any = claims
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    if value is None and path == "client_id":
+        value = claims.get("azp")
+    if isinstance(value, list):
+        return [str(v) for v in value if isinstance(v, str | int) and not isinstance(v, bool)]
+    if isinstance(value, str | int) and not isinstance(value, bool):
+        return [str(value)]
+    return []
+
+
+def scopes_of(claims: dict[str, Any]) -> frozenset[str]:
+    """A token's scopes: ``scope`` (space-separated, RFC 9068) or ``scp`` (a list or a string)."""
+    for key in ("scope", "scp"):
+        value = claims.get(key)
+        if isinstance(value, str):
+            return frozenset(value.split())
+        if isinstance(value, list):
+            return frozenset(v for v in value if isinstance(v, str))
+    return frozenset()
+
+
+def claims_match(identity: IdentityConfig, claims: dict[str, Any]) -> bool:
+    """Every claim the identity names has a value matching one of its globs (case-sensitive)."""
+    for path, globs in identity.claims.items():
+        patterns = [globs] if isinstance(globs, str) else globs
+        values = claim_values(claims, path)
+        if not any(fnmatch.fnmatchcase(value, glob) for value in values for glob in patterns):
+            return False
+    return True
+
+
+def identity_of(claims: dict[str, Any], identity: IdentityConfig) -> Identity:
+    scopes = scopes_of(claims)
+    client = claim_values(claims, "client_id")
+    subject = claims.get("sub")
+    return Identity(kind="oauth", subject=subject if isinstance(subject, str) else None,
+                    client=client[0] if client else None, issuer=str(claims.get("iss")), scopes=scopes,
+                    lacking=frozenset(scope for scope in identity.needs_scope if scope not in scopes))
+
+
+# -- keys ------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Keys:
+    """The issuer's signing keys, by key id."""
+
+    oauth: OAuthConfig
+    file: Path | None = None
+    by_id: dict[str | None, tuple[jwt.PyJWK, str | None]] = field(default_factory=dict)  # the key, its "alg"
+    fetched: float = -1e9  # monotonic time of the last fetch (or read), successful or not
+    file_stamp: tuple[float, int] | None = None
+    _lock: anyio.Lock | None = None
+
+    async def get(self, kid: str | None) -> tuple[jwt.PyJWK, str | None] | None:
+        """The key a token names (or the only key, for a token that names none), and the algorithm its JWK
+        declares (None: it declares none)."""
+        now = time.monotonic()
+        stale = now - self.fetched > self.oauth.jwks_refresh or self._file_changed()
+        unknown = self._pick(kid) is None and now - self.fetched > MIN_REFETCH
+        if stale or unknown:
+            if self._lock is None:
+                self._lock = anyio.Lock()
+            async with self._lock:
+                if self.fetched < now:  # nobody fetched while this request waited
+                    await self._refresh()
+        return self._pick(kid)
+
+    def _pick(self, kid: str | None) -> tuple[jwt.PyJWK, str | None] | None:
+        if kid is not None:
+            return self.by_id.get(kid)
+        return next(iter(self.by_id.values())) if len(self.by_id) == 1 else None
+
+    def _file_changed(self) -> bool:
+        if self.file is None:
+            return False
+        try:
+            stat = self.file.stat()
+        except OSError:
+            return False
+        return (stat.st_mtime, stat.st_size) != self.file_stamp
+
+    async def _refresh(self) -> None:
+        self.fetched = time.monotonic()
+        try:
+            document = await self._document()
+        except Exception as exc:  # an unreachable issuer or a bad document: keep the keys known so far
+            log.error("the OAuth issuer's keys could not be %s: %s", "read" if self.file else "fetched", exc)
+            return
+        found: dict[str | None, tuple[jwt.PyJWK, str | None]] = {}
+        for data in document.get("keys") or []:
+            if not isinstance(data, dict) or data.get("use") not in (None, "sig") or "d" in data:
+                continue  # not a signing key (or a private one, which no issuer publishes)
+            try:
+                key = jwt.PyJWK(data)
+            except jwt.PyJWTError as exc:
+                log.warning("the OAuth issuer's key %r is not usable: %s", data.get("kid"), exc)
+                continue
+            declared = data.get("alg")
+            found[key.key_id] = (key, declared if isinstance(declared, str) else None)
+        if not found:
+            log.error("the OAuth issuer publishes no usable signing key")
+        self.by_id = found
+
+    async def _document(self) -> dict[str, Any]:
+        if self.file is not None:
+            stat = self.file.stat()
+            self.file_stamp = (stat.st_mtime, stat.st_size)
+            data: Any = json.loads(self.file.read_text(encoding="utf-8"))
+        else:
+            url = self.oauth.jwks_url or await self._discover()
+            data = await _get_json(url)
+        if not isinstance(data, dict):
+            raise ValueError("a JWKS is a JSON object with \"keys\"")
+        return data
+
+    async def _discover(self) -> str:
+        """The ``jwks_uri`` of the issuer's metadata (OpenID Connect discovery, then RFC 8414)."""
+        issuer = self.oauth.issuer.rstrip("/")
+        parts = urlsplit(issuer)
+        candidates = [f"{issuer}/.well-known/openid-configuration",
+                      f"{parts.scheme}://{parts.netloc}/.well-known/oauth-authorization-server{parts.path}"]
+        problems = []
+        for url in candidates:
+            try:
+                metadata = await _get_json(url)
+            except Exception as exc:
+                problems.append(f"{url}: {exc}")
+                continue
+            if isinstance(metadata, dict) and isinstance(metadata.get("jwks_uri"), str):
+                if metadata.get("issuer") not in (None, self.oauth.issuer, issuer):
+                    problems.append(f"{url}: names issuer {metadata.get('issuer')!r}, not {self.oauth.issuer!r}")
+                    continue
+                return str(metadata["jwks_uri"])
+            problems.append(f"{url}: no jwks_uri")
+        raise ValueError("no jwks_uri in the issuer's metadata (" + "; ".join(problems) + "); set jwks_url")
+
+
+async def _get_json(url: str) -> Any:
+    import httpx2
+
+    async with httpx2.AsyncClient(timeout=FETCH_TIMEOUT, follow_redirects=False) as client:
+        response = await client.get(url, headers={"Accept": "application/json"})
+        response.raise_for_status()
+        if len(response.content) > MAX_JWKS_BYTES:
+            raise ValueError(f"the answer is larger than {MAX_JWKS_BYTES} bytes")
+        return response.json()
+
+
+# -- verifying -------------------------------------------------------------------------------------------------
+
+
+class Verifier:
+    """Checks access tokens against ``[oauth]``; one per served config (a reload makes a new one)."""
+
+    def __init__(self, loaded: LoadedConfig) -> None:
+        oauth = loaded.config.oauth
+        assert oauth is not None
+        self.oauth = oauth
+        self.keys = Keys(oauth, loaded.resolve(oauth.jwks_file) if oauth.jwks_file is not None else None)
+
+    async def claims(self, token: str) -> dict[str, Any] | None:
+        """The token's claims when it verifies; None (and why, logged) when it does not."""
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError:
+            return None  # not a JWT at all: a static token that matched no agent, most likely
+        algorithm = header.get("alg")
+        if algorithm not in self.oauth.algorithms:
+            log.info("access token refused: algorithm %r is not accepted", algorithm)
+            return None
+        kid = header.get("kid")
+        found = await self.keys.get(kid if isinstance(kid, str) else None)
+        if found is None:
+            log.info("access token refused: no key of the issuer has id %r", kid)
+            return None
+        key, declared = found
+        if declared is not None and declared != algorithm:
+            log.info("access token refused: key %r is for %s, the token says %s", kid, declared, algorithm)
+            return None
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token, key.key, algorithms=[algorithm], audience=self.oauth.audience, issuer=self.oauth.issuer,
+                leeway=self.oauth.leeway, options={"require": ["exp", "iss", "aud"]})
+        except jwt.PyJWTError as exc:
+            log.info("access token refused: %s", exc)
+            return None
+        return claims
+
+
+__all__ = ["IDENTITY", "Identity", "Keys", "Verifier", "claim_values", "claims_match", "identity_of", "scopes_of"]

@@ -1,0 +1,138 @@
+"""A real, small OAuth 2.1 / OpenID Connect issuer for the tests, served over loopback HTTP in a thread.
+
+It makes its own RSA keys (``cryptography``), publishes them as a JWKS, answers OpenID Connect and RFC 8414
+discovery, and grants client_credentials tokens (client_secret_basic) whose ``aud`` is the RFC 8707 ``resource``
+asked for. Tests also sign tokens with it directly (``sign``), good or deliberately bad. Used by
+tests/test_identity.py and benchmarks/oauth.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+import urllib.parse
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import jwt
+from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.algorithms import RSAAlgorithm
+
+
+class Issuer:
+    """``url`` is the issuer; ``clients`` maps client id -> (secret, extra claims of its tokens)."""
+
+    def __init__(self) -> None:
+        self.keys: list[tuple[str, rsa.RSAPrivateKey]] = []
+        self.clients: dict[str, tuple[str, dict[str, Any]]] = {}
+        self.fetches = 0  # how often the JWKS was fetched
+        self.granted: list[dict[str, str]] = []  # the token requests granted (form fields, secret left out)
+        self.rotate()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
+
+    def __enter__(self) -> Issuer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread.is_alive():
+            self._server.shutdown()
+        self._server.server_close()
+
+    # -- keys and tokens ----------------------------------------------------------------------------------------
+
+    def rotate(self, keep_old: bool = False) -> str:
+        """A new signing key (published first); the old ones stay published only with ``keep_old``."""
+        kid = f"key-{uuid.uuid4().hex[:8]}"
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.keys = [(kid, key), *(self.keys if keep_old else [])]
+        return kid
+
+    def jwks(self) -> dict[str, Any]:
+        found = []
+        for kid, key in self.keys:
+            jwk = json.loads(RSAAlgorithm.to_jwk(key.public_key()))
+            found.append({**jwk, "kid": kid, "use": "sig", "alg": "RS256"})
+        return {"keys": found}
+
+    def sign(self, claims: dict[str, Any], *, kid: str | None = None, algorithm: str = "RS256",
+             key: Any = None, lifetime: float = 300) -> str:
+        """A token with ``iss``, ``iat`` and ``exp`` filled in (unless given), signed with the newest key."""
+        now = int(time.time())
+        body = {"iss": self.url, "iat": now, "exp": now + int(lifetime), **claims}
+        current_kid, current = self.keys[0]
+        headers = {"kid": kid or current_kid}
+        return jwt.encode(body, current if key is None else key, algorithm=algorithm, headers=headers)
+
+    def public_pem(self) -> bytes:
+        from cryptography.hazmat.primitives import serialization
+
+        return self.keys[0][1].public_key().public_bytes(serialization.Encoding.PEM,
+                                                         serialization.PublicFormat.SubjectPublicKeyInfo)
+
+    # -- HTTP ------------------------------------------------------------------------------------------------------
+
+    def _metadata(self) -> dict[str, Any]:
+        return {"issuer": self.url, "jwks_uri": f"{self.url}/jwks", "token_endpoint": f"{self.url}/token",
+                "authorization_endpoint": f"{self.url}/authorize", "response_types_supported": ["code"],
+                "grant_types_supported": ["client_credentials"], "code_challenge_methods_supported": ["S256"],
+                "token_endpoint_auth_methods_supported": ["client_secret_basic"],
+                "subject_types_supported": ["public"], "id_token_signing_alg_values_supported": ["RS256"]}
+
+    def _grant(self, headers: Any, form: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        scheme, _, encoded = (headers.get("Authorization") or "").partition(" ")
+        client_id, _, secret = base64.b64decode(encoded or "").decode().partition(":") if scheme == "Basic" \
+            else ("", "", "")
+        client_id, secret = urllib.parse.unquote_plus(client_id), urllib.parse.unquote_plus(secret)
+        if form.get("grant_type") != "client_credentials":
+            return 400, {"error": "unsupported_grant_type"}
+        if client_id not in self.clients or self.clients[client_id][0] != secret:
+            return 401, {"error": "invalid_client"}
+        self.granted.append(form)
+        extra = self.clients[client_id][1]
+        claims: dict[str, Any] = {"sub": client_id, "client_id": client_id, **extra}
+        if "resource" in form:
+            claims["aud"] = form["resource"]
+        if "scope" in form:
+            claims["scope"] = form["scope"]
+        return 200, {"access_token": self.sign(claims), "token_type": "Bearer", "expires_in": 300,
+                     **({"scope": form["scope"]} if "scope" in form else {})}
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        issuer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _answer(self, status: int, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                if self.path in ("/.well-known/openid-configuration", "/.well-known/oauth-authorization-server"):
+                    self._answer(200, issuer._metadata())
+                elif self.path == "/jwks":
+                    issuer.fetches += 1
+                    self._answer(200, issuer.jwks())
+                else:
+                    self._answer(404, {"error": "not_found"})
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                form = dict(urllib.parse.parse_qsl(self.rfile.read(length).decode()))
+                if self.path != "/token":
+                    self._answer(404, {"error": "not_found"})
+                    return
+                self._answer(*issuer._grant(self.headers, form))
+
+        return Handler

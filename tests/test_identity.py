@@ -1,0 +1,387 @@
+"""OAuth access tokens as identities (issue 17): a real issuer made here (tests/issuer.py: RSA keys, a JWKS and
+discovery served over loopback HTTP, client_credentials grants), toolcrib's HTTP app in-process through httpx's ASGI
+transport, and once a real ``toolcrib serve --http`` found by the SDK's own OAuth client through the metadata."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import jwt
+import pytest
+
+from conftest import make_host
+from issuer import Issuer
+from packs import FILES
+from toolcrib.mcp import oauth
+from toolcrib.mcp.http import HttpApp, HttpOptions
+from toolcrib.mcp.state import ServingState
+
+RESOURCE = "http://127.0.0.1:8000"
+STATIC = {"TOK_OLD": "o" * 32, "TOK_NEW": "n" * 32}
+
+
+def config(issuer: str, extra: str = "") -> str:
+    return f"""
+[oauth]
+issuer = "{issuer}"
+audience = "{RESOURCE}"
+scopes_supported = ["tools", "tools:write"]
+
+[agents.reader]
+token_env = ["TOK_OLD", "TOK_NEW"]
+[agents.reader.identity]
+claims = {{ client_id = "reader-*", groups = ["staff", "admins"] }}
+[agents.reader.identity.needs_scope."tools:write"]
+tools = ["files__write"]
+[agents.reader.permissions]
+plugins = {{ allow = ["files"] }}
+tools = {{ allow = ["files__read", "files__write"] }}
+
+[agents.ops]
+[agents.ops.identity]
+claims = {{ sub = "svc-ops" }}
+scopes = ["tools"]
+[agents.ops.permissions]
+plugins = {{ allow = ["files"] }}
+tools = {{ allow = ["files__touch"] }}
+{extra}"""
+
+
+READER = {"client_id": "reader-cli", "sub": "alice", "groups": ["staff"], "aud": RESOURCE, "scope": "tools"}
+HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+
+@pytest.fixture
+def issuer() -> Iterator[Issuer]:
+    with Issuer() as running:
+        yield running
+
+
+@asynccontextmanager
+async def serving(text: str, env: dict[str, str] | None = None,
+                  base_dir: Path | None = None) -> AsyncIterator[tuple[HttpApp, httpx2.AsyncClient]]:
+    host = make_host(text, {"files": FILES}, base_dir=base_dir)
+    app = HttpApp(ServingState(host), HttpOptions(stateless=True), env=STATIC if env is None else env)
+    try:
+        async with app.app.router.lifespan_context(app.app):
+            transport = httpx2.ASGITransport(app=app)
+            async with httpx2.AsyncClient(transport=transport, base_url=RESOURCE, timeout=30) as client:
+                yield app, client
+    finally:
+        host.close()
+
+
+async def rpc(client: httpx2.AsyncClient, agent: str, token: str, method: str,
+              params: dict[str, Any] | None = None) -> tuple[int, Any, httpx2.Response]:
+    """One stateless JSON-RPC request: (status, the JSON-RPC message or the error body, the response)."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}
+    answer = await client.post(f"/agents/{agent}/mcp", json=body,
+                               headers={**HEADERS, "Authorization": f"Bearer {token}"})
+    if answer.headers.get("content-type", "").startswith("text/event-stream"):
+        data = [line[5:].strip() for line in answer.text.splitlines() if line.startswith("data:")]
+        return answer.status_code, json.loads(data[-1]), answer
+    return answer.status_code, answer.json(), answer
+
+
+async def tool_names(client: httpx2.AsyncClient, agent: str, token: str) -> list[str]:
+    status, message, _ = await rpc(client, agent, token, "tools/list")
+    assert status == 200, message
+    return [tool["name"] for tool in message["result"]["tools"]]
+
+
+def test_a_valid_access_token_acts_as_the_agent_its_claims_name(issuer: Issuer) -> None:
+    async def main() -> None:
+        async with serving(config(issuer.url)) as (_, client):
+            token = issuer.sign(READER)
+            assert await tool_names(client, "reader", token) == ["files__read"]  # no tools:write scope
+            writer = issuer.sign({**READER, "scope": "tools tools:write", "groups": ["admins", "x"]})
+            assert await tool_names(client, "reader", writer) == ["files__read", "files__write"]
+            ops = issuer.sign({"sub": "svc-ops", "aud": RESOURCE, "scope": "tools other"})
+            assert await tool_names(client, "ops", ops) == ["files__touch"]
+
+    anyio.run(main)
+
+
+BAD = {
+    "expired": lambda i: i.sign(READER, lifetime=-120),  # beyond the 30 s leeway
+    "not yet valid": lambda i: i.sign({**READER, "nbf": 4102444800}),
+    "wrong audience": lambda i: i.sign({**READER, "aud": "http://127.0.0.1:9999"}),
+    "wrong issuer": lambda i: i.sign({**READER, "iss": "http://127.0.0.1:1"}),
+    "no expiry": lambda i: i.sign({**READER, "exp": None}),
+    "unknown key id": lambda i: i.sign(READER, kid="key-never-published"),
+    "another key, same id": lambda i: i.sign(READER, key=Issuer().keys[0][1]),
+    "alg none": lambda i: jwt.encode({**READER, "iss": i.url, "exp": 4102444800}, None, algorithm="none",
+                                     headers={"kid": i.keys[0][0]}),
+    "HS256 with the public key": lambda i: _hs256_with(i.public_pem(), {**READER, "iss": i.url, "exp": 4102444800},
+                                                       i.keys[0][0]),
+    "claims of no agent": lambda i: i.sign({**READER, "client_id": "stranger"}),
+    "group not listed": lambda i: i.sign({**READER, "groups": ["guests"]}),
+    "another agent's token": lambda i: i.sign({"sub": "svc-ops", "aud": RESOURCE, "scope": "tools"}),
+    "not a JWT": lambda i: "x" * 40,
+    "a static token of another agent": lambda i: "p" * 32,
+}
+
+
+def _hs256_with(secret: bytes, claims: dict[str, Any], kid: str) -> str:
+    """The key-confusion attack: HMAC "signed" with the issuer's public key, which a careless verifier would use
+    as the shared secret. Built by hand because PyJWT itself refuses to use a PEM key as an HMAC secret."""
+    import base64
+    import hashlib
+    import hmac
+
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    head = b64(json.dumps({"alg": "HS256", "typ": "JWT", "kid": kid}).encode())
+    body = b64(json.dumps(claims).encode())
+    signature = hmac.new(secret, f"{head}.{body}".encode(), hashlib.sha256).digest()
+    return f"{head}.{body}.{b64(signature)}"
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_every_bad_token_gets_the_answer_of_a_wrong_static_token(issuer: Issuer, case: str,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    async def main() -> None:
+        env = {**STATIC, "TOK_OPS_UNUSED": "p" * 32}
+        extra = '[agents.other]\ntoken_env = "TOK_OPS_UNUSED"\n'
+        async with serving(config(issuer.url, extra), env=env) as (_, client):
+            token = BAD[case](issuer)
+            refused = await rpc(client, "reader", token, "tools/list")
+            wrong_static = await rpc(client, "reader", "q" * 32, "tools/list")
+            for status, body, answer in (refused, wrong_static):
+                assert status == 401
+                assert body == {"error": "invalid_token", "error_description": "the token is not valid for this "
+                                "endpoint"}
+                assert answer.headers["www-authenticate"] == (
+                    'Bearer realm="toolcrib", resource_metadata="http://127.0.0.1:8000/.well-known/'
+                    'oauth-protected-resource/agents/reader/mcp", error="invalid_token", '
+                    'error_description="the token is not valid for this endpoint"')
+            assert await tool_names(client, "reader", issuer.sign(READER)) == ["files__read"]  # a good one still is
+
+    with caplog.at_level(logging.INFO, logger="toolcrib.serve"):
+        anyio.run(main)
+    token_text = BAD[case]  # the log says why, never the token itself
+    assert all("eyJ" not in r.getMessage() for r in caplog.records), token_text
+
+
+def test_a_token_without_a_required_scope_is_forbidden_and_told_which(issuer: Issuer) -> None:
+    async def main() -> None:
+        async with serving(config(issuer.url)) as (_, client):
+            token = issuer.sign({"sub": "svc-ops", "aud": RESOURCE, "scope": "other"})
+            status, body, answer = await rpc(client, "ops", token, "tools/list")
+            assert (status, body) == (403, {"error": "insufficient_scope",
+                                            "error_description": "the token needs the scopes: tools"})
+            assert answer.headers["www-authenticate"] == (
+                'Bearer realm="toolcrib", error="insufficient_scope", scope="tools", resource_metadata='
+                '"http://127.0.0.1:8000/.well-known/oauth-protected-resource/agents/ops/mcp"')
+
+    anyio.run(main)
+
+
+def test_a_tool_hidden_for_want_of_a_scope_answers_like_a_tool_that_does_not_exist(issuer: Issuer) -> None:
+    async def main() -> None:
+        async with serving(config(issuer.url)) as (_, client):
+            plain = issuer.sign(READER)
+            hidden = await rpc(client, "reader", plain, "tools/call", {"name": "files__write",
+                                                                        "arguments": {"path": "a", "text": "b"}})
+            missing = await rpc(client, "reader", plain, "tools/call", {"name": "files__nothing", "arguments": {}})
+            assert hidden[1]["error"] == {"code": -32602, "message": "Unknown tool: files__write"}
+            assert missing[1]["error"] == {"code": -32602, "message": "Unknown tool: files__nothing"}
+            scoped = issuer.sign({**READER, "scope": "tools:write"})
+            _, message, _ = await rpc(client, "reader", scoped, "tools/call",
+                                           {"name": "files__write", "arguments": {"path": "a", "text": "bc"}})
+            assert message["result"]["content"][0]["text"] == "wrote 2 characters to a"
+
+    anyio.run(main)
+
+
+def test_static_tokens_rotate_without_downtime(issuer: Issuer) -> None:
+    async def main() -> None:
+        env = dict(STATIC)
+        async with serving(config(issuer.url), env=env) as (app, client):
+            assert await tool_names(client, "reader", "o" * 32) == ["files__read", "files__write"]
+            assert await tool_names(client, "reader", "n" * 32) == ["files__read", "files__write"]
+            del env["TOK_OLD"]  # the old token retired: a reload drops it, the new one keeps working
+            await app.sync()
+            assert (await rpc(client, "reader", "o" * 32, "tools/list"))[0] == 401
+            assert await tool_names(client, "reader", "n" * 32) == ["files__read", "files__write"]
+
+    anyio.run(main)
+
+
+def test_a_key_rotated_mid_run_is_fetched_once_and_the_old_one_retired(issuer: Issuer,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(oauth, "MIN_REFETCH", 0.0)  # a real run waits 30 s between fetches for unknown key ids
+
+    async def main() -> None:
+        async with serving(config(issuer.url)) as (_, client):
+            assert await tool_names(client, "reader", issuer.sign(READER)) == ["files__read"]
+            old = issuer.sign(READER)
+            assert issuer.fetches == 1
+            assert await tool_names(client, "reader", old) == ["files__read"]
+            assert issuer.fetches == 1  # cached
+            issuer.rotate()  # the old key is withdrawn, a new one signs
+            assert await tool_names(client, "reader", issuer.sign(READER)) == ["files__read"]
+            assert issuer.fetches == 2
+            assert (await rpc(client, "reader", old, "tools/list"))[0] == 401
+
+    anyio.run(main)
+
+
+def test_unknown_key_ids_do_not_make_the_server_hammer_the_issuer(issuer: Issuer) -> None:
+    async def main() -> None:
+        async with serving(config(issuer.url)) as (_, client):
+            for n in range(5):
+                assert (await rpc(client, "reader", issuer.sign(READER, kid=f"nope-{n}"), "tools/list"))[0] == 401
+            assert issuer.fetches == 1
+
+    anyio.run(main)
+
+
+def test_a_jwks_file_serves_air_gapped_setups_and_is_read_again_when_it_changes(issuer: Issuer,
+                                                                                 tmp_path: Path) -> None:
+    keys = tmp_path / "jwks.json"
+    keys.write_text(json.dumps(issuer.jwks()))
+    text = config("https://idp.internal.example").replace(
+        'scopes_supported', 'jwks_file = "jwks.json"\nscopes_supported')
+
+    async def main() -> None:
+        async with serving(text, base_dir=tmp_path) as (_, client):
+            token = issuer.sign({**READER, "iss": "https://idp.internal.example"})
+            assert await tool_names(client, "reader", token) == ["files__read"]
+            issuer.rotate()
+            fresh = issuer.sign({**READER, "iss": "https://idp.internal.example"})
+            assert (await rpc(client, "reader", fresh, "tools/list"))[0] == 401
+            keys.write_text(json.dumps(issuer.jwks(), indent=1))  # another size: seen as changed at once
+            assert await tool_names(client, "reader", fresh) == ["files__read"]
+            assert issuer.fetches == 0  # nothing went over the network
+
+    anyio.run(main)
+
+
+def test_protected_resource_metadata_names_the_issuer_and_nothing_about_agents(issuer: Issuer) -> None:
+    async def main() -> None:
+        async with serving(config(issuer.url)) as (_, client):
+            expected = {"resource": RESOURCE, "authorization_servers": [issuer.url],
+                        "scopes_supported": ["tools", "tools:write"], "bearer_methods_supported": ["header"],
+                        "resource_name": "toolcrib"}
+            for path in ("/.well-known/oauth-protected-resource",
+                         "/.well-known/oauth-protected-resource/agents/reader/mcp",
+                         "/.well-known/oauth-protected-resource/agents/no-such-agent/mcp"):
+                answer = await client.get(path)
+                assert (answer.status_code, answer.json()) == (200, expected), path
+            status, _, answer = await rpc(client, "no-such-agent", issuer.sign(READER), "tools/list")
+            assert status == 401 and "resource_metadata=" in answer.headers["www-authenticate"]
+
+    anyio.run(main)
+
+
+def test_the_audit_log_records_who_called_and_never_the_token(issuer: Issuer, tmp_path: Path) -> None:
+    log = tmp_path / "audit.jsonl"
+    text = config(issuer.url).replace("[oauth]", f'[host]\naudit_log = "{log}"\n\n[oauth]')
+
+    async def main() -> None:
+        async with serving(text) as (_, client):
+            token = issuer.sign(READER)
+            await rpc(client, "reader", token, "tools/call", {"name": "files__read", "arguments": {"path": "a"}})
+            await rpc(client, "reader", "n" * 32, "tools/call", {"name": "files__read", "arguments": {"path": "a"}})
+
+    anyio.run(main)
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [line["identity"] for line in lines] == [
+        {"kind": "oauth", "subject": "alice", "client": "reader-cli", "issuer": issuer.url},
+        {"kind": "token", "credential": "$TOK_NEW"},
+    ]
+    assert "eyJ" not in log.read_text() and "n" * 32 not in log.read_text()
+
+
+def test_an_unreachable_issuer_refuses_tokens_and_keeps_static_ones_working(caplog: pytest.LogCaptureFixture
+                                                                            ) -> None:
+    gone = Issuer()  # never started, and closed: nothing listens on its port
+    gone.__exit__()
+
+    async def main() -> None:
+        async with serving(config(gone.url)) as (_, client):
+            assert (await rpc(client, "reader", gone.sign(READER), "tools/list"))[0] == 401
+            assert await tool_names(client, "reader", "n" * 32) == ["files__read", "files__write"]
+
+    anyio.run(main)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and errors[0].startswith("the OAuth issuer's keys could not be fetched: no jwks_uri "
+                                                     f"in the issuer's metadata ({gone.url}/.well-known/")
+
+
+# -- a real server, a real client -----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_sdk_client_finds_the_issuer_through_the_metadata_and_gets_in(issuer: Issuer, tmp_path: Path) -> None:
+    """``toolcrib serve --http`` in a subprocess; the SDK's ClientCredentialsOAuthProvider gets a 401, reads the
+    protected resource metadata it names, the issuer's metadata, asks the issuer for a token for this resource
+    (RFC 8707), and calls a tool with it."""
+    from mcp import Client
+    from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+
+    from test_serve import subprocess_env, wait_for
+
+    issuer.clients["reader-svc"] = ("s3cret-s3cret", {"groups": ["staff"]})
+    with socket.socket() as probe:  # the audience names the port, so it is chosen before the server starts
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    path = tmp_path / "toolcrib.toml"
+    path.write_text(config(issuer.url).replace(RESOURCE, base).replace('"files"', '"files", "misc"')
+                    .replace('"files__read", "files__write"', '"files__read", "misc__add"'))
+    log = tmp_path / "serve.log"
+    with log.open("wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "toolcrib.cli", "serve", "--http", "--port", str(port),
+                                 "--config", str(path)], stderr=err, env=subprocess_env())
+    wait_for(log, "probes at /healthz")
+
+    class Memory:
+        tokens: OAuthToken | None = None
+        info: OAuthClientInformationFull | None = None
+
+        async def get_tokens(self) -> OAuthToken | None:
+            return self.tokens
+
+        async def set_tokens(self, tokens: OAuthToken) -> None:
+            self.tokens = tokens
+
+        async def get_client_info(self) -> OAuthClientInformationFull | None:
+            return self.info
+
+        async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+            self.info = client_info
+
+    async def main() -> Any:
+        url = f"{base}/agents/reader/mcp"
+        provider = ClientCredentialsOAuthProvider(url, Memory(), "reader-svc", "s3cret-s3cret", issuer=issuer.url)
+        async with (httpx2.AsyncClient(auth=provider, timeout=30) as http,
+                    Client(streamable_http_client(url, http_client=http)) as client):
+            listed = [tool.name for tool in (await client.list_tools()).tools]
+            result = await client.call_tool("misc__add", {"a": 2, "b": 3})
+            return listed, result
+
+    try:
+        listed, result = anyio.run(main)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    assert listed == ["files__read", "misc__add"]
+    assert result.content[0].text == "5"
+    # the scopes the metadata advertises, for the resource the metadata names
+    assert issuer.granted == [{"grant_type": "client_credentials", "resource": base,
+                               "scope": "tools tools:write"}]
