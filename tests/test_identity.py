@@ -385,3 +385,59 @@ def test_the_sdk_client_finds_the_issuer_through_the_metadata_and_gets_in(issuer
     # the scopes the metadata advertises, for the resource the metadata names
     assert issuer.granted == [{"grant_type": "client_credentials", "resource": base,
                                "scope": "tools tools:write"}]
+
+
+# -- operators: explain, config mistakes ----------------------------------------------------------------------
+
+
+def test_explain_says_which_credentials_act_as_the_agent_and_which_scope_guards_the_tool(cli_config: Any) -> None:
+    from conftest import cli
+
+    path = cli_config(config("https://idp.example.com"), "files=packs:FILES")
+    code, out, _ = cli("explain", "--config", path, "--agent", "reader", "files__write")
+    assert code == 0
+    assert out.splitlines()[-4:] == [
+        "  over HTTP, as this agent:",
+        "    static tokens  $TOK_OLD, $TOK_NEW",
+        "    OAuth tokens   client_id reader-*; groups staff | admins",
+        "    an OAuth token sees files__write only with the scope tools:write",
+    ]
+    code, out, _ = cli("explain", "--config", path, "--agent", "ops", "files__touch", "--json")
+    assert json.loads(out)["identity"] == {"claims": {"sub": ["svc-ops"]}, "scopes": ["tools"]}
+    code, out, _ = cli("explain", "--config", path, "--agent", "reader", "files__read", "--json")
+    assert "needs_scope" not in json.loads(out)["identity"]
+
+
+def test_oauth_and_identity_mistakes_name_the_key() -> None:
+    from test_config import problems
+
+    assert problems("""
+        [oauth]
+        issuer = "idp.example.com"
+        audience = "https://tools.example.com"
+        jwks_url = "https://idp.example.com/keys"
+        jwks_file = "keys.json"
+        algorithms = ["RS256", "HS256", "none"]
+        [agents.a.identity]
+        claims = { sub = "", groups = [] }
+        [agents.a.identity.needs_scope.write]
+        tools = ["fs__write_file(/etc/**)"]
+    """) == [
+        "error: conf.toml: oauth.issuer: expected an https:// URL, got 'idp.example.com'",
+        "error: conf.toml: oauth.jwks_file: give jwks_url or jwks_file, not both",
+        "error: conf.toml: oauth.algorithms[1]: 'HS256' is not accepted: only asymmetric signatures are (RS256, "
+        "RS384, RS512, PS256, PS384, PS512, ES256, ES256K, ES384, ES512, EdDSA); a shared secret or 'none' would let anyone "
+        "who has it mint tokens",
+        "error: conf.toml: oauth.algorithms[2]: 'none' is not accepted: only asymmetric signatures are (RS256, "
+        "RS384, RS512, PS256, PS384, PS512, ES256, ES256K, ES384, ES512, EdDSA); a shared secret or 'none' would let anyone "
+        "who has it mint tokens",
+        "error: conf.toml: agents.a.identity.claims.sub: expected a value or glob, got an empty string",
+        "error: conf.toml: agents.a.identity.claims.groups: expected one or more values or globs, got []",
+        "error: conf.toml: agents.a.identity.needs_scope.write.tools[0]: 'fs__write_file(/etc/**)': a scope hides "
+        "whole tools; argument specifiers belong in permissions",
+    ]
+    assert problems('[agents.a.identity]\nclaims = { sub = "x" }\n') == [
+        "error: conf.toml: agents.a.identity: needs an [oauth] table: the issuer whose tokens are verified"]
+    assert problems('[oauth]\nissuer = "https://i"\naudience = "https://r"\n[agents.a.identity]\nclaims = {}\n') == [
+        "error: conf.toml: agents.a.identity.claims: name at least one claim (sub, client_id, groups, ...): with "
+        "none, every token the issuer signs would act as this agent"]

@@ -284,8 +284,11 @@ def _explain(host: Any, agent: str, as_json: bool, tool: str) -> None:
     entry = host.catalog.entries.get(tool)
     source_name = entry.tool.source_name if entry is not None else None
     curation = entry.curation if entry is not None else None
+    who = _who(host, agent, tool)
     if as_json:
         out = decision.to_json()
+        if who:
+            out["identity"] = who
         if source_name is not None:
             out["source_name"] = source_name
         if curation is not None:
@@ -311,6 +314,39 @@ def _explain(host: Any, agent: str, as_json: bool, tool: str) -> None:
         if rules["subjects"]:
             click.echo(f"    (specifiers match the argument{'s' if len(rules['subjects']) > 1 else ''} "
                        f"{', '.join(map(repr, rules['subjects']))})")
+    if who:
+        click.echo("  over HTTP, as this agent:")
+        if who.get("tokens"):
+            click.echo(f"    static tokens  {', '.join('$' + v for v in who['tokens'])}")
+        if "claims" in who:
+            claims = "; ".join(f"{k} {' | '.join(v)}" for k, v in who["claims"].items())
+            scopes = f" (scopes {', '.join(who['scopes'])})" if who["scopes"] else ""
+            click.echo(f"    OAuth tokens   {claims}{scopes}")
+        if who.get("needs_scope"):
+            click.echo(f"    an OAuth token sees {tool} only with the scope {' or '.join(who['needs_scope'])}")
+
+
+def _who(host: Any, agent: str, name: str) -> dict[str, Any]:
+    """Which credentials act as the agent over HTTP (variable names and claim globs, never a token), and the scopes
+    of ``identity.needs_scope`` that guard ``name``."""
+    config = host.loaded.config
+    agent_config = config.agents[agent]
+    variables = agent_config.token_env
+    found: dict[str, Any] = {}
+    if variables:
+        found["tokens"] = [variables] if isinstance(variables, str) else list(variables)
+    identity = agent_config.identity
+    if identity is not None and config.oauth is not None:
+        found["claims"] = {claim: [globs] if isinstance(globs, str) else list(globs)
+                           for claim, globs in identity.claims.items()}
+        found["scopes"] = list(identity.scopes)
+        guarding = host.rules[agent].lacking(frozenset(identity.needs_scope))
+        tool = name in host.catalog.entries
+        hidden = [scope for dimension, pattern, scope in guarding.scope_hidden
+                  if (dimension == "tools") == tool and pattern.matches(name)]
+        if hidden:
+            found["needs_scope"] = sorted(set(hidden))
+    return found
 
 
 @main.command()
