@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mutation testing of the security-critical modules (patterns, permissions, workspace, HTTP auth) with mutmut,
+# Mutation testing of the security-critical modules (patterns, permissions, workspace, HTTP auth, OAuth, limits),
 # as configured in pyproject.toml ([tool.mutmut]). A developer command: it takes tens of minutes.
 #   benchmarks/mutation.sh            run, then print the score per module
 #   .venv/bin/mutmut show NAME        what a surviving mutant changed

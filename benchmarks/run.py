@@ -303,11 +303,13 @@ def _http_server(peer: str, config: Path) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def _http_client(url: str, token: bool) -> AsyncIterator[Client]:
+async def _http_client(url: str, token: bool | str) -> AsyncIterator[Client]:
+    """A client of ``url``: with the benchmarks' static token (True), another bearer token (a string), or none."""
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
-    headers = {"Authorization": "Bearer bench-token-0123456789"} if token else {}
+    bearer = token if isinstance(token, str) else "bench-token-0123456789" if token else None
+    headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
     async with httpx2.AsyncClient(headers=headers, timeout=60) as http, \
             Client(streamable_http_client(url, http_client=http), cache=None) as client:
         await client.list_tools()
@@ -335,6 +337,36 @@ async def mcp_wire(args: argparse.Namespace) -> list[Row]:
                 ops = {p: (lambda c=c, p=p: c.call_tool(_add(p), {"a": 2, "b": 3})) for p, c in clients.items()}
                 rows.append(_peer_row("call, HTTP loopback (stateful)", await interleaved(ops, calls, args.rounds)))
     return rows
+
+
+async def identity(args: argparse.Namespace) -> list[Row]:
+    """A call over HTTP loopback with an OAuth access token (an RS256 JWT, the issuer's keys read from a JWKS file
+    once) against the same call with a static token, on one ``toolcrib serve --http``, interleaved."""
+    import json
+
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from jwt.algorithms import RSAAlgorithm
+
+    calls = 30 if args.quick else 300
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = {**json.loads(RSAAlgorithm.to_jwk(key.public_key())), "kid": "bench", "use": "sig", "alg": "RS256"}
+    issuer, audience = "https://issuer.bench.example", "https://toolcrib.bench.example"
+    token = jwt.encode({"iss": issuer, "aud": audience, "sub": "bench-client", "exp": int(time.time()) + 3600},
+                       key, algorithm="RS256", headers={"kid": "bench"})
+    with tempfile.TemporaryDirectory() as tmp:
+        config = _config_file(Path(tmp))
+        (Path(tmp) / "jwks.json").write_text(json.dumps({"keys": [jwk]}))
+        config.write_text(f'[oauth]\nissuer = "{issuer}"\naudience = "{audience}"\njwks_file = "jwks.json"\n'
+                          + config.read_text() + f'\n[agents.{peers.AGENT}.identity]\nclaims = {{ sub = "bench-*" }}\n')
+        with _http_server("toolcrib", config) as url:
+            async with _http_client(url, True) as static, _http_client(url, token) as oauth:
+                ops = {n: (lambda c=c: c.call_tool("math__add", {"a": 2, "b": 3}))
+                       for n, c in (("static", static), ("oauth", oauth))}
+                result = await interleaved(ops, calls, args.rounds)
+    MEASURED["oauth call"] = result["oauth"] / result["static"]
+    return [["call, HTTP loopback, with an OAuth access token (RS256, keys cached) instead of a static token",
+             fmt(result["oauth"]), fmt(result["static"]), ratio(result["oauth"], result["static"])]]
 
 
 # -- operations: what metrics, request logs and traces cost ----------------------------------------------------------
@@ -566,6 +598,8 @@ def _goals() -> list[Row]:
         ("MCP call with metrics on (no trace exporter) vs without", "<= 1.05x", MEASURED.get("ops metrics"), 1.05,
          "x"),
         ("Python API call vs a bare pydantic-validated call", "<= 3.00x", MEASURED.get("api ratio"), 3.0, "x"),
+        ("HTTP call with an OAuth access token vs a static token (keys cached)", "<= 1.10x",
+         MEASURED.get("oauth call"), 1.1, "x"),
     ]
     rows = []
     for name, target, value, limit, unit in goals:
@@ -607,6 +641,8 @@ def main() -> None:
         mcp_rows += anyio.run(mcp_wire, args)
     api_rows = anyio.run(python_api, args)
     ops_rows = anyio.run(operations, args)
+    if not args.no_wire:
+        ops_rows += anyio.run(identity, args)
     cold_rows = cold(args)
     other = anyio.run(concurrency, args) + view_build(args) + discovery(args) + startup(args)
     load_after = os.getloadavg()

@@ -238,6 +238,37 @@ def test_a_key_rotated_mid_run_is_fetched_once_and_the_old_one_retired(issuer: I
     anyio.run(main)
 
 
+def test_a_token_verified_once_is_remembered_until_it_expires(issuer: Issuer,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    class Later:  # the oauth module's clock, moved on by the test (PyJWT keeps the real one)
+        offset = 0.0
+
+        def time(self) -> float:
+            return time.time() + self.offset
+
+        def monotonic(self) -> float:
+            return time.monotonic()
+
+    later = Later()
+    monkeypatch.setattr(oauth, "time", later)
+
+    async def main() -> None:
+        async with serving(config(issuer.url)) as (app, client):
+            token = issuer.sign(READER, lifetime=60)
+            for _ in range(3):
+                assert await tool_names(client, "reader", token) == ["files__read"]
+            assert app.verifier is not None and list(app.verifier._verified) == [token]
+            later.offset = 60 + 29  # within the 30 s leeway
+            assert await tool_names(client, "reader", token) == ["files__read"]
+            later.offset = 60 + 31
+            assert (await rpc(client, "reader", token, "tools/list"))[0] == 401
+            assert list(app.verifier._verified) == []
+
+    anyio.run(main)
+
+
 def test_unknown_key_ids_do_not_make_the_server_hammer_the_issuer(issuer: Issuer) -> None:
     async def main() -> None:
         async with serving(config(issuer.url)) as (_, client):
@@ -426,11 +457,11 @@ def test_oauth_and_identity_mistakes_name_the_key() -> None:
         "error: conf.toml: oauth.issuer: expected an https:// URL, got 'idp.example.com'",
         "error: conf.toml: oauth.jwks_file: give jwks_url or jwks_file, not both",
         "error: conf.toml: oauth.algorithms[1]: 'HS256' is not accepted: only asymmetric signatures are (RS256, "
-        "RS384, RS512, PS256, PS384, PS512, ES256, ES256K, ES384, ES512, EdDSA); a shared secret or 'none' would let anyone "
-        "who has it mint tokens",
+        "RS384, RS512, PS256, PS384, PS512, ES256, ES256K, ES384, ES512, EdDSA); a shared secret or 'none' would let "
+        "anyone who has it mint tokens",
         "error: conf.toml: oauth.algorithms[2]: 'none' is not accepted: only asymmetric signatures are (RS256, "
-        "RS384, RS512, PS256, PS384, PS512, ES256, ES256K, ES384, ES512, EdDSA); a shared secret or 'none' would let anyone "
-        "who has it mint tokens",
+        "RS384, RS512, PS256, PS384, PS512, ES256, ES256K, ES384, ES512, EdDSA); a shared secret or 'none' would let "
+        "anyone who has it mint tokens",
         "error: conf.toml: agents.a.identity.claims.sub: expected a value or glob, got an empty string",
         "error: conf.toml: agents.a.identity.claims.groups: expected one or more values or globs, got []",
         "error: conf.toml: agents.a.identity.needs_scope.write.tools[0]: 'fs__write_file(/etc/**)': a scope hides "

@@ -17,6 +17,7 @@ import fnmatch
 import json
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ IDENTITY = "toolcrib.identity"  # the ASGI scope key the request's Identity is k
 MIN_REFETCH = 30.0  # seconds: a token naming an unknown key fetches the keys again at most this often
 FETCH_TIMEOUT = 10.0
 MAX_JWKS_BYTES = 1024 * 1024
+MAX_VERIFIED = 4096  # access tokens remembered as verified
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,13 @@ class Keys:
     by_id: dict[str | None, tuple[jwt.PyJWK, str | None]] = field(default_factory=dict)  # the key, its "alg"
     fetched: float = -1e9  # monotonic time of the last fetch (or read), successful or not
     file_stamp: tuple[float, int] | None = None
+    generation: int = 0  # counts the changes of the published keys
+    _published: list[dict[str, Any]] = field(default_factory=list)
     _lock: anyio.Lock | None = None
+
+    def current(self) -> bool:
+        """The keys need no fetch (or read) now."""
+        return time.monotonic() - self.fetched <= self.oauth.jwks_refresh and not self._file_changed()
 
     async def get(self, kid: str | None) -> tuple[jwt.PyJWK, str | None] | None:
         """The key a token names (or the only key, for a token that names none), and the algorithm its JWK
@@ -166,6 +174,10 @@ class Keys:
             found[key.key_id] = (key, declared if isinstance(declared, str) else None)
         if not found:
             log.error("the OAuth issuer publishes no usable signing key")
+        published = [data for data in document.get("keys") or [] if isinstance(data, dict)]
+        if published != self._published:
+            self.generation += 1  # tokens verified with the keys before are verified again
+            self._published = published
         self.by_id = found
 
     async def _document(self) -> dict[str, Any]:
@@ -224,9 +236,34 @@ class Verifier:
         assert oauth is not None
         self.oauth = oauth
         self.keys = Keys(oauth, loaded.resolve(oauth.jwks_file) if oauth.jwks_file is not None else None)
+        # token -> (the keys' generation, its claims): a client sends the same token with every request until it
+        # expires, and a signature check is most of what a request costs; bounded, oldest out first
+        self._verified: OrderedDict[str, tuple[int, dict[str, Any]]] = OrderedDict()
 
     async def claims(self, token: str) -> dict[str, Any] | None:
-        """The token's claims when it verifies; None (and why, logged) when it does not."""
+        """The token's claims when it verifies; None (and why, logged) when it does not. A token verified before
+        with the same keys is not verified again, but its time limits are checked on every use."""
+        hit = self._verified.get(token)
+        if hit is not None and hit[0] == self.keys.generation and self.keys.current():
+            claims = hit[1]
+            now = time.time()
+            if now > claims["exp"] + self.oauth.leeway:
+                del self._verified[token]
+                log.info("access token refused: Signature has expired")
+                return None
+            nbf = claims.get("nbf")
+            if isinstance(nbf, int | float) and now < nbf - self.oauth.leeway:
+                log.info("access token refused: The token is not yet valid (nbf)")
+                return None
+            return claims
+        found = await self._verify(token)
+        if found is not None and isinstance(found.get("exp"), int | float):
+            self._verified[token] = (self.keys.generation, found)
+            if len(self._verified) > MAX_VERIFIED:
+                self._verified.popitem(last=False)
+        return found
+
+    async def _verify(self, token: str) -> dict[str, Any] | None:
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
