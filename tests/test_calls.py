@@ -377,6 +377,71 @@ def test_modes_decide_asked_calls(mode: str, write: str, touch: str) -> None:
     assert call(host, "files__touch", {"path": "t"}).text == touch
 
 
+APPROVE = """
+[host]
+audit_log = "{log}"
+[agents.a]
+mode = "{mode}"
+[agents.a.permissions]
+plugins = {{ allow = ["files"] }}
+tools = {{ deny = ["files__write(/etc/*)"] }}
+ask = ["*"]
+approve = ["files__read", "files__write(docs/*)", "@writes"]
+"""
+
+
+@pytest.mark.parametrize("mode", ["default", "dontAsk"])
+def test_approve_runs_what_ask_would_hold_and_deny_still_wins(mode: str, tmp_path: Path) -> None:
+    log = tmp_path / "audit.jsonl"
+    host = make_host(APPROVE.format(log=log, mode=mode).replace(', "@writes"', ""), {"files": FILES})
+    assert call(host, "files__read", {"path": "a"}).text == "contents of a"
+    assert call(host, "files__write", {"path": "docs/a", "text": "hi"}).text == "wrote 2 characters to docs/a"
+    asked = "and no approver could answer (the client does not support elicitation and no approval hook decided)." \
+        if mode == "default" else "and agent mode 'dontAsk' denies calls that need approval."
+    # each argument must match the specifier; one outside it is asked
+    assert call(host, "files__write", {"path": "src/a", "text": "hi"}).text == (
+        f"Permission denied: files__write needs approval (ask rule '*'), {asked}")
+    assert call(host, "files__touch", {"path": "t"}).text == (
+        f"Permission denied: files__touch needs approval (ask rule '*'), {asked}")
+    assert call(host, "files__write", {"path": "/etc/docs/x", "text": ""}).text == (
+        "Permission denied: files__write with path='/etc/docs/x' is denied by the agent's permissions (rule "
+        "'files__write(/etc/*)').")
+    host.close()
+    decided = [(line["tool"], line["decision"], line["by"]) for line in map(json.loads, log.read_text().splitlines())]
+    assert decided[:2] == [("files__read", "allowed", "approve rule 'files__read'"),
+                           ("files__write", "allowed", "approve rule 'files__write(docs/*)'")]
+
+
+def test_approve_takes_selectors_and_a_tool_with_no_argument_to_match_is_not_approved_by_a_specifier(
+        tmp_path: Path) -> None:
+    host = make_host(APPROVE.format(log=tmp_path / "a.jsonl", mode="default"), {"files": FILES})
+    assert call(host, "files__touch", {"path": "t"}).text == "touched t"  # @writes: not read-only
+    assert call(host, "files__rm", {"path": "t"}).text == "removed t"
+    no_subject = make_host(APPROVE.format(log=tmp_path / "b.jsonl", mode="default").replace(
+        '"files__read", "files__write(docs/*)", "@writes"', '"files__rm(*)"'), {"files": FILES})
+    assert call(no_subject, "files__rm", {"path": "t"}).text.startswith(  # rm names no rule subject
+        "Permission denied: files__rm needs approval (ask rule '*')")
+
+
+def test_seed_mode_names_are_read_as_toolcrib_modes() -> None:
+    host = make_host('[agents.a]\nmode = "yolo"\nallow_dangerously_skip_permissions = true\n'
+                     '[agents.a.permissions]\nplugins = { allow = ["files"] }\ntools = { allow = ["*"] }\n'
+                     'ask = ["*"]\n', {"files": FILES})
+    assert host.rules["a"].mode == "bypassPermissions"
+    assert call(host, "files__write", {"path": "w", "text": "hi"}).text == "wrote 2 characters to w"
+    from test_config import problems
+
+    assert problems('[agents.a]\nmode = "yolo"\n') == [
+        "error: conf.toml: agents.a.mode: bypassPermissions approves every asked call; it is accepted only with "
+        "allow_dangerously_skip_permissions = true beside it"]
+    assert problems('[agents.a]\nmode = "auto"\n') == [
+        "error: conf.toml: agents.a.mode: expected one of 'default', 'plan', 'acceptEdits', 'dontAsk' or "
+        "'bypassPermissions', got a string ('auto')"]
+    assert problems('[agents.a.permissions]\napprove = ["@everything"]\n') == [
+        "error: conf.toml: agents.a.permissions.approve[0]: '@everything' is not a selector; approve takes tool "
+        "patterns and '@writes', '@destructive'"]
+
+
 def test_no_mode_runs_a_hidden_tool() -> None:
     host = rules_host("bypassPermissions", tools='{ deny = ["files__rm"] }')
     with pytest.raises(toolcrib.UnknownToolError, match=r"^Unknown tool: files__rm$"):

@@ -72,7 +72,7 @@ def test_unknown_keys_name_the_path_and_what_is_allowed() -> None:
         "audit_arguments, call_timeout, max_argument_bytes, max_result_chars, sync_workers, availability_timeout, "
         "shutdown_timeout, http_session_idle, http_max_sessions, metrics, metrics_token_env, lock",
         "error: conf.toml: agents.a.permissions.toolz: unknown key 'toolz'; expected one of: plugins, mcps, tools, "
-        "resources, prompts, skills, subagents, ask",
+        "resources, prompts, skills, subagents, ask, approve",
     ]
 
 
@@ -83,7 +83,7 @@ def test_wrong_types() -> None:
         [models.m]
         vision = "yes"
         [agents.a]
-        mode = "yolo"
+        mode = "auto"
         [agents.a.permissions]
         tools = { allow = "fs__*" }
         plugins = { deny = [1] }
@@ -91,7 +91,7 @@ def test_wrong_types() -> None:
         "error: conf.toml: host.call_timeout: expected a number, got a string ('60')",
         "error: conf.toml: models.m.vision: expected a boolean (true or false), got a string ('yes')",
         "error: conf.toml: agents.a.mode: expected one of 'default', 'plan', 'acceptEdits', 'dontAsk' or "
-        "'bypassPermissions', got a string ('yolo')",
+        "'bypassPermissions', got a string ('auto')",
         "error: conf.toml: agents.a.permissions.plugins.deny[0]: expected a string, got an integer (1)",
         "error: conf.toml: agents.a.permissions.tools.allow: expected an array, got a string ('fs__*')",
     ]

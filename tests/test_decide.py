@@ -359,5 +359,5 @@ def test_explain_json_of_a_tool(cli_config: Any) -> None:
             {"check": "available", "passed": True, "detail": "the tool has no availability check"},
         ],
         "call_rules": {"subjects": ["path"], "deny": [], "allow": ["files__write(docs/*)"],
-                       "ask": ["files__write(docs/private/*)"]},
+                       "ask": ["files__write(docs/private/*)"], "approve": []},
     }

@@ -312,7 +312,7 @@ def test_reload_notifies_legacy_sessions_and_modern_listeners(tmp_path: Path) ->
                         break
             assert names(await legacy.list_tools()) == ["misc__add"]
             assert names(await modern.list_tools()) == ["misc__add"]
-            config.write_text(CONFIG + "\n[agents.broken]\nmode = 'yolo'\n")
+            config.write_text(CONFIG + "\n[agents.broken]\nmode = 'auto'\n")
             assert await s.reload() is False  # rejected: the old config keeps serving
             assert names(await legacy.list_tools()) == ["misc__add"]
 
@@ -688,7 +688,7 @@ def test_http_reload_good_then_bad_config_while_a_session_is_open(http_server: t
             with anyio.fail_after(30):
                 while not changed:
                     await anyio.sleep(0.1)
-            config_file.write_text("[agents.reader]\nmode = 'yolo'\n")
+            config_file.write_text("[agents.reader]\nmode = 'auto'\n")
             await anyio.to_thread.run_sync(wait_for, log, "reload rejected, still serving the previous config")
             assert log.read_text().count("agents.reader.mode: expected one of") == 1
             assert names(await client.list_tools()) == ["misc__add"]

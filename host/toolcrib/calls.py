@@ -279,6 +279,9 @@ class Pipeline:
             shown = f"{subject}={arguments.get(subject)!r}" if subject else "this call"
             message = f"Permission denied: {vt.name} with {shown}{suffix} is denied by the agent's permissions ({by})."
             return ToolResult.error(message), _Outcome("denied", by), approved
+        if verdict == "approve":
+            assert rule is not None
+            return None, _Outcome("allowed", f"approve rule {rule.text!r}"), True
         if verdict == "ask" and not approved:
             assert rule is not None
             ok, by = await self._approval(view, vt, arguments, rule.text, approver)

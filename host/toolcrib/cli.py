@@ -308,7 +308,7 @@ def _explain(host: Any, agent: str, as_json: bool, tool: str) -> None:
     if vt is not None and vt.call_rules is not None:
         rules = vt.call_rules.to_json()
         click.echo("  calls:")
-        for key in ("deny", "allow", "ask"):
+        for key in ("deny", "allow", "ask", "approve"):
             for text in rules[key]:
                 click.echo(f"    {key:<5} {text}")
         if rules["subjects"]:

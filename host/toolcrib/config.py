@@ -25,6 +25,7 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -39,6 +40,7 @@ LOCK_FILE = "toolcrib.lock"  # beside the config: the definitions `toolcrib lock
 BUILTIN_NAME = "<built-in default config>"
 
 Mode = Literal["default", "plan", "acceptEdits", "dontAsk", "bypassPermissions"]
+MODE_ALIASES = {"yolo": "bypassPermissions"}  # the agent SDKs' names for toolcrib's modes (docs/operators.md)
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CAPABILITY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
@@ -99,6 +101,8 @@ class Permissions(_Strict):
     skills: Rule | None = Field(None, description="skills, by name")
     subagents: Rule | None = Field(None, description="other agents offered as tools, by agent name")
     ask: list[str] = Field(default_factory=list, description="tool patterns whose calls need approval")
+    approve: list[str] = Field(default_factory=list, description="tool patterns whose calls run without asking "
+                               "although an ask rule selects them (pre-approved; deny still wins)")
 
 
 class ScopeRights(_Strict):
@@ -139,7 +143,8 @@ class AgentConfig(_Strict):
     """``[agents.<name>]``: one agent, its model, its mode and what it may see."""
 
     model: str | None = Field(None, description="model id; its capabilities come from [models.<id>]")
-    mode: Mode = Field("default", description="default | plan | acceptEdits | dontAsk | bypassPermissions")
+    mode: Mode = Field("default", description="default | plan | acceptEdits | dontAsk | bypassPermissions (also "
+                       "'yolo', the Qoder SDK's name for bypassPermissions)")
     description: str | None = Field(None, description="what the agent does, shown when offered as a sub-agent")
     prompt: str | None = Field(None, description="its system prompt when it runs as a sub-agent")
     max_turns: PositiveInt = Field(10, description="most model turns of one sub-agent run")
@@ -151,6 +156,11 @@ class AgentConfig(_Strict):
                              "two share a name")
     allow_dangerously_skip_permissions: bool = Field(False, description="required beside mode = bypassPermissions")
     permissions: Permissions | None = Field(None, description="missing: the agent sees nothing")
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _seed_mode_names(cls, value: Any) -> Any:
+        return MODE_ALIASES.get(value, value) if isinstance(value, str) else value
 
 
 class PackConfig(BaseModel):
@@ -466,11 +476,13 @@ def check_config(config: Config, source: str) -> list[Problem]:
                     patterns.parse(dimension, text)
                 except patterns.PatternError as exc:
                     error(("agents", name, "permissions", dimension, kind, i), str(exc))
-        for i, text in enumerate(agent.permissions.ask):
-            try:
-                patterns.parse("ask", text)
-            except patterns.PatternError as exc:
-                error(("agents", name, "permissions", "ask", i), str(exc))
+        for key in ("ask", "approve"):
+            for i, text in enumerate(getattr(agent.permissions, key)):
+                try:
+                    patterns.parse("ask", text)
+                except patterns.PatternError as exc:
+                    error(("agents", name, "permissions", key, i), str(exc).replace("ask takes", f"{key} takes"))
+
     return problems
 
 

@@ -152,13 +152,16 @@ class CallRules:
 
     A tool names its rule subjects: the arguments it acts on (a path, a URL, a command; ``fs__copy`` names its
     source and its destination). A rule holds for every subject of a call: a deny specifier that matches any of
-    them denies, an allow list must match each of them, an ask specifier that matches any of them asks.
+    them denies, an allow list must match each of them, an ask specifier that matches any of them asks. An
+    ``approve`` rule pre-approves a call an ask rule would hold: by the tool alone, or with a specifier that matches
+    each of its subjects.
     """
 
     subjects: tuple[str, ...]  # the arguments the tool names as its rule subjects
     allow: tuple[Pattern, ...]  # when set, each subject of a call must match one of these
     deny: tuple[Pattern, ...]
     ask: tuple[Pattern, ...]
+    approve: tuple[Pattern, ...] = ()
 
     def values(self, arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
         """(argument, text) of each subject present in ``arguments``, as rules match it."""
@@ -176,12 +179,14 @@ class CallRules:
     def to_json(self) -> dict[str, Any]:
         """The rules as ``explain --json`` shows them."""
         return {"subjects": list(self.subjects), "deny": [p.text for p in self.deny],
-                "allow": [p.text for p in self.allow], "ask": [p.text for p in self.ask]}
+                "allow": [p.text for p in self.allow], "ask": [p.text for p in self.ask],
+                "approve": [p.text for p in self.approve]}
 
     def check(self, arguments: Mapping[str, Any]) -> tuple[str, Pattern | None, str | None]:
-        """("deny" | "ask" | "ok", the rule that decided or None, the argument it decided on or None) for one
-        call; deny wins over ask. A specifier on a call with no subject to match cannot be checked: it fails
-        closed (a deny denies, an allow permits nothing, an ask asks)."""
+        """("deny" | "ask" | "approve" | "ok", the rule that decided or None, the argument it decided on or None)
+        for one call; deny wins over ask, approve over ask. A specifier on a call with no subject to match cannot
+        be checked: it fails closed (a deny denies, an allow permits nothing, an ask asks, an approve does not
+        approve)."""
         values = self.values(arguments)
         for pattern in self.deny:
             if not values:
@@ -197,11 +202,17 @@ class CallRules:
                     return "deny", None, name
         for pattern in self.ask:
             if pattern.specifier is None or not values:
-                return "ask", pattern, None
+                return self._approved(values) or ("ask", pattern, None)
             for name, text in values:
                 if pattern.matches_subject(text):
-                    return "ask", pattern, name
+                    return self._approved(values) or ("ask", pattern, name)
         return "ok", None, None
+
+    def _approved(self, values: list[tuple[str, str]]) -> tuple[str, Pattern, None] | None:
+        for pattern in self.approve:
+            if pattern.specifier is None or (values and all(pattern.matches_subject(text) for _, text in values)):
+                return "approve", pattern, None
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +226,7 @@ class AgentRules:
     ask: tuple[Pattern, ...]
     has_permissions: bool
     workspace: Path | None = None
+    approve: tuple[Pattern, ...] = ()  # pre-approves what ask would hold
     availability_timeout: float = 5.0
     # (dimension, pattern, scope): what the request's OAuth token may not see, lacking a scope (identity.needs_scope)
     scope_hidden: tuple[tuple[str, Pattern, str], ...] = ()
@@ -244,7 +256,9 @@ class AgentRules:
         ask = tuple(p for p in self.ask if (_selects(p.text, entry) if p.text in SELECTORS else p.matches(entry.name)))
         if not (allow or deny or ask):
             return None
-        return CallRules(subjects=entry.tool.rule_subjects, allow=allow, deny=deny, ask=ask)
+        approve = tuple(p for p in self.approve
+                        if (_selects(p.text, entry) if p.text in SELECTORS else p.matches(entry.name)))
+        return CallRules(subjects=entry.tool.rule_subjects, allow=allow, deny=deny, ask=ask, approve=approve)
 
     def source_permits(self, dimension: str, source: str, origin: str | None = None) -> tuple[bool, Pattern | None]:
         """``permits`` of a dimension's rule for one name, remembered (there are few sources, many tools). Only
@@ -289,12 +303,14 @@ def compile_rules(loaded: LoadedConfig) -> dict[str, AgentRules]:
             compiled = tuple(patterns.parse(dimension, text) for text in getattr(rule, kind))
             dims[dimension] = DimensionRule.build(dimension, kind, compiled, where)
         ask = tuple(patterns.parse("ask", t) for t in agent.permissions.ask) if agent.permissions else ()
+        approve = tuple(patterns.parse("ask", t) for t in agent.permissions.approve) if agent.permissions else ()
         rules[name] = AgentRules(
             agent=name,
             config=agent,
             capabilities=loaded.capabilities(agent.model),
             dimensions=dims,
             ask=ask,
+            approve=approve,
             has_permissions=agent.permissions is not None,
             workspace=loaded.workspace,
             availability_timeout=loaded.config.host.availability_timeout,
