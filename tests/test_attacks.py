@@ -118,17 +118,24 @@ def test_a_folder_holding_a_protected_file_cannot_be_moved_or_removed(tmp_path: 
         [[hooks.pre_tool_use]]
         command = [{json.dumps(sys.executable)}, "check.py"]
         tools = ["nothing__*"]
+        [[hooks.post_tool_use]]
+        command = ["./redact.sh"]
+        tools = ["nothing__*"]
         [agents.a]
         [agents.a.permissions]
         plugins = {{ allow = ["fs"] }}
         tools = {{ allow = ["*"] }}
     """))
+    (tmp_path / "ws" / "conf" / "redact.sh").write_text("#!/bin/sh\n")
+    (tmp_path / "ws" / "conf" / "redact.sh").chmod(0o755)
     host = host_at(config, fs=toolcrib_fs)
     hook = "a program of hooks.pre_tool_use[0]"
     for tool, args, path, what, there in [
         ("fs__rename", {"source": "conf", "destination": "elsewhere"}, "conf", "the config file toolcrib.toml", False),
         ("fs__rm", {"path": "conf", "recursive": True}, "conf", "the config file toolcrib.toml", False),
         ("fs__write_file", {"path": "conf/check.py", "content": "import os"}, "conf/check.py", hook, True),
+        ("fs__write_file", {"path": "conf/redact.sh", "content": "exit 0"}, "conf/redact.sh",
+         "a program of hooks.post_tool_use[0]", True),
         ("fs__write_file", {"path": "logs/audit.jsonl", "content": ""}, "logs/audit.jsonl", "the audit log", True),
         ("fs__rm", {"path": "logs", "recursive": True}, "logs", "the audit log", False),
     ]:

@@ -142,3 +142,134 @@ def test_bad_hook_tables_are_config_errors(hook: str, error: str) -> None:
     with pytest.raises(ConfigError) as info:
         make_host(f"[[hooks.pre_tool_use]]\n{hook}\n")
     assert [str(p) for p in info.value.problems] == [error]
+
+
+# -- hook scripts written for Claude Code / the Qoder SDK, unchanged ---------------------------------------------
+
+CLAUDE_PRE = r'''
+import json, sys
+event = json.load(sys.stdin)
+with open("events.log", "a") as log:
+    log.write(json.dumps({k: event[k] for k in ("hook_event_name", "tool_name", "tool_input", "cwd",
+                                               "permission_mode")}) + "\n")
+assert event["tool_use_id"].startswith("toolu_") and event["session_id"] == event["tool_use_id"]
+inp = event["tool_input"]
+path = inp.get("path", "")
+def decide(decision, **more):
+    print(json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": decision, **more}}))
+if path.startswith("/etc"):
+    decide("deny", permissionDecisionReason="system files are off limits")
+elif path.startswith("review/"):
+    decide("ask", permissionDecisionReason="files under review/ need a second look")
+elif path == "rename-me":
+    decide("allow", updatedInput={**inp, "path": "renamed"})
+elif path == "legacy-block":
+    print(json.dumps({"decision": "block", "reason": "blocked the old way"}))
+elif path == "stop":
+    print(json.dumps({"continue": False, "stopReason": "stop everything"}))
+elif path == "quiet":
+    print(json.dumps({"suppressOutput": True}))
+elif path == "weird":
+    decide("maybe")
+'''
+
+CLAUDE_POST = r'''
+import json, sys
+event = json.load(sys.stdin)
+assert event["hook_event_name"] == "PostToolUse" and event["tool_input"]["path"]
+text = event["tool_response"]["content"][0]["text"]
+def out(**specific):
+    print(json.dumps({"hookSpecificOutput": {"hookEventName": "PostToolUse", **specific}}))
+if "SECRET" in text:
+    out(updatedMCPToolOutput=[{"type": "text", "text": text.replace("SECRET", "[redacted]")}])
+elif "notes" in text:
+    out(additionalContext="notes older than a day are stale")
+elif "flagged" in text:
+    print("this file is flagged; tell the user", file=sys.stderr)
+    sys.exit(2)
+elif "legacy" in text:
+    print(json.dumps({"decision": "block", "reason": "blocked after the fact"}))
+elif "crash" in text:
+    sys.exit(1)
+'''
+
+CLAUDE_CONFIG = """
+[[hooks.pre_tool_use]]
+command = [{python}, "pre.py"]
+tools = ["files__write"]
+
+[[hooks.post_tool_use]]
+command = [{python}, "post.py"]
+tools = ["files__read"]
+
+[agents.a]
+mode = "acceptEdits"
+[agents.a.permissions]
+plugins = {{ allow = ["files"] }}
+tools = {{ allow = ["*"] }}
+"""
+
+
+@pytest.fixture
+def claude(tmp_path: Path) -> Any:
+    (tmp_path / "pre.py").write_text(CLAUDE_PRE)
+    (tmp_path / "post.py").write_text(CLAUDE_POST)
+    host = make_host(CLAUDE_CONFIG.format(python=json.dumps(sys.executable)), {"files": FILES}, base_dir=tmp_path)
+
+    def call(tool: str, approver: Any = None, **arguments: Any) -> tuple[bool, str]:
+        async def main() -> tuple[bool, str]:
+            result = await host.view("a").call(tool, arguments, approver=approver)
+            return result.is_error, "\n".join(block["text"] for block in result.content)
+
+        return anyio.run(main)
+
+    call.host = host  # type: ignore[attr-defined]
+    return call
+
+
+def test_claude_shaped_pre_tool_use_answers(claude: Any, tmp_path: Path) -> None:
+    assert claude("files__write", path="/etc/passwd", text="x") == (True, "system files are off limits")
+    assert claude("files__write", path="rename-me", text="abc") == (False, "wrote 3 characters to renamed")
+    assert claude("files__write", path="legacy-block", text="x") == (True, "blocked the old way")
+    assert claude("files__write", path="stop", text="x") == (True, "stop everything")
+    assert claude("files__write", path="quiet", text="x") == (False, "wrote 1 characters to quiet")
+    assert claude("files__write", path="weird", text="x") == (True, FAILED)
+    workspace = str(claude.host.loaded.workspace)
+    first = json.loads((tmp_path / "events.log").read_text().splitlines()[0])
+    assert first == {"hook_event_name": "PreToolUse", "tool_name": "files__write",
+                     "tool_input": {"path": "/etc/passwd", "text": "x"}, "cwd": workspace,
+                     "permission_mode": "acceptEdits"}
+
+
+def test_a_hook_that_asks_routes_the_call_to_approval(claude: Any) -> None:
+    asked: list[str] = []
+
+    async def yes(agent: str, tool: str, arguments: Any, message: str) -> bool:
+        asked.append(message)
+        return True
+
+    # acceptEdits approves asked calls of tools that are not destructive; files__write is destructive
+    assert claude("files__write", path="review/a", text="x") == (True, (
+        "Permission denied: files__write needs approval (hook toolcrib.hooks: files under review/ need a second "
+        "look), and no approver could answer (the client does not support elicitation and no approval hook "
+        "decided)."))
+    assert claude("files__write", approver=yes, path="review/a", text="x") == (False, "wrote 1 characters to review/a")
+    assert asked == ["Agent 'a' wants to call files__write (hook toolcrib.hooks: files under review/ need a second "
+                     "look). Allow this call?"]
+
+
+def test_claude_shaped_post_tool_use_answers(claude: Any) -> None:
+    assert claude("files__read", path="plain") == (False, "contents of plain")
+    assert claude("files__read", path="SECRET.txt") == (False, "contents of [redacted].txt")
+    assert claude("files__read", path="notes.md") == (False, "contents of notes.md\nnotes older than a day are stale")
+    assert claude("files__read", path="flagged") == (True, "contents of flagged\nthis file is flagged; tell the user")
+    assert claude("files__read", path="legacy") == (True, "contents of legacy\nblocked after the fact")
+    assert claude("files__read", path="crash") == (
+        True, "The result of files__read was withheld: a policy check failed (the host's log says why).")
+
+
+def test_a_post_hook_program_that_is_missing_is_reported_by_check(tmp_path: Path) -> None:
+    host = make_host('[[hooks.post_tool_use]]\ncommand = ["./nowhere.sh"]\n[agents.a]\n', base_dir=tmp_path)
+    assert [str(p) for p in host.problems() if "nowhere" in str(p)] == [
+        f"warning: toolcrib.toml: hooks.post_tool_use[0].command: program './nowhere.sh' is not found "
+        f"({tmp_path}/nowhere.sh); the result of every call it matches is withheld"]

@@ -22,13 +22,14 @@ from toolcrib.errors import (
 )
 from toolcrib.hookspecs import hookimpl, hookspec
 from toolcrib.host import Host
-from toolcrib.policy import Allow, Deny
+from toolcrib.policy import Allow, Ask, Deny
 from toolcrib.tool import Tool, get_tool, tool
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Allow",
+    "Ask",
     "Audio",
     "AvailabilityContext",
     "ConfigError",

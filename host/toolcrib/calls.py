@@ -46,7 +46,7 @@ from toolcrib.errors import (
 from toolcrib.limits import Limit, LimitBook, Refusal, compile_limits
 from toolcrib.observe import Metrics
 from toolcrib.plugins import PluginHook, PluginManager, plugin_hooks
-from toolcrib.policy import Allow, Deny
+from toolcrib.policy import Allow, Ask, Deny
 
 if TYPE_CHECKING:
     from toolcrib.config import LoadedConfig
@@ -78,9 +78,10 @@ class Pipeline:
         self.settings = settings
         self._pre = plugin_hooks(pm, "toolcrib_pre_tool_use")
         # The config's command hooks say which calls they see: a call none of them matches does not call them.
-        self._commands = pm.get_plugin("toolcrib.hooks")
+        self._pm = pm
         self._pre_for: dict[tuple[str, str], list[PluginHook]] = {}
         self._post = plugin_hooks(pm, "toolcrib_post_tool_use")
+        self._post_for: dict[tuple[str, str], list[PluginHook]] = {}
         self._approve = plugin_hooks(pm, "toolcrib_approve")
         # The audit log is handed each decision as it is (its writer thread formats it); other toolcrib_audit
         # plugins get the record.
@@ -181,7 +182,9 @@ class Pipeline:
         else:
             result = await self._run(view, vt, model, channel, approver)
         if self._post:
-            result = await self._post_hooks(view, vt, model.model_dump(mode="json"), result)
+            post = self._hooks_for(view.agent, vt.name, self._post, self._post_for, "toolcrib_post_tool_use")
+            if post:
+                result = await self._post_hooks(view, vt, model.model_dump(mode="json"), result, post)
         if self._observed:
             self._finish(view, vt, arguments, outcome, result, started, channel)
         return result
@@ -198,12 +201,18 @@ class Pipeline:
 
     def _pre_hooks(self, agent: str, tool: str) -> list[PluginHook]:
         """The pre-tool-use hooks that see this agent's calls of this tool (remembered: a view never changes)."""
-        found = self._pre_for.get((agent, tool))
+        return self._hooks_for(agent, tool, self._pre, self._pre_for, "toolcrib_pre_tool_use")
+
+    def _hooks_for(self, agent: str, tool: str, hooks: list[PluginHook],
+                   remembered: dict[tuple[str, str], list[PluginHook]], name: str) -> list[PluginHook]:
+        """Of ``hooks`` (of the hook ``name``), those that see this agent's calls of this tool: the config's hook
+        programs (the plugin ``toolcrib.hooks``) say which calls they match."""
+        found = remembered.get((agent, tool))
         if found is None:
-            commands = self._commands
-            found = [h for h in self._pre
-                     if h.plugin != "toolcrib.hooks" or commands is None or commands.wants(agent, tool)]
-            self._pre_for[(agent, tool)] = found
+            programs = self._pm.get_plugin("toolcrib.hooks")
+            found = [h for h in hooks
+                     if h.plugin != "toolcrib.hooks" or programs is None or programs.wants(name, agent, tool)]
+            remembered[(agent, tool)] = found
         return found
 
     async def _policy(
@@ -228,6 +237,8 @@ class Pipeline:
         denier = ""
         updated: Mapping[str, Any] | None = None
         updater = ""
+        ask: Ask | None = None
+        asker = ""
         for impl in pre:
             try:
                 answer = impl(**kwargs)
@@ -241,10 +252,12 @@ class Pipeline:
             if isinstance(answer, Deny):
                 if deny is None:
                     deny, denier = answer, impl.plugin
-            elif isinstance(answer, Allow):
+            elif isinstance(answer, Allow | Ask):
                 if answer.updated_input is not None:
                     updated, updater = answer.updated_input, impl.plugin
                     kwargs["arguments"] = types.MappingProxyType(dict(updated))
+                if isinstance(answer, Ask) and ask is None:
+                    ask, asker = answer, impl.plugin
             elif answer is not None:
                 log.error("toolcrib_pre_tool_use of %r returned %r; the call is denied", impl.plugin, answer)
                 if deny is None:
@@ -252,20 +265,25 @@ class Pipeline:
                     denier = impl.plugin
         if deny is not None:
             return ToolResult.error(deny.message), _Outcome("denied", f"hook {denier}"), model, arguments
-        if updated is None:
-            return None, outcome, model, arguments
-        suffix = f" (as replaced by {updater!r})"
-        try:
-            model = vt.tool.input_model.model_validate(dict(updated))
-        except ValidationError as exc:
-            message = format_validation_error(vt.name, exc, vt.tool.input_model, suffix)
-            return ToolResult.error(message), _Outcome("invalid", f"hook {updater}"), model, arguments
-        arguments = model.model_dump(mode="json")
-        outcome = _Outcome("allowed", f"hook {updater} (replaced input)")
-        if vt.call_rules is not None:  # the rules hold for what really runs, whoever wrote it
-            refused, rules_outcome, _ = await self._rules(view, vt, arguments, approver, suffix, approved)
-            if refused is not None:
-                return refused, rules_outcome, model, arguments
+        if updated is not None:
+            suffix = f" (as replaced by {updater!r})"
+            try:
+                model = vt.tool.input_model.model_validate(dict(updated))
+            except ValidationError as exc:
+                message = format_validation_error(vt.name, exc, vt.tool.input_model, suffix)
+                return ToolResult.error(message), _Outcome("invalid", f"hook {updater}"), model, arguments
+            arguments = model.model_dump(mode="json")
+            outcome = _Outcome("allowed", f"hook {updater} (replaced input)")
+            if vt.call_rules is not None:  # the rules hold for what really runs, whoever wrote it
+                refused, rules_outcome, approved = await self._rules(view, vt, arguments, approver, suffix, approved)
+                if refused is not None:
+                    return refused, rules_outcome, model, arguments
+        if ask is not None and not approved:
+            ok, by = await self._approval(view, vt, arguments, f"hook {asker}", approver,
+                                          f"hook {asker}: {ask.message}")
+            if not ok:
+                return ToolResult.error(by), _Outcome("denied", by), model, arguments
+            outcome = _Outcome("allowed", by)
         return None, outcome, model, arguments
 
     async def _rules(self, view: AgentView, vt: ViewTool, arguments: Mapping[str, Any], approver: Approver | None,
@@ -291,10 +309,14 @@ class Pipeline:
         return None, _ALLOWED, approved
 
     async def _approval(
-        self, view: AgentView, vt: ViewTool, arguments: Mapping[str, Any], rule: str, approver: Approver | None
+        self, view: AgentView, vt: ViewTool, arguments: Mapping[str, Any], rule: str, approver: Approver | None,
+        why: str | None = None,
     ) -> tuple[bool, str]:
+        """Whether a held call may run (and why): the mode, then ``toolcrib_approve`` hooks, then the client.
+        ``why`` it is held: an ask rule (``rule``), or what a pre-tool-use hook said."""
         mode = view.mode
-        need = f"{vt.name} needs approval (ask rule {rule!r})"
+        why = why or f"ask rule {rule!r}"
+        need = f"{vt.name} needs approval ({why})"
         if mode == "dontAsk":
             return False, f"Permission denied: {need}, and agent mode 'dontAsk' denies calls that need approval."
         if mode == "bypassPermissions":
@@ -321,7 +343,7 @@ class Pipeline:
             if isinstance(answer, Deny):
                 return False, f"Permission denied: {answer.message}"
         if approver is not None:
-            message = f"Agent {view.agent!r} wants to call {vt.name} (ask rule {rule!r}). Allow this call?"
+            message = f"Agent {view.agent!r} wants to call {vt.name} ({why}). Allow this call?"
             try:
                 answer = await approver(view.agent, vt.name, frozen, message)
             except Suspend:
@@ -457,10 +479,10 @@ class Pipeline:
         return ToolResult(content=tuple(blocks), structured_content=structured, is_error=result.is_error)
 
     async def _post_hooks(self, view: AgentView, vt: ViewTool, arguments: Mapping[str, Any],
-                          result: ToolResult) -> ToolResult:
+                          result: ToolResult, post: list[PluginHook]) -> ToolResult:
         kwargs: dict[str, Any] = {"agent": view.agent, "tool": vt.name,
                                   "arguments": types.MappingProxyType(dict(arguments)), "result": result}
-        for impl in self._post:
+        for impl in post:
             try:
                 answer = impl(**kwargs)
                 if inspect.isawaitable(answer):

@@ -218,6 +218,13 @@ class HooksConfig(_Strict):
     """``[hooks]``: policy hooks written as programs, for operators who write no Python."""
 
     pre_tool_use: list[CommandHook] = Field(default_factory=list, description="run in order before a call")
+    post_tool_use: list[CommandHook] = Field(default_factory=list, description="run in order after a call, on its "
+                                             "result")
+
+    def programs(self) -> list[tuple[str, CommandHook]]:
+        """Every hook with where it is written (``hooks.pre_tool_use[0]``)."""
+        return [(f"hooks.{event}[{i}]", hook) for event in ("pre_tool_use", "post_tool_use")
+                for i, hook in enumerate(getattr(self, event))]
 
 
 class ArgumentCuration(_Strict):
@@ -315,13 +322,13 @@ class LoadedConfig:
         host = self.config.host
         if host.audit_log is not None:
             found[self.resolve(host.audit_log)] = "the audit log"
-        for i, hook in enumerate(self.config.hooks.pre_tool_use):
+        for where, hook in self.config.hooks.programs():
             for j, word in enumerate(hook.command):
                 if j == 0 and os.sep not in word:
                     continue  # a program looked up on PATH: not the config's to protect
                 candidate = self.resolve(word)
                 if j == 0 or candidate.is_file():
-                    found.setdefault(candidate, f"a program of hooks.pre_tool_use[{i}]")
+                    found.setdefault(candidate, f"a program of {where}")
         for name, skill in self.config.skills.items():
             found.setdefault(self.resolve(skill.path), f"the folder of skill {name!r}")
         return found
@@ -424,8 +431,10 @@ def check_config(config: Config, source: str) -> list[Problem]:
                       f"{', '.join(ANNOTATION_KEYS)}")
             elif not isinstance(value, expected):
                 error(("tools", tool, "annotations", key), f"expected {expected.__name__}, got {value!r}")
-    for i, hook in enumerate(config.hooks.pre_tool_use):
-        where = ("hooks", "pre_tool_use", i)
+    hooks = [(name, i, hook) for name in ("pre_tool_use", "post_tool_use")
+             for i, hook in enumerate(getattr(config.hooks, name))]
+    for name, i, hook in hooks:
+        where = ("hooks", name, i)
         if not hook.command or not hook.command[0]:
             error((*where, "command"), "expected the program to run, then its arguments: [\"python3\", \"check.py\"]")
         for key, dimension in (("tools", "tools"), ("agents", "subagents")):

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from toolcrib.content import ToolResult
-    from toolcrib.policy import Allow, Deny
+    from toolcrib.policy import Allow, Ask, Deny
 
 hookspec = pluggy.HookspecMarker("toolcrib")
 hookimpl = pluggy.HookimplMarker("toolcrib")
@@ -87,15 +87,16 @@ def toolcrib_settings_model() -> type[BaseModel] | None:
 @hookspec
 def toolcrib_pre_tool_use(
     agent: str, tool: str, arguments: Mapping[str, Any], annotations: Mapping[str, Any]
-) -> Allow | Deny | None:
+) -> Allow | Ask | Deny | None:
     """Decide on a call before its handler runs.
 
     Called for every call that passed name resolution, argument validation and the config's permission
     rules. Return ``toolcrib.Deny("message")`` to refuse the call (the model sees the message),
     ``toolcrib.Allow(updated_input={...})`` to run it with replaced arguments (validated again against the
-    tool's input model), ``toolcrib.Allow()`` or None to have no objection. Every implementation is called;
-    a deny wins over any allow, and an implementation that raises denies the call (fail closed). An
-    implementation may be ``async def``.
+    tool's input model), ``toolcrib.Ask("why")`` to hold it for approval as an ``ask`` rule would (unless an
+    ask rule already had it approved), ``toolcrib.Allow()`` or None to have no objection. Every implementation
+    is called; a deny wins over any allow or ask, and an implementation that raises denies the call (fail
+    closed). An implementation may be ``async def``.
 
     :param agent: the calling agent's name.
     :param tool: the tool's full name (``fs__write_file``).

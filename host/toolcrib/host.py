@@ -287,12 +287,14 @@ class Host:
         found += self._governing_warnings()
         from toolcrib.default_plugins.hooks import program_path
 
-        for i, hook in enumerate(self.loaded.config.hooks.pre_tool_use):
+        for where, hook in self.loaded.config.hooks.programs():
             program = hook.command[0]
             if program_path(program, self.loaded.base_dir) is None:
                 shown = f" ({self.loaded.base_dir / program})" if os.sep in program else " on PATH"
-                found.append(Problem("warning", f"{self.loaded.source}: hooks.pre_tool_use[{i}].command",
-                                     f"program {program!r} is not found{shown}; every call it matches is refused"))
+                what = "every call it matches is refused" if where.startswith("hooks.pre") else \
+                    "the result of every call it matches is withheld"
+                found.append(Problem("warning", f"{self.loaded.source}: {where}.command",
+                                     f"program {program!r} is not found{shown}; {what}"))
         return found
 
     def _governing_warnings(self) -> list[Problem]:

@@ -1,4 +1,5 @@
-"""What a policy hook may answer about a call: ``Allow`` (optionally with replaced input) or ``Deny``."""
+"""What a policy hook may answer about a call: ``Allow`` (optionally with replaced input), ``Ask`` (hold it for
+approval, as an ``ask`` rule does) or ``Deny``."""
 
 from __future__ import annotations
 
@@ -24,3 +25,18 @@ class Deny:
     def __post_init__(self) -> None:
         if not isinstance(self.message, str) or not self.message.strip():
             raise ValueError("Deny needs a message for the model: say why, and what to do instead")
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """Hold the call for approval, as an ``ask`` rule would: approval hooks, then the client, decide (or the mode:
+    ``dontAsk`` refuses, ``bypassPermissions`` approves, ``acceptEdits`` approves a tool that is not destructive).
+    ``message`` says why; the person asked sees it. With ``updated_input`` the call is asked (and runs) with these
+    arguments instead. A call already approved by an ``ask`` rule is not asked again."""
+
+    message: str
+    updated_input: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.message, str) or not self.message.strip():
+            raise ValueError("Ask needs a message: say why the call needs approval")

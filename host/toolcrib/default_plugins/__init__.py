@@ -14,9 +14,9 @@ def create(loaded: LoadedConfig) -> list[tuple[str, Any]]:
 
     audit_log = loaded.config.host.audit_log
     hooks = None
-    if loaded.config.hooks.pre_tool_use:  # imported only when configured: nothing at start-up otherwise
+    if loaded.config.hooks.pre_tool_use or loaded.config.hooks.post_tool_use:  # imported only when configured
         from toolcrib.default_plugins.hooks import CommandHooks
 
-        hooks = CommandHooks(loaded.config.hooks.pre_tool_use, loaded.base_dir)
+        hooks = CommandHooks(loaded)
     return [("toolcrib.audit", AuditLog(loaded.resolve(audit_log)) if audit_log is not None else None),
             ("toolcrib.hooks", hooks)]

@@ -1,20 +1,36 @@
-"""Policy hooks written as programs (``[[hooks.pre_tool_use]]``): a ``toolcrib_pre_tool_use`` implementation
-driven by the config, for operators who write no Python.
+"""Policy hooks written as programs (``[[hooks.pre_tool_use]]``, ``[[hooks.post_tool_use]]``): the
+``toolcrib_pre_tool_use`` and ``toolcrib_post_tool_use`` implementations driven by the config, for operators who
+write no Python. The programs speak toolcrib's shape and the shape Claude Code and the Qoder SDK give their
+``PreToolUse`` / ``PostToolUse`` command hooks, so an existing hook script works unchanged.
 
-Each matching hook's program gets the call as JSON on stdin::
+Each matching hook's program gets the call as JSON on stdin, with both shapes' fields::
 
-    {"agent": "reviewer", "tool": "shell__exec", "arguments": {...}, "annotations": {...}}
+    {"agent": "reviewer", "tool": "shell__exec", "arguments": {...}, "annotations": {...},
+     "hook_event_name": "PreToolUse", "tool_name": "shell__exec", "tool_input": {...}, "tool_use_id": "...",
+     "session_id": "...", "cwd": "/work/repo", "permission_mode": "default"}
 
-and answers with its exit status and stdout:
+(a post hook also gets ``result`` and ``tool_response``: the result in MCP's wire shape). A pre hook answers with
+its exit status and stdout:
 
-- exit 0 and nothing on stdout: no objection;
-- exit 0 and ``{"decision": "deny", "message": "..."}``: the call is refused, and the model sees the message;
-- exit 0 and ``{"decision": "allow", "updated_input": {...}}``: the call runs with these arguments (validated
-  again), and later hooks see them;
+- exit 0 and nothing on stdout (or a JSON object deciding nothing): no objection;
+- exit 0 and ``{"decision": "deny", "message": "..."}``, or ``{"hookSpecificOutput": {"permissionDecision":
+  "deny", "permissionDecisionReason": "..."}}``, or ``{"decision": "block", "reason": "..."}``, or
+  ``{"continue": false, "stopReason": "..."}``: the call is refused, and the model sees the message;
+- exit 0 and ``{"decision": "allow", "updated_input": {...}}`` or ``{"hookSpecificOutput": {"permissionDecision":
+  "allow", "updatedInput": {...}}}``: the call runs with these arguments (validated again), and later hooks see
+  them;
+- exit 0 and ``{"hookSpecificOutput": {"permissionDecision": "ask", "permissionDecisionReason": "..."}}``: the call
+  is held for approval, as an ``ask`` rule would hold it;
 - exit 2: the call is refused, with what the program wrote on stderr as the message.
 
+A post hook may leave the result (exit 0, nothing), add to it (``hookSpecificOutput.additionalContext``: a text
+block the model reads), replace it (``hookSpecificOutput.updatedMCPToolOutput``: MCP content blocks, or a result
+with ``content``), or block it (exit 2, or ``{"decision": "block", "reason": "..."}``: the result becomes an error
+that ends with the reason).
+
 Anything else (another exit status, stdout that is not such an answer, no answer within ``timeout``) refuses
-the call too: a policy that cannot answer never lets a call through. The hooks run in the order they are written.
+the call, or withholds its result: a policy that cannot answer never lets a call through. (Claude Code lets a call
+through when a hook fails with another status; toolcrib does not.) The hooks run in the order they are written.
 """
 
 from __future__ import annotations
@@ -25,6 +41,7 @@ import logging
 import os
 import shutil
 import signal
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,9 +49,10 @@ from typing import Any
 import anyio
 
 from toolcrib import patterns
-from toolcrib.config import CommandHook
+from toolcrib.config import CommandHook, LoadedConfig
+from toolcrib.content import ToolResult
 from toolcrib.hookspecs import hookimpl
-from toolcrib.policy import Allow, Deny
+from toolcrib.policy import Allow, Ask, Deny
 
 log = logging.getLogger("toolcrib.hooks")
 
@@ -99,8 +117,8 @@ def program_path(program: str, base_dir: Path) -> str | None:
 
 
 class _Hook:
-    def __init__(self, index: int, config: CommandHook, base_dir: Path) -> None:
-        self.where = f"hooks.pre_tool_use[{index}]"
+    def __init__(self, where: str, config: CommandHook, base_dir: Path) -> None:
+        self.where = where
         program = config.command[0]
         self.command = [str(base_dir / program) if os.sep in program else program, *config.command[1:]]
         self.cwd = base_dir
@@ -112,71 +130,201 @@ class _Hook:
     def matches(self, agent: str, tool: str) -> bool:
         return any(p.matches(tool) for p in self.tools) and any(p.matches(agent) for p in self.agents)
 
-    async def ask(self, call: Mapping[str, Any]) -> Allow | Deny | None:
+    async def run(self, call: Mapping[str, Any]) -> tuple[str, Any]:
+        """("refuse", why it is logged) when the program failed; ("exit2", its stderr); ("none", None) for no
+        answer; ("answer", the JSON object it wrote)."""
         try:
-            done = await run_hook(self.command, json.dumps(call).encode(), cwd=self.cwd, env=self.env,
-                                  timeout=self.timeout)
+            returncode, out, err = await run_hook(self.command, json.dumps(call).encode(), cwd=self.cwd,
+                                                  env=self.env, timeout=self.timeout)
         except TimeoutError:
-            log.error("%s (%s) gave no answer within %g seconds; the call is refused", self.where, self.command[0],
-                      self.timeout)
-            return Deny(FAILED)
+            log.error("%s (%s) gave no answer within %g seconds; %s", self.where, self.command[0], self.timeout,
+                      self._failing)
+            return "refuse", None
         except OSError as exc:
-            log.error("%s cannot run %r: %s; the call is refused", self.where, self.command[0], exc)
-            return Deny(FAILED)
-        returncode, out, err = done
+            log.error("%s cannot run %r: %s; %s", self.where, self.command[0], exc, self._failing)
+            return "refuse", None
         stderr = err.decode(errors="replace").strip()
         if returncode == 2:
-            return Deny(stderr[:2000] or "The call was refused by a policy check.")
+            return "exit2", stderr[:2000]
         if returncode != 0:
-            log.error("%s exited with status %d; the call is refused. stderr: %s", self.where, returncode,
+            log.error("%s exited with status %d; %s. stderr: %s", self.where, returncode, self._failing,
                       stderr[:2000])
-            return Deny(FAILED)
+            return "refuse", None
         out = out.strip()
         if not out:
-            return None
-        return self._answer(out)
-
-    def _answer(self, out: bytes) -> Allow | Deny | None:
+            return "none", None
         try:
             answer = json.loads(out[:MAX_ANSWER_BYTES])
         except ValueError:
             answer = None
-        decision = answer.get("decision") if isinstance(answer, dict) else None
-        if decision == "deny" and isinstance(answer.get("message"), str) and answer["message"].strip():
-            return Deny(answer["message"])
+        if not isinstance(answer, dict):
+            log.error("%s answered %r, which is not a JSON object; %s", self.where, out[:500], self._failing)
+            return "refuse", None
+        return "answer", answer
+
+    @property
+    def _failing(self) -> str:
+        return "the call is refused" if self.where.startswith("hooks.pre") else "the result is withheld"
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def pre_answer(answer: dict[str, Any]) -> Allow | Ask | Deny | str | None:
+    """What a pre hook's JSON answer decides, in either shape; a string says what is wrong with it."""
+    specific = answer.get("hookSpecificOutput")
+    if answer.get("continue") is False:
+        return Deny(_text(answer.get("stopReason")) or _text(answer.get("reason")) or "The call was stopped by a "
+                    "policy check.")
+    if isinstance(specific, dict) and "permissionDecision" in specific:
+        decision = specific["permissionDecision"]
+        reason = _text(specific.get("permissionDecisionReason"))
+        updated = specific.get("updatedInput")
+        if updated is not None and not isinstance(updated, dict):
+            return "hookSpecificOutput.updatedInput is not an object"
+        if decision == "deny":
+            return Deny(reason or "The call was refused by a policy check.")
+        if decision == "ask":
+            return Ask(reason or "a policy check asks for approval", updated_input=updated)
         if decision == "allow":
-            updated = answer.get("updated_input")
-            if updated is None:
-                return Allow()
-            if isinstance(updated, dict):
-                return Allow(updated_input=updated)
-        log.error('%s answered %r; expected nothing, {"decision": "deny", "message": "..."} or {"decision": '
-                  '"allow", "updated_input": {...}}; the call is refused', self.where, out[:500])
-        return Deny(FAILED)
+            return Allow(updated_input=updated)
+        return f"permissionDecision {decision!r} is not allow, deny or ask"
+    if isinstance(specific, dict) and isinstance(specific.get("updatedInput"), dict):
+        return Allow(updated_input=specific["updatedInput"])
+    decision = answer.get("decision")
+    if decision == "deny":
+        message = _text(answer.get("message"))
+        return Deny(message) if message else "a deny needs a message for the model"
+    if decision == "block":
+        return Deny(_text(answer.get("reason")) or "The call was refused by a policy check.")
+    if decision == "allow":
+        updated = answer.get("updated_input")
+        if updated is None:
+            return Allow()
+        return Allow(updated_input=updated) if isinstance(updated, dict) else "updated_input is not an object"
+    if decision == "approve":
+        return Allow()
+    if decision is not None:
+        return f"decision {decision!r} is not deny, allow, block or approve"
+    return None  # an object that decides nothing (suppressOutput, systemMessage, ...)
+
+
+class _Programs:
+    def __init__(self, loaded: LoadedConfig, event: str, hooks: list[CommandHook]) -> None:
+        self.hooks = [_Hook(f"hooks.{event}[{i}]", hook, loaded.base_dir) for i, hook in enumerate(hooks)]
+        self.cwd = str(loaded.workspace)
+        self.modes = {name: agent.mode for name, agent in loaded.config.agents.items()}
+
+    def wants(self, agent: str, tool: str) -> bool:
+        return any(hook.matches(agent, tool) for hook in self.hooks)
+
+    def event(self, name: str, agent: str, tool: str, arguments: Mapping[str, Any], call_id: str) -> dict[str, Any]:
+        """The fields both shapes of hook read. There is no conversation session in toolcrib: ``session_id`` is the
+        call's id, as ``tool_use_id`` is."""
+        return {"agent": agent, "tool": tool, "arguments": arguments, "hook_event_name": name, "tool_name": tool,
+                "tool_input": arguments, "tool_use_id": call_id, "session_id": call_id, "cwd": self.cwd,
+                "permission_mode": self.modes.get(agent, "default")}
 
 
 class CommandHooks:
-    """The config's ``[[hooks.pre_tool_use]]`` programs, as one plugin."""
+    """The config's ``[[hooks.pre_tool_use]]`` and ``[[hooks.post_tool_use]]`` programs, as one plugin."""
 
-    def __init__(self, hooks: list[CommandHook], base_dir: Path) -> None:
-        self.hooks = [_Hook(i, hook, base_dir) for i, hook in enumerate(hooks)]
+    def __init__(self, loaded: LoadedConfig) -> None:
+        self.pre = _Programs(loaded, "pre_tool_use", loaded.config.hooks.pre_tool_use)
+        self.post = _Programs(loaded, "post_tool_use", loaded.config.hooks.post_tool_use)
 
-    def wants(self, agent: str, tool: str) -> bool:
-        """Whether any of the programs sees this agent's calls of this tool (else the pipeline does not ask)."""
-        return any(hook.matches(agent, tool) for hook in self.hooks)
+    def wants(self, hook: str, agent: str, tool: str) -> bool:
+        """Whether any of the programs of ``hook`` sees this agent's calls of this tool (else the pipeline does not
+        call it)."""
+        return (self.pre if hook == "toolcrib_pre_tool_use" else self.post).wants(agent, tool)
 
     @hookimpl
     async def toolcrib_pre_tool_use(self, agent: str, tool: str, arguments: Mapping[str, Any],
-                                    annotations: Mapping[str, Any]) -> Allow | Deny | None:
+                                    annotations: Mapping[str, Any]) -> Allow | Ask | Deny | None:
         current = dict(arguments)
         updated = False
-        for hook in self.hooks:
+        ask: Ask | None = None
+        call_id = f"toolu_{uuid.uuid4().hex}"
+        for hook in self.pre.hooks:
             if not hook.matches(agent, tool):
                 continue
-            answer = await hook.ask({"agent": agent, "tool": tool, "arguments": current,
-                                     "annotations": dict(annotations)})
+            call = {**self.pre.event("PreToolUse", agent, tool, current, call_id), "annotations": dict(annotations)}
+            kind, found = await hook.run(call)
+            if kind == "refuse":
+                return Deny(FAILED)
+            if kind == "exit2":
+                return Deny(found or "The call was refused by a policy check.")
+            if kind == "none":
+                continue
+            answer = pre_answer(found)
+            if isinstance(answer, str):
+                log.error("%s answered %r: %s; the call is refused", hook.where, found, answer)
+                return Deny(FAILED)
             if isinstance(answer, Deny):
                 return answer
-            if isinstance(answer, Allow) and answer.updated_input is not None:
+            if isinstance(answer, Allow | Ask) and answer.updated_input is not None:
                 current, updated = dict(answer.updated_input), True
+            if isinstance(answer, Ask) and ask is None:
+                ask = answer
+        if ask is not None:
+            return Ask(ask.message, updated_input=current if updated else None)
         return Allow(updated_input=current) if updated else None
+
+    @hookimpl
+    async def toolcrib_post_tool_use(self, agent: str, tool: str, arguments: Mapping[str, Any],
+                                     result: ToolResult) -> ToolResult | None:
+        withheld = ToolResult.error(f"The result of {tool} was withheld: a policy check failed (the host's log "
+                                    "says why).")
+        changed = False
+        call_id = f"toolu_{uuid.uuid4().hex}"
+        for hook in self.post.hooks:
+            if not hook.matches(agent, tool):
+                continue
+            wire = result.to_wire()
+            kind, found = await hook.run({**self.post.event("PostToolUse", agent, tool, dict(arguments), call_id),
+                                          "result": wire, "tool_response": wire})
+            if kind == "refuse":
+                return withheld
+            if kind == "exit2":
+                result, changed = _blocked(result, found or "A policy check objected to this result."), True
+                continue
+            if kind == "none":
+                continue
+            answer = _post_answer(result, found)
+            if isinstance(answer, str):
+                log.error("%s answered %r: %s; the result is withheld", hook.where, found, answer)
+                return withheld
+            if answer is not None:
+                result, changed = answer, True
+        return result if changed else None
+
+
+def _blocked(result: ToolResult, reason: str) -> ToolResult:
+    """Claude's "block" after a call: the model is told why, and the result counts as an error."""
+    return ToolResult(content=(*result.content, {"type": "text", "text": reason}), is_error=True)
+
+
+def _post_answer(result: ToolResult, answer: dict[str, Any]) -> ToolResult | str | None:
+    specific = answer.get("hookSpecificOutput")
+    if answer.get("decision") == "block":
+        return _blocked(result, _text(answer.get("reason")) or "A policy check objected to this result.")
+    if answer.get("decision") is not None:
+        return f"decision {answer.get('decision')!r} is not block"
+    if not isinstance(specific, dict):
+        return None
+    replaced = specific.get("updatedMCPToolOutput")
+    if replaced is not None:
+        if isinstance(replaced, dict) and isinstance(replaced.get("content"), list):
+            result = ToolResult(content=tuple(replaced["content"]), is_error=replaced.get("isError") is True)
+        elif isinstance(replaced, list):
+            result = ToolResult(content=tuple(replaced), is_error=result.is_error)
+        elif isinstance(replaced, str):
+            result = ToolResult(content=({"type": "text", "text": replaced},), is_error=result.is_error)
+        else:
+            return "updatedMCPToolOutput is not content blocks, a result with content, or text"
+    context = _text(specific.get("additionalContext"))
+    if context is not None:
+        result = ToolResult(content=(*result.content, {"type": "text", "text": context}),
+                            structured_content=result.structured_content, is_error=result.is_error)
+    return result if replaced is not None or context is not None else None
