@@ -152,7 +152,7 @@ event = json.load(sys.stdin)
 with open("events.log", "a") as log:
     log.write(json.dumps({k: event[k] for k in ("hook_event_name", "tool_name", "tool_input", "cwd",
                                                "permission_mode")}) + "\n")
-assert event["tool_use_id"].startswith("toolu_") and event["session_id"] == event["tool_use_id"]
+assert event["tool_use_id"].startswith("call_") and event["session_id"] == event["tool_use_id"]
 inp = event["tool_input"]
 path = inp.get("path", "")
 def decide(decision, **more):
@@ -232,6 +232,9 @@ def test_claude_shaped_pre_tool_use_answers(claude: Any, tmp_path: Path) -> None
     assert claude("files__write", path="rename-me", text="abc") == (False, "wrote 3 characters to renamed")
     assert claude("files__write", path="legacy-block", text="x") == (True, "blocked the old way")
     assert claude("files__write", path="stop", text="x") == (True, "stop everything")
+    stopped = anyio.run(lambda: claude.host.view("a").call("files__write", {"path": "stop", "text": "x"}))
+    legacy = anyio.run(lambda: claude.host.view("a").call("files__write", {"path": "legacy-block", "text": "x"}))
+    assert (stopped.interrupt, legacy.interrupt) == (True, False)  # continue: false ends the agent's turn
     assert claude("files__write", path="quiet", text="x") == (False, "wrote 1 characters to quiet")
     assert claude("files__write", path="weird", text="x") == (True, FAILED)
     workspace = str(claude.host.loaded.workspace)

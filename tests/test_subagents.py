@@ -8,6 +8,7 @@ model), over a channel for the Python API and as a real MCP client's sampling ca
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import anyio
@@ -451,3 +452,55 @@ def test_a_2026_run_whose_state_outgrows_a_round_trip_stops_clearly(monkeypatch:
     assert (result.is_error, result.content) == (True, [types.TextContent(
         text="Tool toolcrib__run_agent stopped: its conversation grew past what a 2026-07-28 round trip carries "
              "(2000 characters of request state); a 2025-11-25 session has no such limit.")])
+
+
+class Stopper:
+    """A policy plugin that ends the agent's turn on any call of misc__add with a = 13, and notes call ids."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str]] = []
+
+    @toolcrib.hookimpl
+    def toolcrib_pre_tool_use(self, agent: str, tool: str, arguments: Any, call_id: str) -> Any:
+        self.seen.append(("pre", tool, call_id))
+        if tool == "misc__add" and arguments.get("a") == 13:
+            return toolcrib.Deny("13 is unlucky; stop and ask the user", interrupt=True)
+        return None
+
+    @toolcrib.hookimpl
+    def toolcrib_post_tool_use(self, tool: str, call_id: str) -> None:
+        self.seen.append(("post", tool, call_id))
+
+
+def test_an_interrupting_deny_ends_a_sub_agents_run_and_is_marked_over_mcp(tmp_path: Any) -> None:
+    stopper = Stopper()
+    log = tmp_path / "audit.jsonl"
+    h = make_host(f'[host]\naudit_log = "{log}"\n' + CONFIG, {"files": FILES, "misc": MISC, "stopper": stopper})
+    model = ScriptedModel(
+        {"role": "assistant", "model": "scripted", "content": [use("misc__add", {"a": 1, "b": 1})]},
+        {"role": "assistant", "model": "scripted", "content": [use("misc__add", {"a": 13, "b": 1}, id="u2")]},
+        text("never asked"),
+    )
+
+    async def main() -> Any:
+        result = await h.view("lead").call("toolcrib__run_agent", {"agent": "calc", "task": "Add."}, channel=model)
+        async with Client(build_server(ServingState(h), "calc"), cache=None) as client:
+            marked = await client.call_tool("misc__add", {"a": 13, "b": 0})
+        return result, marked
+
+    result, marked = anyio.run(main)
+    assert (result.is_error, result.text) == (
+        True, "agent 'calc' was stopped by a policy check: 13 is unlucky; stop and ask the user")
+    assert len(model.requests) == 2  # the run ended: no third turn
+    assert marked.is_error and marked.content[0].text == "13 is unlucky; stop and ask the user"
+    assert marked.meta is not None and marked.meta["toolcrib/interrupt"] is True
+    h.close()
+    # one id per call, the same in its pre and post hooks and its audit record
+    pre_add, post_add = stopper.seen[1], stopper.seen[2]
+    assert pre_add[0] == "pre" and post_add == ("post", "misc__add", pre_add[2]) and pre_add[2].startswith("call_")
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    by_id = {line["call_id"]: line for line in lines}
+    assert by_id[pre_add[2]]["tool"] == "misc__add" and by_id[pre_add[2]]["decision"] == "allowed"
+    stopped = [line for line in lines if line["by"] == "hook stopper (interrupt)"]
+    assert [line["decision"] for line in stopped] == ["denied", "denied"]
+    assert len({line["call_id"] for line in lines}) == len(lines)

@@ -15,6 +15,7 @@ import functools
 import inspect
 import itertools
 import logging
+import secrets
 import time
 import types
 from collections.abc import Awaitable, Iterable, Mapping
@@ -137,6 +138,8 @@ class Pipeline:
         """The pipeline for a tool the caller has already resolved (and decided on) for ``view``'s agent."""
         if self._observed and not started:
             started = time.perf_counter()
+        # one id for the call, in its hooks' answers and its audit record (the agent SDKs' toolUseID)
+        call_id = f"call_{secrets.token_hex(8)}" if self._observed or self._pre or self._post else ""
         if arguments is None:
             arguments = {}
         curation = vt.entry.curation
@@ -145,36 +148,37 @@ class Pipeline:
             if refused is not None:
                 return self._finish(view, vt, arguments, _Outcome("invalid", "input validation"),
                                     ToolResult.error(f"Invalid arguments for {vt.name}:\n- {refused}"), started,
-                                    channel)
+                                    channel, call_id)
         problem = payload_problem(arguments, self.max_argument_bytes)
         if problem is not None:
             return self._finish(view, vt, arguments, _Outcome("invalid", "payload limits"),
-                                ToolResult.error(f"Invalid arguments for {vt.name}: {problem}"), started, channel)
+                                ToolResult.error(f"Invalid arguments for {vt.name}: {problem}"), started, channel,
+                                call_id)
         try:
             model = vt.tool.input_model.__pydantic_validator__.validate_python(arguments)
         except ToolDeclarationError:
             log.exception("tool %s cannot be called: its input model cannot be built", vt.name)
             return self._finish(view, vt, arguments, _Outcome("invalid", "broken tool"), ToolResult.error(
                 f"Tool {vt.name} cannot be called: its input schema could not be built (`toolcrib check` says "
-                "why)."), started, channel)
+                "why)."), started, channel, call_id)
         except ValidationError as exc:
             return self._finish(view, vt, arguments, _Outcome("invalid", "input validation"),
                                 ToolResult.error(format_validation_error(vt.name, exc, vt.tool.input_model)), started,
-                                channel)
+                                channel, call_id)
 
         outcome = _ALLOWED
         pre = self._pre_hooks(view.agent, vt.name) if self._pre else self._pre
         if vt.call_rules is not None or pre:
-            denied, outcome, model, arguments = await self._policy(view, vt, model, approver, pre)
+            denied, outcome, model, arguments = await self._policy(view, vt, model, approver, pre, call_id)
             if denied is not None:
-                return self._finish(view, vt, arguments, outcome, denied, started, channel)
+                return self._finish(view, vt, arguments, outcome, denied, started, channel, call_id)
 
         limits = self._limits_of(view.agent, vt.name) if self._limits else None
         if limits:
             entered = self._book.enter(view.agent, limits)
             if isinstance(entered, Refusal):
                 return self._finish(view, vt, arguments, _Outcome("limited", f"limit {entered.limit!r}"),
-                                    ToolResult.error(entered.text), started, channel)
+                                    ToolResult.error(entered.text), started, channel, call_id)
             try:
                 result = await self._run(view, vt, model, channel, approver)
             finally:
@@ -184,9 +188,9 @@ class Pipeline:
         if self._post:
             post = self._hooks_for(view.agent, vt.name, self._post, self._post_for, "toolcrib_post_tool_use")
             if post:
-                result = await self._post_hooks(view, vt, model.model_dump(mode="json"), result, post)
+                result = await self._post_hooks(view, vt, model.model_dump(mode="json"), result, post, call_id)
         if self._observed:
-            self._finish(view, vt, arguments, outcome, result, started, channel)
+            self._finish(view, vt, arguments, outcome, result, started, channel, call_id)
         return result
 
     # -- steps ---------------------------------------------------------------------------------------------
@@ -216,7 +220,8 @@ class Pipeline:
         return found
 
     async def _policy(
-        self, view: AgentView, vt: ViewTool, model: Any, approver: Approver | None, pre: list[PluginHook]
+        self, view: AgentView, vt: ViewTool, model: Any, approver: Approver | None, pre: list[PluginHook],
+        call_id: str = "",
     ) -> tuple[ToolResult | None, _Outcome, Any, dict[str, Any]]:
         """Argument rules and approvals, then the pre-tool-use hooks; when a hook replaced the input, the rules hold
         again for what will really run. Returns (a refusal or None, the outcome, the model, its arguments)."""
@@ -232,7 +237,8 @@ class Pipeline:
         if not pre:
             return None, outcome, model, arguments
         frozen = types.MappingProxyType(arguments)
-        kwargs = {"agent": view.agent, "tool": vt.name, "arguments": frozen, "annotations": vt.tool.annotations}
+        kwargs = {"agent": view.agent, "tool": vt.name, "arguments": frozen, "annotations": vt.tool.annotations,
+                  "call_id": call_id}
         deny: Deny | None = None
         denier = ""
         updated: Mapping[str, Any] | None = None
@@ -264,7 +270,10 @@ class Pipeline:
                     deny = Deny(f"{vt.name} was denied: a policy check gave an invalid answer.")
                     denier = impl.plugin
         if deny is not None:
-            return ToolResult.error(deny.message), _Outcome("denied", f"hook {denier}"), model, arguments
+            refusal = ToolResult(content=({"type": "text", "text": deny.message},), is_error=True,
+                                 interrupt=deny.interrupt)
+            by = f"hook {denier}" + (" (interrupt)" if deny.interrupt else "")
+            return refusal, _Outcome("denied", by), model, arguments
         if updated is not None:
             suffix = f" (as replaced by {updater!r})"
             try:
@@ -479,9 +488,10 @@ class Pipeline:
         return ToolResult(content=tuple(blocks), structured_content=structured, is_error=result.is_error)
 
     async def _post_hooks(self, view: AgentView, vt: ViewTool, arguments: Mapping[str, Any],
-                          result: ToolResult, post: list[PluginHook]) -> ToolResult:
+                          result: ToolResult, post: list[PluginHook], call_id: str = "") -> ToolResult:
         kwargs: dict[str, Any] = {"agent": view.agent, "tool": vt.name,
-                                  "arguments": types.MappingProxyType(dict(arguments)), "result": result}
+                                  "arguments": types.MappingProxyType(dict(arguments)), "result": result,
+                                  "call_id": call_id}
         for impl in post:
             try:
                 answer = impl(**kwargs)
@@ -505,10 +515,10 @@ class Pipeline:
         return result
 
     def _finish(self, view: AgentView, vt: ViewTool, arguments: Any, outcome: _Outcome, result: ToolResult,
-                started: float, channel: ClientChannel | None = None) -> ToolResult:
+                started: float, channel: ClientChannel | None = None, call_id: str = "") -> ToolResult:
         if self._observed:
             self._write_audit(view.agent, vt.name, arguments, outcome.decision, outcome.by, started, result.is_error,
-                              channel=channel)
+                              channel=channel, call_id=call_id)
         return result
 
     # -- resources, prompts, completions -------------------------------------------------------------------------
@@ -652,7 +662,8 @@ class Pipeline:
                             "details.") from None
 
     def _write_audit(self, agent: str, tool: str, arguments: Any, decision: str, by: str, started: float,
-                     is_error: bool, kind: str = "tool", channel: ClientChannel | None = None) -> None:
+                     is_error: bool, kind: str = "tool", channel: ClientChannel | None = None,
+                     call_id: str = "") -> None:
         """Report a decision: to the metrics (when kept), and as an audit record to every ``toolcrib_audit``."""
         elapsed = time.perf_counter() - started
         if self._metrics is not None:
@@ -661,7 +672,7 @@ class Pipeline:
             return
         given = arguments if self.audit_arguments and arguments is not None else None
         identity = getattr(channel, "identity", None) if channel is not None else None
-        item = (time.time(), agent, kind, tool, decision, by, elapsed, is_error, given, identity)
+        item = (time.time(), agent, kind, tool, decision, by, elapsed, is_error, given, identity, call_id or None)
         if self._log is not None:
             self._log.add(item)
         if not self._audit:

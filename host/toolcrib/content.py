@@ -97,6 +97,7 @@ class EmbeddedResource:
 
 
 CONTENT_CLASSES = (Text, Image, Audio, ResourceLink, EmbeddedResource)
+INTERRUPT_META = "toolcrib/interrupt"  # in a result's _meta: a policy ended the agent's turn
 
 
 @dataclass(slots=True)
@@ -109,6 +110,7 @@ class ToolResult:
     content: tuple[dict[str, Any], ...] = ()
     structured_content: Any = None
     is_error: bool = False
+    interrupt: bool = False  # a policy ended the agent's turn with this result (``Deny(..., interrupt=True)``)
 
     @classmethod
     def error(cls, message: str) -> ToolResult:
@@ -124,6 +126,8 @@ class ToolResult:
         wire: dict[str, Any] = {"content": list(self.content), "isError": self.is_error}
         if self.structured_content is not None:
             wire["structuredContent"] = self.structured_content
+        if self.interrupt:
+            wire["_meta"] = {INTERRUPT_META: True}
         return wire
 
 

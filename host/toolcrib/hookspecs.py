@@ -86,7 +86,7 @@ def toolcrib_settings_model() -> type[BaseModel] | None:
 
 @hookspec
 def toolcrib_pre_tool_use(
-    agent: str, tool: str, arguments: Mapping[str, Any], annotations: Mapping[str, Any]
+    agent: str, tool: str, arguments: Mapping[str, Any], annotations: Mapping[str, Any], call_id: str
 ) -> Allow | Ask | Deny | None:
     """Decide on a call before its handler runs.
 
@@ -96,18 +96,21 @@ def toolcrib_pre_tool_use(
     tool's input model), ``toolcrib.Ask("why")`` to hold it for approval as an ``ask`` rule would (unless an
     ask rule already had it approved), ``toolcrib.Allow()`` or None to have no objection. Every implementation
     is called; a deny wins over any allow or ask, and an implementation that raises denies the call (fail
-    closed). An implementation may be ``async def``.
+    closed). ``toolcrib.Deny("message", interrupt=True)`` also ends the agent's turn (a sub-agent's whole run;
+    over MCP an error result marked ``_meta["toolcrib/interrupt"]``). An implementation may be ``async def``.
 
     :param agent: the calling agent's name.
     :param tool: the tool's full name (``fs__write_file``).
     :param arguments: the validated arguments, as a read-only mapping of JSON values.
     :param annotations: the tool's MCP annotations (``readOnlyHint``, ...), as trusted by the host.
+    :param call_id: the call's id (the agent SDKs' ``toolUseID``): the same in the post-tool-use hooks and the
+        audit record of this call; empty when nothing observes calls.
     """
 
 
 @hookspec
 def toolcrib_post_tool_use(
-    agent: str, tool: str, arguments: Mapping[str, Any], result: ToolResult
+    agent: str, tool: str, arguments: Mapping[str, Any], result: ToolResult, call_id: str
 ) -> ToolResult | None:
     """See (and optionally replace) a call's result before it goes back to the model.
 
@@ -121,6 +124,7 @@ def toolcrib_post_tool_use(
     :param tool: the tool's full name.
     :param arguments: the arguments the handler ran with.
     :param result: the normalized result.
+    :param call_id: the call's id, as its pre-tool-use hooks and audit record have it.
     """
 
 

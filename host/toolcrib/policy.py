@@ -18,9 +18,12 @@ class Allow:
 
 @dataclass(frozen=True, slots=True)
 class Deny:
-    """Refuse the call. ``message`` is what the model sees, so say what to do instead."""
+    """Refuse the call. ``message`` is what the model sees, so say what to do instead. With ``interrupt`` the agent's
+    turn ends too, as the agent SDKs' ``canUseTool`` deny with ``interrupt: true``: a sub-agent's run stops there,
+    and an MCP client gets the error result marked ``_meta["toolcrib/interrupt"] = true``."""
 
     message: str
+    interrupt: bool = False  # also end the agent's turn: a sub-agent's whole run; over MCP, a marked error
 
     def __post_init__(self) -> None:
         if not isinstance(self.message, str) or not self.message.strip():

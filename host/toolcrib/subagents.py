@@ -50,7 +50,12 @@ async def run(ctx: Context, name: str, task: str) -> str:
             uses = [block for block in content if block.get("type") == "tool_use"]
             if not uses:
                 return "\n".join(b["text"] for b in content if b.get("type") == "text") or "(no answer)"
-            messages.append({"role": "user", "content": [await _use(ctx, delegate, use, offered) for use in uses]})
+            results = [await _use(ctx, delegate, use, offered) for use in uses]
+            stopped = [block for block in results if block.pop("interrupt", False)]
+            if stopped:  # a policy ended the agent's turn (Deny(..., interrupt=True)): the run ends here
+                reason = "\n".join(b["text"] for b in stopped[0]["content"] if b.get("type") == "text")
+                raise ToolError(f"agent {name!r} was stopped by a policy check: {reason}")
+            messages.append({"role": "user", "content": results})
     raise ToolError(f"agent {name!r} did not finish within {delegate.max_turns} turns (its max_turns)")
 
 
@@ -76,6 +81,8 @@ async def _use(ctx: Context, delegate: Delegate, use: Mapping[str, Any], offered
                                  "content": list(result.content), "isError": result.is_error}
         if result.structured_content is not None:
             block["structuredContent"] = result.structured_content
+        if result.interrupt:
+            block["interrupt"] = True
         return block
 
     return dict(await ctx.remember("tool", run_tool))  # done in an earlier round of this call: never twice

@@ -27,8 +27,9 @@ log = logging.getLogger(__name__)
 
 BATCH_SECONDS = 0.005  # how long the writer lets decisions gather before it writes them
 
-Decision = tuple[float, str, str, str, str, str, float, bool, Any, Any]
-"""(time, agent, kind, name, decision, by, seconds, is_error, arguments or None, identity or None)."""
+Decision = tuple[float, str, str, str, str, str, float, bool, Any, Any, str | None]
+"""(time, agent, kind, name, decision, by, seconds, is_error, arguments or None, identity or None, call id or
+None)."""
 
 
 class AuditLog:
@@ -94,7 +95,7 @@ class AuditLog:
 
 def record(decision: Decision) -> dict[str, Any]:
     """A decision as the audit record ``toolcrib_audit`` plugins get."""
-    at, agent, kind, name, verdict, by, seconds, is_error, arguments, identity = decision
+    at, agent, kind, name, verdict, by, seconds, is_error, arguments, identity, call_id = decision
     out: dict[str, Any] = {
         "time": _time(at),
         "agent": agent,
@@ -105,6 +106,8 @@ def record(decision: Decision) -> dict[str, Any]:
         "duration_ms": round(seconds * 1000, 3),
         "is_error": is_error,
     }
+    if call_id is not None:
+        out["call_id"] = call_id
     if identity is not None:
         out["identity"] = identity
     if arguments is not None:
@@ -134,10 +137,12 @@ _text = encode_basestring  # a str as a JSON string (what _dumps writes for one,
 def line(decision: Decision) -> str:
     """The JSON line of a decision: ``record``'s, written field by field (the writer's time goes here); the
     duration is written with three decimals ("12.000" where ``record`` has 12.0)."""
-    at, agent, kind, name, verdict, by, seconds, is_error, arguments, identity = decision
+    at, agent, kind, name, verdict, by, seconds, is_error, arguments, identity, call_id = decision
     text = (f'{{"time": "{_time(at)}", "agent": {_text(agent)}, "kind": "{kind}", "{kind}": {_text(name)}, '
             f'"decision": "{verdict}", "by": {_text(by)}, "duration_ms": {seconds * 1000:.3f}, '
             f'"is_error": {"true" if is_error else "false"}')
+    if call_id is not None:
+        text += f', "call_id": "{call_id}"'
     if identity is not None:
         text += f', "identity": {_dumps(identity)}'
     if arguments is not None:
@@ -150,7 +155,7 @@ def _line_or_note(decision: Decision) -> str:
     try:
         return line(decision)
     except BaseException as exc:  # a pack's argument object must not cost the other lines, whatever it raises
-        return line((*decision[:8], {"(not written)": f"{type(exc).__name__}: {exc}"}, decision[9]))
+        return line((*decision[:8], {"(not written)": f"{type(exc).__name__}: {exc}"}, decision[9], decision[10]))
 
 
 __all__ = ["AuditLog", "line", "record"]

@@ -14,8 +14,9 @@ its exit status and stdout:
 
 - exit 0 and nothing on stdout (or a JSON object deciding nothing): no objection;
 - exit 0 and ``{"decision": "deny", "message": "..."}``, or ``{"hookSpecificOutput": {"permissionDecision":
-  "deny", "permissionDecisionReason": "..."}}``, or ``{"decision": "block", "reason": "..."}``, or
-  ``{"continue": false, "stopReason": "..."}``: the call is refused, and the model sees the message;
+  "deny", "permissionDecisionReason": "..."}}``, or ``{"decision": "block", "reason": "..."}``: the call is
+  refused, and the model sees the message; ``{"continue": false, "stopReason": "..."}``, or toolcrib's deny with
+  ``"interrupt": true``, also ends the agent's turn (``Deny(..., interrupt=True)``);
 - exit 0 and ``{"decision": "allow", "updated_input": {...}}`` or ``{"hookSpecificOutput": {"permissionDecision":
   "allow", "updatedInput": {...}}}``: the call runs with these arguments (validated again), and later hooks see
   them;
@@ -41,7 +42,6 @@ import logging
 import os
 import shutil
 import signal
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -174,9 +174,9 @@ def _text(value: Any) -> str | None:
 def pre_answer(answer: dict[str, Any]) -> Allow | Ask | Deny | str | None:
     """What a pre hook's JSON answer decides, in either shape; a string says what is wrong with it."""
     specific = answer.get("hookSpecificOutput")
-    if answer.get("continue") is False:
+    if answer.get("continue") is False:  # Claude Code: stop the agent, not only this call
         return Deny(_text(answer.get("stopReason")) or _text(answer.get("reason")) or "The call was stopped by a "
-                    "policy check.")
+                    "policy check.", interrupt=True)
     if isinstance(specific, dict) and "permissionDecision" in specific:
         decision = specific["permissionDecision"]
         reason = _text(specific.get("permissionDecisionReason"))
@@ -195,7 +195,8 @@ def pre_answer(answer: dict[str, Any]) -> Allow | Ask | Deny | str | None:
     decision = answer.get("decision")
     if decision == "deny":
         message = _text(answer.get("message"))
-        return Deny(message) if message else "a deny needs a message for the model"
+        return Deny(message, interrupt=answer.get("interrupt") is True) if message else \
+            "a deny needs a message for the model"
     if decision == "block":
         return Deny(_text(answer.get("reason")) or "The call was refused by a policy check.")
     if decision == "allow":
@@ -221,7 +222,7 @@ class _Programs:
 
     def event(self, name: str, agent: str, tool: str, arguments: Mapping[str, Any], call_id: str) -> dict[str, Any]:
         """The fields both shapes of hook read. There is no conversation session in toolcrib: ``session_id`` is the
-        call's id, as ``tool_use_id`` is."""
+        call's id, as ``tool_use_id`` is (the same in the call's pre and post hooks and its audit record)."""
         return {"agent": agent, "tool": tool, "arguments": arguments, "hook_event_name": name, "tool_name": tool,
                 "tool_input": arguments, "tool_use_id": call_id, "session_id": call_id, "cwd": self.cwd,
                 "permission_mode": self.modes.get(agent, "default")}
@@ -241,11 +242,10 @@ class CommandHooks:
 
     @hookimpl
     async def toolcrib_pre_tool_use(self, agent: str, tool: str, arguments: Mapping[str, Any],
-                                    annotations: Mapping[str, Any]) -> Allow | Ask | Deny | None:
+                                    annotations: Mapping[str, Any], call_id: str) -> Allow | Ask | Deny | None:
         current = dict(arguments)
         updated = False
         ask: Ask | None = None
-        call_id = f"toolu_{uuid.uuid4().hex}"
         for hook in self.pre.hooks:
             if not hook.matches(agent, tool):
                 continue
@@ -273,11 +273,10 @@ class CommandHooks:
 
     @hookimpl
     async def toolcrib_post_tool_use(self, agent: str, tool: str, arguments: Mapping[str, Any],
-                                     result: ToolResult) -> ToolResult | None:
+                                     result: ToolResult, call_id: str) -> ToolResult | None:
         withheld = ToolResult.error(f"The result of {tool} was withheld: a policy check failed (the host's log "
                                     "says why).")
         changed = False
-        call_id = f"toolu_{uuid.uuid4().hex}"
         for hook in self.post.hooks:
             if not hook.matches(agent, tool):
                 continue

@@ -313,7 +313,9 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
             # the pipeline refuses content that is not MCP's).
             result = serialize_server_result(method, version, result)
         if modern:
-            result["_meta"] = {SERVER_INFO_META_KEY: server.server_info_stamp}
+            meta = result.get("_meta")  # a policy's interrupt mark stays beside the stamp
+            result["_meta"] = {**meta, SERVER_INFO_META_KEY: server.server_info_stamp} if meta else \
+                {SERVER_INFO_META_KEY: server.server_info_stamp}
         else:
             result.pop("resultType", None)
         return result
