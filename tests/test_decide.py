@@ -312,6 +312,11 @@ def test_a_redirect_the_rules_allow_goes_on() -> None:
     assert call(asked, "w__fetch", url="https://ok/a", approver=lambda *a: anyio.sleep(0)).text == (
         "w__fetch went on to url='https://ok/a/next', which needs approval (ask rule 'w__fetch(*/next)'); call "
         "w__fetch again with it to be asked.")
+    hops.clear()
+    approved = make_host(base + 'tools = { allow = ["*"] }\nask = ["w__fetch(*/next*)"]\n'
+                         'approve = ["w__fetch(https://ok/*)"]\n', {"w": Pack(fetch)})
+    assert call(approved, "w__fetch", url="https://ok/a").text == "fetched"  # pre-approved hops go on
+    assert hops == ["https://ok/a/next", "https://ok/a/next/last"]
 
 
 # -- patterns ------------------------------------------------------------------------------------------------------

@@ -144,3 +144,109 @@ def test_each_skill_the_agent_may_load_is_also_a_prompt(tmp_path: Path, folders:
     assert [p["name"] for p in host.view("b").mcp_prompts] == [
         "toolcrib__pdf", "toolcrib__refunds", "toolcrib__secret", "toolcrib__tax_forms"]
     assert host.view("c").mcp_prompts == []  # the skills rule alone does not serve prompts: no prompts rule
+
+
+# -- skill sub-agents (seed 002's call_skill_sub_agent) --------------------------------------------------------
+
+
+SUB = """
+[skills.review]
+path = "skills/review"
+[skills.pdf]
+path = "skills/pdf"
+
+[agents.a]
+[agents.a.permissions]
+plugins = {{ allow = ["files"] }}
+tools = {{ allow = ["files__read", "toolcrib__*"] }}
+skills = {rules}
+"""
+
+
+def test_a_sub_agent_skill_runs_as_its_caller_with_the_skills_instructions(tmp_path: Path) -> None:
+    from packs import FILES
+    from test_subagents import ScriptedModel, text, use
+
+    review = skill(tmp_path / "skills" / "review", "review", "Review a change for risky edits.",
+                   "Read each file named in the task; list risky lines.\n")
+    marked = (review / "SKILL.md").read_text().replace("---\nname", "---\nsub-agent: true\nname")
+    (review / "SKILL.md").write_text(marked)
+    skill(tmp_path / "skills" / "pdf", "pdf", "Fill in PDF forms.")
+    host = make_host(SUB.format(rules='{ allow = ["*"] }'), {"files": FILES}, base_dir=tmp_path)
+    tools = {t["name"]: t for t in host.view("a").mcp_tools}
+    assert sorted(tools) == ["files__read", "toolcrib__call_skill_sub_agent", "toolcrib__load_skill"]
+    assert tools["toolcrib__call_skill_sub_agent"]["description"].endswith(
+        "Skills that run as sub-agents:\n- review: Review a change for risky edits.")
+    model = ScriptedModel(
+        {"role": "assistant", "model": "scripted", "content": [
+            use("files__read", {"path": "a.py"}), use("files__write", {"path": "a.py", "text": "x"}, id="u2"),
+            use("toolcrib__call_skill_sub_agent", {"skill": "review", "task": "again"}, id="u3")]},
+        text("a.py: line 3 is risky."),
+    )
+
+    async def main() -> toolcrib.ToolResult:
+        return await host.view("a").call("toolcrib__call_skill_sub_agent", {"skill": "review", "task": "Review a.py"},
+                                         channel=model)
+
+    result = anyio.run(main)
+    assert (result.is_error, result.text) == (False, "a.py: line 3 is risky.")
+    first, second = model.requests
+    assert first["systemPrompt"].startswith("You are a temporary sub-agent of a, following the skill 'review' below")
+    assert first["systemPrompt"].endswith("# review\n\nRead each file named in the task; list risky lines.\n")
+    # the caller's own tools, without this one: never wider than the caller
+    assert [t["name"] for t in first["tools"]] == ["files__read", "toolcrib__load_skill"]
+    assert [block["content"][0]["text"] for block in second["messages"][2]["content"]] == [
+        "contents of a.py", "Unknown tool: files__write", "Unknown tool: toolcrib__call_skill_sub_agent"]
+
+
+@pytest.mark.parametrize(("rules", "name", "answer"), [
+    ('{ deny = ["review"] }', "review", "Unknown skill: review"),  # hidden
+    ('{ allow = ["*"] }', "pdf", "Unknown skill: pdf"),  # not a sub-agent skill
+    ('{ allow = ["*"] }', "ghost", "Unknown skill: ghost"),
+])
+def test_a_skill_that_cannot_run_as_a_sub_agent_answers_like_one_that_does_not_exist(
+        tmp_path: Path, rules: str, name: str, answer: str) -> None:
+    from packs import FILES
+
+    skill(tmp_path / "skills" / "review", "review", "Review.").joinpath("SKILL.md").write_text(
+        "---\nname: review\nsub-agent: true\ndescription: Review.\n---\nBody\n")
+    skill(tmp_path / "skills" / "pdf", "pdf", "Fill in PDF forms.")
+    host = make_host(SUB.format(rules=rules), {"files": FILES}, base_dir=tmp_path)
+    if rules.startswith("{ deny"):  # no sub-agent skill permitted: the tool is not there at all
+        assert "toolcrib__call_skill_sub_agent" not in host.view("a").names
+        return
+    result = anyio.run(lambda: host.call("a", "toolcrib__call_skill_sub_agent", {"skill": name, "task": "t"}))
+    assert (result.is_error, result.text) == (True, answer)
+
+
+ALREADY = ("The skill 'pdf' is already loaded in this conversation (see above); call again with reload=true to load "
+           "it again.")
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_load_skill_is_idempotent_within_a_conversation(tmp_path: Path, folders: dict[str, Path], mode: str) -> None:
+    from mcp import Client
+
+    from toolcrib.mcp.adapter import build_server
+    from toolcrib.mcp.state import ServingState
+
+    host = host_for(tmp_path, folders, '{ allow = ["*"] }')
+    body = ("---\nname: pdf\ndescription: Fill in and read PDF forms.\n---\n# pdf\n\nDo the thing.\n\n\n"
+            "[Other files of this skill (load one with file=...): reference.md]")
+
+    async def main() -> list[str]:
+        async with Client(build_server(ServingState(host), "a"), mode=mode, cache=None) as client:
+            answers = []
+            for arguments in ({"name": "pdf"}, {"name": "pdf"}, {"name": "pdf", "reload": True},
+                              {"name": "pdf", "file": "reference.md"}):
+                result = await client.call_tool("toolcrib__load_skill", arguments)
+                answers.append(result.content[0].text)
+            return answers
+
+    answers = anyio.run(main)
+    if mode == "legacy":  # a 2025-11-25 session lasts: it is one conversation
+        assert answers == [body, ALREADY, body, "Use pdftk.\n"]
+    else:  # 2026-07-28 requests stand alone: nothing says two calls are one conversation, so each one loads
+        assert answers == [body, body, body, "Use pdftk.\n"]
+    # the Python API has no conversation either
+    assert call(host, name="pdf").text == call(host, name="pdf").text == body

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -116,7 +116,7 @@ class Context:
         if self._rules is None:
             return
         verdict, rule, _ = self._rules.check(arguments)
-        if verdict == "ok":
+        if verdict in ("ok", "approve"):
             return
         shown = ", ".join(f"{name}={value!r}" for name, value in arguments.items())
         if verdict == "deny":
@@ -190,6 +190,24 @@ class Context:
         from toolcrib.scope import subagent
 
         return subagent(self, name)
+
+    @property
+    def conversation(self) -> set[Any] | None:
+        """What this call's conversation has been given so far, for tools that give a thing once (``load_skill``):
+        a set to add keys to, the same for every call of one MCP session that lasts (stdio, stateful HTTP on
+        2025-11-25) or one sub-agent run; None where the host cannot tell a conversation (2026-07-28 and stateless
+        requests, the Python API)."""
+        from toolcrib.scope import CONVERSATION
+
+        return CONVERSATION.get()
+
+    def itself(self, exclude: Iterable[str] = ()) -> Delegate | None:
+        """This call's agent as a temporary sub-agent of the call: the same view and permissions (never wider),
+        without the tools named in ``exclude``. Skill sub-agents (``toolcrib__call_skill_sub_agent``) run on it;
+        None outside an agent's call."""
+        from toolcrib.scope import itself
+
+        return itself(self, frozenset(exclude))
 
     def server(self, name: str) -> Server | None:
         """A lazy upstream server this call's agent may load, or None (not permitted, not lazy, or no such server:

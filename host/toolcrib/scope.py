@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 # The agents of the running delegation chain, outermost first; set while a sub-agent's turns run.
 CHAIN: ContextVar[tuple[str, ...]] = ContextVar("toolcrib_agent_chain", default=())
+# What the running conversation has been given (a skill loaded, ...), where the host can tell a conversation: an MCP
+# session that lasts (stdio, stateful HTTP on 2025-11-25), a sub-agent's run. None elsewhere.
+CONVERSATION: ContextVar[set[Any] | None] = ContextVar("toolcrib_conversation", default=None)
 
 
 class LazyServers(Protocol):
@@ -66,12 +69,14 @@ class Delegate:
     """Another agent the calling agent may hand a task to now (``Context.subagent``): its config, the tools its model
     is offered, and calls as that agent, through its own view and pipeline."""
 
-    def __init__(self, ctx: Context, view: AgentView, config: AgentConfig, chain: tuple[str, ...]) -> None:
+    def __init__(self, ctx: Context, view: AgentView, config: AgentConfig, chain: tuple[str, ...],
+                 exclude: frozenset[str] = frozenset()) -> None:
         self._ctx = ctx
         self._view = view
         self.name = view.agent
         self.config = config
         self.chain = chain  # the chain while it runs: ..., the caller, this agent
+        self.exclude = exclude  # tools of the view it is not offered (and cannot call)
 
     @property
     def description(self) -> str | None:
@@ -87,6 +92,8 @@ class Delegate:
         run, and is gone when there are none)."""
         tools = []
         for vt, wire in zip(self._view.tools, self._view.mcp_tools, strict=True):
+            if vt.name in self.exclude:
+                continue
             describe = vt.tool.describe
             if describe is not None:
                 ctx = self._view.availability_context(vt.entry, self.chain)
@@ -98,17 +105,22 @@ class Delegate:
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
-        """While the block runs, calls anywhere below are in this agent's run (no agent of the chain is offered)."""
+        """While the block runs, calls anywhere below are in this agent's run (no agent of the chain is offered),
+        a conversation of its own."""
         token = CHAIN.set(self.chain)
+        talk = CONVERSATION.set(set())
         try:
             yield
         finally:
+            CONVERSATION.reset(talk)
             CHAIN.reset(token)
 
     async def call(self, name: str, arguments: Mapping[str, Any] | None) -> ToolResult:
         """Call one of its tools as it; an unknown or hidden one answers as unknown. An approval its call needs is
         put to the caller's approver, except one that would need a new round trip of the caller's whole call
         (2026-07-28): that call is refused, saying why."""
+        if name in self.exclude:
+            return ToolResult.error(str(UnknownToolError(name)))
         try:
             return await self._view.call(name, arguments if arguments is not None else {},
                                          approver=_nested(self._ctx._approver), channel=self._ctx._channel)
@@ -122,6 +134,15 @@ def subagent(ctx: Context, name: str) -> Delegate | None:
     if services is None or name not in services.agent_configs or not permits(ctx, "subagents", name):
         return None
     return Delegate(ctx, services.view(name), services.agent_configs[name], (*chain_of(ctx), name))
+
+
+def itself(ctx: Context, exclude: frozenset[str]) -> Delegate | None:
+    """The calling agent as a delegate of its own call: a temporary sub-agent with exactly the caller's view (its
+    permissions, never wider), without the tools in ``exclude``."""
+    view = ctx._view
+    if view is None:
+        return None
+    return Delegate(ctx, view, view.rules.config, chain_of(ctx), exclude)
 
 
 def _nested(approver: Any) -> Any:

@@ -26,6 +26,7 @@ class Skill:
     description: str
     path: Path
     origin: str  # "config" or "pack '<namespace>'"
+    sub_agent: bool = False  # frontmatter "sub-agent: true": it can run as a temporary sub-agent of its caller
 
 
 def frontmatter(text: str) -> dict[str, str]:
@@ -57,7 +58,8 @@ def _read(folder: Path, origin: str, default_name: str, problems: list[Problem])
         return None
     description = meta.get("description") or next(
         (line.strip("# ").strip() for line in text.splitlines() if line.strip() and line.strip() != "---"), name)
-    return Skill(name=name, description=description, path=folder, origin=origin)
+    sub_agent = meta.get("sub-agent", "").lower() in ("true", "yes")
+    return Skill(name=name, description=description, path=folder, origin=origin, sub_agent=sub_agent)
 
 
 def discover(loaded: LoadedConfig, pm: PluginManager, records: list[PluginRecord]) -> tuple[dict[str, Skill],

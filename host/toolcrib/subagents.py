@@ -6,6 +6,10 @@ offering the sub-agent's own tools and its system prompt; every tool call the mo
 sub-agent's own view and pipeline (``Context.subagent``), so it runs with exactly the sub-agent's permissions, never the
 caller's. Who may run whom is the one decision's (``permissions.decide``): an agent is never offered itself, and
 while a sub-agent runs no agent of the chain that led to it is offered again.
+
+A skill whose SKILL.md says ``sub-agent: true`` can run the same way as a *temporary* sub-agent of its caller
+(``toolcrib__call_skill_sub_agent``): the caller itself, briefly, with the skill's instructions as its prompt and
+the caller's own view, so never more than the caller may do.
 """
 
 from __future__ import annotations
@@ -17,7 +21,12 @@ from toolcrib.config import AgentConfig
 from toolcrib.context import AvailabilityContext, Context
 from toolcrib.errors import ToolError
 from toolcrib.scope import Delegate
+from toolcrib.skills import Skill, read
 
+SKILL_TOOL = "toolcrib__call_skill_sub_agent"
+SKILL_DESCRIPTION = ("Hand a task to a skill's sub-agent: a temporary agent that follows the skill's instructions "
+                     "with your tools and answers with its result. Describe the task fully: it sees nothing of this "
+                     "conversation.")
 MAX_TOKENS = 4096  # per model turn
 RUN_TIMEOUT = 900.0  # seconds for a whole run: several model turns, each of which may take a while
 DESCRIPTION = ("Hand a task to another agent, which works on it with its own tools and answers with its result. "
@@ -38,13 +47,32 @@ async def run(ctx: Context, name: str, task: str) -> str:
     delegate = ctx.subagent(name)
     if delegate is None:
         raise ToolError(f"Unknown agent: {name}")  # hidden, itself, back along the chain, nonexistent: alike
+    return await converse(ctx, delegate, task, system_prompt(delegate), f"agent {name!r}")
+
+
+async def run_skill(ctx: Context, skill: Skill, task: str) -> str:
+    """Run ``skill`` as a temporary sub-agent of the calling agent (seed 002's ``call_skill_sub_agent``): the skill's
+    instructions as its system prompt, the caller's own tools and permissions (the one exception to sub-agents not
+    inheriting: it is the caller, briefly, never wider), without this tool itself; its answer."""
+    delegate = ctx.itself(exclude=(SKILL_TOOL,))
+    if delegate is None:
+        raise ToolError("a skill sub-agent runs only inside an agent's call")
+    instructions = read(skill, None)
+    system = (f"You are a temporary sub-agent of {ctx.agent}, following the skill {skill.name!r} below to do the "
+              f"task you are given. Use your tools as needed, then answer with the result.\n\n{instructions}")
+    return await converse(ctx, delegate, task, system, f"skill sub-agent {skill.name!r}")
+
+
+async def converse(ctx: Context, delegate: Delegate, task: str, system: str, who: str) -> str:
+    """The tool loop of a run on the client's model: the task, then turns until the model answers without a tool
+    call (or ``max_turns`` runs out, or a policy interrupts)."""
     tools = delegate.tools()
     offered = {t["name"] for t in tools}
     messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": task}]}]
+    name = who
     with delegate.running():
         for _ in range(delegate.max_turns):
-            reply = await ctx.sample(messages, system_prompt=system_prompt(delegate), tools=tools,
-                                     max_tokens=MAX_TOKENS)
+            reply = await ctx.sample(messages, system_prompt=system, tools=tools, max_tokens=MAX_TOKENS)
             content = _blocks(reply.get("content"))
             messages.append({"role": "assistant", "content": content})
             uses = [block for block in content if block.get("type") == "tool_use"]
@@ -54,9 +82,9 @@ async def run(ctx: Context, name: str, task: str) -> str:
             stopped = [block for block in results if block.pop("interrupt", False)]
             if stopped:  # a policy ended the agent's turn (Deny(..., interrupt=True)): the run ends here
                 reason = "\n".join(b["text"] for b in stopped[0]["content"] if b.get("type") == "text")
-                raise ToolError(f"agent {name!r} was stopped by a policy check: {reason}")
+                raise ToolError(f"{name} was stopped by a policy check: {reason}")
             messages.append({"role": "user", "content": results})
-    raise ToolError(f"agent {name!r} did not finish within {delegate.max_turns} turns (its max_turns)")
+    raise ToolError(f"{name} did not finish within {delegate.max_turns} turns (its max_turns)")
 
 
 def system_prompt(delegate: Delegate) -> str:

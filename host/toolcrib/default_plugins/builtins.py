@@ -57,6 +57,8 @@ class Builtins:
         offered: list[Any] = []
         if self.skills:
             offered.append(self._load_skill())
+        if any(skill.sub_agent for skill in self.skills.values()):
+            offered.append(self._call_skill_sub_agent())
         if any(config.permissions and config.permissions.subagents for config in self.agents.values()):
             offered.append(self._run_agent())
         if self.servers:
@@ -103,13 +105,52 @@ class Builtins:
             ctx: Context,
             file: Annotated[str | None, Field(max_length=4096, description="Another file of the skill, by its "
                                                                            "path inside the skill folder")] = None,
+            reload: Annotated[bool, Field(description="Load it again although this conversation has it "
+                                                      "already")] = False,
         ) -> str:
             skill = known.get(name)
             if skill is None or not ctx.permits("skills", name):
                 raise ToolError(f"Unknown skill: {name}")  # hidden and nonexistent alike
-            return skills.read(skill, file)
+            given = ctx.conversation
+            key = ("skill", name, file)
+            if given is not None and key in given and not reload:  # idempotent, as seed 002's load_skill
+                what = f"{file!r} of the skill {name!r}" if file else f"The skill {name!r}"
+                return (f"{what[0].upper()}{what[1:]} is already loaded in this conversation (see above); call "
+                        "again with reload=true to load it again.")
+            text = skills.read(skill, file)
+            if given is not None:
+                given.add(key)
+            return text
 
         return load_skill
+
+    def _call_skill_sub_agent(self) -> Any:
+        runnable = {name: skill for name, skill in self.skills.items() if skill.sub_agent}
+
+        def available(ctx: AvailabilityContext) -> bool | str:
+            if any(ctx.permits("skills", name) for name in runnable):
+                return True
+            return f"none of its sub-agent skills is permitted by agents.{ctx.agent}.permissions.skills"
+
+        def describe(ctx: AvailabilityContext) -> str:
+            lines = [subagents.SKILL_DESCRIPTION, "", "Skills that run as sub-agents:"]
+            lines += [f"- {s.name}: {s.description}" for name, s in sorted(runnable.items())
+                      if ctx.permits("skills", name)]
+            return "\n".join(lines)
+
+        @tool(name="call_skill_sub_agent", description=subagents.SKILL_DESCRIPTION, annotations={"openWorldHint": True},
+              is_available=available, describe=describe, rule_subject="skill", timeout=subagents.RUN_TIMEOUT)
+        async def call_skill_sub_agent(
+            skill: Annotated[str, Field(max_length=64, description="The skill's name, from the list")],
+            task: Annotated[str, Field(min_length=1, max_length=100_000, description="What the sub-agent is to do")],
+            ctx: Context,
+        ) -> str:
+            found = runnable.get(skill)
+            if found is None or not ctx.permits("skills", skill):
+                raise ToolError(f"Unknown skill: {skill}")  # hidden, not a sub-agent skill, nonexistent: alike
+            return await subagents.run_skill(ctx, found, task)
+
+        return call_skill_sub_agent
 
     # -- sub-agents ----------------------------------------------------------------------------------------------
 

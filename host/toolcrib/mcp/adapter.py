@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
+import weakref
 from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
@@ -42,6 +43,7 @@ from toolcrib.mcp.roundtrip import (
 )
 from toolcrib.mcp.state import SUBSCRIPTIONS, ServingState
 from toolcrib.observe import log_request, requests_log
+from toolcrib.scope import CONVERSATION
 from toolcrib.view import AgentView
 
 log = logging.getLogger("toolcrib.serve")
@@ -157,6 +159,21 @@ class _Channel:
                                                      related_request_id=self._ctx.request_id)
 
 
+_CONVERSATIONS: weakref.WeakKeyDictionary[Any, set[Any]] = weakref.WeakKeyDictionary()
+
+
+def _conversation(session: Any) -> set[Any] | None:
+    """What an MCP connection that lasts has been given (gone with the connection; the SDK makes a session object
+    per request, around the one connection)."""
+    connection = getattr(session, "_connection", None)
+    if connection is None:
+        return None
+    try:
+        return _CONVERSATIONS.setdefault(connection, set())
+    except TypeError:  # an object that takes no weak reference: no memory rather than a leak
+        return None
+
+
 def identity_of_request(ctx: ServerRequestContext[Any, Any]) -> Identity | None:
     """Who the HTTP request acts for (``toolcrib.mcp.http`` put it in the ASGI scope); None over stdio."""
     request = ctx.request
@@ -211,6 +228,7 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
                 events.append({asked: answer.model_dump(by_alias=True, mode="json", exclude_none=True)})
             journal = Journal(events)
         approved = earlier is not None and earlier.get("approved") is True
+        talk = CONVERSATION.set(None if modern else _conversation(ctx.session))
         try:
             result = await view.call(name, arguments,
                                      approver=_approver(ctx, name, responses, earlier is not None, approved),
@@ -242,6 +260,8 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
                 question = types.ElicitRequest(
                     params=types.ElicitRequestFormParams.model_validate(need.request, by_name=False))
             return types.InputRequiredResult(input_requests={ASKED[kind]: question}, request_state=sealed)
+        finally:
+            CONVERSATION.reset(talk)
         wire = result.to_wire()
         wire["resultType"] = "complete"
         return wire
