@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import inspect
+import os
 import sys
 import textwrap
 from collections.abc import Callable, Iterator, Mapping
@@ -15,6 +17,22 @@ from toolcrib.config import LoadedConfig, parse_config
 from toolcrib.host import Host
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under mutation testing (benchmarks/mutation.sh), tests that start toolcrib in a subprocess are skipped: the
+    child imports the mutated modules, whose trampolines need mutmut's own process."""
+    if "MUTANT_UNDER_TEST" not in os.environ:
+        return
+    skip = pytest.mark.skip(reason="starts toolcrib in a subprocess, which mutmut's trampolines cannot run in")
+    for item in items:
+        function = getattr(item, "function", None)
+        try:
+            source = inspect.getsource(function) if function is not None else ""
+        except (OSError, TypeError):
+            continue
+        if "toolcrib.cli" in source:
+            item.add_marker(skip)
 
 
 def config_from(text: str, base_dir: Path | None = None, source: str = "toolcrib.toml") -> LoadedConfig:
