@@ -54,6 +54,9 @@ class HostConfig(_Strict):
     """``[host]``: where file tools work, auditing, and the limits every call runs under."""
 
     workspace: str = Field(".", description="root for file tools, relative to the config file")
+    tool_dirs: list[str] = Field(default_factory=list, description="folders whose Python files declare tools "
+                                 "(@toolcrib.tool); each folder is a pack named after it; relative to the config "
+                                 "file")
     audit_log: str | None = Field(None, description="JSON-lines file, one line per call decision; no audit when absent")
     audit_arguments: bool = Field(False, description="also write each call's arguments to the audit log")
     call_timeout: PositiveFloat = Field(60.0, description="seconds a call may run, unless its tool declares its own")
@@ -331,6 +334,8 @@ class LoadedConfig:
                     found.setdefault(candidate, f"a program of {where}")
         for name, skill in self.config.skills.items():
             found.setdefault(self.resolve(skill.path), f"the folder of skill {name!r}")
+        for folder in self.config.host.tool_dirs:
+            found.setdefault(self.resolve(folder), f"the tool folder {Path(folder).name!r}")
         return found
 
     @property
@@ -409,6 +414,19 @@ def check_config(config: Config, source: str) -> list[Problem]:
             elif namespace == RESERVED_NAMESPACE:
                 error((table, namespace), f"the namespace {RESERVED_NAMESPACE!r} is reserved for the host's own tools "
                       f"({RESERVED_NAMESPACE}__load_skill, {RESERVED_NAMESPACE}__run_agent, ...); choose another name")
+    named: dict[str, int] = {}
+    for i, folder in enumerate(config.host.tool_dirs):
+        name = Path(folder).name
+        if not folder.strip() or not name:
+            error(("host", "tool_dirs", i), "expected a folder, relative to the config file")
+        elif name in named:
+            error(("host", "tool_dirs", i), f"two tool folders are named {name!r} (tool_dirs[{named[name]}]); the "
+                  "folder's name is its pack's namespace, so each needs its own")
+        elif (problem := namespace_problem(name)) is not None:
+            error(("host", "tool_dirs", i), f"the folder's name is its pack's namespace, and {name!r} is not one: "
+                  f"{problem}")
+        else:
+            named[name] = i
     for namespace in sorted(set(config.packs) & set(config.mcps)):
         error(("mcps", namespace), f"namespace {namespace!r} is also a pack's ([packs.{namespace}]); two sources "
               "can never share a namespace")

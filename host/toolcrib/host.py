@@ -96,6 +96,11 @@ class Host:
         # meanwhile, would only scan them again and again (a quarter of the time with 1,000 packs).
         with _collector_paused():
             self.pm = get_plugin_manager(env)
+            folders = loaded.config.host.tool_dirs
+            if folders:  # [host] tool_dirs: each folder a pack (a pack given by name wins the namespace)
+                from toolcrib.folders import folder_packs
+
+                plugins = {**folder_packs([loaded.resolve(f) for f in folders]), **(plugins or {})}
             self.records: list[PluginRecord] = load_plugins(
                 self.pm,
                 disabled=loaded.disabled_packs(),

@@ -24,6 +24,7 @@ import pluggy
 
 from toolcrib import hookspecs
 from toolcrib.errors import contained
+from toolcrib.folders import FolderError, FolderPack
 from toolcrib.names import RESERVED_NAMESPACE, namespace_problem
 
 ENTRY_POINT_GROUP = "toolcrib"
@@ -157,6 +158,12 @@ def load_plugins(
             obj = _guarded(record, lambda t=target: _import_target(t))
             if obj is None:
                 continue
+        elif isinstance(target, FolderPack):  # [host] tool_dirs: its files are imported here, guarded
+            record.entry_point = str(target.path)
+            record.distribution = "(tool folder)"
+            obj = _guarded(record, target.load)
+            if obj is None:
+                continue
         else:
             obj = target
             record.entry_point = getattr(obj, "__name__", None) or type(obj).__name__
@@ -256,7 +263,9 @@ def _guarded(record: PluginRecord, load: Any) -> Any:
     except BaseException as exc:
         if not contained(exc):
             raise
-        if isinstance(exc, SystemExit):
+        if isinstance(exc, FolderError):
+            error = str(exc)
+        elif isinstance(exc, SystemExit):
             error = f"the pack called sys.exit({exc.code!r}) while being imported"
         else:
             error = f"{type(exc).__name__}: {exc}"
