@@ -25,6 +25,20 @@ class Images(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:
         pass
 
+    def do_GET(self) -> None:  # images to view by URL
+        found = {"/cat.png": (PNG, "image/png"), "/page.html": (b"<html></html>", "text/html")}.get(self.path)
+        if self.path == "/moved":
+            self.send_response(302)
+            self.send_header("Location", "/cat.png")
+            self.end_headers()
+            return
+        data, kind = found or (b"no", "text/plain")
+        self.send_response(200 if found else 404)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         SEEN.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
@@ -113,9 +127,6 @@ def test_view_image(tmp_path: Path) -> None:
     (tmp_path / "ws" / "notes.txt").write_text("not an image")
     assert call(host, "view_image", path_or_url="pic.png").to_wire()["content"] == [
         {"type": "image", "data": base64.b64encode(PNG).decode(), "mimeType": "image/png"}]
-    assert call(host, "view_image", path_or_url="https://example.com/a/cat.jpg").to_wire()["content"] == [
-        {"type": "resource_link", "uri": "https://example.com/a/cat.jpg", "name": "cat.jpg",
-         "description": "an image to look at"}]
     assert call(host, "view_image", path_or_url="notes.txt").text == (
         "notes.txt: not an image this tool shows (PNG, JPEG, GIF or WEBP)")
     assert call(host, "view_image", path_or_url="../secret.png").is_error
@@ -143,3 +154,19 @@ def test_generate_image_calls_the_configured_endpoint(tmp_path: Path, endpoint: 
         'the image service answered HTTP 400: {"error": {"message": "content policy"}}')
     assert call(host, "generate_image", prompt="x", model="m9").text == (
         "model 'm9' is not one of the configured image models: m1, m2")
+
+
+def test_view_image_fetches_a_url_through_the_same_defences_as_the_web_pack(tmp_path: Path, endpoint: str) -> None:
+    server = endpoint.removeprefix("http://").removesuffix("/v1")
+    image = [{"type": "image", "data": base64.b64encode(PNG).decode(), "mimeType": "image/png"}]
+    refused = host_for(tmp_path)
+    assert call(refused, "view_image", path_or_url=f"http://{server}/cat.png").text == (
+        "127.0.0.1 resolves to a loopback address; fetches from private networks are refused (an operator can "
+        "allow them in [packs.media])")
+    host = host_for(tmp_path, f'allowed_private_hosts = ["{server}"]\nmax_image_bytes = 1000')
+    assert call(host, "view_image", path_or_url=f"http://{server}/moved").to_wire()["content"] == image
+    assert call(host, "view_image", path_or_url=f"http://{server}/page.html").text == (
+        f"http://{server}/page.html: not an image this tool shows (PNG, JPEG, GIF or WEBP); it is text/html")
+    small = host_for(tmp_path, f'allowed_private_hosts = ["{server}"]\nmax_image_bytes = 10')
+    assert call(small, "view_image", path_or_url=f"http://{server}/cat.png").text == (
+        f"http://{server}/cat.png is {len(PNG)} bytes, more than the limit of 10")

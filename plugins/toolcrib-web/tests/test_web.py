@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import anyio
 import pytest
@@ -17,6 +19,10 @@ import toolcrib
 from toolcrib.config import parse_config
 
 BODY = b"hello from the test server\n"
+PAGE = """<!doctype html><html><head><title>Orders \u2014 help</title><style>p { color: red }</style>
+<script>track()</script></head><body><nav><a href="/">Home</a> | <a href="/x">Menu</a></nav>
+<main><h1>Looking up an order</h1><p>Call <code>lookup_order</code> with the order's <b>id</b>.</p>
+<ul><li>O-1001: shipped</li><li>O-1002: pending</li></ul></main><footer>(c) shop</footer></body></html>"""
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -24,7 +30,23 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
-        if self.path == "/file.txt":
+        if self.path == "/page.html":
+            self._send(200, PAGE.encode(), "text/html; charset=utf-8")
+        elif self.path == "/to-page":
+            self.send_response(302)
+            self.send_header("Location", "/page.html")
+            self.end_headers()
+        elif self.path == "/data.json":
+            self._send(200, b'{"answer": 42}', "application/json")
+        elif self.path == "/pixel.png":
+            self._send(200, b"\x89PNG\r\n\x1a\n" + b"\0" * 20, "image/png")
+        elif self.path.startswith("/search?"):
+            query = parse_qs(urlsplit(self.path).query)
+            assert query["format"] == ["json"]
+            results = [{"title": f"{query['q'][0]} #{n}", "url": f"https://example.com/{n}", "content": f"snippet {n}"}
+                       for n in range(12)] + [{"title": "no url"}]
+            self._send(200, json.dumps({"query": query["q"][0], "results": results}).encode(), "application/json")
+        elif self.path == "/file.txt":
             self._send(200, BODY)
         elif self.path == "/big":
             self._send(200, b"x" * 5000)
@@ -55,8 +77,10 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, b"no")
 
-    def _send(self, status: int, body: bytes) -> None:
+    def _send(self, status: int, body: bytes, content_type: str | None = None) -> None:
         self.send_response(status)
+        if content_type is not None:
+            self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -183,3 +207,54 @@ def test_destination_is_confined(allowed: toolcrib.Host, server: str, tmp_path: 
 def test_allow_private_networks(tmp_path: Path, server: str) -> None:
     host = host_for(tmp_path, "allow_private_networks = true")
     assert not call(host, url=f"http://{server}/file.txt", path="f").is_error
+
+
+# -- web__fetch and web__search --------------------------------------------------------------------------------
+
+
+def fetch(host: toolcrib.Host, **args: Any) -> toolcrib.ToolResult:
+    return anyio.run(lambda: host.call("a", "web__fetch", args))
+
+
+def test_fetch_reads_a_page_as_markdown(tmp_path: Path, server: str) -> None:
+    host = host_for(tmp_path, f'allowed_private_hosts = ["{server}"]')
+    result = fetch(host, url=f"http://{server}/to-page")
+    assert (result.is_error, result.text) == (False, (
+        f"http://{server}/page.html\n\n# Orders \u2014 help\n\n# Looking up an order\n\n"
+        "Call `lookup_order` with the order's **id**.\n\n* O-1001: shipped\n* O-1002: pending"))
+    assert fetch(host, url=f"http://{server}/data.json").text == f'http://{server}/data.json\n\n{{"answer": 42}}'
+    assert fetch(host, url=f"http://{server}/pixel.png").text == (
+        f"http://{server}/pixel.png is image/png, not a page to read; web__download_file saves it as a file")
+    cut = fetch(host, url=f"http://{server}/big", max_chars=100).text
+    assert cut == f"http://{server}/big\n\n{'x' * 100}\n\n[cut at 100 of 5000 characters]"
+
+
+def test_fetch_has_the_same_defences_as_downloads(tmp_path: Path, server: str) -> None:
+    assert fetch(host_for(tmp_path, ""), url=f"http://{server}/page.html").text == (
+        "127.0.0.1 resolves to a loopback address; fetches from private networks are refused (an operator can "
+        "allow them in [packs.web])")
+    assert fetch(host_for(tmp_path, ""), url="file:///etc/passwd").text == (
+        "only http and https URLs can be fetched, not 'file'")
+    denied = host_for(tmp_path, f'allowed_private_hosts = ["{server}"]', '{ deny = ["web__fetch(*/page.html)"] }')
+    assert fetch(denied, url=f"http://{server}/to-page").text == (
+        f"Permission denied: web__fetch went on to url='http://{server}/page.html', which the agent's permissions "
+        "deny (rule 'web__fetch(*/page.html)').")
+    small = host_for(tmp_path, f'allowed_private_hosts = ["{server}"]\nmax_page_bytes = 100')
+    assert fetch(small, url=f"http://{server}/big").text == (
+        f"http://{server}/big is 5000 bytes, more than the limit of 100")
+
+
+def test_search_needs_a_backend_and_says_so(tmp_path: Path) -> None:
+    host = host_for(tmp_path, "")
+    assert "web__search" not in host.view("a").names
+    explained = host.explain("a", "web__search")
+    assert explained is not None and explained.reason == (
+        "not available: no search backend: set [packs.web] search_url to a SearXNG instance")
+
+
+def test_search_asks_the_backend_and_gives_results(tmp_path: Path, server: str) -> None:
+    host = host_for(tmp_path, f'search_url = "http://{server}"\nsearch_results = 3')
+    result = anyio.run(lambda: host.call("a", "web__search", {"query": "order status"}))
+    assert result.structured_content == {"query": "order status", "results": [
+        {"title": f"order status #{n}", "url": f"https://example.com/{n}", "snippet": f"snippet {n}"}
+        for n in range(3)]}

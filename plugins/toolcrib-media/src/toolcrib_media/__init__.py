@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 import toolcrib
 from toolcrib import AvailabilityContext, Context, ToolError
+from toolcrib.net import WebLimits, fetch
 from toolcrib.workspace import Root, display, parts_of
 
 __all__ = ["Settings", "toolcrib_settings_model", "toolcrib_tools"]
@@ -39,6 +40,9 @@ class Settings(BaseModel):
     default_image_model: str | None = Field(None, description="one of image_models")
     timeout: float = Field(120.0, gt=0)
     max_image_bytes: int = Field(10 * 1024 * 1024, gt=0)
+    fetch_timeout: float = Field(30.0, gt=0, description="seconds view_image may take to fetch an image URL")
+    allow_private_networks: bool = Field(False, description="view_image may also fetch from private addresses")
+    allowed_private_hosts: list[str] = Field(default_factory=list, description='"host:port" exceptions')
 
     @model_validator(mode="after")
     def _default_is_listed(self) -> Settings:
@@ -64,20 +68,28 @@ def has_vision(ctx: AvailabilityContext) -> bool | str:
     return True if "vision" in ctx.capabilities else f"model {ctx.model!r} has no vision capability"
 
 
-@toolcrib.tool(annotations={"readOnlyHint": True, "openWorldHint": False}, is_available=has_vision,
+@toolcrib.tool(annotations={"readOnlyHint": True, "openWorldHint": True}, is_available=has_vision,
                rule_subject="path_or_url")
 def view_image(
     path_or_url: Annotated[str, Field(max_length=8192, description="A workspace path, or an http(s) URL")],
     ctx: Context,
 ) -> Any:
-    """Look at an image: a file of the workspace (PNG, JPEG, GIF, WEBP) is returned as image content; an http(s)
-    URL is returned as a link for the client to show."""
-    scheme = urlsplit(path_or_url).scheme
-    if scheme in ("http", "https"):
-        name = os.path.basename(urlsplit(path_or_url).path) or "image"
-        return toolcrib.ResourceLink(uri=path_or_url, name=name, description="an image to look at")
+    """Look at an image (PNG, JPEG, GIF, WEBP): a file of the workspace, or an http(s) URL, which is fetched
+    (public addresses only, every redirect checked, size and time capped); either comes back as image content."""
+    settings = _settings(ctx)
+    limit = settings.max_image_bytes
+    if urlsplit(path_or_url).scheme in ("http", "https"):
+        limits = WebLimits(max_bytes=limit, timeout=settings.fetch_timeout,
+                           allow_private_networks=settings.allow_private_networks,
+                           allowed_private_hosts=tuple(settings.allowed_private_hosts), where="[packs.media]",
+                           headers=(("Accept", "image/*"),))
+        got = fetch(path_or_url, limits, lambda hop: ctx.check_rules(path_or_url=hop))
+        mime = _mime(got.body)
+        if mime is None:
+            declared = (got.content_type or "no declared type").split(";")[0]
+            raise ToolError(f"{got.url}: not an image this tool shows (PNG, JPEG, GIF or WEBP); it is {declared}")
+        return toolcrib.Image(got.body, mime)
     parts = parts_of(path_or_url, allow_root=False)
-    limit = _settings(ctx).max_image_bytes
     data, size = Root(ctx.workspace).read_bytes(parts, limit + 1)
     if size > limit:
         raise ToolError(f"{display(parts)}: the image is {size} bytes, more than the limit of {limit}")
