@@ -504,3 +504,77 @@ def test_an_interrupting_deny_ends_a_sub_agents_run_and_is_marked_over_mcp(tmp_p
     stopped = [line for line in lines if line["by"] == "hook stopper (interrupt)"]
     assert [line["decision"] for line in stopped] == ["denied", "denied"]
     assert len({line["call_id"] for line in lines}) == len(lines)
+
+
+# -- a sub-agent on its own model (runner = "llm"), offline with the llm-echo plugin ---------------------------
+# llm-echo is a real llm model plugin ("echo"): a prompt of JSON with "tool_calls" makes it call those tools, and
+# each answer echoes what it was given (the tool results included) as JSON.
+
+OWN = """
+[models.echo]
+[agents.lead]
+[agents.lead.permissions]
+plugins = { allow = ["misc"] }
+tools = { allow = ["toolcrib__run_agent"] }
+subagents = { allow = ["*"] }
+
+[agents.echoer]
+model = "echo"
+runner = "llm"
+description = "Runs on its own model."
+prompt = "You are echoer."
+EXTRA
+[agents.echoer.permissions]
+plugins = { allow = ["misc", "files"] }
+tools = { allow = ["misc__add"] }
+"""
+
+
+def own(extra: str = "", **plugins: Any) -> Any:
+    return make_host(OWN.replace("EXTRA", extra), {"files": FILES, "misc": MISC, **plugins})
+
+
+def task(*calls: tuple[str, dict[str, Any]]) -> str:
+    return json.dumps({"prompt": "work", "tool_calls": [{"name": n, "arguments": a} for n, a in calls]})
+
+
+def run_own(h: Any, text: str) -> tuple[bool, str]:
+    result = anyio.run(lambda: h.view("lead").call("toolcrib__run_agent", {"agent": "echoer", "task": text}))
+    return result.is_error, result.text
+
+
+def test_a_sub_agent_runs_on_its_own_model_through_its_own_view() -> None:
+    error, text = run_own(own(), task(("misc__add", {"a": 2, "b": 3}), ("files__read", {"path": "x"})))
+    assert not error
+    answer = json.loads(text)  # the model's last turn: what it was given
+    assert answer["system"] == "You are echoer."
+    assert [(r["name"], r["output"]) for r in answer["tool_results"]] == [
+        ("misc__add", "5"), ("files__read", 'Error: tool "files__read" does not exist')]
+
+
+def test_its_budgets_end_a_run_clearly() -> None:
+    assert run_own(own("max_turns = 1"), task(("misc__add", {"a": 1, "b": 1}))) == (
+        True, "agent 'echoer' did not finish within 1 turns (its max_turns)")
+    error, text = run_own(own("max_run_tokens = 5"), task(("misc__add", {"a": 1, "b": 1})))
+    assert error and text.startswith("agent 'echoer' used ") and text.endswith(
+        " tokens, more than its budget of 5 (max_run_tokens)")
+
+
+def test_an_interrupting_policy_ends_a_run_on_its_own_model() -> None:
+    assert run_own(own(stopper=Stopper()), task(("misc__add", {"a": 13, "b": 1}))) == (
+        True, "agent 'echoer' was stopped by a policy check: 13 is unlucky; stop and ask the user")
+
+
+def test_a_model_no_plugin_offers_is_a_clear_error() -> None:
+    host = make_host(OWN.replace("EXTRA", "").replace('model = "echo"', 'model = "nowhere-9"').replace(
+        "[models.echo]", '[models."nowhere-9"]'), {"files": FILES, "misc": MISC})
+    assert run_own(host, "hi") == (True, "agent 'echoer': no installed llm plugin offers the model 'nowhere-9' "
+                                         "(`llm models` lists them)")
+    from test_config import problems
+
+    assert problems('[agents.a]\nrunner = "llm"\nmax_run_tokens = 10\n[agents.b]\nmax_run_tokens = 10\n') == [
+        'error: conf.toml: agents.a.runner: runner = "llm" runs the agent on its own model: set model to an llm '
+        "model id (`llm models` lists them)",
+        'error: conf.toml: agents.b.max_run_tokens: a token budget applies to runs on the agent\'s own model '
+        '(runner = "llm"); on the client\'s model, the client counts',
+    ]

@@ -14,8 +14,11 @@ the caller's own view, so never more than the caller may do.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Awaitable, Mapping
 from typing import Any
+
+import anyio
 
 from toolcrib.config import AgentConfig
 from toolcrib.context import AvailabilityContext, Context
@@ -28,7 +31,7 @@ SKILL_DESCRIPTION = ("Hand a task to a skill's sub-agent: a temporary agent that
                      "with your tools and answers with its result. Describe the task fully: it sees nothing of this "
                      "conversation.")
 MAX_TOKENS = 4096  # per model turn
-RUN_TIMEOUT = 900.0  # seconds for a whole run: several model turns, each of which may take a while
+RUN_TIMEOUT = 3600.0  # the tool's own bound; each agent's run_timeout (at most this) ends its runs sooner
 DESCRIPTION = ("Hand a task to another agent, which works on it with its own tools and answers with its result. "
                "Describe the task fully: the agent sees nothing of this conversation.")
 
@@ -47,7 +50,75 @@ async def run(ctx: Context, name: str, task: str) -> str:
     delegate = ctx.subagent(name)
     if delegate is None:
         raise ToolError(f"Unknown agent: {name}")  # hidden, itself, back along the chain, nonexistent: alike
-    return await converse(ctx, delegate, task, system_prompt(delegate), f"agent {name!r}")
+    who = f"agent {name!r}"
+    if delegate.config.runner == "llm":
+        return await _bounded(delegate, who, run_on_llm(delegate, task, system_prompt(delegate), who))
+    return await _bounded(delegate, who, converse(ctx, delegate, task, system_prompt(delegate), who))
+
+
+async def _bounded(delegate: Delegate, who: str, run: Awaitable[str]) -> str:
+    """A run within the agent's ``run_timeout``."""
+    try:
+        with anyio.fail_after(delegate.config.run_timeout):
+            return await run
+    except TimeoutError:
+        raise ToolError(f"{who} did not finish within {delegate.config.run_timeout:g} seconds (its "
+                        "run_timeout)") from None
+
+
+async def run_on_llm(delegate: Delegate, task: str, system: str, who: str) -> str:
+    """Run on the agent's own ``model`` through the llm library (any model an llm plugin offers; keys as llm
+    reads them): llm's tool loop, each tool call through the agent's own view and pipeline, at most ``max_turns``
+    model turns and ``max_run_tokens`` tokens."""
+    try:
+        import llm
+    except ImportError:
+        raise ToolError(f"{who} runs on its own model through the llm library, which is not installed (pip "
+                        "install llm and the plugin of its model)") from None
+    model_id = delegate.config.model
+    try:
+        model = llm.get_async_model(model_id)
+    except llm.UnknownModelError:
+        raise ToolError(f"{who}: no installed llm plugin offers the model {model_id!r} (`llm models` lists "
+                        "them)") from None
+
+    class Stopped(llm.PauseChain):
+        """A policy ended the agent's turn (``Deny(..., interrupt=True)``): the run ends."""
+
+    def implementation(name: str) -> Any:
+        async def call(**arguments: Any) -> str:
+            result = await delegate.call(name, arguments)
+            if result.interrupt:
+                raise Stopped(result.text)
+            text = "\n".join(json.dumps(block) if block.get("type") != "text" else block["text"]
+                             for block in result.content)
+            return f"Error: {text}" if result.is_error else text
+
+        return call
+
+    tools: list[Any] = [llm.Tool(name=t["name"], description=t.get("description") or "", input_schema=t["inputSchema"],
+                      implementation=implementation(t["name"])) for t in delegate.tools()]
+    budget = delegate.config.max_run_tokens
+    used = 0
+    answer = ""
+    with delegate.running():
+        chain = model.conversation().chain(task, system=system, tools=tools or None, chain_limit=delegate.max_turns)
+        try:
+            async for response in chain.responses():
+                answer = await response.text()
+                usage = await response.usage()
+                used += (usage.input or 0) + (usage.output or 0)
+                if budget is not None and used > budget:
+                    raise ToolError(f"{who} used {used} tokens, more than its budget of {budget} (max_run_tokens)")
+        except Stopped as exc:
+            raise ToolError(f"{who} was stopped by a policy check: {exc}") from None
+        except ValueError as exc:
+            if "Chain limit" not in str(exc):
+                raise
+            raise ToolError(f"{who} did not finish within {delegate.max_turns} turns (its max_turns)") from None
+        except llm.NeedsKeyException as exc:
+            raise ToolError(f"{who}: model {model_id!r} needs a key: {exc}") from None
+    return answer or "(no answer)"
 
 
 async def run_skill(ctx: Context, skill: Skill, task: str) -> str:
@@ -60,7 +131,8 @@ async def run_skill(ctx: Context, skill: Skill, task: str) -> str:
     instructions = read(skill, None)
     system = (f"You are a temporary sub-agent of {ctx.agent}, following the skill {skill.name!r} below to do the "
               f"task you are given. Use your tools as needed, then answer with the result.\n\n{instructions}")
-    return await converse(ctx, delegate, task, system, f"skill sub-agent {skill.name!r}")
+    who = f"skill sub-agent {skill.name!r}"
+    return await _bounded(delegate, who, converse(ctx, delegate, task, system, who))
 
 
 async def converse(ctx: Context, delegate: Delegate, task: str, system: str, who: str) -> str:
