@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+import toolcrib
 from conftest import ROOT
 from toolcrib import config, hookspecs
 
@@ -132,7 +133,7 @@ def test_code_shown_in_the_docs_is_the_tested_code() -> None:
         for path, block in re.findall(r"<!-- file: (\S+) -->\n```\w*\n(.*?)```", doc.read_text(), flags=re.S):
             assert block == (ROOT / path).read_text(), f"{doc.name}: the block for {path} differs from the file"
             found += 1
-    assert found == 4
+    assert found == 5
 
 
 def test_python_in_the_docs_is_valid_and_the_json_schema_example_declares_what_it_says() -> None:
@@ -215,3 +216,42 @@ def test_console_sessions_in_the_docs_run_as_shown(doc: str, tmp_path: Path) -> 
                                   timeout=120)
         actual = (proc.stdout + proc.stderr).splitlines()
         assert _matches(expected, actual), f"{doc}: `{command}` printed:\n" + "\n".join(actual)
+
+
+def test_the_can_use_tool_example_answers_as_the_sdk_callback_would() -> None:
+    """docs/coming-from-agent-sdks.md: each canUseTool answer, through a real host and its pipeline."""
+    import anyio
+
+    from conftest import make_host
+    from packs import Pack
+
+    sys.path.insert(0, str(DOCS / "examples"))
+    try:
+        from can_use_tool import OrdersOnly
+    finally:
+        sys.path.remove(str(DOCS / "examples"))
+
+    @toolcrib.tool(annotations={"readOnlyHint": True})
+    def lookup_order(order_id: str) -> str:
+        """Look an order up."""
+        return f"{order_id}: shipped"
+
+    @toolcrib.tool
+    def refund(order_id: str) -> str:
+        """Refund an order."""
+        return "refunded"
+
+    host = make_host('[agents.a]\n[agents.a.permissions]\nplugins = { allow = ["*"] }\ntools = { allow = ["*"] }\n',
+                     {"shop": Pack(lookup_order), "payments": Pack(refund), "orders_only": OrdersOnly()})
+
+    def call(tool: str, order_id: str) -> toolcrib.ToolResult:
+        return anyio.run(lambda: host.call("a", tool, {"order_id": order_id}))
+
+    assert call("shop__lookup_order", "O-1001").text == "O-1001: shipped"
+    assert call("shop__lookup_order", " o-1001 ").text == "O-1001: shipped"
+    stopped = call("payments__refund", "O-1001")
+    assert (stopped.text, stopped.interrupt) == ("Payments are handled by people; stop and tell the user.", True)
+    assert call("shop__lookup_order", "O-9001").text == (
+        "Permission denied: shop__lookup_order needs approval (hook orders_only: orders from the 9000 range are "
+        "archived), and no approver could answer (the client does not support elicitation and no approval hook "
+        "decided).")
