@@ -25,7 +25,9 @@ from jwt.algorithms import RSAAlgorithm
 class Issuer:
     """``url`` is the issuer; ``clients`` maps client id -> (secret, extra claims of its tokens)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, oidc: bool = True, metadata_issuer: str | None = None) -> None:
+        self.oidc = oidc  # serve OpenID Connect discovery (else only RFC 8414's)
+        self.metadata_issuer = metadata_issuer  # what the metadata claims the issuer is (default: its own URL)
         self.keys: list[tuple[str, rsa.RSAPrivateKey]] = []
         self.clients: dict[str, tuple[str, dict[str, Any]]] = {}
         self.fetches = 0  # how often the JWKS was fetched
@@ -78,7 +80,7 @@ class Issuer:
     # -- HTTP ------------------------------------------------------------------------------------------------------
 
     def _metadata(self) -> dict[str, Any]:
-        return {"issuer": self.url, "jwks_uri": f"{self.url}/jwks", "token_endpoint": f"{self.url}/token",
+        return {"issuer": self.metadata_issuer or self.url, "jwks_uri": f"{self.url}/jwks", "token_endpoint": f"{self.url}/token",
                 "authorization_endpoint": f"{self.url}/authorize", "response_types_supported": ["code"],
                 "grant_types_supported": ["client_credentials"], "code_challenge_methods_supported": ["S256"],
                 "token_endpoint_auth_methods_supported": ["client_secret_basic"],
@@ -119,7 +121,8 @@ class Issuer:
                 self.wfile.write(data)
 
             def do_GET(self) -> None:
-                if self.path in ("/.well-known/openid-configuration", "/.well-known/oauth-authorization-server"):
+                if self.path == "/.well-known/oauth-authorization-server" or (
+                        self.path == "/.well-known/openid-configuration" and issuer.oidc):
                     self._answer(200, issuer._metadata())
                 elif self.path == "/jwks":
                     issuer.fetches += 1

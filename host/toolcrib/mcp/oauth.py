@@ -242,18 +242,14 @@ class Verifier:
 
     async def claims(self, token: str) -> dict[str, Any] | None:
         """The token's claims when it verifies; None (and why, logged) when it does not. A token verified before
-        with the same keys is not verified again, but its time limits are checked on every use."""
+        with the same keys is not verified again, but its expiry is checked on every use."""
         hit = self._verified.get(token)
         if hit is not None and hit[0] == self.keys.generation and self.keys.current():
             claims = hit[1]
             now = time.time()
-            if now > claims["exp"] + self.oauth.leeway:
+            if now > claims["exp"] + self.oauth.leeway:  # (its nbf had passed when it verified)
                 del self._verified[token]
                 log.info("access token refused: Signature has expired")
-                return None
-            nbf = claims.get("nbf")
-            if isinstance(nbf, int | float) and now < nbf - self.oauth.leeway:
-                log.info("access token refused: The token is not yet valid (nbf)")
                 return None
             return claims
         found = await self._verify(token)
