@@ -80,7 +80,8 @@ class Issuer:
     # -- HTTP ------------------------------------------------------------------------------------------------------
 
     def _metadata(self) -> dict[str, Any]:
-        return {"issuer": self.metadata_issuer or self.url, "jwks_uri": f"{self.url}/jwks", "token_endpoint": f"{self.url}/token",
+        return {"issuer": self.metadata_issuer or self.url, "jwks_uri": f"{self.url}/jwks",
+                "token_endpoint": f"{self.url}/token",
                 "authorization_endpoint": f"{self.url}/authorize", "response_types_supported": ["code"],
                 "grant_types_supported": ["client_credentials"], "code_challenge_methods_supported": ["S256"],
                 "token_endpoint_auth_methods_supported": ["client_secret_basic"],
