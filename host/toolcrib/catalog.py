@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from toolcrib.config import LoadedConfig, problems_from_validation
+from toolcrib.config import LoadedConfig, did_you_mean, problems_from_validation
 from toolcrib.declarations import Prompt, Resource, get_prompt, get_resource
 from toolcrib.errors import Problem, contained
 from toolcrib.names import RESERVED_NAMESPACE, full_name, tool_name_problem
@@ -170,8 +170,10 @@ def build_catalog(
         records.insert(records.index(pack) + 1, origin)
     for ns in config.packs:
         if catalog.record(ns) is None:
+            close = did_you_mean(ns, [r.name for r in records if r.kind == "pack"], 0.75)
+            hint = f" (did you mean {close!r}?)" if close else ""
             catalog.problems.append(
-                Problem("warning", f"{loaded.source}: packs.{ns}", f"no pack with namespace {ns!r} is installed")
+                Problem("warning", f"{loaded.source}: packs.{ns}", f"no pack with namespace {ns!r} is installed{hint}")
             )
     # A namespace a pack and an upstream server both claim is served by neither: the pack was failed above, and the
     # server's tools are dropped here, so that what is served is exactly what `toolcrib check` says.

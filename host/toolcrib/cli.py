@@ -98,6 +98,19 @@ def _session(agent: str | None = None, *names: str) -> Iterator[tuple[Any, Any]]
         yield host, portal
 
 
+def _pick_agent(given: str | None) -> str:
+    """The agent a command is about: the one given, or the config's only agent."""
+    if given is not None:
+        return given
+    from toolcrib.config import load_config
+
+    agents = sorted(load_config(click.get_current_context().ensure_object(State).config).config.agents)
+    if len(agents) == 1:
+        return agents[0]
+    raise click.UsageError(f"pass --agent NAME: the config has {len(agents)} agents ({', '.join(agents)}); "
+                           "`toolcrib agents` describes them")
+
+
 def _echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
@@ -138,18 +151,28 @@ def plugins(as_json: bool) -> None:
 @main.command()
 @_common
 @click.option("--strict", is_flag=True, help="Exit non-zero on warnings too.")
+@click.option("--json", "as_json", is_flag=True, help="Print the problems and counts as JSON.")
 @_guard
-def check(strict: bool) -> None:
-    """Validate the config and the packs; list every problem and exit non-zero on errors."""
+def check(strict: bool, as_json: bool) -> None:
+    """Validate the config and the packs; list every problem and exit non-zero on errors.
+
+    \b
+    Example: toolcrib check --strict
+    """
     with _session() as (host, _):
         problems = host.problems()
-    for problem in problems:
-        click.echo(str(problem), err=True)
     errors = sum(1 for p in problems if p.severity == "error")
     warnings = len(problems) - errors
     tools = len(host.catalog.entries)
-    click.echo(f"{host.loaded.source}: {len(host.agents)} agent(s), {tools} tool(s), {errors} error(s), "
-               f"{warnings} warning(s)")
+    if as_json:
+        _echo_json({"config": host.loaded.source, "agents": len(host.agents), "tools": tools, "errors": errors,
+                    "warnings": warnings, "problems": [{"severity": p.severity, "where": p.where,
+                                                        "message": p.message} for p in problems]})
+    else:
+        for problem in problems:
+            click.echo(str(problem), err=True)
+        click.echo(f"{host.loaded.source}: {len(host.agents)} agent(s), {tools} tool(s), {errors} error(s), "
+                   f"{warnings} warning(s)")
     if errors or (strict and warnings):
         sys.exit(1)
 
@@ -182,18 +205,23 @@ def init(force: bool, path: Path | None) -> None:
     if target.exists() and not force:
         raise click.ClickException(f"{target} exists; pass --force to overwrite it")
     text = package_data.files("toolcrib").joinpath("templates/toolcrib.toml").read_text(encoding="utf-8")
-    target.write_text(text, encoding="utf-8")
+    try:
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        hint = " (create the folder first)" if not target.parent.is_dir() else ""
+        raise click.ClickException(f"cannot write {target}: {exc.strerror}{hint}") from None
     click.echo(f"wrote {target}; check it with: toolcrib --config {target} check")
 
 
 @main.command()
 @_common
-@click.option("--agent", required=True, help="Agent name.")
+@click.option("--agent", help="Agent name (default: the config's only agent).")
 @click.option("--json", "as_json", is_flag=True, help="Print the list exactly as MCP tools/list gives it.")
 @click.option("--all", "show_all", is_flag=True, help="Also list hidden tools, each with why it is hidden.")
 @_guard
-def tools(agent: str, as_json: bool, show_all: bool) -> None:
+def tools(agent: str | None, as_json: bool, show_all: bool) -> None:
     """List the tools an agent sees, in the order MCP lists them."""
+    agent = _pick_agent(agent)
     with _session(None if show_all else agent) as (host, _):
         _tools(host, agent, as_json, show_all)
 
@@ -204,8 +232,13 @@ def _tools(host: Any, agent: str, as_json: bool, show_all: bool) -> None:
         if as_json:
             _echo_json(view.mcp_tools)
         else:
-            for vt in view.tools:
-                click.echo(f"{vt.name}  {_first_line(vt.description)}")
+            rows = [(signature(wire), _first_line(wire.get("description") or "")) for wire in view.mcp_tools]
+            width = min(max((len(left) for left, _ in rows), default=0), 48)
+            for left, description in rows:
+                if len(left) > width:  # a long signature: its description on the next line
+                    click.echo(f"{left}\n    {description}")
+                else:
+                    click.echo(f"{left:<{width}}  {description}")
             if not view.tools:
                 click.echo(f"agent {agent!r} sees no tools (toolcrib tools --agent {agent} --all says why)", err=True)
         return
@@ -219,10 +252,75 @@ def _tools(host: Any, agent: str, as_json: bool, show_all: bool) -> None:
             click.echo(f"hidden   {decision.tool}  ({decision.reason})")
 
 
+_PY = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "array": "list", "object": "dict",
+       "null": "None"}
+
+
+def signature(tool: Mapping[str, Any]) -> str:
+    """A tool as a plain signature, from its input schema: ``fs__read_file(path: str, start_line: int = 1)``."""
+    schema = tool.get("inputSchema") or {}
+    properties = schema.get("properties") or {}
+    required = set(schema.get("required") or [])
+    parts = []
+    for name, prop in properties.items():
+        text = f"{name}: {_type_of(prop)}"
+        if name not in required:
+            default = prop.get("default") if isinstance(prop, dict) else None
+            text += f" = {default!r}"
+        parts.append(text)
+    return f"{tool['name']}({', '.join(parts)})"
+
+
+def _type_of(schema: Any) -> str:
+    if not isinstance(schema, dict):
+        return "Any"
+    if "enum" in schema:
+        return " | ".join(json.dumps(v) for v in schema["enum"])
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        return " | ".join(_PY.get(k, str(k)) for k in kind)
+    if kind == "array" and isinstance(schema.get("items"), dict):
+        return f"list[{_type_of(schema['items'])}]"
+    if kind in _PY:
+        return _PY[kind]
+    options = schema.get("anyOf") or schema.get("oneOf")
+    if options:
+        return " | ".join(_type_of(o) for o in options)
+    return "Any"
+
+
 def _first_line(text: str, width: int = 100) -> str:
     """The description's first paragraph on one line, cut to ``width``."""
     paragraph = " ".join(text.strip().split("\n\n", 1)[0].split())
     return paragraph if len(paragraph) <= width else paragraph[: width - 3].rstrip() + "..."
+
+
+@main.command()
+@_common
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_guard
+def agents(as_json: bool) -> None:
+    """List the config's agents: mode, model, how many tools each sees, and what it does.
+
+    \b
+    Example: toolcrib agents
+    """
+    with _session() as (host, _):
+        rows = []
+        for name in host.agents:
+            config = host.loaded.config.agents[name]
+            rows.append({"name": name, "mode": config.mode, "model": config.model, "tools": len(host.view(name)),
+                         "description": config.description})
+    if as_json:
+        _echo_json(rows)
+        return
+    headers = ("NAME", "MODE", "MODEL", "TOOLS", "DESCRIPTION")
+    table = [headers, *((r["name"], r["mode"], r["model"] or "-", str(r["tools"]), _first_line(
+        r["description"] or "", 60)) for r in rows)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(headers) - 1)]
+    for row in table:
+        click.echo(("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  "
+                    + row[-1]).rstrip())
 
 
 @main.command()
@@ -247,14 +345,15 @@ def new(namespace: str | None, directory: Path | None, name: str) -> None:
 
 @main.command()
 @_common
-@click.option("--agent", required=True, help="Agent name.")
+@click.option("--agent", help="Agent name (default: the config's only agent).")
 @click.option("--format", "fmt", type=click.Choice(["mcp", "openai", "anthropic", "mcp-all"]), default="mcp",
               show_default=True, help="mcp: tools/list objects; openai: function tools; anthropic: tool definitions; "
               "mcp-all: tools, resources, resource templates and prompts, as MCP lists them.")
 @_guard
-def schema(agent: str, fmt: str) -> None:
+def schema(agent: str | None, fmt: str) -> None:
     """Export the tools an agent sees, as JSON for a framework that does not speak MCP (or, with mcp-all, all it is
     served)."""
+    agent = _pick_agent(agent)
     with _session(agent) as (host, _):
         view = host.view(agent)
         _echo_json(view.surface() if fmt == "mcp-all" else view.export(fmt))
@@ -262,18 +361,21 @@ def schema(agent: str, fmt: str) -> None:
 
 @main.command()
 @_common
-@click.option("--agent", required=True, help="Agent name.")
+@click.option("--agent", help="Agent name (default: the config's only agent).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.argument("tool")
 @_guard
-def explain(agent: str, as_json: bool, tool: str) -> None:
+def explain(agent: str | None, as_json: bool, tool: str) -> None:
     """Say why TOOL is or is not visible to an agent: each check and the rule or reason that decided it. TOOL may
     also be a prompt, or a resource (by name or URI)."""
+    agent = _pick_agent(agent)
     with _session(agent, tool) as (host, _):
-        _explain(host, agent, as_json, tool)
+        visible = _explain(host, agent, as_json, tool)
+    if not visible:
+        sys.exit(1)
 
 
-def _explain(host: Any, agent: str, as_json: bool, tool: str) -> None:
+def _explain(host: Any, agent: str, as_json: bool, tool: str) -> bool:
     decision = host.explain(agent, tool)
     if decision is None:
         close = host.similar(tool)
@@ -296,7 +398,7 @@ def _explain(host: Any, agent: str, as_json: bool, tool: str) -> None:
         if vt is not None and vt.call_rules is not None:
             out["call_rules"] = vt.call_rules.to_json()
         _echo_json(out)
-        return
+        return bool(decision.visible)
     verdict = "visible to" if decision.visible else "hidden from"
     click.echo(f"{tool} is {verdict} agent {agent!r} (mode {host.rules[agent].mode!r}).")
     if source_name is not None:
@@ -324,6 +426,7 @@ def _explain(host: Any, agent: str, as_json: bool, tool: str) -> None:
             click.echo(f"    OAuth tokens   {claims}{scopes}")
         if who.get("needs_scope"):
             click.echo(f"    an OAuth token sees {tool} only with the scope {' or '.join(who['needs_scope'])}")
+    return bool(decision.visible)
 
 
 def _who(host: Any, agent: str, name: str) -> dict[str, Any]:
@@ -391,6 +494,7 @@ def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: boo
                           allowed_origins=list(allowed_origins), stateless=stateless)
     if http:
         check_bind(options)
+        _check_port(bind, port)
     path = find_config(click.get_current_context().ensure_object(State).config)
     watch = None if no_reload or path is None else path
     debug = click.get_current_context().ensure_object(State).debug
@@ -425,6 +529,22 @@ def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: boo
         from toolcrib import sandbox
 
         sandbox.kill_tree(os.getpid(), group=False)  # nothing the server started outlives it
+
+
+def _check_port(bind: str, port: int) -> None:
+    """A clear message for a port that is taken, before anything starts (uvicorn would exit from inside)."""
+    import socket
+
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((bind, port))
+        except OSError as exc:
+            raise click.ClickException(f"cannot listen on {bind}:{port}: {exc.strerror} (another server is there; "
+                                       "pick another --port)") from None
 
 
 class _Stop(BaseException):
@@ -462,16 +582,29 @@ async def _stop_on_signal(scope: Any) -> None:
 
 @main.command()
 @_common
-@click.option("--agent", required=True, help="Agent name.")
+@click.option("--agent", help="Agent name (default: the config's only agent).")
 @click.option("--args", "args_json", default="{}", metavar="JSON", help="Arguments as a JSON object.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as MCP's CallToolResult JSON.")
+@click.option("--yes", "-y", "approve_all", is_flag=True, help="Approve every call that needs approval (for "
+              "scripts; on a terminal you are asked otherwise).")
 @click.argument("tool")
+@click.argument("pairs", nargs=-1, metavar="[KEY=VALUE]...")
 @_guard
-def call(agent: str, args_json: str, as_json: bool, tool: str) -> None:
-    """Call TOOL once through the full pipeline, as the agent would; exit 1 on an error result."""
+def call(agent: str | None, args_json: str, as_json: bool, approve_all: bool, tool: str,
+         pairs: tuple[str, ...]) -> None:
+    """Call TOOL once through the full pipeline, as the agent would; exit 1 on an error result.
+
+    Arguments as KEY=VALUE pairs (a value is read as JSON when the argument is not a string: n=3, flag=true,
+    tags='["a","b"]'), or all at once with --args JSON.
+
+    \b
+    Example: toolcrib call fs__read_file path=README.md start_line=3
+    """
+    agent = _pick_agent(agent)
     arguments = _json_object(args_json, "--args")
     with _session(agent) as (host, portal):
-        approver = _terminal_approver() if sys.stdin.isatty() else None
+        arguments.update(_pairs(host, agent, tool, pairs))
+        approver = _yes if approve_all else _terminal_approver() if sys.stdin.isatty() else None
         result = _run(portal, lambda: host.call(agent, tool, arguments, approver=approver))
     if as_json:
         _echo_json(result.to_wire())
@@ -494,6 +627,43 @@ def _run(portal: Any, fn: Callable[[], Awaitable[Any]]) -> Any:
     return anyio.run(fn)
 
 
+async def _yes(agent: str, tool: str, args: Mapping[str, Any], message: str) -> bool:
+    click.echo(f"approved (--yes): {message}", err=True)
+    return True
+
+
+def _pairs(host: Any, agent: str, tool: str, pairs: tuple[str, ...]) -> dict[str, Any]:
+    """KEY=VALUE arguments: as written for a string argument, read as JSON for any other (a value that is not JSON
+    stays a string, and validation says what was expected)."""
+    found: dict[str, Any] = {}
+    if not pairs:
+        return found
+    vt = host.view(agent).lookup(tool)
+    properties = (vt.tool.input_schema.get("properties") or {}) if vt is not None else {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="arguments")
+        if _is_string(properties.get(key)):
+            found[key] = value
+            continue
+        try:
+            found[key] = json.loads(value)
+        except ValueError:
+            found[key] = value
+    return found
+
+
+def _is_string(schema: Any) -> bool:
+    if not isinstance(schema, dict):
+        return False
+    if schema.get("type") == "string":
+        return True
+    options = schema.get("anyOf") or schema.get("oneOf") or []
+    kinds = {o.get("type") for o in options if isinstance(o, dict)}
+    return "string" in kinds and kinds <= {"string", "null"}
+
+
 def _json_object(text: str, option: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
@@ -509,12 +679,13 @@ def _json_object(text: str, option: str) -> dict[str, Any]:
 
 @main.command()
 @_common
-@click.option("--agent", required=True, help="Agent name.")
+@click.option("--agent", help="Agent name (default: the config's only agent).")
 @click.option("--json", "as_json", is_flag=True, help="Print both lists as MCP's resources/list and "
               "resources/templates/list give them.")
 @_guard
-def resources(agent: str, as_json: bool) -> None:
+def resources(agent: str | None, as_json: bool) -> None:
     """List the resources and resource templates an agent may read."""
+    agent = _pick_agent(agent)
     with _session(agent) as (host, _):
         view = host.view(agent)
         if as_json:
@@ -528,12 +699,13 @@ def resources(agent: str, as_json: bool) -> None:
 
 @main.command()
 @_common
-@click.option("--agent", required=True, help="Agent name.")
+@click.option("--agent", help="Agent name (default: the config's only agent).")
 @click.option("--json", "as_json", is_flag=True, help="Print MCP's resources/read result.")
 @click.argument("uri")
 @_guard
-def read(agent: str, as_json: bool, uri: str) -> None:
+def read(agent: str | None, as_json: bool, uri: str) -> None:
     """Read the resource at URI as the agent would; exit 1 when it fails, 2 when the agent may not read it."""
+    agent = _pick_agent(agent)
     with _session(agent) as (host, portal):
         try:
             contents = _run(portal, lambda: host.view(agent).read(uri))
@@ -555,11 +727,12 @@ def read(agent: str, as_json: bool, uri: str) -> None:
 
 @main.command()
 @_common
-@click.option("--agent", required=True, help="Agent name.")
+@click.option("--agent", help="Agent name (default: the config's only agent).")
 @click.option("--json", "as_json", is_flag=True, help="Print the list as MCP's prompts/list gives it.")
 @_guard
-def prompts(agent: str, as_json: bool) -> None:
+def prompts(agent: str | None, as_json: bool) -> None:
     """List the prompts an agent may get."""
+    agent = _pick_agent(agent)
     with _session(agent) as (host, _):
         view = host.view(agent)
         if as_json:
@@ -574,13 +747,14 @@ def prompts(agent: str, as_json: bool) -> None:
 
 @main.command()
 @_common
-@click.option("--agent", required=True, help="Agent name.")
+@click.option("--agent", help="Agent name (default: the config's only agent).")
 @click.option("--args", "args_json", default="{}", metavar="JSON", help="Arguments as a JSON object of strings.")
 @click.option("--json", "as_json", is_flag=True, help="Print MCP's prompts/get result.")
 @click.argument("name")
 @_guard
-def prompt(agent: str, args_json: str, as_json: bool, name: str) -> None:
+def prompt(agent: str | None, args_json: str, as_json: bool, name: str) -> None:
     """Get prompt NAME as the agent would: its messages; exit 1 when it fails, 2 when the agent may not get it."""
+    agent = _pick_agent(agent)
     arguments = _json_object(args_json, "--args")
     with _session(agent) as (host, portal):
         try:

@@ -6,12 +6,14 @@ Found as ``--config PATH``, else ``$TOOLCRIB_CONFIG``, else ``./toolcrib.toml``,
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
 import re
 import tomllib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -669,19 +671,35 @@ def problems_from_validation(
         value = err.get("input")
         if kind == "extra_forbidden":
             allowed = _allowed_keys(loc[:-1], root or Config)
-            message = f"unknown key {loc[-1]!r}" + (f"; expected one of: {', '.join(allowed)}" if allowed else "")
+            close = did_you_mean(str(loc[-1]), allowed)
+            message = f"unknown key {loc[-1]!r}" + (f" (did you mean {close!r}?)" if close else "") + (
+                f"; expected one of: {', '.join(allowed)}" if allowed else "")
         elif kind == "missing":
             message = "required key is missing"
         elif kind in _EXPECTED:
             message = f"expected {_EXPECTED[kind]}, got {_describe(value)}"
+            rule = len(loc) == 4 and loc[0] == "agents" and loc[2] == "permissions" and loc[3] != "ask"
+            if rule and kind in ("model_type", "dict_type") and isinstance(value, list):
+                shown = ", ".join(json.dumps(v) for v in value)
+                message += f"; a rule is a table: {loc[3]} = {{ allow = [{shown}] }} (or deny = [...])"
         elif kind == "literal_error":
-            message = f"expected one of {err['ctx']['expected']}, got {_describe(value)}"
+            choices = re.findall(r"'([^']*)'", str(err["ctx"]["expected"]))
+            close = did_you_mean(value, choices) if isinstance(value, str) else None
+            message = f"expected one of {err['ctx']['expected']}, got {_describe(value)}" + (
+                f"; did you mean {close!r}?" if close else "")
         elif kind == "value_error":
             message = str(err["msg"]).removeprefix("Value error, ")
         else:
             message = f"{err['msg']}, got {_describe(value)}"
         problems.append(Problem("error", f"{source}: {key_path(prefix + loc)}", message))
     return problems
+
+
+def did_you_mean(given: str, known: Iterable[str], cutoff: float = 0.6) -> str | None:
+    """The one of ``known`` that ``given`` nearly spells (a typo), if any; names that share a long prefix (tool
+    names with their namespace) want a higher ``cutoff``."""
+    close = difflib.get_close_matches(given, list(known), n=1, cutoff=cutoff)
+    return close[0] if close else None
 
 
 def _allowed_keys(loc: tuple[Any, ...], root: type[BaseModel]) -> list[str]:

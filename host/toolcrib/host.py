@@ -24,7 +24,7 @@ import anyio
 from toolcrib import default_plugins, lock, workspace
 from toolcrib.calls import Pipeline
 from toolcrib.catalog import Catalog, Entry, ItemEntry, build_catalog
-from toolcrib.config import AgentConfig, LoadedConfig, load_config
+from toolcrib.config import AgentConfig, LoadedConfig, did_you_mean, load_config
 from toolcrib.content import ToolResult
 from toolcrib.curation import curate
 from toolcrib.declarations import Resource
@@ -351,7 +351,9 @@ class Host:
                     continue  # a URI (or URIs) a template serves
                 if not any(pattern.matches(n) for n in names[dimension]):
                     what = "other agent" if dimension == "subagents" else f"installed {_NOUN[dimension]}"
-                    warn(f"{rule.where}.{rule.kind}[{i}]", f"{pattern.text!r} matches no {what}")
+                    close = did_you_mean(pattern.text, names[dimension], 0.85) if pattern.specifier is None else None
+                    hint = f" (did you mean {close!r}?)" if close else ""
+                    warn(f"{rule.where}.{rule.kind}[{i}]", f"{pattern.text!r} matches no {what}{hint}")
                 if pattern.specifier is None:
                     continue
                 for name in sorted(names["tools"]):

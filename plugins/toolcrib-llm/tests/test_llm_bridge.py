@@ -134,7 +134,7 @@ def test_a_name_two_llm_plugins_register_is_served_by_neither(env: dict[str, str
 def test_only_the_chosen_llm_plugins(env: dict[str, str], tmp_path: Path) -> None:
     (tmp_path / "toolcrib.toml").write_text(CONFIG + '\n[packs.llm]\nplugins = ["llm-tools-demo"]\n')
     listed = toolcrib(env, tmp_path, "tools", "--agent", "a")
-    names = [line.split()[0] for line in listed.stdout.splitlines()]
+    names = [line.split("(")[0] for line in listed.stdout.splitlines()]
     # llm's own tools (llm_version, llm_time) are left out, so the demo plugin's llm_time no longer collides
     assert names == ["llm__add_numbers", "llm__llm_time", "llm__raw_echo", "llm__yell"]
     # a name `llm plugins` does not print (the plugin's module) is a warning of check
@@ -155,7 +155,7 @@ def test_each_llm_plugin_is_a_plugin_operators_allow_or_deny(env: dict[str, str]
     def names(rule: str) -> list[str]:
         (tmp_path / "toolcrib.toml").write_text(CONFIG.replace('plugins = { allow = ["llm"] }', rule))
         listed = toolcrib(env, tmp_path, "tools", "--agent", "a")
-        return [line.split()[0] for line in listed.stdout.splitlines()]
+        return [line.split("(")[0] for line in listed.stdout.splitlines()]
 
     demo_tools = ["llm__add_numbers", "llm__raw_echo", "llm__yell"]
     assert names('plugins = { deny = ["llm-tools-demo"] }') == ["llm__llm_version"]  # even though llm is not denied

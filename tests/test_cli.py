@@ -1,0 +1,142 @@
+"""The CLI as a newcomer meets it (issue 18): the real commands, in-process through click."""
+
+from __future__ import annotations
+
+import json
+import socket
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import cli
+
+ONE = """
+[host]
+workspace = "."
+[agents.solo]
+description = "The only agent."
+[agents.solo.permissions]
+plugins = { allow = ["files", "misc"] }
+tools = { allow = ["*"] }
+ask = ["files__write"]
+"""
+
+TWO = ONE + """
+[agents.planner]
+mode = "plan"
+model = "m"
+[models.m]
+[agents.planner.permissions]
+plugins = { allow = ["files"] }
+tools = { allow = ["files__read"] }
+"""
+
+
+@pytest.fixture
+def one(cli_config: Any) -> str:
+    return str(cli_config(ONE, "files=packs:FILES,misc=packs:MISC"))
+
+
+@pytest.fixture
+def two(cli_config: Any) -> str:
+    return str(cli_config(TWO, "files=packs:FILES,misc=packs:MISC"))
+
+
+def test_the_only_agent_needs_no_agent_option(one: str) -> None:
+    code, out, _ = cli("tools", "--config", one)
+    assert code == 0
+    assert out.splitlines()[:2] == ["files__read(path: str)              Read a file.",
+                                    "files__rm(path: str)                Remove a file."]
+    assert "misc__slow(seconds: float)          Sleep, then answer." in out.splitlines()
+
+
+def test_several_agents_need_the_option_and_are_named(two: str) -> None:
+    code, _, err = cli("tools", "--config", two)
+    assert code == 2
+    assert "pass --agent NAME: the config has 2 agents (planner, solo); `toolcrib agents` describes them" in err
+
+
+def test_agents_lists_them(two: str) -> None:
+    code, out, _ = cli("agents", "--config", two)
+    assert (code, out.splitlines()) == (0, [
+        "NAME     MODE     MODEL  TOOLS  DESCRIPTION",
+        "planner  plan     m      1",
+        "solo     default  -      7      The only agent.",
+    ])
+    code, out, _ = cli("agents", "--config", two, "--json")
+    assert json.loads(out)[0] == {"name": "planner", "mode": "plan", "model": "m", "tools": 1, "description": None}
+
+
+def test_call_takes_key_value_pairs_typed_by_the_schema(one: str) -> None:
+    assert cli("call", "--config", one, "misc__add", "a=2", "b=40") == (0, "42\n", "")
+    assert cli("call", "--config", one, "files__read", "path=123") == (0, "contents of 123\n", "")  # a str stays one
+    code, out, _ = cli("call", "--config", one, "misc__add", "a=two", "b=1")
+    assert code == 1 and out.startswith("Invalid arguments for misc__add:\n- a: ")
+    code, _, err = cli("call", "--config", one, "misc__add", "a")
+    assert code == 2 and "'a' is not KEY=VALUE" in err
+    assert cli("call", "--config", one, "misc__add", "--args", '{"a": 1}', "b=2") == (0, "3\n", "")
+
+
+def test_call_yes_approves_asked_calls_for_scripts(one: str) -> None:
+    code, out, _ = cli("call", "--config", one, "files__write", "path=a", "text=hi")
+    assert code == 1 and "needs approval (ask rule 'files__write')" in out
+    code, out, err = cli("call", "--config", one, "--yes", "files__write", "path=a", "text=hi")
+    assert (code, out) == (0, "wrote 2 characters to a\n")
+    assert err == ("approved (--yes): Agent 'solo' wants to call files__write (ask rule 'files__write'). Allow this "
+                   "call?\n")
+
+
+def test_check_json(one: str, tmp_path: Path) -> None:
+    Path(one).write_text(ONE + '\n[packs.fils]\n')
+    code, out, _ = cli("check", "--config", one, "--json")
+    report = json.loads(out)
+    assert code == 0 and (report["agents"], report["errors"], report["warnings"]) == (1, 0, 1)
+    assert report["problems"] == [{"severity": "warning", "where": f"{one}: packs.fils",
+                                   "message": "no pack with namespace 'fils' is installed (did you mean 'files'?)"}]
+
+
+def test_config_mistakes_suggest_what_was_meant(cli_config: Any) -> None:
+    path = cli_config(textwrap.dedent("""
+        [agents.a]
+        mdoe = "plan"
+        [agents.b]
+        mode = "plna"
+        [agents.c.permissions]
+        plugins = ["files"]
+    """), "files=packs:FILES")
+    code, _, err = cli("check", "--config", path)
+    assert code == 2
+    assert [line.removeprefix(f"error: {path}: ") for line in err.splitlines()] == [
+        "agents.a.mdoe: unknown key 'mdoe' (did you mean 'mode'?); expected one of: model, "
+        "mode, description, prompt, max_turns, runner, max_run_tokens, run_timeout, token_env, identity, limits, "
+        "bare_names, allow_dangerously_skip_permissions, permissions",
+        "agents.b.mode: expected one of 'default', 'plan', 'acceptEdits', 'dontAsk' or "
+        "'bypassPermissions', got a string ('plna'); did you mean 'plan'?",
+        "agents.c.permissions.plugins: expected a table, got an array; a rule is a table: "
+        'plugins = { allow = ["files"] } (or deny = [...])',
+    ]
+    typo = cli_config('[agents.a.permissions]\nplugins = { allow = ["files"] }\ntools = { allow = ["files_read"] }\n',
+                      "files=packs:FILES")
+    _, _, err = cli("check", "--config", typo)
+    assert f"{typo}: agents.a.permissions.tools.allow[0]: 'files_read' matches no installed tool (did you " \
+           "mean 'files__read'?)" in err
+
+
+def test_init_into_a_missing_folder_says_so(tmp_path: Path) -> None:
+    code, _, err = cli("init", str(tmp_path / "nowhere" / "x.toml"))
+    assert code == 1
+    assert err == f"Error: cannot write {tmp_path}/nowhere/x.toml: No such file or directory (create the folder " \
+                  "first)\n"
+
+
+def test_serve_on_a_port_in_use_says_so(one: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, _, err = cli("serve", "--http", "--port", str(port), "--config", one)
+    assert code == 1
+    assert err == f"Error: cannot listen on 127.0.0.1:{port}: Address already in use (another server is there; " \
+                  "pick another --port)\n"
