@@ -10,7 +10,23 @@ from typing import Any
 
 import pytest
 
+import toolcrib
 from conftest import cli
+from packs import Pack
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 8
+
+
+@toolcrib.tool(annotations={"readOnlyHint": True})
+def picture() -> list[Any]:
+    """A result of every kind of content."""
+    return [toolcrib.Text("here it is"), toolcrib.Image(PNG, "image/png"),
+            toolcrib.EmbeddedResource(uri="notes://1", text="a note"),
+            toolcrib.EmbeddedResource(uri="blobs://1", blob=b"\x00\x01", mime_type="application/pdf"),
+            toolcrib.ResourceLink(uri="https://example.com/a.png", name="a.png", mime_type="image/png")]
+
+
+PICS = Pack(picture)
 
 ONE = """
 [host]
@@ -140,3 +156,59 @@ def test_serve_on_a_port_in_use_says_so(one: str) -> None:
     assert code == 1
     assert err == f"Error: cannot listen on 127.0.0.1:{port}: Address already in use (another server is there; " \
                   "pick another --port)\n"
+
+
+def test_call_shows_every_kind_of_content_and_saves_what_is_binary(cli_config: Any, tmp_path: Path) -> None:
+    config = cli_config('[agents.a.permissions]\nplugins = { allow = ["*"] }\ntools = { allow = ["*"] }\n',
+                        "pics=test_cli:PICS,talk=packs:TALK")
+    code, out, _ = cli("call", "--config", config, "pics__picture")
+    assert (code, out.splitlines()) == (0, [
+        "here it is",
+        "[image image/png, 16 bytes; --save DIR writes it to a file]",
+        "[resource notes://1]", "a note",
+        "[resource application/pdf, 2 bytes, blobs://1; --save DIR writes it to a file]",
+        "[resource link https://example.com/a.png (image/png)]",
+    ])
+    saved = tmp_path / "out"
+    code, out, _ = cli("call", "--config", config, "pics__picture", "--save", str(saved))
+    assert out.splitlines()[1] == f"[image image/png, 16 bytes, saved to {saved}/pics__picture-1.png]"
+    assert (saved / "pics__picture-1.png").read_bytes() == PNG
+    assert (saved / "pics__picture-3.pdf").read_bytes() == b"\x00\x01"
+    code, out, err = cli("call", "--config", config, "talk__chatty", "steps=2")
+    assert (code, out) == (0, "done\n")
+    assert err.splitlines() == ["progress 1/2: step 1", "progress 2/2: step 2",
+                                "info toolcrib.pack.talk: halfway there"]
+
+
+def test_check_warns_about_what_the_environment_lacks(cli_config: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = cli_config(textwrap.dedent("""
+        [host]
+        workspace = "not-there"
+        metrics_token_env = "TOK_METRICS_UNSET"
+        [packs.files]
+        api_key_env = "KEY_UNSET"
+        [agents.a]
+        token_env = ["TOK_SET", "TOK_UNSET"]
+        [agents.a.permissions]
+        plugins = { allow = ["files"] }
+        tools = { allow = ["*"] }
+    """), "files=packs:FILES")
+    monkeypatch.setenv("TOK_SET", "x" * 32)
+    for name in ("TOK_UNSET", "KEY_UNSET", "TOK_METRICS_UNSET"):
+        monkeypatch.delenv(name, raising=False)
+    _, out, _ = cli("check", "--config", config, "--json")
+    where = {p["where"].split(": ", 1)[1]: p["message"] for p in json.loads(out)["problems"]
+             if p["severity"] == "warning"}
+    folder = Path(config).parent / "not-there"
+    assert where["host.workspace"] == f"{folder} is not a folder: every call of a file tool will fail"
+    assert where["agents.a.token_env"] == "$TOK_UNSET is not set here"
+    assert where["host.metrics_token_env"] == "$TOK_METRICS_UNSET is not set here"
+    assert where["packs.files.api_key_env"] == "$KEY_UNSET is not set here"
+
+
+def test_a_failed_pack_is_reported_once(cli_config: Any) -> None:
+    config = cli_config('[agents.a]\n', "ghost=no_such_module_anywhere")
+    code, out, err = cli("check", "--config", config)
+    assert code == 1, (out, err)
+    assert [line for line in err.splitlines() if "ghost" in line] == [
+        "error: pack 'ghost': import failed: ModuleNotFoundError: No module named 'no_such_module_anywhere'"]

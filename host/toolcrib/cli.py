@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -98,6 +99,18 @@ def _session(agent: str | None = None, *names: str) -> Iterator[tuple[Any, Any]]
         yield host, portal
 
 
+@contextmanager
+def _quieted(name: str) -> Iterator[None]:
+    """The logger's warnings left out while the block runs (the command prints the same thing itself)."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def _pick_agent(given: str | None) -> str:
     """The agent a command is about: the one given, or the config's only agent."""
     if given is not None:
@@ -129,7 +142,7 @@ def main() -> None:
 @_guard
 def plugins(as_json: bool) -> None:
     """List every source of tools: packs, built-ins and upstream servers, with their state."""
-    with _session() as (host, _):
+    with _quieted("toolcrib.plugins"), _session() as (host, _):  # a failed pack is listed below, once
         records = [r.to_json() for r in host.records]
     if as_json:
         _echo_json(records)
@@ -159,7 +172,7 @@ def check(strict: bool, as_json: bool) -> None:
     \b
     Example: toolcrib check --strict
     """
-    with _session() as (host, _):
+    with _quieted("toolcrib.plugins"), _session() as (host, _):  # a failed pack is listed below, once
         problems = host.problems()
     errors = sum(1 for p in problems if p.severity == "error")
     warnings = len(problems) - errors
@@ -587,10 +600,12 @@ async def _stop_on_signal(scope: Any) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as MCP's CallToolResult JSON.")
 @click.option("--yes", "-y", "approve_all", is_flag=True, help="Approve every call that needs approval (for "
               "scripts; on a terminal you are asked otherwise).")
+@click.option("--save", "save_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="Save images, audio and binary resources of the result in DIR (printed as their paths).")
 @click.argument("tool")
 @click.argument("pairs", nargs=-1, metavar="[KEY=VALUE]...")
 @_guard
-def call(agent: str | None, args_json: str, as_json: bool, approve_all: bool, tool: str,
+def call(agent: str | None, args_json: str, as_json: bool, approve_all: bool, save_dir: Path | None, tool: str,
          pairs: tuple[str, ...]) -> None:
     """Call TOOL once through the full pipeline, as the agent would; exit 1 on an error result.
 
@@ -605,17 +620,52 @@ def call(agent: str | None, args_json: str, as_json: bool, approve_all: bool, to
     with _session(agent) as (host, portal):
         arguments.update(_pairs(host, agent, tool, pairs))
         approver = _yes if approve_all else _terminal_approver() if sys.stdin.isatty() else None
-        result = _run(portal, lambda: host.call(agent, tool, arguments, approver=approver))
+        result = _run(portal, lambda: host.call(agent, tool, arguments, approver=approver, channel=_Terminal()))
     if as_json:
         _echo_json(result.to_wire())
     else:
-        for block in result.content:
-            if block.get("type") == "text":
-                click.echo(block["text"])
-            else:
-                click.echo(f"[{block.get('type')} content]")
+        for n, block in enumerate(result.content):
+            click.echo(_shown(block, save_dir, f"{tool}-{n}"))
     if result.is_error:
         sys.exit(1)
+
+
+class _Terminal:
+    """The CLI as a call's client: progress and log messages go to stderr."""
+
+    async def progress(self, progress: float, total: float | None, message: str | None) -> None:
+        done = f"{progress:g}/{total:g}" if total is not None else f"{progress:g}"
+        click.echo(f"progress {done}" + (f": {message}" if message else ""), err=True)
+
+    async def log(self, level: str, message: str, logger: str | None) -> None:
+        click.echo(f"{level}{f' {logger}' if logger else ''}: {message}", err=True)
+
+
+_EXTENSIONS = {"image/png": ".png", "image/jpeg": ".jpg", "image/gif": ".gif", "image/webp": ".webp",
+               "audio/wav": ".wav", "audio/mpeg": ".mp3", "audio/ogg": ".ogg", "application/pdf": ".pdf"}
+
+
+def _shown(block: Mapping[str, Any], save_dir: Path | None, stem: str) -> str:
+    """A content block as the terminal shows it: text as it is, a resource's text with its URI, anything binary as
+    what it is (saved to ``save_dir`` when given)."""
+    kind = block.get("type")
+    if kind == "text":
+        return str(block["text"])
+    if kind == "resource_link":
+        return f"[resource link {block.get('uri')}" + (f" ({block['mimeType']})" if block.get("mimeType") else "") + "]"
+    resource = block.get("resource") if kind == "resource" else None
+    if isinstance(resource, Mapping) and "text" in resource:
+        return f"[resource {resource.get('uri')}]\n{resource['text']}"
+    data = block.get("data") if kind in ("image", "audio") else resource.get("blob") if resource else None
+    mime = str(block.get("mimeType") or (resource or {}).get("mimeType") or "application/octet-stream")
+    size = len(base64.b64decode(data)) if isinstance(data, str) else 0
+    what = f"{kind} {mime}, {size} bytes" + (f", {resource.get('uri')}" if resource else "")
+    if save_dir is None or not isinstance(data, str):
+        return f"[{what}; --save DIR writes it to a file]"
+    save_dir.mkdir(parents=True, exist_ok=True)
+    path = save_dir / f"{stem}{_EXTENSIONS.get(mime, '.bin')}"
+    path.write_bytes(base64.b64decode(data))
+    return f"[{what}, saved to {path}]"
 
 
 def _run(portal: Any, fn: Callable[[], Awaitable[Any]]) -> Any:

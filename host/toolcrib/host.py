@@ -276,10 +276,12 @@ class Host:
 
     # -- problems ------------------------------------------------------------------------------------------
 
-    def problems(self) -> list[Problem]:
+    def problems(self, env: Mapping[str, str] | None = None) -> list[Problem]:
         """Everything ``toolcrib check`` reports: pack, settings, server and schema errors, then warnings about
-        rules that match nothing installed and agents that end up with no tools."""
+        rules that match nothing installed, agents that end up with no tools, and what the environment (``env``,
+        by default the process's) lacks: a workspace that is not there, variables that are not set."""
         found = list(self.catalog.problems)
+        found += self._environment_warnings(os.environ if env is None else env)
         for entry in self.catalog.entries.values():
             try:
                 entry.tool.prepare()  # schemas are built lazily; check builds them all
@@ -300,6 +302,27 @@ class Host:
                     "the result of every call it matches is withheld"
                 found.append(Problem("warning", f"{self.loaded.source}: {where}.command",
                                      f"program {program!r} is not found{shown}; {what}"))
+        return found
+
+    def _environment_warnings(self, env: Mapping[str, str]) -> list[Problem]:
+        source = self.loaded.source
+        found = []
+        workspace = self.loaded.workspace
+        if not workspace.is_dir():
+            found.append(Problem("warning", f"{source}: host.workspace", f"{workspace} is not a folder: every call of "
+                                 "a file tool will fail"))
+        named: list[tuple[str, str]] = []  # (where, variable)
+        for name, agent in sorted(self.loaded.config.agents.items()):
+            variables = [agent.token_env] if isinstance(agent.token_env, str) else agent.token_env or []
+            named += [(f"agents.{name}.token_env", v) for v in variables]
+        if self.loaded.config.host.metrics_token_env:
+            named.append(("host.metrics_token_env", self.loaded.config.host.metrics_token_env))
+        for ns, pack in sorted(self.loaded.config.packs.items()):
+            named += [(f"packs.{ns}.{key}", value) for key, value in sorted(pack.settings.items())
+                      if key.endswith("_env") and isinstance(value, str)]
+        for where, variable in named:
+            if not env.get(variable):
+                found.append(Problem("warning", f"{source}: {where}", f"${variable} is not set here"))
         return found
 
     def _governing_warnings(self) -> list[Problem]:
