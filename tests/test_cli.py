@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -212,3 +213,38 @@ def test_a_failed_pack_is_reported_once(cli_config: Any) -> None:
     assert code == 1, (out, err)
     assert [line for line in err.splitlines() if "ghost" in line] == [
         "error: pack 'ghost': import failed: ModuleNotFoundError: No module named 'no_such_module_anywhere'"]
+
+
+def test_install_adds_the_agent_to_a_clients_config_and_keeps_the_rest(one: str, tmp_path: Path) -> None:
+    file = tmp_path / "client" / "claude_desktop_config.json"
+    file.parent.mkdir()
+    file.write_text(json.dumps({"mcpServers": {"other": {"command": "other-server"}}, "theme": "dark"}))
+    code, out, _ = cli("install", "claude-desktop", "--config", one, "--file", str(file), "--env", "A=1")
+    assert (code, out) == (0, f"added MCP server 'toolcrib-solo' (agent 'solo') in {file}; restart the client to "
+                              "load it\n")
+    written = json.loads(file.read_text())
+    assert written["theme"] == "dark" and written["mcpServers"]["other"] == {"command": "other-server"}
+    assert written["mcpServers"]["toolcrib-solo"] == {
+        "command": sys.executable, "args": ["-m", "toolcrib.cli", "serve", "--agent", "solo", "--config",
+                                            str(Path(one).resolve())], "env": {"A": "1"}}
+    code, out, _ = cli("install", "cursor", "--config", one, "--file", str(file))
+    assert out.startswith("updated MCP server 'toolcrib-solo'")
+    code, printed, _ = cli("install", "mcp-json", "--config", one, "--name", "tc")
+    assert list(json.loads(printed)["mcpServers"]) == ["tc"]
+    code, tables, err = cli("mcps", "import", str(file))  # what install writes, the importer reads
+    assert code == 0, err
+    assert f'args = ["-m", "toolcrib.cli", "serve", "--agent", "solo", "--config", "{Path(one).resolve()}"]' in tables
+
+
+def test_install_refuses_a_file_it_cannot_read_and_changes_nothing(one: str, tmp_path: Path) -> None:
+    file = tmp_path / "mcp.json"
+    file.write_text("{not json")
+    code, _, err = cli("install", "cursor", "--config", one, "--file", str(file))
+    assert code == 1 and err.startswith(f"Error: {file}: cannot read it as JSON (")
+    assert err.endswith("); nothing was changed\n") and file.read_text() == "{not json"
+    file.write_text('{"mcpServers": []}')
+    code, _, err = cli("install", "cursor", "--config", one, "--file", str(file))
+    assert (code, err) == (1, f'Error: {file}: expected a JSON object with an "mcpServers" object; nothing was '
+                              "changed\n")
+    code, _, err = cli("install", "cursor", "--config", one, "--agent", "ghost", "--file", str(file))
+    assert code == 2 and "unknown agent 'ghost'" in err

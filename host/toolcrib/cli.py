@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import click
 
-from toolcrib.config import DEFAULT_FILE
+from toolcrib.config import DEFAULT_FILE, find_config
 from toolcrib.errors import ConfigError, ToolcribError, ToolError, watch_interrupts
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -843,6 +843,78 @@ def import_servers(file: Any) -> None:
     for note in notes:
         click.echo(f"note: {note}", err=True)
     click.echo(text, nl=False)
+
+
+CLIENTS = ("claude-desktop", "cursor", "claude-code", "mcp-json")
+
+
+@main.command()
+@_common
+@click.argument("client", type=click.Choice(CLIENTS))
+@click.option("--agent", help="Agent name (default: the config's only agent).")
+@click.option("--name", help="The server's name in the client (default: toolcrib-AGENT).")
+@click.option("--file", "target", type=click.Path(dir_okay=False, path_type=Path),
+              help="The client's config file (default: where the client keeps it; claude-code: ./.mcp.json).")
+@click.option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE", help="An environment variable the server "
+              "gets (repeatable).")
+@_guard
+def install(client: str, agent: str | None, name: str | None, target: Path | None,
+            env_pairs: tuple[str, ...]) -> None:
+    """Add the agent to an MCP client's config as a stdio server (other servers there are kept); mcp-json prints
+    the entry instead.
+
+    \b
+    Example: toolcrib install claude-desktop --agent reader
+    """
+    agent = _pick_agent(agent)
+    path = find_config(click.get_current_context().ensure_object(State).config)
+    with _session(agent) as (host, _):
+        host.view(agent)  # an unknown agent fails here, before any file is written
+    args = ["-m", "toolcrib.cli", "serve", "--agent", agent]
+    if path is not None:
+        args += ["--config", str(path.resolve())]
+    entry: dict[str, Any] = {"command": sys.executable, "args": args}
+    env: dict[str, str] = {}
+    for pair in env_pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--env")
+        env[key] = value
+    if env:
+        entry["env"] = env
+    server = name or f"toolcrib-{agent}"
+    if client == "mcp-json":
+        _echo_json({"mcpServers": {server: entry}})
+        return
+    file = target or _client_file(client)
+    try:
+        document = json.loads(file.read_text(encoding="utf-8")) if file.exists() else {}
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"{file}: cannot read it as JSON ({exc}); nothing was changed") from None
+    servers = document.get("mcpServers", {}) if isinstance(document, dict) else None
+    if not isinstance(servers, dict):
+        raise click.ClickException(f"{file}: expected a JSON object with an \"mcpServers\" object; nothing was "
+                                   "changed")
+    existed = server in servers
+    servers[server] = entry
+    document["mcpServers"] = servers
+    file.parent.mkdir(parents=True, exist_ok=True)
+    file.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    click.echo(f"{'updated' if existed else 'added'} MCP server {server!r} (agent {agent!r}) in {file}; restart "
+               f"the client to load it")
+
+
+def _client_file(client: str) -> Path:
+    home = Path.home()
+    if client == "cursor":
+        return home / ".cursor" / "mcp.json"
+    if client == "claude-code":
+        return Path(".mcp.json")
+    if sys.platform == "darwin":
+        return home / "Library" / "Application Support" / "Claude" / "claude_desktop_config.json"
+    if sys.platform == "win32":
+        return Path(os.environ.get("APPDATA", home)) / "Claude" / "claude_desktop_config.json"
+    return home / ".config" / "Claude" / "claude_desktop_config.json"
 
 
 def _terminal_approver() -> Any:
