@@ -248,3 +248,11 @@ def test_install_refuses_a_file_it_cannot_read_and_changes_nothing(one: str, tmp
                               "changed\n")
     code, _, err = cli("install", "cursor", "--config", one, "--agent", "ghost", "--file", str(file))
     assert code == 2 and "unknown agent 'ghost'" in err
+
+
+def test_rules_naming_a_failed_packs_tools_say_that_it_failed(cli_config: Any) -> None:
+    config = cli_config('[packs.files]\nno_such_setting = 1\n[agents.a.permissions]\nplugins = { allow = ["files"] }\n'
+                        'tools = { allow = ["files__read"] }\n', "files=packs:FILES")
+    _, _, err = cli("check", "--config", config)
+    assert (f"warning: {config}: agents.a.permissions.tools.allow[0]: 'files__read' matches no installed tool (its "
+            "source 'files' failed to load: see its error)") in err.splitlines()

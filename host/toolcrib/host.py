@@ -304,6 +304,14 @@ class Host:
                                      f"program {program!r} is not found{shown}; {what}"))
         return found
 
+    def _failed_source(self, pattern: str) -> str | None:
+        """The failed pack or server a rule's pattern names by its namespace (``orders__*``), if any."""
+        namespace = pattern.split("__", 1)[0] if "__" in pattern else None
+        for record in self.records:
+            if record.name == namespace and record.state == "failed":
+                return record.name
+        return None
+
     def _environment_warnings(self, env: Mapping[str, str]) -> list[Problem]:
         source = self.loaded.source
         found = []
@@ -376,6 +384,10 @@ class Host:
                     what = "other agent" if dimension == "subagents" else f"installed {_NOUN[dimension]}"
                     close = did_you_mean(pattern.text, names[dimension], 0.85) if pattern.specifier is None else None
                     hint = f" (did you mean {close!r}?)" if close else ""
+                    failed = self._failed_source(pattern.text) if dimension in ("tools", "resources",
+                                                                                "prompts") else None
+                    if failed is not None:
+                        hint = f" (its source {failed!r} failed to load: see its error)"
                     warn(f"{rule.where}.{rule.kind}[{i}]", f"{pattern.text!r} matches no {what}{hint}")
                 if pattern.specifier is None:
                     continue
