@@ -25,7 +25,8 @@ from jwt.algorithms import RSAAlgorithm
 class Issuer:
     """``url`` is the issuer; ``clients`` maps client id -> (secret, extra claims of its tokens)."""
 
-    def __init__(self, *, oidc: bool = True, metadata_issuer: str | None = None) -> None:
+    def __init__(self, *, oidc: bool = True, metadata_issuer: str | None = None, jwks_uri: bool = True) -> None:
+        self.publish_jwks_uri = jwks_uri  # the metadata names its JWKS (else it lacks jwks_uri)
         self.oidc = oidc  # serve OpenID Connect discovery (else only RFC 8414's)
         self.metadata_issuer = metadata_issuer  # what the metadata claims the issuer is (default: its own URL)
         self.keys: list[tuple[str, rsa.RSAPrivateKey]] = []
@@ -80,6 +81,12 @@ class Issuer:
     # -- HTTP ------------------------------------------------------------------------------------------------------
 
     def _metadata(self) -> dict[str, Any]:
+        found = self._all_metadata()
+        if not self.publish_jwks_uri:
+            del found["jwks_uri"]
+        return found
+
+    def _all_metadata(self) -> dict[str, Any]:
         return {"issuer": self.metadata_issuer or self.url, "jwks_uri": f"{self.url}/jwks",
                 "token_endpoint": f"{self.url}/token",
                 "authorization_endpoint": f"{self.url}/authorize", "response_types_supported": ["code"],
@@ -128,6 +135,11 @@ class Issuer:
                 elif self.path == "/jwks":
                     issuer.fetches += 1
                     self._answer(200, issuer.jwks())
+                elif self.path == "/jwks-moved":  # a redirect to the real JWKS
+                    self.send_response(302)
+                    self.send_header("Location", "/jwks")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
                 else:
                     self._answer(404, {"error": "not_found"})
 

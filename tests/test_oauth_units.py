@@ -182,6 +182,33 @@ def test_metadata_that_names_another_issuer_is_not_trusted(tmp_path: Path, caplo
         "jwks_url"]
 
 
+def test_metadata_without_a_jwks_uri_and_a_redirected_jwks_are_not_followed(tmp_path: Path,
+                                                                            caplog: pytest.LogCaptureFixture) -> None:
+    with Issuer(jwks_uri=False) as issuer, caplog.at_level(logging.ERROR, logger="toolcrib.serve"):
+        token = jwt.encode({"iss": issuer.url, "aud": AUD, "exp": int(time.time()) + 60}, issuer.keys[0][1],
+                           algorithm="RS256", headers={"kid": issuer.keys[0][0]})
+        assert verify(discovered(issuer, tmp_path), token) is None
+        moved = Verifier(config_from(f'[oauth]\nissuer = "{issuer.url}"\naudience = "{AUD}"\n'
+                                     f'jwks_url = "{issuer.url}/jwks-moved"\n', tmp_path))
+        assert verify(moved, token) is None  # a JWKS that redirects elsewhere is not followed
+        assert issuer.fetches == 0
+    base = issuer.url
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[0] == ("the OAuth issuer's keys could not be fetched: no jwks_uri in the issuer's metadata ("
+                           f"{base}/.well-known/openid-configuration: no jwks_uri; "
+                           f"{base}/.well-known/oauth-authorization-server: no jwks_uri); set jwks_url")
+    assert messages[1].startswith("the OAuth issuer's keys could not be fetched: Redirect response '302 Found'")
+
+
+def test_an_issuer_written_with_a_trailing_slash_is_discovered(tmp_path: Path) -> None:
+    with Issuer() as issuer:
+        issuer.metadata_issuer = issuer.url + "/"
+        token = jwt.encode({"iss": issuer.url + "/", "aud": AUD, "exp": int(time.time()) + 60}, issuer.keys[0][1],
+                           algorithm="RS256", headers={"kid": issuer.keys[0][0]})
+        v = Verifier(config_from(f'[oauth]\nissuer = "{issuer.url}/"\naudience = "{AUD}"\n', tmp_path))
+        assert verify(v, token) is not None
+
+
 # -- the verifier's checks ----------------------------------------------------------------------------------------
 
 

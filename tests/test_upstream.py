@@ -228,7 +228,7 @@ def test_upstream_through_the_cli(tmp_path: Path) -> None:
 
     tools = tools_of("a")
     assert tools.returncode == 0 and "broken" not in tools.stderr
-    assert [line.split()[0] for line in tools.stdout.splitlines()] == [
+    assert [line.split("(")[0] for line in tools.stdout.splitlines()] == [
         "up__echo", "up__fails", "up__get_weather", "up__now"]
     assert "WARNING toolcrib.upstream: upstream server 'broken': " in tools_of("planner").stderr  # it may reach all
     called = runner.invoke(main, ["call", "--config", str(config), "--agent", "a", "up__echo", "--args",
@@ -523,7 +523,7 @@ def test_a_rug_pull_is_caught_after_a_restart(tmp_path: Path) -> None:
     # the server is upgraded: echo's definition changes; the next start serves everything but echo
     _rug_config(tmp_path, 'RUG_PULL = "1"')
     listed = runner.invoke(main, ["tools", "--config", str(config), "--agent", "a"])
-    assert [line.split()[0] for line in listed.stdout.splitlines()] == ["up__fails", "up__get_weather", "up__now"]
+    assert [line.split("(")[0] for line in listed.stdout.splitlines()] == ["up__fails", "up__get_weather", "up__now"]
     checked = runner.invoke(main, ["check", "--config", str(config)])
     assert (f"error: {tmp_path / 'toolcrib.lock'}: up__echo (upstream server 'up') changed since the lock: "
             "description, inputSchema, outputSchema; it is held back until toolcrib lock accepts it"
