@@ -92,6 +92,9 @@ class Pipeline:
         self._metrics = metrics
         # then each decision is timed and reported
         self._observed = bool(self._audit) or self._log is not None or metrics is not None
+        self._audit_ids = bool(self._audit) or self._log is not None
+        self._ids = itertools.count(1)
+        self._id_prefix = secrets.token_hex(4)  # call ids are this host's prefix and a count: unique, and cheap
         self._workers = host.sync_workers
         self._limiter: anyio.CapacityLimiter | None = None
         # [agents.<name>.limits], counted in a book that outlives reloads (serving keeps one)
@@ -139,7 +142,11 @@ class Pipeline:
         if self._observed and not started:
             started = time.perf_counter()
         # one id for the call, in its hooks' answers and its audit record (the agent SDKs' toolUseID)
-        call_id = f"call_{secrets.token_hex(8)}" if self._observed or self._pre or self._post else ""
+        pre = self._pre_hooks(view.agent, vt.name) if self._pre else self._pre
+        post = self._hooks_for(view.agent, vt.name, self._post, self._post_for, "toolcrib_post_tool_use") \
+            if self._post else self._post
+        # an id only where something reads it: a hook this call meets, or the audit
+        call_id = f"call_{self._id_prefix}{next(self._ids):x}" if pre or post or self._audit_ids else ""
         if arguments is None:
             arguments = {}
         curation = vt.entry.curation
@@ -167,7 +174,6 @@ class Pipeline:
                                 channel, call_id)
 
         outcome = _ALLOWED
-        pre = self._pre_hooks(view.agent, vt.name) if self._pre else self._pre
         if vt.call_rules is not None or pre:
             denied, outcome, model, arguments = await self._policy(view, vt, model, approver, pre, call_id)
             if denied is not None:
@@ -185,10 +191,8 @@ class Pipeline:
                 self._book.leave(entered)
         else:
             result = await self._run(view, vt, model, channel, approver)
-        if self._post:
-            post = self._hooks_for(view.agent, vt.name, self._post, self._post_for, "toolcrib_post_tool_use")
-            if post:
-                result = await self._post_hooks(view, vt, model.model_dump(mode="json"), result, post, call_id)
+        if post:
+            result = await self._post_hooks(view, vt, model.model_dump(mode="json"), result, post, call_id)
         if self._observed:
             self._finish(view, vt, arguments, outcome, result, started, channel, call_id)
         return result

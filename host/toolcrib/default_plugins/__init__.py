@@ -15,8 +15,8 @@ def create(loaded: LoadedConfig) -> list[tuple[str, Any]]:
     audit_log = loaded.config.host.audit_log
     hooks = None
     if loaded.config.hooks.pre_tool_use or loaded.config.hooks.post_tool_use:  # imported only when configured
-        from toolcrib.default_plugins.hooks import CommandHooks
+        from toolcrib.default_plugins.hooks import CommandHooks, CommandHooksWithPost
 
-        hooks = CommandHooks(loaded)
+        hooks = CommandHooksWithPost(loaded) if loaded.config.hooks.post_tool_use else CommandHooks(loaded)
     return [("toolcrib.audit", AuditLog(loaded.resolve(audit_log)) if audit_log is not None else None),
             ("toolcrib.hooks", hooks)]

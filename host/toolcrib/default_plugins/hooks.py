@@ -271,6 +271,11 @@ class CommandHooks:
             return Ask(ask.message, updated_input=current if updated else None)
         return Allow(updated_input=current) if updated else None
 
+
+class CommandHooksWithPost(CommandHooks):
+    """``CommandHooks`` with ``[[hooks.post_tool_use]]`` programs too (a post hook only when there are some: a
+    registered one is asked about every call)."""
+
     @hookimpl
     async def toolcrib_post_tool_use(self, agent: str, tool: str, arguments: Mapping[str, Any],
                                      result: ToolResult, call_id: str) -> ToolResult | None:
