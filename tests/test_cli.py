@@ -256,3 +256,25 @@ def test_rules_naming_a_failed_packs_tools_say_that_it_failed(cli_config: Any) -
     _, _, err = cli("check", "--config", config)
     assert (f"warning: {config}: agents.a.permissions.tools.allow[0]: 'files__read' matches no installed tool (its "
             "source 'files' failed to load: see its error)") in err.splitlines()
+
+
+def test_every_command_says_what_it_does_with_an_example() -> None:
+    from click import Group
+
+    from toolcrib.cli import main
+
+    def commands(group: Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+        found = []
+        for name, command in sorted(group.commands.items()):
+            if isinstance(command, Group):
+                found += commands(command, (*prefix, name))
+            else:
+                found.append((*prefix, name))
+        return found
+
+    missing = []
+    for words in commands(main):
+        code, out, _ = cli(*words, "--help")
+        if code != 0 or "Example: toolcrib " not in out:
+            missing.append(" ".join(words))
+    assert missing == []

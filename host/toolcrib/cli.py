@@ -141,7 +141,11 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @_guard
 def plugins(as_json: bool) -> None:
-    """List every source of tools: packs, built-ins and upstream servers, with their state."""
+    """List every source of tools: packs, built-ins and upstream servers, with their state.
+
+    \b
+    Example: toolcrib plugins --json
+    """
     with _quieted("toolcrib.plugins"), _session() as (host, _):  # a failed pack is listed below, once
         records = [r.to_json() for r in host.records]
     if as_json:
@@ -196,7 +200,11 @@ def check(strict: bool, as_json: bool) -> None:
 def lock() -> None:
     """Record what every tool the config serves looks like, in toolcrib.lock beside the config: a tool whose
     definition changes afterwards (a pack upgrade, an upstream server redefining it) is held back until you lock
-    again."""
+    again.
+
+    \b
+    Example: toolcrib lock
+    """
     from toolcrib import lock as definitions
 
     with _session() as (host, _):
@@ -213,7 +221,11 @@ def lock() -> None:
 @click.argument("path", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @_guard
 def init(force: bool, path: Path | None) -> None:
-    """Write a commented starter config (default ./toolcrib.toml, or --config PATH)."""
+    """Write a commented starter config (default ./toolcrib.toml, or --config PATH).
+
+    \b
+    Example: toolcrib init && toolcrib check
+    """
     target = path or Path(click.get_current_context().ensure_object(State).config or DEFAULT_FILE)
     if target.exists() and not force:
         raise click.ClickException(f"{target} exists; pass --force to overwrite it")
@@ -233,7 +245,11 @@ def init(force: bool, path: Path | None) -> None:
 @click.option("--all", "show_all", is_flag=True, help="Also list hidden tools, each with why it is hidden.")
 @_guard
 def tools(agent: str | None, as_json: bool, show_all: bool) -> None:
-    """List the tools an agent sees, in the order MCP lists them."""
+    """List the tools an agent sees, in the order MCP lists them.
+
+    \b
+    Example: toolcrib tools --agent reader --all
+    """
     agent = _pick_agent(agent)
     with _session(None if show_all else agent) as (host, _):
         _tools(host, agent, as_json, show_all)
@@ -343,7 +359,11 @@ def agents(as_json: bool) -> None:
 @click.argument("name")
 @_guard
 def new(namespace: str | None, directory: Path | None, name: str) -> None:
-    """Scaffold a tool pack NAME (a distribution name, like acme-orders) that installs and passes its own tests."""
+    """Scaffold a tool pack NAME (a distribution name, like acme-orders) that installs and passes its own tests.
+
+    \b
+    Example: toolcrib new acme-orders
+    """
     from toolcrib.scaffold import ScaffoldError, new_pack
 
     try:
@@ -365,7 +385,11 @@ def new(namespace: str | None, directory: Path | None, name: str) -> None:
 @_guard
 def schema(agent: str | None, fmt: str) -> None:
     """Export the tools an agent sees, as JSON for a framework that does not speak MCP (or, with mcp-all, all it is
-    served)."""
+    served).
+
+    \b
+    Example: toolcrib schema --agent reader --format openai
+    """
     agent = _pick_agent(agent)
     with _session(agent) as (host, _):
         view = host.view(agent)
@@ -380,7 +404,11 @@ def schema(agent: str | None, fmt: str) -> None:
 @_guard
 def explain(agent: str | None, as_json: bool, tool: str) -> None:
     """Say why TOOL is or is not visible to an agent: each check and the rule or reason that decided it. TOOL may
-    also be a prompt, or a resource (by name or URI)."""
+    also be a prompt, or a resource (by name or URI).
+
+    \b
+    Example: toolcrib explain --agent reader fs__write_file
+    """
     agent = _pick_agent(agent)
     with _session(agent, tool) as (host, _):
         visible = _explain(host, agent, as_json, tool)
@@ -488,7 +516,11 @@ def _who(host: Any, agent: str, name: str) -> dict[str, Any]:
 def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: bool, allowed_hosts: tuple[str, ...],
           allowed_origins: tuple[str, ...], stateless: bool, no_reload: bool, metrics: bool, log_format: str,
           log_level: str) -> None:
-    """Serve over MCP: one agent on stdio (--agent NAME), or every agent over HTTP (--http)."""
+    """Serve over MCP: one agent on stdio (--agent NAME), or every agent over HTTP (--http).
+
+    \b
+    Example: toolcrib serve --http --port 8000
+    """
     import anyio
 
     from toolcrib.config import find_config, load_config
@@ -734,7 +766,11 @@ def _json_object(text: str, option: str) -> dict[str, Any]:
               "resources/templates/list give them.")
 @_guard
 def resources(agent: str | None, as_json: bool) -> None:
-    """List the resources and resource templates an agent may read."""
+    """List the resources and resource templates an agent may read.
+
+    \b
+    Example: toolcrib resources --agent reader
+    """
     agent = _pick_agent(agent)
     with _session(agent) as (host, _):
         view = host.view(agent)
@@ -754,7 +790,11 @@ def resources(agent: str | None, as_json: bool) -> None:
 @click.argument("uri")
 @_guard
 def read(agent: str | None, as_json: bool, uri: str) -> None:
-    """Read the resource at URI as the agent would; exit 1 when it fails, 2 when the agent may not read it."""
+    """Read the resource at URI as the agent would; exit 1 when it fails, 2 when the agent may not read it.
+
+    \b
+    Example: toolcrib read --agent reader orders://O-1001
+    """
     agent = _pick_agent(agent)
     with _session(agent) as (host, portal):
         try:
@@ -781,7 +821,11 @@ def read(agent: str | None, as_json: bool, uri: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the list as MCP's prompts/list gives it.")
 @_guard
 def prompts(agent: str | None, as_json: bool) -> None:
-    """List the prompts an agent may get."""
+    """List the prompts an agent may get.
+
+    \b
+    Example: toolcrib prompts --agent reader
+    """
     agent = _pick_agent(agent)
     with _session(agent) as (host, _):
         view = host.view(agent)
@@ -803,7 +847,11 @@ def prompts(agent: str | None, as_json: bool) -> None:
 @click.argument("name")
 @_guard
 def prompt(agent: str | None, args_json: str, as_json: bool, name: str) -> None:
-    """Get prompt NAME as the agent would: its messages; exit 1 when it fails, 2 when the agent may not get it."""
+    """Get prompt NAME as the agent would: its messages; exit 1 when it fails, 2 when the agent may not get it.
+
+    \b
+    Example: toolcrib prompt --agent reader orders__refund --args '{"order_id": "O-1001"}'
+    """
     agent = _pick_agent(agent)
     arguments = _json_object(args_json, "--args")
     with _session(agent) as (host, portal):
@@ -833,7 +881,11 @@ def mcps() -> None:
 @click.argument("file", type=click.File("r", encoding="utf-8"))
 def import_servers(file: Any) -> None:
     """Print [mcps.*] tables for the servers of an mcpServers JSON FILE (as Claude Desktop, Cursor, Claude Code and
-    the Claude SDK write it; - reads stdin): append them to your config with >> toolcrib.toml."""
+    the Claude SDK write it; - reads stdin): append them to your config with >> toolcrib.toml.
+
+    \b
+    Example: toolcrib mcps import claude_desktop_config.json >> toolcrib.toml
+    """
     from toolcrib.mcp.importing import McpImportError, import_servers
 
     try:
