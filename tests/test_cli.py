@@ -125,13 +125,13 @@ def test_config_mistakes_suggest_what_was_meant(cli_config: Any) -> None:
     """), "files=packs:FILES")
     code, _, err = cli("check", "--config", path)
     assert code == 2
-    assert [line.removeprefix(f"error: {path}: ") for line in err.splitlines()] == [
-        "agents.a.mdoe: unknown key 'mdoe' (did you mean 'mode'?); expected one of: model, "
+    assert [line.removeprefix(f"error: {path}:") for line in err.splitlines()] == [
+        "3: agents.a.mdoe: unknown key 'mdoe' (did you mean 'mode'?); expected one of: model, "
         "mode, description, prompt, max_turns, runner, max_run_tokens, run_timeout, token_env, identity, limits, "
         "bare_names, allow_dangerously_skip_permissions, permissions",
-        "agents.b.mode: expected one of 'default', 'plan', 'acceptEdits', 'dontAsk' or "
+        "5: agents.b.mode: expected one of 'default', 'plan', 'acceptEdits', 'dontAsk' or "
         "'bypassPermissions', got a string ('plna'); did you mean 'plan'?",
-        "agents.c.permissions.plugins: expected a table, got an array; a rule is a table: "
+        "7: agents.c.permissions.plugins: expected a table, got an array; a rule is a table: "
         'plugins = { allow = ["files"] } (or deny = [...])',
     ]
     typo = cli_config('[agents.a.permissions]\nplugins = { allow = ["files"] }\ntools = { allow = ["files_read"] }\n',

@@ -225,3 +225,31 @@ def test_starter_template_is_valid() -> None:
     text = (Path(__file__).parent.parent / "host/toolcrib/templates/toolcrib.toml").read_text()
     loaded = parse_config(text, "toolcrib.toml", Path.cwd())
     assert sorted(loaded.config.agents) == ["assistant", "reader"]
+
+
+def test_config_errors_know_the_line_of_their_key() -> None:
+    text = textwrap.dedent('''
+        [agents.a]
+        mode = "plan"
+        [agents.a.permissions]
+        tools = { allow = ["x(", "y"] }
+
+        [[hooks.pre_tool_use]]
+        command = ["a"]
+        [[hooks.pre_tool_use]]
+        command = []
+        [agents."b c"]
+        [agents.d.identity]
+        claims = { sub = "x" }
+        [agents.e]
+        limits.rate = "lots"
+    ''')
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, "t.toml", Path("/x"))
+    assert [(p.line, p.located().split(": ")[1]) for p in info.value.problems] == [
+        (10, "t.toml:10"), (5, "t.toml:5"), (11, "t.toml:11"), (12, "t.toml:12"), (15, "t.toml:15")]
+    assert str(info.value.problems[0]) == ("error: t.toml: hooks.pre_tool_use[1].command: expected the program to "
+                                           "run, then its arguments: [\"python3\", \"check.py\"]")
+    with pytest.raises(ConfigError) as info:
+        parse_config('[host]\nworkspce = "."\n', "t.toml", Path("/x"))
+    assert info.value.problems[0].located().startswith("error: t.toml:2: host.workspce: unknown key 'workspce'")

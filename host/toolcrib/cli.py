@@ -70,7 +70,7 @@ def _guard(fn: F) -> F:
                 traceback.print_exc()
             if isinstance(exc, ConfigError):
                 for problem in exc.problems:
-                    click.echo(str(problem), err=True)
+                    click.echo(problem.located(), err=True)
             else:
                 click.echo(f"error: {exc}", err=True)
             sys.exit(exc.exit_code)

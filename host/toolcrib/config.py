@@ -6,6 +6,7 @@ Found as ``--config PATH``, else ``$TOOLCRIB_CONFIG``, else ``./toolcrib.toml``,
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import os
@@ -396,10 +397,10 @@ def parse_config(text: str, source: str, base_dir: Path, *, file: Path | None = 
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(problems_from_validation(exc, source)) from None
+        raise ConfigError(located(problems_from_validation(exc, source), text, source)) from None
     problems = check_config(config, source)
     if problems:
-        raise ConfigError(problems)
+        raise ConfigError(located(problems, text, source))
     return LoadedConfig(config=config, source=source, base_dir=base_dir, file=file)
 
 
@@ -693,6 +694,77 @@ def problems_from_validation(
             message = f"{err['msg']}, got {_describe(value)}"
         problems.append(Problem("error", f"{source}: {key_path(prefix + loc)}", message))
     return problems
+
+
+def located(problems: list[Problem], text: str, source: str) -> list[Problem]:
+    """The problems with the line of the file each key path is written on, where it can be found."""
+    tables = _tables(text)
+    found = []
+    for problem in problems:
+        prefix = f"{source}: "
+        line = _line_of(_split_path(problem.where[len(prefix):]), tables, text) \
+            if problem.where.startswith(prefix) else None
+        found.append(dataclasses.replace(problem, line=line))
+    return found
+
+
+_HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+_KEY_PART = re.compile(r'"((?:[^"\\]|\\.)*)"|\'([^\']*)\'|([A-Za-z0-9_-]+)')
+
+
+def _split_path(path: str) -> list[str | int]:
+    """``agents.a.permissions.tools.allow[0]`` -> ["agents", "a", "permissions", "tools", "allow", 0]."""
+    parts: list[str | int] = []
+    for match in re.finditer(r'"((?:[^"\\]|\\.)*)"|\[(\d+)\]|([^.\[\]"]+)', path):
+        if match.group(2) is not None:
+            parts.append(int(match.group(2)))
+        else:
+            parts.append(match.group(1) if match.group(1) is not None else match.group(3))
+    return parts
+
+
+def _keys(text: str) -> list[str]:
+    return [next(g for g in m.groups() if g is not None) for m in _KEY_PART.finditer(text)]
+
+
+def _tables(text: str) -> list[tuple[int, list[str], bool]]:
+    """Each table header: (its line, its key path, whether it is an array of tables)."""
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        match = _HEADER.match(line)
+        if match:
+            found.append((number, _keys(match.group(2)), match.group(1) == "[["))
+    return found
+
+
+def _line_of(path: list[str | int], tables: list[tuple[int, list[str], bool]], text: str) -> int | None:
+    """The line a key path is written on: the deepest table header it lies under (the n-th of an array of
+    tables), then the key's own line in that table; the header's line for a path that ends at a table."""
+    keys = [p for p in path if isinstance(p, str)]
+    lines = text.splitlines()
+    best: tuple[int, int] | None = None  # (header length, index into tables)
+    for index, (_, header, is_array) in enumerate(tables):
+        if header != keys[:len(header)]:
+            continue
+        if is_array:  # the n-th [[header]] is element n
+            position = len(header)
+            count = sum(1 for _, h, a in tables[:index] if a and h == header)
+            wanted = path[position] if position < len(path) and isinstance(path[position], int) else None
+            if wanted is not None and wanted != count:
+                continue
+        if best is None or len(header) > best[0]:
+            best = (len(header), index)
+    start, depth = (tables[best[1]][0], best[0]) if best is not None else (0, 0)
+    rest = keys[depth:]
+    if not rest:
+        return start or None
+    end = next((n for n, _, _ in tables if n > start), len(lines) + 1)
+    for number in range(start + 1, end):
+        key, sep, _ = lines[number - 1].partition("=")
+        written = _keys(key) if sep else []
+        if written and written[0] == rest[0]:
+            return number
+    return start or None
 
 
 def did_you_mean(given: str, known: Iterable[str], cutoff: float = 0.6) -> str | None:

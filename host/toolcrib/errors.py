@@ -90,9 +90,17 @@ class Problem:
     severity: str  # "error" | "warning"
     where: str
     message: str
+    line: int | None = None  # where in the config file, when the problem is the file's and the key was found
 
     def __str__(self) -> str:
         return f"{self.severity}: {self.where}: {self.message}"
+
+    def located(self) -> str:
+        """As ``str``, with the config file's line after its name: ``error: toolcrib.toml:4: agents.a.mdoe: ...``."""
+        if self.line is None or ": " not in self.where:
+            return str(self)
+        source, _, path = self.where.partition(": ")
+        return f"{self.severity}: {source}:{self.line}: {path}: {self.message}"
 
 
 class ConfigError(ToolcribError):
