@@ -278,3 +278,17 @@ def test_every_command_says_what_it_does_with_an_example() -> None:
         if code != 0 or "Example: toolcrib " not in out:
             missing.append(" ".join(words))
     assert missing == []
+
+
+def test_commands_that_report_can_report_json(tmp_path: Path) -> None:
+    for command in ("agents", "plugins", "check", "tools", "explain", "call", "resources", "read", "prompts",
+                    "prompt", "lock", "init", "new"):
+        code, out, _ = cli(command, "--help")
+        assert code == 0 and "--json" in out, command
+    target = tmp_path / "made.toml"
+    assert cli("init", "--json", str(target)) == (0, json.dumps({"path": str(target)}, indent=2) + "\n", "")
+    code, out, _ = cli("lock", "--json", "--config", str(target))
+    assert code == 0 and json.loads(out) == {"path": str(tmp_path / "toolcrib.lock"),
+                                             "tools": json.loads(out)["tools"], "accepted": []}
+    code, out, _ = cli("new", "--json", "acme-orders", "--directory", str(tmp_path / "pack"))
+    assert (code, json.loads(out)) == (0, {"directory": str(tmp_path / "pack"), "namespace": "acme_orders"})

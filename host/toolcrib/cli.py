@@ -196,8 +196,9 @@ def check(strict: bool, as_json: bool) -> None:
 
 @main.command()
 @_common
+@click.option("--json", "as_json", is_flag=True, help="Print what was locked as JSON.")
 @_guard
-def lock() -> None:
+def lock(as_json: bool) -> None:
     """Record what every tool the config serves looks like, in toolcrib.lock beside the config: a tool whose
     definition changes afterwards (a pack upgrade, an upstream server redefining it) is held back until you lock
     again.
@@ -210,6 +211,9 @@ def lock() -> None:
     with _session() as (host, _):
         held = sorted(name for name, entry in host.catalog.entries.items() if entry.held is not None)
         path, count = definitions.write(host.loaded, host.catalog.entries)
+    if as_json:
+        _echo_json({"path": str(path), "tools": count, "accepted": held})
+        return
     for name in held:
         click.echo(f"accepted the new definition of {name}")
     click.echo(f"locked {count} tools in {path}")
@@ -219,8 +223,9 @@ def lock() -> None:
 @_common
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 @click.argument("path", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the path written as JSON.")
 @_guard
-def init(force: bool, path: Path | None) -> None:
+def init(force: bool, as_json: bool, path: Path | None) -> None:
     """Write a commented starter config (default ./toolcrib.toml, or --config PATH).
 
     \b
@@ -235,6 +240,9 @@ def init(force: bool, path: Path | None) -> None:
     except OSError as exc:
         hint = " (create the folder first)" if not target.parent.is_dir() else ""
         raise click.ClickException(f"cannot write {target}: {exc.strerror}{hint}") from None
+    if as_json:
+        _echo_json({"path": str(target)})
+        return
     click.echo(f"wrote {target}; check it with: toolcrib --config {target} check")
 
 
@@ -357,8 +365,9 @@ def agents(as_json: bool) -> None:
 @click.option("--namespace", help="The pack's namespace (default: from NAME, without a 'toolcrib-' prefix).")
 @click.option("--directory", type=click.Path(file_okay=False, path_type=Path), help="Where (default: ./NAME).")
 @click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print what was made as JSON.")
 @_guard
-def new(namespace: str | None, directory: Path | None, name: str) -> None:
+def new(namespace: str | None, directory: Path | None, as_json: bool, name: str) -> None:
     """Scaffold a tool pack NAME (a distribution name, like acme-orders) that installs and passes its own tests.
 
     \b
@@ -372,6 +381,9 @@ def new(namespace: str | None, directory: Path | None, name: str) -> None:
         if exc.argument == "directory":
             raise click.ClickException(str(exc)) from None
         raise click.BadParameter(str(exc), param_hint="NAME" if exc.argument == "name" else "--namespace") from None
+    if as_json:
+        _echo_json({"directory": str(made.directory), "namespace": made.namespace})
+        return
     click.echo(f"created {made.directory}/ (namespace {made.namespace!r}); next:\n  cd {made.directory} && pip "
                "install -e '.[test]' && pytest\n  toolcrib plugins")
 
