@@ -496,12 +496,14 @@ def _who(host: Any, agent: str, name: str) -> dict[str, Any]:
         found["claims"] = {claim: [globs] if isinstance(globs, str) else list(globs)
                            for claim, globs in identity.claims.items()}
         found["scopes"] = list(identity.scopes)
-        guarding = host.rules[agent].lacking(frozenset(identity.needs_scope))
-        tool = name in host.catalog.entries
-        hidden = [scope for dimension, pattern, scope in guarding.scope_hidden
-                  if (dimension == "tools") == tool and pattern.matches(name)]
+        hidden = []  # the scopes without which the one decision hides it (for a name it shows)
+        for scope in sorted(identity.needs_scope):
+            decision = host.explain(agent, name, frozenset({scope}))
+            if decision is not None and not decision.visible and any(c.name == "scope" for c in decision.checks
+                                                                     if not c.passed):
+                hidden.append(scope)
         if hidden:
-            found["needs_scope"] = sorted(set(hidden))
+            found["needs_scope"] = hidden
     return found
 
 
@@ -821,8 +823,6 @@ def read(agent: str | None, as_json: bool, uri: str) -> None:
         if "text" in item:
             click.echo(item["text"])
         else:
-            import base64
-
             size = len(base64.b64decode(item.get("blob", "")))
             click.echo(f"[binary content of {item['uri']}, {size} bytes, {item.get('mimeType', 'no type')}]")
 

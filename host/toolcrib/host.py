@@ -206,11 +206,13 @@ class Host:
                     self._views[key] = view
         return view
 
-    def explain(self, agent: str, name: str) -> Decision | None:
+    def explain(self, agent: str, name: str, lacking: frozenset[str] = frozenset()) -> Decision | None:
         """Every check of the one decision for this agent and a tool, prompt or resource (by full name, or a
         resource by its URI: a fixed one's, a template's own, or one that fits a template); None when no source
-        offers it."""
+        offers it. ``lacking``: as for a request whose OAuth token lacks these scopes of ``identity.needs_scope``."""
         rules = self._rules(agent)
+        if lacking:
+            rules = rules.lacking(lacking)
         entry = self.catalog.entries.get(name)
         if entry is not None:
             return decide(rules, entry, detail=True, exhaustive=True)

@@ -20,7 +20,7 @@ import socket
 import ssl
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
 from toolcrib.errors import ToolError
@@ -42,7 +42,7 @@ class WebLimits:
     verb: str = "fetch"
     where: str = "[packs.web]"
     user_agent: str = USER_AGENT
-    headers: tuple[tuple[str, str], ...] = field(default=())
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

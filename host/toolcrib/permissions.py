@@ -404,11 +404,8 @@ def decide(rules: AgentRules, subject: Entry | ItemEntry | Named, *, detail: boo
             checks.append(Check("mode", passed, _mode_detail(rules, entry, passed)))
         visible = visible and passed
     if visible or exhaustive:
-        if entry.tool.is_available is None:
-            answer: Availability = (True, "the tool has no availability check", None)
-        else:
-            found = availability.get(entry.name) if availability is not None else None
-            answer = found if found is not None else check_availability(rules, [entry])[entry.name]
+        answer = _availability(rules, entry, entry.tool.is_available, availability,
+                               "the tool has no availability check")
         passed = answer[0]
         if detail:
             checks.append(Check("available", passed, answer[1], answer[2]))
@@ -446,16 +443,22 @@ def _decide_item(rules: AgentRules, item: ItemEntry, detail: bool, exhaustive: b
             checks.append(scope)
         visible = visible and scope.passed
     if visible or exhaustive:
-        if item.item.is_available is None:
-            answer: Availability = (True, "no availability check", None)
-        else:
-            found = availability.get(item.name) if availability is not None else None
-            answer = found if found is not None else check_availability(rules, [item])[item.name]
+        answer = _availability(rules, item, item.item.is_available, availability, "no availability check")
         passed = answer[0]
         if detail:
             checks.append(Check("available", passed, answer[1], answer[2]))
         visible = visible and passed
     return Decision(rules.agent, item.name, visible, tuple(checks), item.what)
+
+
+def _availability(rules: AgentRules, subject: Entry | ItemEntry, check: Any,
+                  known: Mapping[str, Availability] | None, none: str) -> Availability:
+    """The subject's availability: a given answer (``known``, asked once for a whole view), else its check asked
+    now; ``none`` says why when it has no check."""
+    if check is None:
+        return (True, none, None)
+    found = known.get(subject.name) if known is not None else None
+    return found if found is not None else check_availability(rules, [subject])[subject.name]
 
 
 def _scope_hides(rules: AgentRules, dimension: str, name: str, uri: str | None = None) -> tuple[str, Pattern] | None:

@@ -262,25 +262,25 @@ class HttpApp:
         headers = {k.lower(): v for k, v in ((k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"])}
         supplied = _bearer(headers.get("authorization", ""))
         query = scope.get("query_string", b"").decode("latin-1")
-        metadata = self._metadata_url(scope, headers, agent)
         if _token_in_query(query):
             await _unauthorized("invalid_request", "tokens are accepted only in the Authorization header",
-                                metadata)(scope, receive, send)
+                                self._metadata_url(scope, headers, agent))(scope, receive, send)
             return
         if supplied is None:
             await _unauthorized(None, "this endpoint needs Authorization: Bearer <the agent's token>",
-                                metadata)(scope, receive, send)
+                                self._metadata_url(scope, headers, agent))(scope, receive, send)
             return
         identity = await self._identify(endpoint, supplied.encode("latin-1"))
         if identity is None or endpoint is None:
-            await _unauthorized("invalid_token", "the token is not valid for this endpoint", metadata)(
-                scope, receive, send)
+            await _unauthorized("invalid_token", "the token is not valid for this endpoint",
+                                self._metadata_url(scope, headers, agent))(scope, receive, send)
             return
         if identity.kind == "oauth":
             assert endpoint.identity is not None
             missing = [scope_ for scope_ in endpoint.identity.scopes if scope_ not in identity.scopes]
             if missing:
-                await _forbidden(endpoint.identity.scopes, metadata)(scope, receive, send)
+                await _forbidden(endpoint.identity.scopes, self._metadata_url(scope, headers, agent))(
+                    scope, receive, send)
                 return
             # the SDK binds a session to the principal that opened it (client, issuer, subject)
             scope["user"] = AuthenticatedUser(AccessToken(
