@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 
 import toolcrib
 from conftest import config_from, make_host, ours
-from packs import FILES
+from packs import FILES, Pack
 from toolcrib.host import Host
 from toolcrib.plugins import get_plugin_manager, load_plugins
 
@@ -176,6 +177,24 @@ def test_unknown_hook_and_marker_free_hooks(dist_path: Callable[..., Path]) -> N
     assert "unmarked__lookup_order" in host.catalog.entries
 
 
+def test_a_module_pack_hooks_are_found_as_pluggy_finds_them(dist_path: Callable[..., Path]) -> None:
+    """Only functions carrying the marker (under any name, with ``specname``) or named ``toolcrib_*`` implement
+    hooks; any other name in the module, a callable object with the marker's attribute included, is not one."""
+    source = GOOD.replace("@toolcrib.hookimpl\ndef toolcrib_tools():", "@toolcrib.hookimpl(specname='toolcrib_tools')\n"
+                          "def everything_we_offer():") + (
+        "\nclass Impostor:\n    toolcrib_impl = {}\n    def __call__(self):\n        return []\n\n"
+        "toolcrib_settings_model = None\nhelper = Impostor()\n"
+        "@toolcrib.hookimpl(specname='toolcrib_resources')\ndef not_a_function_any_more():\n    return []\n"
+        "not_a_function_any_more = staticmethod(not_a_function_any_more)\n")
+    dist_path("acme-orders", "1.0", {"orders": "acme_orders"}, {"acme_orders": source})
+    host = _host()
+    record = ours(host.records, {"orders"})["orders"]
+    assert (record.state, record.error, record.tool_count) == ("loaded", None, 1)
+    impls = {hook: [i.function.__name__ for i in host.pm.hook.__dict__[hook].get_hookimpls()
+                    if i.plugin_name == "orders"] for hook in ("toolcrib_tools", "toolcrib_resources")}
+    assert impls == {"toolcrib_tools": ["everything_we_offer"], "toolcrib_resources": ["not_a_function_any_more"]}
+
+
 def test_items_that_are_not_tools_and_duplicate_names_are_rejected_alone(dist_path: Callable[..., Path]) -> None:
     listing = '''    return [lookup_order, plain, dup_a, dup_b, "nope"]'''
     source = GOOD.replace("    return [lookup_order]", listing) + '''
@@ -313,8 +332,6 @@ def test_one_module_under_two_names_loads_once(dist_path: Callable[..., Path]) -
 
 
 def test_loading_leaves_the_garbage_collector_as_it_found_it(dist_path: Callable[..., Path]) -> None:
-    import gc
-
     seen: list[bool] = []
     source = GOOD.replace("    return [lookup_order]", "    import gc\n    seen.append(gc.isenabled())\n"
                                                          "    return [lookup_order]") + "\nseen = []\n"
@@ -331,3 +348,23 @@ def test_loading_leaves_the_garbage_collector_as_it_found_it(dist_path: Callable
     finally:
         gc.enable()
     assert "orders__lookup_order" in host.catalog.entries
+
+
+def test_building_a_view_and_its_wire_list_leave_the_collector_as_they_found_it() -> None:
+    seen: list[bool] = []
+
+    def check(ctx: object) -> bool:
+        seen.append(gc.isenabled())
+        return True
+
+    @toolcrib.tool(is_available=check)
+    def ping() -> str:
+        """Answer pong."""
+        return "pong"
+
+    host = make_host("[agents.a]\n[agents.a.permissions]\nplugins = { allow = ['p'] }\ntools = { allow = ['*'] }\n",
+                     {"p": Pack(ping)})
+    view = host.view("a")
+    assert [t["name"] for t in view.mcp_tools] == ["p__ping"]
+    assert seen == [False]  # paused while the view was built
+    assert gc.isenabled()

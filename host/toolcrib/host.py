@@ -8,14 +8,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
 import logging
 import os
 import sys
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,21 +50,9 @@ from toolcrib.plugins import (
 )
 from toolcrib.scope import LazyServers
 from toolcrib.skills import discover as discover_skills
-from toolcrib.view import AgentView, build_view, served_names
+from toolcrib.view import AgentView, build_view, collector_paused, served_names
 
 log = logging.getLogger("toolcrib.host")
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector off for the block, then as it was (reference counting still frees)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class Host:
@@ -92,9 +78,7 @@ class Host:
     ) -> None:
         env = os.environ if env is None else env
         self.loaded = loaded
-        # Loading makes many objects that live as long as the host and few cycles: the collector, run
-        # meanwhile, would only scan them again and again (a quarter of the time with 1,000 packs).
-        with _collector_paused():
+        with collector_paused():
             self.pm = get_plugin_manager(env)
             folders = loaded.config.host.tool_dirs
             if folders:  # [host] tool_dirs: each folder a pack (a pack given by name wins the namespace)
@@ -202,7 +186,8 @@ class Host:
                 view = self._views.get(key)
                 if view is None:
                     items = [*self.catalog.resources.values(), *self.catalog.prompts.values()]
-                    view = build_view(rules, self.catalog.entries, self.pipeline, self, items)
+                    with collector_paused():
+                        view = build_view(rules, self.catalog.entries, self.pipeline, self, items)
                     self._views[key] = view
         return view
 

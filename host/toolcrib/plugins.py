@@ -17,7 +17,7 @@ import sys
 import traceback
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from types import ModuleType
+from types import FunctionType, MethodType, ModuleType
 from typing import Any
 
 import pluggy
@@ -82,13 +82,20 @@ class PluginManager(pluggy.PluginManager):
         return super().register(plugin, name)
 
     def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
-        opts: Any = super().parse_hookimpl_opts(plugin, name)
-        if opts is None and name.startswith("toolcrib_"):
-            method = getattr(plugin, name, None)
-            if inspect.isroutine(method):
+        opts: Any
+        value = plugin.__dict__.get(name) if type(plugin) is ModuleType else None
+        if value is not None and not name.startswith("toolcrib_") and not isinstance(
+                value, staticmethod | classmethod | MethodType):
+            # pluggy's answer for a module's own names, without its static lookup through the module's type (a
+            # tenth of a millisecond a pack): only a function carrying the marker implements a hook.
+            marked = getattr(value, "toolcrib_impl", None) if type(value) is FunctionType else None
+            opts = marked if isinstance(marked, dict) else None
+        else:
+            opts = super().parse_hookimpl_opts(plugin, name)
+            if opts is None and name.startswith("toolcrib_") and inspect.isroutine(getattr(plugin, name, None)):
                 opts = {}
-        if opts is not None:
-            self.registered_hooks.append((name, opts))
+        if opts is not None:  # the hook it implements: the marker's specname, else its own name
+            self.registered_hooks.append((opts.get("specname") or name, opts))
         return opts
 
 
@@ -217,13 +224,13 @@ def _load_entry_points(
     taken: Collection[str],
 ) -> PluginRecord:
     first = eps[0]
-    dist = first.dist
+    metadata = first.dist.metadata if first.dist is not None else None  # parsed once: it is a file read and more
     record = PluginRecord(
         name=namespace,
         kind="pack",
         state="loaded",
-        distribution=dist.metadata["Name"] if dist is not None else None,
-        version=dist.version if dist is not None else None,
+        distribution=metadata["Name"] if metadata is not None else None,
+        version=metadata["Version"] if metadata is not None else None,
         entry_point=first.value,
     )
     if _skip(record, disabled):

@@ -5,8 +5,10 @@ Every front end (Python API, CLI, MCP, schema export) reads views; none filters 
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
@@ -26,6 +28,20 @@ if TYPE_CHECKING:
 log = logging.getLogger("toolcrib.view")
 
 EXPORT_FORMATS = ("mcp", "openai", "anthropic")
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for the block, then as it was (reference counting still frees). Loading
+    packs and building a view or its wire list make many objects that live as long as the host and few cycles: the
+    collector, run meanwhile, would only scan them again and again (a quarter of the time with 1,000 packs)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class Pipeline(Protocol):
@@ -211,7 +227,8 @@ class AgentView:
     @cached_property
     def mcp_tools(self) -> list[dict[str, Any]]:
         """The tools/list payload (wire dicts), built once per view."""
-        return [vt.to_mcp() for vt in self.tools]
+        with collector_paused():
+            return [vt.to_mcp() for vt in self.tools]
 
     def export(self, format: str = "mcp") -> list[dict[str, Any]]:
         """This view's tools for a framework: ``mcp`` (the tools/list objects), ``openai`` (function tools for
