@@ -290,6 +290,24 @@ def test_handlers_with_cancel_scopes_of_their_own(host) -> None:  # type: ignore
         "Tool shop__raises_timeout failed with an internal error; the host's log has the details.")
 
 
+def test_calls_under_trio_run_timeouts_and_worker_threads_alike(host) -> None:  # type: ignore[no-untyped-def]
+    """anyio's other backend: asyncio's eager start and timer are not used there, anyio's cancel scopes are; and
+    the same host's sync handlers run on both (anyio's worker limiter belongs to one backend)."""
+
+    def on_trio(tool: str, args: Any = None) -> str:
+        return anyio.run(lambda: host.call("a", tool, args), backend="trio").text
+
+    assert call(host, "shop__listing").text == "[1,2,3]"  # a worker thread under asyncio first
+    assert on_trio("shop__listing") == "[1,2,3]"
+    CANCELLED.clear()
+    assert on_trio("shop__own_scope", {"seconds": 0.01}) == "slept"
+    assert on_trio("shop__hangs") == "Tool shop__hangs timed out after 0.2 seconds and was stopped."
+    assert CANCELLED == ["cancelled"]
+    assert on_trio("shop__hangs_sync", {"release": 1.0}) == (
+        "Tool shop__hangs_sync timed out after 0.2 seconds and was stopped.")
+    assert on_trio("shop__lookup_order", {"order_id": "O-1001"}) == '{"id":"O-1001","status":"shipped"}'
+
+
 def test_timeout_of_a_sync_handler_returns_while_the_thread_finishes(host) -> None:  # type: ignore[no-untyped-def]
     assert call(host, "shop__hangs_sync", {"release": 1.0}).text == (
         "Tool shop__hangs_sync timed out after 0.2 seconds and was stopped.")

@@ -96,7 +96,7 @@ class Pipeline:
         self._ids = itertools.count(1)
         self._id_prefix = secrets.token_hex(4)  # call ids are this host's prefix and a count: unique, and cheap
         self._workers = host.sync_workers
-        self._limiter: anyio.CapacityLimiter | None = None
+        self._limiters: dict[bool, anyio.CapacityLimiter] = {}
         # [agents.<name>.limits], counted in a book that outlives reloads (serving keeps one)
         self._limits = {name: found for name, agent in loaded.config.agents.items()
                         if (found := compile_limits(name, agent.limits))}
@@ -105,9 +105,13 @@ class Pipeline:
 
     @property
     def limiter(self) -> anyio.CapacityLimiter:
-        if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(self._workers)
-        return self._limiter
+        """What bounds the worker threads of sync handlers: one for asyncio and one for trio, since anyio's limiters
+        work only on the backend they were made on (a host the Python API calls from both)."""
+        on_asyncio = asyncio._get_running_loop() is not None
+        found = self._limiters.get(on_asyncio)
+        if found is None:
+            found = self._limiters[on_asyncio] = anyio.CapacityLimiter(self._workers)
+        return found
 
     def call(
         self,
@@ -400,7 +404,8 @@ class Pipeline:
         timeout = vt.timeout
         value: Any = None
         try:
-            if tool.is_async and _on_asyncio():
+            # on asyncio (anyio may run on trio, where the eager start below does not apply)
+            if tool.is_async and asyncio._get_running_loop() is not None:
                 # Run the coroutine up to its first suspension right here (as asyncio's eager tasks do): a
                 # handler that never suspends cannot overrun its timeout and needs no timer, which is most of
                 # the pipeline's own cost. One that suspends continues under asyncio.timeout, which (unlike an
@@ -726,12 +731,3 @@ class _Resume:
 
 def _seconds(value: float) -> str:
     return f"{value:g} second" + ("" if value == 1 else "s")
-
-
-def _on_asyncio() -> bool:
-    """Whether this runs on asyncio (anyio may run on trio, where the eager start below does not apply)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True

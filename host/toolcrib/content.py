@@ -263,8 +263,9 @@ def normalize(value: Any, structured: Any = None) -> ToolResult:
     if kind is int or kind is float or kind is bool or value is None:
         text = str(value) if kind is int else _STRICT_JSON(value)
         return ToolResult(content=({"type": "text", "text": text},))
-    if kind is dict and structured is None:
-        structured = to_jsonable_python(value)
+    if kind is dict and (structured is None or type(structured) is dict):  # a dict is never explicit content
+        if structured is None:
+            structured = to_jsonable_python(value)
         return ToolResult(content=({"type": "text", "text": dumps(structured)},), structured_content=structured)
     if isinstance(value, ToolResult):
         problem = result_problem(value)
