@@ -4,6 +4,7 @@ mutation testing of permissions.py and patterns.py showed the other tests let th
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from typing import Any
 
@@ -14,7 +15,7 @@ import toolcrib
 from conftest import cli, config_from, make_host
 from packs import FILES, Pack
 from toolcrib.catalog import Entry
-from toolcrib.permissions import Named, compile_rules, decide
+from toolcrib.permissions import CallRules, Named, compile_rules, decide
 from toolcrib.tool import get_tool
 
 
@@ -51,6 +52,11 @@ def test_named_decisions_say_why() -> None:
     assert (back.visible, back.reason) == (False, "it is one of the agents whose run led here, and a run never goes "
                                                   "back along its chain")
     assert decide(rules, Named("subagents", "c"), chain=("x", "a")).visible
+    for quick in (decide(rules, Named("subagents", "a")), decide(rules, Named("subagents", "c"), chain=("c",))):
+        assert (quick.agent, quick.visible, quick.checks, quick.kind) == ("a", False, (), "agent")
+    assert decide(rules, Named("subagents", "a")).name == "a"
+    allowed = decide(rules, Named("subagents", "b"))
+    assert (allowed.agent, allowed.name, allowed.visible, allowed.checks, allowed.kind) == ("a", "b", True, (), "agent")
     server = decide(rules, Named("mcps", "time"), detail=True)
     assert (server.kind, server.visible, server.reason) == ("server", False, "server 'time': agents.a.permissions.mcps "
                                                             "is not set, so nothing of 'mcps' is allowed")
@@ -136,7 +142,94 @@ def test_availability_checks_run_only_for_tools_the_rules_permit() -> None:
     assert sorted(seen) == ["a:ro", "a:rw", "planner:denied", "planner:ro"]  # each once; none for what is hidden
 
 
-def test_a_check_after_one_that_hangs_is_still_asked_once() -> None:
+def test_availability_checks_of_resources_prompts_and_scoped_names_run_only_where_permitted() -> None:
+    """The same for what a resource or prompt rule hides (by name or by URI), what a scope the token lacks hides,
+    and a pack's tool served from another plugin (``origin``): a source rule naming either lets it be asked."""
+    import dataclasses
+
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def counted(name: str) -> Any:
+        def check(ctx: toolcrib.AvailabilityContext) -> bool:
+            with lock:
+                seen.append(name)
+            return True
+        return check
+
+    def resource(uri: str, tag: str) -> Any:
+        @toolcrib.resource(uri, name=tag, is_available=counted(tag))
+        def body() -> str:
+            return tag
+        return body
+
+    def prompt(tag: str) -> Any:
+        @toolcrib.prompt(name=tag, is_available=counted(tag))
+        def body() -> str:
+            """Say it."""
+            return tag
+        return body
+
+    @toolcrib.tool(is_available=counted("open"))
+    def open_tool() -> str:
+        """Open to all."""
+        return "open"
+
+    @toolcrib.tool(is_available=counted("scoped"))
+    def scoped() -> str:
+        """Hidden without the admin scope."""
+        return "scoped"
+
+    @toolcrib.tool(is_available=counted("borrowed"))
+    def borrowed() -> str:
+        """Served by the pack, from another plugin."""
+        return "borrowed"
+
+    class Items:
+        @toolcrib.hookimpl
+        def toolcrib_tools(self) -> list[Any]:
+            return [open_tool, scoped, dataclasses.replace(get_tool(borrowed), origin="helper-plugin")]
+
+        @toolcrib.hookimpl
+        def toolcrib_resources(self) -> list[Any]:
+            return [resource("doc://kept", "kept"), resource("doc://by-uri", "by_uri"),
+                    resource("doc://by-name", "by_name"), resource("doc://scoped", "scoped_doc")]
+
+        @toolcrib.hookimpl
+        def toolcrib_prompts(self) -> list[Any]:
+            return [prompt("hello"), prompt("secret")]
+
+    host = make_host("""
+        [oauth]
+        issuer = "https://issuer.example"
+        audience = "https://toolcrib.example/mcp"
+        [agents.a.identity]
+        claims = { sub = "*" }
+        [agents.a.identity.needs_scope.admin]
+        tools = ["p__scoped"]
+        resources = ["doc://scoped"]
+        [agents.a.permissions]
+        plugins = { allow = ["p"] }
+        tools = { allow = ["*"] }
+        resources = { deny = ["doc://by-uri", "p__by_name"] }
+        prompts = { deny = ["p__secret"] }
+        [agents.lender.permissions]
+        plugins = { allow = ["helper-plugin"] }
+        tools = { allow = ["*"] }
+    """, {"p": Items(), "q": Pack()})
+    view = host.view("a", frozenset({"admin"}))
+    assert (view.names, [r["uri"] for r in view.mcp_resources], [q["name"] for q in view.mcp_prompts]) == (
+        ["p__borrowed", "p__open_tool"], ["doc://kept"], ["p__hello"])
+    assert sorted(seen) == ["borrowed", "hello", "kept", "open"]
+    seen.clear()
+    assert host.view("a").names == ["p__borrowed", "p__open_tool", "p__scoped"]
+    assert sorted(seen) == ["borrowed", "hello", "kept", "open", "scoped", "scoped_doc"]
+    seen.clear()
+    assert host.view("lender").names == ["p__borrowed"]  # the pack is not allowed, the plugin it serves from is
+    assert seen == ["borrowed"]
+
+
+def test_a_check_after_one_that_hangs_is_still_asked_once(caplog: pytest.LogCaptureFixture) -> None:
     release = threading.Event()
     asked: list[str] = []
 
@@ -158,12 +251,45 @@ def test_a_check_after_one_that_hangs_is_still_asked_once() -> None:
     try:
         host = make_host('[host]\navailability_timeout = 0.2\n[agents.a.permissions]\nplugins = { allow = ["*"] }\n'
                          'tools = { allow = ["*"] }\n', {"p": Pack(a_hangs, b_after, c_last)})
-        assert host.view("a").names == ["p__b_after"]
+        with caplog.at_level(logging.WARNING, logger="toolcrib.permissions"):
+            assert host.view("a").names == ["p__b_after"]
         assert asked == ["b", "c"]
+        assert [r.getMessage() for r in caplog.records] == [
+            "is_available of p__a_hangs gave no answer within 0.2 seconds for agent 'a'; the tool is hidden"]
         explained = host.explain("a", "p__c_last")
         assert explained is not None and explained.reason == "not available: not today"
     finally:
         release.set()
+
+
+def test_a_check_that_raises_is_logged_and_a_check_sees_the_agent_model_and_mode(
+        caplog: pytest.LogCaptureFixture) -> None:
+    seen: list[tuple[str, str | None, str]] = []
+
+    def raises(ctx: toolcrib.AvailabilityContext) -> bool:
+        raise RuntimeError("no licence server")
+
+    def looks(ctx: toolcrib.AvailabilityContext) -> bool:
+        seen.append((ctx.agent, ctx.model, ctx.mode))
+        return True
+
+    @toolcrib.tool(annotations={"readOnlyHint": True}, is_available=raises)
+    def broken() -> str:
+        """Broken check."""
+        return "x"
+
+    @toolcrib.tool(annotations={"readOnlyHint": True}, is_available=looks)
+    def fine() -> str:
+        """Looks at who asks."""
+        return "x"
+
+    host = make_host('[models.m]\n[agents.a]\nmodel = "m"\nmode = "plan"\n[agents.a.permissions]\n'
+                     'plugins = { allow = ["*"] }\ntools = { allow = ["*"] }\n', {"p": Pack(broken, fine)})
+    with caplog.at_level(logging.WARNING, logger="toolcrib.permissions"):
+        assert host.view("a").names == ["p__fine"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "is_available of p__broken raised RuntimeError for agent 'a'; the tool is hidden"]
+    assert seen == [("a", "m", "plan")]
 
 
 @pytest.mark.parametrize(("answer", "visible", "reason"), [
@@ -207,12 +333,27 @@ def test_plan_mode_says_why_an_untrusted_servers_read_only_hint_does_not_count()
             passed, "mode", passed, detail)
     writes = get_tool(toolcrib.tool(name="set", description="Set the time.")(lambda: "x"))
     assert writes is not None
-    entry = Entry(name="time__set", namespace="time", kind="mcp", dimension="mcps", source="time", tool=writes)
-    assert decide(rules, entry, detail=True).checks[2].detail == (
-        "plan mode shows only tools annotated read-only (readOnlyHint), and this one is not")
+    for trusted in (True, False):  # not read-only at all: trust does not come into it
+        entry = Entry(name="time__set", namespace="time", kind="mcp", dimension="mcps", source="time", tool=writes,
+                      trusted=trusted)
+        assert decide(rules, entry, detail=True).checks[2].detail == (
+            "plan mode shows only tools annotated read-only (readOnlyHint), and this one is not")
 
 
 # -- call rules ----------------------------------------------------------------------------------------------------
+
+
+def test_each_rule_subject_of_a_call_is_read_even_when_an_earlier_one_is_absent() -> None:
+    rules = CallRules(subjects=("source", "destination"), allow=(), deny=(), ask=())
+    assert rules.values({"destination": "b.txt"}) == [("destination", "b.txt")]
+    assert rules.values({"source": ["cp", "-r"], "destination": 3}) == [("source", "cp -r"), ("destination", "3")]
+
+
+def test_scopes_a_request_lacks_hide_nothing_from_an_agent_without_an_identity() -> None:
+    host = make_host('[agents.a.permissions]\nplugins = { allow = ["files"] }\ntools = { allow = ["*"] }\n',
+                     {"files": FILES})
+    assert host.view("a", frozenset({"admin"})).names == host.view("a").names == [
+        "files__read", "files__rm", "files__touch", "files__write"]
 
 
 def test_a_bare_allow_beside_a_specifier_leaves_the_tool_unrestricted() -> None:

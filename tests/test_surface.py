@@ -559,6 +559,53 @@ def test_explain_covers_prompts_and_resources_by_name_uri_and_template() -> None
     assert host.similar("docs__reveiw") == ["docs__review"]
 
 
+def test_a_scope_the_token_lacks_hides_resources_by_name_or_uri_and_prompts_as_explain_says() -> None:
+    host = make_host(CONFIG + """
+[oauth]
+issuer = "https://issuer.example"
+audience = "https://toolcrib.example/mcp"
+[agents.s.identity]
+claims = { sub = "*" }
+[agents.s.identity.needs_scope.docs]
+resources = ["docs://readme", "docs__secret"]
+prompts = ["docs__review"]
+[agents.s.identity.needs_scope.admin]
+tools = ["docs__chatty"]
+[agents.s.permissions]
+plugins = { allow = ["*"] }
+tools = { allow = ["*"] }
+resources = { allow = ["*"] }
+prompts = { allow = ["*"] }
+""", {"docs": Docs()})
+    lacking = frozenset({"docs"})
+    view = host.view("s", lacking)
+    assert ([r["uri"] for r in view.mcp_resources], [p["name"] for p in view.mcp_prompts],
+            [t["name"] for t in view.mcp_tools]) == (
+        ["docs://logo"], ["docs__many", "docs__show_logo"], ["docs__ask_name", "docs__chatty"])
+    full = host.view("s")
+    assert ([r["uri"] for r in full.mcp_resources], [p["name"] for p in full.mcp_prompts]) == (
+        ["docs://logo", "docs://readme", "docs://secret"], ["docs__many", "docs__review", "docs__show_logo"])
+
+    def scope_check(name: str, scopes: frozenset[str] = lacking) -> tuple[bool, str]:
+        decision = host.explain("s", name, scopes)
+        assert decision is not None
+        found = [(c.passed, c.detail) for c in decision.checks if c.name == "scope"]
+        assert len(found) == 1 and decision.visible is found[0][0], decision
+        return found[0]
+
+    assert scope_check("docs__readme") == (False, "needs scope 'docs' (identity.needs_scope: 'docs://readme'), "
+                                                  "which the request's token does not carry")
+    assert scope_check("docs://secret") == (False, "needs scope 'docs' (identity.needs_scope: 'docs__secret'), "
+                                                   "which the request's token does not carry")
+    assert scope_check("docs__review") == (False, "needs scope 'docs' (identity.needs_scope: 'docs__review'), "
+                                                  "which the request's token does not carry")
+    assert scope_check("docs__logo") == (True, "the token carries every scope it needs")
+    assert scope_check("docs__chatty", frozenset({"admin"})) == (
+        False, "needs scope 'admin' (identity.needs_scope: 'docs__chatty'), which the request's token does not carry")
+    unscoped = host.explain("s", "docs__readme")
+    assert unscoped is not None and unscoped.visible and "scope" not in [c.name for c in unscoped.checks]
+
+
 def test_check_reports_dead_rules_empty_dimensions_and_kept_full_names() -> None:
     text = CONFIG + """
 [agents.empty.permissions]

@@ -155,6 +155,32 @@ def test_errors_name_the_path_they_are_about(root: Root) -> None:
     assert refused(root.remove, ("nope", "x")) == "nope: not found"
 
 
+def test_a_name_too_long_is_said_so_wherever_it_is_met(root: Root) -> None:
+    long = "x" * 300
+    assert refused(root.lstat, (long,)) == f"{long[:80]}...: the path is too long"
+    assert refused(root.rename, ("b.txt",), (long,)) == f"{long[:80]}...: the path is too long"
+    assert refused(root.remove, (long,)) == f"{long[:80]}...: the path is too long"
+
+
+@pytest.mark.parametrize("step", ["unlink", "rmtree", "rename"])
+def test_an_os_refusal_in_the_last_step_is_told_about_its_path(root: Root, step: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a user without the rights meets (a read-only folder). The tests run as root, whom the kernel never
+    refuses, so the one OS call is replaced by one that refuses as the kernel would."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+
+    refuse.avoids_symlink_attacks = True  # type: ignore[attr-defined]  # as shutil.rmtree's is on Linux
+    monkeypatch.setattr(workspace.shutil if step == "rmtree" else workspace.os, step, refuse)
+    if step == "unlink":
+        assert refused(root.remove, ("dir", "a.txt")) == "dir/a.txt: permission denied"
+    elif step == "rmtree":
+        assert refused(root.remove, ("dir",), recursive=True) == "dir: permission denied"
+    else:
+        assert refused(root.rename, ("b.txt",), ("dir", "c.txt")) == "dir/c.txt: permission denied"
+
+
 def test_a_protected_root_of_everything_refuses_every_change(tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(workspace, "_PROTECTED", {})  # protection lasts for the process: this one only for the test
