@@ -71,6 +71,10 @@ def test_without_a_permissions_table_nothing_of_any_kind() -> None:
         decision = decide(rules, subject, detail=True)
         assert (decision.visible, [c.name for c in decision.checks], decision.reason) == (
             False, ["permissions"], "agent 'a' has no [agents.a.permissions] table, so it sees nothing")
+    for subject, kind in ((Named("skills", "pdf"), "skill"), (Named("subagents", "b"), "agent")):
+        quick = decide(rules, subject)
+        assert (quick.agent, quick.name, quick.visible, quick.checks, quick.kind) == ("a", subject.name, False, (),
+                                                                                     kind)
     host = make_host("[agents.a]\n", {"files": FILES})
     explained = host.explain("a", "files__read")
     assert explained is not None and explained.to_json() == {"agent": "a", "tool": "files__read", "visible": False,
@@ -78,6 +82,27 @@ def test_without_a_permissions_table_nothing_of_any_kind() -> None:
                                                                          "detail": "agent 'a' has no "
                                                                          "[agents.a.permissions] table, so it sees "
                                                                          "nothing"}]}
+
+
+def test_a_detailed_decision_stops_at_the_first_failing_check_unless_exhaustive() -> None:
+    @toolcrib.resource("doc://guide", name="guide")
+    def guide() -> str:
+        return "guide"
+
+    class Docs:
+        @toolcrib.hookimpl
+        def toolcrib_resources(self) -> list[Any]:
+            return [guide]
+
+    host = make_host('[agents.a.permissions]\nplugins = { deny = ["docs"] }\n', {"files": FILES, "docs": Docs()})
+    rules = host.rules["a"]
+    tool = decide(rules, host.catalog.entries["files__read"], detail=True)
+    assert [(c.name, c.passed) for c in tool.checks] == [("source", True), ("tools", False)]
+    item = decide(rules, host.catalog.resources["docs__guide"], detail=True)
+    assert (item.kind, [(c.name, c.passed) for c in item.checks]) == ("resource", [("source", False)])
+    every = decide(rules, host.catalog.resources["docs__guide"], detail=True, exhaustive=True)
+    assert [(c.name, c.passed) for c in every.checks] == [("source", False), ("resources", False),
+                                                          ("available", True)]
 
 
 def test_explain_names_a_missing_dimension() -> None:
