@@ -3,8 +3,12 @@ mutation testing of permissions.py and patterns.py showed the other tests let th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import subprocess
+import sys
+import textwrap
 import threading
 from typing import Any
 
@@ -15,7 +19,7 @@ import toolcrib
 from conftest import cli, config_from, make_host
 from packs import FILES, Pack
 from toolcrib.catalog import Entry
-from toolcrib.permissions import CallRules, Named, compile_rules, decide
+from toolcrib.permissions import CallRules, Named, compile_rules, decide, permitted
 from toolcrib.tool import get_tool
 
 
@@ -48,6 +52,7 @@ def test_named_decisions_say_why() -> None:
         "agent 'b': allowed by agents.a.permissions.subagents.allow 'b'")
     itself = decide(rules, Named("subagents", "a"), detail=True)
     assert (itself.visible, itself.reason) == (False, "an agent is never offered itself")
+    assert [(c.name, c.passed) for c in itself.checks] == [("rule", False)]
     back = decide(rules, Named("subagents", "c"), detail=True, chain=("c", "a"))
     assert (back.visible, back.reason) == (False, "it is one of the agents whose run led here, and a run never goes "
                                                   "back along its chain")
@@ -71,7 +76,8 @@ def test_without_a_permissions_table_nothing_of_any_kind() -> None:
         decision = decide(rules, subject, detail=True)
         assert (decision.visible, [c.name for c in decision.checks], decision.reason) == (
             False, ["permissions"], "agent 'a' has no [agents.a.permissions] table, so it sees nothing")
-    for subject, kind in ((Named("skills", "pdf"), "skill"), (Named("subagents", "b"), "agent")):
+    for subject, kind in ((Named("skills", "pdf"), "skill"), (Named("subagents", "b"), "agent"),
+                          (Named("tools", "x__y"), "tools")):  # ctx.permits(dimension, name) from a pack
         quick = decide(rules, subject)
         assert (quick.agent, quick.name, quick.visible, quick.checks, quick.kind) == ("a", subject.name, False, (),
                                                                                      kind)
@@ -103,6 +109,28 @@ def test_a_detailed_decision_stops_at_the_first_failing_check_unless_exhaustive(
     every = decide(rules, host.catalog.resources["docs__guide"], detail=True, exhaustive=True)
     assert [(c.name, c.passed) for c in every.checks] == [("source", False), ("resources", False),
                                                           ("available", True)]
+    bare = make_host("[agents.none]\n", {"docs": Docs()})
+    assert decide(bare.rules["none"], bare.catalog.resources["docs__guide"]).kind == "resource"
+
+
+def test_a_tool_the_lock_holds_back_is_hidden_first_and_the_hosts_own_tools_say_where_they_come_from() -> None:
+    host = make_host('[agents.a.permissions]\nplugins = { allow = ["files"] }\ntools = { allow = ["*"] }\n'
+                     'subagents = { allow = ["b"] }\n[agents.b]\n', {"files": FILES})
+    rules = host.rules["a"]
+    held = dataclasses.replace(host.catalog.entries["files__read"], held="its definition changed since the lock")
+    quick = decide(rules, held)
+    assert (quick.agent, quick.name, quick.visible, quick.checks) == ("a", "files__read", False, ())
+    detailed = decide(rules, held, detail=True)
+    assert [(c.name, c.passed, c.detail) for c in detailed.checks] == [
+        ("lock", False, "its definition changed since the lock")]
+    every = decide(rules, held, detail=True, exhaustive=True)
+    assert ([c.name for c in every.checks], every.visible) == (["lock", "source", "tools", "mode", "available"], False)
+    # which availability checks are worth running: none for what the lock holds, none for an agent without rules
+    assert (permitted(rules, host.catalog.entries["files__read"]), permitted(rules, held)) == (True, False)
+    assert permitted(host.rules["b"], host.catalog.entries["files__read"]) is False
+    own = host.explain("a", "toolcrib__run_agent")
+    assert own is not None and (own.checks[0].name, own.checks[0].passed, own.checks[0].detail) == (
+        "source", True, "the host's own tool: it is offered by what it serves (see available)")
 
 
 def test_explain_names_a_missing_dimension() -> None:
@@ -170,8 +198,6 @@ def test_availability_checks_run_only_for_tools_the_rules_permit() -> None:
 def test_availability_checks_of_resources_prompts_and_scoped_names_run_only_where_permitted() -> None:
     """The same for what a resource or prompt rule hides (by name or by URI), what a scope the token lacks hides,
     and a pack's tool served from another plugin (``origin``): a source rule naming either lets it be asked."""
-    import dataclasses
-
     seen: list[str] = []
     lock = threading.Lock()
 
@@ -252,6 +278,9 @@ def test_availability_checks_of_resources_prompts_and_scoped_names_run_only_wher
     seen.clear()
     assert host.view("lender").names == ["p__borrowed"]  # the pack is not allowed, the plugin it serves from is
     assert seen == ["borrowed"]
+    explained = host.explain("lender", "p__borrowed")
+    assert explained is not None and explained.checks[0].detail == (
+        "pack 'p' (its plugin 'helper-plugin'): allowed by agents.lender.permissions.plugins.allow 'helper-plugin'")
 
 
 def test_a_check_after_one_that_hangs_is_still_asked_once(caplog: pytest.LogCaptureFixture) -> None:
@@ -310,11 +339,41 @@ def test_a_check_that_raises_is_logged_and_a_check_sees_the_agent_model_and_mode
 
     host = make_host('[models.m]\n[agents.a]\nmodel = "m"\nmode = "plan"\n[agents.a.permissions]\n'
                      'plugins = { allow = ["*"] }\ntools = { allow = ["*"] }\n', {"p": Pack(broken, fine)})
-    with caplog.at_level(logging.WARNING, logger="toolcrib.permissions"):
+    with caplog.at_level(logging.DEBUG, logger="toolcrib.permissions"):
         assert host.view("a").names == ["p__fine"]
-    assert [r.getMessage() for r in caplog.records] == [
-        "is_available of p__broken raised RuntimeError for agent 'a'; the tool is hidden"]
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", "is_available of p__broken raised RuntimeError for agent 'a'; the tool is hidden"),
+        ("DEBUG", "is_available of p__broken raised")]
+    assert caplog.records[1].exc_info is not None and str(caplog.records[1].exc_info[1]) == "no licence server"
     assert seen == [("a", "m", "plan")]
+
+
+def test_a_check_that_never_returns_does_not_keep_the_process_alive(tmp_path: Any) -> None:
+    """The thread a hung check is left on is a daemon: the process ends when its work does."""
+    script = tmp_path / "hang.py"
+    script.write_text(textwrap.dedent("""
+        import threading
+        import toolcrib
+        from toolcrib.config import parse_config
+        from pathlib import Path
+
+        @toolcrib.tool(is_available=lambda ctx: threading.Event().wait())
+        def stuck() -> str:
+            \"\"\"Never available.\"\"\"
+            return "x"
+
+        class Pack:
+            @toolcrib.hookimpl
+            def toolcrib_tools(self):
+                return [stuck]
+
+        text = '[host]\\navailability_timeout = 0.1\\n[agents.a.permissions]\\nplugins = { allow = ["*"] }\\n'
+        text += 'tools = { allow = ["*"] }\\n'
+        host = toolcrib.Host(parse_config(text, "t", Path.cwd()), plugins={"p": Pack()}, autoload=False, env={})
+        print(host.view("a").names)
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)  # a deadlock
+    assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr  # guard, not a time limit
 
 
 @pytest.mark.parametrize(("answer", "visible", "reason"), [

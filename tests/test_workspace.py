@@ -190,6 +190,30 @@ def test_a_protected_root_of_everything_refuses_every_change(tmp_path: Path,
     assert refused(root.write_bytes, ("x",), b"x").startswith("x: is protected: ")
 
 
+def test_protection_holds_by_whole_components_whatever_the_names_end_with(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Names ending in the same letter, a workspace inside a protected folder, and a workspace at ``/``."""
+    monkeypatch.setattr(workspace, "_PROTECTED", {})
+    (tmp_path / "wsX" / "hooksX").mkdir(parents=True)
+    (tmp_path / "wsX" / "keepX").mkdir()
+    (tmp_path / "wsX" / "keepX" / "conf.toml").write_text("governs")
+    (tmp_path / "governX" / "ws").mkdir(parents=True)
+    workspace.protect({tmp_path / "wsX" / "hooksX": "the hook programs",
+                       tmp_path / "wsX" / "keepX" / "conf.toml": "the config",
+                       tmp_path / "governX": "the skills folder"})
+    root = Root(tmp_path / "wsX")
+    assert refused(root.write_bytes, ("hooksX", "a"), b"x") == (
+        "hooksX/a: is protected: changing it would change how the host governs its agents (the hook programs is in "
+        "the way); no tool may change it")
+    assert refused(root.remove, ("keepX",), recursive=True).startswith("keepX: is protected: ")
+    assert refused(Root(tmp_path / "governX" / "ws").write_bytes, ("a",), b"x").startswith("a: is protected: ")
+    whole = Root(Path("/"))
+    config = parts_of(str(tmp_path / "wsX" / "keepX" / "conf.toml").lstrip("/"))
+    assert refused(whole.write_bytes, config, b"x").startswith(f"{'/'.join(config)}: is protected: ")
+    assert (tmp_path / "wsX" / "keepX" / "conf.toml").read_text() == "governs"
+    assert sorted(os.listdir(tmp_path / "wsX" / "hooksX")) == []
+
+
 def test_reading_a_fifo_never_blocks(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "pipe")  # open() of a FIFO without O_NONBLOCK would wait for a writer forever
     fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
