@@ -134,10 +134,6 @@ class DimensionRule:
             return f"not matched by any pattern of {self.where}.allow"
         return f"not matched by {self.where}.deny"
 
-    def verdict(self, name: str) -> tuple[bool, str]:
-        passed, pattern = self.permits(name)
-        return passed, self.describe(passed, pattern)
-
     def specifiers(self, name: str) -> tuple[Pattern, ...]:
         """The patterns with an argument specifier that name this tool."""
         return tuple(p for p in self.patterns if p.specifier is not None and p.matches(name))
