@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -151,6 +152,44 @@ def test_reloads_are_counted() -> None:
     text = metrics.render()[0].decode()
     assert (_sample(text, "toolcrib_reloads_total", result="ok"), _sample(text, "toolcrib_reloads_total",
                                                                            result="rejected")) == (1, 1)
+
+
+def test_noted_observations_are_counted_whenever_collected_from_any_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call only notes its observation; every collection (a scrape, or any reader of the registry) folds what was
+    noted in first, and the notes never pile up past observe.FOLD_AT."""
+    from toolcrib import observe
+
+    metrics = Metrics()
+    metrics.observe("a", "tool", "fs__read", "allowed", False, 0.002)
+    metrics.observe("a", "tool", "fs__read", "allowed", True, 0.2)
+    metrics.observe("a", "resource", "docs://x", "unknown", True, 0.0)
+    sample = metrics.registry.get_sample_value
+    assert (sample("toolcrib_tool_calls_total", {"agent": "a", "tool": "fs__read", "outcome": "ok"}),
+            sample("toolcrib_tool_calls_total", {"agent": "a", "tool": "fs__read", "outcome": "error"}),
+            sample("toolcrib_tool_call_duration_seconds_count", {"agent": "a"}),
+            sample("toolcrib_tool_call_duration_seconds_bucket", {"agent": "a", "le": "0.0025"}),
+            sample("toolcrib_item_requests_total", {"agent": "a", "kind": "resource", "outcome": "unknown"})) == (
+        1, 1, 2, 1, 1)
+
+    monkeypatch.setattr(observe, "FOLD_AT", 3)
+    for _ in range(3):
+        metrics.observe("b", "tool", "fs__read", "allowed", False, 0.001)
+    assert len(metrics._noted) == 0  # folded without a scrape: memory stays bounded
+
+    def calls() -> None:
+        for _ in range(2000):
+            metrics.observe("c", "tool", "fs__read", "denied", True, 0.001)
+
+    def scrapes() -> None:
+        for _ in range(50):
+            metrics.render()
+
+    threads = [threading.Thread(target=calls) for _ in range(4)] + [threading.Thread(target=scrapes)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sample("toolcrib_tool_calls_total", {"agent": "c", "tool": "fs__read", "outcome": "denied"}) == 8000
 
 
 def test_one_log_line_per_request_in_json(caplog: pytest.LogCaptureFixture) -> None:

@@ -3,7 +3,8 @@ request (text or JSON), and OpenTelemetry spans per request (``opentelemetry-api
 
 Metrics are reported by the call pipeline where it writes the audit log, so a call is counted exactly where it is
 decided. Labels are bounded: a name an agent asks for that it does not see is counted as
-``(unknown)``, never as the name it sent.
+``(unknown)``, never as the name it sent. A call only notes its observation; the notes are folded into the
+counters whenever the registry is collected (a scrape), so calls do not pay prometheus_client's locks.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +21,7 @@ requests_log = logging.getLogger("toolcrib.requests")
 
 UNKNOWN = "(unknown)"
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+FOLD_AT = 10_000  # observations noted before they are folded in without waiting for a scrape (bounds the memory)
 
 
 class Metrics:
@@ -27,7 +30,17 @@ class Metrics:
     def __init__(self) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-        self.registry = CollectorRegistry(auto_describe=True)
+        metrics = self
+
+        class Registry(CollectorRegistry):
+            """Folds the noted observations in before anything is collected: no reader ever sees them late."""
+
+            def collect(self) -> Iterator[Any]:
+                metrics.fold()
+                yield from super().collect()
+
+        self._noted: deque[tuple[str, str, str, str, bool, float]] = deque()
+        self.registry = Registry(auto_describe=True)
         self.calls = Counter("toolcrib_tool_calls", "Tool calls, by agent, tool and outcome (ok, error, denied, "
                              "limited, invalid, unknown)", ["agent", "tool", "outcome"], registry=self.registry)
         self.duration = Histogram("toolcrib_tool_call_duration_seconds", "How long tool calls took, by agent",
@@ -55,7 +68,22 @@ class Metrics:
             self._upstreams = upstreams
 
     def observe(self, agent: str, kind: str, name: str, decision: str, is_error: bool, seconds: float) -> None:
-        """One decision of the call pipeline (a call, a read, a prompt get)."""
+        """One decision of the call pipeline (a call, a read, a prompt get), noted to be counted at the next
+        collection (a deque's append is safe from any thread)."""
+        self._noted.append((agent, kind, name, decision, is_error, seconds))
+        if len(self._noted) >= FOLD_AT:
+            self.fold()
+
+    def fold(self) -> None:
+        """Count the noted observations."""
+        noted = self._noted
+        while noted:
+            try:
+                self._count(*noted.popleft())
+            except IndexError:  # another thread folded the last one meanwhile
+                return
+
+    def _count(self, agent: str, kind: str, name: str, decision: str, is_error: bool, seconds: float) -> None:
         outcome = ("error" if is_error else "ok") if decision == "allowed" else decision
         if kind != "tool":
             key = (agent, kind, outcome)
