@@ -14,7 +14,7 @@ import pytest
 
 from conftest import make_host
 from packs import FILES
-from toolcrib.mcp.http import HttpApp, HttpOptions
+from toolcrib.mcp.http import HttpApp, HttpOptions, ServeError, check_bind
 from toolcrib.mcp.state import ServingState
 
 CONFIG = """
@@ -237,3 +237,19 @@ def test_session_limits_idle_time_and_body_size_apply() -> None:
             assert big.status_code == 413
 
     anyio.run(main)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"])
+def test_loopback_addresses_are_listened_on_without_asking(host: str) -> None:
+    check_bind(HttpOptions(host=host))  # no ServeError
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.5", "[2001:db8::1]", "example.com", "LOCALHOST.",
+                                  "localhost.example.com", ""])
+def test_any_other_address_needs_allow_remote(host: str) -> None:
+    with pytest.raises(ServeError) as refused:
+        check_bind(HttpOptions(host=host))
+    assert str(refused.value) == (
+        f"refusing to listen on {host}: every agent's endpoint would be reachable from the network; pass "
+        "--allow-remote to do it on purpose (tokens are still required; add --allowed-host for the name clients use)")
+    check_bind(HttpOptions(host=host, allow_remote=True))  # said on purpose

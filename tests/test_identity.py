@@ -219,6 +219,36 @@ def test_static_tokens_rotate_without_downtime(issuer: Issuer) -> None:
     anyio.run(main)
 
 
+def test_a_reload_brings_oauth_identities_in_changes_them_and_takes_them_out(issuer: Issuer) -> None:
+    """The endpoints follow the config: an [oauth] table added by a reload lets tokens in, a changed audience
+    refuses tokens for the old one (the verifier is made again), and a config without it refuses them all."""
+    static_only = config(issuer.url).split("[agents.reader]", 1)[1]
+    static_only = "[agents.reader]" + static_only.replace(
+        '[agents.reader.identity]\nclaims = { client_id = "reader-*", groups = ["staff", "admins"] }\n'
+        '[agents.reader.identity.needs_scope."tools:write"]\ntools = ["files__write"]\n', "").replace(
+        '[agents.ops.identity]\nclaims = { sub = "svc-ops" }\nscopes = ["tools"]\n', "")
+
+    async def main() -> None:
+        async with serving(static_only) as (app, client):
+            token = issuer.sign(READER)
+            assert (await rpc(client, "reader", token, "tools/list"))[0] == 401
+            assert await tool_names(client, "reader", "n" * 32) == ["files__read", "files__write"]
+            app.state.host = make_host(config(issuer.url), {"files": FILES})
+            await app.sync()
+            assert await tool_names(client, "reader", token) == ["files__read"]
+            app.state.host = make_host(config(issuer.url).replace(f'audience = "{RESOURCE}"',
+                                                                  'audience = "https://elsewhere.example/mcp"'),
+                                       {"files": FILES})
+            await app.sync()
+            assert (await rpc(client, "reader", token, "tools/list"))[0] == 401
+            app.state.host = make_host(static_only, {"files": FILES})
+            await app.sync()
+            assert (await rpc(client, "reader", token, "tools/list"))[0] == 401
+            assert await tool_names(client, "reader", "n" * 32) == ["files__read", "files__write"]
+
+    anyio.run(main)
+
+
 def test_a_key_rotated_mid_run_is_fetched_once_and_the_old_one_retired(issuer: Issuer,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(oauth, "MIN_REFETCH", 0.0)  # a real run waits 30 s between fetches for unknown key ids
@@ -311,8 +341,14 @@ def test_protected_resource_metadata_names_the_issuer_and_nothing_about_agents(i
                          "/.well-known/oauth-protected-resource/agents/no-such-agent/mcp"):
                 answer = await client.get(path)
                 assert (answer.status_code, answer.json()) == (200, expected), path
+                assert answer.headers["cache-control"] == "public, max-age=300"
             status, _, answer = await rpc(client, "no-such-agent", issuer.sign(READER), "tools/list")
             assert status == 401 and "resource_metadata=" in answer.headers["www-authenticate"]
+        async with serving("[agents.a]\ntoken_env = 'TOK_NEW'\n") as (_, client):
+            for path in ("/.well-known/oauth-protected-resource",  # no [oauth]: nothing to say, to anyone
+                         "/.well-known/oauth-protected-resource/agents/a/mcp"):
+                answer = await client.get(path)
+                assert (answer.status_code, answer.json()) == (404, {"error": "not_found"}), path
 
     anyio.run(main)
 

@@ -123,12 +123,26 @@ def test_metrics_behind_their_own_token() -> None:
 
     async def main() -> None:
         async with serving(served) as (_, client):
-            assert (await client.get("/metrics")).status_code == 401
-            assert (await client.get("/metrics", headers={"Authorization": "Bearer " + "r" * 32})).status_code == 401
-            answer = await client.get("/metrics", headers={"Authorization": "Bearer " + "m" * 32})
+            bare = await client.get("/metrics")
+            assert (bare.status_code, bare.json(), bare.headers["www-authenticate"]) == (401, {
+                "error": "unauthorized", "error_description": "this endpoint needs Authorization: Bearer <the metrics "
+                "token>"}, 'Bearer realm="toolcrib"')
+            wrong = await client.get("/metrics", headers={"Authorization": "Bearer " + "r" * 32})
+            assert (wrong.status_code, wrong.json()["error"], wrong.headers["www-authenticate"]) == (
+                401, "invalid_token", 'Bearer realm="toolcrib", error="invalid_token", error_description="this '
+                'endpoint needs Authorization: Bearer <the metrics token>"')
+            answer = await client.get("/metrics", headers={"authorization": "Bearer " + "m" * 32})
             assert answer.status_code == 200 and "toolcrib_reloads_total" in answer.text
 
     anyio.run(main)
+    unset = state('[host]\nmetrics_token_env = "TOK_METRICS_NOT_SET"\n' + CONFIG, Metrics())
+
+    async def closed() -> None:  # a variable that is not set lets no one in, an empty token least of all
+        async with serving(unset) as (_, client):
+            for headers in ({}, {"Authorization": "Bearer "}, {"Authorization": "Bearer " + "m" * 32}):
+                assert (await client.get("/metrics", headers=headers)).status_code == 401
+
+    anyio.run(closed)
 
 
 def test_reloads_are_counted() -> None:
