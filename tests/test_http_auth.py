@@ -185,6 +185,29 @@ def test_a_short_token_is_served_with_a_warning(caplog: pytest.LogCaptureFixture
     assert warnings == ["agent 'reader': its token is shorter than 16 characters; use a long random one"]
 
 
+def test_why_an_agent_is_not_served_names_every_variable(
+        caplog: pytest.LogCaptureFixture) -> None:
+    text = """
+[oauth]
+issuer = "https://idp.example"
+audience = "https://toolcrib.example"
+[agents.pair]
+token_env = ["TOK_A", "TOK_B"]
+[agents.rotating]
+token_env = ["TOK_OLD", "TOK_NEW"]
+[agents.claimed.identity]
+claims = { sub = "svc" }
+[agents.bare]
+"""
+    env = {"TOK_OLD": "o" * 15, "TOK_NEW": "n" * 32}
+    app = HttpApp(ServingState(make_host(text, {})), HttpOptions(), env=env)
+    assert app.credentials() == {"claimed": [], "rotating": [("TOK_OLD", b"o" * 15), ("TOK_NEW", b"n" * 32)]}
+    assert sorted(r.getMessage() for r in caplog.records) == [  # an identity is enough, with [oauth]
+        "agent 'bare' is not served over HTTP: it has no token_env",
+        "agent 'pair' is not served over HTTP: $TOK_A and $TOK_B are not set",
+        "agent 'rotating': the token in $TOK_OLD is shorter than 16 characters; use a long random one"]
+
+
 def test_a_reload_rotates_tokens_and_stops_endpoints_whose_token_went() -> None:
     env = dict(TOKENS)
 

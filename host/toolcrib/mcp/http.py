@@ -178,10 +178,9 @@ class HttpApp:
                     log.warning("agent %r: %s is shorter than %d characters; use a long random one",
                                 name, which, MIN_TOKEN_LENGTH)
                 tokens.append((variable, value.encode()))
-            if not tokens and (config.oauth is None or agent.identity is None):
+            if not tokens and agent.identity is None:  # (the config refuses an identity without [oauth])
                 if not variables:
-                    why = "it has no token_env" + (", and its identity needs an [oauth] table"
-                                                   if agent.identity is not None else "")
+                    why = "it has no token_env"
                 else:
                     why = " and ".join(f"${v}" for v in variables) + (" is" if len(variables) == 1 else " are") + \
                         " not set"
