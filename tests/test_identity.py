@@ -380,6 +380,49 @@ def test_protected_resource_metadata_names_the_issuer_and_nothing_about_agents(i
     anyio.run(main)
 
 
+def test_every_refusal_points_at_the_metadata_of_the_endpoint_it_refused(issuer: Issuer) -> None:
+    """RFC 9728: each 401/403 names where the client finds the issuer. The URL comes from ``resource_url`` when
+    configured (a trailing "/" dropped), else from the request's own scheme and Host header, never from a Host
+    header that is not a host."""
+    listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+
+    async def challenges(client: httpx2.AsyncClient, host: str | None = None) -> list[tuple[int, str]]:
+        extra = {"Host": host} if host is not None else {}
+        sent = [("/agents/reader/mcp?access_token=x", {"Authorization": "Bearer " + "n" * 32}),
+                ("/agents/reader/mcp", {}),
+                ("/agents/reader/mcp", {"Authorization": "Bearer " + "x" * 32}),
+                ("/agents/ops/mcp", {"Authorization": "Bearer " + issuer.sign({"sub": "svc-ops", "aud": RESOURCE})})]
+        found = []
+        for path, headers in sent:
+            answer = await client.post(path, json=listing, headers={**HEADERS, **headers, **extra})
+            found.append((answer.status_code, answer.headers["www-authenticate"]))
+        return found
+
+    def expected(metadata: str | None) -> list[tuple[int, str]]:
+        where = f', resource_metadata="{metadata}"' if metadata else ""
+        return [
+            (401, f'Bearer realm="toolcrib"{where}, error="invalid_request", error_description="tokens are accepted '
+                  'only in the Authorization header"'),
+            (401, f'Bearer realm="toolcrib"{where}'),
+            (401, f'Bearer realm="toolcrib"{where}, error="invalid_token", error_description="the token is not valid '
+                  'for this endpoint"'),
+            (403, f'Bearer realm="toolcrib", error="insufficient_scope", scope="tools"{where}'
+                  .replace("/agents/reader/", "/agents/ops/"))]
+
+    async def main() -> None:
+        async with serving(config(issuer.url)) as (_, client):
+            assert await challenges(client) == expected(
+                "http://127.0.0.1:8000/.well-known/oauth-protected-resource/agents/reader/mcp")
+            assert await challenges(client, host="evil.example/x") == expected(None)
+        public = config(issuer.url).replace("scopes_supported", 'resource_url = "https://toolcrib.example/"\n'
+                                                                "scopes_supported")
+        async with serving(public) as (_, client):
+            assert await challenges(client) == expected(
+                "https://toolcrib.example/.well-known/oauth-protected-resource/agents/reader/mcp")
+
+    anyio.run(main)
+
+
 def test_the_audit_log_records_who_called_and_never_the_token(issuer: Issuer, tmp_path: Path) -> None:
     log = tmp_path / "audit.jsonl"
     text = config(issuer.url).replace("[oauth]", f'[host]\naudit_log = "{log}"\n\n[oauth]')
