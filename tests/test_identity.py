@@ -221,7 +221,8 @@ def test_static_tokens_rotate_without_downtime(issuer: Issuer) -> None:
 
 def test_a_session_stays_with_the_principal_that_opened_it(issuer: Issuer) -> None:
     """Two people whose tokens both act as the reader: neither can carry on the other's session, nor can a holder
-    of the agent's static token (the SDK binds a session to the user toolcrib gives it: client, issuer, subject)."""
+    of the agent's static token or the same person through another client (the SDK binds a session to the user
+    toolcrib gives it: client, issuer, subject)."""
     initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
     listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
@@ -232,15 +233,16 @@ def test_a_session_stays_with_the_principal_that_opened_it(issuer: Issuer) -> No
         async with app.app.router.lifespan_context(app.app), httpx2.AsyncClient(
                 transport=httpx2.ASGITransport(app=app), base_url=RESOURCE, timeout=30) as client:
             alice, bob = issuer.sign(READER), issuer.sign({**READER, "sub": "bob"})
+            alice_elsewhere = issuer.sign({**READER, "client_id": "reader-web"})  # the same person, another client
             opened = await client.post("/agents/reader/mcp", json=initialize,
                                        headers={**HEADERS, "Authorization": f"Bearer {alice}"})
             session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
             statuses = []
-            for token in (alice, bob, "n" * 32):
+            for token in (alice, bob, "n" * 32, alice_elsewhere):
                 answer = await client.post("/agents/reader/mcp", json=listing,
                                            headers={**HEADERS, **session, "Authorization": f"Bearer {token}"})
                 statuses.append(answer.status_code)
-            assert statuses == [200, 404, 404]
+            assert statuses == [200, 404, 404, 404]
         host.close()
 
     anyio.run(main)
