@@ -14,7 +14,7 @@ import pytest
 
 from conftest import make_host
 from packs import FILES
-from toolcrib.mcp.http import HttpApp, HttpOptions, ServeError, check_bind
+from toolcrib.mcp.http import HttpApp, HttpOptions, ServeError, check_bind, is_loopback
 from toolcrib.mcp.state import ServingState
 
 CONFIG = """
@@ -264,12 +264,14 @@ def test_session_limits_idle_time_and_body_size_apply() -> None:
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"])
 def test_loopback_addresses_are_listened_on_without_asking(host: str) -> None:
-    check_bind(HttpOptions(host=host))  # no ServeError
+    assert is_loopback(host) is True
+    assert check_bind(HttpOptions(host=host)) is None
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.5", "[2001:db8::1]", "example.com", "LOCALHOST.",
                                   "localhost.example.com", ""])
 def test_any_other_address_needs_allow_remote(host: str) -> None:
+    assert is_loopback(host) is False
     with pytest.raises(ServeError) as refused:
         check_bind(HttpOptions(host=host))
     assert str(refused.value) == (
