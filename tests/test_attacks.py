@@ -937,3 +937,235 @@ def test_check_warns_when_an_upstream_server_is_given_what_governs_the_host(tmp_
                         f"which holds what governs the host: {tmp_path}/toolcrib.lock (the lock file toolcrib.lock), "
                         f"{config} (the config file toolcrib.toml); toolcrib cannot keep another program from "
                         "changing it"]
+
+
+# == the third attack round (issue 24) ============================================================================
+# -- high: every file the config makes the host read or run, under every name that reaches it --------------------
+
+
+def fs_writer(tmp_path: Path, extra: str, workspace_line: str = 'workspace = "."') -> Host:
+    """A host whose agent `a` may use every file tool, from a config written into `tmp_path`."""
+    (tmp_path / "toolcrib.toml").write_text(f"[host]\n{workspace_line}\n{textwrap.dedent(extra)}\n" + textwrap.dedent("""
+        [agents.a]
+        [agents.a.permissions]
+        plugins = { allow = ["fs"] }
+        tools = { allow = ["fs__*"] }
+    """))
+    return host_at(tmp_path / "toolcrib.toml", fs=toolcrib_fs)
+
+
+def refused(host: Host, tool: str, **arguments: Any) -> str:
+    result = call(host, "a", tool, **arguments)
+    assert result.is_error, (tool, arguments, result.text)
+    return result.text
+
+
+def test_no_tool_replaces_the_jwks_file_that_decides_who_is_who(tmp_path: Path) -> None:
+    """An agent that could rewrite `[oauth] jwks_file` would sign tokens for any agent with its own key."""
+    (tmp_path / "jwks.json").write_text('{"keys": []}')
+    host = fs_writer(tmp_path, """
+        [oauth]
+        issuer = "https://idp.example"
+        audience = "https://tools.example"
+        jwks_file = "jwks.json"
+    """)
+    what = "the JWKS file of [oauth]"
+    assert refused(host, "fs__write_file", path="jwks.json", content='{"keys": [1]}') == protected_message(
+        "jwks.json", what)
+    assert refused(host, "fs__edit", path="jwks.json", old_text="[]", new_text="[1]") == protected_message(
+        "jwks.json", what)
+    assert call(host, "a", "fs__write_file", path="mine.json", content="{}").is_error is False
+    assert refused(host, "fs__rename", source="mine.json", destination="jwks.json", overwrite=True) == \
+        protected_message("jwks.json", what)
+    assert refused(host, "fs__rm", path="jwks.json") == protected_message("jwks.json", what)
+    assert (tmp_path / "jwks.json").read_text() == '{"keys": []}'
+
+
+def test_every_path_field_of_the_config_model_is_governing() -> None:
+    """The governing files are found from the config's model: every field that names a file the host reads or runs
+    carries the marker, so a new one cannot be forgotten by a hand-written list."""
+    from toolcrib.config import Config
+    from toolcrib.governing import Governs
+
+    marked = set()
+
+    def walk(model: Any, where: str) -> None:
+        for name, info in model.model_fields.items():
+            if any(isinstance(m, Governs) for m in info.metadata):
+                marked.add(f"{where}.{name}")
+            for kind in typing_args(info.annotation):
+                if isinstance(kind, type) and hasattr(kind, "model_fields"):
+                    walk(kind, f"{where}.{name}")
+
+    walk(Config, "")
+    assert marked == {".host.tool_dirs", ".host.audit_log", ".skills.path", ".oauth.jwks_file"}
+
+
+def typing_args(annotation: Any) -> list[Any]:
+    import typing
+
+    found = [annotation]
+    for arg in typing.get_args(annotation):
+        found += typing_args(arg)
+    return found
+
+
+def test_a_python_module_a_hook_runs_is_protected_before_it_exists(tmp_path: Path) -> None:
+    """`python -m policy_mod` and a script not written yet: the agent cannot write the code the host would run."""
+    host = fs_writer(tmp_path, f"""
+        [[hooks.pre_tool_use]]
+        command = [{json.dumps(sys.executable)}, "-m", "policy_mod"]
+        tools = ["fs__read_file"]
+        [[hooks.post_tool_use]]
+        command = [{json.dumps(sys.executable)}, "hooks/later.py"]
+        tools = ["fs__read_file"]
+    """)
+    first, second = "a program of hooks.pre_tool_use[0]", "a program of hooks.post_tool_use[0]"
+    assert refused(host, "fs__write_file", path="policy_mod.py", content="x") == protected_message(
+        "policy_mod.py", first)
+    assert refused(host, "fs__write_file", path="policy_mod/__init__.py", content="x",
+                   create_parents=True) == protected_message("policy_mod/__init__.py", first, there=False)
+    assert refused(host, "fs__mkdir", path="policy_mod") == protected_message("policy_mod", first)
+    assert refused(host, "fs__write_file", path="hooks/later.py", content="x", create_parents=True) == \
+        protected_message("hooks/later.py", second)
+    assert not (tmp_path / "policy_mod.py").exists() and not (tmp_path / "hooks" / "later.py").exists()
+
+
+def code_message(path: str, folder: Path, where: str) -> str:
+    return (f"{path}: is protected: {where} imports Python modules from {folder}, so no tool may change Python code "
+            "there")
+
+
+def test_no_tool_writes_a_module_a_python_hook_would_import(tmp_path: Path) -> None:
+    """A Python hook imports from its script's folder first (`hooks/json.py` would shadow the standard library's),
+    and `-m` from its working directory and PYTHONPATH: no Python code may change there; other files may."""
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "policy.py").write_text("import json\n")
+    host = fs_writer(tmp_path, f"""
+        [[hooks.pre_tool_use]]
+        command = [{json.dumps(sys.executable)}, "hooks/policy.py"]
+        tools = ["fs__read_file"]
+        env = {{ PYTHONPATH = "lib" }}
+    """)
+    where = "hooks.pre_tool_use[0]"
+    hooks, lib = tmp_path / "hooks", tmp_path / "lib"
+    assert refused(host, "fs__write_file", path="hooks/json.py", content="x") == code_message(
+        "hooks/json.py", hooks, where)
+    assert refused(host, "fs__write_file", path="hooks/__pycache__/json.cpython-311.pyc", content="x",
+                   create_parents=True) == code_message("hooks/__pycache__/json.cpython-311.pyc", hooks, where)
+    assert refused(host, "fs__write_file", path="lib/pkg/__init__.py", content="x", create_parents=True) == \
+        code_message("lib/pkg/__init__.py", lib, where)
+    assert refused(host, "fs__write_file", path="hooks/policy.py", content="x") == protected_message(
+        "hooks/policy.py", f"a program of {where}")
+    (tmp_path / "staged" / "json").mkdir(parents=True)
+    (tmp_path / "staged" / "json" / "data.txt").write_text("a folder that would become a package")
+    assert refused(host, "fs__rename", source="staged/json", destination="hooks/json") == code_message(
+        "hooks/json", hooks, where)
+    assert call(host, "a", "fs__write_file", path="hooks/notes.txt", content="fine").text == \
+        "created hooks/notes.txt (4 bytes)"
+    assert call(host, "a", "fs__write_file", path="app/main.py", content="fine", create_parents=True).is_error is False
+    assert sorted(p.name for p in hooks.iterdir()) == ["notes.txt", "policy.py"]
+
+
+@pytest.mark.parametrize("command", [["sh", "-c", "exec python3 hooks/shpolicy.py"],
+                                     [sys.executable, "-c", "import shpolicy"],
+                                     ["bash", "-ec", "true"]])
+def test_a_hook_whose_code_cannot_be_located_does_not_start_inside_the_workspace(tmp_path: Path,
+                                                                               command: list[str]) -> None:
+    (tmp_path / "a.txt").write_text("A")
+    host = fs_writer(tmp_path, f"""
+        [[hooks.pre_tool_use]]
+        command = {json.dumps(command)}
+        tools = ["fs__read_file"]
+    """)
+    assert call(host, "a", "fs__read_file", path="a.txt").text == \
+        "The call was refused: a policy check failed (the host's log says why)."
+    _, _, out = cli("check", "--config", str(tmp_path / "toolcrib.toml"))
+    assert f"warning: {tmp_path / 'toolcrib.toml'}: hooks.pre_tool_use[0].command: hooks.pre_tool_use[0] does not " \
+           "start: " in out
+    assert f"and it runs in {tmp_path}, inside the workspace, where an agent could write what it runs; move it out " \
+           "of the workspace, name its script by path, or set out_of_reach = true if its code is out of every " \
+           "agent's reach" in out
+    vouched = fs_writer(tmp_path, f"""
+        [[hooks.pre_tool_use]]
+        command = {json.dumps(command[:1] + [command[1], "exit 0"] if command[0] != sys.executable else
+                              [sys.executable, "-c", "pass"])}
+        tools = ["fs__read_file"]
+        out_of_reach = true
+    """)
+    assert call(vouched, "a", "fs__read_file", path="a.txt").text == "A"
+    outside = fs_writer(tmp_path, f"""
+        [[hooks.pre_tool_use]]
+        command = {json.dumps([sys.executable, "-c", "pass"])}
+        tools = ["fs__read_file"]
+    """, workspace_line='workspace = "ws"')
+    (tmp_path / "ws").mkdir(exist_ok=True)
+    (tmp_path / "ws" / "a.txt").write_text("in ws")
+    assert call(outside, "a", "fs__read_file", path="a.txt").text == "in ws"  # its folder is not the agent's
+
+
+def test_governing_files_reached_through_symlinks_cannot_be_replaced(tmp_path: Path) -> None:
+    """A workspace whose config, tool folder, hooks and skill are links into a dotfiles folder: no link can be
+    replaced, removed or renamed, and nothing can be written through it."""
+    dot, ws = tmp_path / "dotfiles", tmp_path / "ws"
+    for folder in ("tools", "hooks", "skill"):
+        (dot / folder).mkdir(parents=True)
+    (dot / "hooks" / "policy.py").write_text("")
+    (dot / "skill" / "SKILL.md").write_text("---\nname: s\ndescription: d\n---\nbody\n")
+    (dot / "toolcrib.toml").write_text(textwrap.dedent(f"""
+        [host]
+        workspace = "{ws}"
+        tool_dirs = ["{ws / 'tools'}"]
+        [skills.s]
+        path = "{ws / 'skill'}"
+        [[hooks.pre_tool_use]]
+        command = [{json.dumps(sys.executable)}, "{ws / 'hooks' / 'policy.py'}"]
+        tools = ["nothing"]
+        [agents.a]
+        [agents.a.permissions]
+        plugins = {{ allow = ["fs"] }}
+        tools = {{ allow = ["fs__*"] }}
+    """))
+    ws.mkdir()
+    for name in ("toolcrib.toml", "tools", "hooks", "skill"):
+        (ws / name).symlink_to(dot / name)
+    host = host_at(ws / "toolcrib.toml", fs=toolcrib_fs)
+    attempts = [
+        ("fs__write_file", {"path": "toolcrib.toml", "content": "[agents.a]"}, "toolcrib.toml",
+         "the config file toolcrib.toml", True),
+        ("fs__rm", {"path": "tools", "recursive": True}, "tools", "the tool folder 'tools'", True),
+        ("fs__rm", {"path": "tools"}, "tools", "the tool folder 'tools'", True),
+        ("fs__rename", {"source": "hooks", "destination": "old-hooks"}, "hooks",
+         "a program of hooks.pre_tool_use[0]", True),
+        ("fs__write_file", {"path": "tools/evil.py", "content": "x"}, "tools/evil.py", "the tool folder 'tools'",
+         False),
+        ("fs__rename", {"source": "skill", "destination": "old-skill"}, "skill", "the folder of skill 's'", True),
+        ("fs__write_file", {"path": "skill", "content": "x"}, "skill", "the folder of skill 's'", True),
+    ]
+    for tool, arguments, path, what, there in attempts:
+        assert refused(host, tool, **arguments) == protected_message(path, what, there), (tool, arguments)
+    assert all((ws / name).is_symlink() for name in ("toolcrib.toml", "tools", "hooks", "skill"))
+    assert sorted(p.name for p in (dot / "tools").iterdir()) == []
+
+
+def test_an_upstream_servers_script_and_modules_are_protected(tmp_path: Path) -> None:
+    (tmp_path / "server.py").write_text("")
+    host = fs_writer(tmp_path, f"""
+        [mcps.local]
+        command = {json.dumps(sys.executable)}
+        args = ["server.py", "--data", "data/"]
+        cwd = "."
+        lazy = true
+        [mcps.inline]
+        command = "bash"
+        args = ["-c", "exec python3 other.py"]
+        lazy = true
+    """)
+    assert refused(host, "fs__write_file", path="server.py", content="x") == protected_message(
+        "server.py", "a program of mcps.local")
+    assert refused(host, "fs__write_file", path="json.py", content="x") == code_message(
+        "json.py", tmp_path, "mcps.local")
+    assert call(host, "a", "fs__write_file", path="data/x.txt", content="x", create_parents=True).is_error is False
+    _, _, err = cli("check", "--config", str(tmp_path / "toolcrib.toml"))
+    assert (f"warning: {tmp_path / 'toolcrib.toml'}: mcps.inline.command: bash -c runs a string of commands toolcrib "
+            "cannot follow: toolcrib cannot protect the code this server runs; name its script by path") in err

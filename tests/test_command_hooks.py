@@ -136,7 +136,7 @@ def test_a_missing_program_refuses_the_call_and_check_says_so(tmp_path: Path) ->
      "error: toolcrib.toml: hooks.pre_tool_use[0].agents[0]: 'a-b' is not a valid pattern: agent names: letters, "
      "digits and '_' and '*'"),
     ('command = ["x"]\nshell = true', "error: toolcrib.toml: hooks.pre_tool_use[0].shell: unknown key 'shell'; "
-                                      "expected one of: command, tools, agents, timeout, env, pass_env"),
+                                      "expected one of: command, tools, agents, timeout, env, pass_env, out_of_reach"),
 ])
 def test_bad_hook_tables_are_config_errors(hook: str, error: str) -> None:
     with pytest.raises(ConfigError) as info:

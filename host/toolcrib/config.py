@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -34,6 +34,7 @@ from pydantic import (
 
 from toolcrib import patterns
 from toolcrib.errors import ConfigError, Problem
+from toolcrib.governing import Found, Governs, Launch, governing
 from toolcrib.names import RESERVED_NAMESPACE, SEPARATOR, agent_name_problem, namespace_problem, tool_name_problem
 from toolcrib.tool import ANNOTATION_KEYS
 
@@ -57,10 +58,11 @@ class HostConfig(_Strict):
     """``[host]``: where file tools work, auditing, and the limits every call runs under."""
 
     workspace: str = Field(".", description="root for file tools, relative to the config file")
-    tool_dirs: list[str] = Field(default_factory=list, description="folders whose Python files declare tools "
-                                 "(@toolcrib.tool); each folder is a pack named after it; relative to the config "
-                                 "file")
-    audit_log: str | None = Field(None, description="JSON-lines file, one line per call decision; no audit when absent")
+    tool_dirs: Annotated[list[str], Governs("the tool folder {name!r}")] = Field(
+        default_factory=list, description="folders whose Python files declare tools (@toolcrib.tool); each folder is "
+        "a pack named after it; relative to the config file")
+    audit_log: Annotated[str | None, Governs("the audit log")] = Field(
+        None, description="JSON-lines file, one line per call decision; no audit when absent")
     audit_arguments: bool = Field(False, description="also write each call's arguments to the audit log")
     call_timeout: PositiveFloat = Field(60.0, description="seconds a call may run, unless its tool declares its own")
     max_argument_bytes: PositiveInt = Field(1_048_576, description="largest argument payload, in bytes of JSON")
@@ -207,11 +209,24 @@ class McpConfig(_Strict):
             raise ValueError("needs exactly one of command (stdio) or url (streamable HTTP)")
         return self
 
+    def launches(self, where: str, base_dir: Path, env: Mapping[str, str]) -> list[Launch]:
+        """The program this server is (its code governs the host: it runs as the host's user, unconfined)."""
+        if self.command is None or not self.enabled:
+            return []
+        cwd = (base_dir / self.cwd) if self.cwd else Path.cwd()
+        return [Launch(where, [self.command, *self.args], cwd, self.env)]
+
 
 class SkillConfig(_Strict):
     """``[skills.<name>]``: a folder holding a SKILL.md."""
 
-    path: str = Field(description="folder with SKILL.md, relative to the config file")
+    path: Annotated[str, Governs("the folder of skill {key!r}")] = Field(
+        description="folder with SKILL.md, relative to the config file")
+
+
+# What a hook program gets of the host's environment, besides what its table names: never the host's secrets
+# (tokens, TOOLCRIB_STATE_SECRET, cloud keys).
+HOOK_BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 
 
 class CommandHook(_Strict):
@@ -224,6 +239,17 @@ class CommandHook(_Strict):
     env: dict[str, str] = Field(default_factory=dict, description="environment variables to set for it")
     pass_env: list[str] = Field(default_factory=list, description="the host's environment variables it also gets "
                                 "(besides PATH, HOME, USER, LOGNAME, LANG, LC_*, TZ and TMPDIR)")
+    out_of_reach: bool = Field(False, description="the operator vouches that what the command runs is out of every "
+                               "agent's reach: needed for a command whose code toolcrib cannot locate (a shell "
+                               "string, python -c) while the hook's working directory lies in the workspace")
+
+    def environment(self, env: Mapping[str, str]) -> dict[str, str]:
+        """What the program gets of ``env`` (the host's): ``HOOK_BASE_ENV``, ``pass_env``, then its own ``env``."""
+        return {**{k: env[k] for k in (*HOOK_BASE_ENV, *self.pass_env) if k in env}, **self.env}
+
+    def launches(self, where: str, base_dir: Path, env: Mapping[str, str]) -> list[Launch]:
+        """The program this hook runs, in the config's folder."""
+        return [Launch(where, self.command, base_dir, self.environment(env))]
 
 
 class HooksConfig(_Strict):
@@ -274,8 +300,8 @@ class OAuthConfig(_Strict):
     audience: str = Field(description="the `aud` tokens must carry: this server as a resource (RFC 8707)")
     jwks_url: str | None = Field(None, description="where the issuer's signing keys are; default: the jwks_uri of "
                                  "its metadata (/.well-known/openid-configuration or oauth-authorization-server)")
-    jwks_file: str | None = Field(None, description="a JWKS file instead, relative to the config (air-gapped "
-                                  "setups); read again when it changes")
+    jwks_file: Annotated[str | None, Governs("the JWKS file of [oauth]")] = Field(
+        None, description="a JWKS file instead, relative to the config (air-gapped setups); read again when it changes")
     algorithms: list[str] = Field(default_factory=lambda: ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512",
                                                            "ES256", "ES384", "ES512", "EdDSA"],
                                   description="signature algorithms accepted (asymmetric only)")
@@ -311,6 +337,7 @@ class LoadedConfig:
     source: str  # the file's path, or BUILTIN_NAME
     base_dir: Path  # relative paths in the file are relative to this
     file: Path | None = None  # the file, resolved (None: BUILTIN_NAME, or text given to parse_config)
+    written: Path | None = None  # the file as it was named (absolute, links kept): protected under that name too
 
     def resolve(self, path: str) -> Path:
         return (self.base_dir / os.path.expanduser(path)).resolve()
@@ -322,30 +349,33 @@ class LoadedConfig:
             return None
         return self.file if self.file is not None else self.base_dir / Path(self.source).name
 
-    def governing(self) -> dict[Path, str]:
-        """The files the config makes govern the host (path -> what it is): the config itself, the lock beside
-        it, the audit log, hook programs (and the scripts they are given) and skills folders. No tool may change
-        any of them (``toolcrib.workspace.protect``)."""
+    def governing(self, env: Mapping[str, str] | None = None) -> dict[Path, str]:
+        """The files the config makes govern the host (path -> what it is): the config itself (as named and as it
+        is), the lock beside it, and every path a field marked ``Governs`` names or a program the config starts
+        runs (``toolcrib.governing``). No tool may change any of them (``toolcrib.workspace.protect``). Folders
+        Python imports modules from are in ``code_folders``."""
         found: dict[Path, str] = {}
         path = self.path
         if path is not None:
-            found[path] = f"the config file {path.name}"
+            for name in (path, self.written):
+                if name is not None:
+                    found.setdefault(name, f"the config file {path.name}")
             found[path.parent / LOCK_FILE] = f"the lock file {LOCK_FILE}"
-        host = self.config.host
-        if host.audit_log is not None:
-            found[self.resolve(host.audit_log)] = "the audit log"
-        for where, hook in self.config.hooks.programs():
-            for j, word in enumerate(hook.command):
-                if j == 0 and os.sep not in word:
-                    continue  # a program looked up on PATH: not the config's to protect
-                candidate = self.resolve(word)
-                if j == 0 or candidate.is_file():
-                    found.setdefault(candidate, f"a program of {where}")
-        for name, skill in self.config.skills.items():
-            found.setdefault(self.resolve(skill.path), f"the folder of skill {name!r}")
-        for folder in self.config.host.tool_dirs:
-            found.setdefault(self.resolve(folder), f"the tool folder {Path(folder).name!r}")
+        for item in self._found(env)[0]:
+            if item.kind == "path":
+                found.setdefault(item.path, item.what)
         return found
+
+    def code_folders(self, env: Mapping[str, str] | None = None) -> dict[Path, str]:
+        """Folders a program the config starts imports Python modules from (folder -> the program's key path)."""
+        return {item.path: item.what for item in self._found(env)[0] if item.kind == "code"}
+
+    def opaque_programs(self, env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+        """Programs whose code cannot be located from their command line: (key path, why)."""
+        return self._found(env)[1]
+
+    def _found(self, env: Mapping[str, str] | None) -> tuple[list[Found], list[tuple[str, str]]]:
+        return governing(self.config, self.base_dir, os.environ if env is None else env)
 
     @property
     def workspace(self) -> Path:
@@ -386,7 +416,8 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
         raise ConfigError([Problem("error", str(found), "config file not found")]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError([Problem("error", str(found), f"cannot read the config file: {exc}")]) from None
-    return parse_config(text, str(found), found.resolve().parent, file=found.resolve())
+    loaded = parse_config(text, str(found), found.resolve().parent, file=found.resolve())
+    return dataclasses.replace(loaded, written=Path(os.path.abspath(found)))
 
 
 def parse_config(text: str, source: str, base_dir: Path, *, file: Path | None = None) -> LoadedConfig:

@@ -28,6 +28,7 @@ from toolcrib.curation import curate
 from toolcrib.declarations import Resource
 from toolcrib.default_plugins.builtins import Builtins
 from toolcrib.errors import Problem, ToolDeclarationError, UnknownAgentError
+from toolcrib.governing import unlocated
 from toolcrib.limits import LimitBook
 from toolcrib.names import HIDDEN_CHARACTERS, RESERVED_NAMESPACE, clean, clean_schema
 from toolcrib.observe import Metrics
@@ -110,6 +111,7 @@ class Host:
                     record.version = __version__
             self.governing = self._governing(skills)
             workspace.protect(self.governing)  # before any tool can run
+            workspace.protect_code(loaded.code_folders())
             self.catalog: Catalog = build_catalog(self.pm, self.records, loaded, extra_entries, extra_items)
             self.catalog.problems.extend(problems)
             self.catalog.entries, curation_problems = curate(self.catalog.entries, loaded, frozenset(self.lazy_servers))
@@ -332,13 +334,23 @@ class Host:
                     hidden.setdefault((name, why), []).append(agent)
         for (name, why), agents in sorted(hidden.items()):
             found.append(Problem("warning", f"tool {name!r}", f"hidden from {', '.join(agents)}: {why}"))
+        loaded = self.loaded
+        for where, hook in loaded.config.hooks.programs():
+            refusal = unlocated(where, hook.command, loaded.base_dir, hook.environment(os.environ), loaded.workspace,
+                                hook.out_of_reach)
+            if refusal is not None:
+                found.append(Problem("warning", f"{loaded.source}: {where}.command", refusal))
+        for where, why in loaded.opaque_programs():
+            if where.startswith("mcps."):
+                found.append(Problem("warning", f"{loaded.source}: {where}.command", (
+                    f"{why}: toolcrib cannot protect the code this server runs; name its script by path")))
         for name, config in sorted(self.loaded.config.mcps.items()):
             for arg in config.args:
                 folder = self.loaded.resolve(arg) if config.command is not None else None
                 if folder is None or not folder.is_dir():
                     continue
-                reached = [f"{path} ({what})" for path, what in workspace.protected_within(folder)
-                           if Path(path) in self.governing]
+                ours = {name for path in self.governing for name in workspace.names_of(path)}
+                reached = [f"{path} ({what})" for path, what in workspace.protected_within(folder) if path in ours]
                 if reached:
                     found.append(Problem("warning", f"{self.loaded.source}: mcps.{name}.args", (
                         f"upstream server {name!r} is given the folder {folder}, which holds what governs the host: "

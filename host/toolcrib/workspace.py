@@ -36,37 +36,102 @@ _DRIVE = re.compile(r"[A-Za-z]:")
 
 # -- what governs the host -----------------------------------------------------------------------------------------
 
-_PROTECTED: dict[str, str] = {}  # real absolute path -> what it is ("the config file")
+_PROTECTED: dict[str, str] = {}  # every absolute name of a protected path -> what it is ("the config file")
+_CODE: dict[str, str] = {}  # folders Python imports modules from -> whose: no Python code below them may change
 _PROTECTED_LOCK = threading.Lock()
+_MAX_LINKS = 40  # as the kernel's own limit on links followed in one lookup
+# What Python would import or run from a folder on its module path: sources, bytecode (also in __pycache__),
+# extension modules and path configuration files.
+CODE_SUFFIXES = (".py", ".pyc", ".pyo", ".pyw", ".pyd", ".so", ".pth")
+
+
+def names_of(path: str | os.PathLike[str]) -> set[str]:
+    """Every absolute name under which ``path`` can be reached: as written (``.`` and ``..`` folded), each symbolic
+    link met on the way to it (a folder link along it, or the path itself being one), and where it really is. A
+    name that does not exist yet is kept by name. Replacing, removing or renaming any of these would change what
+    the path leads to, so protection holds for all of them."""
+    names = {os.path.realpath(path)}
+    pending = [os.path.abspath(path)]
+    hops = 0
+    while pending and hops <= _MAX_LINKS:
+        parts = [part for part in pending.pop().split("/") if part]
+        reached = "/"  # always a real path: no component of it is a link
+        for i, part in enumerate(parts):
+            here = os.path.join(reached, part)
+            if os.path.islink(here):
+                names.add(here)
+                hops += 1
+                try:
+                    target = os.readlink(here)
+                except OSError:
+                    break
+                pending.append(os.path.normpath(os.path.join(reached, target, *parts[i + 1:])))
+                break
+            reached = here
+        else:
+            names.add(reached)
+    return names
 
 
 def protect(paths: Mapping[Path, str] | Mapping[str, str]) -> None:
     """Protect these paths (path -> what it is) from every ``Root`` in this process, for the life of the process.
 
-    The host calls this with the files that govern it. A path need not exist yet (a lock file not yet written):
-    it is protected by name. Protection only grows; a path protected once stays protected.
+    The host calls this with the files that govern it. Each is protected under every name that reaches it
+    (``names_of``): as written, through each symbolic link on the way, and where it really is. A path need not
+    exist yet (a lock file not yet written): it is protected by name. Protection only grows; a path protected once
+    stays protected.
     """
+    found = [(name, what) for path, what in paths.items() for name in sorted(names_of(path))]
     with _PROTECTED_LOCK:
-        for path, what in paths.items():
-            _PROTECTED.setdefault(os.path.realpath(path), what)
+        for name, what in found:
+            _PROTECTED.setdefault(name, what)
+
+
+def protect_code(folders: Mapping[Path, str] | Mapping[str, str]) -> None:
+    """Protect the Python code below these folders (folder -> whose module path it is on): no ``Root`` may create,
+    change, rename or remove a file whose name ends in one of ``CODE_SUFFIXES``, anything in a ``__pycache__``
+    folder, or bring a folder in. A hook whose Python imports from a folder would otherwise run a module an agent
+    wrote there (``json.py`` beside a policy script shadows the standard library's)."""
+    found = [(name, what) for path, what in folders.items() for name in sorted(names_of(path))]
+    with _PROTECTED_LOCK:
+        for name, what in found:
+            _CODE.setdefault(name, what)
 
 
 def protected() -> Mapping[str, str]:
-    """The protected paths (real absolute path -> what it is)."""
+    """The protected paths (every absolute name of each -> what it is)."""
     with _PROTECTED_LOCK:
         return dict(_PROTECTED)
 
 
+def protected_code() -> Mapping[str, str]:
+    """The folders whose Python code is protected (every absolute name of each -> whose module path it is on)."""
+    with _PROTECTED_LOCK:
+        return dict(_CODE)
+
+
 def protected_within(directory: str | os.PathLike[str]) -> list[tuple[str, str]]:
-    """The protected paths a writer confined to ``directory`` could reach: those inside it (or equal to it), and
-    those holding it. Sorted by path."""
+    """The protected paths a writer confined to ``directory`` could reach: those inside it (or equal to it), those
+    holding it, and the folders of protected code that it or they hold. Sorted by path."""
     real = os.path.realpath(directory)
-    return sorted((path, what) for path, what in protected().items() if _related(real, path))
+    with _PROTECTED_LOCK:
+        found = [*_PROTECTED.items(), *((path, f"Python code on the module path of {what}") for path, what
+                                        in _CODE.items())]
+    return sorted((path, what) for path, what in found if _related(real, path))
+
+
+def is_code(relative: tuple[str, ...]) -> bool:
+    """Whether a path below a folder on a module path is Python code (or bytecode) that an import could load."""
+    return bool(relative) and ("__pycache__" in relative or relative[-1].endswith(CODE_SUFFIXES))
 
 
 def _related(a: str, b: str) -> bool:
     """Whether one of two absolute paths is the other or lies inside it."""
     return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path.startswith(folder.rstrip("/") + "/")
 
 
 class PathError(ToolError):
@@ -139,24 +204,30 @@ class Root:
         self._real = os.path.realpath(workspace)
         # Only the protected paths related to this workspace can ever be met below it.
         self._protected = [(path, what) for path, what in protected().items() if _related(self._real, path)]
+        self._code = [(path, what) for path, what in protected_code().items() if _related(self._real, path)]
 
-    def guard(self, parts: tuple[str, ...], *, holding: bool = True) -> None:
+    def guard(self, parts: tuple[str, ...], *, holding: bool = True, tree: bool = False) -> None:
         """Refuse (``PathError``) to change ``parts`` when it is a protected path, lies inside one, or (with
-        ``holding``: moving or removing it would take one along) holds one.
+        ``holding``: moving or removing it would take one along) holds one; or when it is Python code below a folder
+        on a hook's module path (``protect_code``), or (with ``tree``: a folder is brought there) lies below one.
 
         Every changing method of ``Root`` calls this; a pack that changes files by other means calls it first.
         Components below the root are never symbolic links (nothing here follows one), so the joined path is the
         real one.
         """
-        if not self._protected:
+        if not self._protected and not self._code:
             return
         target = os.path.join(self._real, *parts)
         for path, what in self._protected:
-            inside = target == path or target.startswith(path.rstrip("/") + "/")
-            if inside or (holding and path.startswith(target.rstrip("/") + "/")):
+            inside = target == path or _inside(target, path)
+            if inside or (holding and _inside(path, target)):
                 raise PathError(f"{display(parts)}: is protected: changing it would change how the host governs "
                                 f"its agents ({what} is {'there' if target == path else 'in the way'}); no tool "
                                 "may change it")
+        for folder, what in self._code:
+            if _inside(target, folder) and (tree or is_code(tuple(target[len(folder):].strip("/").split("/")))):
+                raise PathError(f"{display(parts)}: is protected: {what} imports Python modules from {folder}, so "
+                                "no tool may change Python code there")
 
     def _open_root(self) -> int:
         try:
@@ -334,6 +405,8 @@ class Root:
                 moving = os.stat(sname, dir_fd=sfd, follow_symlinks=False)
             except OSError as exc:
                 raise _error(exc, source) from None
+            if stat.S_ISDIR(moving.st_mode):
+                self.guard(destination, tree=True)  # a folder brought below a module path brings its code along
             try:
                 existing = os.stat(dname, dir_fd=dfd, follow_symlinks=False)
             except FileNotFoundError:

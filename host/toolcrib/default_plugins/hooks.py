@@ -51,6 +51,7 @@ import anyio
 from toolcrib import patterns
 from toolcrib.config import CommandHook, LoadedConfig
 from toolcrib.content import ToolResult
+from toolcrib.governing import unlocated
 from toolcrib.hookspecs import hookimpl
 from toolcrib.policy import Allow, Ask, Deny
 
@@ -59,9 +60,6 @@ log = logging.getLogger("toolcrib.hooks")
 FAILED = "The call was refused: a policy check failed (the host's log says why)."
 MAX_ANSWER_BYTES = 1024 * 1024
 GRACE_SECONDS = 0.5  # after the program exits, how long its output may still come in
-# What a hook program gets of the host's environment, besides what its [[hooks.pre_tool_use]] table names: never the
-# host's secrets (tokens, TOOLCRIB_STATE_SECRET, cloud keys).
-BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 
 
 async def run_hook(command: list[str], payload: bytes, *, cwd: Path, env: Mapping[str, str],
@@ -117,7 +115,7 @@ def program_path(program: str, base_dir: Path) -> str | None:
 
 
 class _Hook:
-    def __init__(self, where: str, config: CommandHook, base_dir: Path) -> None:
+    def __init__(self, where: str, config: CommandHook, base_dir: Path, workspace: Path) -> None:
         self.where = where
         program = config.command[0]
         self.command = [str(base_dir / program) if os.sep in program else program, *config.command[1:]]
@@ -125,7 +123,8 @@ class _Hook:
         self.timeout = config.timeout
         self.tools = tuple(patterns.parse("tools", p) for p in config.tools)
         self.agents = tuple(patterns.parse("subagents", p) for p in config.agents)
-        self.env = {**{k: os.environ[k] for k in (*BASE_ENV, *config.pass_env) if k in os.environ}, **config.env}
+        self.env = config.environment(os.environ)
+        self.refusal = unlocated(where, config.command, base_dir, self.env, workspace, config.out_of_reach)
 
     def matches(self, agent: str, tool: str) -> bool:
         return any(p.matches(tool) for p in self.tools) and any(p.matches(agent) for p in self.agents)
@@ -133,6 +132,9 @@ class _Hook:
     async def run(self, call: Mapping[str, Any]) -> tuple[str, Any]:
         """("refuse", why it is logged) when the program failed; ("exit2", its stderr); ("none", None) for no
         answer; ("answer", the JSON object it wrote)."""
+        if self.refusal is not None:
+            log.error("%s; %s", self.refusal, self._failing)
+            return "refuse", None
         try:
             returncode, out, err = await run_hook(self.command, json.dumps(call).encode(), cwd=self.cwd,
                                                   env=self.env, timeout=self.timeout)
@@ -213,7 +215,8 @@ def pre_answer(answer: dict[str, Any]) -> Allow | Ask | Deny | str | None:
 
 class _Programs:
     def __init__(self, loaded: LoadedConfig, event: str, hooks: list[CommandHook]) -> None:
-        self.hooks = [_Hook(f"hooks.{event}[{i}]", hook, loaded.base_dir) for i, hook in enumerate(hooks)]
+        self.hooks = [_Hook(f"hooks.{event}[{i}]", hook, loaded.base_dir, loaded.workspace)
+                      for i, hook in enumerate(hooks)]
         self.cwd = str(loaded.workspace)
         self.modes = {name: agent.mode for name, agent in loaded.config.agents.items()}
 

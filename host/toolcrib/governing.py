@@ -1,0 +1,236 @@
+"""What governs the host, derived from the config's model: every file the config makes the host read or run.
+
+A config field that names such a file carries a ``Governs`` marker in its metadata; a table that starts a program
+(a command hook, an upstream stdio server) says what it launches (``Launch``). ``governing`` walks a validated
+config and returns every path found, so a field added later with the marker is protected without anyone listing
+it by hand. For a program, the code it runs is found from its command line: the program named by path, the script
+given to an interpreter, a ``python -m`` module in the working directory and on ``PYTHONPATH``, and every folder
+Python imports modules from (``toolcrib.workspace.protect_code``). A shell string (``sh -c ...``, ``python -c ...``)
+cannot be followed: ``Code.opaque`` says so, and the host treats such a hook as it must (see ``default_plugins.hooks``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+
+@dataclass(frozen=True)
+class Governs:
+    """Marks a config field (``Annotated[str | None, Governs("the audit log")]``) whose value names a file or folder
+    the host reads or runs, so no tool may change it. ``what`` may use ``{key}`` (the key of the table the field
+    is in) and ``{name}`` (the file's own name)."""
+
+    what: str
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A program the config makes the host start: its command line, working directory and added environment."""
+
+    where: str  # the key path of the table, "hooks.pre_tool_use[0]"
+    command: Sequence[str]
+    cwd: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    program_base: Path | None = None  # a program named by a path is relative to this (default: cwd)
+
+
+@dataclass
+class Code:
+    """The code a command runs, as far as its command line tells."""
+
+    files: list[Path] = field(default_factory=list)  # programs and scripts, protected by name (they need not exist)
+    module_paths: list[Path] = field(default_factory=list)  # folders Python imports modules from
+    opaque: str | None = None  # why the code cannot be located (a string of code on the command line)
+
+
+_PYTHON = re.compile(r"(python|pypy)(\d+(\.\d+)*)?[a-z]?(\.exe)?")
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "busybox"})
+# interpreter -> the options after which code, not a file, comes
+_CODE_OPTIONS: dict[str, tuple[str, ...]] = {
+    "node": ("-e", "--eval", "-p", "--print"), "nodejs": ("-e", "--eval", "-p", "--print"),
+    "bun": ("-e", "--eval", "-p", "--print"), "deno": ("eval",), "perl": ("-e", "-E"), "ruby": ("-e",),
+    "php": ("-r",), "lua": ("-e",), "Rscript": ("-e",), "osascript": ("-e",), "tclsh": (), "awk": (),
+}
+_PYTHON_VALUE_OPTIONS = frozenset({"-W", "-X", "--check-hash-based-pycs"})
+
+
+def analyse(command: Sequence[str], cwd: Path, env: Mapping[str, str], program_base: Path | None = None) -> Code:
+    """What ``command`` (run in ``cwd`` with ``env``) runs: see ``Code``. Paths are absolute and not resolved, so
+    that protection can follow each link on the way (``toolcrib.workspace.names_of``)."""
+    code = Code()
+    words = list(command)
+    while words and os.path.basename(words[0]) == "env":  # env [-i] [NAME=VALUE ...] program ...
+        words = words[1:]
+        while words and (words[0].startswith("-") or "=" in words[0]):
+            if words[0] in ("-S", "--split-string") or words[0].startswith(("-S", "--split-string=")):
+                code.opaque = "env -S runs a string of words toolcrib cannot follow"
+                return code
+            env = {**env, **dict([words[0].split("=", 1)])} if "=" in words[0] and not words[0].startswith("-") \
+                else env
+            words = words[1:]
+    if not words:
+        return code
+    program, rest = words[0], words[1:]
+    if "/" in program:
+        code.files.append(_absolute(program_base or cwd, program))
+    name = os.path.basename(program)
+    if _PYTHON.fullmatch(name):
+        _python(rest, cwd, env, code)
+    elif name in _SHELLS or name in _CODE_OPTIONS:
+        _interpreter(name, rest, cwd, code)
+    else:
+        code.files.extend(_path_arguments(rest, cwd))
+    return code
+
+
+def _python(rest: list[str], cwd: Path, env: Mapping[str, str], code: Code) -> None:
+    isolated = False
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        if word == "-m" or (word.startswith("-m") and not word.startswith("--")):
+            module = rest[i + 1] if word == "-m" and i + 1 < len(rest) else word[2:]
+            roots = _python_path(cwd, env, isolated)
+            code.module_paths.extend(roots)
+            top = module.split(".")[0]
+            for root in roots:
+                code.files += [root / f"{top}.py", root / top]  # a module, or a package folder, by that name
+            code.files.extend(_path_arguments(rest[i + 2 if word == "-m" else i + 1:], cwd))
+            return
+        if word == "-c" or (word.startswith("-") and not word.startswith("--") and "c" in word[1:]):
+            code.module_paths.extend(_python_path(cwd, env, isolated))
+            code.opaque = "python -c runs a string of code toolcrib cannot follow"
+            return
+        if word in _PYTHON_VALUE_OPTIONS:
+            i += 2
+            continue
+        if word.startswith("-") and word != "-":
+            isolated = isolated or word in ("-I", "-P") or (not word.startswith("--") and "I" in word[1:])
+            i += 1
+            continue
+        script = _absolute(cwd, word)
+        code.files.append(script)
+        code.module_paths += [script.parent, *_python_path(cwd, env, isolated)[1:]]
+        code.files.extend(_path_arguments(rest[i + 1:], cwd))
+        return
+    code.opaque = "python without a script reads its code from standard input"
+
+
+def _python_path(cwd: Path, env: Mapping[str, str], isolated: bool) -> list[Path]:
+    """Where a Python started in ``cwd`` with ``env`` looks for modules before its own library: the working
+    directory (for ``-m`` and ``-c``), then ``PYTHONPATH``."""
+    if isolated:
+        return []
+    extra = [_absolute(cwd, p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return [Path(os.path.abspath(cwd)), *extra]
+
+
+def _interpreter(name: str, rest: list[str], cwd: Path, code: Code) -> None:
+    code_options = _CODE_OPTIONS.get(name, ())
+    for i, word in enumerate(rest):
+        if name in _SHELLS and word.startswith("-") and not word.startswith("--") and "c" in word[1:]:
+            code.opaque = f"{name} -c runs a string of commands toolcrib cannot follow"
+            return
+        if word in code_options or any(word.startswith(f"{o}=") for o in code_options if o.startswith("--")):
+            code.opaque = f"{name} {word} runs a string of code toolcrib cannot follow"
+            return
+        if word.startswith(("-", "+")) and word not in ("-", "--"):
+            continue
+        code.files.append(_absolute(cwd, word))
+        code.files.extend(_path_arguments(rest[i + 1:], cwd))
+        return
+    code.opaque = f"{name} without a script reads its code from standard input"
+
+
+def _path_arguments(words: Iterable[str], cwd: Path) -> Iterator[Path]:
+    """The arguments that name files: an existing file, or a path (with a '/') that does not exist yet. A folder
+    is not taken (a program given its data folder, or the workspace, must not freeze it)."""
+    for word in words:
+        if not word or word.startswith("-") or word.endswith("/") or "\x00" in word:
+            continue
+        path = _absolute(cwd, word)
+        try:
+            if path.is_dir():
+                continue
+            if path.is_file() or ("/" in word and not path.exists()):
+                yield path
+        except OSError:
+            continue
+
+
+def _absolute(base: Path, path: str) -> Path:
+    return Path(os.path.abspath(os.path.join(base, os.path.expanduser(path))))
+
+
+def unlocated(where: str, command: Sequence[str], cwd: Path, env: Mapping[str, str], workspace: Path,
+              vouched: bool) -> str | None:
+    """Why a hook must not start: its code cannot be located from its command line (a shell string), so it cannot
+    be protected, and its working directory lies in the workspace, where an agent could write what it runs. None
+    when it may start: its code is located (and protected), it runs outside the workspace, or the operator vouches
+    for it (``vouched``: ``out_of_reach = true``)."""
+    opaque = analyse(command, cwd, env, cwd).opaque
+    if opaque is None or vouched:
+        return None
+    ws, real = os.path.realpath(workspace), os.path.realpath(cwd)
+    if real != ws and not real.startswith(ws.rstrip("/") + "/"):
+        return None
+    return (f"{where} does not start: {opaque}, and it runs in {real}, inside the workspace, where an agent could "
+            "write what it runs; move it out of the workspace, name its script by path, or set out_of_reach = true "
+            "if its code is out of every agent's reach")
+
+
+# -- walking the config ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Found:
+    """One thing that governs the host: a path (or the folder of a module path) and what it is."""
+
+    path: Path
+    what: str
+    kind: Literal["path", "code"] = "path"
+
+
+def governing(model: BaseModel, base_dir: Path, env: Mapping[str, str]) -> tuple[list[Found], list[tuple[str, str]]]:
+    """Everything a validated config names that governs the host, and the programs whose code cannot be located
+    (key path, why). Paths are relative to ``base_dir``; ``env`` is the host's environment (what programs get)."""
+    found: list[Found] = []
+    opaque: list[tuple[str, str]] = []
+    for node, key, where in _tables(model, None, ""):
+        for name, info in type(node).model_fields.items():
+            marks = [m for m in info.metadata if isinstance(m, Governs)]
+            value = getattr(node, name)
+            if not marks or value is None:
+                continue
+            for text in value if isinstance(value, list) else [value]:
+                path = _absolute(base_dir, text)
+                found.append(Found(path, marks[0].what.format(key=key, name=path.name)))
+        launches = getattr(node, "launches", None)
+        for launch in launches(where, base_dir, env) if callable(launches) else ():
+            code = analyse(launch.command, launch.cwd, launch.env, launch.program_base)
+            found += [Found(path, f"a program of {launch.where}") for path in code.files]
+            found += [Found(path, launch.where, "code") for path in code.module_paths]
+            if code.opaque is not None:
+                opaque.append((launch.where, code.opaque))
+    return found, opaque
+
+
+def _tables(node: Any, key: str | None, where: str) -> Iterator[tuple[BaseModel, str | None, str]]:
+    """Every model in a config, with the key of the table it is (or None) and its key path."""
+    if isinstance(node, BaseModel):
+        yield node, key, where
+        for name in type(node).model_fields:
+            yield from _tables(getattr(node, name), key, f"{where}.{name}" if where else name)
+    elif isinstance(node, dict):
+        for k, value in node.items():
+            yield from _tables(value, str(k), f"{where}.{k}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _tables(value, key, f"{where}[{i}]")
