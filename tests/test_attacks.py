@@ -1169,3 +1169,106 @@ def test_an_upstream_servers_script_and_modules_are_protected(tmp_path: Path) ->
     _, _, err = cli("check", "--config", str(tmp_path / "toolcrib.toml"))
     assert (f"warning: {tmp_path / 'toolcrib.toml'}: mcps.inline.command: bash -c runs a string of commands toolcrib "
             "cannot follow: toolcrib cannot protect the code this server runs; name its script by path") in err
+
+
+# -- high: a URI is one resource however it is spelt ------------------------------------------------------------
+
+
+def uri_state(extra: str = "") -> ServingState:
+    from test_surface import CONFIG, Docs
+
+    return ServingState(make_host(CONFIG + extra, {"docs": Docs()}))
+
+
+SPELLINGS = ["docs://pages/%69nternal", "docs://pages/%69%6E%74ernal", "DOCS://pages/internal",
+             "docs://pages/./internal", "docs://pages/intro/../internal", "Docs://pages/%2e/internal"]
+
+
+@pytest.mark.parametrize("uri", SPELLINGS)
+def test_a_resource_denied_by_uri_stays_denied_however_the_uri_is_spelt(uri: str) -> None:
+    state = uri_state()
+
+    async def main() -> None:
+        async with Client(build_server(state, "b"), mode="legacy", cache=None) as client:
+            for request in (client.read_resource(uri), client.subscribe_resource(uri)):
+                with pytest.raises(Exception) as info:
+                    await request
+                assert (info.value.error.code, info.value.error.message) == (  # type: ignore[attr-defined]
+                    -32002, f"Unknown resource: {uri}")
+            assert (await client.read_resource("docs://pages/%69ntro")).contents[0].text == "Welcome."  # type: ignore[union-attr]
+
+    anyio.run(main)
+    decision = state.host.explain("b", uri)
+    assert decision is not None and (decision.visible, decision.checks[-1].detail) == (False, (
+        f"{uri!r} fits the template 'docs://pages/{{slug}}'; denied by agents.b.permissions.resources.deny "
+        "'docs://pages/internal'"))
+
+
+def test_a_uri_glob_matches_the_uri_the_template_gives_for_its_decoded_parameters() -> None:
+    """`orders://O%2D9001` is `orders://O-9001`; a template parameter holding an encoded '/' re-expands encoded,
+    and a glob written in another spelling means the same URIs."""
+    state = uri_state("""
+[agents.g.permissions]
+plugins = { allow = ["*"] }
+resources = { deny = ["docs://pages/inter*", "DOCS://pages/%73ecret*"] }
+""")
+    view = state.host.view("g")
+    for uri in ("docs://pages/%69nter%6Eal", "docs://pages/inter%6Eal", "docs://pages/secret-plans",
+                "docs://pages/%73ecret"):
+        assert view.resource(uri) is None, uri
+    found = view.resource("docs://pages/install")
+    assert found is not None and found[1] == {"slug": "install"}
+    assert view.resource("docs://pages/a%2Fb") is not None  # one segment holding '/': not docs://pages/a/b
+
+
+def test_argument_rules_match_a_url_in_its_normal_form(tmp_path: Path) -> None:
+    import toolcrib_web
+
+    (tmp_path / "toolcrib.toml").write_text(textwrap.dedent("""
+        [agents.a.permissions]
+        plugins = { allow = ["web"] }
+        tools = { deny = ["web__search", "web__download_file", "web__fetch(https://intranet.example/*)"] }
+    """))
+    host = host_at(tmp_path / "toolcrib.toml", web=toolcrib_web)
+    for url in ("HTTPS://INTRANET.example/admin", "https://intranet.example:443/admin",
+                "https://intranet.example./admin", "https://%69ntranet.example/admin"):
+        result = call(host, "a", "web__fetch", url=url)
+        assert (result.is_error, result.text) == (True, (
+            f"Permission denied: web__fetch with url={url!r} is denied by the agent's permissions (rule "
+            "'web__fetch(https://intranet.example/*)').")), url
+
+
+def test_a_scope_naming_concrete_uris_of_a_template_hides_them_from_a_token_without_it() -> None:
+    state = uri_state("""
+[oauth]
+issuer = "https://issuer.example"
+audience = "https://toolcrib.example/mcp"
+[agents.s.identity]
+claims = { sub = "*" }
+[agents.s.identity.needs_scope.staff]
+resources = ["docs://pages/in*"]
+[agents.s.permissions]
+plugins = { allow = ["*"] }
+resources = { allow = ["*"] }
+""")
+    lacking = frozenset({"staff"})
+    view, full = state.host.view("s", lacking), state.host.view("s")
+    for uri in ("docs://pages/intro", "docs://pages/%69ntro", "docs://pages/install"):
+        assert view.resource(uri) is None and full.resource(uri) is not None, uri
+    assert view.resource("docs://pages/other") is not None
+    decision = state.host.explain("s", "docs://pages/%69ntro", lacking)
+    assert decision is not None and (decision.visible, decision.checks[-1].detail) == (False, (
+        "'docs://pages/%69ntro' fits the template 'docs://pages/{slug}'; needs scope 'staff' (identity.needs_scope: "
+        "'docs://pages/in*'), which the request's token does not carry"))
+
+    heard: dict[str, list[str]] = {"lacking": [], "full": []}
+
+    async def main() -> None:
+        for key, scopes in (("lacking", lacking), ("full", frozenset())):
+            state.listener("s", scopes)
+            state._buses[("s", scopes)].subscribe(lambda event, key=key: heard[key].append(event.uri))
+        for uri in ("docs://pages/intro", "docs://pages/other"):
+            await state.resource_updated(uri)
+
+    anyio.run(main)
+    assert heard == {"lacking": ["docs://pages/other"], "full": ["docs://pages/intro", "docs://pages/other"]}

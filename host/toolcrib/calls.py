@@ -48,6 +48,7 @@ from toolcrib.limits import Limit, LimitBook, Refusal, compile_limits
 from toolcrib.observe import Metrics
 from toolcrib.plugins import PluginHook, PluginManager, plugin_hooks
 from toolcrib.policy import Allow, Ask, Deny
+from toolcrib.uris import normalize as normalize_uri
 
 if TYPE_CHECKING:
     from toolcrib.config import LoadedConfig
@@ -543,6 +544,7 @@ class Pipeline:
                               started, True, "resource", channel)
             raise UnknownResourceError(str(uri))
         entry, parameters = found
+        uri = normalize_uri(uri)  # what the rules saw is what the resource is read as, and what the audit records
         resource: Resource = entry.item  # type: ignore[assignment]
         try:
             if resource.passthrough:

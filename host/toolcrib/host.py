@@ -19,7 +19,7 @@ from typing import Any
 
 import anyio
 
-from toolcrib import default_plugins, lock, workspace
+from toolcrib import default_plugins, lock, uris, workspace
 from toolcrib.calls import Pipeline
 from toolcrib.catalog import Catalog, Entry, ItemEntry, build_catalog
 from toolcrib.config import AgentConfig, LoadedConfig, did_you_mean, load_config
@@ -40,6 +40,7 @@ from toolcrib.permissions import (
     compile_rules,
     decide,
     permitted,
+    uri_check,
 )
 from toolcrib.plugins import (
     PluginRecord,
@@ -205,18 +206,20 @@ class Host:
             return decide(rules, entry, detail=True, exhaustive=True)
         item = self.catalog.prompts.get(name) or self.catalog.resources.get(name)
         resources = self.catalog.resources.values()
-        item = item or next((r for r in resources if r.uri == name), None)
+        uri = uris.normalize(name)  # a URI as every rule sees it (docs://pages/%69nternal is docs://pages/internal)
+        item = item or next((r for r in resources if r.uri is not None and uris.normalize(r.uri) == uri), None)
         if item is not None:
             return decide(rules, item, detail=True, exhaustive=True)
-        template = next((r for r in resources if r.what == "template" and r.item.match(name) is not None), None)  # type: ignore[union-attr]
-        if template is None:
+        fitting = ((r, r.item.match(uri)) for r in resources if r.what == "template")  # type: ignore[union-attr]
+        template, parameters = next(((r, p) for r, p in fitting if p is not None), (None, None))
+        if template is None or parameters is None:
             return None
         decision = decide(rules, template, detail=True, exhaustive=True)
-        rule = rules.dimensions["resources"]
-        named = rule.match(name) if rule.kind == "deny" else None
+        expanded = uris.expand(template.uri, parameters)  # type: ignore[arg-type]
+        named = uri_check(rules, [uri] if expanded in (None, uri) else [uri, expanded])
         detail = f"{name!r} fits the template {template.uri!r}"
-        check = Check("uri", named is None, f"{detail}; {rule.describe(False, named)}" if named else detail)
-        return dataclasses.replace(decision, name=name, visible=decision.visible and named is None,
+        check = Check("uri", named.passed, detail if named.passed else f"{detail}; {named.detail}")
+        return dataclasses.replace(decision, name=name, visible=decision.visible and named.passed,
                                    checks=(*decision.checks, check))
 
     def similar(self, name: str, n: int = 3) -> list[str]:

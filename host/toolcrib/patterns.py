@@ -12,6 +12,8 @@ import functools
 import re
 from dataclasses import dataclass
 
+from toolcrib import uris
+
 DIMENSIONS = ("plugins", "mcps", "tools", "resources", "prompts", "skills", "subagents")
 
 _NAME_CHARS = {
@@ -127,10 +129,11 @@ def _parse(dimension: str, text: str) -> Pattern:
     if _NAME_PATTERNS[kind].fullmatch(name) is None:
         hint = " and '*', optionally followed by '(specifier)'" if kind == "tools" else " and '*'"
         raise PatternError(f"{text!r} is not a valid pattern: {chars_rule}{hint}")
+    # A URI in a pattern is matched in its normal form, as every URI it meets is (toolcrib.uris).
     return Pattern(
         text=text,
         name=name,
         specifier=specifier,
-        _name_glob=Glob.of(name),
-        _spec_glob=Glob.of(specifier) if specifier is not None else None,
+        _name_glob=Glob.of(uris.normalize(name) if kind == "resources" else name),
+        _spec_glob=Glob.of(uris.normalize(specifier)) if specifier is not None else None,
     )

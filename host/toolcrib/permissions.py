@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolcrib import patterns
+from toolcrib import patterns, uris
 from toolcrib.catalog import Entry, ItemEntry
 from toolcrib.config import AgentConfig, LoadedConfig
 from toolcrib.context import AvailabilityContext
@@ -169,7 +169,7 @@ class CallRules:
             if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
                 found.append((name, shlex.join(value)))  # an argv is matched as the command line it spells
             else:
-                found.append((name, str(value)))
+                found.append((name, uris.normalize(str(value))))  # a URL as rules match it: in its normal form
         return found
 
     def to_json(self) -> dict[str, Any]:
@@ -460,7 +460,8 @@ def _availability(rules: AgentRules, subject: Entry | ItemEntry, check: Any,
 def _scope_hides(rules: AgentRules, dimension: str, name: str, uri: str | None = None) -> tuple[str, Pattern] | None:
     """The scope (and its pattern) the request's token lacks to see this, if any."""
     for hidden_dimension, pattern, scope in rules.scope_hidden:
-        if hidden_dimension == dimension and (pattern.matches(name) or (uri is not None and pattern.matches(uri))):
+        if hidden_dimension == dimension and (pattern.matches(name) or
+                                              (uri is not None and pattern.matches(uris.normalize(uri)))):
             return scope, pattern
     return None
 
@@ -479,8 +480,25 @@ def item_permits(rule: DimensionRule, name: str, uri: str | None = None) -> tupl
         return False, None
     pattern = rule.match(name)
     if pattern is None and uri is not None:
-        pattern = rule.match(uri)
+        pattern = rule.match(uris.normalize(uri))
     return (pattern is not None, pattern) if rule.kind == "allow" else (pattern is None, pattern)
+
+
+def uri_check(rules: AgentRules, uris_of_it: Sequence[str]) -> Check:
+    """Whether a URI that fits a template the agent sees may be read: a deny rule of ``resources`` or a scope the
+    request's token lacks (``identity.needs_scope``) that names the URI itself hides it. ``uris_of_it`` are its
+    normal form and the URI the template re-expands to from its decoded parameters (``toolcrib.uris``): a rule
+    naming either hides it."""
+    rule = rules.dimensions["resources"]
+    for uri in uris_of_it:
+        named = rule.match(uri) if rule.kind == "deny" else None
+        if named is not None:
+            return Check("uri", False, rule.describe(False, named))
+        for dimension, pattern, scope in rules.scope_hidden:
+            if dimension == "resources" and pattern.matches(uri):
+                return Check("uri", False, f"needs scope {scope!r} (identity.needs_scope: {pattern.text!r}), which "
+                                           "the request's token does not carry")
+    return Check("uri", True, "no rule names it")
 
 
 def _decide_named(rules: AgentRules, subject: Named, kind: str, detail: bool, chain: Sequence[str]) -> Decision:

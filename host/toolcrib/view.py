@@ -13,18 +13,29 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
+from toolcrib import uris
 from toolcrib.catalog import Entry, ItemEntry
 from toolcrib.content import ToolResult
 from toolcrib.context import Approver, AvailabilityContext, ClientChannel
 from toolcrib.declarations import Completions
 from toolcrib.errors import UnknownToolError
 from toolcrib.names import SEPARATOR, SOURCE_NAME_KEY, clean, clean_schema
-from toolcrib.permissions import AgentRules, CallRules, availability_context, check_availability, decide, permitted
+from toolcrib.permissions import (
+    AgentRules,
+    CallRules,
+    Check,
+    availability_context,
+    check_availability,
+    decide,
+    permitted,
+    uri_check,
+)
 from toolcrib.tool import Tool
 
 if TYPE_CHECKING:
     from toolcrib.scope import Services
 
+_FIXED = Check("uri", True, "a fixed resource the agent sees")
 log = logging.getLogger("toolcrib.view")
 
 EXPORT_FORMATS = ("mcp", "openai", "anthropic")
@@ -136,26 +147,35 @@ class AgentView:
         self.served_prompts: Mapping[str, str] = {entry.name: served for served, entry in prompts}  # full -> served
         self._prompts: Mapping[str, ItemEntry] = {**{entry.name: entry for _, entry in prompts},
                                                   **{served: entry for served, entry in prompts}}
-        self._resources: Mapping[str, ItemEntry] = {entry.item.uri: entry for entry in resources}  # type: ignore[union-attr]
+        self._resources: Mapping[str, ItemEntry] = {uris.normalize(entry.item.uri): entry  # type: ignore[union-attr]
+                                                    for entry in resources}
 
     # -- resources and prompts ---------------------------------------------------------------------------------
 
     def resource(self, uri: Any) -> tuple[ItemEntry, dict[str, str]] | None:
         """The resource this agent may read at ``uri`` (a fixed one, or a template it fits, with the template's
-        parameters), or None: hidden and nonexistent alike. A deny rule that names the URI itself hides it, even
-        where it fits a template the agent sees."""
-        found = self._resources.get(uri) if isinstance(uri, str) else None
-        if found is not None:
-            return found, {}
+        parameters), or None: hidden and nonexistent alike. The URI is taken in its normal form (``toolcrib.uris``:
+        ``docs://pages/%69nternal`` is ``docs://pages/internal``). A deny rule or a lacking scope that names the URI
+        itself, or the URI the template re-expands to from its parameters, hides it, even where it fits a template
+        the agent sees."""
         if not isinstance(uri, str):
             return None
-        rule = self.rules.dimensions["resources"]
+        found = self.find_resource(uri)
+        return found[:2] if found is not None and found[2].passed else None
+
+    def find_resource(self, uri: str) -> tuple[ItemEntry, dict[str, str], Check] | None:
+        """What ``uri`` (normalised) is in this view: a fixed resource or the template it fits, its parameters, and
+        the check of the URI itself (``permissions.uri_check``); None when nothing the agent sees has it."""
+        normal = uris.normalize(uri)
+        fixed = self._resources.get(normal)
+        if fixed is not None:
+            return fixed, {}, _FIXED
         for template in self.templates:
-            parameters = template.item.match(uri)  # type: ignore[union-attr]
+            parameters = template.item.match(normal)  # type: ignore[union-attr]
             if parameters is not None:
-                if rule.kind == "deny" and rule.match(uri) is not None:
-                    return None
-                return template, parameters
+                expanded = uris.expand(template.item.uri, parameters)  # type: ignore[union-attr]
+                return template, parameters, uri_check(self.rules, [normal] if expanded in (None, normal) else
+                                                       [normal, expanded])
         return None
 
     def prompt(self, name: Any) -> ItemEntry | None:

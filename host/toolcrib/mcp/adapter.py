@@ -44,6 +44,7 @@ from toolcrib.mcp.roundtrip import (
 from toolcrib.mcp.state import SUBSCRIPTIONS, ServingState
 from toolcrib.observe import log_request, requests_log
 from toolcrib.scope import CONVERSATION
+from toolcrib.uris import normalize
 from toolcrib.view import AgentView
 
 log = logging.getLogger("toolcrib.serve")
@@ -376,12 +377,19 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
         if view_of(ctx).resource(uri) is None:  # hidden and nonexistent alike
             raise MCPError(code=RESOURCE_NOT_FOUND, message=str(UnknownResourceError(uri)), data={"uri": uri})
         state.remember_session(agent, ctx.session)
-        ctx.session._connection.state.setdefault(SUBSCRIPTIONS, set()).add(uri)
+        ctx.session._connection.state.setdefault(SUBSCRIPTIONS, set()).add(normalize(uri))  # as updates name it
         return {}
 
     async def unsubscribe(ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams) -> Any:
-        ctx.session._connection.state.setdefault(SUBSCRIPTIONS, set()).discard(str(params.uri))
+        ctx.session._connection.state.setdefault(SUBSCRIPTIONS, set()).discard(normalize(str(params.uri)))
         return {}
+
+    async def listen(ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams) -> Any:
+        """A 2026-07-28 listen stream hears of what this request's token may read: the listener of its scopes
+        (updates are published in the normal form of their URI, to the listeners whose view may read it)."""
+        identity = identity_of_request(ctx)
+        lacking = identity.lacking if identity is not None else frozenset()
+        return await state.listener(agent, lacking)(ctx, params)
 
     async def list_prompts(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> Any:
         paginated(params)
@@ -427,7 +435,7 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
             on_get_prompt=get_prompt,
             on_completion=complete,
             on_set_logging_level=set_level,
-            on_subscriptions_listen=lambda ctx, params: state.listener(agent)(ctx, params),
+            on_subscriptions_listen=listen,
         )
     server.middleware.clear()  # the SDK's generic OpenTelemetry middleware costs about a third of a call
     if requests_log.isEnabledFor(logging.INFO) or tracing():

@@ -30,6 +30,7 @@ from toolcrib.declarations import add_update_listener
 from toolcrib.errors import ConfigError, Problem, contained
 from toolcrib.host import Host
 from toolcrib.observe import Metrics
+from toolcrib.uris import normalize
 from toolcrib.view import AgentView
 
 log = logging.getLogger("toolcrib.serve")
@@ -107,8 +108,9 @@ class ServingState:
         self.host = host
         self.secret = secret if secret is not None else state_secret()  # seals 2026-07-28 round-trip states
         self._make_host = make_host
-        self._buses: dict[str, InMemorySubscriptionBus] = {}
-        self._listeners: dict[str, ListenHandler] = {}
+        # per agent and the scopes its requests' tokens lack: what a listener may hear is what its token may read
+        self._buses: dict[tuple[str, frozenset[str]], InMemorySubscriptionBus] = {}
+        self._listeners: dict[tuple[str, frozenset[str]], ListenHandler] = {}
         self._sessions: dict[str, OrderedDict[int, Any]] = {}
         self.on_reload: list[Callable[[], Awaitable[None]]] = []  # front ends that must follow (new agents, tokens)
         self._updates: Callable[[str], None] | None = None
@@ -120,13 +122,15 @@ class ServingState:
 
     # -- who is listening --------------------------------------------------------------------------------
 
-    def listener(self, agent: str) -> ListenHandler:
-        """The ``subscriptions/listen`` handler of one agent (2026-07-28 clients)."""
+    def listener(self, agent: str, lacking: frozenset[str] = frozenset()) -> ListenHandler:
+        """The ``subscriptions/listen`` handler of one agent (2026-07-28 clients) for requests whose OAuth token
+        lacks ``lacking`` (of ``identity.needs_scope``): it hears of the resources such a request may read only."""
         self.watch_resources()
-        if agent not in self._listeners:
-            self._buses[agent] = InMemorySubscriptionBus()
-            self._listeners[agent] = ListenHandler(self._buses[agent])
-        return self._listeners[agent]
+        key = (agent, lacking)
+        if key not in self._listeners:
+            self._buses[key] = InMemorySubscriptionBus()
+            self._listeners[key] = ListenHandler(self._buses[key])
+        return self._listeners[key]
 
     def remember_session(self, agent: str, session: Any) -> None:
         """Keep a handshake-era session, to push ``notifications/tools/list_changed`` to its connection.
@@ -144,10 +148,10 @@ class ServingState:
 
     async def notify_changed(self, agent: str, lists: Sequence[str] = ("tools",)) -> None:
         """Tell ``agent``'s clients that these of its lists changed (``tools``, ``resources``, ``prompts``)."""
-        bus = self._buses.get(agent)
-        if bus is not None:
-            for name in lists:
-                await bus.publish(_EVENTS[name]())
+        for (listening, _), bus in list(self._buses.items()):
+            if listening == agent:
+                for name in lists:
+                    await bus.publish(_EVENTS[name]())
         sessions = self._sessions.get(agent, OrderedDict())
         for key, session in list(sessions.items()):
             try:
@@ -160,12 +164,13 @@ class ServingState:
 
     async def resource_updated(self, uri: str) -> None:
         """Tell the clients that subscribed to ``uri`` (and may read it) that it changed."""
-        for agent in list(set(self._sessions) | set(self._buses)):
+        uri = normalize(uri)
+        for agent, lacking in list(self._buses):
+            if agent in self.host.rules and self.view(agent, lacking).resource(uri) is not None:
+                await self._buses[(agent, lacking)].publish(ResourceUpdated(uri=uri))
+        for agent in list(self._sessions):
             if agent not in self.host.rules or self.view(agent).resource(uri) is None:
                 continue  # an agent that may not read it learns nothing of it
-            bus = self._buses.get(agent)
-            if bus is not None:
-                await bus.publish(ResourceUpdated(uri=uri))
             for key, session in list(self._sessions.get(agent, OrderedDict()).items()):
                 connection = getattr(session, "_connection", None)
                 if connection is None or uri not in connection.state.get(SUBSCRIPTIONS, ()):
