@@ -945,7 +945,8 @@ def test_check_warns_when_an_upstream_server_is_given_what_governs_the_host(tmp_
 
 def fs_writer(tmp_path: Path, extra: str, workspace_line: str = 'workspace = "."') -> Host:
     """A host whose agent `a` may use every file tool, from a config written into `tmp_path`."""
-    (tmp_path / "toolcrib.toml").write_text(f"[host]\n{workspace_line}\n{textwrap.dedent(extra)}\n" + textwrap.dedent("""
+    head = f"[host]\n{workspace_line}\n{textwrap.dedent(extra)}\n"
+    (tmp_path / "toolcrib.toml").write_text(head + textwrap.dedent("""
         [agents.a]
         [agents.a.permissions]
         plugins = { allow = ["fs"] }
@@ -1088,7 +1089,7 @@ def test_a_hook_whose_code_cannot_be_located_does_not_start_inside_the_workspace
            "agent's reach" in out
     vouched = fs_writer(tmp_path, f"""
         [[hooks.pre_tool_use]]
-        command = {json.dumps(command[:1] + [command[1], "exit 0"] if command[0] != sys.executable else
+        command = {json.dumps([*command[:1], command[1], "exit 0"] if command[0] != sys.executable else
                               [sys.executable, "-c", "pass"])}
         tools = ["fs__read_file"]
         out_of_reach = true
