@@ -1273,3 +1273,89 @@ resources = { allow = ["*"] }
 
     anyio.run(main)
     assert heard == {"lacking": ["docs://pages/other"], "full": ["docs://pages/intro", "docs://pages/other"]}
+
+
+# -- low: a policy answer that cannot be read refuses ------------------------------------------------------------
+
+FAILED_POLICY = "The call was refused: a policy check failed (the host's log says why)."
+
+
+@pytest.mark.parametrize(("script", "logged"), [
+    ("import sys; sys.stdout.write('\\n' * 1_500_000 + '{\"decision\": \"deny\", \"message\": \"no\"}')",
+     "hooks.pre_tool_use[0] wrote more than 1048576 bytes to stdout, which is no answer; the call is refused"),
+    ("print('{\"hookSpecificOutput\": \"deny\"}')", "hookSpecificOutput is not an object; the call is refused"),
+    ("print('{\"continue\": \"false\"}')", "continue is not true or false; the call is refused"),
+    ("print('{\"decision\": 0}')", "decision is not a string; the call is refused"),
+])
+def test_a_pre_hook_answer_too_long_or_malformed_refuses(tmp_path: Path, script: str, logged: str,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    host = hook_host(tmp_path, script)
+    result = call(host, "a", "files__write", path="x", text="y")
+    assert (result.is_error, result.text) == (True, FAILED_POLICY)
+    assert not (tmp_path / "x").exists()
+    assert any(r.getMessage().endswith(logged) for r in caplog.records), [r.getMessage() for r in caplog.records]
+
+
+def test_a_post_hook_answer_too_long_withholds_the_result(tmp_path: Path) -> None:
+    (tmp_path / "post.py").write_text("import sys; sys.stdout.write(' ' * 1_500_000 + "
+                                      "'{\"decision\": \"block\", \"reason\": \"r\"}')")
+    (tmp_path / "toolcrib.toml").write_text(textwrap.dedent(f"""
+        [[hooks.post_tool_use]]
+        command = [{json.dumps(sys.executable)}, "post.py"]
+        [agents.a.permissions]
+        plugins = {{ allow = ["files"] }}
+        tools = {{ allow = ["*"] }}
+    """))
+    host = host_at(tmp_path / "toolcrib.toml", files=FILES)
+    result = call(host, "a", "files__read", path="x")
+    assert (result.is_error, result.text) == (True, "The result of files__read was withheld: a policy check "
+                                                    "failed (the host's log says why).")
+
+
+@pytest.mark.parametrize(("glob", "value", "matches"), [
+    ("deploy[prod]", "deployp", False), ("deploy[prod]", "deploy[prod]", True), ("deploy[!x]", "deployy", False),
+    ("team-?", "team-a", True), ("team-?", "team-ab", False), ("*@example.com", "a@example.com", True),
+    ("*@example.com", "a@example.com.evil", False), ("a*b*c", "axbyc", True), ("a*a", "a", False),
+])
+def test_identity_claim_globs_know_only_star_and_question_mark(glob: str, value: str, matches: bool) -> None:
+    from toolcrib.config import IdentityConfig
+    from toolcrib.mcp.oauth import claims_match
+
+    assert claims_match(IdentityConfig(claims={"roles": glob}), {"roles": [value]}) is matches
+
+
+# -- seed parity: what a script and a newcomer get ----------------------------------------------------------------
+
+
+def test_check_json_reports_a_config_that_does_not_load_on_stdout(tmp_path: Path) -> None:
+    (tmp_path / "toolcrib.toml").write_text('[agents.a]\nmode = "sometimes"\n[hosts]\n')
+    code, out, err = cli("check", "--json", "--config", str(tmp_path / "toolcrib.toml"))
+    where = str(tmp_path / "toolcrib.toml")
+    assert (code, err) == (2, "")
+    report = json.loads(out)
+    assert (report["config"], report["loaded"], report["errors"]) == (where, False, 2)
+    assert [(p["where"], p["line"]) for p in report["problems"]] == [(f"{where}: agents.a.mode", 2),
+                                                                    (f"{where}: hosts", 3)]
+
+
+@pytest.mark.parametrize(("server", "field"), [({"command": "x\ud800"}, "command"),
+                                               ({"command": "x", "args": ["ok", "\udfff"]}, "args[1]"),
+                                               ({"url": "https://x", "headers": {"A": "\ud800"}}, "headers.A")])
+def test_mcps_import_refuses_what_toml_cannot_hold_naming_server_and_field(tmp_path: Path, server: dict[str, Any],
+                                                                          field: str) -> None:
+    source = tmp_path / "mcp.json"
+    source.write_text(json.dumps({"mcpServers": {"srv": server}}))
+    code, out, err = cli("mcps", "import", str(source))
+    assert (code, out) == (1, "")
+    assert err.startswith(f"Error: {source}: mcpServers.srv.{field}: holds a lone surrogate (U+"), err
+
+
+def test_mcps_import_output_always_loads(tmp_path: Path) -> None:
+    import tomllib
+
+    source = tmp_path / "mcp.json"
+    odd = 'a\x7fb"c\\d\ne\tf\x00\u202e'
+    source.write_text(json.dumps({"mcpServers": {"srv": {"command": odd, "args": [odd], "env": {odd: odd}}}}))
+    code, out, _ = cli("mcps", "import", str(source))
+    assert code == 0
+    assert tomllib.loads(out)["mcps"]["srv"] == {"command": odd, "args": [odd], "env": {odd: odd}}

@@ -182,13 +182,25 @@ def check(strict: bool, as_json: bool) -> None:
     \b
     Example: toolcrib check --strict
     """
-    with _quieted("toolcrib.plugins"), _session() as (host, _):  # a failed pack is listed below, once
-        problems = host.problems()
+    try:
+        with _quieted("toolcrib.plugins"), _session() as (host, _):  # a failed pack is listed below, once
+            problems = host.problems()
+    except ConfigError as exc:
+        if not as_json:
+            raise
+        from toolcrib.config import BUILTIN_NAME, find_config
+
+        found = find_config(click.get_current_context().ensure_object(State).config)
+        _echo_json({"config": str(found) if found is not None else BUILTIN_NAME, "loaded": False, "errors": len(exc.problems), "warnings": 0,
+                    "problems": [{"severity": p.severity, "where": p.where, "message": p.message,
+                                  "line": p.line} for p in exc.problems]})
+        sys.exit(exc.exit_code)
     errors = sum(1 for p in problems if p.severity == "error")
     warnings = len(problems) - errors
     tools = len(host.catalog.entries)
     if as_json:
-        _echo_json({"config": host.loaded.source, "agents": len(host.agents), "tools": tools, "errors": errors,
+        _echo_json({"config": host.loaded.source, "loaded": True, "agents": len(host.agents), "tools": tools,
+                    "errors": errors,
                     "warnings": warnings, "problems": [{"severity": p.severity, "where": p.where,
                                                         "message": p.message} for p in problems]})
     else:
@@ -892,7 +904,11 @@ def prompt(agent: str | None, args_json: str, as_json: bool, name: str) -> None:
 
 @main.group()
 def mcps() -> None:
-    """Upstream MCP servers."""
+    """Upstream MCP servers: bring in the servers another MCP client's config names.
+
+    \b
+    Example: toolcrib mcps import ~/.cursor/mcp.json >> toolcrib.toml
+    """
 
 
 @mcps.command("import")

@@ -65,7 +65,8 @@ GRACE_SECONDS = 0.5  # after the program exits, how long its output may still co
 async def run_hook(command: list[str], payload: bytes, *, cwd: Path, env: Mapping[str, str],
                    timeout: float) -> tuple[int, bytes, bytes]:
     """Run a hook's program with ``payload`` on its stdin: (exit status, stdout, stderr), each capped at
-    ``MAX_ANSWER_BYTES``. The program may answer without reading its input (its exit status and output count all
+    ``MAX_ANSWER_BYTES``; an output past the cap is cut to one byte more than it (so ``len(out) >
+    MAX_ANSWER_BYTES`` says it was too long). The program may answer without reading its input (its exit status and output count all
     the same). It runs in a process group of its own, which is ended when it is done or out of time, so nothing it
     started lingers. ``TimeoutError`` after ``timeout`` seconds, ``OSError`` when it cannot start."""
     process = await anyio.open_process(command, cwd=cwd, env=dict(env), start_new_session=True)
@@ -82,8 +83,8 @@ async def run_hook(command: list[str], payload: bytes, *, cwd: Path, env: Mappin
     async def drain(stream: Any, into: bytearray, end: anyio.Event) -> None:
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             async for chunk in stream:
-                if len(into) < MAX_ANSWER_BYTES:
-                    into.extend(chunk[: MAX_ANSWER_BYTES - len(into)])
+                if len(into) <= MAX_ANSWER_BYTES:
+                    into.extend(chunk[: MAX_ANSWER_BYTES + 1 - len(into)])
         end.set()
 
     try:
@@ -145,7 +146,11 @@ class _Hook:
         except OSError as exc:
             log.error("%s cannot run %r: %s; %s", self.where, self.command[0], exc, self._failing)
             return "refuse", None
-        stderr = err.decode(errors="replace").strip()
+        stderr = err[:MAX_ANSWER_BYTES].decode(errors="replace").strip()
+        if len(out) > MAX_ANSWER_BYTES:  # an answer cut short could read as no objection: it is no answer
+            log.error("%s wrote more than %d bytes to stdout, which is no answer; %s", self.where, MAX_ANSWER_BYTES,
+                      self._failing)
+            return "refuse", None
         if returncode == 2:
             return "exit2", stderr[:2000]
         if returncode != 0:
@@ -156,7 +161,7 @@ class _Hook:
         if not out:
             return "none", None
         try:
-            answer = json.loads(out[:MAX_ANSWER_BYTES])
+            answer = json.loads(out)
         except ValueError:
             answer = None
         if not isinstance(answer, dict):
@@ -176,6 +181,9 @@ def _text(value: Any) -> str | None:
 def pre_answer(answer: dict[str, Any]) -> Allow | Ask | Deny | str | None:
     """What a pre hook's JSON answer decides, in either shape; a string says what is wrong with it."""
     specific = answer.get("hookSpecificOutput")
+    malformed = _malformed(answer)
+    if malformed is not None:
+        return malformed
     if answer.get("continue") is False:  # Claude Code: stop the agent, not only this call
         return Deny(_text(answer.get("stopReason")) or _text(answer.get("reason")) or "The call was stopped by a "
                     "policy check.", interrupt=True)
@@ -312,7 +320,23 @@ def _blocked(result: ToolResult, reason: str) -> ToolResult:
     return ToolResult(content=(*result.content, {"type": "text", "text": reason}), is_error=True)
 
 
+def _malformed(answer: dict[str, Any]) -> str | None:
+    """What is wrong with the shape of an answer (a field of the wrong type), or None: a policy answer that
+    cannot be read as written decides nothing in the call's favour."""
+    if answer.get("hookSpecificOutput") is not None and not isinstance(answer["hookSpecificOutput"], dict):
+        return "hookSpecificOutput is not an object"
+    for key in ("continue", "interrupt", "suppressOutput"):
+        if answer.get(key) is not None and not isinstance(answer[key], bool):
+            return f"{key} is not true or false"
+    if answer.get("decision") is not None and not isinstance(answer["decision"], str):
+        return "decision is not a string"
+    return None
+
+
 def _post_answer(result: ToolResult, answer: dict[str, Any]) -> ToolResult | str | None:
+    malformed = _malformed(answer)
+    if malformed is not None:
+        return malformed
     specific = answer.get("hookSpecificOutput")
     if answer.get("decision") == "block":
         return _blocked(result, _text(answer.get("reason")) or "A policy check objected to this result.")

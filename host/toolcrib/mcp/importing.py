@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from collections.abc import Mapping
 from typing import Any
 
@@ -63,34 +64,53 @@ def import_servers(text: str) -> tuple[str, list[str]]:
                 notes.append(f"{name!r}: no command; left out")
                 taken.discard(namespace)
                 continue
-            lines.append(f"command = {_string(server['command'])}")
+            lines.append(f"command = {_string(server['command'], f'mcpServers.{name}.command')}")
             args = server.get("args") or []
             if args:
-                lines.append(f"args = [{', '.join(_string(str(a)) for a in args)}]")
+                words = ", ".join(_string(str(a), f"mcpServers.{name}.args[{i}]") for i, a in enumerate(args))
+                lines.append(f"args = [{words}]")
             if isinstance(server.get("env"), Mapping) and server["env"]:
-                lines.append(f"env = {_table(server['env'])}")
+                lines.append(f"env = {_table(server['env'], f'mcpServers.{name}.env')}")
             if isinstance(server.get("cwd"), str):
-                lines.append(f"cwd = {_string(server['cwd'])}")
+                lines.append(f"cwd = {_string(server['cwd'], f'mcpServers.{name}.cwd')}")
         else:
             if not isinstance(server.get("url"), str):
                 notes.append(f"{name!r}: no url; left out")
                 taken.discard(namespace)
                 continue
-            lines.append(f"url = {_string(server['url'])}")
+            lines.append(f"url = {_string(server['url'], f'mcpServers.{name}.url')}")
             if isinstance(server.get("headers"), Mapping) and server["headers"]:
-                lines.append(f"headers = {_table(server['headers'])}")
+                lines.append(f"headers = {_table(server['headers'], f'mcpServers.{name}.headers')}")
         if server.get("disabled") is True:
             lines.append("enabled = false")
         tables.append("\n".join(lines))
     if not tables:
         raise McpImportError("no server in it could be imported" + (": " + "; ".join(notes) if notes else ""))
-    return "\n\n".join(tables) + "\n", notes
+    out = "\n\n".join(tables) + "\n"
+    tomllib.loads(out)  # what is printed always loads (a failure here is a bug in this module, not the file's)
+    return out, notes
 
 
-def _string(value: str) -> str:
-    return json.dumps(value, ensure_ascii=False)  # a JSON string is a TOML basic string
+def _string(value: str, where: str) -> str:
+    """``value`` as a TOML basic string: quotes and backslashes escaped, control characters (DEL too) written as
+    escapes. A lone surrogate, which no TOML (or UTF-8) text can hold, refuses the import, naming the field."""
+    out = ['"']
+    for char in value:
+        code = ord(char)
+        if 0xD800 <= code <= 0xDFFF:
+            raise McpImportError(f"{where}: holds a lone surrogate (U+{code:04X}), which TOML cannot hold; fix the "
+                                 "file and import again")
+        if char in ('"', "\\"):
+            out.append("\\" + char)
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\u{code:04X}")
+        else:
+            out.append(char)
+    out.append('"')
+    return "".join(out)
 
 
-def _table(values: Mapping[str, Any]) -> str:
-    items = (f"{k if _BARE_KEY.fullmatch(k) else _string(k)} = {_string(str(v))}" for k, v in values.items())
+def _table(values: Mapping[str, Any], where: str) -> str:
+    items = (f"{k if _BARE_KEY.fullmatch(k) else _string(k, f'{where} key')} = {_string(str(v), f'{where}.{k}')}"
+             for k, v in values.items())
     return "{ " + ", ".join(items) + " }"
