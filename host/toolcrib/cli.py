@@ -191,7 +191,8 @@ def check(strict: bool, as_json: bool) -> None:
         from toolcrib.config import BUILTIN_NAME, find_config
 
         found = find_config(click.get_current_context().ensure_object(State).config)
-        _echo_json({"config": str(found) if found is not None else BUILTIN_NAME, "loaded": False, "errors": len(exc.problems), "warnings": 0,
+        _echo_json({"config": str(found) if found is not None else BUILTIN_NAME, "loaded": False,
+                    "errors": len(exc.problems), "warnings": 0,
                     "problems": [{"severity": p.severity, "where": p.where, "message": p.message,
                                   "line": p.line} for p in exc.problems]})
         sys.exit(exc.exit_code)

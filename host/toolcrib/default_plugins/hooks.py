@@ -66,9 +66,10 @@ async def run_hook(command: list[str], payload: bytes, *, cwd: Path, env: Mappin
                    timeout: float) -> tuple[int, bytes, bytes]:
     """Run a hook's program with ``payload`` on its stdin: (exit status, stdout, stderr), each capped at
     ``MAX_ANSWER_BYTES``; an output past the cap is cut to one byte more than it (so ``len(out) >
-    MAX_ANSWER_BYTES`` says it was too long). The program may answer without reading its input (its exit status and output count all
-    the same). It runs in a process group of its own, which is ended when it is done or out of time, so nothing it
-    started lingers. ``TimeoutError`` after ``timeout`` seconds, ``OSError`` when it cannot start."""
+    MAX_ANSWER_BYTES`` says it was too long). The program may answer without reading its input (its exit status
+    and output count all the same). It runs in a process group of its own, which is ended when it is done or out of
+    time, so nothing it started lingers. ``TimeoutError`` after ``timeout`` seconds, ``OSError`` when it cannot
+    start."""
     process = await anyio.open_process(command, cwd=cwd, env=dict(env), start_new_session=True)
     out, err = bytearray(), bytearray()
     ends = [anyio.Event(), anyio.Event()]
