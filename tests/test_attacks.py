@@ -1359,3 +1359,41 @@ def test_mcps_import_output_always_loads(tmp_path: Path) -> None:
     code, out, _ = cli("mcps", "import", str(source))
     assert code == 0
     assert tomllib.loads(out)["mcps"]["srv"] == {"command": odd, "args": [odd], "env": {odd: odd}}
+
+
+# -- low: a client writes no line of its own into the operator's log -------------------------------------------
+
+
+def test_a_client_sent_name_cannot_forge_or_flood_log_lines() -> None:
+    import io
+    import logging
+
+    from toolcrib.observe import TextFormatter
+
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(TextFormatter())
+    requests = logging.getLogger("toolcrib.requests")
+    requests.addHandler(handler)
+    requests.setLevel(logging.INFO)
+    served = ServingState(make_host("[agents.a.permissions]\nplugins = { allow = ['files'] }\n"
+                                    "tools = { allow = ['*'] }\n", {"files": FILES}))
+
+    async def main() -> None:
+        async with Client(build_server(served, "a"), cache=None) as client:
+            for name in ("x\nERROR toolcrib.serve: the config was replaced", "y" * 200_000):
+                with pytest.raises(Exception, match="Unknown tool"):
+                    await client.call_tool(name, {})
+
+    try:
+        anyio.run(main)
+    finally:
+        requests.removeHandler(handler)
+        requests.setLevel(logging.NOTSET)
+    lines = out.getvalue().splitlines()
+    calls = [line for line in lines if " tools/call " in line]
+    assert len(calls) == 2 and not any(line.startswith("ERROR") for line in lines), lines
+    assert calls[0].startswith("INFO toolcrib.requests: a tools/call x\\nERROR toolcrib.serve: the config was "
+                               "replaced error -32602 ")
+    assert calls[1].startswith(f"INFO toolcrib.requests: a tools/call {'y' * 200}...(+199800 characters) error ")
+    assert max(len(line) for line in lines) < 400

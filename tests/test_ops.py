@@ -261,3 +261,29 @@ def test_spans_per_request_continue_the_callers_trace() -> None:
     assert call.context.trace_id == turn.context.trace_id
     client = next(s for s in finished if call.parent is not None and s.context.span_id == call.parent.span_id)
     assert client.parent is not None and client.parent.span_id == turn.context.span_id
+
+
+def test_metrics_without_a_token_check_host_and_origin_as_agent_endpoints_do() -> None:
+    """A DNS-rebinding page (Host: its own name) reads no agent or tool names; behind a token, any Host scrapes."""
+
+    async def get(served: ServingState, base: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
+        app = HttpApp(served, HttpOptions(), env=TOKENS)
+        async with app.app.router.lifespan_context(app.app):
+            transport = httpx2.ASGITransport(app=app)
+            async with httpx2.AsyncClient(transport=transport, base_url=base) as client:
+                answer = await client.get("/metrics", headers=headers)
+                return answer.status_code, answer.text
+
+    async def main() -> None:
+        open_metrics = state(metrics=Metrics())
+        assert await get(open_metrics, "http://rebound.example:8000") == (421, "Invalid Host header")
+        assert await get(open_metrics, "http://127.0.0.1:8000", {"origin": "http://rebound.example"}) == (
+            403, "Invalid Origin header")
+        assert (await get(open_metrics, "http://127.0.0.1:8000"))[0] == 200
+        guarded = ServingState(make_host('[host]\nmetrics_token_env = "TOK_METRICS"\n' + CONFIG,
+                                         {"files": FILES, "misc": MISC}))
+        guarded.metrics = Metrics()
+        status, text = await get(guarded, "http://10.0.0.7:8000", {"authorization": "Bearer " + "m" * 32})
+        assert status == 200 and "toolcrib_tool_calls_total" in text
+
+    anyio.run(main)

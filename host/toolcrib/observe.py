@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -136,6 +137,32 @@ class _Live:
 # -- logs --------------------------------------------------------------------------------------------------------
 
 
+MAX_LOGGED = 200  # characters of one client-sent value (a tool name, a URI, a session id) in a log line or span
+MAX_MESSAGE = 16_384  # characters of one log message (a traceback is kept whole, after it)
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(value: str, limit: int = MAX_LOGGED) -> str:
+    """A value a client sent, fit for one log line or span name: control characters (line breaks among them)
+    escaped, so no client can write a line of its own into the operator's log, and cut at ``limit`` characters
+    (with how many were left out)."""
+    if len(value) > limit:
+        value = f"{value[:limit]}...(+{len(value) - limit} characters)"
+    return _UNPRINTABLE.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), value)
+
+
+class TextFormatter(logging.Formatter):
+    """``LEVEL logger: message``, one line per message whatever it holds: control characters in the message are
+    escaped and it is cut at ``MAX_MESSAGE`` characters (a traceback that follows keeps its own lines)."""
+
+    def __init__(self) -> None:
+        super().__init__("%(levelname)s %(name)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = printable(record.message, MAX_MESSAGE)
+        return super().formatMessage(record)
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, and the fields a record carries (``extra``)."""
 
@@ -146,7 +173,7 @@ class JsonFormatter(logging.Formatter):
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": record.getMessage()[:MAX_MESSAGE],
         }
         line.update({k: v for k, v in record.__dict__.items() if k not in self._STANDARD and not k.startswith("_")})
         if record.exc_info:
@@ -160,7 +187,7 @@ def configure_logging(level: str, format: str) -> None:
     if format == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter())
     logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler], force=True)
 
 
@@ -171,6 +198,8 @@ def log_request(agent: str, method: str, name: str | None, outcome: str, started
     if not requests_log.isEnabledFor(logging.INFO):
         return
     duration = round((time.perf_counter() - started) * 1000, 3)
+    method, name = printable(method), printable(name) if name is not None else None
+    session = printable(session) if session is not None else None
     fields = {"agent": agent, "method": method, "target": name, "outcome": outcome, "duration_ms": duration,
               "session": session}
     requests_log.info("%s %s%s %s %.1f ms", agent, method, f" {name}" if name else "", outcome, duration,

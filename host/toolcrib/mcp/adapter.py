@@ -42,7 +42,7 @@ from toolcrib.mcp.roundtrip import (
     seal,
 )
 from toolcrib.mcp.state import SUBSCRIPTIONS, ServingState
-from toolcrib.observe import log_request, requests_log
+from toolcrib.observe import log_request, printable, requests_log
 from toolcrib.scope import CONVERSATION
 from toolcrib.uris import normalize
 from toolcrib.view import AgentView
@@ -472,13 +472,15 @@ def _observer(agent: str) -> Any:
         key = _NAMED.get(method)
         name = params.get(key) if key is not None else None
         name = name if isinstance(name, str) else None
+        shown = printable(name) if name is not None else None  # the client's, in a span: escaped and capped
         meta = params.get("_meta")
         parent = extract(meta) if isinstance(meta, dict) and "traceparent" in meta else None
-        attributes = {"mcp.method.name": method, "toolcrib.agent": agent}
-        if name is not None:
-            attributes["gen_ai.tool.name" if method == "tools/call" else "toolcrib.item"] = name
+        attributes = {"mcp.method.name": printable(method), "toolcrib.agent": agent}
+        if shown is not None:
+            attributes["gen_ai.tool.name" if method == "tools/call" else "toolcrib.item"] = shown
         outcome = "ok"
-        with tracer.start_as_current_span(f"{method} {name}" if name else method, kind=SpanKind.SERVER,
+        with tracer.start_as_current_span(f"{printable(method)} {shown}" if shown else printable(method),
+                                          kind=SpanKind.SERVER,
                                           context=parent, attributes=attributes, record_exception=False,
                                           set_status_on_exception=False) as span:
             try:

@@ -35,7 +35,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.auth import ProtectedResourceMetadata
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -111,6 +111,7 @@ class HttpApp:
         self._tg: TaskGroup | None = None
         self.ready = False  # the lifespan has set every endpoint up
         self.draining: Callable[[], bool] = lambda: False  # the server is shutting down (serve_http says)
+        self._origin_guard = TransportSecurityMiddleware(options.security())  # Host and Origin, as for agents
         metrics = state.metrics
         if metrics is not None:
             metrics.watch(sessions=self.sessions)
@@ -145,7 +146,11 @@ class HttpApp:
         metrics = self.state.metrics
         assert metrics is not None
         variable = self.state.host.loaded.config.host.metrics_token_env
-        if variable is not None:
+        if variable is None:  # open to whoever reaches it: as the agent endpoints, a DNS-rebinding page reads nothing
+            refused = await self._origin_guard.validate_request(request)
+            if refused is not None:
+                return refused
+        else:  # behind its token, which no page has: a scraper may come by any address
             expected = (self._env if self._env is not None else os.environ).get(variable, "")
             supplied = _bearer(request.headers.get("authorization", "")) or ""
             if not expected or not hmac.compare_digest(supplied.encode("latin-1"), expected.encode()):
