@@ -1397,3 +1397,51 @@ def test_a_client_sent_name_cannot_forge_or_flood_log_lines() -> None:
                                "replaced error -32602 ")
     assert calls[1].startswith(f"INFO toolcrib.requests: a tools/call {'y' * 200}...(+199800 characters) error ")
     assert max(len(line) for line in lines) < 400
+
+
+# -- medium: in_flight counts handlers that really run -----------------------------------------------------------
+
+RUNNING: list[int] = []
+MOST: list[int] = [0]
+GATE = threading.Lock()
+
+
+@toolcrib.tool(timeout=0.3)
+def slow_sync() -> str:
+    """Runs past its timeout: its thread cannot be stopped."""
+    with GATE:
+        RUNNING.append(1)
+        MOST[0] = max(MOST[0], len(RUNNING))
+    time.sleep(1.2)
+    with GATE:
+        RUNNING.pop()
+    return "done"
+
+
+@toolcrib.hookimpl(specname="toolcrib_tools")
+def slow_tools() -> list[Any]:
+    return [slow_sync]
+
+
+def test_in_flight_holds_a_place_until_a_timed_out_sync_handler_really_ends() -> None:
+    import types as pytypes
+
+    pack = pytypes.SimpleNamespace(toolcrib_tools=slow_tools)
+    host = make_host("[agents.a]\n[agents.a.limits]\nin_flight = 1\n[agents.a.permissions]\n"
+                     "plugins = { allow = ['slow'] }\ntools = { allow = ['*'] }\n", {"slow": pack})
+    texts = []
+
+    async def main() -> None:
+        for _ in range(6):
+            texts.append((await host.call("a", "slow__slow_sync", {})).text)
+            await anyio.sleep(0.05)
+        while RUNNING:
+            await anyio.sleep(0.05)
+        texts.append((await host.call("a", "slow__slow_sync", {})).text)
+
+    anyio.run(main)
+    assert MOST[0] == 1  # never two handlers at once, though six calls timed out
+    assert texts[0] == "Tool slow__slow_sync timed out after 0.3 seconds and was stopped."
+    assert texts[1] == ("Rate limited: agent 'a' may make at most 1 calls at once; try again when one of them has "
+                        "finished.")
+    assert texts.count(texts[0]) >= 2 and texts[-1] == texts[0]  # once it really ended, the place is free again

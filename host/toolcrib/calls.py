@@ -18,7 +18,7 @@ import logging
 import secrets
 import time
 import types
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,7 +44,7 @@ from toolcrib.errors import (
     UnknownToolError,
     contained,
 )
-from toolcrib.limits import Limit, LimitBook, Refusal, compile_limits
+from toolcrib.limits import Lease, Limit, LimitBook, Refusal, compile_limits
 from toolcrib.observe import Metrics
 from toolcrib.plugins import PluginHook, PluginManager, plugin_hooks
 from toolcrib.policy import Allow, Ask, Deny
@@ -190,10 +190,11 @@ class Pipeline:
             if isinstance(entered, Refusal):
                 return self._finish(view, vt, arguments, _Outcome("limited", f"limit {entered.limit!r}"),
                                     ToolResult.error(entered.text), started, channel, call_id)
+            lease = Lease(self._book, entered)
             try:
-                result = await self._run(view, vt, model, channel, approver)
+                result = await self._run(view, vt, model, channel, approver, lease)
             finally:
-                self._book.leave(entered)
+                lease.abandon()  # a sync handler still running gives its place back when it really ends
         else:
             result = await self._run(view, vt, model, channel, approver)
         if post:
@@ -379,7 +380,7 @@ class Pipeline:
                        "elicitation and no approval hook decided).")
 
     async def _run(self, view: AgentView, vt: ViewTool, model: Any, channel: ClientChannel | None,
-                   approver: Approver | None) -> ToolResult:
+                   approver: Approver | None, lease: Lease | None = None) -> ToolResult:
         tool = vt.tool
         if tool.takes_dict:
             args: tuple[Any, ...] = (dict(model.__pydantic_extra__ or {}),)
@@ -436,9 +437,10 @@ class Pipeline:
                 ctx = kwargs.get(tool.context_param) if tool.context_param is not None else None
                 try:
                     with anyio.move_on_after(timeout) as scope:
+                        work = functools.partial(tool.handler, *args, **kwargs)
                         value = await anyio.to_thread.run_sync(
-                            functools.partial(tool.handler, *args, **kwargs), limiter=self.limiter,
-                            abandon_on_cancel=True,
+                            work if lease is None else functools.partial(_leased, lease, work),
+                            limiter=self.limiter, abandon_on_cancel=True,
                         )
                 except BaseException:  # cancelled from outside (the client gave up), or the handler failed
                     if ctx is not None:
@@ -729,6 +731,16 @@ class _Resume:
                     pending = coro.send(sent)
                 except StopIteration as done:
                     return done.value
+
+
+def _leased(lease: Lease, work: Callable[[], Any]) -> Any:
+    """Run a sync handler in its worker thread holding its limits' places until it really ends."""
+    if not lease.start():
+        return None  # the call was over before this thread began: nobody waits for the handler, so it never runs
+    try:
+        return work()
+    finally:
+        lease.end()
 
 
 def _seconds(value: float) -> str:

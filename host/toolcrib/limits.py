@@ -145,6 +145,45 @@ class LimitBook:
                 counter.running -= 1
 
 
+class Lease:
+    """The places one call holds in its limits, given back exactly once: when its handler has really ended. A
+    sync handler's thread cannot be stopped, so one that outlives its call (a timeout, a client that gave up)
+    keeps its place until it returns (``start`` and ``end`` in the thread); the pipeline ``abandon``s the lease
+    when the call is over, which gives the places back at once unless the handler is still running. A handler
+    whose thread had not begun when the call was abandoned never runs (``start`` says so)."""
+
+    __slots__ = ("_book", "_counters", "_lock", "_state")
+
+    def __init__(self, book: LimitBook, counters: list[_Counter]) -> None:
+        self._book, self._counters = book, counters
+        self._lock = threading.Lock()
+        self._state = "held"  # held -> running -> released, or held -> released
+
+    def start(self) -> bool:
+        """In the handler's thread, before it runs: whether it may (False: the call was already abandoned)."""
+        with self._lock:
+            if self._state == "released":
+                return False
+            self._state = "running"
+            return True
+
+    def end(self) -> None:
+        """The handler has ended: give the places back (once)."""
+        with self._lock:
+            if self._state == "released":
+                return
+            self._state = "released"
+        self._book.leave(self._counters)
+
+    def abandon(self) -> None:
+        """The call is over: give the places back now, unless its handler is still running (it gives them)."""
+        with self._lock:
+            if self._state != "held":
+                return
+            self._state = "released"
+        self._book.leave(self._counters)
+
+
 def _refusal(agent: str, limit: Limit, wait: float | None) -> Refusal:
     if wait is None:
         when = "try again when one of them has finished"
