@@ -1445,3 +1445,121 @@ def test_in_flight_holds_a_place_until_a_timed_out_sync_handler_really_ends() ->
     assert texts[1] == ("Rate limited: agent 'a' may make at most 1 calls at once; try again when one of them has "
                         "finished.")
     assert texts.count(texts[0]) >= 2 and texts[-1] == texts[0]  # once it really ended, the place is free again
+
+
+# -- medium: one deadline per fetch, held by closing the connection ----------------------------------------------
+
+
+class Drip:
+    """A loopback server answering every connection with ``head`` then, a byte every ``every`` seconds, the rest
+    of ``tail``; ``closed`` is set once the other side has hung up on it."""
+
+    def __init__(self, head: bytes, tail: bytes, every: float = 0.2) -> None:
+        import socket
+
+        self.head, self.tail, self.every = head, tail, every
+        self.closed = threading.Event()
+        self.sent = 0  # bytes of the tail sent before the other side hung up
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+
+    def _drip(self, conn: Any) -> None:
+        try:
+            conn.recv(65536)
+            conn.sendall(self.head)
+            for byte in self.tail:
+                conn.sendall(bytes([byte]))
+                self.sent += 1
+                time.sleep(self.every)
+        except OSError:
+            self.closed.set()
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self._server.close()
+
+
+def web_host(tmp_path: Path, port: int, timeout: float = 1) -> Host:
+    import toolcrib_web
+
+    (tmp_path / "toolcrib.toml").write_text(textwrap.dedent(f"""
+        [packs.web]
+        allowed_private_hosts = ["127.0.0.1:{port}"]
+        timeout = {timeout}
+        [agents.a.permissions]
+        plugins = {{ allow = ["web"] }}
+        tools = {{ allow = ["*"] }}
+    """))
+    return host_at(tmp_path / "toolcrib.toml", web=toolcrib_web)
+
+
+@pytest.mark.parametrize("where", ["status line", "headers", "body"])
+def test_a_server_dripping_its_answer_cannot_outlast_the_fetch_deadline(tmp_path: Path, where: str) -> None:
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\n"
+    split = {"status line": 3, "headers": 20, "body": len(answer)}[where]
+    drip = Drip(answer[:split], answer[split:] + b"x" * 100_000)
+    try:
+        result = call(web_host(tmp_path, drip.port), "a", "web__fetch", url=f"http://127.0.0.1:{drip.port}/")
+        assert (result.is_error, result.text) == (True, "the fetch took longer than 1 seconds")
+        assert drip.closed.wait(30)  # the connection was shut at the deadline: nothing goes on reading it
+        if where != "body":  # ended while the headers still dripped (a byte each 0.2 s: 80 bytes are 16 s)
+            assert drip.sent < len(answer) - split
+    finally:
+        drip.close()
+
+
+def test_headers_past_their_cap_end_the_fetch(tmp_path: Path) -> None:
+    drip = Drip(b"HTTP/1.1 200 OK\r\n" + b"X-Filler: " + b"a" * 60_000 + b"\r\nX-More: " + b"b" * 60_000 + b"\r\n",
+                b"", every=0)
+    try:
+        result = call(web_host(tmp_path, drip.port, timeout=30), "a", "web__fetch",
+                      url=f"http://127.0.0.1:{drip.port}/")
+        assert (result.is_error, result.text) == (True, f"cannot fetch http://127.0.0.1:{drip.port}/: its headers "
+                                                        "are longer than 65536 bytes")
+    finally:
+        drip.close()
+
+
+def test_a_dripping_jwks_endpoint_is_cut_off_and_known_keys_serve_while_it_is_asked(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import jwt
+
+    from issuer import Issuer
+    from toolcrib.config import OAuthConfig
+    from toolcrib.mcp import oauth
+
+    monkeypatch.setattr(oauth, "FETCH_TIMEOUT", 1.0)
+    drip = Drip(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n", b"Content-Length: 10\r\n\r\n{}" * 50)
+    url = f"http://127.0.0.1:{drip.port}/jwks"
+    published = Issuer().jwks()["keys"][0]
+    config = OAuthConfig(issuer="https://idp.example", audience="https://tools.example", jwks_url=url,
+                         jwks_refresh=60)
+
+    async def main() -> None:
+        cold = oauth.Keys(config)
+        assert await cold.get(published["kid"]) is None  # no key known, and the issuer never answered in time
+        assert drip.closed.wait(30)
+        warm = oauth.Keys(config, by_id={published["kid"]: (jwt.PyJWK(published), "RS256")},
+                          fetched=time.monotonic() - 120)  # known, and due for a refresh
+        found = await warm.get(published["kid"])
+        assert found is not None and found[0].key_id == published["kid"]
+        assert warm._background is not None and not warm._background.done()  # answered while the refresh runs
+        await warm._background  # it ends at its deadline, keeping the known keys
+        assert warm.by_id.keys() == {published["kid"]}
+
+    try:
+        anyio.run(main)
+    finally:
+        drip.close()
+    assert [r.getMessage() for r in caplog.records if "keys could not be fetched" in r.getMessage()] == [
+        "the OAuth issuer's keys could not be fetched: no whole answer within 1 seconds"] * 2

@@ -5,8 +5,10 @@ every redirect hop checked, size and time capped.
   lives, CGNAT, multicast, unspecified and reserved ranges are refused, IPv4-mapped IPv6 included); the connection
   is made to the address that was checked, so no second DNS lookup can differ.
 - Each redirect hop is checked again, addresses and the agent's argument rules both (``ctx.check_rules``).
-- ``timeout`` is a deadline for the whole fetch, redirects included; ``max_bytes`` caps the body. Content comes as
-  sent (``Accept-Encoding: identity``: no decompression bombs). No credentials in URLs.
+- ``timeout`` is a deadline for the whole fetch, redirects included, held by closing the connection when it
+  passes (a server that drips its status line, headers or body a byte at a time cannot keep a call, a thread or a
+  socket past it); ``max_bytes`` caps the body and ``MAX_HEADER_BYTES`` the status line and headers. Content comes
+  as sent (``Accept-Encoding: identity``: no decompression bombs). No credentials in URLs.
 
 An operator may allow private networks, or some ``host:port``, per pack (an internal mirror).
 """
@@ -18,15 +20,81 @@ import http.client
 import ipaddress
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from toolcrib.errors import ToolError
 
 REDIRECTS = {301, 302, 303, 307, 308}
 USER_AGENT = "toolcrib/0.1"
+MAX_HEADER_BYTES = 64 * 1024  # the status line and every header of one answer, together
+
+
+class _Deadline:
+    """One deadline for a whole fetch: when it passes, the connection in use is shut down, which ends a read that
+    is waiting on it (a socket timeout alone is per read, and a byte a second never trips it)."""
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+        self.passed = False
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(max(0.0, at - time.monotonic()), self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sock = sock
+            if self.passed:
+                self._shut(sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.passed = True
+            if self._sock is not None:
+                self._shut(self._sock)
+
+    @staticmethod
+    def _shut(sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+class _HeaderBudget:
+    """The response's file, counting what the status line and headers take (``HTTPException`` past the cap)."""
+
+    def __init__(self, fp: Any, budget: int) -> None:
+        self._fp = fp
+        self.budget: int | None = budget
+
+    def readline(self, limit: int = -1) -> bytes:
+        line: bytes = self._fp.readline(limit)
+        if self.budget is not None:
+            self.budget -= len(line)
+            if self.budget < 0:
+                raise http.client.HTTPException(f"its headers are longer than {MAX_HEADER_BYTES} bytes")
+        return line
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fp, name)
+
+
+class _Response(http.client.HTTPResponse):
+    def begin(self) -> None:
+        budget = _HeaderBudget(self.fp, MAX_HEADER_BYTES)
+        self.fp = budget  # type: ignore[assignment]
+        try:
+            super().begin()
+        finally:
+            budget.budget = None  # the body (chunk lines included) is max_bytes' to cap
 
 
 @dataclass(frozen=True)
@@ -116,8 +184,9 @@ def _address(target: _Target, limits: WebLimits, deadline: float) -> str:
     return addresses[0]
 
 
-def _connect(target: _Target, address: str, deadline: float) -> http.client.HTTPConnection:
+def _connect(target: _Target, address: str, deadline: float, watch: _Deadline) -> http.client.HTTPConnection:
     sock = socket.create_connection((address, target.port), timeout=max(0.1, deadline - time.monotonic()))
+    watch.watch(sock)
     peer = sock.getpeername()[0]
     if peer.split("%", 1)[0] != address.split("%", 1)[0]:  # pragma: no cover - the kernel connected elsewhere
         sock.close()
@@ -125,6 +194,7 @@ def _connect(target: _Target, address: str, deadline: float) -> http.client.HTTP
     if target.scheme == "https":
         sock = ssl.create_default_context().wrap_socket(sock, server_hostname=target.host)
     conn = http.client.HTTPConnection(target.host, target.port, timeout=max(0.1, deadline - time.monotonic()))
+    conn.response_class = _Response
     conn.sock = sock  # already connected to the checked address: http.client will not resolve the name again
     return conn
 
@@ -135,16 +205,27 @@ def open_url(url: str, limits: WebLimits, check: Callable[[str], None] | None = 
     """Follow ``url`` to a 200 answer: (the URL it ended at, the response, whose body is the caller's to read).
     ``check`` sees every hop's URL after the first (``lambda u: ctx.check_rules(url=u)``)."""
     deadline = time.monotonic() + limits.timeout if deadline is None else deadline
+    watch = _Deadline(deadline)
+    try:
+        yield from _follow(url, limits, check, deadline, watch)
+    finally:
+        watch.cancel()
+
+
+def _follow(url: str, limits: WebLimits, check: Callable[[str], None] | None, deadline: float,
+            watch: _Deadline) -> Iterator[tuple[str, http.client.HTTPResponse]]:
     current = url
     for _hop in range(limits.max_redirects + 1):
         target = _Target(current, limits.verb)
         address = _address(target, limits, deadline)
         try:
-            conn = _connect(target, address, deadline)
+            conn = _connect(target, address, deadline, watch)
             conn.request("GET", target.path, headers={"Host": target.host_header, "User-Agent": limits.user_agent,
                                                       "Accept-Encoding": "identity", **dict(limits.headers)})
             response = conn.getresponse()
         except (OSError, http.client.HTTPException) as exc:
+            if watch.passed:
+                raise ToolError(f"the {limits.verb} took longer than {limits.timeout:g} seconds") from None
             raise ToolError(f"cannot {limits.verb} {current}: {exc}") from None
         try:
             if response.status in REDIRECTS:
@@ -178,8 +259,12 @@ def chunks(response: http.client.HTTPResponse, limits: WebLimits, deadline: floa
         try:
             chunk = response.read1(65536)
         except (OSError, http.client.HTTPException) as exc:
-            raise ToolError(f"the {limits.verb} broke off ({exc}){nothing_kept}") from None
+            late = time.monotonic() >= deadline
+            why = f"took longer than {limits.timeout:g} seconds" if late else f"broke off ({exc})"
+            raise ToolError(f"the {limits.verb} {why}{nothing_kept}") from None
         if not chunk:
+            if time.monotonic() >= deadline:  # the connection was shut at the deadline: the body is not whole
+                raise ToolError(f"the {limits.verb} took longer than {limits.timeout:g} seconds{nothing_kept}")
             return
         size += len(chunk)
         if size > limits.max_bytes:

@@ -13,6 +13,7 @@ Why a token was refused is logged (at info, on ``toolcrib.serve``); the token ne
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -152,6 +153,7 @@ class Keys:
     generation: int = 0  # counts the changes of the published keys
     _published: list[dict[str, Any]] = field(default_factory=list)
     _lock: anyio.Lock | None = None
+    _background: asyncio.Task[None] | None = None  # a refresh under way while known keys serve
 
     def current(self) -> bool:
         """The keys need no fetch (or read) now."""
@@ -162,7 +164,10 @@ class Keys:
         declares (None: it declares none)."""
         now = time.monotonic()
         stale = now - self.fetched > self.oauth.jwks_refresh or self._file_changed()
-        unknown = self._pick(kid) is None and now - self.fetched > MIN_REFETCH
+        known = self._pick(kid)
+        unknown = known is None and now - self.fetched > MIN_REFETCH
+        if stale and known is not None and self.file is None and self._refresh_soon(now):
+            return known  # the key it names serves on while the keys are fetched again, however slow the issuer
         if stale or unknown:
             if self._lock is None:
                 self._lock = anyio.Lock()
@@ -170,6 +175,25 @@ class Keys:
                 if self.fetched < now:  # nobody fetched while this request waited
                     await self._refresh()
         return self._pick(kid)
+
+    def _refresh_soon(self, now: float) -> bool:
+        """Fetch the keys again in the background (asyncio only: True when it does, or already is)."""
+        if self._background is not None and not self._background.done():
+            return True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+
+        async def refresh() -> None:
+            if self._lock is None:
+                self._lock = anyio.Lock()
+            async with self._lock:
+                if self.fetched < now:
+                    await self._refresh()
+
+        self._background = loop.create_task(refresh())
+        return True
 
     def _pick(self, kid: str | None) -> tuple[jwt.PyJWK, str | None] | None:
         if kid is not None:
@@ -188,8 +212,13 @@ class Keys:
     async def _refresh(self) -> None:
         self.fetched = time.monotonic()
         try:
-            document = await self._document()
-        except Exception as exc:  # an unreachable issuer or a bad document: keep the keys known so far
+            with anyio.fail_after(FETCH_TIMEOUT):  # one deadline for the whole refresh: discovery, then the keys
+                document = await self._document()
+        except TimeoutError:
+            log.error("the OAuth issuer's keys could not be %s: no whole answer within %g seconds",
+                      "read" if self.file else "fetched", FETCH_TIMEOUT)
+            return
+        except Exception as exc:  # an unreachable issuer, a slow one or a bad document: keep the keys known so far
             log.error("the OAuth issuer's keys could not be %s: %s", "read" if self.file else "fetched", exc)
             return
         found: dict[str | None, tuple[jwt.PyJWK, str | None]] = {}
@@ -246,14 +275,19 @@ class Keys:
 
 
 async def _get_json(url: str) -> Any:
+    """The JSON at ``url``, read as it streams in: more than ``MAX_JWKS_BYTES`` ends the read there (the caller's
+    deadline ends one that drips)."""
     import httpx2
 
-    async with httpx2.AsyncClient(timeout=FETCH_TIMEOUT, follow_redirects=False) as client:
-        response = await client.get(url, headers={"Accept": "application/json"})
+    async with httpx2.AsyncClient(timeout=FETCH_TIMEOUT, follow_redirects=False) as client, \
+            client.stream("GET", url, headers={"Accept": "application/json"}) as response:
         response.raise_for_status()
-        if len(response.content) > MAX_JWKS_BYTES:
-            raise ValueError(f"the answer is larger than {MAX_JWKS_BYTES} bytes")
-        return response.json()
+        body = bytearray()
+        async for chunk in response.aiter_bytes():
+            body += chunk
+            if len(body) > MAX_JWKS_BYTES:
+                raise ValueError(f"the answer is larger than {MAX_JWKS_BYTES} bytes")
+        return json.loads(body)
 
 
 # -- verifying -------------------------------------------------------------------------------------------------
