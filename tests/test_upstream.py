@@ -552,3 +552,38 @@ def test_a_server_that_redefines_a_tool_while_connected_is_caught(tmp_path: Path
                 "its definition changed since toolcrib.lock: description")
 
     anyio.run(main_)
+
+
+@pytest.mark.slow
+def test_a_reload_curates_a_lazy_server_already_loaded_again(tmp_path: Path) -> None:
+    """A fixed argument added by a reload holds for a lazy server connected before it, and a URI rule holds
+    however the URI is spelt."""
+    first = config_from(LAZY, base_dir=tmp_path)
+    curated = config_from(LAZY + '\n[tools."up__echo".arguments.text]\nvalue = "fixed"\n', base_dir=tmp_path)
+
+    async def approve(*args: Any) -> bool:
+        return True
+
+    async def main_() -> None:
+        async with upstream_pool() as pool:
+            for loaded, expected in ((first, {"echo": "free"}), (curated, None), (first, {"echo": "free"})):
+                records, entries, _ = await pool.sync(loaded)
+                host = Host(loaded, extra_entries=entries, extra_records=records, upstreams=pool, plugins={},
+                            autoload=False, env={})
+                view = host.view("a")
+                await view.call("toolcrib__load_mcp", {"server": "up"})
+                echo = await view.call("toolcrib__call_mcp_tool", {"server": "up", "tool_name": "echo",
+                                                                   "arguments": {"text": "free"}}, approver=approve)
+                if expected is None:
+                    assert echo.is_error and "text" in echo.text, echo.text  # fixed: a call may not give it
+                    fixed = await view.call("toolcrib__call_mcp_tool", {"server": "up", "tool_name": "echo"},
+                                            approver=approve)
+                    assert fixed.structured_content == {"echo": "fixed"}
+                else:
+                    assert echo.structured_content == expected
+                key = await view.call("toolcrib__read_mcp_resource", {"server": "up", "uri": "NOTES://private/%6Bey"})
+                assert key.is_error and key.text.startswith("Permission denied: toolcrib__read_mcp_resource with "
+                                                            "uri='NOTES://private/%6Bey' is denied"), key.text
+                host.close()
+
+    anyio.run(main_)

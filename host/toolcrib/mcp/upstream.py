@@ -55,6 +55,7 @@ class _Connection:
     ready: anyio.Event = field(default_factory=anyio.Event)
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     entries: list[Entry] = field(default_factory=list)
+    curated_by: LoadedConfig | None = None  # the config ``entries`` were curated by (a lazy server's)
     resources: list[Any] = field(default_factory=list)
     templates: list[Any] = field(default_factory=list)
     prompts: list[Any] = field(default_factory=list)
@@ -247,11 +248,13 @@ class UpstreamPool:
                     connection.scope.cancel()
                     why = connection.error or f"it did not answer within {config.timeout:g} seconds"
                     raise ToolError(f"cannot connect to MCP server {namespace!r}: {why}")
+            if connection.curated_by is not loaded:  # first load, or the config was reloaded since: curate again
                 from toolcrib.curation import curate
 
                 curated, _ = curate({e.name: e for e in _entries(connection, [])}, loaded)
                 connection.entries = sorted((e for e in curated.values() if e.namespace == namespace),
                                             key=lambda e: e.name)
+                connection.curated_by = loaded
             return connection.entries
 
     async def read(self, namespace: str, uri: str) -> ToolResult:
