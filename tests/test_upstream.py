@@ -587,3 +587,38 @@ def test_a_reload_curates_a_lazy_server_already_loaded_again(tmp_path: Path) -> 
                 host.close()
 
     anyio.run(main_)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("follows", ["", "trusted = true", "follow_changes = true"])
+def test_without_a_lock_a_redefined_tool_of_an_untrusted_server_is_held_back(tmp_path: Path, follows: str) -> None:
+    """No toolcrib.lock: what toolcrib first saw of an untrusted server is what it serves for the life of the
+    process, and a change is reported as the lock would; an operator can say the server's changes are followed."""
+    from toolcrib.mcp.state import serving_state
+
+    config = _rug_config(tmp_path, 'MUTABLE = "1"')
+    config.write_text(config.read_text().replace('env = {', f'{follows}\nenv = {{'))
+
+    async def main_() -> None:
+        async with serving_state(config) as state:
+            assert "up__echo" in state.view("a").names
+            assert (await state.view("a").call("up__mutate", {})).text == "mutated"
+            with anyio.fail_after(30):  # the server's notification reloads the host
+                while "redefined" not in state.host.catalog.entries["up__echo"].tool.description:
+                    await anyio.sleep(0.05)
+            if follows:
+                assert "up__echo" in state.view("a").names
+                assert {t["name"]: t for t in state.view("a").mcp_tools}["up__echo"]["description"] == (
+                    "Echo, redefined while connected.")
+                return
+            assert state.view("a").names == ["up__fails", "up__get_weather", "up__mutate", "up__now"]
+            assert state.host.explain("a", "up__echo").reason == (  # type: ignore[union-attr]
+                "its definition changed since toolcrib first saw it (there is no toolcrib.lock): description, "
+                "inputSchema, outputSchema; "
+                "toolcrib lock accepts it")
+            assert [str(p) for p in state.host.catalog.problems if "up__echo" in str(p)] == [
+                f"error: {config}: up__echo (upstream server 'up') changed since toolcrib first saw it (there is no "
+                "toolcrib.lock): description, inputSchema, outputSchema; it is held back until toolcrib lock accepts "
+                "it"]
+
+    anyio.run(main_)

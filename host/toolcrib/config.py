@@ -198,7 +198,11 @@ class McpConfig(_Strict):
     cwd: str | None = Field(None, description="its working directory, relative to the config file")
     url: str | None = Field(None, description="streamable-HTTP endpoint, instead of command")
     headers: dict[str, str] = Field(default_factory=dict, description="HTTP headers to send (url only)")
-    trusted: bool = Field(False, description="trust its tool annotations (readOnlyHint counts for plan mode)")
+    trusted: bool = Field(False, description="trust its tool annotations (readOnlyHint counts for plan mode), and "
+                          "serve its redefined tools without a lock")
+    follow_changes: bool = Field(False, description="without a toolcrib.lock, serve a tool it redefines at once "
+                                 "(by default what toolcrib first saw is served until toolcrib lock accepts a "
+                                 "change)")
     lazy: bool = Field(False, description="connect only when an agent loads it through the dynamic tools")
     enabled: bool = Field(True, description="false: never started")
     timeout: PositiveFloat = Field(30.0, description="seconds to connect and list its tools")

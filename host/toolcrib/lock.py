@@ -13,9 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from toolcrib.catalog import Entry
 from toolcrib.config import LOCK_FILE, LoadedConfig
@@ -95,10 +96,41 @@ def read(loaded: LoadedConfig) -> dict[str, Any] | None:
     return tools
 
 
+# Without a lock file: (config, tool) -> the record of an untrusted upstream server's tool as this process first
+# saw it. Kept for the life of the process, across reloads.
+_FIRST_SEEN: dict[tuple[str, str], dict[str, Any]] = {}
+_FIRST_SEEN_LOCK = threading.Lock()
+# What a held definition is compared with, as explain and as check say it
+_SINCE = {"lock": ("since toolcrib.lock", "since the lock"),
+          "first seen": ("since toolcrib first saw it (there is no toolcrib.lock)",) * 2}
+
+
+def first_seen(loaded: LoadedConfig, entries: Mapping[str, Entry]) -> dict[str, Any]:
+    """For a config without a lock: the tools of its untrusted upstream servers (not ``trusted``, not
+    ``follow_changes``) as this process first saw them, in the lock's shape. Those seen for the first time are
+    recorded as they are now; a later definition that differs is then held back as a lock would hold it (a rug
+    pull is caught even before anyone ran ``toolcrib lock``)."""
+    pinned = {ns for ns, c in loaded.config.mcps.items() if not c.trusted and not c.follow_changes}
+    found: dict[str, Any] = {}
+    with _FIRST_SEEN_LOCK:
+        for name, entry in entries.items():
+            if entry.kind != "mcp" or entry.source not in pinned:
+                continue
+            key = (str(loaded.path or loaded.source), name)
+            if key not in _FIRST_SEEN:
+                try:
+                    _FIRST_SEEN[key] = record(entry)
+                except Exception:
+                    continue  # a tool whose schema cannot be built: check reports it
+            found[name] = _FIRST_SEEN[key]
+    return found
+
+
 def held_back(locked: Mapping[str, Any] | None, entries: Mapping[str, Entry], strict: bool,
-              where: str) -> tuple[dict[str, str], list[Problem]]:
+              where: str, against: Literal["lock", "first seen"] = "lock") -> tuple[dict[str, str], list[Problem]]:
     """The tools the lock holds back, each with why (for ``explain``), and a problem for each (for ``check``, the
-    log and ``plugins``)."""
+    log and ``plugins``). ``against``: what ``locked`` is, the lock file or ``first_seen``."""
+    since, since_lock = _SINCE[against]
     if locked is None:
         return {}, []
     held: dict[str, str] = {}
@@ -122,9 +154,8 @@ def held_back(locked: Mapping[str, Any] | None, entries: Mapping[str, Entry], st
         versions = ""
         if known.get("version") != entry.version:
             versions = f" (locked at {known.get('source')} {known.get('version') or '?'}, now {entry.version or '?'})"
-        held[name] = (f"its definition changed since toolcrib.lock: {', '.join(changed)}{versions}; toolcrib lock "
-                      "accepts it")
-        problems.append(Problem("error", where, f"{name} ({_from(entry)}) changed since the lock: "
+        held[name] = (f"its definition changed {since}: {', '.join(changed)}{versions}; toolcrib lock accepts it")
+        problems.append(Problem("error", where, f"{name} ({_from(entry)}) changed {since_lock}: "
                                 f"{', '.join(changed)}{versions}; it is held back until toolcrib lock accepts it"))
     return held, problems
 
