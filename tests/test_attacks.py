@@ -1563,3 +1563,45 @@ def test_a_dripping_jwks_endpoint_is_cut_off_and_known_keys_serve_while_it_is_as
         drip.close()
     assert [r.getMessage() for r in caplog.records if "keys could not be fetched" in r.getMessage()] == [
         "the OAuth issuer's keys could not be fetched: no whole answer within 1 seconds"] * 2
+
+
+# -- low: round-trip state is sealed, bound to its principal, and expires -----------------------------------------
+
+
+def test_round_trip_state_is_encrypted_bound_and_expires(monkeypatch: pytest.MonkeyPatch) -> None:
+    import base64
+
+    from toolcrib.mcp.roundtrip import StateSeal, Unverifiable
+
+    old, new = b"o" * 32, b"n" * 32
+    seal = StateSeal([old])
+    args = {"path": "a", "text": "x"}
+    token = seal.seal("w", "files__write", args, "alice", {"journal": [{"sample": "the-secret-turn"}]})
+    raw = base64.urlsafe_b64decode(token[3:] + "=" * (-len(token[3:]) % 4))
+    assert token.startswith("v1.") and b"the-secret-turn" not in raw and b"journal" not in raw  # not readable
+    assert seal.open("w", "files__write", args, "alice", token) == {"journal": [{"sample": "the-secret-turn"}]}
+    for agent, tool, arguments, principal in (("v", "files__write", args, "alice"), ("w", "files__read", args, "alice"),
+                                              ("w", "files__write", {**args, "text": "y"}, "alice"),
+                                              ("w", "files__write", args, "mallory"),
+                                              ("w", "files__write", args, None)):
+        with pytest.raises(Unverifiable):
+            seal.open(agent, tool, arguments, principal, token)
+    rotated = StateSeal([new, old])  # a new secret first: what the old one sealed still opens, for one TTL
+    assert rotated.open("w", "files__write", args, "alice", token) is not None
+    with pytest.raises(Unverifiable):
+        StateSeal([new]).open("w", "files__write", args, "alice", token)
+    later = time.time() + 601
+    monkeypatch.setattr(time, "time", lambda: later)
+    with pytest.raises(Unverifiable):
+        seal.open("w", "files__write", args, "alice", token)
+
+
+def test_a_state_secret_list_rotates_and_a_bad_one_is_refused() -> None:
+    from toolcrib.errors import ConfigError
+    from toolcrib.mcp.state import state_keys
+
+    assert state_keys({"TOOLCRIB_STATE_SECRET": f"{'n' * 32}, {'o' * 32}"}) == [b"n" * 32, b"o" * 32]
+    for bad in ("short", f"{'n' * 32},short", f"{'n' * 32},{'n' * 32}"):
+        with pytest.raises(ConfigError) as info:
+            state_keys({"TOOLCRIB_STATE_SECRET": bad})
+        assert str(info.value.problems[0]).startswith("error: TOOLCRIB_STATE_SECRET: must be at least 32 characters")

@@ -251,8 +251,9 @@ def test_a_short_state_secret_is_refused_before_serving(config_file: Path) -> No
                            str(config_file)], capture_output=True, text=True, timeout=60,
                           env=subprocess_env(TOOLCRIB_STATE_SECRET="short"))
     assert (proc.returncode, proc.stdout) == (2, "")
-    assert proc.stderr == ("error: TOOLCRIB_STATE_SECRET: must be at least 32 characters (it signs what clients "
-                           "carry between the rounds of a call); make one with: python3 -c 'import secrets; "
+    assert proc.stderr == ("error: TOOLCRIB_STATE_SECRET: must be at least 32 characters (it seals what clients "
+                           "carry between the rounds of a call), or a comma-separated list of such secrets, each once "
+                           "(the first seals, all open: rotation); make one with: python3 -c 'import secrets; "
                            "print(secrets.token_urlsafe(32))'\n")
 
 

@@ -558,13 +558,13 @@ def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: boo
 
     from toolcrib.config import find_config, load_config
     from toolcrib.mcp.http import HttpOptions, check_bind, serve_http
-    from toolcrib.mcp.state import serving_state, state_secret, stateless_warning
+    from toolcrib.mcp.state import serving_state, state_keys, stateless_warning
     from toolcrib.mcp.stdio import claim_stdio, serve_stdio
     from toolcrib.observe import Metrics, configure_logging
 
     if http == (agent is not None):
         raise click.UsageError("give --agent NAME (stdio) or --http (every agent), not both or neither")
-    state_secret()  # a bad $TOOLCRIB_STATE_SECRET fails here, before anything is served
+    state_keys()  # a bad $TOOLCRIB_STATE_SECRET fails here, before anything is served
     warning = stateless_warning(stateless)
     if warning is not None:
         click.echo(f"warning: {warning}", err=True)

@@ -8,6 +8,7 @@ for both; everything else is a result.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import warnings
@@ -38,8 +39,6 @@ from toolcrib.mcp.roundtrip import (
     Journal,
     SamplePending,
     Unverifiable,
-    open_state,
-    seal,
 )
 from toolcrib.mcp.state import SUBSCRIPTIONS, ServingState
 from toolcrib.observe import log_request, printable, requests_log
@@ -182,6 +181,15 @@ def identity_of_request(ctx: ServerRequestContext[Any, Any]) -> Identity | None:
     return scope.get(IDENTITY) if isinstance(scope, dict) else None
 
 
+def _principal(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    """Who made a request, as a round-trip state is bound to it: the OAuth issuer, client and subject, or the
+    static token's variable; None where nobody authenticates (stdio, in process)."""
+    identity = identity_of_request(ctx)
+    if identity is None:
+        return None
+    return json.dumps([identity.kind, identity.issuer, identity.client, identity.subject, identity.credential])
+
+
 def build_server(state: ServingState, agent: str) -> Server[Any]:
     """The MCP server for ``agent``; it reads ``state``'s current host on every request, so reloads apply."""
 
@@ -211,7 +219,8 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
         arguments = arguments if arguments is not None else {}
         modern = ctx.protocol_version in _MODERN
         try:
-            earlier = open_state(state.secret, agent, name, arguments, request_state) if modern else None
+            earlier = state.seal.open(agent, name, arguments, _principal(ctx), request_state) \
+                if modern and request_state else None
             if modern and earlier is None and responses and set(responses) & {APPROVAL_KEY, *ASKED.values()}:
                 raise Unverifiable  # answers to questions this call never asked: nothing to carry them on
         except Unverifiable:
@@ -241,14 +250,14 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
                 message=need.message,
                 requested_schema={"type": "object", "properties": {}},
             ))
-            sealed = seal(state.secret, agent, name, arguments, {"approval": True})
+            sealed = state.seal.seal(agent, name, arguments, _principal(ctx), {"approval": True})
             return types.InputRequiredResult(input_requests={APPROVAL_KEY: request}, request_state=sealed)
         except (SamplePending, ElicitPending) as need:
             assert journal is not None
             kind = "sample" if isinstance(need, SamplePending) else "elicit"
             carried = {"asked": kind, "journal": journal.events,
                        "approved": approved or _answered_yes(responses, earlier)}
-            sealed = seal(state.secret, agent, name, arguments, carried)
+            sealed = state.seal.seal(agent, name, arguments, _principal(ctx), carried)
             if len(sealed) > MAX_STATE_CHARS:
                 return types.CallToolResult(is_error=True, content=[types.TextContent(text=(
                     f"Tool {name} stopped: its conversation grew past what a 2026-07-28 round trip carries "

@@ -1,16 +1,17 @@
 """MCP 2026-07-28's round trips: a call that must ask the client something ends with "input required", and the
 client makes it again with the answer and the state it was given. Here: the exceptions that end a round, the
-journal a call carries between rounds, and the seal (an HMAC) that binds that state to exactly one call.
+journal a call carries between rounds, and the seal that binds that state to exactly one call (``StateSeal``).
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import hmac
 import json
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from mcp.server.request_state import AESGCMRequestStateCodec, InvalidRequestState
 
 from toolcrib.errors import Suspend, ToolError
 
@@ -79,41 +80,67 @@ class Journal:
             self.replay(kind)
 
 
-def seal(key: bytes, agent: str, name: str, arguments: Mapping[str, Any], payload: Mapping[str, Any]) -> str:
-    """A request state carrying ``payload``, bound (HMAC) to exactly this agent, tool and arguments."""
-    body = base64.urlsafe_b64encode(json.dumps(payload, separators=(",", ":")).encode()).decode("ascii")
-    return f"{body}.{mac(key, agent, name, arguments, body)}"
+STATE_TTL = 600.0  # seconds a round-trip state may be carried before it is refused
+_FORMAT = "toolcrib/state/1"
+_FUTURE_SKEW = 60.0  # seconds a replica's clock may run ahead of another's
 
 
 class Unverifiable(Exception):
-    """A round-trip state that this server cannot verify: sealed with another key, altered, or another call's."""
+    """A round-trip state that this server cannot verify: sealed with another key, altered, expired, or another
+    call's or another principal's."""
 
 
 UNVERIFIABLE = ("The call could not go on: the state it carried from its earlier round could not be verified (it was "
-                "sealed by a server with another key, changed, or given for another call). Replicas behind a "
-                "balancer must all have the same TOOLCRIB_STATE_SECRET. Nothing of the call was run again; make the "
-                "call anew.")
+                "sealed by a server with another key, changed, expired, or given for another call or by another "
+                "client). Replicas behind a balancer must all have the same TOOLCRIB_STATE_SECRET. Nothing of the "
+                "call was run again; make the call anew.")
 
 
-def open_state(key: bytes, agent: str, name: str, arguments: Mapping[str, Any],
-               request_state: str | None) -> dict[str, Any] | None:
-    """The payload of a request state sealed for exactly this call; None when there is none. ``Unverifiable`` when
-    there is one this server cannot verify: it never counts as no state, which would start the call over."""
-    if not request_state:
-        return None
-    body, _, given = request_state.rpartition(".")
-    try:
-        if not (body and hmac.compare_digest(given.encode("ascii"), mac(key, agent, name, arguments, body).encode())):
+class StateSeal:
+    """What a 2026-07-28 client carries between the rounds of one call, sealed: encrypted and authenticated with
+    AES-256-GCM (the mcp SDK's ``AESGCMRequestStateCodec``: the client can neither read nor change it), bound to
+    the agent, the tool, a digest of its arguments and the principal that made the call (the OAuth issuer, client
+    and subject, or the static token's variable), and valid for ``ttl`` seconds. ``keys[0]`` seals and every key
+    opens, so a secret can be rotated without failing calls in flight: ``new,old``, then ``new`` after a TTL."""
+
+    def __init__(self, keys: Sequence[bytes], ttl: float = STATE_TTL) -> None:
+        self._codec = AESGCMRequestStateCodec(list(keys))
+        self.ttl = ttl
+
+    def seal(self, agent: str, name: str, arguments: Mapping[str, Any], principal: str | None,
+             payload: Mapping[str, Any]) -> str:
+        now = time.time()
+        envelope = {"v": _FORMAT, "bind": _binding(agent, name, arguments), "principal": principal,
+                    "iat": now, "exp": now + self.ttl, "payload": payload}
+        return self._codec.seal(json.dumps(envelope, separators=(",", ":")).encode())
+
+    def open(self, agent: str, name: str, arguments: Mapping[str, Any], principal: str | None,
+             request_state: str | None) -> dict[str, Any] | None:
+        """The payload of a state sealed for exactly this call and principal; None when there is none.
+        ``Unverifiable`` when there is one this server cannot verify: it never counts as no state, which would
+        start the call over."""
+        if not request_state:
+            return None
+        try:
+            envelope = json.loads(self._codec.unseal(request_state))
+        except (InvalidRequestState, ValueError, TypeError):
+            raise Unverifiable from None
+        now = time.time()
+        if not isinstance(envelope, dict) or envelope.get("v") != _FORMAT:
             raise Unverifiable
-        payload = json.loads(base64.urlsafe_b64decode(body.encode("ascii")))
-    except (UnicodeEncodeError, ValueError, TypeError):
-        raise Unverifiable from None
-    if not isinstance(payload, dict):
-        raise Unverifiable
-    return payload
+        exp, iat = envelope.get("exp"), envelope.get("iat")
+        if not isinstance(exp, float | int) or not isinstance(iat, float | int) or exp < now or \
+                iat > now + _FUTURE_SKEW:
+            raise Unverifiable
+        if envelope.get("bind") != _binding(agent, name, arguments) or envelope.get("principal") != principal:
+            raise Unverifiable
+        payload = envelope.get("payload")
+        if not isinstance(payload, dict):
+            raise Unverifiable
+        return payload
 
 
-def mac(key: bytes, agent: str, name: str, arguments: Mapping[str, Any], body: str) -> str:
-    """The seal of ``body`` for exactly this agent, tool and arguments."""
-    message = json.dumps([agent, name, arguments, body], sort_keys=True, separators=(",", ":"), default=str)
-    return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
+def _binding(agent: str, name: str, arguments: Mapping[str, Any]) -> str:
+    """A digest of exactly this agent, tool and arguments."""
+    text = json.dumps([agent, name, arguments], sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()

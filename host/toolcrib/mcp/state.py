@@ -29,6 +29,7 @@ from mcp.server.subscriptions import (
 from toolcrib.declarations import add_update_listener
 from toolcrib.errors import ConfigError, Problem, contained
 from toolcrib.host import Host
+from toolcrib.mcp.roundtrip import StateSeal
 from toolcrib.observe import Metrics
 from toolcrib.uris import normalize
 from toolcrib.view import AgentView
@@ -75,18 +76,20 @@ async def serving_state(path: Path | None, metrics: Metrics | None = None) -> As
 STATE_SECRET_ENV = "TOOLCRIB_STATE_SECRET"
 
 
-def state_secret(env: Mapping[str, str] | None = None) -> bytes:
-    """The key that seals what a 2026-07-28 client carries between the rounds of one call (approvals, sub-agent
+def state_keys(env: Mapping[str, str] | None = None) -> list[bytes]:
+    """The keys that seal what a 2026-07-28 client carries between the rounds of one call (approvals, sub-agent
     runs): ``$TOOLCRIB_STATE_SECRET`` when set, so that replicas behind a balancer accept each other's rounds, else a
-    random key of this process."""
+    random key of this process. A comma-separated list rotates: the first seals, every one opens."""
     configured = (os.environ if env is None else env).get(STATE_SECRET_ENV)
     if configured is None:
-        return secrets.token_bytes(32)
-    if len(configured) < 32:
-        raise ConfigError([Problem("error", STATE_SECRET_ENV, "must be at least 32 characters (it signs what clients "
-                                   "carry between the rounds of a call); make one with: python3 -c 'import secrets; "
-                                   "print(secrets.token_urlsafe(32))'")])
-    return configured.encode()
+        return [secrets.token_bytes(32)]
+    keys = [key.strip() for key in configured.split(",")]
+    if any(len(key) < 32 for key in keys) or len(set(keys)) != len(keys):
+        raise ConfigError([Problem("error", STATE_SECRET_ENV, "must be at least 32 characters (it seals what clients "
+                                   "carry between the rounds of a call), or a comma-separated list of such secrets, "
+                                   "each once (the first seals, all open: rotation); make one with: python3 -c "
+                                   "'import secrets; print(secrets.token_urlsafe(32))'")])
+    return [key.encode() for key in keys]
 
 
 def stateless_warning(stateless: bool, env: Mapping[str, str] | None = None) -> str | None:
@@ -104,9 +107,10 @@ class ServingState:
     the old host finishes under it."""
 
     def __init__(self, host: Host, make_host: Callable[[], Host] | Callable[[], Awaitable[Host]] | None = None,
-                 secret: bytes | None = None) -> None:
+                 secret: bytes | Sequence[bytes] | None = None) -> None:
         self.host = host
-        self.secret = secret if secret is not None else state_secret()  # seals 2026-07-28 round-trip states
+        keys = state_keys() if secret is None else [secret] if isinstance(secret, bytes) else list(secret)
+        self.seal = StateSeal(keys)  # seals 2026-07-28 round-trip states
         self._make_host = make_host
         # per agent and the scopes its requests' tokens lack: what a listener may hear is what its token may read
         self._buses: dict[tuple[str, frozenset[str]], InMemorySubscriptionBus] = {}
