@@ -1605,3 +1605,48 @@ def test_a_state_secret_list_rotates_and_a_bad_one_is_refused() -> None:
         with pytest.raises(ConfigError) as info:
             state_keys({"TOOLCRIB_STATE_SECRET": bad})
         assert str(info.value.problems[0]).startswith("error: TOOLCRIB_STATE_SECRET: must be at least 32 characters")
+
+
+# -- seed parity: an interrupt ends the turn, and a sub-agent's hidden calls are audited -------------------------
+
+
+def test_an_interrupt_stops_the_rest_of_the_turn_on_the_clients_model(tmp_path: Path) -> None:
+    from test_subagents import CONFIG as SUB, MISC, ScriptedModel, Stopper, text, use
+
+    stopper, log = Stopper(), tmp_path / "audit.jsonl"
+    host = make_host(f'[host]\naudit_log = "{log}"\n' + SUB, {"files": FILES, "misc": MISC, "stopper": stopper})
+    model = ScriptedModel({"role": "assistant", "model": "scripted", "content": [
+        use("misc__add", {"a": 13, "b": 1}, id="u1"), use("misc__add", {"a": 2, "b": 2}, id="u2")]},
+        text("never asked"))
+    result = anyio.run(lambda: host.view("lead").call("toolcrib__run_agent", {"agent": "calc", "task": "Add."},
+                                                       channel=model))
+    assert (result.is_error, result.text) == (
+        True, "agent 'calc' was stopped by a policy check: 13 is unlucky; stop and ask the user")
+    assert [seen[:2] for seen in stopper.seen if seen[1] == "misc__add"] == [("pre", "misc__add")]  # u2 never ran
+
+
+def test_an_interrupt_stops_the_rest_of_the_turn_on_the_agents_own_model() -> None:
+    from test_subagents import Stopper, own, run_own, task
+
+    stopper = Stopper()
+    assert run_own(own(stopper=stopper), task(("misc__add", {"a": 13, "b": 1}), ("misc__add", {"a": 2, "b": 3}))) == (
+        True, "agent 'echoer' was stopped by a policy check: 13 is unlucky; stop and ask the user")
+    assert [seen[:2] for seen in stopper.seen if seen[1] == "misc__add"] == [("pre", "misc__add")]
+
+
+def test_a_sub_agents_call_of_a_hidden_tool_is_audited_as_a_direct_one(tmp_path: Path) -> None:
+    from test_subagents import CONFIG as SUB, MISC, OWN, ScriptedModel, task, text, use
+
+    log = tmp_path / "audit.jsonl"
+    own = make_host(f'[host]\naudit_log = "{log}"\n' + OWN.replace("EXTRA", ""), {"files": FILES, "misc": MISC})
+    anyio.run(lambda: own.view("lead").call("toolcrib__run_agent", {"agent": "echoer", "task": task(
+        ("files__read", {"path": "x"}))}))
+    client = make_host(f'[host]\naudit_log = "{log}"\n' + SUB, {"files": FILES, "misc": MISC})
+    model = ScriptedModel({"role": "assistant", "model": "scripted", "content": [use("files__write", {})]},
+                          text("done"))
+    anyio.run(lambda: client.view("lead").call("toolcrib__run_agent", {"agent": "calc", "task": "x"}, channel=model))
+    own.close()
+    client.close()
+    unknown = [(r["agent"], r["tool"], r["decision"]) for r in map(json.loads, log.read_text().splitlines())
+               if r["decision"] == "unknown"]
+    assert unknown == [("echoer", "files__read", "unknown"), ("calc", "files__write", "unknown")]

@@ -128,11 +128,16 @@ class Pipeline:
         started = time.perf_counter() if self._observed else 0.0
         vt = view.lookup(name)  # hidden and nonexistent alike: None
         if vt is None:
-            if self._observed:
-                self._write_audit(view.agent, str(name)[:200], None, "unknown", "no such tool in the agent's view",
-                                  started, True, channel=channel)
-            raise UnknownToolError(name if isinstance(name, str) else repr(name))
+            raise self.unknown(view, name, channel, started)
         return self.run(view, vt, arguments, approver, channel, started)
+
+    def unknown(self, view: AgentView, name: Any, channel: ClientChannel | None,
+                started: float | None = None) -> UnknownToolError:
+        """The answer to a call of a name the agent does not see, audited (``"decision": "unknown"``)."""
+        if self._observed:
+            self._write_audit(view.agent, str(name)[:200], None, "unknown", "no such tool in the agent's view",
+                              time.perf_counter() if started is None else started, True, channel=channel)
+        return UnknownToolError(name if isinstance(name, str) else repr(name))
 
     async def run(
         self,

@@ -115,12 +115,16 @@ class Delegate:
             CONVERSATION.reset(talk)
             CHAIN.reset(token)
 
+    async def refuse(self, name: str) -> ToolResult:
+        """The answer to a call of a tool it is not offered, audited as a direct call of a hidden tool is."""
+        return ToolResult.error(str(self._view.unknown(name, channel=self._ctx._channel)))
+
     async def call(self, name: str, arguments: Mapping[str, Any] | None) -> ToolResult:
         """Call one of its tools as it; an unknown or hidden one answers as unknown. An approval its call needs is
         put to the caller's approver, except one that would need a new round trip of the caller's whole call
         (2026-07-28): that call is refused, saying why."""
         if name in self.exclude:
-            return ToolResult.error(str(UnknownToolError(name)))
+            return await self.refuse(name)
         try:
             return await self._view.call(name, arguments if arguments is not None else {},
                                          approver=_nested(self._ctx._approver), channel=self._ctx._channel)

@@ -85,16 +85,27 @@ async def run_on_llm(delegate: Delegate, task: str, system: str, who: str) -> st
     class Stopped(llm.PauseChain):
         """A policy ended the agent's turn (``Deny(..., interrupt=True)``): the run ends."""
 
+    stopped: list[str] = []  # why a policy ended the turn: no later call of the turn runs
+    turn = anyio.Lock()  # llm runs a turn's async tools side by side: here they run one at a time, in order
+
     def implementation(name: str) -> Any:
         async def call(**arguments: Any) -> str:
-            result = await delegate.call(name, arguments)
-            if result.interrupt:
-                raise Stopped(result.text)
+            async with turn:
+                if stopped:
+                    raise Stopped(stopped[0])
+                result = await delegate.call(name, arguments)
+                if result.interrupt:
+                    stopped.append(result.text)
+                    raise Stopped(result.text)
             text = "\n".join(json.dumps(block) if block.get("type") != "text" else block["text"]
                              for block in result.content)
             return f"Error: {text}" if result.is_error else text
 
         return call
+
+    async def before_call(tool: Any, tool_call: Any) -> None:
+        if tool is None:  # llm answers "does not exist" itself: the call is audited as a direct one would be
+            await delegate.refuse(str(tool_call.name))
 
     tools: list[Any] = [llm.Tool(name=t["name"], description=t.get("description") or "", input_schema=t["inputSchema"],
                       implementation=implementation(t["name"])) for t in delegate.tools()]
@@ -102,7 +113,8 @@ async def run_on_llm(delegate: Delegate, task: str, system: str, who: str) -> st
     used = 0
     answer = ""
     with delegate.running():
-        chain = model.conversation().chain(task, system=system, tools=tools or None, chain_limit=delegate.max_turns)
+        chain = model.conversation().chain(task, system=system, tools=tools or None, chain_limit=delegate.max_turns,
+                                           before_call=before_call)
         try:
             async for response in chain.responses():
                 answer = await response.text()
@@ -150,11 +162,13 @@ async def converse(ctx: Context, delegate: Delegate, task: str, system: str, who
             uses = [block for block in content if block.get("type") == "tool_use"]
             if not uses:
                 return "\n".join(b["text"] for b in content if b.get("type") == "text") or "(no answer)"
-            results = [await _use(ctx, delegate, use, offered) for use in uses]
-            stopped = [block for block in results if block.pop("interrupt", False)]
-            if stopped:  # a policy ended the agent's turn (Deny(..., interrupt=True)): the run ends here
-                reason = "\n".join(b["text"] for b in stopped[0]["content"] if b.get("type") == "text")
-                raise ToolError(f"{name} was stopped by a policy check: {reason}")
+            results = []
+            for use in uses:  # in the order the model asked; a policy that ends the turn stops the rest
+                block = await _use(ctx, delegate, use, offered)
+                if block.pop("interrupt", False):  # Deny(..., interrupt=True): the run ends here
+                    reason = "\n".join(b["text"] for b in block["content"] if b.get("type") == "text")
+                    raise ToolError(f"{name} was stopped by a policy check: {reason}")
+                results.append(block)
             messages.append({"role": "user", "content": results})
     raise ToolError(f"{name} did not finish within {delegate.max_turns} turns (its max_turns)")
 
@@ -173,10 +187,7 @@ async def _use(ctx: Context, delegate: Delegate, use: Mapping[str, Any], offered
         if name in offered:
             result = await delegate.call(str(name), use.get("input"))
         else:
-            from toolcrib.content import ToolResult
-            from toolcrib.errors import UnknownToolError
-
-            result = ToolResult.error(str(UnknownToolError(str(name))))
+            result = await delegate.refuse(str(name))
         block: dict[str, Any] = {"type": "tool_result", "toolUseId": str(use.get("id", "")),
                                  "content": list(result.content), "isError": result.is_error}
         if result.structured_content is not None:

@@ -67,6 +67,8 @@ class Pipeline(Protocol):
     async def run(self, view: AgentView, vt: ViewTool, arguments: Any, approver: Approver | None = None,
                   channel: ClientChannel | None = None, started: float = 0.0) -> ToolResult: ...
 
+    def unknown(self, view: AgentView, name: Any, channel: ClientChannel | None) -> UnknownToolError: ...
+
     async def read(self, view: AgentView, uri: str, *,
                    channel: ClientChannel | None = None) -> list[dict[str, Any]]: ...
 
@@ -226,6 +228,11 @@ class AgentView:
     @property
     def names(self) -> list[str]:
         return [vt.name for vt in self.tools]
+
+    def unknown(self, name: Any, *, channel: ClientChannel | None = None) -> UnknownToolError:
+        """The error for a call of a tool this agent does not see (or is not offered), with its audit record, as
+        a direct call of such a name gets."""
+        return self._pipeline.unknown(self, name, channel)
 
     def lookup(self, name: Any) -> ViewTool | None:
         """The tool of that exact name, or None (hidden and nonexistent alike)."""
