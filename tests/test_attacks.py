@@ -1611,7 +1611,8 @@ def test_a_state_secret_list_rotates_and_a_bad_one_is_refused() -> None:
 
 
 def test_an_interrupt_stops_the_rest_of_the_turn_on_the_clients_model(tmp_path: Path) -> None:
-    from test_subagents import CONFIG as SUB, MISC, ScriptedModel, Stopper, text, use
+    from test_subagents import CONFIG as SUB
+    from test_subagents import MISC, ScriptedModel, Stopper, text, use
 
     stopper, log = Stopper(), tmp_path / "audit.jsonl"
     host = make_host(f'[host]\naudit_log = "{log}"\n' + SUB, {"files": FILES, "misc": MISC, "stopper": stopper})
@@ -1635,7 +1636,8 @@ def test_an_interrupt_stops_the_rest_of_the_turn_on_the_agents_own_model() -> No
 
 
 def test_a_sub_agents_call_of_a_hidden_tool_is_audited_as_a_direct_one(tmp_path: Path) -> None:
-    from test_subagents import CONFIG as SUB, MISC, OWN, ScriptedModel, task, text, use
+    from test_subagents import CONFIG as SUB
+    from test_subagents import MISC, OWN, ScriptedModel, task, text, use
 
     log = tmp_path / "audit.jsonl"
     own = make_host(f'[host]\naudit_log = "{log}"\n' + OWN.replace("EXTRA", ""), {"files": FILES, "misc": MISC})
