@@ -1652,3 +1652,19 @@ def test_a_sub_agents_call_of_a_hidden_tool_is_audited_as_a_direct_one(tmp_path:
     unknown = [(r["agent"], r["tool"], r["decision"]) for r in map(json.loads, log.read_text().splitlines())
                if r["decision"] == "unknown"]
     assert unknown == [("echoer", "files__read", "unknown"), ("calc", "files__write", "unknown")]
+
+
+def test_check_warns_when_a_python_module_folder_holds_the_workspace(tmp_path: Path) -> None:
+    (tmp_path / "toolcrib.toml").write_text(textwrap.dedent(f"""
+        [mcps.time]
+        command = {json.dumps(sys.executable)}
+        args = ["-m", "mcp_server_time"]
+        cwd = "."
+        lazy = true
+        [agents.a.permissions]
+        mcps = {{ allow = ["time"] }}
+    """))
+    _, _, err = cli("check", "--config", str(tmp_path / "toolcrib.toml"))
+    assert (f"warning: {tmp_path / 'toolcrib.toml'}: mcps.time: mcps.time imports Python modules from {tmp_path}, "
+            "which holds the workspace: no tool may change a Python file anywhere in the workspace (one could shadow "
+            "a module it imports); give it a cwd (or a script folder) outside the workspace") in err.splitlines()

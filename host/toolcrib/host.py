@@ -348,6 +348,14 @@ class Host:
                                 hook.out_of_reach)
             if refusal is not None:
                 found.append(Problem("warning", f"{loaded.source}: {where}.command", refusal))
+        ws = os.path.realpath(loaded.workspace)
+        for folder, where in sorted(loaded.code_folders().items()):
+            real = os.path.realpath(folder)
+            if real == ws or ws.startswith(real.rstrip("/") + "/"):
+                found.append(Problem("warning", f"{loaded.source}: {where}", (
+                    f"{where} imports Python modules from {real}, which holds the workspace: no tool may change a "
+                    "Python file anywhere in the workspace (one could shadow a module it imports); give it a cwd "
+                    "(or a script folder) outside the workspace")))
         for where, why in loaded.opaque_programs():
             if where.startswith("mcps."):
                 found.append(Problem("warning", f"{loaded.source}: {where}.command", (
