@@ -349,8 +349,8 @@ class Host:
             if refusal is not None:
                 found.append(Problem("warning", f"{loaded.source}: {where}.command", refusal))
         ws = os.path.realpath(loaded.workspace)
-        for folder, where in sorted(loaded.code_folders().items()):
-            real = os.path.realpath(folder)
+        for module_folder, where in sorted(loaded.code_folders().items()):
+            real = os.path.realpath(module_folder)
             if real == ws or ws.startswith(real.rstrip("/") + "/"):
                 found.append(Problem("warning", f"{loaded.source}: {where}", (
                     f"{where} imports Python modules from {real}, which holds the workspace: no tool may change a "
@@ -365,7 +365,7 @@ class Host:
                 folder = self.loaded.resolve(arg) if config.command is not None else None
                 if folder is None or not folder.is_dir():
                     continue
-                ours = {name for path in self.governing for name in workspace.names_of(path)}
+                ours = {known for path in self.governing for known in workspace.names_of(path)}
                 reached = [f"{path} ({what})" for path, what in workspace.protected_within(folder) if path in ours]
                 if reached:
                     found.append(Problem("warning", f"{self.loaded.source}: mcps.{name}.args", (
