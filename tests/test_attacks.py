@@ -1668,3 +1668,35 @@ def test_check_warns_when_a_python_module_folder_holds_the_workspace(tmp_path: P
     assert (f"warning: {tmp_path / 'toolcrib.toml'}: mcps.time: mcps.time imports Python modules from {tmp_path}, "
             "which holds the workspace: no tool may change a Python file anywhere in the workspace (one could shadow "
             "a module it imports); give it a cwd (or a script folder) outside the workspace") in err.splitlines()
+
+
+def test_a_request_body_has_one_deadline_not_one_per_read() -> None:
+    """A client dripping its body is treated as gone at the deadline; once the body is whole, a stream that waits
+    for the client to leave has no deadline."""
+    from toolcrib.mcp.http import body_within
+
+    async def main() -> None:
+        chunks = [{"type": "http.request", "body": b"{", "more_body": True}]
+
+        async def dripping() -> Any:
+            if chunks:
+                return chunks.pop(0)
+            await anyio.sleep_forever()
+
+        receive = body_within(dripping, 0.2)
+        assert await receive() == {"type": "http.request", "body": b"{", "more_body": True}
+        assert await receive() == {"type": "http.disconnect"}
+
+        later = [{"type": "http.request", "body": b"{}", "more_body": False}]
+
+        async def whole() -> Any:
+            if later:
+                return later.pop(0)
+            await anyio.sleep(0.5)  # longer than the deadline: the client leaves after the body came whole
+            return {"type": "http.disconnect", "late": True}
+
+        receive = body_within(whole, 0.2)
+        assert await receive() == {"type": "http.request", "body": b"{}", "more_body": False}
+        assert await receive() == {"type": "http.disconnect", "late": True}
+
+    anyio.run(main)

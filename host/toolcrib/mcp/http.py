@@ -24,6 +24,7 @@ import math
 import os
 import re
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from toolcrib.config import IdentityConfig
 from toolcrib.errors import ToolcribError
@@ -52,6 +53,7 @@ from toolcrib.mcp.state import ServingState
 log = logging.getLogger("toolcrib.serve")
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
+BODY_SECONDS = 30.0  # a request's whole body must come within this: a client dripping it holds nothing longer
 MIN_TOKEN_LENGTH = 16
 _DUMMY = b"\0" * 32  # compared against when the path names no agent, so timing says nothing either
 
@@ -291,7 +293,7 @@ class HttpApp:
                 token="", client_id=identity.client or "", scopes=sorted(identity.scopes), subject=identity.subject,
                 claims={"iss": identity.issuer}))
         scope[IDENTITY] = identity
-        await endpoint.app(scope, receive, send)
+        await endpoint.app(scope, body_within(receive, BODY_SECONDS), send)
 
     async def _identify(self, endpoint: _Endpoint | None, supplied: bytes) -> Identity | None:
         """Who the token says the request is: one of the agent's static tokens (every one compared, so timing says
@@ -398,6 +400,31 @@ def check_bind(options: HttpOptions) -> None:
         raise ServeError(f"refusing to listen on {options.host}: every agent's endpoint would be reachable from the "
                          "network; pass --allow-remote to do it on purpose (tokens are still required; add "
                          "--allowed-host for the name clients use)")
+
+
+def body_within(receive: Receive, seconds: float) -> Receive:
+    """``receive`` with one deadline for the whole request body (not one per read): a body still incomplete after
+    ``seconds`` reads as the client gone (``http.disconnect``), so the request ends. Once the body is whole, what
+    follows (a stream waiting for the client to leave) has no deadline."""
+    deadline: float | None = None
+    whole = False
+
+    async def within() -> Message:
+        nonlocal deadline, whole
+        if whole:
+            return await receive()
+        if deadline is None:
+            deadline = time.monotonic() + seconds
+        with anyio.move_on_after(deadline - time.monotonic()):
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                whole = True
+            return message
+        log.warning("a request body did not come whole within %g seconds; the request is ended", seconds)
+        whole = True
+        return {"type": "http.disconnect"}
+
+    return within
 
 
 async def serve_http(state: ServingState, options: HttpOptions, watch: Path | None = None) -> None:
