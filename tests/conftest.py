@@ -19,6 +19,18 @@ from toolcrib.host import Host
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Each run starts with toolcrib's memo caches empty: mutmut forks its workers from a process that already ran
+    every test, and a cached answer (a normalised URI, a compiled pattern) would hide a mutant of what computes it."""
+    if "MUTANT_UNDER_TEST" not in os.environ:
+        return
+    from toolcrib import patterns, uris
+    from toolcrib.mcp import oauth
+
+    for cached in (uris.normalize, patterns._parse, oauth._claim_pieces):
+        cached.cache_clear()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under mutation testing (benchmarks/mutation.sh), tests that start toolcrib in a subprocess are skipped: the
     child imports the mutated modules, whose trampolines need mutmut's own process."""

@@ -1296,9 +1296,13 @@ def test_a_pre_hook_answer_too_long_or_malformed_refuses(tmp_path: Path, script:
     assert any(r.getMessage().endswith(logged) for r in caplog.records), [r.getMessage() for r in caplog.records]
 
 
-def test_a_post_hook_answer_too_long_withholds_the_result(tmp_path: Path) -> None:
-    (tmp_path / "post.py").write_text("import sys; sys.stdout.write(' ' * 1_500_000 + "
-                                      "'{\"decision\": \"block\", \"reason\": \"r\"}')")
+@pytest.mark.parametrize("script", [
+    "import sys; sys.stdout.write(' ' * 1_500_000 + '{\"decision\": \"block\", \"reason\": \"r\"}')",
+    "print('{\"hookSpecificOutput\": \"block\"}')",
+    "print('{\"decision\": [\"block\"]}')",
+])
+def test_a_post_hook_answer_too_long_or_malformed_withholds_the_result(tmp_path: Path, script: str) -> None:
+    (tmp_path / "post.py").write_text(script)
     (tmp_path / "toolcrib.toml").write_text(textwrap.dedent(f"""
         [[hooks.post_tool_use]]
         command = [{json.dumps(sys.executable)}, "post.py"]
