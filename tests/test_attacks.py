@@ -1704,3 +1704,57 @@ def test_a_request_body_has_one_deadline_not_one_per_read() -> None:
         assert await receive() == {"type": "http.disconnect", "late": True}
 
     anyio.run(main)
+
+
+@pytest.mark.parametrize(("command", "files", "module_paths", "opaque"), [
+    (["python", "hooks/p.py", "--rules", "rules.json"], ["hooks/p.py"], ["hooks"], None),
+    (["python3.11", "-u", "-W", "ignore", "hooks/p.py"], ["hooks/p.py"], ["hooks"], None),
+    (["/usr/bin/python3", "-m", "pol.sub"], ["/usr/bin/python3", "pol.py", "pol"], ["."], None),
+    (["python3", "-mpol"], ["pol.py", "pol"], ["."], None),
+    (["python3", "-I", "hooks/p.py"], ["hooks/p.py"], [], None),  # isolated: not even the script's folder
+    (["python3", "-Pm", "pol"], [], [], None),  # safe path: the working directory is not searched
+    (["python3", "-c", "import x"], [], ["."], "python -c runs a string of code toolcrib cannot follow"),
+    (["python3", "-Bc", "import x"], [], ["."], "python -c runs a string of code toolcrib cannot follow"),
+    (["python3"], [], [], "python without a script reads its code from standard input"),
+    (["env", "A=1", "-i", "python3", "hooks/p.py"], ["hooks/p.py"], ["hooks"], None),
+    (["env", "-S", "python3 hooks/p.py"], [], [], "env -S runs a string of words toolcrib cannot follow"),
+    (["sh", "hooks/check.sh", "later/x.txt"], ["hooks/check.sh", "later/x.txt"], [], None),
+    (["bash", "-e", "-o", "hooks/check.sh"], ["hooks/check.sh"], [], None),
+    (["bash", "-lc", "true"], [], [], "bash -c runs a string of commands toolcrib cannot follow"),
+    (["sh"], [], [], "sh without a script reads its code from standard input"),
+    (["node", "--eval", "1"], [], [], "node --eval runs a string of code toolcrib cannot follow"),
+    (["node", "--eval=1"], [], [], "node --eval=1 runs a string of code toolcrib cannot follow"),
+    (["node", "--inspect", "srv.js"], ["srv.js"], [], None),
+    (["perl", "-E", "say 1"], [], [], "perl -E runs a string of code toolcrib cannot follow"),
+    (["ruby", "-e", "1"], [], [], "ruby -e runs a string of code toolcrib cannot follow"),
+    (["php", "-r", "1;"], [], [], "php -r runs a string of code toolcrib cannot follow"),
+    (["./bin/policy", "-v", "conf/", "data/new.txt", "."], ["bin/policy", "data/new.txt"], [], None),
+])
+def test_what_a_command_runs_is_found_from_its_command_line(tmp_path: Path, command: list[str], files: list[str],
+                                                            module_paths: list[str], opaque: str | None) -> None:
+    from toolcrib.governing import analyse
+
+    (tmp_path / "rules.json").write_text("{}")
+    (tmp_path / "conf").mkdir()
+    code = analyse(command, tmp_path, {"PYTHONPATH": ""})
+
+    def local(path: Path) -> str:
+        return os.path.relpath(path, tmp_path) if str(path).startswith(str(tmp_path)) else str(path)
+
+    expected_files = files + (["rules.json"] if "rules.json" in command else [])
+    assert ([local(p) for p in code.files], [local(p) for p in code.module_paths], code.opaque) == (
+        sorted(set(expected_files), key=expected_files.index), module_paths, opaque)
+
+
+def test_pythonpath_adds_module_folders_unless_isolated(tmp_path: Path) -> None:
+    from toolcrib.governing import analyse
+
+    env = {"PYTHONPATH": f"lib{os.pathsep}{tmp_path / 'abs'}{os.pathsep}"}
+    assert analyse(["python3", "-m", "m"], tmp_path, env).module_paths == [tmp_path, tmp_path / "lib", tmp_path / "abs"]
+    assert analyse(["python3", "sub/x.py"], tmp_path, env).module_paths == [tmp_path / "sub", tmp_path / "lib",
+                                                                           tmp_path / "abs"]
+    assert analyse(["python3", "-I", "-m", "m"], tmp_path, env).module_paths == []
+    assert analyse(["python3", "-P", "sub/x.py"], tmp_path, env).module_paths == [tmp_path / "lib", tmp_path / "abs"]
+    assert analyse(["python3", "-E", "-m", "m"], tmp_path, env).module_paths == [tmp_path]
+    assert analyse(["python3", "-m", "m"], tmp_path, {**env, "PYTHONSAFEPATH": "1"}).module_paths == [
+        tmp_path / "lib", tmp_path / "abs"]

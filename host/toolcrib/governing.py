@@ -58,7 +58,7 @@ _CODE_OPTIONS: dict[str, tuple[str, ...]] = {
     "bun": ("-e", "--eval", "-p", "--print"), "deno": ("eval",), "perl": ("-e", "-E"), "ruby": ("-e",),
     "php": ("-r",), "lua": ("-e",), "Rscript": ("-e",), "osascript": ("-e",), "tclsh": (), "awk": (),
 }
-_PYTHON_VALUE_OPTIONS = frozenset({"-W", "-X", "--check-hash-based-pycs"})
+_PYTHON_VALUE_OPTIONS = frozenset({"--check-hash-based-pycs"})  # long options that take the next word
 
 
 def analyse(command: Sequence[str], cwd: Path, env: Mapping[str, str], program_base: Path | None = None) -> Code:
@@ -91,45 +91,54 @@ def analyse(command: Sequence[str], cwd: Path, env: Mapping[str, str], program_b
 
 
 def _python(rest: list[str], cwd: Path, env: Mapping[str, str], code: Code) -> None:
-    isolated = False
+    """Python's command line as its own option parser reads it: one-letter options may be joined (``-Bm mod``),
+    ``-m``, ``-c``, ``-W`` and ``-X`` take the rest of the word or the next one."""
+    flags: set[str] = set()  # I (isolated), P (safe path), E (no PYTHON* variables), ...
     i = 0
     while i < len(rest):
         word = rest[i]
-        if word == "-m" or (word.startswith("-m") and not word.startswith("--")):
-            module = rest[i + 1] if word == "-m" and i + 1 < len(rest) else word[2:]
-            roots = _python_path(cwd, env, isolated)
-            code.module_paths.extend(roots)
-            top = module.split(".")[0]
-            for root in roots:
-                code.files += [root / f"{top}.py", root / top]  # a module, or a package folder, by that name
-            code.files.extend(_path_arguments(rest[i + 2 if word == "-m" else i + 1:], cwd))
-            return
-        if word == "-c" or (word.startswith("-") and not word.startswith("--") and "c" in word[1:]):
-            code.module_paths.extend(_python_path(cwd, env, isolated))
-            code.opaque = "python -c runs a string of code toolcrib cannot follow"
-            return
-        if word in _PYTHON_VALUE_OPTIONS:
-            i += 2
+        if word.startswith("--") or word == "-":
+            i += 2 if word in _PYTHON_VALUE_OPTIONS else 1
             continue
-        if word.startswith("-") and word != "-":
-            isolated = isolated or word in ("-I", "-P") or (not word.startswith("--") and "I" in word[1:])
-            i += 1
-            continue
-        script = _absolute(cwd, word)
-        code.files.append(script)
-        code.module_paths += [script.parent, *_python_path(cwd, env, isolated)[1:]]
-        code.files.extend(_path_arguments(rest[i + 1:], cwd))
-        return
+        if not word.startswith("-"):
+            script = _absolute(cwd, word)
+            code.files.append(script)
+            code.module_paths += _python_path(script.parent, cwd, env, flags)
+            code.files.extend(_path_arguments(rest[i + 1:], cwd))
+            return
+        for j, letter in enumerate(word[1:], start=1):
+            value = word[j + 1:] or (rest[i + 1] if i + 1 < len(rest) else "")
+            consumed = 0 if word[j + 1:] else 1
+            if letter == "c":
+                code.module_paths.extend(_python_path(cwd, cwd, env, flags))
+                code.opaque = "python -c runs a string of code toolcrib cannot follow"
+                return
+            if letter == "m":
+                roots = _python_path(cwd, cwd, env, flags)
+                code.module_paths.extend(roots)
+                top = value.split(".")[0]
+                for root in roots:
+                    code.files += [root / f"{top}.py", root / top]  # a module, or a package folder, by that name
+                code.files.extend(_path_arguments(rest[i + 1 + consumed:], cwd))
+                return
+            if letter in "WX":
+                i += consumed
+                break
+            flags.add(letter)
+        i += 1
     code.opaque = "python without a script reads its code from standard input"
 
 
-def _python_path(cwd: Path, env: Mapping[str, str], isolated: bool) -> list[Path]:
-    """Where a Python started in ``cwd`` with ``env`` looks for modules before its own library: the working
-    directory (for ``-m`` and ``-c``), then ``PYTHONPATH``."""
-    if isolated:
-        return []
-    extra = [_absolute(cwd, p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return [Path(os.path.abspath(cwd)), *extra]
+def _python_path(first: Path, cwd: Path, env: Mapping[str, str], flags: set[str]) -> list[Path]:
+    """Where a Python looks for modules before its own library: ``first`` (the script's folder, or the working
+    directory for ``-m`` and ``-c``) unless ``-P``, ``-I`` or ``PYTHONSAFEPATH`` leave it out, then ``PYTHONPATH``
+    (relative to ``cwd``) unless ``-E`` or ``-I`` ignore the environment."""
+    ignore_env = "E" in flags or "I" in flags
+    safe = "P" in flags or "I" in flags or (not ignore_env and bool(env.get("PYTHONSAFEPATH")))
+    found = [] if safe else [Path(os.path.abspath(first))]
+    if not ignore_env:
+        found += [_absolute(cwd, p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return found
 
 
 def _interpreter(name: str, rest: list[str], cwd: Path, code: Code) -> None:
