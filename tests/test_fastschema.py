@@ -11,7 +11,8 @@ from pydantic import Field, TypeAdapter
 from typing_extensions import TypedDict
 
 from toolcrib import fastschema
-from toolcrib.tool import _create_model, json_schema_of
+from toolcrib.fastschema import json_schema_of
+from toolcrib.tool import _create_model
 
 _LEAVES = st.sampled_from([str, int, float, bool, list, dict])
 _LITERALS = st.one_of(

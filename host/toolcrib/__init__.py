@@ -5,6 +5,7 @@ tools with ``@toolcrib.tool`` and returns them from a ``toolcrib_tools`` hook. O
 file which agent sees which tools; a denied tool is invisible. Importing this package discovers nothing.
 """
 
+from toolcrib._version import __version__
 from toolcrib.content import Audio, EmbeddedResource, Image, ResourceLink, Text, ToolResult
 from toolcrib.context import AvailabilityContext, Context, Elicitation
 from toolcrib.declarations import Message, get_prompt, get_resource, prompt, resource, resource_updated
@@ -24,8 +25,6 @@ from toolcrib.hookspecs import hookimpl, hookspec
 from toolcrib.host import Host
 from toolcrib.policy import Allow, Ask, Deny
 from toolcrib.tool import Tool, get_tool, tool
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Allow",

@@ -28,12 +28,12 @@ import anyio.to_thread
 from pydantic import BaseModel, ValidationError
 
 from toolcrib.arguments import format_validation_error, payload_problem
-from toolcrib.catalog import ItemEntry
+from toolcrib.audit import DecisionLog
+from toolcrib.audit import record as audit_record
 from toolcrib.content import ToolResult, normalize, result_problem
 from toolcrib.context import Approver, ClientChannel, Context
 from toolcrib.declarations import MAX_COMPLETION_SCAN, Completions, Prompt, Resource, prompt_messages, resource_contents
-from toolcrib.default_plugins.audit import AuditLog
-from toolcrib.default_plugins.audit import record as audit_record
+from toolcrib.entries import ItemEntry
 from toolcrib.errors import (
     InvalidArgumentsError,
     Suspend,
@@ -88,7 +88,7 @@ class Pipeline:
         # The audit log is handed each decision as it is (its writer thread formats it); other toolcrib_audit
         # plugins get the record.
         log_plugin = pm.get_plugin("toolcrib.audit")
-        self._log: AuditLog | None = log_plugin if isinstance(log_plugin, AuditLog) else None
+        self._log: DecisionLog | None = log_plugin if isinstance(log_plugin, DecisionLog) else None
         self._audit = [h for h in plugin_hooks(pm, "toolcrib_audit") if h.plugin != "toolcrib.audit"]
         self._metrics = metrics
         # then each decision is timed and reported

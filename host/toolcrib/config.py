@@ -35,6 +35,7 @@ from pydantic import (
 from toolcrib import patterns
 from toolcrib.errors import ConfigError, Problem
 from toolcrib.governing import Found, Governs, Launch, governing
+from toolcrib.limits import RateError, parse_rate
 from toolcrib.names import RESERVED_NAMESPACE, SEPARATOR, agent_name_problem, namespace_problem, tool_name_problem
 from toolcrib.tool import ANNOTATION_KEYS
 
@@ -623,8 +624,6 @@ def _identity_problems(identity: IdentityConfig, oauth: bool, source: str, where
 
 
 def _limits_problems(limits: LimitsConfig, source: str, where: tuple[Any, ...]) -> list[Problem]:
-    from toolcrib.limits import RateError, parse_rate
-
     problems = []
 
     def error(path: tuple[Any, ...], message: str) -> None:

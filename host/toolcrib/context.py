@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -13,11 +14,18 @@ import anyio.from_thread
 from pydantic import BaseModel
 
 from toolcrib.errors import ToolError
+from toolcrib.fastschema import json_schema_of
 
 if TYPE_CHECKING:
     from toolcrib.policy import Deny
-    from toolcrib.scope import Delegate, Server
+    from toolcrib.scope import Delegate, Reach, Server
     from toolcrib.view import AgentView
+
+# The chain of agents whose runs led to the call running now (sub-agents), the calling agent last.
+CHAIN: ContextVar[tuple[str, ...]] = ContextVar("toolcrib_agent_chain", default=())
+# What the running conversation has been given (a skill loaded, ...), where the host can tell a conversation: an MCP
+# session that lasts (stdio, stateful HTTP on 2025-11-25), a sub-agent's run. None elsewhere.
+CONVERSATION: ContextVar[set[Any] | None] = ContextVar("toolcrib_conversation", default=None)
 
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
@@ -176,20 +184,23 @@ class Context:
 
     # -- what the call may reach on behalf of its agent: each asks the host's one decision ------------------------
 
+    @property
+    def _reach(self) -> Reach | None:
+        """What the view lends its calls (``toolcrib.scope.REACH``), or None outside an agent's view."""
+        return self._view.reach if self._view is not None else None
+
     def permits(self, dimension: str, name: str) -> bool:
         """Whether this call's agent may have ``name`` of ``dimension``: ``"skills"`` (a skill), ``"subagents"``
         (another agent to hand a task to; never itself, nor one of the chain of runs that led here), ``"mcps"``
         (an upstream server), ``"plugins"`` (a pack)."""
-        from toolcrib.scope import permits
-
-        return permits(self, dimension, name)
+        reach = self._reach
+        return reach is not None and reach.permits(self, dimension, name)
 
     def subagent(self, name: str) -> Delegate | None:
         """Another agent this call's agent may hand a task to now, or None (not permitted, itself, back along the
         chain, or no such agent: alike). See ``toolcrib.scope.Delegate``; sub-agent runs use it."""
-        from toolcrib.scope import subagent
-
-        return subagent(self, name)
+        reach = self._reach
+        return reach.subagent(self, name) if reach is not None else None
 
     @property
     def conversation(self) -> set[Any] | None:
@@ -197,24 +208,20 @@ class Context:
         a set to add keys to, the same for every call of one MCP session that lasts (stdio, stateful HTTP on
         2025-11-25) or one sub-agent run; None where the host cannot tell a conversation (2026-07-28 and stateless
         requests, the Python API)."""
-        from toolcrib.scope import CONVERSATION
-
         return CONVERSATION.get()
 
     def itself(self, exclude: Iterable[str] = ()) -> Delegate | None:
         """This call's agent as a temporary sub-agent of the call: the same view and permissions (never wider),
         without the tools named in ``exclude``. Skill sub-agents (``toolcrib__call_skill_sub_agent``) run on it;
         None outside an agent's call."""
-        from toolcrib.scope import itself
-
-        return itself(self, frozenset(exclude))
+        reach = self._reach
+        return reach.itself(self, frozenset(exclude)) if reach is not None else None
 
     def server(self, name: str) -> Server | None:
         """A lazy upstream server this call's agent may load, or None (not permitted, not lazy, or no such server:
         alike). See ``toolcrib.scope.Server``."""
-        from toolcrib.scope import server
-
-        return server(self, name)
+        reach = self._reach
+        return reach.server(self, name) if reach is not None else None
 
     async def remember(self, kind: str, compute: Callable[[], Awaitable[Any]]) -> Any:
         """``await compute()`` once per call, whatever the front end does: one that makes a call several times to
@@ -236,8 +243,6 @@ class Context:
             raise ToolError("This needs the user's answer, and nobody can be asked here (no MCP client that "
                             "supports elicitation).")
         if isinstance(schema, type) and issubclass(schema, BaseModel):
-            from toolcrib.tool import json_schema_of
-
             schema = json_schema_of(schema, "validation")
         answer: dict[str, Any] = await ask(message, dict(schema))
         content = answer.get("content")

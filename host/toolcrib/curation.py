@@ -15,8 +15,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from toolcrib.catalog import Entry
 from toolcrib.config import LoadedConfig, ToolCuration, key_path
+from toolcrib.entries import Entry
 from toolcrib.errors import Problem
 from toolcrib.names import SEPARATOR, full_name
 

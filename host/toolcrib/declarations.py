@@ -36,8 +36,9 @@ from pydantic import BaseModel, ConfigDict, create_model
 from toolcrib.content import CONTENT_CLASSES, EmbeddedResource, Text, dumps
 from toolcrib.context import AvailabilityContext
 from toolcrib.errors import ToolDeclarationError
+from toolcrib.fastschema import json_schema_of
 from toolcrib.names import SOURCE_NAME_KEY, tool_name_problem
-from toolcrib.tool import _caller_locals, _check_is_available, _hints, _is_async, _signature_fields, json_schema_of
+from toolcrib.tool import _caller_locals, _check_is_available, _hints, _is_async, _signature_fields
 
 F = TypeVar("F", bound=Callable[..., Any])
 

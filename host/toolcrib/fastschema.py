@@ -18,7 +18,10 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import typing_extensions
+from pydantic import BaseModel, TypeAdapter
 from pydantic.fields import FieldInfo
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode
+from pydantic_core import CoreSchema
 
 _PRIMITIVE: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
 
@@ -143,3 +146,21 @@ def _default(value: Any) -> Any:
         except (TypeError, ValueError):
             pass
     raise _Unsupported
+
+
+class _SchemaGenerator(GenerateJsonSchema):
+    """JSON Schema without the titles pydantic makes up from field names: they cost tokens and say nothing."""
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+    def generate(self, schema: CoreSchema, mode: JsonSchemaMode = "validation") -> dict[str, Any]:
+        result = super().generate(schema, mode)
+        result.pop("title", None)
+        return result
+
+
+def json_schema_of(adapter_or_model: type[BaseModel] | TypeAdapter[Any], mode: JsonSchemaMode) -> dict[str, Any]:
+    if isinstance(adapter_or_model, TypeAdapter):
+        return adapter_or_model.json_schema(schema_generator=_SchemaGenerator, mode=mode)
+    return adapter_or_model.model_json_schema(schema_generator=_SchemaGenerator, mode=mode)

@@ -21,12 +21,13 @@ import anyio
 
 from toolcrib import default_plugins, lock, uris, workspace
 from toolcrib.calls import Pipeline
-from toolcrib.catalog import Catalog, Entry, ItemEntry, build_catalog
+from toolcrib.catalog import Catalog, build_catalog
 from toolcrib.config import AgentConfig, LoadedConfig, did_you_mean, load_config
 from toolcrib.content import ToolResult
 from toolcrib.curation import curate
 from toolcrib.declarations import Resource
 from toolcrib.default_plugins.builtins import Builtins
+from toolcrib.entries import Entry, ItemEntry
 from toolcrib.errors import Problem, ToolDeclarationError, UnknownAgentError
 from toolcrib.governing import unlocated
 from toolcrib.limits import LimitBook
@@ -105,7 +106,7 @@ class Host:
             own = register_builtin(self.pm, RESERVED_NAMESPACE,
                                    Builtins(skills, loaded.config.agents, self.lazy_servers))
             self.records.insert(sum(1 for r in self.records if r.kind == "builtin"), own)  # shown with the built-ins
-            from toolcrib import __version__
+            from toolcrib._version import __version__
 
             for record in self.records:
                 if record.kind == "builtin":

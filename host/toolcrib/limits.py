@@ -17,9 +17,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from toolcrib import patterns
-from toolcrib.config import LimitConfig, LimitsConfig
+
+if TYPE_CHECKING:
+    from toolcrib.config import LimitConfig, LimitsConfig
 
 _RATE = re.compile(r"\s*(\d+)\s*/\s*([a-z]+)\s*")
 _PERIODS = {"second": 1.0, "sec": 1.0, "s": 1.0, "minute": 60.0, "min": 60.0, "m": 60.0, "hour": 3600.0, "h": 3600.0,

@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from toolcrib.catalog import Entry
 from toolcrib.config import LOCK_FILE, LoadedConfig
+from toolcrib.entries import Entry
 from toolcrib.errors import ConfigError, Problem
 from toolcrib.names import clean, clean_schema
 

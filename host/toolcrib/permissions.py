@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from toolcrib import patterns, uris
-from toolcrib.catalog import Entry, ItemEntry
 from toolcrib.config import AgentConfig, LoadedConfig
 from toolcrib.context import AvailabilityContext
+from toolcrib.entries import Entry, ItemEntry
 from toolcrib.patterns import SELECTORS, Pattern
 from toolcrib.sandbox import Unconfinable
 

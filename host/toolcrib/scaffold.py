@@ -36,7 +36,7 @@ class Scaffold:
 def new_pack(name: str, namespace: str | None = None, directory: Path | None = None) -> Scaffold:
     """Write a new pack, the distribution ``name`` (like ``acme-orders``), into ``directory`` (default ``./name``),
     with namespace ``namespace`` (default: from the name, without a ``toolcrib-`` prefix)."""
-    from toolcrib import __version__
+    from toolcrib._version import __version__
 
     if not _DIST.fullmatch(name):
         raise ScaffoldError("name", "a distribution name: letters, digits, '-', '_' and '.', letter first")

@@ -8,26 +8,20 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol
 
 from toolcrib.content import ToolResult
+from toolcrib.context import CHAIN, CONVERSATION
 from toolcrib.errors import Suspend, ToolError, UnknownToolError
 from toolcrib.names import clean, clean_schema
 from toolcrib.permissions import Named, decide
 from toolcrib.policy import Deny
 
 if TYPE_CHECKING:
-    from toolcrib.catalog import Entry
     from toolcrib.config import AgentConfig
     from toolcrib.context import Context
+    from toolcrib.entries import Entry
     from toolcrib.view import AgentView
-
-# The agents of the running delegation chain, outermost first; set while a sub-agent's turns run.
-CHAIN: ContextVar[tuple[str, ...]] = ContextVar("toolcrib_agent_chain", default=())
-# What the running conversation has been given (a skill loaded, ...), where the host can tell a conversation: an MCP
-# session that lasts (stdio, stateful HTTP on 2025-11-25), a sub-agent's run. None elsewhere.
-CONVERSATION: ContextVar[set[Any] | None] = ContextVar("toolcrib_conversation", default=None)
 
 
 class LazyServers(Protocol):
@@ -205,3 +199,16 @@ def server(ctx: Context, name: str) -> Server | None:
     if servers is None or services is None or name not in services.lazy_servers or not permits(ctx, "mcps", name):
         return None
     return Server(ctx, name, servers)
+
+
+class Reach:
+    """What an agent's view lends the calls it runs (``Context.permits``, ``subagent``, ``itself``, ``server``):
+    each answers through the one decision, for the calling agent within its chain of runs."""
+
+    permits = staticmethod(permits)
+    subagent = staticmethod(subagent)
+    itself = staticmethod(itself)
+    server = staticmethod(server)
+
+
+REACH = Reach()

@@ -26,13 +26,13 @@ from typing import Any, TypeVar, overload
 
 import typing_extensions
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model, model_validator
-from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode
-from pydantic_core import CoreSchema, InitErrorDetails, PydanticCustomError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from toolcrib import fastschema
 from toolcrib.content import CONTENT_CLASSES, ToolResult
 from toolcrib.context import AvailabilityContext, Context
 from toolcrib.errors import ToolDeclarationError
+from toolcrib.fastschema import json_schema_of
 from toolcrib.names import tool_name_problem
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -51,24 +51,6 @@ ANNOTATION_KEYS: Mapping[str, type] = {
 INPUT_CONFIG = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 _OPTION_KEYS = ("annotations", "is_available", "timeout", "title", "rule_subject", "describe")
-
-
-class _SchemaGenerator(GenerateJsonSchema):
-    """JSON Schema without the titles pydantic makes up from field names: they cost tokens and say nothing."""
-
-    def field_title_should_be_set(self, schema: Any) -> bool:
-        return False
-
-    def generate(self, schema: CoreSchema, mode: JsonSchemaMode = "validation") -> dict[str, Any]:
-        result = super().generate(schema, mode)
-        result.pop("title", None)
-        return result
-
-
-def json_schema_of(adapter_or_model: type[BaseModel] | TypeAdapter[Any], mode: JsonSchemaMode) -> dict[str, Any]:
-    if isinstance(adapter_or_model, TypeAdapter):
-        return adapter_or_model.json_schema(schema_generator=_SchemaGenerator, mode=mode)
-    return adapter_or_model.model_json_schema(schema_generator=_SchemaGenerator, mode=mode)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

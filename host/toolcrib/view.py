@@ -14,10 +14,10 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
 from toolcrib import uris
-from toolcrib.catalog import Entry, ItemEntry
 from toolcrib.content import ToolResult
 from toolcrib.context import Approver, AvailabilityContext, ClientChannel
 from toolcrib.declarations import Completions
+from toolcrib.entries import Entry, ItemEntry
 from toolcrib.errors import UnknownToolError
 from toolcrib.names import SEPARATOR, SOURCE_NAME_KEY, clean, clean_schema
 from toolcrib.permissions import (
@@ -30,6 +30,7 @@ from toolcrib.permissions import (
     permitted,
     uri_check,
 )
+from toolcrib.scope import REACH
 from toolcrib.tool import Tool
 
 if TYPE_CHECKING:
@@ -133,7 +134,9 @@ class ViewTool:
 
 class AgentView:
     """The tools one agent sees. Immutable once built; ``call`` runs the full pipeline. ``services`` is what the
-    host lends the capabilities of ``Context`` (other agents' views, lazy servers)."""
+    host lends the capabilities of ``Context`` (other agents' views, lazy servers), ``reach`` how they answer."""
+
+    reach = REACH
 
     def __init__(self, rules: AgentRules, tools: tuple[ViewTool, ...], pipeline: Pipeline,
                  services: Services | None = None, resources: tuple[ItemEntry, ...] = (),

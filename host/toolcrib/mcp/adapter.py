@@ -24,6 +24,7 @@ from mcp_types import SERVER_INFO_META_KEY
 from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from toolcrib.context import CONVERSATION
 from toolcrib.errors import (
     InvalidArgumentsError,
     ToolError,
@@ -42,7 +43,6 @@ from toolcrib.mcp.roundtrip import (
 )
 from toolcrib.mcp.state import SUBSCRIPTIONS, ServingState
 from toolcrib.observe import log_request, printable, requests_log
-from toolcrib.scope import CONVERSATION
 from toolcrib.uris import normalize
 from toolcrib.view import AgentView
 
@@ -566,6 +566,6 @@ def _answered_yes(responses: Mapping[str, Any] | None, earlier: Mapping[str, Any
 
 
 def _version() -> str:
-    from toolcrib import __version__
+    from toolcrib._version import __version__
 
     return __version__

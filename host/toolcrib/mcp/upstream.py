@@ -28,10 +28,10 @@ from anyio.abc import TaskGroup
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from pydantic import BaseModel, ConfigDict, create_model
 
-from toolcrib.catalog import Entry, ItemEntry
 from toolcrib.config import LoadedConfig, McpConfig, load_config
 from toolcrib.content import ToolResult
 from toolcrib.declarations import Prompt, Resource, template_variables
+from toolcrib.entries import Entry, ItemEntry
 from toolcrib.errors import InvalidArgumentsError, ToolError
 from toolcrib.host import Host
 from toolcrib.names import clean, clean_schema, full_name, served_name, tool_name_problem

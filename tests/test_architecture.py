@@ -1,0 +1,84 @@
+"""The house's shape, as the import graph shows it: a layered DAG among the host's modules (an import inside a
+function counts; one under ``if TYPE_CHECKING:`` is an annotation and does not), the decision kept apart from plugin
+loading, the pipeline from the built-in plugins, and the core from the MCP front end."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "host" / "toolcrib"
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imports(name: str, path: Path, known: set[str]) -> Iterator[str]:
+    """The host modules ``name`` imports, wherever the import stands, but for annotations only."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    annotations = {id(node) for branch in ast.walk(tree) if isinstance(branch, ast.If)
+                   and "TYPE_CHECKING" in ast.unparse(branch.test) for node in ast.walk(branch)}
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    for node in ast.walk(tree):
+        if id(node) in annotations:
+            continue
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names if alias.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package[:len(package) - node.level + 1], *([base] if base else [])])
+            for alias in node.names:
+                target = f"{base}.{alias.name}"
+                yield target if target in known else base
+
+
+def graph() -> dict[str, set[str]]:
+    found = modules()
+    known = set(found)
+    return {name: {t for t in imports(name, path, known) if t in known and t != name} for name, path in found.items()}
+
+
+def closure(edges: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for target in edges[todo.pop()]:
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def test_the_modules_form_no_circle() -> None:
+    edges = graph()
+    circles = sorted(name for name in edges if name in closure(edges, name))
+    assert circles == []
+
+
+def test_the_decision_does_not_import_plugin_loading_or_the_catalogs_construction() -> None:
+    reached = closure(graph(), "toolcrib.permissions")
+    assert reached.isdisjoint({"toolcrib.plugins", "toolcrib.catalog", "toolcrib.folders", "toolcrib.host"})
+    assert not any(name.startswith(("toolcrib.mcp", "toolcrib.default_plugins")) for name in reached)
+
+
+def test_the_pipeline_imports_no_built_in_plugin_and_the_core_no_front_end() -> None:
+    edges = graph()
+    assert not any(name.startswith("toolcrib.default_plugins") for name in closure(edges, "toolcrib.calls"))
+    core = [name for name in edges if not name.startswith("toolcrib.mcp") and name != "toolcrib.cli"]
+    assert {name: sorted(t for t in edges[name] if t.startswith("toolcrib.mcp")) for name in core
+            if any(t.startswith("toolcrib.mcp") for t in edges[name])} == {}
+
+
+def test_the_graph_is_read_as_python_reads_imports() -> None:
+    """The reader of the graph itself: a function-local import counts, an annotation-only one does not."""
+    edges = graph()
+    assert "toolcrib.fastschema" in edges["toolcrib.context"]  # a top-level import
+    assert "toolcrib.view" not in edges["toolcrib.context"]  # under TYPE_CHECKING only
+    assert "toolcrib.default_plugins.hooks" in edges["toolcrib.default_plugins"]  # inside create()
