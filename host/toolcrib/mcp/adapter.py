@@ -41,6 +41,7 @@ from toolcrib.mcp.roundtrip import (
     SamplePending,
     Unverifiable,
 )
+from toolcrib.mcp.sdk import connection_of, server_info_stamp_source
 from toolcrib.mcp.state import SUBSCRIPTIONS, ServingState
 from toolcrib.observe import log_request, printable, requests_log
 from toolcrib.uris import normalize
@@ -149,7 +150,7 @@ class _Channel:
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
     async def log(self, level: str, message: str, logger: str | None) -> None:
-        connection = getattr(self._ctx.session, "_connection", None)
+        connection = connection_of(self._ctx.session)
         chosen = connection.state.get(LOG_LEVEL) if connection is not None else None
         if chosen is not None and LOG_LEVELS.index(level) < LOG_LEVELS.index(chosen):
             return  # below the level the client set (logging/setLevel)
@@ -159,13 +160,19 @@ class _Channel:
                                                      related_request_id=self._ctx.request_id)
 
 
+def _state_of(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+    """The state kept on the connection of a request (which lasts while the client stays connected)."""
+    state: dict[str, Any] = connection_of(ctx.session).state
+    return state
+
+
 _CONVERSATIONS: weakref.WeakKeyDictionary[Any, set[Any]] = weakref.WeakKeyDictionary()
 
 
 def _conversation(session: Any) -> set[Any] | None:
     """What an MCP connection that lasts has been given (gone with the connection; the SDK makes a session object
     per request, around the one connection)."""
-    connection = getattr(session, "_connection", None)
+    connection = connection_of(session)
     if connection is None:
         return None
     try:
@@ -324,7 +331,7 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
         version = ctx.protocol_version
         modern = version in _MODERN
         if not modern:
-            connection = getattr(ctx.session, "_connection", None)
+            connection = connection_of(ctx.session)
             if connection is None or not connection.initialize_accepted:
                 return await call_next(ctx)  # the SDK answers a request that came before the handshake
         if method == "tools/list":
@@ -386,11 +393,11 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
         if view_of(ctx).resource(uri) is None:  # hidden and nonexistent alike
             raise MCPError(code=RESOURCE_NOT_FOUND, message=str(UnknownResourceError(uri)), data={"uri": uri})
         state.remember_session(agent, ctx.session)
-        ctx.session._connection.state.setdefault(SUBSCRIPTIONS, set()).add(normalize(uri))  # as updates name it
+        _state_of(ctx).setdefault(SUBSCRIPTIONS, set()).add(normalize(uri))  # as updates name it
         return {}
 
     async def unsubscribe(ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams) -> Any:
-        ctx.session._connection.state.setdefault(SUBSCRIPTIONS, set()).discard(normalize(str(params.uri)))
+        _state_of(ctx).setdefault(SUBSCRIPTIONS, set()).discard(normalize(str(params.uri)))
         return {}
 
     async def listen(ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams) -> Any:
@@ -424,7 +431,7 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
                 "resultType": "complete"}
 
     async def set_level(ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams) -> Any:
-        ctx.session._connection.state[LOG_LEVEL] = params.level
+        _state_of(ctx)[LOG_LEVEL] = params.level
         return {}
 
     with warnings.catch_warnings():
@@ -510,7 +517,7 @@ def _observer(agent: str) -> Any:
                 return result
             finally:
                 span.set_attribute("toolcrib.outcome", outcome)
-                connection = getattr(ctx.session, "_connection", None)
+                connection = connection_of(ctx.session)
                 log_request(agent, method, name, outcome, started, getattr(connection, "session_id", None))
 
     return observe
@@ -528,14 +535,14 @@ class _Server(Server[Any]):
 
     @cached_property
     def _flat_identity(self) -> bool:
-        return all(type(value) is str for value in self._server_info_stamp_source.values())
+        return all(type(value) is str for value in server_info_stamp_source(self).values())
 
     @property
     def server_info_stamp(self) -> dict[str, Any]:
         """The identity stamped on each 2026-07-28 result, as the SDK's: a copy the caller owns. toolcrib's holds
         only strings (no icons), so a flat copy is a whole one, without the SDK's deep copy (9 us a call)."""
         if self._flat_identity:
-            return dict(self._server_info_stamp_source)
+            return dict(server_info_stamp_source(self))
         return super().server_info_stamp
 
 

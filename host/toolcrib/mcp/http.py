@@ -48,6 +48,7 @@ from toolcrib.config import IdentityConfig
 from toolcrib.errors import ToolcribError
 from toolcrib.mcp.adapter import build_server
 from toolcrib.mcp.oauth import IDENTITY, Identity, Verifier, claims_match, identity_of
+from toolcrib.mcp.sdk import open_sessions
 from toolcrib.mcp.state import ServingState
 
 log = logging.getLogger("toolcrib.serve")
@@ -129,8 +130,7 @@ class HttpApp:
 
     def sessions(self) -> dict[str, int]:
         """Open sessions by agent (the SDK's session managers keep them; zero when stateless)."""
-        return {name: len(getattr(endpoint.manager, "_server_instances", {}))
-                for name, endpoint in self.endpoints.items()}
+        return {name: open_sessions(endpoint.manager) for name, endpoint in self.endpoints.items()}
 
     # -- probes and metrics: no token, nothing about agents or tools -------------------------------------------
 

@@ -30,6 +30,7 @@ from toolcrib.declarations import add_update_listener
 from toolcrib.errors import ConfigError, Problem, contained
 from toolcrib.host import Host
 from toolcrib.mcp.roundtrip import StateSeal
+from toolcrib.mcp.sdk import connection_of
 from toolcrib.observe import Metrics
 from toolcrib.uris import normalize
 from toolcrib.view import AgentView
@@ -144,7 +145,7 @@ class ServingState:
         """
         self.watch_resources()
         sessions = self._sessions.setdefault(agent, OrderedDict())
-        key = id(getattr(session, "_connection", session))
+        key = id(connection_of(session) or session)
         sessions.pop(key, None)
         sessions[key] = session
         while len(sessions) > MAX_SESSIONS:
@@ -176,7 +177,7 @@ class ServingState:
             if agent not in self.host.rules or self.view(agent).resource(uri) is None:
                 continue  # an agent that may not read it learns nothing of it
             for key, session in list(self._sessions.get(agent, OrderedDict()).items()):
-                connection = getattr(session, "_connection", None)
+                connection = connection_of(session)
                 if connection is None or uri not in connection.state.get(SUBSCRIPTIONS, ()):
                     continue
                 try:
