@@ -521,7 +521,7 @@ def hook_host(tmp_path: Path, script: str, timeout: float = 10) -> Host:
     ("import sys; sys.stderr.write('no: denied at once'); sys.exit(2)", (True, "no: denied at once")),
     ("print('{\"decision\": \"deny\", \"message\": \"denied unread\"}')", (True, "denied unread")),
     ("print('{\"decision\": \"allow\"}')", (False, "wrote 6 characters to x")),
-])
+], ids=['exit-2', 'deny', 'allow'])
 def test_a_hook_that_answers_without_reading_its_input_is_heard(tmp_path: Path, script: str,
                                                                  expected: tuple[bool, str]) -> None:
     """A large call (bigger than a pipe holds) to a hook that never reads it: its answer counts, every time."""
@@ -681,7 +681,7 @@ ask = ["files__write"]
 """
 
 
-@pytest.mark.parametrize("state", ["x.\u00e9\u00e9", "not-base64!.00", "", ".", "e30.0000"])
+@pytest.mark.parametrize("state", ["x.\u00e9\u00e9", "not-base64!.00", "", ".", "e30.0000"], ids=['non-ascii', 'not-base64', 'empty', 'dot', 'wrong-seal'])
 def test_a_state_that_cannot_be_verified_ends_the_call_and_says_why(state: str) -> None:
     """Another replica's state, an altered one, a non-ASCII MAC: never a crash, never a silent restart, never an
     approval reported as declined."""
@@ -1185,7 +1185,7 @@ SPELLINGS = ["docs://pages/%69nternal", "docs://pages/%69%6E%74ernal", "DOCS://p
              "docs://pages/./internal", "docs://pages/intro/../internal", "Docs://pages/%2e/internal"]
 
 
-@pytest.mark.parametrize("uri", SPELLINGS)
+@pytest.mark.parametrize("uri", SPELLINGS, ids=[f"spelling{i}" for i in range(len(SPELLINGS))])
 def test_a_resource_denied_by_uri_stays_denied_however_the_uri_is_spelt(uri: str) -> None:
     state = uri_state()
 
@@ -1286,7 +1286,7 @@ FAILED_POLICY = "The call was refused: a policy check failed (the host's log say
     ("print('{\"hookSpecificOutput\": \"deny\"}')", "hookSpecificOutput is not an object; the call is refused"),
     ("print('{\"continue\": \"false\"}')", "continue is not true or false; the call is refused"),
     ("print('{\"decision\": 0}')", "decision is not a string; the call is refused"),
-])
+], ids=['too-long', 'specific-not-object', 'continue-not-bool', 'decision-not-string'])
 def test_a_pre_hook_answer_too_long_or_malformed_refuses(tmp_path: Path, script: str, logged: str,
                                                          caplog: pytest.LogCaptureFixture) -> None:
     host = hook_host(tmp_path, script)
@@ -1300,7 +1300,7 @@ def test_a_pre_hook_answer_too_long_or_malformed_refuses(tmp_path: Path, script:
     "import sys; sys.stdout.write(' ' * 1_500_000 + '{\"decision\": \"block\", \"reason\": \"r\"}')",
     "print('{\"hookSpecificOutput\": \"block\"}')",
     "print('{\"decision\": [\"block\"]}')",
-])
+], ids=['too-long', 'specific-not-object', 'decision-not-string'])
 def test_a_post_hook_answer_too_long_or_malformed_withholds_the_result(tmp_path: Path, script: str) -> None:
     (tmp_path / "post.py").write_text(script)
     (tmp_path / "toolcrib.toml").write_text(textwrap.dedent(f"""
@@ -1320,7 +1320,7 @@ def test_a_post_hook_answer_too_long_or_malformed_withholds_the_result(tmp_path:
     ("deploy[prod]", "deployp", False), ("deploy[prod]", "deploy[prod]", True), ("deploy[!x]", "deployy", False),
     ("team-?", "team-a", True), ("team-?", "team-ab", False), ("*@example.com", "a@example.com", True),
     ("*@example.com", "a@example.com.evil", False), ("a*b*c", "axbyc", True), ("a*a", "a", False),
-])
+], ids=['class-not-special', 'class-literal', 'negation-not-special', 'question-one', 'question-only-one', 'suffix', 'suffix-whole', 'pieces-in-order', 'no-overlap'])
 def test_identity_claim_globs_know_only_star_and_question_mark(glob: str, value: str, matches: bool) -> None:
     from toolcrib.config import IdentityConfig
     from toolcrib.mcp.oauth import claims_match
@@ -1344,7 +1344,8 @@ def test_check_json_reports_a_config_that_does_not_load_on_stdout(tmp_path: Path
 
 @pytest.mark.parametrize(("server", "field"), [({"command": "x\ud800"}, "command"),
                                                ({"command": "x", "args": ["ok", "\udfff"]}, "args[1]"),
-                                               ({"url": "https://x", "headers": {"A": "\ud800"}}, "headers.A")])
+                                               ({"url": "https://x", "headers": {"A": "\ud800"}}, "headers.A")],
+                         ids=["command", "args", "headers"])
 def test_mcps_import_refuses_what_toml_cannot_hold_naming_server_and_field(tmp_path: Path, server: dict[str, Any],
                                                                           field: str) -> None:
     source = tmp_path / "mcp.json"
@@ -1508,7 +1509,7 @@ def web_host(tmp_path: Path, port: int, timeout: float = 1) -> Host:
     return host_at(tmp_path / "toolcrib.toml", web=toolcrib_web)
 
 
-@pytest.mark.parametrize("where", ["status line", "headers", "body"])
+@pytest.mark.parametrize("where", ["status line", "headers", "body"], ids=["status-line", "headers", "body"])
 def test_a_server_dripping_its_answer_cannot_outlast_the_fetch_deadline(tmp_path: Path, where: str) -> None:
     answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\n"
     split = {"status line": 3, "headers": 20, "body": len(answer)}[where]
@@ -1730,7 +1731,7 @@ def test_a_request_body_has_one_deadline_not_one_per_read() -> None:
     (["ruby", "-e", "1"], [], [], "ruby -e runs a string of code toolcrib cannot follow"),
     (["php", "-r", "1;"], [], [], "php -r runs a string of code toolcrib cannot follow"),
     (["./bin/policy", "-v", "conf/", "data/new.txt", "."], ["bin/policy", "data/new.txt"], [], None),
-])
+], ids=[f"case{i}" for i in range(22)])
 def test_what_a_command_runs_is_found_from_its_command_line(tmp_path: Path, command: list[str], files: list[str],
                                                             module_paths: list[str], opaque: str | None) -> None:
     from toolcrib.governing import analyse
@@ -1759,3 +1760,29 @@ def test_pythonpath_adds_module_folders_unless_isolated(tmp_path: Path) -> None:
     assert analyse(["python3", "-E", "-m", "m"], tmp_path, env).module_paths == [tmp_path]
     assert analyse(["python3", "-m", "m"], tmp_path, {**env, "PYTHONSAFEPATH": "1"}).module_paths == [
         tmp_path / "lib", tmp_path / "abs"]
+
+
+@pytest.mark.parametrize(("uri", "normal"), [
+    ("docs://pages/%69nternal", "docs://pages/internal"), ("docs://a%2fb%7e", "docs://a%2Fb~"),
+    ("DOCS://Host/P%41TH", "docs://Host/PATH"), ("HTTPS://Intra.Example.:443", "https://intra.example/"),
+    ("http://a:8080/x", "http://a:8080/x"), ("http://a:/x", "http://a/x"), ("http://u@A.b:80/x", "http://u@a.b/x"),
+    ("docs://x/a/./b/../c", "docs://x/a/c"), ("docs://x/a/.", "docs://x/a/"), ("docs://x/a/b/..", "docs://x/a/"),
+    ("docs://x/../../a", "docs://x/a"), ("file:///a/./b", "file:///a/b"), ("urn:a/./b", "urn:a/./b"),
+    ("mailto:A%40b", "mailto:A%40b"), ("x:/a/../b?q=%2f#f%2e", "x:/b?q=%2F#f."), ("docs://x/a.b/c", "docs://x/a.b/c"),
+    ("no scheme %41", "no scheme %41"), ("", ""),
+], ids=lambda value: "" if isinstance(value, str) else None)
+def test_a_uri_is_normalised_as_rfc_3986_says(uri: str, normal: str) -> None:
+    from toolcrib.uris import normalize
+
+    assert normalize(uri) == normal
+
+
+def test_a_template_expands_its_decoded_parameters() -> None:
+    from toolcrib.uris import expand
+
+    assert expand("orders://{id}", {"id": "O-9 1/2"}) == "orders://O-9%201%2F2"
+    assert expand("docs://{+path}", {"path": "a/b c"}) == "docs://a/b%20c"
+    assert expand("x://{Kind}/{n}-end", {"Kind": "Big", "n": "1"}) == "x://Big/1-end"
+    assert expand("x://{a}", {}) is None
+    assert expand("x://{a}{?q}", {"a": "1", "q": "2"}) is None
+    assert expand("x://fixed", {}) == "x://fixed"

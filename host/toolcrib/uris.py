@@ -48,8 +48,12 @@ def normalize(uri: str) -> str:
         authority, slash, path = rest[2:].partition("/")
         if scheme in _DNS_SCHEMES:
             userinfo, at, host = authority.rpartition("@")
-            host, colon, port = host.rpartition(":") if host.rpartition(":")[2].isdigit() else (host, "", "")
-            if port == _DEFAULT_PORTS.get(scheme) or (colon and not port):
+            named, colon, port = host.rpartition(":")
+            if colon and (port.isdigit() or not port):  # [::1] is an address, [::1]:8080 one with a port
+                host = named
+            else:
+                colon = port = ""
+            if port == _DEFAULT_PORTS.get(scheme) or not port:
                 colon = port = ""
             authority = f"{userinfo}{at}{host.lower().rstrip('.') or host}{colon}{port}"
             slash = slash or "/"
@@ -61,7 +65,7 @@ def normalize(uri: str) -> str:
 
 
 def _remove_dots(path: str) -> str:
-    """RFC 3986's remove_dot_segments for a path that is empty or starts with '/'."""
+    """RFC 3986's remove_dot_segments for a path that starts with '/'."""
     if "." not in path:
         return path
     out: list[str] = []
@@ -78,7 +82,7 @@ def _remove_dots(path: str) -> str:
                 out.append("")
         else:
             out.append(segment)
-    return "/" + "/".join(out) if path.startswith("/") else "/".join(out)
+    return "/" + "/".join(out)
 
 
 def expand(template: str, parameters: Mapping[str, str]) -> str | None:
