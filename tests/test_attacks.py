@@ -521,7 +521,7 @@ def hook_host(tmp_path: Path, script: str, timeout: float = 10) -> Host:
     ("import sys; sys.stderr.write('no: denied at once'); sys.exit(2)", (True, "no: denied at once")),
     ("print('{\"decision\": \"deny\", \"message\": \"denied unread\"}')", (True, "denied unread")),
     ("print('{\"decision\": \"allow\"}')", (False, "wrote 6 characters to x")),
-], ids=['exit-2', 'deny', 'allow'])
+], ids=["exit-2", "deny", "allow"])
 def test_a_hook_that_answers_without_reading_its_input_is_heard(tmp_path: Path, script: str,
                                                                  expected: tuple[bool, str]) -> None:
     """A large call (bigger than a pipe holds) to a hook that never reads it: its answer counts, every time."""
@@ -681,7 +681,8 @@ ask = ["files__write"]
 """
 
 
-@pytest.mark.parametrize("state", ["x.\u00e9\u00e9", "not-base64!.00", "", ".", "e30.0000"], ids=['non-ascii', 'not-base64', 'empty', 'dot', 'wrong-seal'])
+@pytest.mark.parametrize("state", ["x.\u00e9\u00e9", "not-base64!.00", "", ".", "e30.0000"],
+                         ids=["non-ascii", "not-base64", "empty", "dot", "wrong-seal"])
 def test_a_state_that_cannot_be_verified_ends_the_call_and_says_why(state: str) -> None:
     """Another replica's state, an altered one, a non-ASCII MAC: never a crash, never a silent restart, never an
     approval reported as declined."""
@@ -1286,7 +1287,7 @@ FAILED_POLICY = "The call was refused: a policy check failed (the host's log say
     ("print('{\"hookSpecificOutput\": \"deny\"}')", "hookSpecificOutput is not an object; the call is refused"),
     ("print('{\"continue\": \"false\"}')", "continue is not true or false; the call is refused"),
     ("print('{\"decision\": 0}')", "decision is not a string; the call is refused"),
-], ids=['too-long', 'specific-not-object', 'continue-not-bool', 'decision-not-string'])
+], ids=["too-long", "specific-not-object", "continue-not-bool", "decision-not-string"])
 def test_a_pre_hook_answer_too_long_or_malformed_refuses(tmp_path: Path, script: str, logged: str,
                                                          caplog: pytest.LogCaptureFixture) -> None:
     host = hook_host(tmp_path, script)
@@ -1300,7 +1301,7 @@ def test_a_pre_hook_answer_too_long_or_malformed_refuses(tmp_path: Path, script:
     "import sys; sys.stdout.write(' ' * 1_500_000 + '{\"decision\": \"block\", \"reason\": \"r\"}')",
     "print('{\"hookSpecificOutput\": \"block\"}')",
     "print('{\"decision\": [\"block\"]}')",
-], ids=['too-long', 'specific-not-object', 'decision-not-string'])
+], ids=["too-long", "specific-not-object", "decision-not-string"])
 def test_a_post_hook_answer_too_long_or_malformed_withholds_the_result(tmp_path: Path, script: str) -> None:
     (tmp_path / "post.py").write_text(script)
     (tmp_path / "toolcrib.toml").write_text(textwrap.dedent(f"""
@@ -1320,7 +1321,8 @@ def test_a_post_hook_answer_too_long_or_malformed_withholds_the_result(tmp_path:
     ("deploy[prod]", "deployp", False), ("deploy[prod]", "deploy[prod]", True), ("deploy[!x]", "deployy", False),
     ("team-?", "team-a", True), ("team-?", "team-ab", False), ("*@example.com", "a@example.com", True),
     ("*@example.com", "a@example.com.evil", False), ("a*b*c", "axbyc", True), ("a*a", "a", False),
-], ids=['class-not-special', 'class-literal', 'negation-not-special', 'question-one', 'question-only-one', 'suffix', 'suffix-whole', 'pieces-in-order', 'no-overlap'])
+], ids=["class-not-special", "class-literal", "negation-not-special", "question-one", "question-only-one", "suffix",
+        "suffix-whole", "pieces-in-order", "no-overlap"])
 def test_identity_claim_globs_know_only_star_and_question_mark(glob: str, value: str, matches: bool) -> None:
     from toolcrib.config import IdentityConfig
     from toolcrib.mcp.oauth import claims_match
