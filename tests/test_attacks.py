@@ -1721,6 +1721,12 @@ def test_a_request_body_has_one_deadline_not_one_per_read() -> None:
     (["python3", "-Bc", "import x"], [], ["."], "python -c runs a string of code toolcrib cannot follow"),
     (["python3"], [], [], "python without a script reads its code from standard input"),
     (["env", "A=1", "-i", "python3", "hooks/p.py"], ["hooks/p.py"], ["hooks"], None),
+    (["env", "PYTHONPATH=lib", "python3", "-m", "m"], ["m.py", "m", "lib/m.py", "lib/m"], [".", "lib"], None),
+    (["env", "--split-string=python3 x"], [], [], "env -S runs a string of words toolcrib cannot follow"),
+    (["python3", "--check-hash-based-pycs", "always", "hooks/p.py"], ["hooks/p.py"], ["hooks"], None),
+    (["python3", "-X", "dev", "hooks/p.py", "a/b.txt"], ["hooks/p.py", "a/b.txt"], ["hooks"], None),
+    (["python3", "-Xdev", "-W", "error", "hooks/p.py"], ["hooks/p.py"], ["hooks"], None),
+    (["python3", "-", "hooks/p.py"], [], [], "python without a script reads its code from standard input"),
     (["env", "-S", "python3 hooks/p.py"], [], [], "env -S runs a string of words toolcrib cannot follow"),
     (["sh", "hooks/check.sh", "later/x.txt"], ["hooks/check.sh", "later/x.txt"], [], None),
     (["bash", "-e", "-o", "hooks/check.sh"], ["hooks/check.sh"], [], None),
@@ -1733,7 +1739,7 @@ def test_a_request_body_has_one_deadline_not_one_per_read() -> None:
     (["ruby", "-e", "1"], [], [], "ruby -e runs a string of code toolcrib cannot follow"),
     (["php", "-r", "1;"], [], [], "php -r runs a string of code toolcrib cannot follow"),
     (["./bin/policy", "-v", "conf/", "data/new.txt", "."], ["bin/policy", "data/new.txt"], [], None),
-], ids=[f"case{i}" for i in range(22)])
+], ids=[f"case{i}" for i in range(28)])
 def test_what_a_command_runs_is_found_from_its_command_line(tmp_path: Path, command: list[str], files: list[str],
                                                             module_paths: list[str], opaque: str | None) -> None:
     from toolcrib.governing import analyse

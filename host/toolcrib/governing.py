@@ -97,7 +97,9 @@ def _python(rest: list[str], cwd: Path, env: Mapping[str, str], code: Code) -> N
     i = 0
     while i < len(rest):
         word = rest[i]
-        if word.startswith("--") or word == "-":
+        if word == "-":  # the program comes on standard input
+            break
+        if word.startswith("--"):
             i += 2 if word in _PYTHON_VALUE_OPTIONS else 1
             continue
         if not word.startswith("-"):
