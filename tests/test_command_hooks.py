@@ -4,6 +4,7 @@ way it can fail, which always refuses the call."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
+import toolcrib
 from conftest import make_host
 from packs import FILES
 from toolcrib.errors import ConfigError
@@ -276,3 +278,115 @@ def test_a_post_hook_program_that_is_missing_is_reported_by_check(tmp_path: Path
     assert [str(p) for p in host.problems() if "nowhere" in str(p)] == [
         f"warning: toolcrib.toml: hooks.post_tool_use[0].command: program './nowhere.sh' is not found "
         f"({tmp_path}/nowhere.sh); the result of every call it matches is withheld"]
+
+
+# -- what each answer decides, exactly (found wanting by mutation testing) ----------------------------------------
+
+STOPPED = "The call was stopped by a policy check."
+REFUSED = "The call was refused by a policy check."
+
+
+@pytest.mark.parametrize(("answer", "decided"), [
+    ({"continue": False}, toolcrib.Deny(STOPPED, interrupt=True)),
+    ({"continue": False, "reason": "r"}, toolcrib.Deny("r", interrupt=True)),
+    ({"continue": False, "stopReason": "s", "reason": "r"}, toolcrib.Deny("s", interrupt=True)),
+    ({"continue": True}, None),
+    ({"hookSpecificOutput": {"permissionDecision": "deny"}}, toolcrib.Deny(REFUSED)),
+    ({"hookSpecificOutput": {"permissionDecision": "deny", "permissionDecisionReason": " "}}, toolcrib.Deny(REFUSED)),
+    ({"hookSpecificOutput": {"permissionDecision": "ask"}}, toolcrib.Ask("a policy check asks for approval")),
+    ({"hookSpecificOutput": {"permissionDecision": "ask", "updatedInput": {"a": 1}}},
+     toolcrib.Ask("a policy check asks for approval", updated_input={"a": 1})),
+    ({"hookSpecificOutput": {"permissionDecision": "allow", "updatedInput": {"a": 1}}},
+     toolcrib.Allow(updated_input={"a": 1})),
+    ({"hookSpecificOutput": {"permissionDecision": "allow"}}, toolcrib.Allow()),
+    ({"hookSpecificOutput": {"permissionDecision": "allow", "updatedInput": [1]}},
+     "hookSpecificOutput.updatedInput is not an object"),
+    ({"hookSpecificOutput": {"permissionDecision": "maybe"}}, "permissionDecision 'maybe' is not allow, deny or ask"),
+    ({"hookSpecificOutput": {"updatedInput": {"a": 1}}}, toolcrib.Allow(updated_input={"a": 1})),
+    ({"hookSpecificOutput": {"additionalContext": "x"}}, None),
+    ({"decision": "deny", "message": "m"}, toolcrib.Deny("m")),
+    ({"decision": "deny", "message": "m", "interrupt": True}, toolcrib.Deny("m", interrupt=True)),
+    ({"decision": "deny", "message": "m", "interrupt": False}, toolcrib.Deny("m")),
+    ({"decision": "deny"}, "a deny needs a message for the model"),
+    ({"decision": "block"}, toolcrib.Deny(REFUSED)),
+    ({"decision": "block", "reason": "b"}, toolcrib.Deny("b")),
+    ({"decision": "allow"}, toolcrib.Allow()),
+    ({"decision": "allow", "updated_input": {"a": 1}}, toolcrib.Allow(updated_input={"a": 1})),
+    ({"decision": "allow", "updated_input": "x"}, "updated_input is not an object"),
+    ({"decision": "approve"}, toolcrib.Allow()),
+    ({"decision": "later"}, "decision 'later' is not deny, allow, block or approve"),
+    ({"suppressOutput": True}, None),
+    ({"suppressOutput": "yes"}, "suppressOutput is not true or false"),
+    ({"interrupt": 1, "decision": "deny", "message": "m"}, "interrupt is not true or false"),
+    ({"hookSpecificOutput": None}, None),
+], ids=lambda value: None if isinstance(value, dict) else "")
+def test_every_pre_answer_decides_exactly(answer: dict[str, Any], decided: Any) -> None:
+    from toolcrib.default_plugins.hooks import pre_answer
+
+    assert pre_answer(answer) == decided
+
+
+def post(answer: dict[str, Any], result: Any = None) -> Any:
+    from toolcrib.default_plugins.hooks import _post_answer
+
+    given = result if result is not None else toolcrib.ToolResult(content=({"type": "text", "text": "r"},),
+                                                                   structured_content={"k": 1})
+    return _post_answer(given, answer)
+
+
+def test_every_post_answer_changes_the_result_exactly() -> None:
+    R = toolcrib.ToolResult
+    text = {"type": "text", "text": "r"}
+    assert post({}) is None and post({"hookSpecificOutput": {}}) is None
+    assert post({"decision": "block"}) == R(content=(text, {"type": "text", "text": "A policy check objected to this "
+                                                                              "result."}), is_error=True)
+    assert post({"decision": "block", "reason": "no"}) == R(content=(text, {"type": "text", "text": "no"}),
+                                                            is_error=True)
+    assert post({"decision": "allow"}) == "decision 'allow' is not block"
+    replaced = [{"type": "text", "text": "new"}]
+    assert post({"hookSpecificOutput": {"updatedMCPToolOutput": replaced}}) == R(content=tuple(replaced))
+    failed = R(content=(text,), is_error=True)
+    assert post({"hookSpecificOutput": {"updatedMCPToolOutput": replaced}}, failed) == R(content=tuple(replaced),
+                                                                                         is_error=True)
+    assert post({"hookSpecificOutput": {"updatedMCPToolOutput": {"content": replaced, "isError": True}}}) == R(
+        content=tuple(replaced), is_error=True)
+    assert post({"hookSpecificOutput": {"updatedMCPToolOutput": {"content": replaced}}}, failed) == R(
+        content=tuple(replaced), is_error=False)
+    assert post({"hookSpecificOutput": {"updatedMCPToolOutput": "plain"}}, failed) == R(
+        content=({"type": "text", "text": "plain"},), is_error=True)
+    assert post({"hookSpecificOutput": {"updatedMCPToolOutput": 3}}) == (
+        "updatedMCPToolOutput is not content blocks, a result with content, or text")
+    assert post({"hookSpecificOutput": {"additionalContext": "more"}}, failed) == R(
+        content=(text, {"type": "text", "text": "more"}), is_error=True)
+    assert post({"hookSpecificOutput": {"additionalContext": "more"}}) == R(
+        content=(text, {"type": "text", "text": "more"}), structured_content={"k": 1})
+    assert post({"hookSpecificOutput": {"additionalContext": "  "}}) is None
+    assert post({"hookSpecificOutput": "x"}) == "hookSpecificOutput is not an object"
+
+
+def test_a_program_is_found_by_path_or_on_path_and_must_be_runnable(tmp_path: Path) -> None:
+    from toolcrib.default_plugins.hooks import program_path
+
+    (tmp_path / "bin").mkdir()
+    script = tmp_path / "bin" / "check"
+    script.write_text("#!/bin/sh\n")
+    assert program_path("bin/check", tmp_path) is None  # not executable
+    script.chmod(0o755)
+    assert program_path("bin/check", tmp_path) == str(script)
+    assert program_path("bin", tmp_path) is None  # a folder is no program (and has no separator: looked up on PATH)
+    assert program_path("./bin", tmp_path) is None
+    assert program_path("sh", tmp_path) == shutil.which("sh")
+    assert program_path("no-such-program-here", tmp_path) is None
+
+
+def test_an_answer_of_exactly_the_cap_is_heard_and_one_byte_more_is_not(tmp_path: Path) -> None:
+    from toolcrib.default_plugins.hooks import MAX_ANSWER_BYTES
+
+    deny = '{"decision": "deny", "message": "at the cap"}'
+    for size, expected in ((MAX_ANSWER_BYTES, "at the cap"), (MAX_ANSWER_BYTES + 1, FAILED)):
+        (tmp_path / "cap.py").write_text(f"import sys; sys.stdout.write(' ' * {size - len(deny)} + {deny!r})")
+        host = make_host(f'[[hooks.pre_tool_use]]\ncommand = [{json.dumps(sys.executable)}, "cap.py"]\n'
+                         '[agents.a.permissions]\nplugins = { allow = ["files"] }\ntools = { allow = ["*"] }\n',
+                         {"files": FILES}, base_dir=tmp_path)
+        result = anyio.run(lambda: host.view("a").call("files__read", {"path": "x"}))  # noqa: B023
+        assert (result.is_error, result.text) == (True, expected)
