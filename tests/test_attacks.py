@@ -1756,6 +1756,16 @@ def test_what_a_command_runs_is_found_from_its_command_line(tmp_path: Path, comm
         sorted(set(expected_files), key=expected_files.index), module_paths, opaque)
 
 
+def test_code_an_environment_makes_a_program_load_is_found(tmp_path: Path) -> None:
+    from toolcrib.governing import analyse
+
+    env = {"LD_PRELOAD": "lib/a.so:/opt/b.so", "BASH_ENV": "rc.sh", "ENV": "", "NODE_OPTIONS": (
+        "--require ./hooks/pre.js -r=/abs/x.js --import mod --max-old-space-size=100 --loader")}
+    assert [os.path.relpath(p, tmp_path) if str(p).startswith(str(tmp_path)) else str(p)
+            for p in analyse(["node", "srv.js"], tmp_path, env).files] == [
+        "lib/a.so", "/opt/b.so", "rc.sh", "hooks/pre.js", "/abs/x.js", "srv.js"]
+
+
 def test_pythonpath_adds_module_folders_unless_isolated(tmp_path: Path) -> None:
     from toolcrib.governing import analyse
 

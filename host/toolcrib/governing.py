@@ -75,6 +75,7 @@ def analyse(command: Sequence[str], cwd: Path, env: Mapping[str, str], program_b
             env = {**env, **dict([words[0].split("=", 1)])} if "=" in words[0] and not words[0].startswith("-") \
                 else env
             words = words[1:]
+    code.files.extend(_env_files(env, cwd))
     if not words:
         return code
     program, rest = words[0], words[1:]
@@ -158,6 +159,26 @@ def _interpreter(name: str, rest: list[str], cwd: Path, code: Code) -> None:
         code.files.extend(_path_arguments(rest[i + 1:], cwd))
         return
     code.opaque = f"{name} without a script reads its code from standard input"
+
+
+# Environment variables whose value names code a program loads before its own: the dynamic linker's preloads, the
+# start-up file a non-interactive bash or sh reads, Node's --require and --import.
+_CODE_VARIABLES = ("LD_PRELOAD", "BASH_ENV", "ENV")
+
+
+def _env_files(env: Mapping[str, str], cwd: Path) -> Iterator[Path]:
+    """The files a program's environment makes it load (``LD_PRELOAD``, ``BASH_ENV``, ``ENV``, and the modules
+    ``NODE_OPTIONS`` requires or imports)."""
+    for variable in _CODE_VARIABLES:
+        for word in env.get(variable, "").replace(":", " ").split():
+            yield _absolute(cwd, word)
+    words = env.get("NODE_OPTIONS", "").split()
+    for i, word in enumerate(words):
+        name, _, value = word.partition("=")
+        if name in ("-r", "--require", "--import", "--loader", "--experimental-loader"):
+            target = value or (words[i + 1] if i + 1 < len(words) else "")
+            if target.startswith((".", "/")):  # a path, not a package name
+                yield _absolute(cwd, target)
 
 
 def _path_arguments(words: Iterable[str], cwd: Path) -> Iterator[Path]:
