@@ -255,3 +255,42 @@ def test_the_can_use_tool_example_answers_as_the_sdk_callback_would() -> None:
         "Permission denied: shop__lookup_order needs approval (hook orders_only: orders from the 9000 range are "
         "archived), and no approver could answer (the client does not support elicitation and no approval hook "
         "decided).")
+
+
+def test_the_audit_hook_example_reads_every_kind_of_record() -> None:
+    """The toolcrib_audit example, run as a plugin: a denied call alerts with the tool's name; the records of a
+    resource read and of a call carry their name under the key of their kind, as the reference says."""
+    import anyio
+
+    from conftest import make_host
+    from packs import FILES
+    from test_surface import Docs
+
+    block = next(b for b in re.findall(r"```python\n(.*?)```", _sections((DOCS / "hooks.md").read_text())[
+        "toolcrib_audit"], flags=re.S) if "@toolcrib.hookimpl" in b)
+    sent: list[str] = []
+    scope: dict[str, Any] = {"toolcrib": toolcrib, "alerts": type("Alerts", (), {"send": staticmethod(sent.append)})}
+    exec(block, scope)
+    records: list[dict[str, Any]] = []
+
+    class Watcher:
+        @toolcrib.hookimpl
+        def toolcrib_audit(self, record: Any) -> None:
+            records.append(dict(record))
+            scope["toolcrib_audit"](record)
+
+    host = make_host('[agents.a]\nmode = "dontAsk"\n[agents.a.permissions]\nplugins = { allow = ["*"] }\n'
+                     'tools = { allow = ["*"] }\nresources = { allow = ["*"] }\nask = ["files__write"]\n',
+                     {"files": FILES, "docs": Docs(), "watcher": Watcher()})
+
+    async def main() -> None:
+        await host.call("a", "files__write", {"path": "x", "text": "y"})
+        await host.view("a").read("docs://readme")
+
+    anyio.run(main)
+    assert sent == ["a was denied files__write: Permission denied: files__write needs approval (ask rule "
+                    "'files__write'), and agent mode 'dontAsk' denies calls that need approval."]
+    assert [(r["kind"], r[r["kind"]], r["decision"]) for r in records] == [
+        ("tool", "files__write", "denied"), ("resource", "docs://readme", "allowed")]
+    assert set(records[0]) == {"time", "agent", "kind", "tool", "decision", "by", "duration_ms", "is_error",
+                               "call_id"}

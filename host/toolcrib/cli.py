@@ -303,9 +303,9 @@ def _tools(host: Any, agent: str, as_json: bool, show_all: bool) -> None:
         return
     for decision in host.decisions(agent):
         if decision.visible:
-            click.echo(f"visible  {decision.tool}")
+            click.echo(f"visible  {decision.name}")
         else:
-            click.echo(f"hidden   {decision.tool}  ({decision.reason})")
+            click.echo(f"hidden   {decision.name}  ({decision.reason})")
 
 
 _PY = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "array": "list", "object": "dict",

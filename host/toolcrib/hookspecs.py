@@ -150,10 +150,12 @@ def toolcrib_approve(
 def toolcrib_audit(record: Mapping[str, Any]) -> None:
     """Receive the audit record of one call decision.
 
-    Called once per call, after the decision and (when the handler ran) the result: ``record`` holds
-    ``time``, ``agent``, ``tool``, ``decision`` (``allowed``, ``denied``, ``unknown``, ``invalid``),
-    ``by`` (the rule, mode, hook or approval that decided), ``duration_ms``, ``is_error``, and
-    ``arguments`` only when the operator turned on ``[host] audit_arguments``. The built-in plugin
+    Called once per decision (a call, a resource read, a prompt get), after the decision and (when the handler
+    ran) the result: ``record`` holds ``time``, ``agent``, ``kind`` (``tool``, ``resource``, ``prompt``), the
+    name under the key of its kind (``record[record["kind"]]``), ``decision`` (``allowed``, ``denied``,
+    ``unknown``, ``invalid``, ``limited``), ``by`` (the rule, mode, hook, approval or limit that decided),
+    ``duration_ms``, ``is_error``, ``call_id`` for a call, ``identity`` for a request that came with a credential
+    (never the token), and ``arguments`` only when the operator turned on ``[host] audit_arguments``. The built-in plugin
     ``toolcrib.audit`` writes these records as JSON lines to ``[host] audit_log``. An implementation that
     raises is logged and does not affect the call.
 

@@ -52,10 +52,6 @@ class Decision:
     kind: str = "tool"
 
     @property
-    def tool(self) -> str:
-        return self.name
-
-    @property
     def reason(self) -> str:
         """The check that hid it; for a visible one, the rule that let it through (the ``tools`` rule for a tool,
         the dimension's rule for anything else)."""

@@ -144,10 +144,6 @@ class Tool:
         except Exception as exc:
             raise ToolDeclarationError(f"tool {self.name!r}: cannot build its JSON schemas: {exc}") from exc
 
-    @property
-    def read_only(self) -> bool:
-        return self.annotations.get("readOnlyHint") is True
-
     def __repr__(self) -> str:
         return f"<Tool {self.name}>"
 

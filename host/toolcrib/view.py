@@ -280,10 +280,6 @@ class AgentView:
         return {"tools": [dict(t) for t in self.mcp_tools], "resources": list(self.mcp_resources),
                 "resourceTemplates": list(self.mcp_templates), "prompts": list(self.mcp_prompts)}
 
-    @property
-    def pipeline(self) -> Pipeline:
-        return self._pipeline
-
     def call(
         self,
         name: str,
