@@ -155,8 +155,8 @@ def toolcrib_audit(record: Mapping[str, Any]) -> None:
     name under the key of its kind (``record[record["kind"]]``), ``decision`` (``allowed``, ``denied``,
     ``unknown``, ``invalid``, ``limited``), ``by`` (the rule, mode, hook, approval or limit that decided),
     ``duration_ms``, ``is_error``, ``call_id`` for a call, ``identity`` for a request that came with a credential
-    (never the token), and ``arguments`` only when the operator turned on ``[host] audit_arguments``. The built-in plugin
-    ``toolcrib.audit`` writes these records as JSON lines to ``[host] audit_log``. An implementation that
+    (never the token), and ``arguments`` only when the operator turned on ``[host] audit_arguments``. The built-in
+    plugin ``toolcrib.audit`` writes these records as JSON lines to ``[host] audit_log``. An implementation that
     raises is logged and does not affect the call.
 
     :param record: the audit record, a read-only mapping of JSON values.
