@@ -1321,8 +1321,9 @@ def test_a_post_hook_answer_too_long_or_malformed_withholds_the_result(tmp_path:
     ("deploy[prod]", "deployp", False), ("deploy[prod]", "deploy[prod]", True), ("deploy[!x]", "deployy", False),
     ("team-?", "team-a", True), ("team-?", "team-ab", False), ("*@example.com", "a@example.com", True),
     ("*@example.com", "a@example.com.evil", False), ("a*b*c", "axbyc", True), ("a*a", "a", False),
+    ("a*b", "ab", True), ("a*bc*c", "abc", False), ("a*bc*c", "abcc", True),
 ], ids=["class-not-special", "class-literal", "negation-not-special", "question-one", "question-only-one", "suffix",
-        "suffix-whole", "pieces-in-order", "no-overlap"])
+        "suffix-whole", "pieces-in-order", "no-overlap", "empty-star", "middle-before-last", "middle-then-last"])
 def test_identity_claim_globs_know_only_star_and_question_mark(glob: str, value: str, matches: bool) -> None:
     from toolcrib.config import IdentityConfig
     from toolcrib.mcp.oauth import claims_match
@@ -1604,6 +1605,62 @@ def test_round_trip_state_is_encrypted_bound_and_expires(monkeypatch: pytest.Mon
         seal.open("w", "files__write", args, "alice", token)
 
 
+def test_a_lease_gives_its_places_back_exactly_once_when_the_handler_really_ends() -> None:
+    from toolcrib.config import LimitsConfig
+    from toolcrib.limits import Lease, LimitBook, compile_limits
+
+    book = LimitBook()
+    (limit,) = compile_limits("a", LimitsConfig(in_flight=2))
+
+    def running() -> int:
+        return book.counter(limit).running
+
+    never = book.enter("a", [limit])
+    assert not isinstance(never, Exception) and running() == 1
+    lease = Lease(book, never)  # type: ignore[arg-type]
+    lease.abandon()  # the call ended before its thread began: the place is free, and the handler never runs
+    assert (running(), lease.start()) == (0, False)
+    lease.end()
+    lease.abandon()
+    assert running() == 0  # nothing given back twice
+    late = Lease(book, book.enter("a", [limit]))  # type: ignore[arg-type]
+    assert (running(), late.start()) == (1, True)
+    late.abandon()  # the call timed out while its handler runs on: the place stays taken
+    assert running() == 1
+    late.end()  # the handler returned
+    late.end()
+    late.abandon()
+    assert running() == 0
+
+
+def test_a_uri_check_names_the_rule_or_the_scope() -> None:
+    from toolcrib.permissions import Check, uri_check
+
+    state = uri_state("""
+[agents.g.permissions]
+plugins = { allow = ["*"] }
+resources = { deny = ["docs://pages/inter*"] }
+[oauth]
+issuer = "https://issuer.example"
+audience = "https://toolcrib.example/mcp"
+[agents.s.identity]
+claims = { sub = "*" }
+[agents.s.identity.needs_scope.staff]
+resources = ["docs://pages/in*"]
+[agents.s.permissions]
+plugins = { allow = ["*"] }
+resources = { allow = ["*"] }
+""")
+    rules = state.host.rules
+    assert uri_check(rules["g"], ["docs://pages/intro", "docs://pages/internal"]) == Check(
+        "uri", False, "denied by agents.g.permissions.resources.deny 'docs://pages/inter*'")
+    assert uri_check(rules["g"], ["docs://pages/intro"]) == Check("uri", True, "no rule names it")
+    assert uri_check(rules["s"].lacking(frozenset({"staff"})), ["docs://pages/intro"]) == Check(
+        "uri", False, "needs scope 'staff' (identity.needs_scope: 'docs://pages/in*'), which the request's token "
+                      "does not carry")
+    assert uri_check(rules["s"], ["docs://pages/intro"]) == Check("uri", True, "no rule names it")
+
+
 def test_a_state_secret_list_rotates_and_a_bad_one_is_refused() -> None:
     from toolcrib.errors import ConfigError
     from toolcrib.mcp.state import state_keys
@@ -1687,6 +1744,7 @@ def test_a_request_body_has_one_deadline_not_one_per_read() -> None:
         chunks = [{"type": "http.request", "body": b"{", "more_body": True}]
 
         async def dripping() -> Any:
+            await anyio.sleep(0.01)  # a real receive waits, if only briefly
             if chunks:
                 return chunks.pop(0)
             await anyio.sleep_forever()

@@ -287,3 +287,21 @@ def test_metrics_without_a_token_check_host_and_origin_as_agent_endpoints_do() -
         assert status == 200 and "toolcrib_tool_calls_total" in text
 
     anyio.run(main)
+
+
+def test_the_metrics_token_is_read_from_the_environment_when_none_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOK_METRICS_ENV", "e" * 32)
+    served = ServingState(make_host('[host]\nmetrics_token_env = "TOK_METRICS_ENV"\n' + CONFIG,
+                                    {"files": FILES, "misc": MISC}))
+    served.metrics = Metrics()
+
+    async def main() -> tuple[int, int]:
+        app = HttpApp(served, HttpOptions())  # no env given: the process's own
+        async with app.app.router.lifespan_context(app.app):
+            transport = httpx2.ASGITransport(app=app)
+            async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as client:
+                good = await client.get("/metrics", headers={"authorization": "Bearer " + "e" * 32})
+                bad = await client.get("/metrics", headers={"authorization": "Bearer " + "m" * 32})
+                return good.status_code, bad.status_code
+
+    assert anyio.run(main) == (200, 401)

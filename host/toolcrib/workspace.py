@@ -40,7 +40,7 @@ _PROTECTED: dict[str, str] = {}  # every absolute name of a protected path -> wh
 _CODE: dict[str, str] = {}  # folders Python imports modules from -> whose: no Python code below them may change
 _PROTECTED_LOCK = threading.Lock()
 _MAX_LINKS = 40  # as the kernel's own limit on links followed in one lookup
-# What Python would import or run from a folder on its module path: sources, bytecode (also in __pycache__),
+# What Python would import or run from a folder on its module path: sources, bytecode (in __pycache__ too),
 # extension modules and path configuration files.
 CODE_SUFFIXES = (".py", ".pyc", ".pyo", ".pyw", ".pyd", ".so", ".pth")
 
@@ -89,8 +89,8 @@ def protect(paths: Mapping[Path, str] | Mapping[str, str]) -> None:
 
 def protect_code(folders: Mapping[Path, str] | Mapping[str, str]) -> None:
     """Protect the Python code below these folders (folder -> whose module path it is on): no ``Root`` may create,
-    change, rename or remove a file whose name ends in one of ``CODE_SUFFIXES``, anything in a ``__pycache__``
-    folder, or bring a folder in. A hook whose Python imports from a folder would otherwise run a module an agent
+    change, rename or remove a file whose name ends in one of ``CODE_SUFFIXES`` (bytecode in ``__pycache__``
+    included), or bring a folder in. A hook whose Python imports from a folder would otherwise run a module an agent
     wrote there (``json.py`` beside a policy script shadows the standard library's)."""
     found = [(name, what) for path, what in folders.items() for name in sorted(names_of(path))]
     with _PROTECTED_LOCK:
@@ -121,8 +121,9 @@ def protected_within(directory: str | os.PathLike[str]) -> list[tuple[str, str]]
 
 
 def is_code(relative: tuple[str, ...]) -> bool:
-    """Whether a path below a folder on a module path is Python code (or bytecode) that an import could load."""
-    return bool(relative) and ("__pycache__" in relative or relative[-1].endswith(CODE_SUFFIXES))
+    """Whether a path below a folder on a module path is Python code (or bytecode: ``__pycache__/*.pyc``) that an
+    import could load."""
+    return bool(relative) and relative[-1].endswith(CODE_SUFFIXES)
 
 
 def _related(a: str, b: str) -> bool:
