@@ -1750,8 +1750,9 @@ def test_a_request_body_has_one_deadline_not_one_per_read() -> None:
             await anyio.sleep_forever()
 
         receive = body_within(dripping, 0.2)
-        assert await receive() == {"type": "http.request", "body": b"{", "more_body": True}
-        assert await receive() == {"type": "http.disconnect"}
+        with anyio.fail_after(30):  # a guard against hanging, not a measure: the deadline is 0.2 s
+            assert await receive() == {"type": "http.request", "body": b"{", "more_body": True}
+            assert await receive() == {"type": "http.disconnect"}
 
         later = [{"type": "http.request", "body": b"{}", "more_body": False}]
 
