@@ -390,3 +390,26 @@ def test_an_answer_of_exactly_the_cap_is_heard_and_one_byte_more_is_not(tmp_path
                          {"files": FILES}, base_dir=tmp_path)
         result = anyio.run(lambda: host.view("a").call("files__read", {"path": "x"}))  # noqa: B023
         assert (result.is_error, result.text) == (True, expected)
+
+
+def test_an_answer_is_heard_though_a_child_the_program_left_holds_its_output(tmp_path: Path) -> None:
+    """The program answered and exited; a child it started in the background still holds stdout. Its answer
+    counts at once (after a short grace), not when the hook's time runs out."""
+    (tmp_path / "leaves.py").write_text(
+        "import subprocess, sys\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "print('{\"decision\": \"deny\", \"message\": \"answered before the child ended\"}', flush=True)\n")
+    host = make_host(f'[[hooks.pre_tool_use]]\ncommand = [{json.dumps(sys.executable)}, "leaves.py"]\ntimeout = 20\n'
+                     '[agents.a.permissions]\nplugins = { allow = ["files"] }\ntools = { allow = ["*"] }\n',
+                     {"files": FILES}, base_dir=tmp_path)
+    result = anyio.run(lambda: host.view("a").call("files__read", {"path": "x"}))
+    assert (result.is_error, result.text) == (True, "answered before the child ended")
+
+
+def test_a_refusal_on_stderr_that_is_not_utf8_is_still_read(tmp_path: Path) -> None:
+    (tmp_path / "bytes.py").write_text("import sys; sys.stderr.buffer.write(b'no \\xff way'); sys.exit(2)")
+    host = make_host(f'[[hooks.pre_tool_use]]\ncommand = [{json.dumps(sys.executable)}, "bytes.py"]\n'
+                     '[agents.a.permissions]\nplugins = { allow = ["files"] }\ntools = { allow = ["*"] }\n',
+                     {"files": FILES}, base_dir=tmp_path)
+    result = anyio.run(lambda: host.view("a").call("files__read", {"path": "x"}))
+    assert (result.is_error, result.text) == (True, "no \ufffd way")
