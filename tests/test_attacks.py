@@ -1863,3 +1863,20 @@ def test_a_template_expands_its_decoded_parameters() -> None:
     assert expand("x://{a}", {}) is None
     assert expand("x://{a}{?q}", {"a": "1", "q": "2"}) is None
     assert expand("x://fixed", {}) == "x://fixed"
+
+
+def test_python_code_is_protected_in_a_workspace_that_holds_no_other_governing_file(tmp_path: Path) -> None:
+    """The config and the hook live outside the workspace; only the hook's PYTHONPATH reaches into it."""
+    (tmp_path / "ws" / "lib").mkdir(parents=True)
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "hook.py").write_text("")
+    host = fs_writer(tmp_path, f"""
+        [[hooks.pre_tool_use]]
+        command = [{json.dumps(sys.executable)}, "hooks/hook.py"]
+        tools = ["nothing"]
+        env = {{ PYTHONPATH = "ws/lib" }}
+    """, workspace_line='workspace = "ws"')
+    assert refused(host, "fs__write_file", path="lib/json.py", content="x") == code_message(
+        "lib/json.py", tmp_path / "ws" / "lib", "hooks.pre_tool_use[0]")
+    assert call(host, "a", "fs__write_file", path="lib/data.txt", content="x").is_error is False
+    assert workspace.Root(tmp_path / "ws")._protected == []  # nothing else governing is in this workspace
