@@ -221,3 +221,24 @@ def test_reading_a_fifo_never_blocks(tmp_path: Path) -> None:
         assert read_at(fd, "pipe", 10) is None
     finally:
         os.close(fd)
+
+
+def test_every_name_that_reaches_a_path_is_found(tmp_path: Path) -> None:
+    """As written, each link on the way (a folder link in the middle, a relative one, a chain), and where it
+    really is; a loop ends; a name not there yet is kept as written."""
+    (tmp_path / "dot" / "cfg").mkdir(parents=True)
+    (tmp_path / "dot" / "cfg" / "toolcrib.toml").write_text("")
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "cfg").symlink_to("../dot/cfg")
+    (tmp_path / "ws" / "first").symlink_to("second")
+    (tmp_path / "ws" / "second").symlink_to(tmp_path / "dot" / "cfg" / "toolcrib.toml")
+    (tmp_path / "ws" / "loop").symlink_to("loop")
+
+    def names(path: str) -> list[str]:
+        return sorted(os.path.relpath(n, tmp_path) for n in workspace.names_of(tmp_path / path))
+
+    assert names("ws/cfg/toolcrib.toml") == ["dot/cfg/toolcrib.toml", "ws/cfg"]
+    assert names("ws/first") == ["dot/cfg/toolcrib.toml", "ws/first", "ws/second"]
+    assert names("ws/loop") == ["ws/loop"]
+    assert names("ws/new/later.py") == ["ws/new/later.py"]
+    assert names("ws/./cfg/../cfg/toolcrib.toml") == ["dot/cfg/toolcrib.toml", "ws/cfg"]
