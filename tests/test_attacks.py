@@ -1880,3 +1880,23 @@ def test_python_code_is_protected_in_a_workspace_that_holds_no_other_governing_f
         "lib/json.py", tmp_path / "ws" / "lib", "hooks.pre_tool_use[0]")
     assert call(host, "a", "fs__write_file", path="lib/data.txt", content="x").is_error is False
     assert workspace.Root(tmp_path / "ws")._protected == []  # nothing else governing is in this workspace
+
+
+def test_keys_that_arrive_in_several_pieces_are_read_whole() -> None:
+    """The JWKS is read as it streams in; a document sent in pieces is still one document."""
+    from issuer import Issuer
+    from toolcrib.config import OAuthConfig
+    from toolcrib.mcp import oauth
+
+    published = Issuer().jwks()
+    body = json.dumps(published).encode()
+    head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    drip = Drip(head + body[:40], body[40:], every=0.001)
+    config = OAuthConfig(issuer="https://idp.example", audience="https://tools.example",
+                         jwks_url=f"http://127.0.0.1:{drip.port}/jwks")
+    try:
+        keys = oauth.Keys(config)
+        found = anyio.run(lambda: keys.get(published["keys"][0]["kid"]))
+    finally:
+        drip.close()
+    assert found is not None and found[0].key_id == published["keys"][0]["kid"]
