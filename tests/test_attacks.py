@@ -1240,8 +1240,8 @@ def test_argument_rules_match_a_url_in_its_normal_form(tmp_path: Path) -> None:
             "'web__fetch(https://intranet.example/*)').")), url
 
 
-def test_a_scope_naming_concrete_uris_of_a_template_hides_them_from_a_token_without_it() -> None:
-    state = uri_state("""
+# agent s: a token without scope "staff" may not read the pages whose slug starts with "in"
+STAFF_PAGES = """
 [oauth]
 issuer = "https://issuer.example"
 audience = "https://toolcrib.example/mcp"
@@ -1252,7 +1252,11 @@ resources = ["docs://pages/in*"]
 [agents.s.permissions]
 plugins = { allow = ["*"] }
 resources = { allow = ["*"] }
-""")
+"""
+
+
+def test_a_scope_naming_concrete_uris_of_a_template_hides_them_from_a_token_without_it() -> None:
+    state = uri_state(STAFF_PAGES)
     lacking = frozenset({"staff"})
     view, full = state.host.view("s", lacking), state.host.view("s")
     for uri in ("docs://pages/intro", "docs://pages/%69ntro", "docs://pages/install"):
@@ -1640,17 +1644,7 @@ def test_a_uri_check_names_the_rule_or_the_scope() -> None:
 [agents.g.permissions]
 plugins = { allow = ["*"] }
 resources = { deny = ["docs://pages/inter*"] }
-[oauth]
-issuer = "https://issuer.example"
-audience = "https://toolcrib.example/mcp"
-[agents.s.identity]
-claims = { sub = "*" }
-[agents.s.identity.needs_scope.staff]
-resources = ["docs://pages/in*"]
-[agents.s.permissions]
-plugins = { allow = ["*"] }
-resources = { allow = ["*"] }
-""")
+""" + STAFF_PAGES)
     rules = state.host.rules
     assert uri_check(rules["g"], ["docs://pages/intro", "docs://pages/internal"]) == Check(
         "uri", False, "denied by agents.g.permissions.resources.deny 'docs://pages/inter*'")
