@@ -361,12 +361,12 @@ class Host:
             if where.startswith("mcps."):
                 found.append(Problem("warning", f"{loaded.source}: {where}.command", (
                     f"{why}: toolcrib cannot protect the code this server runs; name its script by path")))
+        ours = {known for path in self.governing for known in workspace.names_of(path)}
         for name, config in sorted(self.loaded.config.mcps.items()):
             for arg in config.args:
                 folder = self.loaded.resolve(arg) if config.command is not None else None
                 if folder is None or not folder.is_dir():
                     continue
-                ours = {known for path in self.governing for known in workspace.names_of(path)}
                 reached = [f"{path} ({what})" for path, what in workspace.protected_within(folder) if path in ours]
                 if reached:
                     found.append(Problem("warning", f"{self.loaded.source}: mcps.{name}.args", (
