@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+import uvicorn
 
 from conftest import make_host
 from packs import FILES
@@ -278,3 +279,87 @@ def test_any_other_address_needs_allow_remote(host: str) -> None:
         f"refusing to listen on {host}: every agent's endpoint would be reachable from the network; pass "
         "--allow-remote to do it on purpose (tokens are still required; add --allowed-host for the name clients use)")
     check_bind(HttpOptions(host=host, allow_remote=True))  # said on purpose
+
+
+class _Recorded(uvicorn.Server):
+    """uvicorn's own server, remembered: the test reaches the one ``serve_http`` makes to stop it as SIGTERM would."""
+
+    made: list[uvicorn.Server] = []
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.made.append(self)
+
+
+SERVED = """
+[host]
+shutdown_timeout = 2.5
+[agents.reader]
+token_env = "TOK_READER"
+[agents.reader.permissions]
+plugins = { allow = ["files"] }
+tools = { allow = ["files__read"] }
+[agents.silent]
+"""
+
+
+@pytest.mark.parametrize(("stateless", "metrics", "extras"), [
+    (False, False, "sessions"),
+    (True, True, "stateless; metrics at /metrics"),
+], ids=["sessions", "stateless-metrics"])
+def test_serve_http_listens_announces_and_drains_in_process(
+        stateless: bool, metrics: bool, extras: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``serve_http`` itself (tests/test_serve.py runs it in a subprocess, out of mutation testing's sight): it
+    listens where asked, says so in one line, sends no Server header, and once told to stop answers /readyz 503."""
+    from toolcrib.mcp import http as http_module
+    from toolcrib.observe import Metrics
+
+    monkeypatch.setattr(http_module.uvicorn, "Server", _Recorded)
+    monkeypatch.setenv("TOK_READER", "r" * 32)
+    _Recorded.made.clear()
+    state = ServingState(make_host(SERVED, {"files": FILES}))
+    if metrics:
+        state.metrics = Metrics()
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(http_module.serve_http, state, HttpOptions(port=0, stateless=stateless))
+            while not (_Recorded.made and _Recorded.made[0].started):
+                await anyio.sleep(0.01)
+            server = _Recorded.made[0]
+            port = server.servers[0].sockets[0].getsockname()[1]
+            seen["port"] = port
+            seen["config"] = server.config
+            async with httpx2.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+                ready = await client.get("/readyz")
+                seen["ready"] = (ready.status_code, ready.json(), ready.headers.get("server"))
+                listed = await client.post("/agents/reader/mcp", json=INITIALIZE,
+                                           headers={**HEADERS, **bearer("r" * 32)})
+                seen["initialize"] = listed.status_code
+                server.should_exit = True  # what uvicorn sets on SIGTERM
+                seen["draining"] = server.config.app.draining()
+            # serve_http returns by itself once uvicorn has stopped (the task group would wait forever otherwise)
+
+    anyio.run(main)
+    assert seen["ready"] == (200, {"status": "ready"}, None)
+    assert seen["initialize"] == 200
+    assert seen["draining"] is True
+    config = seen["config"]
+    assert (config.host, config.lifespan, config.log_level, config.timeout_graceful_shutdown) == (
+        "127.0.0.1", "on", "warning", 3)
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"toolcrib: serving over HTTP at http://127.0.0.1:{seen['port']}/agents/<name>/mcp; agents: reader (1 tools); "
+        f"{extras}; probes at /healthz and /readyz")
+
+
+def test_serve_http_refuses_a_remote_address_before_it_listens(monkeypatch: pytest.MonkeyPatch) -> None:
+    from toolcrib.mcp import http as http_module
+
+    monkeypatch.setattr(http_module.uvicorn, "Server", _Recorded)
+    _Recorded.made.clear()
+    state = ServingState(make_host(SERVED, {"files": FILES}))
+    with pytest.raises(ServeError, match=r"^refusing to listen on 0\.0\.0\.0: "):
+        anyio.run(http_module.serve_http, state, HttpOptions(host="0.0.0.0", port=0))
+    assert _Recorded.made == []
