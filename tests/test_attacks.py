@@ -1106,6 +1106,26 @@ def test_a_hook_whose_code_cannot_be_located_does_not_start_inside_the_workspace
     assert call(outside, "a", "fs__read_file", path="a.txt").text == "in ws"  # its folder is not the agent's
 
 
+@pytest.mark.parametrize(("workspace", "cwd", "refused"), [
+    ("ws", "ws", True), ("ws", "ws/hooks/deep", True), ("ws", "ws-other", False), ("ws", ".", False),
+    ("/", "ws", True),
+], ids=["the-workspace", "a-folder-in-it", "a-sibling-with-its-name-as-prefix", "its-parent", "workspace-is-root"])
+def test_an_unlocated_hook_is_refused_exactly_when_it_runs_inside_the_workspace(
+        tmp_path: Path, workspace: str, cwd: str, refused: bool) -> None:
+    from toolcrib.governing import unlocated
+
+    for folder in ("ws/hooks/deep", "ws-other"):
+        (tmp_path / folder).mkdir(parents=True, exist_ok=True)
+    where = tmp_path / cwd
+    why = unlocated("hooks.pre_tool_use[0]", ["sh", "-c", "true"], where, {}, tmp_path / workspace, False)
+    assert why == (f"hooks.pre_tool_use[0] does not start: sh -c runs a string of commands toolcrib cannot follow, "
+                   f"and it runs in {os.path.realpath(where)}, inside the workspace, where an agent could write what "
+                   "it runs; move it out of the workspace, name its script by path, or set out_of_reach = true if its "
+                   "code is out of every agent's reach" if refused else None)
+    assert unlocated("h", ["sh", "-c", "true"], where, {}, tmp_path / workspace, True) is None  # vouched for
+    assert unlocated("h", ["sh", "hooks/x.sh"], where, {}, tmp_path / workspace, False) is None  # located
+
+
 def test_governing_files_reached_through_symlinks_cannot_be_replaced(tmp_path: Path) -> None:
     """A workspace whose config, tool folder, hooks and skill are links into a dotfiles folder: no link can be
     replaced, removed or renamed, and nothing can be written through it."""
@@ -1782,7 +1802,7 @@ def test_a_request_body_has_one_deadline_not_one_per_read() -> None:
     (["python3", "-", "hooks/p.py"], [], [], "python without a script reads its code from standard input"),
     (["env", "-S", "python3 hooks/p.py"], [], [], "env -S runs a string of words toolcrib cannot follow"),
     (["sh", "hooks/check.sh", "later/x.txt"], ["hooks/check.sh", "later/x.txt"], [], None),
-    (["bash", "-e", "-o", "hooks/check.sh"], ["hooks/check.sh"], [], None),
+    (["bash", "-e", "-o", "pipefail", "hooks/check.sh"], ["hooks/check.sh"], [], None),
     (["bash", "-lc", "true"], [], [], "bash -c runs a string of commands toolcrib cannot follow"),
     (["sh"], [], [], "sh without a script reads its code from standard input"),
     (["node", "--eval", "1"], [], [], "node --eval runs a string of code toolcrib cannot follow"),
@@ -1807,6 +1827,72 @@ def test_what_a_command_runs_is_found_from_its_command_line(tmp_path: Path, comm
     expected_files = files + (["rules.json"] if "rules.json" in command else [])
     assert ([local(p) for p in code.files], [local(p) for p in code.module_paths], code.opaque) == (
         sorted(set(expected_files), key=expected_files.index), module_paths, opaque)
+
+
+@pytest.mark.parametrize(("command", "env", "files", "module_paths", "opaque"), [
+    # env as GNU env reads it: -u unsets, -i empties, -C changes directory, -S splits a string, -- ends options
+    (["env", "-u", "PYTHONPATH", "python3", "-m", "m"], {"PYTHONPATH": "lib"}, ["m.py", "m"], ["."], None),
+    (["env", "-uPYTHONPATH", "python3", "-m", "m"], {"PYTHONPATH": "lib"}, ["m.py", "m"], ["."], None),
+    (["env", "--unset=PYTHONPATH", "python3", "-m", "m"], {"PYTHONPATH": "lib"}, ["m.py", "m"], ["."], None),
+    (["env", "--unset", "PYTHONPATH", "python3", "-m", "m"], {"PYTHONPATH": "lib"}, ["m.py", "m"], ["."], None),
+    (["env", "-i", "python3", "-m", "m"], {"PYTHONPATH": "lib"}, ["m.py", "m"], ["."], None),
+    (["env", "-iv", "python3", "-m", "m"], {"PYTHONPATH": "lib"}, ["m.py", "m"], ["."], None),
+    (["env", "-", "python3", "-m", "m"], {"PYTHONPATH": "lib"}, ["m.py", "m"], ["."], None),
+    (["env", "--ignore-environment", "python3", "-m", "m"], {"PYTHONPATH": "lib"}, ["m.py", "m"], ["."], None),
+    (["env", "-v", "python3", "-m", "m"], {"PYTHONPATH": "lib"}, ["m.py", "m", "lib/m.py", "lib/m"], [".", "lib"],
+     None),
+    (["env", "PYTHONPATH=a=b", "python3", "-m", "m"], {}, ["m.py", "m", "a=b/m.py", "a=b/m"], [".", "a=b"], None),
+    (["env", "-C", "sub", "./run", "x/y.txt"], {}, ["sub/run", "sub/x/y.txt"], [], None),
+    (["env", "--chdir=sub", "python3", "p.py"], {}, ["sub/p.py"], ["sub"], None),
+    (["env", "-Csub", "python3", "p.py"], {}, ["sub/p.py"], ["sub"], None),
+    (["env", "--", "./run"], {}, ["run"], [], None),
+    (["env", "A=1"], {}, [], [], None),
+    (["env", "-Spython3 x"], {}, [], [], "env -S runs a string of words toolcrib cannot follow"),
+    (["env", "-vS", "python3 x"], {}, [], [], "env -S runs a string of words toolcrib cannot follow"),
+    (["env", "--split-string", "python3 x"], {}, [], [], "env -S runs a string of words toolcrib cannot follow"),
+    (["env", "-a", "name", "./run"], {}, ["run"], [], None),
+    # Python: long options, options that take the next word, -m without a module
+    (["python3", "-B", "--check-hash-based-pycs", "always", "p.py"], {}, ["p.py"], ["."], None),
+    (["python3", "--help-env", "p.py"], {}, ["p.py"], ["."], None),
+    (["python3", "-u", "-m", "pol"], {}, ["pol.py", "pol"], ["."], None),
+    (["python3", "-mp", "data/a.txt"], {}, ["p.py", "p", "data/a.txt"], ["."], None),
+    (["python3", "-B", "-m", "pol", "out/r.txt"], {}, ["pol.py", "pol", "out/r.txt"], ["."], None),
+    (["python3", "-m", "pol.py"], {}, ["pol.py", "pol"], ["."], None),
+    (["python3", "-m"], {}, [], [], None),  # python refuses to start
+    (["python3", "-W"], {}, [], [], "python without a script reads its code from standard input"),
+    (["python3", "-c", "1"], {"PYTHONPATH": "lib"}, [], [".", "lib"],
+     "python -c runs a string of code toolcrib cannot follow"),
+    (["python3", "-u", "-B", "p.py"], {}, ["p.py"], ["."], None),
+    # shells: options that take a value, + options, - and --
+    (["sh", "+e", "hooks/check.sh"], {}, ["hooks/check.sh"], [], None),
+    (["bash", "-eo", "pipefail", "hooks/check.sh"], {}, ["hooks/check.sh"], [], None),
+    (["bash", "+O", "extglob", "hooks/check.sh"], {}, ["hooks/check.sh"], [], None),
+    (["bash", "--rcfile", "rc", "hooks/check.sh"], {}, ["hooks/check.sh"], [], None),
+    (["bash", "--noprofile", "hooks/check.sh"], {}, ["hooks/check.sh"], [], None),
+    (["bash", "--", "-odd.sh"], {}, ["-odd.sh"], [], None),
+    (["bash", "--"], {}, [], [], "bash without a script reads its code from standard input"),
+    (["bash", "-"], {}, [], [], "bash without a script reads its code from standard input"),
+    (["bash", "-e", "-", "x"], {}, [], [], "bash without a script reads its code from standard input"),
+    # what interpreters load by option: node's --require and --import, perl's and ruby's -I
+    (["node", "-r", "./pre.js", "srv.js"], {}, ["pre.js", "srv.js"], [], None),
+    (["node", "--import=./pre.mjs", "--require", "dotenv", "srv.js"], {}, ["pre.mjs", "srv.js"], [], None),
+    (["node", "-C", "dev", "srv.js"], {}, ["srv.js"], [], None),
+    (["perl", "-Ilib", "x.pl"], {}, ["x.pl"], ["lib"], None),
+    (["ruby", "-I", "lib", "-r", "json", "x.rb"], {}, ["x.rb"], ["lib"], None),
+    # arguments that name files, and those that do not
+    (["./bin/p", "--out=a/b.txt", "a/\x00b", "conf", "nothing", "a" * 5000, "data/new.txt"], {},
+     ["bin/p", "data/new.txt"], [], None),
+], ids=[f"case{i}" for i in range(44)])
+def test_what_more_command_lines_run_is_found(tmp_path: Path, command: list[str], env: dict[str, str],
+                                               files: list[str], module_paths: list[str], opaque: str | None) -> None:
+    from toolcrib.governing import analyse
+
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "pol.py").write_text("")
+    (tmp_path / "srv.js").write_text("")
+    code = analyse(command, tmp_path, env)
+    relative = [[os.path.relpath(p, tmp_path) for p in paths] for paths in (code.files, code.module_paths)]
+    assert (*relative, code.opaque) == (files, module_paths, opaque)
 
 
 def test_code_an_environment_makes_a_program_load_is_found(tmp_path: Path) -> None:

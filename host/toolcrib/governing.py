@@ -38,7 +38,6 @@ class Launch:
     command: Sequence[str]
     cwd: Path
     env: Mapping[str, str] = field(default_factory=dict)
-    program_base: Path | None = None  # a program named by a path is relative to this (default: cwd)
 
 
 @dataclass
@@ -61,26 +60,23 @@ _CODE_OPTIONS: dict[str, tuple[str, ...]] = {
 _PYTHON_VALUE_OPTIONS = frozenset({"--check-hash-based-pycs"})  # long options that take the next word
 
 
-def analyse(command: Sequence[str], cwd: Path, env: Mapping[str, str], program_base: Path | None = None) -> Code:
+def analyse(command: Sequence[str], cwd: Path, env: Mapping[str, str]) -> Code:
     """What ``command`` (run in ``cwd`` with ``env``) runs: see ``Code``. Paths are absolute and not resolved, so
     that protection can follow each link on the way (``toolcrib.workspace.names_of``)."""
     code = Code()
     words = list(command)
-    while words and os.path.basename(words[0]) == "env":  # env [-i] [NAME=VALUE ...] program ...
-        words = words[1:]
-        while words and (words[0].startswith("-") or "=" in words[0]):
-            if words[0] in ("-S", "--split-string") or words[0].startswith(("-S", "--split-string=")):
-                code.opaque = "env -S runs a string of words toolcrib cannot follow"
-                return code
-            env = {**env, **dict([words[0].split("=", 1)])} if "=" in words[0] and not words[0].startswith("-") \
-                else env
-            words = words[1:]
+    while words and os.path.basename(words[0]) == "env":
+        read = _env(words[1:], cwd, env)
+        if isinstance(read, str):
+            code.opaque = read
+            return code
+        words, cwd, env = read
     code.files.extend(_env_files(env, cwd))
     if not words:
         return code
     program, rest = words[0], words[1:]
     if "/" in program:
-        code.files.append(_absolute(program_base or cwd, program))
+        code.files.append(_absolute(cwd, program))
     name = os.path.basename(program)
     if _PYTHON.fullmatch(name):
         _python(rest, cwd, env, code)
@@ -89,6 +85,53 @@ def analyse(command: Sequence[str], cwd: Path, env: Mapping[str, str], program_b
     else:
         code.files.extend(_path_arguments(rest, cwd))
     return code
+
+
+def _env(words: list[str], cwd: Path, env: Mapping[str, str]) -> tuple[list[str], Path, Mapping[str, str]] | str:
+    """``env [OPTION]... [NAME=VALUE]... [PROGRAM ARGS]`` as GNU env reads it: the words after it, the working
+    directory and the environment the program gets (``-i`` empties it, ``-u`` unsets, ``-C`` changes directory),
+    or why the program cannot be followed (``-S`` splits a string into words)."""
+    env = dict(env)
+    while words:
+        word, words = words[0], words[1:]
+        if word == "--":
+            break
+        if word == "-":  # -i, as old envs spell it
+            env = {}
+            continue
+        if not word.startswith("-"):
+            if "=" not in word:
+                return [word, *words], cwd, env
+            name, value = word.split("=", 1)
+            env[name] = value
+            continue
+        if word == "--ignore-environment":
+            env = {}
+            continue
+        letter, value, joined = "", "", ""  # an option that takes a value: its letter, the value, given joined?
+        if word.startswith("--"):
+            option, joined, value = word.partition("=")
+            letter = _ENV_LONG.get(option, "")
+        else:
+            for i, one in enumerate(word[1:], start=1):
+                if one == "i":
+                    env = {}
+                if one in "uCSa":
+                    letter, value = one, word[i + 1:]
+                    joined = value
+                    break
+        if letter and not joined:
+            value, words = "".join(words[:1]), words[1:]
+        if letter == "S":
+            return "env -S runs a string of words toolcrib cannot follow"
+        if letter == "u":
+            env.pop(value, None)
+        elif letter == "C":
+            cwd = _absolute(cwd, value)
+    return words, cwd, env
+
+
+_ENV_LONG = {"--unset": "u", "--chdir": "C", "--split-string": "S", "--argv0": "a"}
 
 
 def _python(rest: list[str], cwd: Path, env: Mapping[str, str], code: Code) -> None:
@@ -106,7 +149,7 @@ def _python(rest: list[str], cwd: Path, env: Mapping[str, str], code: Code) -> N
         if not word.startswith("-"):
             script = _absolute(cwd, word)
             code.files.append(script)
-            code.module_paths += _python_path(script.parent, cwd, env, flags)
+            code.module_paths = _python_path(script.parent, cwd, env, flags)
             code.files.extend(_path_arguments(rest[i + 1:], cwd))
             return
         for j, letter in enumerate(word[1:], start=1):
@@ -117,6 +160,8 @@ def _python(rest: list[str], cwd: Path, env: Mapping[str, str], code: Code) -> N
                 code.opaque = "python -c runs a string of code toolcrib cannot follow"
                 return
             if letter == "m":
+                if not value:  # python refuses to start: it runs nothing
+                    return
                 roots = _python_path(cwd, cwd, env, flags)
                 code.module_paths.extend(roots)
                 top = value.split(".")[0]
@@ -124,7 +169,7 @@ def _python(rest: list[str], cwd: Path, env: Mapping[str, str], code: Code) -> N
                     code.files += [root / f"{top}.py", root / top]  # a module, or a package folder, by that name
                 code.files.extend(_path_arguments(rest[i + 1 + consumed:], cwd))
                 return
-            if letter in "WX":
+            if letter in ("W", "X"):
                 i += consumed
                 break
             flags.add(letter)
@@ -145,20 +190,57 @@ def _python_path(first: Path, cwd: Path, env: Mapping[str, str], flags: set[str]
 
 
 def _interpreter(name: str, rest: list[str], cwd: Path, code: Code) -> None:
+    """A shell's or another interpreter's command line: options (and their values) up to the script; ``--`` ends
+    them, ``-`` (or none) reads the code from standard input, a code option (``-c``, ``-e``) gives it as a string."""
     code_options = _CODE_OPTIONS.get(name, ())
-    for i, word in enumerate(rest):
-        if name in _SHELLS and word.startswith("-") and not word.startswith("--") and "c" in word[1:]:
+    shell = name in _SHELLS
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        if word == "-":
+            break
+        if word == "--":
+            i += 1
+            if i < len(rest):
+                break  # what follows is the script, whatever it looks like
+            continue
+        if shell and word.startswith("-") and not word.startswith("--") and "c" in word[1:]:
             code.opaque = f"{name} -c runs a string of commands toolcrib cannot follow"
             return
         if word in code_options or any(word.startswith(f"{o}=") for o in code_options if o.startswith("--")):
             code.opaque = f"{name} {word} runs a string of code toolcrib cannot follow"
             return
-        if word.startswith(("-", "+")) and word not in ("-", "--"):
+        if not word.startswith(("-", "+")):
+            break
+        if shell:  # -o and -O (alone or last in a cluster) and --rcfile take the next word
+            i += 2 if word in ("--rcfile", "--init-file") or (word[1] != "-" and word[-1] in "oO") else 1
             continue
-        code.files.append(_absolute(cwd, word))
-        code.files.extend(_path_arguments(rest[i + 1:], cwd))
+        option, _, joined = word.partition("=") if word.startswith("--") else (word[:2], "", word[2:])
+        loads = _LOADS.get(name, {}).get(option)
+        takes = loads is not None or option in _VALUE_OPTIONS.get(name, ())
+        value = joined or ("".join(rest[i + 1:i + 2]) if takes else "")
+        if loads == "file" and value.startswith((".", "/")):  # a path, not a package name
+            code.files.append(_absolute(cwd, value))
+        elif loads == "folder" and value:
+            code.module_paths.append(_absolute(cwd, value))
+        i += 2 if takes and not joined else 1
+    else:
+        code.opaque = f"{name} without a script reads its code from standard input"
         return
-    code.opaque = f"{name} without a script reads its code from standard input"
+    if rest[i] == "-":
+        code.opaque = f"{name} without a script reads its code from standard input"
+        return
+    code.files.append(_absolute(cwd, rest[i]))
+    code.files.extend(_path_arguments(rest[i + 1:], cwd))
+
+
+# interpreter -> its options that take a value (joined, or the next word)
+_VALUE_OPTIONS: dict[str, tuple[str, ...]] = {"node": ("-C", "--conditions"), "nodejs": ("-C", "--conditions"),
+                                              "ruby": ("-r",)}
+_NODE_LOADS = dict.fromkeys(("-r", "--require", "--import", "--loader", "--experimental-loader"), "file")
+# interpreter -> its options whose value is code it loads: a file by path, or a folder it imports modules from
+_LOADS: dict[str, dict[str, str]] = {"node": _NODE_LOADS, "nodejs": _NODE_LOADS, "bun": _NODE_LOADS,
+                                     "perl": {"-I": "folder"}, "ruby": {"-I": "folder"}}
 
 
 # Environment variables whose value names code a program loads before its own: the dynamic linker's preloads, the
@@ -175,8 +257,8 @@ def _env_files(env: Mapping[str, str], cwd: Path) -> Iterator[Path]:
     words = env.get("NODE_OPTIONS", "").split()
     for i, word in enumerate(words):
         name, _, value = word.partition("=")
-        if name in ("-r", "--require", "--import", "--loader", "--experimental-loader"):
-            target = value or (words[i + 1] if i + 1 < len(words) else "")
+        if name in _NODE_LOADS:
+            target = value or "".join(words[i + 1:i + 2])
             if target.startswith((".", "/")):  # a path, not a package name
                 yield _absolute(cwd, target)
 
@@ -207,11 +289,11 @@ def unlocated(where: str, command: Sequence[str], cwd: Path, env: Mapping[str, s
     be protected, and its working directory lies in the workspace, where an agent could write what it runs. None
     when it may start: its code is located (and protected), it runs outside the workspace, or the operator vouches
     for it (``vouched``: ``out_of_reach = true``)."""
-    opaque = analyse(command, cwd, env, cwd).opaque
+    opaque = analyse(command, cwd, env).opaque
     if opaque is None or vouched:
         return None
     ws, real = os.path.realpath(workspace), os.path.realpath(cwd)
-    if real != ws and not real.startswith(ws.rstrip("/") + "/"):
+    if os.path.commonpath([ws, real]) != ws:  # outside the workspace
         return None
     return (f"{where} does not start: {opaque}, and it runs in {real}, inside the workspace, where an agent could "
             "write what it runs; move it out of the workspace, name its script by path, or set out_of_reach = true "
@@ -246,7 +328,7 @@ def governing(model: BaseModel, base_dir: Path, env: Mapping[str, str]) -> tuple
                 found.append(Found(path, marks[0].what.format(key=key, name=path.name)))
         launches = getattr(node, "launches", None)
         for launch in launches(where, base_dir, env) if callable(launches) else ():
-            code = analyse(launch.command, launch.cwd, launch.env, launch.program_base)
+            code = analyse(launch.command, launch.cwd, launch.env)
             found += [Found(path, f"a program of {launch.where}") for path in code.files]
             found += [Found(path, launch.where, "code") for path in code.module_paths]
             if code.opaque is not None:
