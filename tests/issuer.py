@@ -25,7 +25,8 @@ from jwt.algorithms import RSAAlgorithm
 class Issuer:
     """``url`` is the issuer; ``clients`` maps client id -> (secret, extra claims of its tokens)."""
 
-    def __init__(self, *, oidc: bool = True, metadata_issuer: str | None = None, jwks_uri: bool = True) -> None:
+    def __init__(self, *, oidc: bool = True, metadata_issuer: str | None = None, jwks_uri: bool = True,
+                 path: str = "") -> None:
         self.publish_jwks_uri = jwks_uri  # the metadata names its JWKS (else it lacks jwks_uri)
         self.oidc = oidc  # serve OpenID Connect discovery (else only RFC 8414's)
         self.metadata_issuer = metadata_issuer  # what the metadata claims the issuer is (default: its own URL)
@@ -35,7 +36,11 @@ class Issuer:
         self.granted: list[dict[str, str]] = []  # the token requests granted (form fields, secret left out)
         self.rotate()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self.root = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self.path = path  # an issuer with a path (``/realms/main``) is discovered below it, as RFC 8414 says
+        self.url = self.root + path
+        self.requests: list[str] = []  # the paths asked for, in order
+        self.jwks_text: str | None = None  # served at /jwks instead of the JWKS, when set
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
     def __enter__(self) -> Issuer:
@@ -87,7 +92,7 @@ class Issuer:
         return found
 
     def _all_metadata(self) -> dict[str, Any]:
-        return {"issuer": self.metadata_issuer or self.url, "jwks_uri": f"{self.url}/jwks",
+        return {"issuer": self.metadata_issuer or self.url, "jwks_uri": f"{self.root}/jwks",
                 "token_endpoint": f"{self.url}/token",
                 "authorization_endpoint": f"{self.url}/authorize", "response_types_supported": ["code"],
                 "grant_types_supported": ["client_credentials"], "code_challenge_methods_supported": ["S256"],
@@ -129,9 +134,18 @@ class Issuer:
                 self.wfile.write(data)
 
             def do_GET(self) -> None:
-                if self.path == "/.well-known/oauth-authorization-server" or (
-                        self.path == "/.well-known/openid-configuration" and issuer.oidc):
+                issuer.requests.append(self.path)
+                if self.path == f"/.well-known/oauth-authorization-server{issuer.path}" or (
+                        self.path == f"{issuer.path}/.well-known/openid-configuration" and issuer.oidc):
                     self._answer(200, issuer._metadata())
+                elif self.path == "/jwks" and issuer.jwks_text is not None:
+                    issuer.fetches += 1
+                    data = issuer.jwks_text.encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
                 elif self.path == "/jwks":
                     issuer.fetches += 1
                     self._answer(200, issuer.jwks())

@@ -200,6 +200,18 @@ def test_metadata_without_a_jwks_uri_and_a_redirected_jwks_are_not_followed(tmp_
     assert messages[1].startswith("the OAuth issuer's keys could not be fetched: Redirect response '302 Found'")
 
 
+@pytest.mark.parametrize("oidc", [True, False], ids=["openid", "rfc8414"])
+def test_an_issuer_with_a_path_and_a_trailing_slash_is_discovered_below_it(tmp_path: Path, oidc: bool) -> None:
+    with Issuer(path="/realms/X", oidc=oidc) as issuer:
+        issuer.metadata_issuer = issuer.url + "/"
+        token = jwt.encode({"iss": issuer.url + "/", "aud": AUD, "exp": int(time.time()) + 60}, issuer.keys[0][1],
+                           algorithm="RS256", headers={"kid": issuer.keys[0][0]})
+        v = Verifier(config_from(f'[oauth]\nissuer = "{issuer.url}/"\naudience = "{AUD}"\n', tmp_path))
+        assert verify(v, token) is not None
+    assert issuer.requests == ["/realms/X/.well-known/openid-configuration",
+                               *([] if oidc else ["/.well-known/oauth-authorization-server/realms/X"]), "/jwks"]
+
+
 def test_an_issuer_written_with_a_trailing_slash_is_discovered(tmp_path: Path) -> None:
     with Issuer() as issuer:
         issuer.metadata_issuer = issuer.url + "/"
@@ -331,3 +343,150 @@ def test_a_refused_call_takes_nothing_from_the_other_limits() -> None:
     book.leave(held)
     assert isinstance(book.enter("a", limits), list)  # ...and the refused call did not use the rate's second call
     assert not isinstance(book.enter("a", limits[:1]), list)
+
+
+# -- keys: files, refreshes and what is published -------------------------------------------------------------------
+
+
+def test_a_jwks_file_that_never_ends_is_cut_off_at_the_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """A named pipe nobody writes: opening it waits forever, so the read runs in a worker thread under the
+    refresh's one deadline (as a fetch does), and the host goes on."""
+    import os
+
+    monkeypatch.setattr(oauth, "FETCH_TIMEOUT", 0.3)
+    os.mkfifo(tmp_path / "jwks.json")
+    v = Verifier(config_from(f'[oauth]\nissuer = "{ISS}"\naudience = "{AUD}"\njwks_file = "jwks.json"\n', tmp_path))
+    try:
+        with caplog.at_level(logging.ERROR, logger="toolcrib.serve"):
+            assert verify(v, jwt.encode({"iss": ISS}, "k" * 32, algorithm="HS256")) is None
+            assert anyio.run(v.keys.get, None) is None
+    finally:
+        os.close(os.open(tmp_path / "jwks.json", os.O_WRONLY | os.O_NONBLOCK))  # the waiting thread goes
+    assert [r.getMessage() for r in caplog.records][:1] == [
+        "the OAuth issuer's keys could not be read: no whole answer within 0.3 seconds"]
+
+
+def test_a_jwks_file_past_the_cap_is_refused_and_one_at_it_is_read(tmp_path: Path, issuer: Issuer,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    document = json.dumps(issuer.jwks())
+    padded = document[:-1] + " " * (oauth.MAX_JWKS_BYTES - len(document)) + "}"
+    assert len(padded) == oauth.MAX_JWKS_BYTES
+    v = verifier(tmp_path, {})
+    (tmp_path / "jwks.json").write_text(padded)
+    assert verify(v, sign(issuer)) is not None
+    (tmp_path / "jwks.json").write_text(padded + " ")
+    with caplog.at_level(logging.ERROR, logger="toolcrib.serve"):
+        assert anyio.run(v.keys.get, issuer.keys[0][0]) is not None  # read again, refused, the known key kept
+    assert [r.getMessage() for r in caplog.records] == [
+        f"the OAuth issuer's keys could not be read: the file is larger than {oauth.MAX_JWKS_BYTES} bytes"]
+
+
+def test_an_unchanged_jwks_file_is_not_read_again_and_one_that_went_keeps_its_keys(
+        tmp_path: Path, issuer: Issuer, caplog: pytest.LogCaptureFixture) -> None:
+    v = verifier(tmp_path, issuer.jwks())
+    assert verify(v, sign(issuer)) is not None
+    read_at = v.keys.fetched
+    assert verify(v, sign(issuer, sub="another")) is not None
+    assert v.keys.fetched == read_at  # same size and time: not read again
+    (tmp_path / "jwks.json").unlink()
+    with caplog.at_level(logging.INFO, logger="toolcrib.serve"):
+        assert verify(v, sign(issuer, sub="a third")) is not None
+    assert v.keys.fetched == read_at and caplog.records == []  # a file that went is not a change: nothing read
+
+
+def test_keys_that_declare_no_usable_algorithm_or_none_at_all(tmp_path: Path, issuer: Issuer,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    good = issuer.jwks()["keys"][0]
+    undeclared = {k: v for k, v in good.items() if k != "alg"}
+    v = verifier(tmp_path, {"keys": [undeclared]})
+    assert verify(v, sign(issuer)) is not None
+    assert v.keys.by_id[good["kid"]][1] is None
+    with caplog.at_level(logging.WARNING, logger="toolcrib.serve"):
+        for keys in ([{**good, "use": "enc"}], [{**good, "alg": 5}]):
+            assert verify(verifier(tmp_path, {"keys": keys}), sign(issuer)) is None
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[0] == messages[2] == "the OAuth issuer publishes no usable signing key"
+    assert messages[1].startswith(f"the OAuth issuer's key '{good['kid']}' is not usable: Unable to find an "
+                                  "algorithm for key: ")
+    assert len(messages) == 3
+
+
+def test_a_remembered_token_is_refused_once_it_expires_beyond_the_leeway(
+        tmp_path: Path, issuer: Issuer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    v = verifier(tmp_path, issuer.jwks(), leeway=30)
+    exp = int(time.time()) + 300
+    token = sign(issuer, exp=exp)
+    assert verify(v, token) is not None
+    real = time.time
+    monkeypatch.setattr(oauth.time, "time", lambda: exp + 30.0)  # at the leeway's end: still good
+    assert verify(v, token) is not None
+    monkeypatch.setattr(oauth.time, "time", lambda: exp + 30.5)
+    with caplog.at_level(logging.INFO, logger="toolcrib.serve"):
+        assert verify(v, token) is None
+    monkeypatch.setattr(oauth.time, "time", real)
+    assert [r.getMessage() for r in caplog.records] == ["access token refused: Signature has expired"]
+    assert token not in v._verified
+
+
+def test_a_fetched_jwks_past_the_cap_is_refused_and_one_at_it_is_read(tmp_path: Path, issuer: Issuer,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    document = json.dumps(issuer.jwks())
+    issuer.jwks_text = document[:-1] + " " * (oauth.MAX_JWKS_BYTES - len(document)) + "}"
+    config = config_from(f'[oauth]\nissuer = "{ISS}"\naudience = "{AUD}"\njwks_url = "{issuer.url}/jwks"\n', tmp_path)
+    assert verify(Verifier(config), sign(issuer)) is not None
+    issuer.jwks_text += " "
+    with caplog.at_level(logging.ERROR, logger="toolcrib.serve"):
+        assert verify(Verifier(config), sign(issuer)) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        f"the OAuth issuer's keys could not be fetched: the answer is larger than {oauth.MAX_JWKS_BYTES} bytes"]
+
+
+def test_a_token_whose_key_id_is_not_a_string_is_not_read_as_one_naming_none(tmp_path: Path, issuer: Issuer) -> None:
+    import base64
+
+    v = verifier(tmp_path, issuer.jwks())  # one key: a token naming none would be checked against it
+    good = sign(issuer)
+    header = base64.urlsafe_b64encode(json.dumps({"alg": "RS256", "kid": 5}).encode()).rstrip(b"=").decode()
+    assert verify(v, header + good[good.index("."):]) is None
+
+
+def test_known_keys_serve_while_a_background_refresh_runs_and_each_stale_round_starts_one(issuer: Issuer) -> None:
+    published = issuer.jwks()["keys"][0]
+    from toolcrib.config import OAuthConfig
+
+    config = OAuthConfig(issuer=ISS, audience=AUD, jwks_url=f"{issuer.url}/jwks", jwks_refresh=60)
+
+    async def main() -> None:
+        keys = oauth.Keys(config, by_id={published["kid"]: (jwt.PyJWK(published), "RS256")},
+                          fetched=time.monotonic() - 120)
+        first = await keys.get(published["kid"])
+        running = keys._background
+        assert first is not None and running is not None and not running.done()
+        again = await keys.get(published["kid"])  # the refresh under way serves for this one too: no wait
+        assert again is not None and keys._background is running and not running.done()
+        await running
+        assert issuer.fetches == 1
+        keys.fetched = time.monotonic() - 120  # due again: a new refresh, in the background as well
+        assert await keys.get(published["kid"]) is not None
+        assert keys._background is not running and keys._background is not None
+        await keys._background
+        assert issuer.fetches == 2
+
+    anyio.run(main)
+
+
+def test_on_trio_stale_keys_are_fetched_again_before_the_answer(issuer: Issuer) -> None:
+    """No asyncio loop to run a background refresh on: the request waits for the fetch (trio)."""
+    published = issuer.jwks()["keys"][0]
+    from toolcrib.config import OAuthConfig
+
+    config = OAuthConfig(issuer=ISS, audience=AUD, jwks_url=f"{issuer.url}/jwks", jwks_refresh=60)
+
+    async def main() -> None:
+        keys = oauth.Keys(config, by_id={published["kid"]: (jwt.PyJWK(published), "RS256")},
+                          fetched=time.monotonic() - 120)
+        assert await keys.get(published["kid"]) is not None
+        assert keys._background is None and issuer.fetches == 1
+
+    anyio.run(main, backend="trio")

@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
+import anyio.to_thread
 import jwt
 
 from toolcrib.config import IdentityConfig, LoadedConfig, OAuthConfig
@@ -230,8 +231,7 @@ class Keys:
             except jwt.PyJWTError as exc:
                 log.warning("the OAuth issuer's key %r is not usable: %s", data.get("kid"), exc)
                 continue
-            declared = data.get("alg")
-            found[key.key_id] = (key, declared if isinstance(declared, str) else None)
+            found[key.key_id] = (key, data.get("alg"))  # a string, or absent: PyJWK refuses any other "alg"
         if not found:
             log.error("the OAuth issuer publishes no usable signing key")
         published = [data for data in document.get("keys") or [] if isinstance(data, dict)]
@@ -241,10 +241,10 @@ class Keys:
         self.by_id = found
 
     async def _document(self) -> dict[str, Any]:
-        if self.file is not None:
+        if self.file is not None:  # read in a worker thread, so that the refresh's deadline holds for it too
             stat = self.file.stat()
             self.file_stamp = (stat.st_mtime, stat.st_size)
-            data: Any = json.loads(self.file.read_text(encoding="utf-8"))
+            data: Any = json.loads(await anyio.to_thread.run_sync(_read_capped, self.file, abandon_on_cancel=True))
         else:
             url = self.oauth.jwks_url or await self._discover()
             data = await _get_json(url)
@@ -272,6 +272,15 @@ class Keys:
                 return str(metadata["jwks_uri"])
             problems.append(f"{url}: no jwks_uri")
         raise ValueError("no jwks_uri in the issuer's metadata (" + "; ".join(problems) + "); set jwks_url")
+
+
+def _read_capped(path: Path) -> bytes:
+    """A JWKS file's bytes, up to ``MAX_JWKS_BYTES`` (a file that is not a regular one may never end)."""
+    with path.open("rb") as file:
+        data = file.read(MAX_JWKS_BYTES + 1)
+    if len(data) > MAX_JWKS_BYTES:
+        raise ValueError(f"the file is larger than {MAX_JWKS_BYTES} bytes")
+    return data
 
 
 async def _get_json(url: str) -> Any:
@@ -333,8 +342,8 @@ class Verifier:
         if algorithm not in self.oauth.algorithms:
             log.info("access token refused: algorithm %r is not accepted", algorithm)
             return None
-        kid = header.get("kid")
-        found = await self.keys.get(kid if isinstance(kid, str) else None)
+        kid = header.get("kid")  # a string or absent: PyJWT refuses a header whose "kid" is anything else
+        found = await self.keys.get(kid)
         if found is None:
             log.info("access token refused: no key of the issuer has id %r", kid)
             return None
