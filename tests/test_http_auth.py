@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -299,44 +300,56 @@ token_env = "TOK_READER"
 [agents.reader.permissions]
 plugins = { allow = ["files"] }
 tools = { allow = ["files__read"] }
+[agents.writer]
+token_env = "TOK_WRITER"
+[agents.writer.permissions]
+plugins = { allow = ["files"] }
+tools = { allow = ["*"] }
 [agents.silent]
 """
 
 
-@pytest.mark.parametrize(("stateless", "metrics", "extras"), [
-    (False, False, "sessions"),
-    (True, True, "stateless; metrics at /metrics"),
-], ids=["sessions", "stateless-metrics"])
+@pytest.mark.parametrize(("host", "stateless", "metrics", "tokens", "line"), [
+    ("127.0.0.1", False, False, True, "agents: reader (1 tools), writer (4 tools); sessions"),
+    ("127.0.0.2", True, True, False, "agents: none (no agent has a token); stateless; metrics at /metrics"),
+], ids=["sessions", "stateless-metrics-watched"])
 def test_serve_http_listens_announces_and_drains_in_process(
-        stateless: bool, metrics: bool, extras: str, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+        host: str, stateless: bool, metrics: bool, tokens: bool, line: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """``serve_http`` itself (tests/test_serve.py runs it in a subprocess, out of mutation testing's sight): it
     listens where asked, says so in one line, sends no Server header, and once told to stop answers /readyz 503."""
     from toolcrib.mcp import http as http_module
     from toolcrib.observe import Metrics
 
     monkeypatch.setattr(http_module.uvicorn, "Server", _Recorded)
-    monkeypatch.setenv("TOK_READER", "r" * 32)
+    for variable in ("TOK_READER", "TOK_WRITER"):
+        if tokens:
+            monkeypatch.setenv(variable, variable[4].lower() * 32)
+        else:
+            monkeypatch.delenv(variable, raising=False)
     _Recorded.made.clear()
     state = ServingState(make_host(SERVED, {"files": FILES}))
     if metrics:
         state.metrics = Metrics()
+    watched = tmp_path / "toolcrib.toml"
+    watched.write_text(SERVED)
     seen: dict[str, Any] = {}
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(http_module.serve_http, state, HttpOptions(port=0, stateless=stateless))
+            tg.start_soon(http_module.serve_http, state, HttpOptions(host=host, port=0, stateless=stateless),
+                          watched if metrics else None)
             while not (_Recorded.made and _Recorded.made[0].started):
                 await anyio.sleep(0.01)
             server = _Recorded.made[0]
             port = server.servers[0].sockets[0].getsockname()[1]
             seen["port"] = port
             seen["config"] = server.config
-            async with httpx2.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            async with httpx2.AsyncClient(base_url=f"http://{host}:{port}", timeout=30) as client:
                 ready = await client.get("/readyz")
                 seen["ready"] = (ready.status_code, ready.json(), ready.headers.get("server"))
                 listed = await client.post("/agents/reader/mcp", json=INITIALIZE,
-                                           headers={**HEADERS, **bearer("r" * 32)})
+                                           headers={**HEADERS, **bearer("r" * 32), "Host": f"127.0.0.1:{port}"})
                 seen["initialize"] = listed.status_code
                 server.should_exit = True  # what uvicorn sets on SIGTERM
                 seen["draining"] = server.config.app.draining()
@@ -344,14 +357,14 @@ def test_serve_http_listens_announces_and_drains_in_process(
 
     anyio.run(main)
     assert seen["ready"] == (200, {"status": "ready"}, None)
-    assert seen["initialize"] == 200
+    assert seen["initialize"] == (200 if tokens else 401)  # an agent not served looks like a wrong token
     assert seen["draining"] is True
     config = seen["config"]
-    assert (config.host, config.lifespan, config.log_level, config.timeout_graceful_shutdown) == (
-        "127.0.0.1", "on", "warning", 3)
+    assert (config.host, config.port, config.lifespan, config.log_level, config.timeout_graceful_shutdown) == (
+        host, 0, "on", "warning", 3)
     assert capsys.readouterr().err.splitlines()[-1] == (
-        f"toolcrib: serving over HTTP at http://127.0.0.1:{seen['port']}/agents/<name>/mcp; agents: reader (1 tools); "
-        f"{extras}; probes at /healthz and /readyz")
+        f"toolcrib: serving over HTTP at http://{host}:{seen['port']}/agents/<name>/mcp; {line}; "
+        "probes at /healthz and /readyz")
 
 
 def test_serve_http_refuses_a_remote_address_before_it_listens(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -441,7 +441,7 @@ async def serve_http(state: ServingState, options: HttpOptions, watch: Path | No
     async def announce() -> None:
         while not server.started:
             await anyio.sleep(0.02)
-        port = server.servers[0].sockets[0].getsockname()[1] if server.servers else options.port
+        port = server.servers[0].sockets[0].getsockname()[1]  # the one it got, when asked for port 0
         agents = ", ".join(f"{name} ({len(state.view(name))} tools)" for name in sorted(app.endpoints))
         extras = ["stateless" if options.stateless else "sessions"]
         if state.metrics is not None:
