@@ -16,7 +16,7 @@ from packs import FILES, MISC, Pack
 from test_config import problems
 from toolcrib import ToolResult
 from toolcrib.host import Host
-from toolcrib.limits import LimitBook, RateError, parse_rate
+from toolcrib.limits import LimitBook, RateError, compile_limits, parse_rate
 from toolcrib.mcp.adapter import build_server
 from toolcrib.mcp.state import ServingState
 from toolcrib.observe import Metrics
@@ -241,3 +241,23 @@ def test_limit_mistakes_name_the_key() -> None:
 def test_a_limit_of_no_calls_at_once_is_a_schema_error() -> None:
     assert problems("[agents.a.limits]\nin_flight = 0\n") == [
         "error: conf.toml: agents.a.limits.in_flight: Input should be greater than 0, got an integer (0)"]
+
+
+def test_a_call_goes_through_the_moment_a_whole_token_is_back() -> None:
+    """The bucket's edge, on a clock the test holds: at exactly one token a call goes through, a hair before it
+    does not (and is told how long to wait)."""
+    from toolcrib.config import LimitsConfig
+
+    clock = Clock()
+    book = LimitBook(clock)
+    (limit,) = compile_limits("a", LimitsConfig(rate="2/second"))
+    assert isinstance(book.enter("a", [limit]), list) and isinstance(book.enter("a", [limit]), list)
+    clock.now += 0.25  # half a token back (sums of powers of two: exact in floating point)
+    refused = book.enter("a", [limit])
+    assert not isinstance(refused, list) and (refused.text, refused.retry_after) == (
+        "Rate limited: agent 'a' may make at most 2 calls a second; try again in 1 s.", 0.25)
+    clock.now += 0.25
+    assert isinstance(book.enter("a", [limit]), list)
+    single = LimitBook(clock)
+    (one,) = compile_limits("b", LimitsConfig(rate="1/minute"))
+    assert isinstance(single.enter("b", [one]), list)  # a full bucket of one lets its one call through

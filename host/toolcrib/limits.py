@@ -37,7 +37,6 @@ class RateError(ValueError):
 class Rate:
     count: int
     seconds: float
-    text: str
 
 
 def parse_rate(text: str) -> Rate:
@@ -48,7 +47,7 @@ def parse_rate(text: str) -> Rate:
     count = int(match.group(1))
     if count < 1:
         raise RateError(f"{text!r}: allow at least one call per period (to forbid a tool, deny it)")
-    return Rate(count, _PERIODS[match.group(2)], text)
+    return Rate(count, _PERIODS[match.group(2)])
 
 
 def _per(rate: Rate) -> str:
@@ -66,7 +65,8 @@ class _Counter:
     running: int = 0
 
     def __post_init__(self) -> None:
-        self.tokens = float(self.rate.count) if self.rate is not None else 0.0
+        if self.rate is not None:  # a full bucket
+            self.tokens = float(self.rate.count)
 
     def wait(self, now: float) -> float | None:
         """Seconds until this limit lets one more call through (0: now), or None when only calls ending will."""
@@ -129,13 +129,14 @@ class LimitBook:
 
     def enter(self, agent: str, limits: list[Limit]) -> Refusal | list[_Counter]:
         """Take one call through every limit covering it; or, when one is full, none, and say which and when."""
-        counters = [self.counter(limit) for limit in limits]
+        counted = [(limit, self.counter(limit)) for limit in limits]
         with self._lock:
             now = self._clock()
-            for limit, counter in zip(limits, counters, strict=True):
+            for limit, counter in counted:
                 wait = counter.wait(now)
                 if wait is None or wait > 0:
                     return _refusal(agent, limit, wait)
+            counters = [counter for _, counter in counted]
             for counter in counters:
                 if counter.rate is not None:
                     counter.tokens -= 1.0
