@@ -4,8 +4,11 @@ way it can fail, which always refuses the call."""
 from __future__ import annotations
 
 import json
+import logging
+import os
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -413,3 +416,106 @@ def test_a_refusal_on_stderr_that_is_not_utf8_is_still_read(tmp_path: Path) -> N
                      {"files": FILES}, base_dir=tmp_path)
     result = anyio.run(lambda: host.view("a").call("files__read", {"path": "x"}))
     assert (result.is_error, result.text) == (True, "no \ufffd way")
+
+
+# -- one hook program, every way it ends (the _Hook and run_hook units, with real programs) ----------------------
+
+
+def _unit(tmp_path: Path, command: list[str], where: str = "hooks.pre_tool_use[0]", timeout: float = 30,
+          workspace: Path | None = None) -> Any:
+    from toolcrib.config import CommandHook
+    from toolcrib.default_plugins.hooks import _Hook
+
+    config = CommandHook(command=command, timeout=timeout)
+    return _Hook(where, config, tmp_path, workspace or tmp_path / "elsewhere")
+
+
+def _script(tmp_path: Path, name: str, text: str) -> list[str]:
+    (tmp_path / name).write_text(text)
+    return [sys.executable, name]
+
+
+@pytest.mark.parametrize(("case", "outcome", "message"), [
+    ("exit 3", ("refuse", None),
+     "hooks.pre_tool_use[0] exited with status 3; the call is refused. stderr: " + "e" * 2000),
+    ("exit 2", ("exit2", "e" * 2000), None),
+    ("not an object", ("refuse", None), "hooks.pre_tool_use[0] answered '[1]', which is not a JSON object; the call "
+                                        "is refused"),
+    ("not JSON", ("refuse", None), "hooks.pre_tool_use[0] answered 'yes', which is not a JSON object; the call is "
+                                   "refused"),
+    ("nothing", ("none", None), None),
+    ("an answer", ("answer", {"decision": "allow"}), None),
+    ("post, exit 3", ("refuse", None), "hooks.post_tool_use[1] exited with status 3; the result is withheld. stderr: "
+                                       + "e" * 2000),
+], ids=["exit3", "exit2", "array", "text", "silent", "answer", "post-exit3"])
+def test_a_hook_programs_outcome_and_what_the_log_says(tmp_path: Path, case: str, outcome: tuple[str, Any],
+                                                       message: str | None, caplog: pytest.LogCaptureFixture) -> None:
+    loud = "sys.stderr.write('e' * 2500); sys.exit({})"
+    body = {"exit 3": loud.format(3), "exit 2": loud.format(2), "post, exit 3": loud.format(3),
+            "not an object": "print('[1]')", "not JSON": "print('yes')", "nothing": "pass",
+            "an answer": "print(json.dumps({'decision': 'allow'}))"}[case]
+    hook = _unit(tmp_path, _script(tmp_path, "h.py", f"import json, sys\n{body}\n"),
+                 "hooks.post_tool_use[1]" if case.startswith("post") else "hooks.pre_tool_use[0]")
+    with caplog.at_level(logging.ERROR, logger="toolcrib"):
+        assert anyio.run(hook.run, {"tool": "t"}) == outcome
+    assert [r.getMessage() for r in caplog.records] == ([message] if message else [])
+
+
+def test_a_hook_that_cannot_start_times_out_or_is_refused_says_which(tmp_path: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    missing = _unit(tmp_path, ["bin/missing"])
+    slow = _unit(tmp_path, _script(tmp_path, "slow.py", "import time\ntime.sleep(30)\n"), timeout=0.3)
+    shell = _unit(tmp_path, ["sh", "-c", "true"], workspace=tmp_path)
+    with caplog.at_level(logging.ERROR, logger="toolcrib"):
+        for hook in (missing, slow, shell):
+            assert anyio.run(hook.run, {}) == ("refuse", None)
+    program = tmp_path / "bin" / "missing"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"hooks.pre_tool_use[0] cannot run '{program}': [Errno 2] No such file or directory: '{program}'; the call "
+        "is refused",
+        f"hooks.pre_tool_use[0] ({sys.executable}) gave no answer within 0.3 seconds; the call is refused",
+        "hooks.pre_tool_use[0] does not start: sh -c runs a string of commands toolcrib cannot follow, and it runs "
+        f"in {tmp_path}, inside the workspace, where an agent could write what it runs; move it out of the "
+        "workspace, name its script by path, or set out_of_reach = true if its code is out of every agent's reach; "
+        "the call is refused"]
+
+
+def _gone(pid: int) -> bool:
+    """The process has ended and been reaped (or is a zombie waiting for a parent that is not this test)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state == "Z" and os.getppid() != pid
+
+
+def test_run_hook_caps_output_at_one_byte_past_the_limit_and_takes_input_it_never_reads(tmp_path: Path) -> None:
+    from toolcrib.default_plugins.hooks import MAX_ANSWER_BYTES, run_hook
+
+    loud = _script(tmp_path, "loud.py", "import sys\nfor _ in range(20):\n    sys.stdout.write('x' * 65536)\n")
+    code, out, err = anyio.run(lambda: run_hook(loud, b"", cwd=tmp_path, env={}, timeout=30))
+    assert (code, len(out), out.strip(b"x"), err) == (0, MAX_ANSWER_BYTES + 1, b"", b"")
+    deaf = _script(tmp_path, "deaf.py", "print('{}')\n")  # exits at once: the 4 MiB it is sent find a closed pipe
+    assert anyio.run(lambda: run_hook(deaf, b"x" * (4 << 20), cwd=tmp_path, env={}, timeout=30)) == (0, b"{}\n", b"")
+
+
+def test_run_hook_ends_what_the_program_started_and_reaps_it_when_the_call_is_cancelled(tmp_path: Path) -> None:
+    from toolcrib.default_plugins.hooks import run_hook
+
+    starter = _script(tmp_path, "starter.py", "import os, subprocess, time\n"
+                      "child = subprocess.Popen(['sleep', '60'])\n"
+                      "open('pids', 'w').write(f'{os.getpid()} {child.pid}')\n"
+                      "time.sleep(60)\n")
+
+    async def cancelled() -> None:
+        with anyio.move_on_after(1.5):
+            await run_hook(starter, b"", cwd=tmp_path, env={"PATH": os.environ["PATH"]}, timeout=60)
+
+    anyio.run(cancelled)
+    hook, child = (int(p) for p in (tmp_path / "pids").read_text().split())
+    assert _gone(hook)  # killed and waited for, though the call was cancelled
+    for _ in range(100):  # the child was killed with its group; its reaper (init) may take a moment
+        if _gone(child):
+            break
+        time.sleep(0.05)
+    assert _gone(child)

@@ -166,7 +166,8 @@ class _Hook:
         except ValueError:
             answer = None
         if not isinstance(answer, dict):
-            log.error("%s answered %r, which is not a JSON object; %s", self.where, out[:500], self._failing)
+            log.error("%s answered %r, which is not a JSON object; %s", self.where,
+                      out[:500].decode(errors="replace"), self._failing)
             return "refuse", None
         return "answer", answer
 
