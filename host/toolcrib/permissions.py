@@ -15,7 +15,7 @@ import logging
 import shlex
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -314,21 +314,23 @@ _SOURCE_KIND = {"plugins": "pack", "mcps": "upstream server", "skills": "skill",
 
 
 def permitted(rules: AgentRules, entry: Entry | ItemEntry) -> bool:
-    """The rules' part of the decision (source, tools or resources or prompts, mode), without the availability
-    check: which checks are worth running (``build_view`` runs them together)."""
-    if not rules.has_permissions:
-        return False
-    origin = entry.tool.origin if isinstance(entry, Entry) else None
-    if isinstance(entry, Entry) and entry.held is not None:
-        return False
-    if entry.kind != "builtin" and not rules.source_permits(entry.dimension, entry.source, origin)[0]:
-        return False
-    if isinstance(entry, ItemEntry):
-        dimension = "prompts" if entry.what == "prompt" else "resources"
-        return item_permits(rules.dimensions[dimension], entry.name, entry.uri)[0] and (
-            not rules.scope_hidden or _scope_hides(rules, dimension, entry.name, entry.uri) is None)
-    return rules.dimensions["tools"].permits(entry.name)[0] and (rules.mode != "plan" or entry.read_only) and (
-        not rules.scope_hidden or _scope_hides(rules, "tools", entry.name) is None)
+    """``decide``'s verdict with every availability check assumed to pass: whether the subject's check is worth
+    running (``build_view`` runs those together, under one budget). Derived from ``decide``, so that the order
+    and meaning of the checks are written once."""
+    return decide(rules, entry, availability=_ASSUMED).visible
+
+
+class _AssumedAvailable(Mapping[str, "Availability"]):
+    """Every subject available, without asking its check (``permitted``)."""
+
+    def __getitem__(self, name: str) -> Availability:
+        return (True, "assumed", None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
 
 
 def decide(rules: AgentRules, subject: Entry | ItemEntry | Named, *, detail: bool = False, exhaustive: bool = False,
@@ -527,6 +529,7 @@ def _mode_detail(rules: AgentRules, entry: Entry, passed: bool) -> str:
 # -- availability checks -----------------------------------------------------------------------------------------
 
 Availability = tuple[bool, str, "str | None"]
+_ASSUMED = _AssumedAvailable()
 """(available, the reason, a kind: ``"unconfinable"`` when the tool's programs could reach what governs the host)."""
 
 
