@@ -77,9 +77,7 @@ class _Counter:
         self.tokens = min(float(self.rate.count),
                           self.tokens + (now - self.checked) * self.rate.count / self.rate.seconds)
         self.checked = now
-        if self.tokens >= 1.0:
-            return 0.0
-        return (1.0 - self.tokens) * self.rate.seconds / self.rate.count
+        return max(0.0, (1.0 - self.tokens) * self.rate.seconds / self.rate.count)  # 0 once a whole token is in
 
 
 @dataclass(frozen=True)
