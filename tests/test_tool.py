@@ -182,7 +182,7 @@ def test_explicit_form_takes_a_model_and_returns_a_tool() -> None:
     spec = tool("lookup_order", "Look up an order by order ID.", OrderQuery, handler,
                 {"annotations": {"readOnlyHint": True}})
     assert isinstance(spec, Tool)
-    assert spec.takes_model is True
+    assert spec.runner == toolcrib.PythonRunner(handler, is_async=True, convention="model")  # gets the model
     assert spec.input_schema == {
         "additionalProperties": False,
         "properties": {"order_id": {"description": "Order ID, such as O-1001", "type": "string"}},
@@ -221,7 +221,7 @@ def test_explicit_form_with_a_json_schema_keeps_it_as_given_and_validates_with_i
     assert spec.input_schema == ADDRESS_SCHEMA  # $schema, $defs and additionalProperties as written
     assert spec.input_schema is not ADDRESS_SCHEMA
     assert spec.arguments == ("name", "address")
-    assert spec.takes_dict is True
+    assert spec.runner.convention == "dict"  # the handler gets the validated arguments as a dict
     model = spec.input_model
     assert model.model_validate({"name": "Ada", "address": {"street": "Main"}}).__pydantic_extra__ == {
         "name": "Ada", "address": {"street": "Main"}}
@@ -250,7 +250,7 @@ def test_a_json_schema_that_is_not_one_is_refused_at_declaration() -> None:
     with _fails("tool 'x': a JSON Schema holds only JSON values (no NaN, Infinity, sets or Python objects)"):
         tool("x", "X.", {"type": "object", "properties": {"a": {"maximum": float("nan")}}}, lambda a: a)
     # a dict of field types whose field is called "type" is still a dict of field types
-    assert tool("x", "X.", {"type": str}, lambda a: a).takes_dict is False
+    assert tool("x", "X.", {"type": str}, lambda a: a).runner.convention == "model"
 
 
 def _fails(match: str) -> pytest.RaisesContext:  # type: ignore[type-arg]

@@ -24,6 +24,7 @@ from toolcrib.errors import (
 from toolcrib.hookspecs import hookimpl, hookspec
 from toolcrib.host import Host
 from toolcrib.policy import Allow, Ask, Deny
+from toolcrib.runner import Call, PythonRunner, Runner
 from toolcrib.tool import Tool, get_tool, tool
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "Ask",
     "Audio",
     "AvailabilityContext",
+    "Call",
     "ConfigError",
     "Context",
     "Deny",
@@ -41,7 +43,9 @@ __all__ = [
     "InvalidArgumentsError",
     "Message",
     "Problem",
+    "PythonRunner",
     "ResourceLink",
+    "Runner",
     "Text",
     "Tool",
     "ToolDeclarationError",

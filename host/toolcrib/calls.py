@@ -48,6 +48,7 @@ from toolcrib.limits import Lease, Limit, LimitBook, Refusal, compile_limits
 from toolcrib.observe import Metrics
 from toolcrib.plugins import PluginHook, PluginManager, plugin_hooks
 from toolcrib.policy import Allow, Ask, Deny
+from toolcrib.runner import Call
 from toolcrib.uris import normalize as normalize_uri
 
 if TYPE_CHECKING:
@@ -135,8 +136,9 @@ class Pipeline:
                 started: float | None = None) -> UnknownToolError:
         """The answer to a call of a name the agent does not see, audited (``"decision": "unknown"``)."""
         if self._observed:
-            self._write_audit(view.agent, str(name)[:200], None, "unknown", "no such tool in the agent's view",
-                              time.perf_counter() if started is None else started, True, channel=channel)
+            when = time.perf_counter() if started is None else started
+            self._write_audit(Call(view, str(name)[:200], None, channel, started=when), "unknown",
+                              "no such tool in the agent's view", True)
         return UnknownToolError(name if isinstance(name, str) else repr(name))
 
     async def run(
@@ -157,55 +159,52 @@ class Pipeline:
             if self._post else self._post
         # an id only where something reads it: a hook this call meets, or the audit
         call_id = f"call_{self._id_prefix}{next(self._ids):x}" if pre or post or self._audit_ids else ""
-        if arguments is None:
-            arguments = {}
+        call = Call(view, vt.name, {} if arguments is None else arguments, channel, approver, started, call_id,
+                    "tool", vt, self.workspace)
         curation = vt.entry.curation
         if curation is not None:  # the operator's defaults and fixed values go in before anything looks at them
-            arguments, refused = curation.apply(arguments)
+            call.arguments, refused = curation.apply(call.arguments)
             if refused is not None:
-                return self._finish(view, vt, arguments, _Outcome("invalid", "input validation"),
-                                    ToolResult.error(f"Invalid arguments for {vt.name}:\n- {refused}"), started,
-                                    channel, call_id)
-        problem = payload_problem(arguments, self.max_argument_bytes)
+                return self._finish(call, _Outcome("invalid", "input validation"),
+                                    ToolResult.error(f"Invalid arguments for {vt.name}:\n- {refused}"))
+        problem = payload_problem(call.arguments, self.max_argument_bytes)
         if problem is not None:
-            return self._finish(view, vt, arguments, _Outcome("invalid", "payload limits"),
-                                ToolResult.error(f"Invalid arguments for {vt.name}: {problem}"), started, channel,
-                                call_id)
+            return self._finish(call, _Outcome("invalid", "payload limits"),
+                                ToolResult.error(f"Invalid arguments for {vt.name}: {problem}"))
         try:
-            model = vt.tool.input_model.__pydantic_validator__.validate_python(arguments)
+            model = vt.tool.input_model.__pydantic_validator__.validate_python(call.arguments)
         except ToolDeclarationError:
             log.exception("tool %s cannot be called: its input model cannot be built", vt.name)
-            return self._finish(view, vt, arguments, _Outcome("invalid", "broken tool"), ToolResult.error(
+            return self._finish(call, _Outcome("invalid", "broken tool"), ToolResult.error(
                 f"Tool {vt.name} cannot be called: its input schema could not be built (`toolcrib check` says "
-                "why)."), started, channel, call_id)
+                "why)."))
         except ValidationError as exc:
-            return self._finish(view, vt, arguments, _Outcome("invalid", "input validation"),
-                                ToolResult.error(format_validation_error(vt.name, exc, vt.tool.input_model)), started,
-                                channel, call_id)
+            return self._finish(call, _Outcome("invalid", "input validation"),
+                                ToolResult.error(format_validation_error(vt.name, exc, vt.tool.input_model)))
 
         outcome = _ALLOWED
         if vt.call_rules is not None or pre:
-            denied, outcome, model, arguments = await self._policy(view, vt, model, approver, pre, call_id)
+            denied, outcome, model = await self._policy(call, model, pre)
             if denied is not None:
-                return self._finish(view, vt, arguments, outcome, denied, started, channel, call_id)
+                return self._finish(call, outcome, denied)
 
         limits = self._limits_of(view.agent, vt.name) if self._limits else None
         if limits:
             entered = self._book.enter(view.agent, limits)
             if isinstance(entered, Refusal):
-                return self._finish(view, vt, arguments, _Outcome("limited", f"limit {entered.limit!r}"),
-                                    ToolResult.error(entered.text), started, channel, call_id)
-            lease = Lease(self._book, entered)
+                return self._finish(call, _Outcome("limited", f"limit {entered.limit!r}"),
+                                    ToolResult.error(entered.text))
+            call.lease = Lease(self._book, entered)
             try:
-                result = await self._run(view, vt, model, channel, approver, lease)
+                result = await self._run(call, model)
             finally:
-                lease.abandon()  # a sync handler still running gives its place back when it really ends
+                call.lease.abandon()  # a sync handler still running gives its place back when it really ends
         else:
-            result = await self._run(view, vt, model, channel, approver)
+            result = await self._run(call, model)
         if post:
-            result = await self._post_hooks(view, vt, model.model_dump(mode="json"), result, post, call_id)
+            result = await self._post_hooks(call, model.model_dump(mode="json"), result, post)
         if self._observed:
-            self._finish(view, vt, arguments, outcome, result, started, channel, call_id)
+            self._finish(call, outcome, result)
         return result
 
     # -- steps ---------------------------------------------------------------------------------------------
@@ -234,26 +233,26 @@ class Pipeline:
             remembered[(agent, tool)] = found
         return found
 
-    async def _policy(
-        self, view: AgentView, vt: ViewTool, model: Any, approver: Approver | None, pre: list[PluginHook],
-        call_id: str = "",
-    ) -> tuple[ToolResult | None, _Outcome, Any, dict[str, Any]]:
+    async def _policy(self, call: Call, model: Any, pre: list[PluginHook]) -> tuple[ToolResult | None, _Outcome, Any]:
         """Argument rules and approvals, then the pre-tool-use hooks; when a hook replaced the input, the rules hold
-        again for what will really run. Returns (a refusal or None, the outcome, the model, its arguments)."""
+        again for what will really run. Returns (a refusal or None, the outcome, the model); ``call.arguments``
+        becomes the arguments as validated (as JSON), which the audit records."""
+        vt = call.tool
+        assert vt is not None
         outcome = _ALLOWED
         # Rules, approvals and hooks see the arguments as validated (a pack's validators may put a value into one
         # canonical spelling, so that './secrets//key' meets the rule 'fs__write_file(secrets/*)'), as JSON.
-        arguments = model.model_dump(mode="json")
+        arguments = call.arguments = model.model_dump(mode="json")
         approved = False
         if vt.call_rules is not None:
-            refused, outcome, approved = await self._rules(view, vt, arguments, approver, "", False)
+            refused, outcome, approved = await self._rules(call, arguments, "", False)
             if refused is not None:
-                return refused, outcome, model, arguments
+                return refused, outcome, model
         if not pre:
-            return None, outcome, model, arguments
+            return None, outcome, model
         frozen = types.MappingProxyType(arguments)
-        kwargs = {"agent": view.agent, "tool": vt.name, "arguments": frozen, "annotations": vt.tool.annotations,
-                  "call_id": call_id}
+        kwargs = {"agent": call.agent, "tool": vt.name, "arguments": frozen, "annotations": vt.tool.annotations,
+                  "call_id": call.id}
         deny: Deny | None = None
         denier = ""
         updated: Mapping[str, Any] | None = None
@@ -288,33 +287,33 @@ class Pipeline:
             refusal = ToolResult(content=({"type": "text", "text": deny.message},), is_error=True,
                                  interrupt=deny.interrupt)
             by = f"hook {denier}" + (" (interrupt)" if deny.interrupt else "")
-            return refusal, _Outcome("denied", by), model, arguments
+            return refusal, _Outcome("denied", by), model
         if updated is not None:
             suffix = f" (as replaced by {updater!r})"
             try:
                 model = vt.tool.input_model.model_validate(dict(updated))
             except ValidationError as exc:
                 message = format_validation_error(vt.name, exc, vt.tool.input_model, suffix)
-                return ToolResult.error(message), _Outcome("invalid", f"hook {updater}"), model, arguments
-            arguments = model.model_dump(mode="json")
+                return ToolResult.error(message), _Outcome("invalid", f"hook {updater}"), model
+            arguments = call.arguments = model.model_dump(mode="json")
             outcome = _Outcome("allowed", f"hook {updater} (replaced input)")
             if vt.call_rules is not None:  # the rules hold for what really runs, whoever wrote it
-                refused, rules_outcome, approved = await self._rules(view, vt, arguments, approver, suffix, approved)
+                refused, rules_outcome, approved = await self._rules(call, arguments, suffix, approved)
                 if refused is not None:
-                    return refused, rules_outcome, model, arguments
+                    return refused, rules_outcome, model
         if ask is not None and not approved:
-            ok, by = await self._approval(view, vt, arguments, f"hook {asker}", approver,
-                                          f"hook {asker}: {ask.message}")
+            ok, by = await self._approval(call, arguments, f"hook {asker}", f"hook {asker}: {ask.message}")
             if not ok:
-                return ToolResult.error(by), _Outcome("denied", by), model, arguments
+                return ToolResult.error(by), _Outcome("denied", by), model
             outcome = _Outcome("allowed", by)
-        return None, outcome, model, arguments
+        return None, outcome, model
 
-    async def _rules(self, view: AgentView, vt: ViewTool, arguments: Mapping[str, Any], approver: Approver | None,
-                     suffix: str, approved: bool) -> tuple[ToolResult | None, _Outcome, bool]:
+    async def _rules(self, call: Call, arguments: Mapping[str, Any], suffix: str,
+                     approved: bool) -> tuple[ToolResult | None, _Outcome, bool]:
         """The argument rules and ``ask`` rules for one set of arguments: (a refusal or None, the outcome, whether
         the call is approved). A call approved once is not asked again."""
-        assert vt.call_rules is not None
+        vt = call.tool
+        assert vt is not None and vt.call_rules is not None
         verdict, rule, subject = vt.call_rules.check(arguments)
         if verdict == "deny":
             by = f"rule {rule.text!r}" if rule is not None else "no allow rule matches its argument"
@@ -326,18 +325,18 @@ class Pipeline:
             return None, _Outcome("allowed", f"approve rule {rule.text!r}"), True
         if verdict == "ask" and not approved:
             assert rule is not None
-            ok, by = await self._approval(view, vt, arguments, rule.text, approver)
+            ok, by = await self._approval(call, arguments, rule.text)
             if not ok:
                 return ToolResult.error(by), _Outcome("denied", by), False
             return None, _Outcome("allowed", by), True
         return None, _ALLOWED, approved
 
-    async def _approval(
-        self, view: AgentView, vt: ViewTool, arguments: Mapping[str, Any], rule: str, approver: Approver | None,
-        why: str | None = None,
-    ) -> tuple[bool, str]:
+    async def _approval(self, call: Call, arguments: Mapping[str, Any], rule: str,
+                        why: str | None = None) -> tuple[bool, str]:
         """Whether a held call may run (and why): the mode, then ``toolcrib_approve`` hooks, then the client.
         ``why`` it is held: an ask rule (``rule``), or what a pre-tool-use hook said."""
+        view, vt, approver = call.view, call.tool, call.approver
+        assert vt is not None
         mode = view.mode
         why = why or f"ask rule {rule!r}"
         need = f"{vt.name} needs approval ({why})"
@@ -384,40 +383,21 @@ class Pipeline:
         return False, (f"Permission denied: {need}, and no approver could answer (the client does not support "
                        "elicitation and no approval hook decided).")
 
-    async def _run(self, view: AgentView, vt: ViewTool, model: Any, channel: ClientChannel | None,
-                   approver: Approver | None, lease: Lease | None = None) -> ToolResult:
+    async def _run(self, call: Call, model: Any) -> ToolResult:
+        vt = call.tool
+        assert vt is not None
         tool = vt.tool
-        if tool.takes_dict:
-            args: tuple[Any, ...] = (dict(model.__pydantic_extra__ or {}),)
-            kwargs: dict[str, Any] = {}
-        elif tool.takes_model:
-            args = (model,)
-            kwargs = {}
-        else:
-            args = ()
-            kwargs = model.__dict__ if tool.context_param is None else dict(model.__dict__)
-        if tool.context_param is not None:
-            kwargs[tool.context_param] = Context(
-                agent=view.agent,
-                tool=vt.name,
-                settings=vt.entry.settings,
-                workspace=self.workspace,
-                logger=logging.getLogger(f"toolcrib.pack.{vt.entry.namespace}"),
-                _channel=channel,
-                _view=view,
-                _approver=approver,
-                _rules=vt.call_rules,
-            )
+        runner = tool.runner
         timeout = vt.timeout
         value: Any = None
         try:
             # on asyncio (anyio may run on trio, where the eager start below does not apply)
-            if tool.is_async and asyncio._get_running_loop() is not None:
+            if runner.is_async and asyncio._get_running_loop() is not None:
                 # Run the coroutine up to its first suspension right here (as asyncio's eager tasks do): a
                 # handler that never suspends cannot overrun its timeout and needs no timer, which is most of
                 # the pipeline's own cost. One that suspends continues under asyncio.timeout, which (unlike an
                 # anyio cancel scope) may be entered after the handler entered scopes of its own.
-                coro = tool.handler(*args, **kwargs)
+                coro = runner.start(model, call)
                 try:
                     first = coro.send(None)
                 except StopIteration as done:
@@ -431,29 +411,27 @@ class Pipeline:
                         if not deadline.expired():
                             raise  # the handler's own TimeoutError: a failure like any other
                         return ToolResult.error(f"Tool {vt.name} timed out after {_seconds(timeout)} and was stopped.")
-            elif tool.is_async:
+            elif runner.is_async:
                 with anyio.move_on_after(timeout) as scope:
-                    value = await tool.handler(*args, **kwargs)
+                    value = await runner.start(model, call)
                 if scope.cancelled_caught:
                     return ToolResult.error(f"Tool {vt.name} timed out after {_seconds(timeout)} and was stopped.")
             else:
                 # A thread cannot be stopped: on a timeout (or the client cancelling) the call returns at once and
                 # the handler is told through ctx.cancelled, so a long one can stop and free its worker.
-                ctx = kwargs.get(tool.context_param) if tool.context_param is not None else None
+                work = runner.start(model, call)
+                lease = call.lease
                 try:
                     with anyio.move_on_after(timeout) as scope:
-                        work = functools.partial(tool.handler, *args, **kwargs)
                         value = await anyio.to_thread.run_sync(
                             work if lease is None else functools.partial(_leased, lease, work),
                             limiter=self.limiter, abandon_on_cancel=True,
                         )
                 except BaseException:  # cancelled from outside (the client gave up), or the handler failed
-                    if ctx is not None:
-                        ctx._cancelled = True
+                    call.cancel()
                     raise
                 if scope.cancelled_caught:
-                    if ctx is not None:
-                        ctx._cancelled = True
+                    call.cancel()
                     return ToolResult.error(f"Tool {vt.name} timed out after {_seconds(timeout)} and was stopped.")
         except ToolError as exc:
             return ToolResult.error(str(exc) or f"Tool {vt.name} failed.")
@@ -462,7 +440,7 @@ class Pipeline:
         except BaseException as exc:  # whatever a handler raises, the host goes on; only a real cancel stops it
             if not contained(exc):
                 raise
-            log.error("tool %s raised (agent %r)", vt.name, view.agent, exc_info=exc)
+            log.error("tool %s raised (agent %r)", vt.name, call.agent, exc_info=exc)
             return ToolResult.error(f"Tool {vt.name} failed with an internal error; the host's log has the details.")
         try:
             structured = None
@@ -471,7 +449,7 @@ class Pipeline:
                 structured = adapter.dump_python(adapter.validate_python(value), mode="json", by_alias=True)
             result = normalize(value, structured)
         except Exception:
-            log.exception("tool %s returned a value that cannot be sent (agent %r)", vt.name, view.agent)
+            log.exception("tool %s returned a value that cannot be sent (agent %r)", vt.name, call.agent)
             return ToolResult.error(f"Tool {vt.name} returned a result that cannot be sent (it does not match its "
                                     "declared output, or is not JSON); the host's log has the details.")
         content = result.content
@@ -504,11 +482,11 @@ class Pipeline:
         structured = result.structured_content if vt.tool.output_adapter is not None else None
         return ToolResult(content=tuple(blocks), structured_content=structured, is_error=result.is_error)
 
-    async def _post_hooks(self, view: AgentView, vt: ViewTool, arguments: Mapping[str, Any],
-                          result: ToolResult, post: list[PluginHook], call_id: str = "") -> ToolResult:
-        kwargs: dict[str, Any] = {"agent": view.agent, "tool": vt.name,
+    async def _post_hooks(self, call: Call, arguments: Mapping[str, Any], result: ToolResult,
+                          post: list[PluginHook]) -> ToolResult:
+        kwargs: dict[str, Any] = {"agent": call.agent, "tool": call.name,
                                   "arguments": types.MappingProxyType(dict(arguments)), "result": result,
-                                  "call_id": call_id}
+                                  "call_id": call.id}
         for impl in post:
             try:
                 answer = impl(**kwargs)
@@ -519,23 +497,21 @@ class Pipeline:
                     raise
                 log.error("toolcrib_post_tool_use of %r raised; the result is withheld", impl.plugin,
                           exc_info=exc)
-                return ToolResult.error(f"The result of {vt.name} was withheld: a post-processing check failed.")
+                return ToolResult.error(f"The result of {call.name} was withheld: a post-processing check failed.")
             if answer is None:
                 continue
             problem = result_problem(answer) if isinstance(answer, ToolResult) else "it is not a ToolResult"
             if problem is not None:
                 log.error("toolcrib_post_tool_use of %r returned %r (%s); the result is withheld", impl.plugin,
                           answer, problem)
-                return ToolResult.error(f"The result of {vt.name} was withheld: a post-processing check failed.")
+                return ToolResult.error(f"The result of {call.name} was withheld: a post-processing check failed.")
             result = answer
             kwargs["result"] = result
         return result
 
-    def _finish(self, view: AgentView, vt: ViewTool, arguments: Any, outcome: _Outcome, result: ToolResult,
-                started: float, channel: ClientChannel | None = None, call_id: str = "") -> ToolResult:
+    def _finish(self, call: Call, outcome: _Outcome, result: ToolResult) -> ToolResult:
         if self._observed:
-            self._write_audit(view.agent, vt.name, arguments, outcome.decision, outcome.by, started, result.is_error,
-                              channel=channel, call_id=call_id)
+            self._write_audit(call, outcome.decision, outcome.by, result.is_error)
         return result
 
     # -- resources, prompts, completions -------------------------------------------------------------------------
@@ -547,8 +523,8 @@ class Pipeline:
         started = time.perf_counter()
         found = view.resource(uri)
         if found is None:
-            self._write_audit(view.agent, str(uri)[:2000], None, "unknown", "no such resource in the agent's view",
-                              started, True, "resource", channel)
+            self._write_audit(Call(view, str(uri)[:2000], None, channel, started=started, kind="resource"), "unknown",
+                              "no such resource in the agent's view", True)
             raise UnknownResourceError(str(uri))
         entry, parameters = found
         uri = normalize_uri(uri)  # what the rules saw is what the resource is read as, and what the audit records
@@ -567,11 +543,11 @@ class Pipeline:
                     raise ToolError(f"Resource {uri} returned a value that cannot be sent; the host's log has the "
                                     "details.") from None
         except (ToolError, InvalidArgumentsError):
-            self._write_audit(view.agent, uri, parameters or None, "allowed", "rules", started, True, "resource",
-                              channel)
+            self._write_audit(Call(view, uri, parameters or None, channel, started=started, kind="resource"),
+                              "allowed", "rules", True)
             raise
-        self._write_audit(view.agent, uri, parameters or None, "allowed", "rules", started, False, "resource",
-                          channel)
+        self._write_audit(Call(view, uri, parameters or None, channel, started=started, kind="resource"), "allowed",
+                          "rules", False)
         return contents
 
     async def get_prompt(self, view: AgentView, name: str, arguments: Mapping[str, Any] | None = None, *,
@@ -581,8 +557,8 @@ class Pipeline:
         started = time.perf_counter()
         entry = view.prompt(name)
         if entry is None:
-            self._write_audit(view.agent, str(name)[:200], None, "unknown", "no such prompt in the agent's view",
-                              started, True, "prompt", channel)
+            self._write_audit(Call(view, str(name)[:200], None, channel, started=started, kind="prompt"), "unknown",
+                              "no such prompt in the agent's view", True)
             raise UnknownPromptError(str(name))
         prompt: Prompt = entry.item  # type: ignore[assignment]
         arguments = dict(arguments or {})
@@ -602,9 +578,11 @@ class Pipeline:
                     raise ToolError(f"Prompt {entry.name} returned a value that cannot be sent; the host's log has "
                                     "the details.") from None
         except (ToolError, InvalidArgumentsError):
-            self._write_audit(view.agent, entry.name, arguments, "allowed", "rules", started, True, "prompt", channel)
+            self._write_audit(Call(view, entry.name, arguments, channel, started=started, kind="prompt"), "allowed",
+                              "rules", True)
             raise
-        self._write_audit(view.agent, entry.name, arguments, "allowed", "rules", started, False, "prompt", channel)
+        self._write_audit(Call(view, entry.name, arguments, channel, started=started, kind="prompt"), "allowed",
+                          "rules", False)
         return answer
 
     async def complete(self, view: AgentView, ref: Mapping[str, Any], argument: str, value: str,
@@ -679,18 +657,16 @@ class Pipeline:
             raise ToolError(f"{what} {entry.name} failed with an internal error; the host's log has the "
                             "details.") from None
 
-    def _write_audit(self, agent: str, tool: str, arguments: Any, decision: str, by: str, started: float,
-                     is_error: bool, kind: str = "tool", channel: ClientChannel | None = None,
-                     call_id: str = "") -> None:
+    def _write_audit(self, call: Call, decision: str, by: str, is_error: bool) -> None:
         """Report a decision: to the metrics (when kept), and as an audit record to every ``toolcrib_audit``."""
-        elapsed = time.perf_counter() - started
+        elapsed = time.perf_counter() - call.started
         if self._metrics is not None:
-            self._metrics.observe(agent, kind, tool, decision, is_error, elapsed)
+            self._metrics.observe(call.agent, call.kind, call.name, decision, is_error, elapsed)
         if self._log is None and not self._audit:
             return
-        given = arguments if self.audit_arguments and arguments is not None else None
-        identity = getattr(channel, "identity", None) if channel is not None else None
-        item = (time.time(), agent, kind, tool, decision, by, elapsed, is_error, given, identity, call_id or None)
+        given = call.arguments if self.audit_arguments and call.arguments is not None else None
+        item = (time.time(), call.agent, call.kind, call.name, decision, by, elapsed, is_error, given, call.identity,
+                call.id or None)
         if self._log is not None:
             self._log.add(item)
         if not self._audit:

@@ -34,6 +34,7 @@ from toolcrib.context import AvailabilityContext, Context
 from toolcrib.errors import ToolDeclarationError
 from toolcrib.fastschema import json_schema_of
 from toolcrib.names import tool_name_problem
+from toolcrib.runner import Convention, PythonRunner, Runner
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -65,7 +66,7 @@ class Tool:
 
     name: str
     description: str
-    handler: Callable[..., Any]
+    runner: Runner  # how its handler is run (toolcrib.runner): a Python function's, an upstream server's, ...
     annotations: Mapping[str, Any]
     arguments: tuple[str, ...]  # argument names, in order
     is_available: Callable[[AvailabilityContext], Any] | None = None
@@ -73,10 +74,6 @@ class Tool:
     title: str | None = None
     rule_subjects: tuple[str, ...] = ()  # the arguments operators' argument rules match (paths, URLs, commands)
     describe: Callable[[AvailabilityContext], str] | None = None  # the description, written for each agent
-    context_param: str | None = None
-    takes_model: bool = False  # explicit form: the handler gets the validated model, not keyword arguments
-    takes_dict: bool = False  # JSON Schema form: the handler gets the validated arguments as a dict
-    is_async: bool = False
     make_input: Callable[[], type[BaseModel]] = dataclasses.field(default=lambda: BaseModel, repr=False)
     return_annotation: Any = dataclasses.field(default=inspect.Signature.empty, repr=False)
     # Schemas given as they are, for tools described by JSON Schema rather than Python (upstream MCP servers).
@@ -89,6 +86,20 @@ class Tool:
     # The installed plugin (a distribution, such as llm-tools-simpleeval) the tool comes from, when its pack serves
     # other plugins' tools: operators' plugins rules match it beside the pack's namespace.
     origin: str | None = None
+
+    @property
+    def handler(self) -> Callable[..., Any] | None:
+        """The Python function that handles calls, when its runner is a ``PythonRunner``."""
+        return getattr(self.runner, "handler", None)
+
+    @property
+    def is_async(self) -> bool:
+        return self.runner.is_async
+
+    @property
+    def context_param(self) -> str | None:
+        """The handler's parameter that gets the ``toolcrib.Context``, when its runner is a ``PythonRunner``."""
+        return getattr(self.runner, "context_param", None)
 
     @cached_property
     def input_model(self) -> type[BaseModel]:
@@ -276,7 +287,7 @@ def _decorate(fn: F, options: dict[str, Any], localns: Mapping[str, Any] | None 
         handler=fn,
         options=options,
         context_param=context_param,
-        takes_model=False,
+        convention="keywords",
         return_annotation=hints.get("return", inspect.Signature.empty),
         signature=fields,
     )
@@ -329,7 +340,7 @@ def _explicit(args: tuple[Any, ...], kwargs: dict[str, Any], localns: Mapping[st
         handler=handler,
         options=kwargs,
         context_param=context_param,
-        takes_model=True,
+        convention="model" if given is None else "dict",
         return_annotation=hints.get("return", inspect.Signature.empty),
         given_input_schema=given,
     )
@@ -344,7 +355,7 @@ def _build(
     handler: Callable[..., Any],
     options: Mapping[str, Any],
     context_param: str | None,
-    takes_model: bool,
+    convention: Convention,
     return_annotation: Any,
     given_input_schema: Mapping[str, Any] | None = None,
     signature: Mapping[str, tuple[Any, Any]] | None = None,
@@ -383,17 +394,13 @@ def _build(
         arguments=arguments,
         make_input=make_input,
         return_annotation=return_annotation,
-        handler=handler,
+        runner=PythonRunner(handler, _is_async(handler), convention, context_param),
         annotations=types.MappingProxyType(annotations),
         is_available=is_available,
         timeout=float(timeout) if timeout is not None else None,
         title=title if title is not None else annotations.get("title"),
         rule_subjects=subjects,
         describe=describe,
-        context_param=context_param,
-        takes_model=takes_model,
-        takes_dict=given_input_schema is not None,
-        is_async=_is_async(handler),
         given_input_schema=given_input_schema,
         signature=types.MappingProxyType(dict(signature)) if signature is not None else None,
     )

@@ -36,6 +36,7 @@ from toolcrib.errors import InvalidArgumentsError, ToolError
 from toolcrib.host import Host
 from toolcrib.names import clean, clean_schema, full_name, served_name, tool_name_problem
 from toolcrib.plugins import PluginRecord
+from toolcrib.runner import Call
 from toolcrib.tool import ANNOTATION_KEYS, Tool
 
 log = logging.getLogger("toolcrib.upstream")
@@ -398,32 +399,15 @@ def _entry(connection: _Connection, tool: Any, served: str, problems: list[str])
         return None
     description = clean(tool.description or "") or f"Tool {name} of the upstream server."
     title = getattr(tool, "title", None)
-    client = connection.client
     namespace = connection.namespace
-
-    async def handler(arguments: dict[str, Any]) -> ToolResult:
-        from mcp.shared.exceptions import MCPError
-
-        try:
-            result = await client.call_tool(name, arguments)
-        except MCPError as exc:
-            raise ToolError(f"upstream server {namespace!r} refused the call: {exc.error.message}") from None
-        return ToolResult(
-            content=tuple(block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content),
-            structured_content=result.structured_content,
-            is_error=bool(result.is_error),
-        )
-
+    runner = UpstreamRunner(connection.client, name, namespace)
     spec = Tool(
         name=served,
         description=description,
-        handler=handler,
+        runner=runner,
         annotations=annotations,
         arguments=tuple(input_schema.get("properties", {})),
         title=clean(title) if isinstance(title, str) and title else annotations.get("title"),
-        takes_model=True,
-        takes_dict=True,
-        is_async=True,
         make_input=lambda: _ANY_ARGUMENTS,
         given_input_schema=input_schema,
         given_output_schema=output_schema,
@@ -431,6 +415,33 @@ def _entry(connection: _Connection, tool: Any, served: str, problems: list[str])
     )
     return Entry(name=full_name(namespace, served), namespace=namespace, kind="mcp", dimension="mcps",
                  source=namespace, tool=spec, trusted=connection.config.trusted)
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRunner:
+    """Calls one tool of a connected upstream server with the validated arguments; the server's answer is the
+    result, as it gave it (its own errors included); a refusal of the call itself is this tool's error."""
+
+    client: Any  # the SDK's client session of the connection
+    name: str  # the tool's name on the server
+    namespace: str
+    is_async = True
+
+    def start(self, model: BaseModel, call: Call) -> Any:
+        return self._call(dict(model.__pydantic_extra__ or {}))
+
+    async def _call(self, arguments: dict[str, Any]) -> ToolResult:
+        from mcp.shared.exceptions import MCPError
+
+        try:
+            result = await self.client.call_tool(self.name, arguments)
+        except MCPError as exc:
+            raise ToolError(f"upstream server {self.namespace!r} refused the call: {exc.error.message}") from None
+        return ToolResult(
+            content=tuple(block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content),
+            structured_content=result.structured_content,
+            is_error=bool(result.is_error),
+        )
 
 
 async def _list_items(connection: _Connection, client: Any) -> None:

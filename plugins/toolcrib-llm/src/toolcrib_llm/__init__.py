@@ -71,19 +71,19 @@ def _from_llm_tool(tool: Any, name: str) -> toolcrib.Tool | None:
     """An ``llm.Tool`` that carries its own input schema: served with that schema; its implementation validates.
     (A name toolcrib does not take is refused by the host's catalog, which `toolcrib check` reports.)"""
     implementation = tool.implementation
+
+    def call(arguments: dict[str, Any]) -> Any:
+        return implementation(**arguments)
+
+    async def call_async(arguments: dict[str, Any]) -> Any:
+        return await implementation(**arguments)
+
     is_async = inspect.iscoroutinefunction(implementation)
-
-    def call(arguments: BaseModel) -> Any:
-        return implementation(**(arguments.__pydantic_extra__ or {}))
-
-    async def call_async(arguments: BaseModel) -> Any:
-        return await implementation(**(arguments.__pydantic_extra__ or {}))
-
     schema = tool.input_schema or {"type": "object"}
-    return toolcrib.Tool(name=name, description=tool.description or f"The llm tool {name}.",
-                         handler=call_async if is_async else call, annotations={},
-                         arguments=tuple(schema.get("properties", {})), takes_model=True, is_async=is_async,
-                         make_input=lambda: _ANY, given_input_schema=schema)
+    runner = toolcrib.PythonRunner(call_async if is_async else call, is_async, convention="dict")
+    return toolcrib.Tool(name=name, description=tool.description or f"The llm tool {name}.", runner=runner,
+                         annotations={}, arguments=tuple(schema.get("properties", {})), make_input=lambda: _ANY,
+                         given_input_schema=schema)
 
 
 def _declare(fn: Any, name: str, description: str | None, bound_to: Any = None) -> toolcrib.Tool | None:
@@ -121,7 +121,7 @@ def _toolbox(cls: Any, arguments: dict[str, Any]) -> list[toolcrib.Tool]:
         else:  # added with add_tool(): an llm.Tool of its own
             spec = _from_llm_tool(tool, tool.name)
         if spec is not None and not spec.is_async:
-            spec = dataclasses.replace(spec, handler=_on(thread, spec.handler, spec.takes_model), is_async=True)
+            spec = dataclasses.replace(spec, runner=_OnThread(spec.runner, thread))
         if spec is not None:
             specs.append(spec)
     return specs
@@ -133,18 +133,19 @@ def _set_up(cls: Any, arguments: dict[str, Any]) -> tuple[Any, list[Any]]:
     return instance, list(instance.tools())
 
 
-def _on(thread: concurrent.futures.ThreadPoolExecutor, handler: Any, takes_model: bool) -> Any:
-    """``handler``, run on ``thread`` (the event loop waits for it without blocking)."""
-    if takes_model:
-        async def run_model(arguments: Any) -> Any:
-            return await asyncio.wrap_future(thread.submit(handler, arguments))
+@dataclasses.dataclass(frozen=True)
+class _OnThread:
+    """A sync tool's runner whose work runs on its toolbox's own thread (the event loop waits without blocking)."""
 
-        return run_model
+    inner: toolcrib.Runner
+    thread: concurrent.futures.ThreadPoolExecutor
+    is_async = True
 
-    async def run(**arguments: Any) -> Any:
-        return await asyncio.wrap_future(thread.submit(functools.partial(handler, **arguments)))
+    def start(self, model: Any, call: toolcrib.Call) -> Any:
+        return self._run(self.inner.start(model, call))
 
-    return run
+    async def _run(self, work: Any) -> Any:
+        return await asyncio.wrap_future(self.thread.submit(work))
 
 
 @toolcrib.hookimpl

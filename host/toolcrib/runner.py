@@ -1,0 +1,123 @@
+"""One call's state (``Call``) and how a tool's handler is run (``Runner``).
+
+The pipeline (``toolcrib.calls``) knows no calling convention: it validates the arguments, then asks the tool's
+runner to ``start`` the call with the validated model and the ``Call``. A runner answers with a coroutine (an async
+runner) or a function of no arguments to run in a worker thread (a sync one); the pipeline awaits it under the
+tool's timeout, or runs it on a worker. How a Python function takes its arguments (``PythonRunner``), how an
+upstream server's tool is called (``toolcrib.mcp.upstream``) or, later, an HTTP operation, lives with the source
+that made the tool. A new kind of source brings its own runner::
+
+    class EchoRunner:
+        is_async = True
+
+        def start(self, model, call):
+            return self.echo(model.__pydantic_extra__ or {}, call.agent)
+
+        async def echo(self, arguments, agent):
+            return f"{agent} said {arguments}"
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from pydantic import BaseModel
+
+from toolcrib.context import Approver, ClientChannel, Context
+
+if TYPE_CHECKING:
+    from toolcrib.limits import Lease
+    from toolcrib.view import AgentView, ViewTool
+
+
+class Runner(Protocol):
+    """How a tool's handler is run. ``start`` returns a coroutine when ``is_async``, else a function of no
+    arguments for a worker thread; it must not block (a sync handler's work belongs in the function it returns)."""
+
+    @property
+    def is_async(self) -> bool: ...
+
+    def start(self, model: BaseModel, call: Call) -> Any: ...
+
+
+@dataclass(slots=True, eq=False)
+class Call:
+    """One call by one agent, from the moment its name is resolved to its audit record: what every step of the
+    pipeline, the hooks, the limits and the audit need to know about it. A resource read or a prompt (``kind``)
+    is a call too, for the audit; only a tool's call has ``tool``."""
+
+    view: AgentView
+    name: str  # the tool's full name (a resource's URI, a prompt's name)
+    arguments: Any  # as the client sent them, then as curation left them, then as validated (JSON) for the audit
+    channel: ClientChannel | None = None
+    approver: Approver | None = None
+    started: float = 0.0  # time.perf_counter() when something times the call
+    id: str = ""  # "call_<host><n>" where a hook or the audit reads it
+    kind: str = "tool"  # "tool" | "resource" | "prompt"
+    tool: ViewTool | None = None
+    workspace: Path | None = None
+    lease: Lease | None = None  # its places in the agent's limits, while it holds them
+    _context: Context | None = field(default=None, repr=False)
+
+    @property
+    def agent(self) -> str:
+        return self.view.agent
+
+    @property
+    def identity(self) -> Any:
+        """Who is calling, as the front end authenticated them (``toolcrib.mcp.oauth.Identity``), or None."""
+        return getattr(self.channel, "identity", None) if self.channel is not None else None
+
+    def context(self) -> Context:
+        """The ``toolcrib.Context`` of this call (one per call, made when a handler first asks for it)."""
+        if self._context is None:
+            assert self.tool is not None and self.workspace is not None
+            entry = self.tool.entry
+            self._context = Context(agent=self.view.agent, tool=self.name, settings=entry.settings,
+                                    workspace=self.workspace,
+                                    logger=logging.getLogger(f"toolcrib.pack.{entry.namespace}"),
+                                    _channel=self.channel, _view=self.view, _approver=self.approver,
+                                    _rules=self.tool.call_rules)
+        return self._context
+
+    def cancel(self) -> None:
+        """The call ended without its handler (a timeout, the client gave up): a handler still running in its
+        worker thread sees ``ctx.cancelled``."""
+        if self._context is not None:
+            self._context._cancelled = True
+
+
+Convention = Literal["keywords", "model", "dict"]
+
+
+@dataclass(frozen=True, slots=True)
+class PythonRunner:
+    """A Python function as a tool's handler. ``convention`` says how it takes the arguments: as keyword arguments
+    (a decorated function), as the validated model (the explicit form), or as a dict (a JSON Schema tool);
+    ``context_param`` names the parameter that gets the ``toolcrib.Context``, if any."""
+
+    handler: Callable[..., Any]
+    is_async: bool = False
+    convention: Convention = "keywords"
+    context_param: str | None = None
+
+    def start(self, model: BaseModel, call: Call) -> Any:
+        args: tuple[Any, ...] = ()
+        if self.convention == "keywords":
+            kwargs: dict[str, Any] = model.__dict__ if self.context_param is None else dict(model.__dict__)
+        else:
+            args = (model,) if self.convention == "model" else (dict(model.__pydantic_extra__ or {}),)
+            kwargs = {}
+        if self.context_param is not None:
+            kwargs[self.context_param] = call.context()
+        if self.is_async:
+            return self.handler(*args, **kwargs)
+        return functools.partial(self.handler, *args, **kwargs)
+
+
+__all__ = ["Call", "Convention", "PythonRunner", "Runner"]
