@@ -163,3 +163,9 @@ def npm_install(cache: Path, packages: list[str], wanted: list[Path]) -> None:
         failed = proc.stderr.strip()[-500:]
     if not all(path.exists() for path in wanted):
         pytest.skip(f"npm could not install {', '.join(packages)} (is the npm registry reachable?): {failed}")
+
+
+def offered(sources: Any) -> tuple[list[Any], list[Any], list[Any]]:
+    """What sources offer, as (records, entries, items): what upstream tests look at before a host takes them."""
+    offers = [source.offer() for source in sources]
+    return ([o.record for o in offers], [e for o in offers for e in o.entries], [i for o in offers for i in o.items])

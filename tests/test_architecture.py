@@ -76,6 +76,16 @@ def test_the_pipeline_imports_no_built_in_plugin_and_the_core_no_front_end() -> 
             if any(t.startswith("toolcrib.mcp") for t in edges[name])} == {}
 
 
+def test_sources_reach_the_core_only_through_the_source_contract() -> None:
+    """The upstream client makes sources and knows no Host; the catalog, the decision and the pipeline know no
+    kind of source (``toolcrib.mcp`` is out of their reach, tested above), only ``toolcrib.sources``."""
+    edges = graph()
+    assert "toolcrib.host" not in closure(edges, "toolcrib.mcp.upstream")
+    assert {"toolcrib.sources", "toolcrib.runner"} <= edges["toolcrib.mcp.upstream"]
+    assert closure(edges, "toolcrib.sources") <= {"toolcrib.entries", "toolcrib.declarations", "toolcrib.tool"} | \
+        closure(edges, "toolcrib.tool")
+
+
 def test_the_graph_is_read_as_python_reads_imports() -> None:
     """The reader of the graph itself: a function-local import counts, an annotation-only one does not."""
     edges = graph()

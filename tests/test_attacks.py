@@ -24,7 +24,7 @@ import toolcrib_shell
 from mcp import Client
 
 import toolcrib
-from conftest import cli, make_host
+from conftest import cli, make_host, offered
 from packs import FILES, Pack
 from toolcrib import sandbox, workspace
 from toolcrib.host import Host
@@ -442,12 +442,13 @@ def test_upstream_texts_reach_agents_without_hidden_characters() -> None:
 
         loaded = config_from(config)
         async with upstream_pool() as pool:
-            records, entries, items = await pool.sync(loaded)
+            sources = await pool.sync(loaded)
+            records, _, items = offered(sources)
             assert sorted(i.name for i in items) == ["up__bad_name", "up__key", "up__note", "up__readme",
                                                      "up__search", "up__summarize"]
             summarize = next(i for i in items if i.name == "up__summarize")
             assert summarize.to_wire()["title"] == "Summarize"
-            host = Host(loaded, extra_entries=entries, extra_records=records, extra_items=items, plugins={},
+            host = Host(loaded, sources=sources, plugins={},
                         autoload=False, env={})
             async with Client(build_server(ServingState(host), "a"), cache=None) as client:
                 return (await client.list_tools()).tools, records

@@ -36,8 +36,8 @@ async def _host(text: str, base: Path, **kwargs: Any) -> Any:
     loaded = config_from(text, base)
     pool_cm = upstream_pool()
     pool = await pool_cm.__aenter__()
-    records, entries, items = await pool.sync(loaded)
-    host = Host(loaded, extra_entries=entries, extra_records=records, extra_items=items, upstreams=pool,
+    sources = await pool.sync(loaded)
+    host = Host(loaded, sources=sources,
                 autoload=False, plugins={}, env={}, **kwargs)
     return host, pool_cm
 

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from mcp.shared.exceptions import MCPError
 
 import toolcrib
-from conftest import config_from
+from conftest import config_from, offered
 from toolcrib.cli import main
 from toolcrib.host import Host
 from toolcrib.mcp.upstream import upstream_pool
@@ -66,8 +66,9 @@ def cli_env() -> dict[str, str]:
 async def with_host(check: Any) -> None:
     loaded = config_from(CONFIG)
     async with upstream_pool() as pool:
-        records, entries, items = await pool.sync(loaded)
-        host = Host(loaded, extra_entries=entries, extra_records=records, extra_items=items, plugins={},
+        sources = await pool.sync(loaded)
+        records, _, _ = offered(sources)
+        host = Host(loaded, sources=sources, plugins={},
                     autoload=False, env={})
         await check(host, records)
 
@@ -142,8 +143,8 @@ def test_upstream_resources_templates_and_prompts_pass_through_behind_the_rules(
     async def main_() -> None:
         loaded = config_from(ITEMS)
         async with upstream_pool() as pool:
-            records, entries, items = await pool.sync(loaded)
-            host = Host(loaded, extra_entries=entries, extra_records=records, extra_items=items, plugins={},
+            sources = await pool.sync(loaded)
+            host = Host(loaded, sources=sources, plugins={},
                         autoload=False, env={})
             async with Client(build_server(ServingState(host), "reader"), cache=None) as client:
                 listed = [r.model_dump(by_alias=True, exclude_none=True)
@@ -300,10 +301,11 @@ def test_lazy_servers_are_reached_through_the_dynamic_tools(tmp_path: Path) -> N
 
     async def main_() -> None:
         async with upstream_pool() as pool:
-            records, entries, items = await pool.sync(loaded)
+            sources = await pool.sync(loaded)
+            records, entries, items = offered(sources)
             assert {r.name: r.state for r in records} == {"other": "lazy", "up": "lazy"}
             assert (entries, items) == ([], [])  # a lazy server's are reached through toolcrib__* tools
-            host = Host(loaded, extra_entries=entries, extra_records=records, upstreams=pool, plugins={},
+            host = Host(loaded, sources=sources, plugins={},
                         autoload=False, env={})
             view = host.view("a")
             assert view.names == ["toolcrib__call_mcp_tool", "toolcrib__load_mcp", "toolcrib__read_mcp_resource"]
@@ -363,8 +365,8 @@ description = "Today's weather."
     async def main_() -> None:
         loaded = config_from(text)
         async with upstream_pool() as pool:
-            records, entries, items = await pool.sync(loaded)
-            host = Host(loaded, extra_entries=entries, extra_records=records, extra_items=items, plugins={},
+            sources = await pool.sync(loaded)
+            host = Host(loaded, sources=sources, plugins={},
                         autoload=False, env={})
             # the operator vouches for the annotation of an untrusted server's tool: it counts in plan mode
             assert host.view("planner").names == ["trusted_up__now", "up__now"]
@@ -391,7 +393,7 @@ env = {{ API_KEY = "${{TOOLCRIB_TEST_UNSET_KEY}}" }}
 
     async def main_() -> list[Any]:
         async with upstream_pool() as pool:
-            records, _, _ = await pool.sync(config_from(text))
+            records, _, _ = offered(await pool.sync(config_from(text)))
             return records
 
     records = {r.name: r for r in anyio.run(main_)}
@@ -428,8 +430,9 @@ tools = {{ allow = ["*"] }}
     async def main_() -> None:
         loaded = config_from(text)
         async with upstream_pool() as pool:
-            records, entries, items = await pool.sync(loaded)
-            host = Host(loaded, extra_entries=entries, extra_records=records, extra_items=items, plugins={},
+            sources = await pool.sync(loaded)
+            records, _, _ = offered(sources)
+            host = Host(loaded, sources=sources, plugins={},
                         autoload=False, env={})
             # its full names are served mapped (files__read -> files_read), called upstream by their own
             assert host.view("a").names == ["inner__files_read", "inner__files_touch", "inner__files_write",
@@ -567,8 +570,8 @@ def test_a_reload_curates_a_lazy_server_already_loaded_again(tmp_path: Path) -> 
     async def main_() -> None:
         async with upstream_pool() as pool:
             for loaded, expected in ((first, {"echo": "free"}), (curated, None), (first, {"echo": "free"})):
-                records, entries, _ = await pool.sync(loaded)
-                host = Host(loaded, extra_entries=entries, extra_records=records, upstreams=pool, plugins={},
+                sources = await pool.sync(loaded)
+                host = Host(loaded, sources=sources, plugins={},
                             autoload=False, env={})
                 view = host.view("a")
                 await view.call("toolcrib__load_mcp", {"server": "up"})

@@ -23,6 +23,7 @@ from toolcrib.entries import Entry, ItemEntry
 from toolcrib.errors import Problem, contained
 from toolcrib.names import RESERVED_NAMESPACE, full_name, tool_name_problem
 from toolcrib.plugins import PluginHook, PluginManager, PluginRecord, hooks_by_plugin
+from toolcrib.sources import Offer
 from toolcrib.tool import Tool, get_tool
 
 log = logging.getLogger("toolcrib.catalog")
@@ -54,11 +55,11 @@ def build_catalog(
     pm: PluginManager,
     records: list[PluginRecord],
     loaded: LoadedConfig,
-    extra_entries: Iterable[Entry] = (),
-    extra_items: Iterable[ItemEntry] = (),
+    offers: Iterable[Offer] = (),
 ) -> Catalog:
-    """Collect the tools, resources and prompts of every loaded pack (and ``extra_entries`` and ``extra_items``
-    from other sources: upstream servers)."""
+    """Collect the tools, resources and prompts of every loaded pack, and what every other source offers
+    (``toolcrib.sources``: upstream servers); their records are among ``records`` already."""
+    offers = list(offers)
     config = loaded.config
     catalog = Catalog(entries={}, records=records)
     for record in records:
@@ -118,7 +119,7 @@ def build_catalog(
             record.fail(f"namespace {record.name!r} is also a pack's; neither is served: rename the server or "
                         "disable one of them")
             catalog.problems.append(_pack_problem(record, record.error or ""))
-    for entry in extra_entries:
+    for entry in (entry for offer in offers for entry in offer.entries):
         if entry.namespace in clashing and entry.kind != "builtin":
             continue
         if entry.namespace == RESERVED_NAMESPACE:
@@ -130,7 +131,7 @@ def build_catalog(
             continue
         staged[entry.name] = entry
     catalog.entries = {name: staged[name] for name in sorted(staged)}
-    for item in extra_items:
+    for item in (item for offer in offers for item in offer.items):
         if item.namespace not in clashing and item.namespace != RESERVED_NAMESPACE:
             staged_items.append(item)
     _place_items(staged_items, catalog)

@@ -94,7 +94,7 @@ def _session(agent: str | None = None, *names: str) -> Iterator[tuple[Any, Any]]
     """The host (and, when upstream MCP servers are connected, the portal their connections live on). With an
     ``agent``, only the upstream servers it may reach are connected (and those the ``names`` name): a command
     about one agent does not wait for every server."""
-    from toolcrib.mcp.upstream import needed_by, open_host
+    from toolcrib.mcp.connect import needed_by, open_host
 
     servers = needed_by(agent, *(n.split("__", 1)[0] for n in names)) if agent is not None else None
     with open_host(click.get_current_context().ensure_object(State).config, servers=servers) as (host, portal):

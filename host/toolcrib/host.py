@@ -27,7 +27,7 @@ from toolcrib.content import ToolResult
 from toolcrib.curation import curate
 from toolcrib.declarations import Resource
 from toolcrib.default_plugins.builtins import Builtins
-from toolcrib.entries import Entry, ItemEntry
+from toolcrib.entries import Entry
 from toolcrib.errors import Problem, ToolDeclarationError, UnknownAgentError
 from toolcrib.governing import unlocated
 from toolcrib.limits import LimitBook
@@ -51,8 +51,8 @@ from toolcrib.plugins import (
     named_plugins,
     register_builtin,
 )
-from toolcrib.scope import LazyServers
 from toolcrib.skills import discover as discover_skills
+from toolcrib.sources import Source
 from toolcrib.view import AgentView, build_view, collector_paused, served_names
 
 log = logging.getLogger("toolcrib.host")
@@ -63,6 +63,8 @@ class Host:
 
     ``plugins`` registers packs by namespace without installing them (a module, an object, or
     ``"module:attr"``); ``autoload=False`` loads no entry points (``TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD=1``).
+    ``sources`` are the other suppliers of tools, opened (``toolcrib.sources.Source``: upstream MCP servers, from
+    ``toolcrib.mcp.upstream.UpstreamPool.sync``).
     """
 
     def __init__(
@@ -72,15 +74,14 @@ class Host:
         plugins: Mapping[str, Any] | None = None,
         autoload: bool | None = None,
         env: Mapping[str, str] | None = None,
-        extra_entries: Iterable[Entry] = (),
-        extra_records: Iterable[PluginRecord] = (),
-        upstreams: LazyServers | None = None,
-        extra_items: Iterable[ItemEntry] = (),
+        sources: Iterable[Source] = (),
         metrics: Metrics | None = None,
         limits: LimitBook | None = None,
     ) -> None:
         env = os.environ if env is None else env
         self.loaded = loaded
+        self.sources: dict[str, Source] = {source.name: source for source in sources}
+        offers = [source.offer() for source in self.sources.values()]
         with collector_paused():
             self.pm = get_plugin_manager(env)
             folders = loaded.config.host.tool_dirs
@@ -95,13 +96,13 @@ class Host:
                 named=named_plugins(env),
                 plugins=plugins,
                 builtins=default_plugins.create(loaded),
-            ) + list(extra_records)
+            ) + [offer.record for offer in offers]
             skills, problems = discover_skills(loaded, self.pm, self.records)
             self.skills = skills
-            self.servers = upstreams
             packs = {r.name for r in self.records if r.kind == "pack"}
-            self.lazy_servers: tuple[str, ...] = () if upstreams is None else tuple(sorted(
-                ns for ns, c in loaded.config.mcps.items() if c.enabled and c.lazy and ns not in packs))
+            # sources that offer on demand: an agent allowed one loads its tools (toolcrib__load_mcp)
+            self.lazy_servers: tuple[str, ...] = tuple(sorted(
+                s.name for s in self.sources.values() if s.lazy and s.dimension == "mcps" and s.name not in packs))
             # The host's own pack comes last: what it serves (skills from packs included) is known by now.
             own = register_builtin(self.pm, RESERVED_NAMESPACE,
                                    Builtins(skills, loaded.config.agents, self.lazy_servers))
@@ -114,7 +115,7 @@ class Host:
             self.governing = self._governing(skills)
             workspace.protect(self.governing)  # before any tool can run
             workspace.protect_code(loaded.code_folders())
-            self.catalog: Catalog = build_catalog(self.pm, self.records, loaded, extra_entries, extra_items)
+            self.catalog: Catalog = build_catalog(self.pm, self.records, loaded, offers)
             self.catalog.problems.extend(problems)
             self.catalog.entries, curation_problems = curate(self.catalog.entries, loaded, frozenset(self.lazy_servers))
             self.catalog.problems.extend(curation_problems)
@@ -164,6 +165,10 @@ class Host:
         for prefix in {sys.prefix, sys.exec_prefix}:
             found.setdefault(Path(prefix), "the Python environment the host runs from")
         return found
+
+    def source(self, name: str) -> Source | None:
+        """The source of that name handed to this host (``toolcrib.sources``), if any."""
+        return self.sources.get(name)
 
     @property
     def agent_configs(self) -> Mapping[str, AgentConfig]:

@@ -21,27 +21,19 @@ if TYPE_CHECKING:
     from toolcrib.config import AgentConfig
     from toolcrib.context import Context
     from toolcrib.entries import Entry
+    from toolcrib.sources import Source
     from toolcrib.view import AgentView
 
 
-class LazyServers(Protocol):
-    """Upstream servers connected on first use (``[mcps.<ns>] lazy = true``); ``toolcrib.mcp.upstream`` offers them."""
-
-    async def load(self, name: str) -> list[Entry]: ...
-
-    async def read(self, name: str, uri: str) -> ToolResult: ...
-
-
 class Services(Protocol):
-    """What the host lends the views it builds: other agents' views, their configs, lazy servers."""
+    """What the host lends the views it builds: other agents' views, their configs, its sources (lazy servers)."""
 
     def view(self, agent: str) -> AgentView: ...
 
     @property
     def agent_configs(self) -> Mapping[str, AgentConfig]: ...
 
-    @property
-    def servers(self) -> LazyServers | None: ...
+    def source(self, name: str) -> Source | None: ...
 
     @property
     def lazy_servers(self) -> tuple[str, ...]: ...
@@ -161,15 +153,15 @@ class Server:
     """An upstream server the calling agent may load (``Context.server``): connected on first use; only the tools
     the agent may see are listed or called, through the agent's own pipeline."""
 
-    def __init__(self, ctx: Context, name: str, servers: LazyServers) -> None:
+    def __init__(self, ctx: Context, source: Source) -> None:
         self._ctx = ctx
-        self._servers = servers
-        self.name = name
+        self._source = source
+        self.name = source.name
 
     async def _visible(self) -> list[Entry]:
         view = self._ctx._view
         assert view is not None
-        return [e for e in await self._servers.load(self.name) if decide(view.rules, e).visible]
+        return [e for e in await self._source.fetch() if decide(view.rules, e).visible]
 
     async def tools(self) -> list[dict[str, Any]]:
         """Its tools this agent may call: name (the server's own), description, input schema."""
@@ -189,16 +181,16 @@ class Server:
 
     async def read(self, uri: str) -> ToolResult:
         """One of its resources, as embedded resource content."""
-        return await self._servers.read(self.name, uri)
+        return await self._source.read(uri)
 
 
 def server(ctx: Context, name: str) -> Server | None:
     view = ctx._view
     services = view.services if view is not None else None
-    servers = services.servers if services is not None else None
-    if servers is None or services is None or name not in services.lazy_servers or not permits(ctx, "mcps", name):
+    if services is None or name not in services.lazy_servers or not permits(ctx, "mcps", name):
         return None
-    return Server(ctx, name, servers)
+    source = services.source(name)
+    return Server(ctx, source) if source is not None else None
 
 
 class Reach:

@@ -57,10 +57,9 @@ async def serving_state(path: Path | None, metrics: Metrics | None = None) -> As
 
         async def build() -> Host:
             loaded = await anyio.to_thread.run_sync(load_config, path)
-            records, entries, items = await pool.sync(loaded)
+            sources = await pool.sync(loaded)
             return await anyio.to_thread.run_sync(functools.partial(
-                Host, loaded, extra_entries=entries, extra_records=records, upstreams=pool, extra_items=items,
-                metrics=metrics, limits=limits))
+                Host, loaded, sources=sources, metrics=metrics, limits=limits))
 
         state = ServingState(await build(), make_host=build)
         state.metrics = metrics

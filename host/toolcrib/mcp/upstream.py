@@ -11,32 +11,30 @@ unaffected. ``UpstreamPool.sync`` keeps connections whose config did not change 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import re
 import threading
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
-from anyio.from_thread import BlockingPortal, start_blocking_portal
 from pydantic import BaseModel, ConfigDict, create_model
 
-from toolcrib.config import LoadedConfig, McpConfig, load_config
+from toolcrib.config import LoadedConfig, McpConfig
 from toolcrib.content import ToolResult
 from toolcrib.declarations import Prompt, Resource, template_variables
 from toolcrib.entries import Entry, ItemEntry
 from toolcrib.errors import InvalidArgumentsError, ToolError
-from toolcrib.host import Host
 from toolcrib.names import clean, clean_schema, full_name, served_name, tool_name_problem
 from toolcrib.plugins import PluginRecord
 from toolcrib.runner import Call
+from toolcrib.sources import Offer
 from toolcrib.tool import ANNOTATION_KEYS, Tool
 
 log = logging.getLogger("toolcrib.upstream")
@@ -156,8 +154,8 @@ async def _transport(target: Any, tail: deque[str]) -> AsyncIterator[Any]:
 
 
 class UpstreamPool:
-    """The open upstream connections of one serving process (or one CLI command). For the host it is also the
-    ``toolcrib.scope.LazyServers`` behind ``Context.server``: ``load`` and ``read``."""
+    """The open upstream connections of one serving process (or one CLI command); ``sync`` makes a source of each
+    configured server (``UpstreamSource``)."""
 
     def __init__(self, tg: TaskGroup) -> None:
         self._tg = tg
@@ -168,11 +166,11 @@ class UpstreamPool:
         # so the new definitions go through everything a start does: curation, the lock, the rules).
         self.changed: Callable[[], Coroutine[Any, Any, Any]] | None = None
 
-    async def sync(self, loaded: LoadedConfig, only: frozenset[str] | None = None
-                   ) -> tuple[list[PluginRecord], list[Entry], list[ItemEntry]]:
-        """Connect what the config names (reusing unchanged connections, closing the rest); return a record per
-        server, the catalog entries of their tools, and their resources, templates and prompts. Lazy servers are
-        left for ``load``; with ``only``, so is every server not named in it (a command that needs only some)."""
+    async def sync(self, loaded: LoadedConfig, only: frozenset[str] | None = None) -> list[UpstreamSource]:
+        """Connect what the config names (reusing unchanged connections, closing the rest); return a source per
+        server (``toolcrib.sources.Source``), offering its tools, resources, templates and prompts. Lazy servers
+        connect when an agent loads them (``fetch``); with ``only``, every server not named in it is left out (a
+        command that needs only some)."""
         self._loaded = loaded
         configured = {ns: c for ns, c in loaded.config.mcps.items()
                       if c.enabled and (only is None or ns in only)}
@@ -202,14 +200,13 @@ class UpstreamPool:
             if not connection.ready.is_set():
                 connection.error = f"did not answer within {connection.config.timeout:g} seconds"
                 connection.scope.cancel()
-        records: list[PluginRecord] = []
-        entries: list[Entry] = []
-        items: list[ItemEntry] = []
+        sources: list[UpstreamSource] = []
         for ns, config in sorted(loaded.config.mcps.items()):
             if only is not None and ns not in only:
                 continue
             record = PluginRecord(name=ns, kind="mcp", state="loaded", entry_point=config.command or config.url)
-            records.append(record)
+            offer = Offer(record)
+            sources.append(UpstreamSource(self, ns, config.enabled and config.lazy, offer))
             if not config.enabled:
                 record.state = "disabled"
                 continue
@@ -222,12 +219,12 @@ class UpstreamPool:
                 self._connections.pop(ns).scope.cancel()
                 continue
             problems: list[str] = list(connection.listing_problems)
-            entries.extend(_entries(connection, problems))
-            items.extend(_items(connection, problems))
-            record.tool_count = sum(1 for e in entries if e.namespace == ns)
+            offer.entries = _entries(connection, problems)
+            offer.items = _items(connection, problems)
+            record.tool_count = len(offer.entries)
             if problems:
                 record.error = "; ".join(problems)
-        return records, entries, items
+        return sources
 
     async def load(self, namespace: str) -> list[Entry]:
         """Connect a lazy server (once; later calls reuse the connection) and return its tools as entries."""
@@ -322,6 +319,36 @@ class UpstreamPool:
         for connection in self._connections.values():
             connection.scope.cancel()
         self._connections.clear()
+
+
+@dataclass(eq=False)
+class UpstreamSource:
+    """One configured upstream server as a ``toolcrib.sources.Source``: what it offered when the pool last synced
+    (nothing, for a lazy or disabled one), and, for a lazy one, its tools fetched on demand through the pool's
+    connection. Its lifecycle is its pool's: the pool opens the connections of every source it syncs at once, and
+    closes them when the config no longer names them (or the pool ends)."""
+
+    pool: UpstreamPool
+    name: str
+    lazy: bool
+    _offer: Offer
+    dimension: str = "mcps"
+
+    async def open(self) -> None:
+        """Opened by its pool's ``sync``, with every other server of the config at once."""
+
+    async def close(self) -> None:
+        """Closed by its pool, when the config no longer names it (a connection outlives a host's reload)."""
+
+    def offer(self) -> Offer:
+        return self._offer
+
+    async def fetch(self, name: str | None = None) -> list[Entry]:
+        entries = await self.pool.load(self.name) if self.lazy else self._offer.entries
+        return entries if name is None else [e for e in entries if e.name == name]
+
+    async def read(self, uri: str) -> ToolResult:
+        return await self.pool.read(self.name, uri)
 
 
 @asynccontextmanager
@@ -583,56 +610,3 @@ def _completer(client: Any, kind: str, ref: str, argument: str) -> Any:
 
 def _mapping(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return json.loads(json.dumps(value)) if value else None
-
-
-def needed_by(agent: str, *also: str) -> Callable[[LoadedConfig], frozenset[str]]:
-    """The upstream servers ``agent`` may reach: those its ``mcps`` rule permits, and those of every agent it may
-    hand a task to, and theirs (plus the namespaces ``also`` names that are servers). What a command about one
-    agent connects."""
-
-    def needed(loaded: LoadedConfig) -> frozenset[str]:
-        from toolcrib.permissions import compile_rules, permits
-
-        rules = compile_rules(loaded)
-        agents, todo = set(), [agent]
-        while todo:
-            name = todo.pop()
-            if name in agents or name not in rules:
-                continue
-            agents.add(name)
-            todo += [other for other in rules if permits(rules[name], "subagents", other)]
-        found = {ns for ns in loaded.config.mcps for a in agents if permits(rules[a], "mcps", ns)}
-        found |= {ns for ns in also if ns in loaded.config.mcps}
-        return frozenset(found)
-
-    return needed
-
-
-@contextlib.contextmanager
-def open_host(
-    path: str | os.PathLike[str] | None = None, *, servers: Callable[[LoadedConfig], frozenset[str]] | None = None,
-    **kwargs: Any,
-) -> Iterator[tuple[Host, BlockingPortal | None]]:
-    """A ``Host`` for code that is not async, with its upstream MCP servers connected while the block runs (with
-    ``servers``, only those it names for the loaded config: ``needed_by``).
-
-    Yields the host and, when servers are connected, the portal their connections live on: calls must go through
-    it (``portal.call(host.call, agent, tool, arguments)``).
-    """
-    loaded = load_config(path, kwargs.get("env"))
-    only = servers(loaded) if servers is not None else None
-    if not any(c.enabled and (only is None or ns in only) for ns, c in loaded.config.mcps.items()):
-        host = Host(loaded, **kwargs)
-        try:
-            yield host, None
-        finally:
-            host.close()
-        return
-    with start_blocking_portal() as portal, portal.wrap_async_context_manager(upstream_pool()) as pool:
-        records, entries, items = portal.call(pool.sync, loaded, only)
-        host = Host(loaded, extra_entries=entries, extra_records=records, upstreams=pool, extra_items=items,
-                    **kwargs)
-        try:
-            yield host, portal
-        finally:
-            host.close()

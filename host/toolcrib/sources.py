@@ -1,0 +1,70 @@
+"""The contract between the host and whatever supplies tools, resources, templates and prompts: ``Source``.
+
+Entry-point packs, tool folders and the host's own tools are pluggy plugins (``toolcrib.plugins``), collected by
+``toolcrib.catalog`` through their hooks, each on its own. Every other supplier is a ``Source`` handed to the
+``Host``: upstream MCP servers (``toolcrib.mcp.upstream.UpstreamSource``), and what comes next (an OpenAPI
+document, a pack run in a process of its own). The catalog, the decision and the pipeline know only what a source
+offers: entries (``toolcrib.entries``) whose tools carry their runners (``toolcrib.runner``), so nothing in the core
+changes for a new kind of source.
+
+A source has a name (its namespace, which operators' rules of its ``dimension`` name), an async lifecycle
+(``open`` before it offers, ``close`` when the host that used it is gone: a connection, a child process), what it
+offers now (``offer``), and ``fetch`` for what it offers on demand: a lazy source offers nothing up front, and an
+agent allowed it loads its tools when it needs them (``toolcrib__load_mcp``, ``Context.server``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from toolcrib.entries import Entry, ItemEntry
+
+if TYPE_CHECKING:
+    from toolcrib.content import ToolResult
+    from toolcrib.plugins import PluginRecord
+
+
+@dataclass
+class Offer:
+    """What a source offers the catalog now: its record (what ``toolcrib plugins`` and ``check`` show, the same
+    object for the host's life, so the catalog's verdicts on it are seen everywhere) and its entries."""
+
+    record: PluginRecord
+    entries: list[Entry] = field(default_factory=list)
+    items: list[ItemEntry] = field(default_factory=list)  # resources, templates and prompts
+
+
+class Source(Protocol):
+    """A supplier of entries. ``dimension`` is the permission dimension that governs it (``"mcps"`` for an
+    upstream server, ``"plugins"`` for a pack); each of its entries carries the same ``dimension`` and ``source``.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dimension(self) -> str: ...
+
+    @property
+    def lazy(self) -> bool:
+        """It offers its tools on demand (``fetch``), not up front."""
+        ...
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def offer(self) -> Offer: ...
+
+    async def fetch(self, name: str | None = None) -> list[Entry]:
+        """Its tools as it offers them now (connecting first, for a lazy one); with ``name`` (a full tool name),
+        only that one, if it has it."""
+        ...
+
+    async def read(self, uri: str) -> ToolResult:
+        """One of its resources, as embedded resource content (a lazy server's, through ``Context.server``)."""
+        ...
+
+
+__all__ = ["Offer", "Source"]
