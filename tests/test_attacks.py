@@ -1347,8 +1347,10 @@ def test_a_post_hook_answer_too_long_or_malformed_withholds_the_result(tmp_path:
     ("team-?", "team-a", True), ("team-?", "team-ab", False), ("*@example.com", "a@example.com", True),
     ("*@example.com", "a@example.com.evil", False), ("a*b*c", "axbyc", True), ("a*a", "a", False),
     ("a*b", "ab", True), ("a*bc*c", "abc", False), ("a*bc*c", "abcc", True),
+    ("a*b*c*d", "axbycxd", True), ("a*c*b*d", "axbycxd", False), ("*b*b*", "abab", True), ("*b*b*", "ab", False),
 ], ids=["class-not-special", "class-literal", "negation-not-special", "question-one", "question-only-one", "suffix",
-        "suffix-whole", "pieces-in-order", "no-overlap", "empty-star", "middle-before-last", "middle-then-last"])
+        "suffix-whole", "pieces-in-order", "no-overlap", "empty-star", "middle-before-last", "middle-then-last",
+        "two-middles", "two-middles-out-of-order", "a-piece-twice", "a-piece-twice-once-there"])
 def test_identity_claim_globs_know_only_star_and_question_mark(glob: str, value: str, matches: bool) -> None:
     from toolcrib.config import IdentityConfig
     from toolcrib.mcp.oauth import claims_match

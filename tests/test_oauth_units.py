@@ -463,8 +463,10 @@ def test_known_keys_serve_while_a_background_refresh_runs_and_each_stale_round_s
         first = await keys.get(published["kid"])
         running = keys._background
         assert first is not None and running is not None and not running.done()
+        assert issuer.fetches == 0  # answered before any fetch: the refresh runs after
         again = await keys.get(published["kid"])  # the refresh under way serves for this one too: no wait
         assert again is not None and keys._background is running and not running.done()
+        assert issuer.fetches == 0
         await running
         assert issuer.fetches == 1
         keys.fetched = time.monotonic() - 120  # due again: a new refresh, in the background as well
