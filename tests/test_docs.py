@@ -294,3 +294,22 @@ def test_the_audit_hook_example_reads_every_kind_of_record() -> None:
         ("tool", "files__write", "denied"), ("resource", "docs://readme", "allowed")]
     assert set(records[0]) == {"time", "agent", "kind", "tool", "decision", "by", "duration_ms", "is_error",
                                "call_id"}
+
+
+def test_the_tiny_source_in_the_architecture_doc_serves_its_tool(tmp_path: Path) -> None:
+    """docs/architecture.md's worked example of a new kind of source, run as written: a Source with a runner of its
+    own, handed to a Host, listed for and called by an agent its rules allow."""
+    section = _sections((DOCS / "architecture.md").read_text())["Sources and runners: where a new kind of source goes"]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 1
+    (tmp_path / "example.py").write_text(blocks[0])
+    done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    assert (done.returncode, done.stderr) == (0, "")
+    namespace: dict[str, Any] = {}
+    exec(compile(blocks[0], "architecture.md", "exec"), namespace)  # and in this process, to look at what it made
+    host = namespace["host"]
+    assert [r.name for r in host.records if r.kind == "source"] == ["shout"]
+    decision = host.explain("reader", "shout__it")
+    assert [(c.name, c.passed) for c in decision.checks] == [
+        ("source", True), ("tools", True), ("mode", True), ("available", True)]
