@@ -242,3 +242,18 @@ def test_every_name_that_reaches_a_path_is_found(tmp_path: Path) -> None:
     assert names("ws/loop") == ["ws/loop"]
     assert names("ws/new/later.py") == ["ws/new/later.py"]
     assert names("ws/./cfg/../cfg/toolcrib.toml") == ["dot/cfg/toolcrib.toml", "ws/cfg"]
+
+
+def test_a_chain_of_as_many_links_as_the_kernel_follows_is_named_whole(tmp_path: Path) -> None:
+    """Forty links, one to the next (the kernel follows that many in one lookup, and no more): every one of them
+    reaches the file, so every one is a name of it."""
+    from toolcrib.workspace import _MAX_LINKS, names_of
+
+    (tmp_path / "real.toml").write_text("")
+    previous = tmp_path / "real.toml"
+    for i in range(_MAX_LINKS):
+        link = tmp_path / f"link{i}"
+        link.symlink_to(previous.name)
+        previous = link
+    assert (tmp_path / f"link{_MAX_LINKS - 1}").read_text() == ""  # the kernel does follow them all
+    assert names_of(previous) == {str(tmp_path / "real.toml"), *(str(tmp_path / f"link{i}") for i in range(_MAX_LINKS))}

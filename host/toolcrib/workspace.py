@@ -120,12 +120,6 @@ def protected_within(directory: str | os.PathLike[str]) -> list[tuple[str, str]]
     return sorted((path, what) for path, what in found if _related(real, path))
 
 
-def is_code(relative: tuple[str, ...]) -> bool:
-    """Whether a path below a folder on a module path is Python code (or bytecode: ``__pycache__/*.pyc``) that an
-    import could load."""
-    return bool(relative) and relative[-1].endswith(CODE_SUFFIXES)
-
-
 def _related(a: str, b: str) -> bool:
     """Whether one of two absolute paths is the other or lies inside it."""
     return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
@@ -226,7 +220,8 @@ class Root:
                                 f"its agents ({what} is {'there' if target == path else 'in the way'}); no tool "
                                 "may change it")
         for folder, what in self._code:
-            if _inside(target, folder) and (tree or is_code(tuple(target[len(folder):].strip("/").split("/")))):
+            # Python code (or bytecode: __pycache__/*.pyc) an import could load, at any depth below the folder
+            if _inside(target, folder) and (tree or target.endswith(CODE_SUFFIXES)):
                 raise PathError(f"{display(parts)}: is protected: {what} imports Python modules from {folder}, so "
                                 "no tool may change Python code there")
 
