@@ -1752,9 +1752,9 @@ def test_check_warns_when_a_python_module_folder_holds_the_workspace(tmp_path: P
             "a module it imports); give it a cwd (or a script folder) outside the workspace") in err.splitlines()
 
 
-def test_a_request_body_has_one_deadline_not_one_per_read() -> None:
-    """A client dripping its body is treated as gone at the deadline; once the body is whole, a stream that waits
-    for the client to leave has no deadline."""
+def test_a_request_body_has_one_deadline_not_one_per_read(caplog: pytest.LogCaptureFixture) -> None:
+    """A client dripping its body is treated as gone at the deadline (once: what is asked after that comes from the
+    connection again); once the body is whole, a stream that waits for the client to leave has no deadline."""
     from toolcrib.mcp.http import body_within
 
     async def main() -> None:
@@ -1770,6 +1770,10 @@ def test_a_request_body_has_one_deadline_not_one_per_read() -> None:
         with anyio.fail_after(30):  # a guard against hanging, not a measure: the deadline is 0.2 s
             assert await receive() == {"type": "http.request", "body": b"{", "more_body": True}
             assert await receive() == {"type": "http.disconnect"}
+            chunks.append({"type": "http.disconnect", "real": True})
+            assert await receive() == {"type": "http.disconnect", "real": True}
+        assert [r.getMessage() for r in caplog.records if r.name == "toolcrib.serve"] == [
+            "a request body did not come whole within 0.2 seconds; the request is ended"]
 
         later = [{"type": "http.request", "body": b"{}"}]  # no more_body: ASGI's default is false, the body whole
 

@@ -224,9 +224,11 @@ def test_a_reload_rotates_tokens_and_stops_endpoints_whose_token_went() -> None:
             await app.sync()
             assert (await status("r" * 32), await status("n" * 32)) == (401, 200)
             assert app.endpoints["reader"].tokens == [("TOK_READER", b"n" * 32)]
+            stopped = app.endpoints["reader"].stop
             del env["TOK_READER"]
             await app.sync()
             assert sorted(app.endpoints) == []
+            assert stopped is not None and stopped.cancel_called  # its session manager is stopped
             assert await status("n" * 32) == 401
 
     anyio.run(main)
@@ -376,3 +378,42 @@ def test_serve_http_refuses_a_remote_address_before_it_listens(monkeypatch: pyte
     with pytest.raises(ServeError, match=r"^refusing to listen on 0\.0\.0\.0: "):
         anyio.run(http_module.serve_http, state, HttpOptions(host="0.0.0.0", port=0))
     assert _Recorded.made == []
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics", "/.well-known/oauth-protected-resource",
+                                  "/.well-known/oauth-protected-resource/agents/reader/mcp"])
+def test_probes_metrics_and_metadata_answer_get_and_head_only(path: str) -> None:
+    async def main() -> None:
+        host = make_host("[oauth]\nissuer = \"https://idp.example\"\naudience = \"http://127.0.0.1:8000\"\n" +
+                         CONFIG, {"files": FILES})
+        state = ServingState(host)
+        from toolcrib.observe import Metrics
+
+        state.metrics = Metrics()
+        app = HttpApp(state, HttpOptions(), env=TOKENS)
+        async with app.app.router.lifespan_context(app.app):
+            transport = httpx2.ASGITransport(app=app)
+            async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000", timeout=30) as client:
+                statuses = [(await client.request(method, path)).status_code for method in ("GET", "HEAD", "POST",
+                                                                                             "PUT", "DELETE")]
+        assert statuses[:2] == [200, 200] and statuses[2:] == [405, 405, 405]
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("supplied", ["", "XXXX", "x" * 32], ids=["empty", "short", "long"])
+def test_metrics_behind_a_token_variable_that_is_not_set_let_nobody_in(supplied: str) -> None:
+    async def main() -> None:
+        host = make_host('[host]\nmetrics_token_env = "TOK_METRICS_UNSET"\n' + CONFIG, {"files": FILES})
+        state = ServingState(host)
+        from toolcrib.observe import Metrics
+
+        state.metrics = Metrics()
+        app = HttpApp(state, HttpOptions(), env=TOKENS)
+        async with app.app.router.lifespan_context(app.app):
+            transport = httpx2.ASGITransport(app=app)
+            async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000", timeout=30) as client:
+                answer = await client.get("/metrics", headers={"Authorization": f"Bearer {supplied}"})
+        assert answer.status_code == 401
+
+    anyio.run(main)

@@ -172,6 +172,9 @@ def test_every_bad_token_gets_the_answer_of_a_wrong_static_token(issuer: Issuer,
         anyio.run(main)
     token_text = BAD[case]  # the log says why, never the token itself
     assert all("eyJ" not in r.getMessage() for r in caplog.records), token_text
+    if case in ("claims of no agent", "group not listed", "another agent's token"):
+        assert "access token refused on agent 'reader''s endpoint: its claims are not the agent's identity" in [
+            r.getMessage() for r in caplog.records]
 
 
 def test_a_token_without_a_required_scope_is_forbidden_and_told_which(issuer: Issuer) -> None:
@@ -184,6 +187,32 @@ def test_a_token_without_a_required_scope_is_forbidden_and_told_which(issuer: Is
             assert answer.headers["www-authenticate"] == (
                 'Bearer realm="toolcrib", error="insufficient_scope", scope="tools", resource_metadata='
                 '"http://127.0.0.1:8000/.well-known/oauth-protected-resource/agents/ops/mcp"')
+
+    anyio.run(main)
+
+
+def test_a_token_lacking_one_of_two_required_scopes_is_told_both(issuer: Issuer) -> None:
+    extra = """
+[agents.admin]
+[agents.admin.identity]
+claims = { sub = "svc-admin" }
+scopes = ["tools", "tools:write"]
+[agents.admin.permissions]
+plugins = { allow = ["files"] }
+tools = { allow = ["files__touch"] }
+"""
+
+    async def main() -> None:
+        async with serving(config(issuer.url, extra)) as (_, client):
+            token = issuer.sign({"sub": "svc-admin", "aud": RESOURCE, "scope": "tools"})
+            status, body, answer = await rpc(client, "admin", token, "tools/list")
+            assert (status, body) == (403, {"error": "insufficient_scope",
+                                            "error_description": "the token needs the scopes: tools tools:write"})
+            assert answer.headers["www-authenticate"] == (
+                'Bearer realm="toolcrib", error="insufficient_scope", scope="tools tools:write", resource_metadata='
+                '"http://127.0.0.1:8000/.well-known/oauth-protected-resource/agents/admin/mcp"')
+            both = issuer.sign({"sub": "svc-admin", "aud": RESOURCE, "scope": "tools:write tools"})
+            assert await tool_names(client, "admin", both) == ["files__touch"]
 
     anyio.run(main)
 
