@@ -19,7 +19,7 @@ import toolcrib
 from conftest import cli, config_from, make_host
 from packs import FILES, Pack
 from toolcrib.catalog import Entry
-from toolcrib.permissions import CallRules, Named, compile_rules, decide, permitted
+from toolcrib.permissions import CallRules, Check, Named, compile_rules, decide, permitted
 from toolcrib.tool import get_tool
 
 
@@ -591,3 +591,27 @@ def test_explain_json_of_a_tool(cli_config: Any) -> None:
         "call_rules": {"subjects": ["path"], "deny": [], "allow": ["files__write(docs/*)"],
                        "ask": ["files__write(docs/private/*)"], "approve": []},
     }
+
+
+def test_a_resource_hidden_as_unconfinable_says_so_in_its_decision() -> None:
+    """An availability check's reason of kind unconfinable (``toolcrib check`` reports what it hides) keeps that
+    kind for a resource as for a tool."""
+    from toolcrib.sandbox import Unconfinable
+
+    @toolcrib.resource("doc://confined", name="confined", is_available=lambda ctx: Unconfinable("it could reach x"))
+    def confined() -> str:
+        return "c"
+
+    class Items:
+        @toolcrib.hookimpl
+        def toolcrib_resources(self) -> list[Any]:
+            return [confined]
+
+    host = make_host("""
+        [agents.a.permissions]
+        plugins = { allow = ["p"] }
+        resources = { allow = ["*"] }
+    """, {"p": Items()})
+    decision = host.explain("a", "doc://confined")
+    assert decision is not None and decision.visible is False
+    assert decision.checks[-1] == Check("available", False, "not available: it could reach x", "unconfinable")

@@ -98,11 +98,13 @@ class DimensionRule:
         # A deny hides only with a bare pattern; a pattern with a specifier restricts calls instead.
         deciding = [p for p in compiled if kind == "allow" or p.specifier is None]
         exact: dict[str, Pattern] = {}
+        globs: list[Pattern] = []
         for p in deciding:
-            if "*" not in p.name:
+            if "*" in p.name:
+                globs.append(p)
+            else:
                 exact.setdefault(p.name, p)
-        globs = tuple(p for p in deciding if "*" in p.name)
-        return cls(dimension, kind, compiled, where, exact, globs)
+        return cls(dimension, kind, compiled, where, exact, tuple(globs))
 
     def match(self, name: str) -> Pattern | None:
         """The first pattern that decides for ``name`` (exact names first, then globs), or None."""
@@ -264,7 +266,7 @@ class AgentRules:
         if found is None:
             rule = self.dimensions[dimension]
             found = rule.permits(source)
-            if origin is not None and rule.kind != "missing":
+            if origin is not None:  # (a missing rule permits neither name)
                 by_origin = rule.permits(origin)
                 # allow: either name lets it through; deny: either name hides it
                 if (rule.kind == "allow" and not found[0]) or (rule.kind == "deny" and not by_origin[0]):
