@@ -410,9 +410,9 @@ class Root:
             except OSError as exc:
                 raise _error(exc, destination) from None
             if existing is not None and (not overwrite or stat.S_ISDIR(existing.st_mode)):
-                raise PathError(f"{display(destination)}: already exists", missing=False)
+                raise PathError(f"{display(destination)}: already exists")
             if existing is not None and stat.S_ISDIR(moving.st_mode):
-                raise PathError(f"{display(destination)}: is a file, which a directory cannot replace", missing=False)
+                raise PathError(f"{display(destination)}: is a file, which a directory cannot replace")
             try:
                 os.rename(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
             except OSError as exc:
