@@ -615,3 +615,49 @@ def test_a_resource_hidden_as_unconfinable_says_so_in_its_decision() -> None:
     decision = host.explain("a", "doc://confined")
     assert decision is not None and decision.visible is False
     assert decision.checks[-1] == Check("available", False, "not available: it could reach x", "unconfinable")
+
+
+def test_a_sub_agents_tool_list_asks_its_availability_through_the_budgeted_runner() -> None:
+    """What a sub-agent is offered is checked again within the chain that runs it (a tool that describes itself
+    per agent): on the availability worker, not the caller's thread, and a check that raises hides the tool
+    (fail closed) instead of failing the run."""
+    asked: list[tuple[str, str]] = []
+
+    def flaky(ctx: toolcrib.AvailabilityContext) -> bool:
+        asked.append((ctx.agent, threading.current_thread().name))
+        if len(asked) > 1:
+            raise RuntimeError("not this time")
+        return True
+
+    @toolcrib.tool(is_available=flaky, describe=lambda ctx: f"Helps {ctx.agent}.")
+    def helper_tool() -> str:
+        """Helps."""
+        return "helped"
+
+    @toolcrib.tool
+    def delegate_list(ctx: toolcrib.Context) -> list[str]:
+        """What the helper agent would be offered."""
+        delegate = ctx.subagent("helper")
+        assert delegate is not None
+        return [t["name"] for t in delegate.tools()]
+
+    class Pack:
+        @toolcrib.hookimpl
+        def toolcrib_tools(self) -> list[Any]:
+            return [helper_tool, delegate_list]
+
+    host = make_host("""
+        [agents.boss.permissions]
+        plugins = { allow = ["p"] }
+        tools = { allow = ["p__delegate_list"] }
+        subagents = { allow = ["helper"] }
+        [agents.helper]
+        description = "Helps out."
+        [agents.helper.permissions]
+        plugins = { allow = ["p"] }
+        tools = { allow = ["p__helper_tool"] }
+    """, {"p": Pack()})
+    assert [t.name for t in host.view("helper").tools] == ["p__helper_tool"]  # the view's own check said yes
+    result = anyio.run(host.view("boss").call, "p__delegate_list", {})
+    assert (result.is_error, result.structured_content) == (False, {"result": []})
+    assert asked == [("helper", "toolcrib-availability"), ("helper", "toolcrib-availability")]

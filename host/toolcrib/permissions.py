@@ -535,15 +535,17 @@ _ASSUMED = _AssumedAvailable()
 """(available, the reason, a kind: ``"unconfinable"`` when the tool's programs could reach what governs the host)."""
 
 
-def check_availability(rules: AgentRules, entries: Sequence[Entry | ItemEntry]) -> dict[str, Availability]:
-    """Run the availability checks of ``entries`` for ``rules.agent``, each within ``[host] availability_timeout``
-    seconds: one that takes longer (or never returns) hides its tool with that reason, and the rest go on. The
-    checks run one after another on a worker thread, so a slow one costs its budget, not the caller's loop."""
+def check_availability(rules: AgentRules, entries: Sequence[Entry | ItemEntry],
+                       chain: Sequence[str] = ()) -> dict[str, Availability]:
+    """Run the availability checks of ``entries`` for ``rules.agent`` (within a run's ``chain``), each within
+    ``[host] availability_timeout`` seconds: one that takes longer (or never returns) hides its tool with that
+    reason, and the rest go on. The checks run one after another on a worker thread, so a slow one costs its
+    budget, not the caller's loop."""
     jobs = []
     for entry in entries:
         check = entry.tool.is_available if isinstance(entry, Entry) else entry.item.is_available
         if check is not None:
-            jobs.append((entry.name, check, availability_context(rules, entry)))
+            jobs.append((entry.name, check, availability_context(rules, entry, chain)))
     answers: dict[str, Availability] = {}
     for name, outcome in _run_checks(jobs, rules.availability_timeout).items():
         answers[name] = _interpret(rules, name, outcome)

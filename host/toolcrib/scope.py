@@ -14,7 +14,7 @@ from toolcrib.content import ToolResult
 from toolcrib.context import CHAIN, CONVERSATION
 from toolcrib.errors import Suspend, ToolError, UnknownToolError
 from toolcrib.names import clean, clean_schema
-from toolcrib.permissions import Named, decide
+from toolcrib.permissions import Named, check_availability, decide
 from toolcrib.policy import Deny
 
 if TYPE_CHECKING:
@@ -76,16 +76,19 @@ class Delegate:
         """Its tools as its model is offered them (MCP tools/list objects). A tool that describes itself per agent
         is described for this agent within this chain (``toolcrib__run_agent`` names only the agents it may still
         run, and is gone when there are none)."""
+        rechecked = [vt.entry for vt in self._view.tools if vt.tool.describe is not None
+                     and vt.tool.is_available is not None and vt.name not in self.exclude]
+        # within this chain, through the same budgeted runner as every view's checks
+        answers = check_availability(self._view.rules, rechecked, self.chain) if rechecked else {}
         tools = []
         for vt, wire in zip(self._view.tools, self._view.mcp_tools, strict=True):
             if vt.name in self.exclude:
                 continue
             describe = vt.tool.describe
             if describe is not None:
-                ctx = self._view.availability_context(vt.entry, self.chain)
-                if vt.tool.is_available is not None and vt.tool.is_available(ctx) is not True:
+                if vt.name in answers and not answers[vt.name][0]:
                     continue
-                wire = {**wire, "description": clean(describe(ctx))}
+                wire = {**wire, "description": clean(describe(self._view.availability_context(vt.entry, self.chain)))}
             tools.append(wire)
         return tools
 
