@@ -159,20 +159,22 @@ class Pipeline:
             if self._post else self._post
         # an id only where something reads it: a hook this call meets, or the audit
         call_id = f"call_{self._id_prefix}{next(self._ids):x}" if pre or post or self._audit_ids else ""
-        call = Call(view, vt.name, {} if arguments is None else arguments, channel, approver, started, call_id,
-                    "tool", vt, self.workspace)
+        if arguments is None:
+            arguments = {}
         curation = vt.entry.curation
+        refused = None
         if curation is not None:  # the operator's defaults and fixed values go in before anything looks at them
-            call.arguments, refused = curation.apply(call.arguments)
-            if refused is not None:
-                return self._finish(call, _Outcome("invalid", "input validation"),
-                                    ToolResult.error(f"Invalid arguments for {vt.name}:\n- {refused}"))
-        problem = payload_problem(call.arguments, self.max_argument_bytes)
+            arguments, refused = curation.apply(arguments)
+        call = Call(view, vt.name, arguments, channel, approver, started, call_id, "tool", vt, self.workspace)
+        if refused is not None:
+            return self._finish(call, _Outcome("invalid", "input validation"),
+                                ToolResult.error(f"Invalid arguments for {vt.name}:\n- {refused}"))
+        problem = payload_problem(arguments, self.max_argument_bytes)
         if problem is not None:
             return self._finish(call, _Outcome("invalid", "payload limits"),
                                 ToolResult.error(f"Invalid arguments for {vt.name}: {problem}"))
         try:
-            model = vt.tool.input_model.__pydantic_validator__.validate_python(call.arguments)
+            model = vt.tool.validate_input(arguments)
         except ToolDeclarationError:
             log.exception("tool %s cannot be called: its input model cannot be built", vt.name)
             return self._finish(call, _Outcome("invalid", "broken tool"), ToolResult.error(

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -45,15 +45,14 @@ class Runner(Protocol):
     def start(self, model: BaseModel, call: Call) -> Any: ...
 
 
-@dataclass(slots=True, eq=False)
 class Call:
     """One call by one agent, from the moment its name is resolved to its audit record: what every step of the
     pipeline, the hooks, the limits and the audit need to know about it. A resource read or a prompt (``kind``)
-    is a call too, for the audit; only a tool's call has ``tool``."""
+    is a call too, for the audit; only a tool's call has ``tool``.
 
-    view: AgentView
-    name: str  # the tool's full name (a resource's URI, a prompt's name)
-    arguments: Any  # as the client sent them, then as curation left them, then as validated (JSON) for the audit
+    A plain class: one is made for every call; what a call acquires later (its lease, its context) starts as the
+    class's default, so making one costs only what it is given."""
+
     channel: ClientChannel | None = None
     approver: Approver | None = None
     started: float = 0.0  # time.perf_counter() when something times the call
@@ -62,7 +61,24 @@ class Call:
     tool: ViewTool | None = None
     workspace: Path | None = None
     lease: Lease | None = None  # its places in the agent's limits, while it holds them
-    _context: Context | None = field(default=None, repr=False)
+    _context: Context | None = None
+
+    def __init__(self, view: AgentView, name: str, arguments: Any, channel: ClientChannel | None = None,
+                 approver: Approver | None = None, started: float = 0.0, id: str = "", kind: str = "tool",
+                 tool: ViewTool | None = None, workspace: Path | None = None) -> None:
+        self.view = view
+        self.name = name  # the tool's full name (a resource's URI, a prompt's name)
+        self.arguments = arguments  # as sent, then as curation left them, then as validated (JSON), for the audit
+        self.channel = channel
+        self.approver = approver
+        self.started = started
+        self.id = id
+        self.kind = kind
+        self.tool = tool
+        self.workspace = workspace
+
+    def __repr__(self) -> str:
+        return f"<Call {self.kind} {self.name!r} by {self.view.agent!r}{' ' + self.id if self.id else ''}>"
 
     @property
     def agent(self) -> str:
@@ -107,6 +123,9 @@ class PythonRunner:
     context_param: str | None = None
 
     def start(self, model: BaseModel, call: Call) -> Any:
+        if self.context_param is None and self.convention == "keywords":  # the common case, first
+            return self.handler(**model.__dict__) if self.is_async else functools.partial(self.handler,
+                                                                                          **model.__dict__)
         args: tuple[Any, ...] = ()
         if self.convention == "keywords":
             kwargs: dict[str, Any] = model.__dict__ if self.context_param is None else dict(model.__dict__)

@@ -106,6 +106,11 @@ class Tool:
         """The pydantic model arguments are validated against (``ToolDeclarationError`` if it cannot be built)."""
         return self.make_input()
 
+    @cached_property  # read on every call: cached as a plain attribute after the first
+    def validate_input(self) -> Callable[[Any], BaseModel]:
+        """Validate arguments into the input model (pydantic-core's own entry point, looked up once)."""
+        return self.input_model.__pydantic_validator__.validate_python
+
     @cached_property
     def input_schema(self) -> dict[str, Any]:
         if self.given_input_schema is not None:
