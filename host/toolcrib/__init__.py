@@ -6,6 +6,7 @@ file which agent sees which tools; a denied tool is invisible. Importing this pa
 """
 
 from toolcrib._version import __version__
+from toolcrib.answers import Allow, Ask, Deny
 from toolcrib.content import Audio, EmbeddedResource, Image, ResourceLink, Text, ToolResult
 from toolcrib.context import AvailabilityContext, Context, Elicitation
 from toolcrib.declarations import Message, get_prompt, get_resource, prompt, resource, resource_updated
@@ -23,7 +24,6 @@ from toolcrib.errors import (
 )
 from toolcrib.hookspecs import hookimpl, hookspec
 from toolcrib.host import Host
-from toolcrib.policy import Allow, Ask, Deny
 from toolcrib.runner import Call, PythonRunner, Runner
 from toolcrib.tool import Tool, get_tool, tool
 

@@ -1,6 +1,6 @@
 """The audit record: what one decision (a call, a read, a prompt get) is, as ``toolcrib_audit`` plugins get it and
 as the audit log (``toolcrib.default_plugins.audit``) writes it, one JSON line each. The pipeline hands each
-decision as a tuple (``Decision``) to a ``DecisionLog``; formatting waits until something reads it."""
+decision as a tuple (``Logged``) to an ``AuditSink``; formatting waits until something reads it."""
 
 from __future__ import annotations
 
@@ -9,19 +9,19 @@ from datetime import UTC, datetime
 from json.encoder import encode_basestring
 from typing import Any, Protocol, runtime_checkable
 
-Decision = tuple[float, str, str, str, str, str, float, bool, Any, Any, str | None]
+Logged = tuple[float, str, str, str, str, str, float, bool, Any, Any, str | None]
 """(time, agent, kind, name, decision, by, seconds, is_error, arguments or None, identity or None, call id or
 None)."""
 
 
 @runtime_checkable
-class DecisionLog(Protocol):
+class AuditSink(Protocol):
     """What takes decisions as they are made (the built-in audit log): ``add`` must not block."""
 
-    def add(self, decision: Decision) -> None: ...
+    def add(self, decision: Logged) -> None: ...
 
 
-def record(decision: Decision) -> dict[str, Any]:
+def record(decision: Logged) -> dict[str, Any]:
     """A decision as the audit record ``toolcrib_audit`` plugins get."""
     at, agent, kind, name, verdict, by, seconds, is_error, arguments, identity, call_id = decision
     out: dict[str, Any] = {
@@ -62,7 +62,7 @@ _dumps = json.JSONEncoder(ensure_ascii=False, default=repr).encode
 _text = encode_basestring  # a str as a JSON string (what _dumps writes for one, without its type dispatch)
 
 
-def line(decision: Decision) -> str:
+def line(decision: Logged) -> str:
     """The JSON line of a decision: ``record``'s, written field by field (the writer's time goes here); the
     duration is written with three decimals ("12.000" where ``record`` has 12.0)."""
     at, agent, kind, name, verdict, by, seconds, is_error, arguments, identity, call_id = decision
@@ -78,7 +78,7 @@ def line(decision: Decision) -> str:
     return text + "}\n"
 
 
-def _line_or_note(decision: Decision) -> str:
+def _line_or_note(decision: Logged) -> str:
     """The decision's line; if its arguments cannot be written (their repr raised), the line says so instead."""
     try:
         return line(decision)

@@ -27,8 +27,9 @@ import anyio
 import anyio.to_thread
 from pydantic import BaseModel, ValidationError
 
+from toolcrib.answers import Allow, Ask, Deny
 from toolcrib.arguments import format_validation_error, payload_problem
-from toolcrib.audit import DecisionLog
+from toolcrib.audit import AuditSink
 from toolcrib.audit import record as audit_record
 from toolcrib.content import ToolResult, normalize, result_problem
 from toolcrib.context import Approver, ClientChannel, Context
@@ -47,7 +48,6 @@ from toolcrib.errors import (
 from toolcrib.limits import Lease, Limit, LimitBook, Refusal, compile_limits
 from toolcrib.observe import Metrics
 from toolcrib.plugins import PluginHook, PluginManager, plugin_hooks
-from toolcrib.policy import Allow, Ask, Deny
 from toolcrib.runner import Call
 from toolcrib.uris import normalize as normalize_uri
 
@@ -89,7 +89,7 @@ class Pipeline:
         # The audit log is handed each decision as it is (its writer thread formats it); other toolcrib_audit
         # plugins get the record.
         log_plugin = pm.get_plugin("toolcrib.audit")
-        self._log: DecisionLog | None = log_plugin if isinstance(log_plugin, DecisionLog) else None
+        self._log: AuditSink | None = log_plugin if isinstance(log_plugin, AuditSink) else None
         self._audit = [h for h in plugin_hooks(pm, "toolcrib_audit") if h.plugin != "toolcrib.audit"]
         self._metrics = metrics
         # then each decision is timed and reported

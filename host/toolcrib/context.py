@@ -17,8 +17,8 @@ from toolcrib.errors import ToolError
 from toolcrib.fastschema import json_schema_of
 
 if TYPE_CHECKING:
-    from toolcrib.policy import Deny
-    from toolcrib.scope import Delegate, Reach, Server
+    from toolcrib.answers import Deny
+    from toolcrib.reach import Delegate, Reach, Server
     from toolcrib.view import AgentView
 
 # The chain of agents whose runs led to the call running now (sub-agents), the calling agent last.
@@ -186,7 +186,7 @@ class Context:
 
     @property
     def _reach(self) -> Reach | None:
-        """What the view lends its calls (``toolcrib.scope.REACH``), or None outside an agent's view."""
+        """What the view lends its calls (``toolcrib.reach.REACH``), or None outside an agent's view."""
         return self._view.reach if self._view is not None else None
 
     def permits(self, dimension: str, name: str) -> bool:
@@ -198,7 +198,7 @@ class Context:
 
     def subagent(self, name: str) -> Delegate | None:
         """Another agent this call's agent may hand a task to now, or None (not permitted, itself, back along the
-        chain, or no such agent: alike). See ``toolcrib.scope.Delegate``; sub-agent runs use it."""
+        chain, or no such agent: alike). See ``toolcrib.reach.Delegate``; sub-agent runs use it."""
         reach = self._reach
         return reach.subagent(self, name) if reach is not None else None
 
@@ -219,7 +219,7 @@ class Context:
 
     def server(self, name: str) -> Server | None:
         """A lazy upstream server this call's agent may load, or None (not permitted, not lazy, or no such server:
-        alike). See ``toolcrib.scope.Server``."""
+        alike). See ``toolcrib.reach.Server``."""
         reach = self._reach
         return reach.server(self, name) if reach is not None else None
 

@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 
     from pydantic import BaseModel
 
+    from toolcrib.answers import Allow, Ask, Deny
     from toolcrib.content import ToolResult
-    from toolcrib.policy import Allow, Ask, Deny
 
 hookspec = pluggy.HookspecMarker("toolcrib")
 hookimpl = pluggy.HookimplMarker("toolcrib")

@@ -23,7 +23,7 @@ import anyio
 from toolcrib.config import AgentConfig
 from toolcrib.context import AvailabilityContext, Context
 from toolcrib.errors import ToolError
-from toolcrib.scope import Delegate
+from toolcrib.reach import Delegate
 from toolcrib.skills import Skill, read
 
 SKILL_TOOL = "toolcrib__call_skill_sub_agent"

@@ -30,11 +30,11 @@ from toolcrib.permissions import (
     permitted,
     uri_check,
 )
-from toolcrib.scope import REACH
+from toolcrib.reach import REACH
 from toolcrib.tool import Tool
 
 if TYPE_CHECKING:
-    from toolcrib.scope import Services
+    from toolcrib.reach import Services
 
 _FIXED = Check("uri", True, "a fixed resource the agent sees")
 log = logging.getLogger("toolcrib.view")

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from toolcrib.audit import Decision, _line_or_note, line, record
+from toolcrib.audit import Logged, _line_or_note, line, record
 from toolcrib.hookspecs import hookimpl
 
 log = logging.getLogger(__name__)
@@ -30,11 +30,11 @@ class AuditLog:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._queue: queue.SimpleQueue[Decision | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Logged | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def add(self, decision: Decision) -> None:
+    def add(self, decision: Logged) -> None:
         """Queue one decision for the writer thread."""
         if self._writer is None:
             with self._lock:

@@ -49,11 +49,11 @@ from typing import Any
 import anyio
 
 from toolcrib import patterns
+from toolcrib.answers import Allow, Ask, Deny
 from toolcrib.config import CommandHook, LoadedConfig
 from toolcrib.content import ToolResult
 from toolcrib.governing import unlocated
 from toolcrib.hookspecs import hookimpl
-from toolcrib.policy import Allow, Ask, Deny
 
 log = logging.getLogger("toolcrib.hooks")
 

@@ -10,12 +10,12 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from toolcrib.answers import Deny
 from toolcrib.content import ToolResult
 from toolcrib.context import CHAIN, CONVERSATION
 from toolcrib.errors import Suspend, ToolError, UnknownToolError
 from toolcrib.names import clean, clean_schema
 from toolcrib.permissions import Named, check_availability, decide
-from toolcrib.policy import Deny
 
 if TYPE_CHECKING:
     from toolcrib.config import AgentConfig
