@@ -368,3 +368,29 @@ def test_building_a_view_and_its_wire_list_leave_the_collector_as_they_found_it(
     assert [t["name"] for t in view.mcp_tools] == ["p__ping"]
     assert seen == [False]  # paused while the view was built
     assert gc.isenabled()
+
+
+def test_every_supplier_of_tools_is_a_source(tmp_path: Path) -> None:
+    """A pack given by name, a tool folder and the host's own pack are sources (``toolcrib.sources.Source``) of
+    the ``plugins`` dimension, offering exactly the entries the catalog holds of them; a failing pack is none."""
+    from toolcrib.catalog import PackSource
+    from toolcrib.sources import Source
+
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "hello.py").write_text('import toolcrib\n\n@toolcrib.tool\ndef hi() -> str:\n'
+                                                 '    """Say hi."""\n    return "hi"\n')
+
+    class Broken:
+        @toolcrib.hookimpl
+        def toolcrib_tools(self) -> list[object]:
+            raise RuntimeError("no")
+
+    host = make_host('[host]\ntool_dirs = ["tools"]\n[agents.a.permissions]\nplugins = { allow = ["*"] }\n'
+                     'tools = { allow = ["*"] }\n', {"files": FILES, "broken": Broken()}, base_dir=tmp_path)
+    assert sorted(host.sources) == ["files", "toolcrib", "tools"]
+    for name, source in host.sources.items():
+        assert isinstance(source, PackSource) and isinstance(source, Source)
+        assert (source.dimension, source.lazy, source.offer().record.name) == ("plugins", False, name)
+        assert sorted(e.name for e in anyio.run(source.fetch)) == sorted(
+            e.name for e in host.catalog.entries.values() if e.namespace == name)
+    assert [e.name for e in anyio.run(host.sources["files"].fetch, "files__read")] == ["files__read"]

@@ -13,14 +13,15 @@ import traceback
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
 from toolcrib.config import LoadedConfig, did_you_mean, problems_from_validation
+from toolcrib.content import ToolResult
 from toolcrib.declarations import get_prompt, get_resource
 from toolcrib.entries import Entry, ItemEntry
-from toolcrib.errors import Problem, contained
+from toolcrib.errors import Problem, ToolError, contained
 from toolcrib.names import RESERVED_NAMESPACE, full_name, tool_name_problem
 from toolcrib.plugins import PluginHook, PluginManager, PluginRecord, hooks_by_plugin
 from toolcrib.sources import Offer
@@ -37,6 +38,7 @@ class Catalog:
     settings: dict[str, Any] = field(default_factory=dict)
     resources: dict[str, ItemEntry] = field(default_factory=dict)  # static ones and templates, by full name
     prompts: dict[str, ItemEntry] = field(default_factory=dict)
+    packs: list[PackSource] = field(default_factory=list)  # the pluggy plugins that serve tools, as sources
 
     def record(self, name: str) -> PluginRecord | None:
         for record in self.records:
@@ -85,18 +87,15 @@ def build_catalog(
                         "served: rename the server or disable one of them")
             catalog.problems.append(_pack_problem(record, record.error or ""))
             continue
-        with _warnings_of(record, catalog):
-            settings = _settings(settings_hooks.get(record.name), record, loaded, catalog)
-            if record.state != "loaded":
-                continue
-            catalog.settings[record.name] = settings
-            entries = _collect(tools_hooks.get(record.name), record, settings, catalog)
-            if record.state != "loaded":
-                continue
-            items = [*_collect_items(resources_hooks.get(record.name), "resources", record, settings, catalog),
-                     *_collect_items(prompts_hooks.get(record.name), "prompts", record, settings, catalog)]
+        source = PackSource(record, loaded, (settings_hooks.get(record.name), tools_hooks.get(record.name),
+                                             resources_hooks.get(record.name), prompts_hooks.get(record.name)))
+        offer = source.offer()
+        catalog.problems.extend(source.problems)
         if record.state != "loaded":
             continue
+        catalog.packs.append(source)
+        catalog.settings[record.name] = source.settings
+        entries, items = offer.entries, offer.items
         entries, served_for = _origins(record, entries, catalog, taken)
         origins += [(record, origin) for origin in served_for]
         record.tool_count = len(entries)
@@ -138,8 +137,69 @@ def build_catalog(
     return catalog
 
 
+class _Problems(Protocol):
+    problems: list[Problem]
+
+
+@dataclass(eq=False)
+class PackSource:
+    """A pluggy plugin that serves tools (an entry-point pack, a tool folder, the host's own ``toolcrib`` pack) as
+    a ``toolcrib.sources.Source``: its hooks (settings, tools, resources, prompts) are called, one plugin at a time,
+    the first time it is asked what it offers. A hook that fails makes the whole pack fail (no half
+    registrations); what is wrong is in ``problems``."""
+
+    record: PluginRecord
+    loaded: LoadedConfig
+    hooks: tuple[PluginHook | None, PluginHook | None, PluginHook | None, PluginHook | None]
+    dimension: str = "plugins"
+    lazy: bool = False
+    problems: list[Problem] = field(default_factory=list)
+    settings: Any = None
+    _offer: Offer | None = None
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    async def open(self) -> None:
+        """Nothing to open: the plugin was imported when it was loaded (``toolcrib.plugins``)."""
+
+    async def close(self) -> None:
+        """Nothing to close: the plugin lives as long as its plugin manager."""
+
+    def offer(self) -> Offer:
+        if self._offer is None:
+            self._offer = self._collect()
+        return self._offer
+
+    async def fetch(self, name: str | None = None) -> list[Entry]:
+        entries = self.offer().entries
+        return entries if name is None else [e for e in entries if e.name == name]
+
+    async def read(self, uri: str) -> ToolResult:
+        """A pack's resources are read through an agent's view (``AgentView.read``), where its rules apply."""
+        raise ToolError(f"pack {self.name!r} has its resources read through an agent's view")
+
+    def _collect(self) -> Offer:
+        record, (settings_hook, tools_hook, resources_hook, prompts_hook) = self.record, self.hooks
+        offer = Offer(record)
+        with _warnings_of(record, self):
+            self.settings = _settings(settings_hook, record, self.loaded, self)
+            if record.state != "loaded":
+                return offer
+            offer.entries = _collect(tools_hook, record, self.settings, self)
+            if record.state != "loaded":
+                offer.entries = []
+                return offer
+            offer.items = [*_collect_items(resources_hook, "resources", record, self.settings, self),
+                           *_collect_items(prompts_hook, "prompts", record, self.settings, self)]
+        if record.state != "loaded":
+            offer.entries, offer.items = [], []
+        return offer
+
+
 @contextmanager
-def _warnings_of(record: PluginRecord, catalog: Catalog) -> Iterator[None]:
+def _warnings_of(record: PluginRecord, catalog: _Problems) -> Iterator[None]:
     """What a pack logs at warning level or above while the host collects its tools (on ``toolcrib.pack.<ns>``) is
     also a ``toolcrib check`` warning about the pack: it is how a pack says something is off in its settings."""
 
@@ -213,7 +273,7 @@ def _place_items(items: list[ItemEntry], catalog: Catalog) -> None:
 
 
 def _collect_items(hook: PluginHook | None, kind: str, record: PluginRecord, settings: Any,
-                   catalog: Catalog) -> list[ItemEntry]:
+                   catalog: _Problems) -> list[ItemEntry]:
     """A pack's resources or prompts (``kind``), from its ``toolcrib_<kind>`` hook; each bad item on its own."""
     if hook is None:
         return []
@@ -246,7 +306,7 @@ def _collect_items(hook: PluginHook | None, kind: str, record: PluginRecord, set
     return found
 
 
-def _settings(hook: PluginHook | None, record: PluginRecord, loaded: LoadedConfig, catalog: Catalog) -> Any:
+def _settings(hook: PluginHook | None, record: PluginRecord, loaded: LoadedConfig, catalog: _Problems) -> Any:
     table = loaded.config.packs.get(record.name)
     values = table.settings if table is not None else {}
     model = None
@@ -290,7 +350,7 @@ def _settings(hook: PluginHook | None, record: PluginRecord, loaded: LoadedConfi
     return settings
 
 
-def _collect(hook: PluginHook | None, record: PluginRecord, settings: Any, catalog: Catalog) -> list[Entry]:
+def _collect(hook: PluginHook | None, record: PluginRecord, settings: Any, catalog: _Problems) -> list[Entry]:
     found: list[Tool] = []
     items: Any = None
     if hook is not None:

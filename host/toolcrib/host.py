@@ -117,6 +117,8 @@ class Host:
             workspace.protect_code(loaded.code_folders())
             self.catalog: Catalog = build_catalog(self.pm, self.records, loaded, offers)
             self.catalog.problems.extend(problems)
+            for pack in self.catalog.packs:  # every pluggy plugin that serves tools is a source too
+                self.sources.setdefault(pack.name, pack)
             self.catalog.entries, curation_problems = curate(self.catalog.entries, loaded, frozenset(self.lazy_servers))
             self.catalog.problems.extend(curation_problems)
             self._apply_lock()

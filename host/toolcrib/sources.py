@@ -1,9 +1,10 @@
 """The contract between the host and whatever supplies tools, resources, templates and prompts: ``Source``.
 
-Entry-point packs, tool folders and the host's own tools are pluggy plugins (``toolcrib.plugins``), collected by
-``toolcrib.catalog`` through their hooks, each on its own. Every other supplier is a ``Source`` handed to the
-``Host``: upstream MCP servers (``toolcrib.mcp.upstream.UpstreamSource``), and what comes next (an OpenAPI
-document, a pack run in a process of its own). The catalog, the decision and the pipeline know only what a source
+Every supplier is a ``Source``. Entry-point packs, tool folders, the host's own tools and llm plugins are pluggy
+plugins (``toolcrib.plugins``), each a ``toolcrib.catalog.PackSource`` whose hooks are called one plugin at a time;
+every other supplier is a ``Source`` handed to the ``Host``: upstream MCP servers
+(``toolcrib.mcp.upstream.UpstreamSource``), and what comes next (an OpenAPI document, a pack run in a process of
+its own). The catalog, the decision and the pipeline know only what a source
 offers: entries (``toolcrib.entries``) whose tools carry their runners (``toolcrib.runner``), so nothing in the core
 changes for a new kind of source.
 
@@ -16,7 +17,7 @@ agent allowed it loads its tools when it needs them (``toolcrib__load_mcp``, ``C
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from toolcrib.entries import Entry, ItemEntry
 
@@ -35,6 +36,7 @@ class Offer:
     items: list[ItemEntry] = field(default_factory=list)  # resources, templates and prompts
 
 
+@runtime_checkable
 class Source(Protocol):
     """A supplier of entries. ``dimension`` is the permission dimension that governs it (``"mcps"`` for an
     upstream server, ``"plugins"`` for a pack); each of its entries carries the same ``dimension`` and ``source``.
