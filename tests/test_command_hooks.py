@@ -481,12 +481,13 @@ def test_a_hook_that_cannot_start_times_out_or_is_refused_says_which(tmp_path: P
 
 
 def _gone(pid: int) -> bool:
-    """The process has ended and been reaped (or is a zombie waiting for a parent that is not this test)."""
+    """The process has ended and been reaped, or is a zombie about to be reaped by a parent that is not this test
+    (a zombie child of this process is one nobody waited for)."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        state, ppid = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[:2]
     except FileNotFoundError:
         return True
-    return state == "Z" and os.getppid() != pid
+    return state == "Z" and int(ppid) != os.getpid()
 
 
 def test_run_hook_caps_output_at_one_byte_past_the_limit_and_takes_input_it_never_reads(tmp_path: Path) -> None:
@@ -503,7 +504,7 @@ def test_run_hook_ends_what_the_program_started_and_reaps_it_when_the_call_is_ca
     from toolcrib.default_plugins.hooks import run_hook
 
     starter = _script(tmp_path, "starter.py", "import os, subprocess, time\n"
-                      "child = subprocess.Popen(['sleep', '60'])\n"
+                      "child = subprocess.Popen(['sleep', '600'])\n"  # outlives the program by far
                       "open('pids', 'w').write(f'{os.getpid()} {child.pid}')\n"
                       "time.sleep(60)\n")
 
