@@ -50,10 +50,14 @@ HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text
 
 
 @asynccontextmanager
-async def serving(env: dict[str, str] | None = None, config: str = CONFIG,
+async def serving(env: dict[str, str] | None = None, config: str = CONFIG, metrics: bool = False,
                   **options: Any) -> AsyncIterator[tuple[HttpApp, httpx2.AsyncClient]]:
-    app = HttpApp(ServingState(make_host(config, {"files": FILES})), HttpOptions(**options),
-                  env=TOKENS if env is None else env)
+    state = ServingState(make_host(config, {"files": FILES}))
+    if metrics:
+        from toolcrib.observe import Metrics
+
+        state.metrics = Metrics()
+    app = HttpApp(state, HttpOptions(**options), env=TOKENS if env is None else env)
     async with app.app.router.lifespan_context(app.app):
         transport = httpx2.ASGITransport(app=app)
         async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000", timeout=30) as client:
@@ -384,18 +388,10 @@ def test_serve_http_refuses_a_remote_address_before_it_listens(monkeypatch: pyte
                                   "/.well-known/oauth-protected-resource/agents/reader/mcp"])
 def test_probes_metrics_and_metadata_answer_get_and_head_only(path: str) -> None:
     async def main() -> None:
-        host = make_host("[oauth]\nissuer = \"https://idp.example\"\naudience = \"http://127.0.0.1:8000\"\n" +
-                         CONFIG, {"files": FILES})
-        state = ServingState(host)
-        from toolcrib.observe import Metrics
-
-        state.metrics = Metrics()
-        app = HttpApp(state, HttpOptions(), env=TOKENS)
-        async with app.app.router.lifespan_context(app.app):
-            transport = httpx2.ASGITransport(app=app)
-            async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000", timeout=30) as client:
-                statuses = [(await client.request(method, path)).status_code for method in ("GET", "HEAD", "POST",
-                                                                                             "PUT", "DELETE")]
+        oauth = '[oauth]\nissuer = "https://idp.example"\naudience = "http://127.0.0.1:8000"\n'
+        async with serving(config=oauth + CONFIG, metrics=True) as (_, client):
+            statuses = [(await client.request(method, path)).status_code
+                        for method in ("GET", "HEAD", "POST", "PUT", "DELETE")]
         assert statuses[:2] == [200, 200] and statuses[2:] == [405, 405, 405]
 
     anyio.run(main)
@@ -404,16 +400,9 @@ def test_probes_metrics_and_metadata_answer_get_and_head_only(path: str) -> None
 @pytest.mark.parametrize("supplied", ["", "XXXX", "x" * 32], ids=["empty", "short", "long"])
 def test_metrics_behind_a_token_variable_that_is_not_set_let_nobody_in(supplied: str) -> None:
     async def main() -> None:
-        host = make_host('[host]\nmetrics_token_env = "TOK_METRICS_UNSET"\n' + CONFIG, {"files": FILES})
-        state = ServingState(host)
-        from toolcrib.observe import Metrics
-
-        state.metrics = Metrics()
-        app = HttpApp(state, HttpOptions(), env=TOKENS)
-        async with app.app.router.lifespan_context(app.app):
-            transport = httpx2.ASGITransport(app=app)
-            async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000", timeout=30) as client:
-                answer = await client.get("/metrics", headers={"Authorization": f"Bearer {supplied}"})
+        config = '[host]\nmetrics_token_env = "TOK_METRICS_UNSET"\n' + CONFIG
+        async with serving(config=config, metrics=True) as (_, client):
+            answer = await client.get("/metrics", headers={"Authorization": f"Bearer {supplied}"})
         assert answer.status_code == 401
 
     anyio.run(main)
