@@ -298,21 +298,7 @@ class _Recorded(uvicorn.Server):
         self.made.append(self)
 
 
-SERVED = """
-[host]
-shutdown_timeout = 2.5
-[agents.reader]
-token_env = "TOK_READER"
-[agents.reader.permissions]
-plugins = { allow = ["files"] }
-tools = { allow = ["files__read"] }
-[agents.writer]
-token_env = "TOK_WRITER"
-[agents.writer.permissions]
-plugins = { allow = ["files"] }
-tools = { allow = ["*"] }
-[agents.silent]
-"""
+SERVED = "[host]\nshutdown_timeout = 2.5\n" + CONFIG  # twin and nokey have no token set here: not served
 
 
 @pytest.mark.parametrize(("host", "stateless", "metrics", "tokens", "line"), [
