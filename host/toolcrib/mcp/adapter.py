@@ -197,36 +197,45 @@ def _principal(ctx: ServerRequestContext[Any, Any]) -> str | None:
     return json.dumps([identity.kind, identity.issuer, identity.client, identity.subject, identity.credential])
 
 
-def build_server(state: ServingState, agent: str) -> Server[Any]:
-    """The MCP server for ``agent``; it reads ``state``'s current host on every request, so reloads apply."""
+class _Handlers:
+    """What one agent's MCP server answers, method by method: the SDK calls these for each request. Each reads the
+    serving state's current host, so reloads apply."""
 
-    def view_of(ctx: ServerRequestContext[Any, Any]) -> AgentView:
+    def __init__(self, state: ServingState, agent: str) -> None:
+        self.state = state
+        self.agent = agent
+        self.server: Server[Any] | None = None  # set once the server is made (its info stamp goes on replies)
+
+    def view_of(self, ctx: ServerRequestContext[Any, Any]) -> AgentView:
         """The agent's view for this request: an OAuth token lacking scopes of ``identity.needs_scope`` sees less."""
         identity = identity_of_request(ctx)
-        return state.view(agent, identity.lacking) if identity is not None else state.view(agent)
+        if identity is not None:
+            return self.state.view(self.agent, identity.lacking)
+        return self.state.view(self.agent)
 
-    def listing(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+    def listing(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         # Wire dicts, not models: never validated twice. The extra keys are what 2026-07-28 requires (no caching:
         # lists change on reload); for the handshake era the SDK sieves them off, or the fast path leaves them out.
-        return {"tools": view_of(ctx).mcp_tools, **_UNCACHED}
+        return {"tools": self.view_of(ctx).mcp_tools, **_UNCACHED}
 
-    async def list_tools(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> Any:
+    async def list_tools(self, ctx: ServerRequestContext[Any, Any],
+                         params: types.PaginatedRequestParams | None) -> Any:
         if params is not None and params.cursor is not None:
             raise MCPError(code=types.INVALID_PARAMS, message="Invalid cursor: this server returns one page")
         if ctx.protocol_version not in _MODERN:
-            state.remember_session(agent, ctx.session)
-        return listing(ctx)
+            self.state.remember_session(self.agent, ctx.session)
+        return self.listing(ctx)
 
-    async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> Any:
-        return await call(ctx, params.name, params.arguments, params.input_responses, params.request_state)
+    async def call_tool(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> Any:
+        return await self.call(ctx, params.name, params.arguments, params.input_responses, params.request_state)
 
-    async def call(ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any] | None,
+    async def call(self, ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any] | None,
                    responses: Mapping[str, Any] | None, request_state: str | None) -> Any:
-        view = view_of(ctx)
+        view = self.view_of(ctx)
         arguments = arguments if arguments is not None else {}
         modern = ctx.protocol_version in _MODERN
         try:
-            earlier = state.seal.open(agent, name, arguments, _principal(ctx), request_state) \
+            earlier = self.state.seal.open(self.agent, name, arguments, _principal(ctx), request_state) \
                 if modern and request_state else None
             if modern and earlier is None and responses and set(responses) & {APPROVAL_KEY, *ASKED.values()}:
                 raise Unverifiable  # answers to questions this call never asked: nothing to carry them on
@@ -234,7 +243,7 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
             if view.lookup(name) is None:
                 raise MCPError(code=types.INVALID_PARAMS, message=str(UnknownToolError(name))) from None
             log.warning("agent %r, tool %s: a round-trip state could not be verified (replicas with different "
-                        "TOOLCRIB_STATE_SECRET, or an altered state); the call is ended", agent, name)
+                        "TOOLCRIB_STATE_SECRET, or an altered state); the call is ended", self.agent, name)
             return {"content": [{"type": "text", "text": UNVERIFIABLE}], "isError": True, "resultType": "complete"}
         journal = None
         if modern:
@@ -248,43 +257,50 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
         talk = CONVERSATION.set(None if modern else _conversation(ctx.session))
         try:
             result = await view.call(name, arguments,
-                                     approver=_approver(ctx, name, responses, earlier is not None, approved),
+                                     approver=self._approver(ctx, name, responses, earlier is not None, approved),
                                      channel=_Channel(ctx, journal))
         except UnknownToolError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
-        except ApprovalPending as need:
-            request = types.ElicitRequest(params=types.ElicitRequestFormParams(
-                message=need.message,
-                requested_schema={"type": "object", "properties": {}},
-            ))
-            sealed = state.seal.seal(agent, name, arguments, _principal(ctx), {"approval": True})
-            return types.InputRequiredResult(input_requests={APPROVAL_KEY: request}, request_state=sealed)
-        except (SamplePending, ElicitPending) as need:
-            assert journal is not None
-            kind = "sample" if isinstance(need, SamplePending) else "elicit"
-            carried = {"asked": kind, "journal": journal.events,
-                       "approved": approved or _answered_yes(responses, earlier)}
-            sealed = state.seal.seal(agent, name, arguments, _principal(ctx), carried)
-            if len(sealed) > MAX_STATE_CHARS:
-                return types.CallToolResult(is_error=True, content=[types.TextContent(text=(
-                    f"Tool {name} stopped: its conversation grew past what a 2026-07-28 round trip carries "
-                    f"({MAX_STATE_CHARS} characters of request state); a 2025-11-25 session has no such limit."))])
-            question: Any
-            if kind == "sample":
-                question = types.CreateMessageRequest(
-                    params=types.CreateMessageRequestParams.model_validate(need.request, by_name=False))
-            else:
-                question = types.ElicitRequest(
-                    params=types.ElicitRequestFormParams.model_validate(need.request, by_name=False))
-            return types.InputRequiredResult(input_requests={ASKED[kind]: question}, request_state=sealed)
+        except (ApprovalPending, SamplePending, ElicitPending) as need:
+            return self._input_required(ctx, need, name, arguments, journal, approved or _answered_yes(
+                responses, earlier))
         finally:
             CONVERSATION.reset(talk)
         wire = result.to_wire()
         wire["resultType"] = "complete"
         return wire
 
-    def _approver(ctx: ServerRequestContext[Any, Any], name: str, responses: Mapping[str, Any] | None, sealed: bool,
-                  approved: bool) -> Any:
+    def _input_required(self, ctx: ServerRequestContext[Any, Any],
+                        need: ApprovalPending | SamplePending | ElicitPending, name: str, arguments: dict[str, Any],
+                        journal: Journal | None, approved: bool) -> Any:
+        """A 2026-07-28 call that must ask its client first (an approval, a sample, an elicitation): the question,
+        and the sealed state the client sends back with its answer, in which the call goes on."""
+        if isinstance(need, ApprovalPending):
+            request = types.ElicitRequest(params=types.ElicitRequestFormParams(
+                message=need.message,
+                requested_schema={"type": "object", "properties": {}},
+            ))
+            sealed = self.state.seal.seal(self.agent, name, arguments, _principal(ctx), {"approval": True})
+            return types.InputRequiredResult(input_requests={APPROVAL_KEY: request}, request_state=sealed)
+        assert journal is not None
+        kind = "sample" if isinstance(need, SamplePending) else "elicit"
+        carried = {"asked": kind, "journal": journal.events, "approved": approved}
+        sealed = self.state.seal.seal(self.agent, name, arguments, _principal(ctx), carried)
+        if len(sealed) > MAX_STATE_CHARS:
+            return types.CallToolResult(is_error=True, content=[types.TextContent(text=(
+                f"Tool {name} stopped: its conversation grew past what a 2026-07-28 round trip carries "
+                f"({MAX_STATE_CHARS} characters of request state); a 2025-11-25 session has no such limit."))])
+        question: Any
+        if kind == "sample":
+            question = types.CreateMessageRequest(
+                params=types.CreateMessageRequestParams.model_validate(need.request, by_name=False))
+        else:
+            question = types.ElicitRequest(
+                params=types.ElicitRequestFormParams.model_validate(need.request, by_name=False))
+        return types.InputRequiredResult(input_requests={ASKED[kind]: question}, request_state=sealed)
+
+    def _approver(self, ctx: ServerRequestContext[Any, Any], name: str, responses: Mapping[str, Any] | None,
+                  sealed: bool, approved: bool) -> Any:
         capabilities = ctx.session.client_capabilities
         if capabilities is None or capabilities.elicitation is None:
             return None
@@ -292,7 +308,7 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
             answer = (responses or {}).get(APPROVAL_KEY)
 
             async def modern(caller: str, tool: str, args: Mapping[str, Any], message: str) -> bool | None:
-                if caller != agent or tool != name:
+                if caller != self.agent or tool != name:
                     raise ApprovalPending(message)  # a sub-agent's call: answers given for this call are not its
                 if approved:
                     return True  # approved in an earlier round of this very call
@@ -314,7 +330,7 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
 
         return legacy
 
-    async def fast_paths(ctx: ServerRequestContext[Any, Any], call_next: Any) -> Any:
+    async def fast_paths(self, ctx: ServerRequestContext[Any, Any], call_next: Any) -> Any:
         """tools/list and plain tools/call without the SDK's generic work around them.
 
         tools/list comes from the view's cached wire list, never validated again (about a third of a 1000-tool
@@ -336,14 +352,14 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
                 return await call_next(ctx)  # the SDK answers a request that came before the handshake
         if method == "tools/list":
             if not modern:
-                state.remember_session(agent, ctx.session)
-                return {"tools": view_of(ctx).mcp_tools}
-            return {**listing(ctx), "_meta": {SERVER_INFO_META_KEY: server.server_info_stamp}}
+                self.state.remember_session(self.agent, ctx.session)
+                return {"tools": self.view_of(ctx).mcp_tools}
+            return {**self.listing(ctx), "_meta": {SERVER_INFO_META_KEY: self.stamp}}
         assert params is not None
-        result = await call(ctx, params["name"], params.get("arguments"), None, None)
+        result = await self.call(ctx, params["name"], params.get("arguments"), None, None)
         if not isinstance(result, dict):  # an approval round-trip (2026-07-28): the SDK's own shaping
             result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
-            result["_meta"] = {SERVER_INFO_META_KEY: server.server_info_stamp}
+            result["_meta"] = {SERVER_INFO_META_KEY: self.stamp}
             return result
         if not all(block.get("type") == "text" for block in result["content"]):
             # Other content is shaped by the SDK for the connection's protocol version (toolcrib checked it already:
@@ -351,35 +367,38 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
             result = serialize_server_result(method, version, result)
         if modern:
             meta = result.get("_meta")  # a policy's interrupt mark stays beside the stamp
-            result["_meta"] = {**meta, SERVER_INFO_META_KEY: server.server_info_stamp} if meta else \
-                {SERVER_INFO_META_KEY: server.server_info_stamp}
+            result["_meta"] = {**meta, SERVER_INFO_META_KEY: self.stamp} if meta else \
+                {SERVER_INFO_META_KEY: self.stamp}
         else:
             result.pop("resultType", None)
         return result
 
     # -- resources, prompts, completion, logging ------------------------------------------------------------
 
+    @staticmethod
     def paginated(params: types.PaginatedRequestParams | None) -> None:
         if params is not None and params.cursor is not None:
             raise MCPError(code=types.INVALID_PARAMS, message="Invalid cursor: this server returns one page")
 
-    def remembered(ctx: ServerRequestContext[Any, Any]) -> None:
+    def remembered(self, ctx: ServerRequestContext[Any, Any]) -> None:
         if ctx.protocol_version not in _MODERN:
-            state.remember_session(agent, ctx.session)
+            self.state.remember_session(self.agent, ctx.session)
 
-    async def list_resources(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> Any:
-        paginated(params)
-        remembered(ctx)
-        return {"resources": view_of(ctx).mcp_resources, **_UNCACHED}
+    async def list_resources(self, ctx: ServerRequestContext[Any, Any],
+                             params: types.PaginatedRequestParams | None) -> Any:
+        self.paginated(params)
+        self.remembered(ctx)
+        return {"resources": self.view_of(ctx).mcp_resources, **_UNCACHED}
 
-    async def list_templates(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> Any:
-        paginated(params)
-        remembered(ctx)
-        return {"resourceTemplates": view_of(ctx).mcp_templates, **_UNCACHED}
+    async def list_templates(self, ctx: ServerRequestContext[Any, Any],
+                             params: types.PaginatedRequestParams | None) -> Any:
+        self.paginated(params)
+        self.remembered(ctx)
+        return {"resourceTemplates": self.view_of(ctx).mcp_templates, **_UNCACHED}
 
-    async def read_resource(ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams) -> Any:
+    async def read_resource(self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams) -> Any:
         try:
-            contents = await view_of(ctx).read(str(params.uri), channel=_Channel(ctx))
+            contents = await self.view_of(ctx).read(str(params.uri), channel=_Channel(ctx))
         except UnknownResourceError as exc:
             raise MCPError(code=RESOURCE_NOT_FOUND, message=str(exc), data={"uri": str(params.uri)}) from None
         except InvalidArgumentsError as exc:
@@ -388,33 +407,34 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
             raise MCPError(code=types.INTERNAL_ERROR, message=str(exc)) from None
         return {"contents": contents, **_UNCACHED}
 
-    async def subscribe(ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams) -> Any:
+    async def subscribe(self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams) -> Any:
         uri = str(params.uri)
-        if view_of(ctx).resource(uri) is None:  # hidden and nonexistent alike
+        if self.view_of(ctx).resource(uri) is None:  # hidden and nonexistent alike
             raise MCPError(code=RESOURCE_NOT_FOUND, message=str(UnknownResourceError(uri)), data={"uri": uri})
-        state.remember_session(agent, ctx.session)
+        self.state.remember_session(self.agent, ctx.session)
         _state_of(ctx).setdefault(SUBSCRIPTIONS, set()).add(normalize(uri))  # as updates name it
         return {}
 
-    async def unsubscribe(ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams) -> Any:
+    async def unsubscribe(self, ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams) -> Any:
         _state_of(ctx).setdefault(SUBSCRIPTIONS, set()).discard(normalize(str(params.uri)))
         return {}
 
-    async def listen(ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams) -> Any:
+    async def listen(self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams) -> Any:
         """A 2026-07-28 listen stream hears of what this request's token may read: the listener of its scopes
         (updates are published in the normal form of their URI, to the listeners whose view may read it)."""
         identity = identity_of_request(ctx)
         lacking = identity.lacking if identity is not None else frozenset()
-        return await state.listener(agent, lacking)(ctx, params)
+        return await self.state.listener(self.agent, lacking)(ctx, params)
 
-    async def list_prompts(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> Any:
-        paginated(params)
-        remembered(ctx)
-        return {"prompts": view_of(ctx).mcp_prompts, **_UNCACHED}
+    async def list_prompts(self, ctx: ServerRequestContext[Any, Any],
+                           params: types.PaginatedRequestParams | None) -> Any:
+        self.paginated(params)
+        self.remembered(ctx)
+        return {"prompts": self.view_of(ctx).mcp_prompts, **_UNCACHED}
 
-    async def get_prompt(ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams) -> Any:
+    async def get_prompt(self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams) -> Any:
         try:
-            answer = await view_of(ctx).get_prompt(params.name, params.arguments, channel=_Channel(ctx))
+            answer = await self.view_of(ctx).get_prompt(params.name, params.arguments, channel=_Channel(ctx))
         except UnknownPromptError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
         except InvalidArgumentsError as exc:
@@ -423,40 +443,50 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
             raise MCPError(code=types.INTERNAL_ERROR, message=str(exc)) from None
         return {**answer, "resultType": "complete"}
 
-    async def complete(ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams) -> Any:
+    async def complete(self, ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams) -> Any:
         ref = params.ref.model_dump(by_alias=True, mode="json", exclude_none=True)
         context = params.context.arguments if params.context is not None else None
-        found = await view_of(ctx).complete(ref, params.argument.name, params.argument.value, context)
+        found = await self.view_of(ctx).complete(ref, params.argument.name, params.argument.value, context)
         return {"completion": {"values": list(found), "total": found.total, "hasMore": found.has_more},
                 "resultType": "complete"}
 
-    async def set_level(ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams) -> Any:
+    async def set_level(self, ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams) -> Any:
         _state_of(ctx)[LOG_LEVEL] = params.level
         return {}
 
+    @property
+    def stamp(self) -> dict[str, Any]:
+        assert self.server is not None
+        return self.server.server_info_stamp
+
+
+def build_server(state: ServingState, agent: str) -> Server[Any]:
+    """The MCP server for ``agent``; it reads ``state``'s current host on every request, so reloads apply."""
+    h = _Handlers(state, agent)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # logging/setLevel is deprecated as of 2026-07-28, yet clients still use it
         server: Server[Any] = _Server(
             "toolcrib",
             version=_version(),
             instructions=INSTRUCTIONS,
-            on_list_tools=list_tools,
-            on_call_tool=call_tool,
-            on_list_resources=list_resources,
-            on_list_resource_templates=list_templates,
-            on_read_resource=read_resource,
-            on_subscribe_resource=subscribe,
-            on_unsubscribe_resource=unsubscribe,
-            on_list_prompts=list_prompts,
-            on_get_prompt=get_prompt,
-            on_completion=complete,
-            on_set_logging_level=set_level,
-            on_subscriptions_listen=listen,
+            on_list_tools=h.list_tools,
+            on_call_tool=h.call_tool,
+            on_list_resources=h.list_resources,
+            on_list_resource_templates=h.list_templates,
+            on_read_resource=h.read_resource,
+            on_subscribe_resource=h.subscribe,
+            on_unsubscribe_resource=h.unsubscribe,
+            on_list_prompts=h.list_prompts,
+            on_get_prompt=h.get_prompt,
+            on_completion=h.complete,
+            on_set_logging_level=h.set_level,
+            on_subscriptions_listen=h.listen,
         )
+    h.server = server
     server.middleware.clear()  # the SDK's generic OpenTelemetry middleware costs about a third of a call
     if requests_log.isEnabledFor(logging.INFO) or tracing():
         server.middleware.append(_observer(agent))
-    server.middleware.append(fast_paths)
+    server.middleware.append(h.fast_paths)
     return server
 
 
