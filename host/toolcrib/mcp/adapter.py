@@ -220,10 +220,7 @@ class _Handlers:
 
     async def list_tools(self, ctx: ServerRequestContext[Any, Any],
                          params: types.PaginatedRequestParams | None) -> Any:
-        if params is not None and params.cursor is not None:
-            raise MCPError(code=types.INVALID_PARAMS, message="Invalid cursor: this server returns one page")
-        if ctx.protocol_version not in _MODERN:
-            self.state.remember_session(self.agent, ctx.session)
+        self._one_page(ctx, params)
         return self.listing(ctx)
 
     async def call_tool(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> Any:
@@ -375,25 +372,22 @@ class _Handlers:
 
     # -- resources, prompts, completion, logging ------------------------------------------------------------
 
-    @staticmethod
-    def paginated(params: types.PaginatedRequestParams | None) -> None:
+    def _one_page(self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> None:
+        """What every list request starts with: one page only (a cursor is refused), and a handshake-era session
+        remembered, so that it hears when the lists change."""
         if params is not None and params.cursor is not None:
             raise MCPError(code=types.INVALID_PARAMS, message="Invalid cursor: this server returns one page")
-
-    def remembered(self, ctx: ServerRequestContext[Any, Any]) -> None:
         if ctx.protocol_version not in _MODERN:
             self.state.remember_session(self.agent, ctx.session)
 
     async def list_resources(self, ctx: ServerRequestContext[Any, Any],
                              params: types.PaginatedRequestParams | None) -> Any:
-        self.paginated(params)
-        self.remembered(ctx)
+        self._one_page(ctx, params)
         return {"resources": self.view_of(ctx).mcp_resources, **_UNCACHED}
 
     async def list_templates(self, ctx: ServerRequestContext[Any, Any],
                              params: types.PaginatedRequestParams | None) -> Any:
-        self.paginated(params)
-        self.remembered(ctx)
+        self._one_page(ctx, params)
         return {"resourceTemplates": self.view_of(ctx).mcp_templates, **_UNCACHED}
 
     async def read_resource(self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams) -> Any:
@@ -428,8 +422,7 @@ class _Handlers:
 
     async def list_prompts(self, ctx: ServerRequestContext[Any, Any],
                            params: types.PaginatedRequestParams | None) -> Any:
-        self.paginated(params)
-        self.remembered(ctx)
+        self._one_page(ctx, params)
         return {"prompts": self.view_of(ctx).mcp_prompts, **_UNCACHED}
 
     async def get_prompt(self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams) -> Any:
