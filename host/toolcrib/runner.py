@@ -127,8 +127,8 @@ class PythonRunner:
             return self.handler(**model.__dict__) if self.is_async else functools.partial(self.handler,
                                                                                           **model.__dict__)
         args: tuple[Any, ...] = ()
-        if self.convention == "keywords":
-            kwargs: dict[str, Any] = model.__dict__ if self.context_param is None else dict(model.__dict__)
+        if self.convention == "keywords":  # with a Context parameter (the case without came first)
+            kwargs: dict[str, Any] = dict(model.__dict__)
         else:
             args = (model,) if self.convention == "model" else (dict(model.__pydantic_extra__ or {}),)
             kwargs = {}
