@@ -283,6 +283,70 @@ def test_availability_checks_of_resources_prompts_and_scoped_names_run_only_wher
         "pack 'p' (its plugin 'helper-plugin'): allowed by agents.lender.permissions.plugins.allow 'helper-plugin'")
 
 
+def test_a_tool_and_a_prompt_of_one_name_each_have_their_own_availability() -> None:
+    """One pack may name a tool and a prompt alike (``greet``): each is one entry of its own kind, and the answer of
+    one's availability check is never taken for the other's."""
+
+    @toolcrib.tool(is_available=lambda ctx: True)
+    def greet() -> str:
+        """Greet someone."""
+        return "hello"
+
+    @toolcrib.prompt(name="greet", is_available=lambda ctx: "no greeting prompt today")
+    def greet_prompt() -> str:
+        """A greeting."""
+        return "Say hello."
+
+    class Greeter:
+        @toolcrib.hookimpl
+        def toolcrib_tools(self) -> list[Any]:
+            return [greet]
+
+        @toolcrib.hookimpl
+        def toolcrib_prompts(self) -> list[Any]:
+            return [greet_prompt]
+
+    host = make_host('[agents.a.permissions]\nplugins = { allow = ["greeter"] }\ntools = { allow = ["*"] }\n'
+                     'prompts = { allow = ["*"] }\n', {"greeter": Greeter()})
+    tool, prompt = host.catalog.entries["greeter__greet"], host.catalog.prompts["greeter__greet"]
+    assert (tool.kind, prompt.kind, tool.name == prompt.name) == ("tool", "prompt", True)
+    view = host.view("a")
+    assert (view.names, [p.name for p in view.prompts]) == (["greeter__greet"], [])
+    explained = decide(host.rules["a"], prompt, detail=True)
+    assert (explained.kind, explained.reason) == ("prompt", "not available: no greeting prompt today")
+
+
+def test_an_entry_says_what_it_is_and_refuses_to_be_taken_for_another_kind() -> None:
+    @toolcrib.resource("doc://guide", name="guide")
+    def guide() -> str:
+        return "guide"
+
+    @toolcrib.resource("doc://pages/{page}", name="pages")
+    def pages(page: str) -> str:
+        return page
+
+    class Docs:
+        @toolcrib.hookimpl
+        def toolcrib_resources(self) -> list[Any]:
+            return [guide, pages]
+
+    host = make_host("[agents.a]\n", {"files": FILES, "docs": Docs()})
+    tool, fixed, template = (host.catalog.entries["files__read"], host.catalog.resources["docs__guide"],
+                             host.catalog.resources["docs__pages"])
+    assert [(e.kind, e.supplier, e.uri, e.read_only, e.destructive) for e in (tool, fixed, template)] == [
+        ("tool", "pack", None, True, False), ("resource", "pack", "doc://guide", True, False),
+        ("template", "pack", "doc://pages/{page}", True, False)]
+    with pytest.raises(TypeError, match=r"^'docs__guide' is a resource, not a tool$"):
+        fixed.tool  # noqa: B018
+    with pytest.raises(TypeError, match=r"^'files__read' is a tool, not a prompt$"):
+        tool.prompt  # noqa: B018
+    with pytest.raises(TypeError, match=r"^'files__read' is a tool, not a resource$"):
+        tool.resource  # noqa: B018
+    with pytest.raises(TypeError, match=r"^'files__read' is a tool$"):
+        tool.item  # noqa: B018
+    assert dataclasses.replace(fixed, definition=tool.tool).kind == "tool"  # the kind follows the definition
+
+
 def test_a_check_after_one_that_hangs_is_still_asked_once(caplog: pytest.LogCaptureFixture) -> None:
     release = threading.Event()
     asked: list[str] = []
@@ -410,16 +474,16 @@ def test_plan_mode_says_why_an_untrusted_servers_read_only_hint_does_not_count()
                        "readOnlyHint does not count (set trusted = true to trust it)"),
         (True, True, "plan mode, and the tool is annotated read-only"),
     ]:
-        entry = Entry(name="time__now", namespace="time", kind="mcp", dimension="mcps", source="time", tool=spec,
-                      trusted=trusted)
+        entry = Entry(name="time__now", namespace="time", supplier="mcp", dimension="mcps", source="time",
+                      definition=spec, trusted=trusted)
         decision = decide(rules, entry, detail=True)
         assert (decision.visible, decision.checks[2].name, decision.checks[2].passed, decision.checks[2].detail) == (
             passed, "mode", passed, detail)
     writes = get_tool(toolcrib.tool(name="set", description="Set the time.")(lambda: "x"))
     assert writes is not None
     for trusted in (True, False):  # not read-only at all: trust does not come into it
-        entry = Entry(name="time__set", namespace="time", kind="mcp", dimension="mcps", source="time", tool=writes,
-                      trusted=trusted)
+        entry = Entry(name="time__set", namespace="time", supplier="mcp", dimension="mcps", source="time",
+                      definition=writes, trusted=trusted)
         assert decide(rules, entry, detail=True).checks[2].detail == (
             "plan mode shows only tools annotated read-only (readOnlyHint), and this one is not")
 

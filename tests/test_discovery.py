@@ -6,6 +6,7 @@ import gc
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -394,3 +395,63 @@ def test_every_supplier_of_tools_is_a_source(tmp_path: Path) -> None:
         assert sorted(e.name for e in anyio.run(source.fetch)) == sorted(
             e.name for e in host.catalog.entries.values() if e.namespace == name)
     assert [e.name for e in anyio.run(host.sources["files"].fetch, "files__read")] == ["files__read"]
+
+
+def test_a_source_offers_entries_of_every_kind_under_one_set_of_collision_rules() -> None:
+    """Tools, resources and prompts are one entry type: a source offers them in one list, and the catalog places
+    each by its kind. A tool and a prompt may share a name; two sources offering one prompt name serve neither,
+    and a pack that declares two prompts (or resources) of one name serves none of them, as for tools."""
+    from toolcrib.entries import Entry
+    from toolcrib.plugins import PluginRecord
+    from toolcrib.sources import Offer
+    from toolcrib.tool import get_tool
+
+    @toolcrib.tool
+    def x() -> str:
+        """Do x."""
+        return "x"
+
+    @toolcrib.prompt(name="x")
+    def x_prompt() -> str:
+        """Say x."""
+        return "x"
+
+    @toolcrib.resource("doc://a", name="doc")
+    def doc_a() -> str:
+        return "a"
+
+    @toolcrib.resource("doc://b", name="doc")
+    def doc_b() -> str:
+        return "b"
+
+    class Offering:
+        dimension, lazy = "plugins", False
+
+        def __init__(self, name: str, *definitions: Any) -> None:
+            self.name = name
+            entries = [Entry(name="extra__x", namespace="extra", supplier="pack", dimension="plugins", source=name,
+                             definition=d) for d in definitions]
+            self._offer = Offer(PluginRecord(name=name, kind="source", state="loaded"), entries)
+
+        def offer(self) -> Offer:
+            return self._offer
+
+    class Twice:
+        @toolcrib.hookimpl
+        def toolcrib_resources(self) -> list[Any]:
+            return [doc_a, doc_b]
+
+        @toolcrib.hookimpl
+        def toolcrib_prompts(self) -> list[Any]:
+            return [x_prompt, x_prompt]
+
+    tool, prompt = get_tool(x), toolcrib.declarations.get_prompt(x_prompt)
+    host = Host(config_from("[agents.a]\n"), plugins={"twice": Twice()}, autoload=False, env={},
+                sources=[Offering("extra", tool, prompt), Offering("again", prompt)])  # type: ignore[list-item]
+    assert (list(host.catalog.entries), list(host.catalog.prompts)) == (["extra__x"], [])
+    assert sorted(n for n in host.catalog.resources if n.startswith("twice__")) == []
+    assert [str(p) for p in host.catalog.problems if "offered by both" in p.message or "declared" in p.message] == [
+        "error: pack 'twice': resource name 'doc' is declared 2 times; none of them is served: rename all but one",
+        "error: pack 'twice': prompt name 'x' is declared 2 times; none of them is served: rename all but one",
+        "error: prompt 'extra__x': offered by both pack 'extra' and pack 'again'; neither is served",
+    ]

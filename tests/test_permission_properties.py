@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 from toolcrib import tool
 from toolcrib.calls import Pipeline
-from toolcrib.catalog import Entry, ItemEntry
 from toolcrib.config import Config, LoadedConfig, check_config
 from toolcrib.declarations import get_prompt, get_resource
+from toolcrib.entries import Entry
 from toolcrib.errors import UnknownToolError
 from toolcrib.permissions import compile_rules
 from toolcrib.plugins import get_plugin_manager
@@ -123,14 +123,15 @@ def _catalog(spec: dict[tuple[str, str], tuple[bool, str, str, bool, str | None]
         tool = POOL[(read_only, availability)]
         if kind == "pack" and origin is not None:
             tool = dataclasses.replace(tool, origin=origin)
-        entries[full] = Entry(name=full, namespace=ns, kind=kind, dimension="plugins" if kind == "pack" else "mcps",
-                              source=ns, tool=tool, trusted=trusted if kind == "mcp" else True)
+        entries[full] = Entry(name=full, namespace=ns, supplier=kind, dimension="plugins" if kind == "pack" else "mcps",
+                              source=ns, definition=tool, trusted=trusted if kind == "mcp" else True)
     return dict(sorted(entries.items()))
 
 
 def _visible(loaded: LoadedConfig, entries: dict[str, Entry]) -> dict[str, list[str]]:
     pipeline = Pipeline(get_plugin_manager(), loaded, {})
-    return {agent: build_view(rules, entries, pipeline).names for agent, rules in compile_rules(loaded).items()}
+    return {agent: build_view(rules, entries.values(), pipeline).names
+            for agent, rules in compile_rules(loaded).items()}
 
 
 def _reference(agent: dict[str, Any], entry: Entry) -> bool:
@@ -146,7 +147,7 @@ def _reference(agent: dict[str, Any], entry: Entry) -> bool:
             return any(fnmatchcase(name, p.split("(")[0]) for p in rule["allow"])
         return not any(fnmatchcase(name, p) for p in rule["deny"] if "(" not in p)
 
-    source_rule = permissions.get("plugins" if entry.kind == "pack" else "mcps")
+    source_rule = permissions.get("plugins" if entry.supplier == "pack" else "mcps")
     source_ok = permitted(source_rule, entry.source)
     origin = entry.tool.origin
     if origin is not None and source_rule is not None:  # a pack's tool from another plugin is of both
@@ -195,7 +196,7 @@ def test_rules_agree_with_the_reference_and_deny_wins(agents: dict[str, Any], sp
             continue
         for name in names:
             entry = entries[name]
-            source_rule = permissions.get("plugins" if entry.kind == "pack" else "mcps") or {}
+            source_rule = permissions.get("plugins" if entry.supplier == "pack" else "mcps") or {}
             tools_rule = permissions.get("tools") or {}
             assert not any(fnmatchcase(entry.source, p) for p in source_rule.get("deny", []))
             if entry.tool.origin is not None:
@@ -209,7 +210,7 @@ def test_callable_names_equal_listed_names(agents: dict[str, Any], spec: Any) ->
     loaded = _config(agents)
     entries = _catalog(spec)
     pipeline = Pipeline(get_plugin_manager(), loaded, {})
-    views = {a: build_view(r, entries, pipeline) for a, r in compile_rules(loaded).items()}
+    views = {a: build_view(r, entries.values(), pipeline) for a, r in compile_rules(loaded).items()}
 
     async def probe() -> None:
         for view in views.values():
@@ -280,7 +281,7 @@ RESOURCE_NAMES = ["readme", "logo"]
 PROMPT_NAMES = ["review", "plan"]
 
 
-def _item(ns: str, what: str, name: str) -> ItemEntry:
+def _item(ns: str, what: str, name: str) -> Entry:
     from toolcrib.declarations import prompt, resource
 
     def fixed() -> str:
@@ -296,7 +297,7 @@ def _item(ns: str, what: str, name: str) -> ItemEntry:
     else:
         spec = get_resource(resource(f"{ns}://{name}", name=name, description="A resource.")(fixed))
     assert spec is not None
-    return ItemEntry(name=f"{ns}__{name}", namespace=ns, kind="pack", dimension="plugins", source=ns, item=spec)
+    return Entry(name=f"{ns}__{name}", namespace=ns, supplier="pack", dimension="plugins", source=ns, definition=spec)
 
 
 ITEM_POOL = {(ns, what, name): _item(ns, what, name)
@@ -333,7 +334,7 @@ item_agents_st = st.dictionaries(st.sampled_from(["a", "b"]), st.fixed_dictionar
 }), min_size=1, max_size=2)
 
 
-def _item_reference(permissions: dict[str, Any], item: ItemEntry) -> bool:
+def _item_reference(permissions: dict[str, Any], item: Entry) -> bool:
     """SPEC section 4 for items, written naively: the source rule, then the item's dimension rule, matched
     against its full name or its URI (an allow that matches either lets it through, a deny that matches either
     hides it). Modes do not hide what only reads."""
@@ -346,7 +347,7 @@ def _item_reference(permissions: dict[str, Any], item: ItemEntry) -> bool:
         return False
     if "deny" in source and any(fnmatchcase(item.source, p) for p in source["deny"]):
         return False
-    rule = permissions.get("prompts" if item.what == "prompt" else "resources")
+    rule = permissions.get("prompts" if item.kind == "prompt" else "resources")
     if rule is None:
         return False
     if "allow" in rule:
@@ -362,7 +363,7 @@ def test_items_listed_are_exactly_those_readable_or_gettable_and_the_rest_are_un
 
     loaded = _config(agents)
     pipeline = Pipeline(get_plugin_manager(), loaded, {})
-    views = {a: build_view(r, {}, pipeline, items=items) for a, r in compile_rules(loaded).items()}
+    views = {a: build_view(r, items, pipeline) for a, r in compile_rules(loaded).items()}
 
     async def probe() -> None:
         for agent, view in views.items():

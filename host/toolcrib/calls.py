@@ -34,7 +34,7 @@ from toolcrib.audit import record as audit_record
 from toolcrib.content import ToolResult, normalize, result_problem
 from toolcrib.context import Approver, ClientChannel, Context
 from toolcrib.declarations import MAX_COMPLETION_SCAN, Completions, Prompt, Resource, prompt_messages, resource_contents
-from toolcrib.entries import ItemEntry
+from toolcrib.entries import Entry
 from toolcrib.errors import (
     InvalidArgumentsError,
     Suspend,
@@ -530,7 +530,7 @@ class Pipeline:
             raise UnknownResourceError(str(uri))
         entry, parameters = found
         uri = normalize_uri(uri)  # what the rules saw is what the resource is read as, and what the audit records
-        resource: Resource = entry.item  # type: ignore[assignment]
+        resource = entry.resource
         try:
             if resource.passthrough:
                 value = await self._invoke(entry, resource, {"uri": uri}, view, channel)
@@ -562,7 +562,7 @@ class Pipeline:
             self._write_audit(Call(view, str(name)[:200], None, channel, started=started, kind="prompt"), "unknown",
                               "no such prompt in the agent's view", True)
             raise UnknownPromptError(str(name))
-        prompt: Prompt = entry.item  # type: ignore[assignment]
+        prompt = entry.prompt
         arguments = dict(arguments or {})
         try:
             problem = payload_problem(arguments, self.max_argument_bytes)
@@ -591,11 +591,11 @@ class Pipeline:
                        context: Mapping[str, str] | None = None) -> Completions:
         """The completions of ``argument`` of the prompt or template ``ref`` names, starting from ``value``; none
         for what the agent does not see, or what offers none."""
-        entry: ItemEntry | None = None
+        entry: Entry | None = None
         if ref.get("type") == "ref/prompt":
             entry = view.prompt(ref.get("name"))
         elif ref.get("type") == "ref/resource":
-            entry = next((t for t in view.templates if t.item.uri == ref.get("uri")), None)  # type: ignore[union-attr]
+            entry = next((t for t in view.templates if t.uri == ref.get("uri")), None)
         if entry is None:
             return Completions()
         completer = entry.item.complete.get(argument)
@@ -624,7 +624,7 @@ class Pipeline:
             return Completions()
         return Completions(list(itertools.islice(found, MAX_COMPLETION_SCAN)))
 
-    def _validated(self, entry: ItemEntry, model: type[BaseModel] | None, values: Mapping[str, Any],
+    def _validated(self, entry: Entry, model: type[BaseModel] | None, values: Mapping[str, Any],
                    what: str) -> dict[str, Any]:
         if model is None:
             return {}
@@ -634,7 +634,7 @@ class Pipeline:
             raise InvalidArgumentsError(format_validation_error(entry.name, exc, model).replace(
                 "Invalid arguments for", f"Invalid {what} for")) from None
 
-    async def _invoke(self, entry: ItemEntry, item: Resource | Prompt, kwargs: dict[str, Any], view: AgentView,
+    async def _invoke(self, entry: Entry, item: Resource | Prompt, kwargs: dict[str, Any], view: AgentView,
                       channel: ClientChannel | None) -> Any:
         """Run a resource's or prompt's function under the call timeout; whatever it raises is its own failure."""
         what = "Resource" if isinstance(item, Resource) else "Prompt"

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from toolcrib.config import LoadedConfig, did_you_mean, problems_from_validation
 from toolcrib.content import ToolResult
 from toolcrib.declarations import get_prompt, get_resource
-from toolcrib.entries import Entry, ItemEntry
+from toolcrib.entries import RULE_DIMENSION, Entry
 from toolcrib.errors import Problem, ToolError, contained
 from toolcrib.names import RESERVED_NAMESPACE, full_name, tool_name_problem
 from toolcrib.plugins import PluginHook, PluginManager, PluginRecord, hooks_by_plugin
@@ -32,12 +32,15 @@ log = logging.getLogger("toolcrib.catalog")
 
 @dataclass
 class Catalog:
+    """What every source offers, by kind and full name: ``entries`` the tools, ``resources`` the resources and
+    templates, ``prompts`` the prompts (each sorted by name)."""
+
     entries: dict[str, Entry]
     records: list[PluginRecord]
     problems: list[Problem] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
-    resources: dict[str, ItemEntry] = field(default_factory=dict)  # static ones and templates, by full name
-    prompts: dict[str, ItemEntry] = field(default_factory=dict)
+    resources: dict[str, Entry] = field(default_factory=dict)  # static ones and templates, by full name
+    prompts: dict[str, Entry] = field(default_factory=dict)
     packs: list[PackSource] = field(default_factory=list)  # the pluggy plugins that serve tools, as sources
 
     def record(self, name: str) -> PluginRecord | None:
@@ -68,13 +71,12 @@ def build_catalog(
         if record.state == "failed" or (record.kind == "mcp" and record.error):
             catalog.problems.append(_pack_problem(record, record.error or "failed"))
     mcp_namespaces = {ns for ns, mcp in config.mcps.items() if mcp.enabled}
-    staged: dict[str, Entry] = {}
+    staged: list[Entry] = []
     clashing: set[str] = set()  # namespaces of a pack and an upstream server at once
     settings_hooks = hooks_by_plugin(pm, "toolcrib_settings_model")
     tools_hooks = hooks_by_plugin(pm, "toolcrib_tools")
     resources_hooks = hooks_by_plugin(pm, "toolcrib_resources")
     prompts_hooks = hooks_by_plugin(pm, "toolcrib_prompts")
-    staged_items: list[ItemEntry] = []
     origins: list[tuple[PluginRecord, PluginRecord]] = []  # (a pack, an installed plugin it serves tools of)
     taken = mcp_namespaces | {r.name for r in records}  # names an origin may not have
     for record in records:
@@ -95,13 +97,10 @@ def build_catalog(
             continue
         catalog.packs.append(source)
         catalog.settings[record.name] = source.settings
-        entries, items = offer.entries, offer.items
-        entries, served_for = _origins(record, entries, catalog, taken)
+        entries, served_for = _origins(record, offer.entries, catalog, taken)
         origins += [(record, origin) for origin in served_for]
-        record.tool_count = len(entries)
-        for entry in entries:
-            staged[entry.name] = entry
-        staged_items.extend(items)
+        record.tool_count = sum(1 for entry in entries if entry.kind == "tool")
+        staged += entries
     for pack, origin in reversed(origins):  # each right after its pack, in the order the pack gave them
         records.insert(records.index(pack) + 1, origin)
     for ns in config.packs:
@@ -119,21 +118,11 @@ def build_catalog(
                         "disable one of them")
             catalog.problems.append(_pack_problem(record, record.error or ""))
     for entry in (entry for offer in offers for entry in offer.entries):
-        if entry.namespace in clashing and entry.kind != "builtin":
+        if entry.namespace in clashing and entry.supplier != "builtin":
             continue
-        if entry.namespace == RESERVED_NAMESPACE:
-            continue  # only the host's own pack names tools toolcrib__*
-        if entry.name in staged:
-            other = staged.pop(entry.name)
-            catalog.problems.append(Problem("error", f"tool {entry.name!r}", f"offered by both {other.kind} "
-                                            f"{other.source!r} and {entry.kind} {entry.source!r}; neither is served"))
-            continue
-        staged[entry.name] = entry
-    catalog.entries = {name: staged[name] for name in sorted(staged)}
-    for item in (item for offer in offers for item in offer.items):
-        if item.namespace not in clashing and item.namespace != RESERVED_NAMESPACE:
-            staged_items.append(item)
-    _place_items(staged_items, catalog)
+        if entry.namespace != RESERVED_NAMESPACE:  # only the host's own pack names entries toolcrib__*
+            staged.append(entry)
+    _place(staged, catalog)
     return catalog
 
 
@@ -181,20 +170,16 @@ class PackSource:
         raise ToolError(f"pack {self.name!r} has its resources read through an agent's view")
 
     def _collect(self) -> Offer:
-        record, (settings_hook, tools_hook, resources_hook, prompts_hook) = self.record, self.hooks
+        record, (settings_hook, *hooks) = self.record, self.hooks
         offer = Offer(record)
         with _warnings_of(record, self):
             self.settings = _settings(settings_hook, record, self.loaded, self)
-            if record.state != "loaded":
-                return offer
-            offer.entries = _collect(tools_hook, record, self.settings, self)
-            if record.state != "loaded":
-                offer.entries = []
-                return offer
-            offer.items = [*_collect_items(resources_hook, "resources", record, self.settings, self),
-                           *_collect_items(prompts_hook, "prompts", record, self.settings, self)]
+            for what, hook in zip(_DECLARED, hooks, strict=True):
+                if record.state != "loaded":
+                    break
+                offer.entries += _collect(hook, what, record, self.settings, self)
         if record.state != "loaded":
-            offer.entries, offer.items = [], []
+            offer.entries = []
         return offer
 
 
@@ -225,11 +210,11 @@ def _origins(pack: PluginRecord, entries: list[Entry], catalog: Catalog,
     found: dict[str, PluginRecord] = {}
     kept = []
     for entry in entries:
-        origin = entry.tool.origin
+        origin = entry.tool.origin if entry.kind == "tool" else None
         if origin is not None and origin in taken:
             catalog.problems.append(_pack_problem(pack, f"{entry.name}: its plugin {origin!r} has the name of a pack "
                                                         "or server; rules that name it mean that one, not this plugin"))
-            entry = dataclasses.replace(entry, tool=dataclasses.replace(entry.tool, origin=None))
+            entry = dataclasses.replace(entry, definition=dataclasses.replace(entry.tool, origin=None))
             origin = None
         kept.append(entry)
         if origin is None:
@@ -246,64 +231,53 @@ def _origins(pack: PluginRecord, entries: list[Entry], catalog: Catalog,
     return kept, list(found.values())
 
 
-def _place_items(items: list[ItemEntry], catalog: Catalog) -> None:
-    """Resources and prompts by full name; a URI (or URI template) two namespaces declare is served by neither."""
+def _place(entries: list[Entry], catalog: Catalog) -> None:
+    """Every source's entries by kind and full name: a name two sources offer, or a URI (or URI template) two
+    namespaces declare, is served by neither."""
     owners: dict[str, set[str]] = {}
-    for item in items:
-        if item.uri is not None:
-            owners.setdefault(item.uri, set()).add(item.namespace)
+    for entry in entries:
+        if entry.uri is not None:
+            owners.setdefault(entry.uri, set()).add(entry.namespace)
     for uri, namespaces in sorted(owners.items()):
         if len(namespaces) > 1:
             catalog.problems.append(Problem("error", f"resource {uri!r}", f"declared by more than one source "
                                             f"({', '.join(sorted(namespaces))}); neither is served"))
-    resources: dict[str, ItemEntry] = {}
-    prompts: dict[str, ItemEntry] = {}
-    for item in items:
-        if item.uri is not None and len(owners[item.uri]) > 1:
+    placed: dict[str, dict[str, Entry]] = {"tools": {}, "resources": {}, "prompts": {}}  # by RULE_DIMENSION
+    refused: set[tuple[str, str]] = set()
+    for entry in entries:
+        if entry.uri is not None and len(owners[entry.uri]) > 1:
             continue
-        target = prompts if item.what == "prompt" else resources
-        if item.name in target:
-            catalog.problems.append(Problem("error", f"{item.what} {item.name!r}", "declared twice; neither is "
-                                            "served: rename one"))
-            target[item.name] = None  # type: ignore[assignment]
+        where = RULE_DIMENSION[entry.kind]  # a template and a resource share their names
+        if (where, entry.name) in refused:
             continue
-        target[item.name] = item
-    catalog.resources = {n: resources[n] for n in sorted(resources) if resources[n] is not None}
-    catalog.prompts = {n: prompts[n] for n in sorted(prompts) if prompts[n] is not None}
+        other = placed[where].pop(entry.name, None)
+        if other is not None:
+            refused.add((where, entry.name))
+            catalog.problems.append(Problem("error", f"{entry.kind} {entry.name!r}", f"offered by both "
+                                            f"{other.supplier} {other.source!r} and {entry.supplier} "
+                                            f"{entry.source!r}; neither is served"))
+            continue
+        placed[where][entry.name] = entry
+    catalog.entries, catalog.resources, catalog.prompts = (
+        {name: found[name] for name in sorted(found)} for found in placed.values())
 
 
-def _collect_items(hook: PluginHook | None, kind: str, record: PluginRecord, settings: Any,
-                   catalog: _Problems) -> list[ItemEntry]:
-    """A pack's resources or prompts (``kind``), from its ``toolcrib_<kind>`` hook; each bad item on its own."""
-    if hook is None:
-        return []
-    try:
-        items = hook(settings=settings)
-    except BaseException as exc:
-        if not contained(exc):
-            raise
-        record.fail(f"toolcrib_{kind} raised {type(exc).__name__}: {exc}", traceback.format_exc())
-        catalog.problems.append(_pack_problem(record, record.error or ""))
-        return []
-    if items is None:
-        return []
-    if isinstance(items, Mapping) or not isinstance(items, Iterable) or isinstance(items, str | bytes):
-        record.fail(f"toolcrib_{kind} returned {type(items).__name__}; expected a list")
-        catalog.problems.append(_pack_problem(record, record.error or ""))
-        return []
-    get = get_resource if kind == "resources" else get_prompt
-    found = []
-    for i, item in enumerate(items):
-        spec = get(item)
-        if spec is None:
-            decorator = "@toolcrib.resource(uri)" if kind == "resources" else "@toolcrib.prompt"
-            catalog.problems.append(_pack_problem(
-                record, f"toolcrib_{kind} item {i} ({item!r}) is not a {kind[:-1]}: decorate it with {decorator}"))
-            continue
-        found.append(ItemEntry(name=full_name(record.name, spec.name), namespace=record.name,
-                               kind="builtin" if record.kind == "builtin" else "pack", dimension="plugins",
-                               source=record.name, item=spec, settings=settings))
-    return found
+@dataclass(frozen=True)
+class _Declared:
+    """What one of a pack's declaring hooks (``toolcrib_<hook>``) returns, and how the host says it is wrong."""
+
+    hook: str  # "tools" | "resources" | "prompts"
+    noun: str
+    get: Any  # the object -> its definition, or None
+    decorator: str
+    expected: str
+
+
+_DECLARED = (
+    _Declared("tools", "tool", get_tool, "@toolcrib.tool", "a list of tools"),
+    _Declared("resources", "resource", get_resource, "@toolcrib.resource(uri)", "a list"),
+    _Declared("prompts", "prompt", get_prompt, "@toolcrib.prompt", "a list"),
+)
 
 
 def _settings(hook: PluginHook | None, record: PluginRecord, loaded: LoadedConfig, catalog: _Problems) -> Any:
@@ -350,8 +324,11 @@ def _settings(hook: PluginHook | None, record: PluginRecord, loaded: LoadedConfi
     return settings
 
 
-def _collect(hook: PluginHook | None, record: PluginRecord, settings: Any, catalog: _Problems) -> list[Entry]:
-    found: list[Tool] = []
+def _collect(hook: PluginHook | None, what: _Declared, record: PluginRecord, settings: Any,
+             catalog: _Problems) -> list[Entry]:
+    """What one of a pack's hooks declares (``what``: its tools, resources or prompts), each bad item on its own; a
+    hook that raises or returns something other than a list fails the pack."""
+    found: list[Any] = []
     items: Any = None
     if hook is not None:
         try:
@@ -359,21 +336,22 @@ def _collect(hook: PluginHook | None, record: PluginRecord, settings: Any, catal
         except BaseException as exc:
             if not contained(exc):
                 raise
-            record.fail(f"toolcrib_tools raised {type(exc).__name__}: {exc}", traceback.format_exc())
+            record.fail(f"toolcrib_{what.hook} raised {type(exc).__name__}: {exc}", traceback.format_exc())
             catalog.problems.append(_pack_problem(record, record.error or ""))
             return []
     if items is not None:
         if isinstance(items, Mapping) or not isinstance(items, Iterable) or isinstance(items, str | bytes):
-            record.fail(f"toolcrib_tools returned {type(items).__name__}; expected a list of tools")
+            record.fail(f"toolcrib_{what.hook} returned {type(items).__name__}; expected {what.expected}")
             catalog.problems.append(_pack_problem(record, record.error or ""))
             return []
         for i, item in enumerate(items):
-            spec = get_tool(item)
+            spec = what.get(item)
             if spec is None:
                 catalog.problems.append(_pack_problem(
-                    record, f"toolcrib_tools item {i} ({item!r}) is not a tool: decorate it with @toolcrib.tool"))
+                    record, f"toolcrib_{what.hook} item {i} ({item!r}) is not a {what.noun}: decorate it with "
+                            f"{what.decorator}"))
                 continue
-            problem = tool_name_problem(spec.name)  # a Tool built by hand skips the decorator's checks
+            problem = tool_name_problem(spec.name) if isinstance(spec, Tool) else None  # built by hand: no checks yet
             if problem is not None:
                 catalog.problems.append(_pack_problem(record, f"tool {spec.name!r} is not served: {problem}"))
                 continue
@@ -381,23 +359,14 @@ def _collect(hook: PluginHook | None, record: PluginRecord, settings: Any, catal
     counts: dict[str, int] = {}
     for spec in found:
         counts[spec.name] = counts.get(spec.name, 0) + 1
-    entries = []
-    for spec in found:
-        if counts[spec.name] > 1:
-            continue
-        entries.append(Entry(
-            name=full_name(record.name, spec.name),
-            namespace=record.name,
-            kind="builtin" if record.kind == "builtin" else "pack",
-            dimension="plugins",
-            source=record.name,
-            tool=spec,
-            settings=settings,
-            distribution=record.distribution,
-            version=record.version,
-        ))
+    entries = [Entry(name=full_name(record.name, spec.name), namespace=record.name,
+                     supplier="builtin" if record.kind == "builtin" else "pack", dimension="plugins",
+                     source=record.name, definition=spec, settings=settings, distribution=record.distribution,
+                     version=record.version)
+               for spec in found if counts[spec.name] == 1]
     for name, count in sorted(counts.items()):
         if count > 1:
             catalog.problems.append(_pack_problem(
-                record, f"tool name {name!r} is declared {count} times; none of them is served: rename all but one"))
+                record, f"{what.noun} name {name!r} is declared {count} times; none of them is served: rename all "
+                        "but one"))
     return entries

@@ -149,7 +149,7 @@ def _curated(entry: Entry, spec: ToolCuration, where: str, problems: list[Proble
     if not changes:
         return entry
     curation = Curation(original=entry.name, fixed=fixed, defaults=defaults, changes=tuple(changes))
-    return dataclasses.replace(entry, name=served, tool=dataclasses.replace(tool, **updates), trusted=trusted,
+    return dataclasses.replace(entry, name=served, definition=dataclasses.replace(tool, **updates), trusted=trusted,
                                curation=curation)
 
 

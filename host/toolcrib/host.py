@@ -25,7 +25,6 @@ from toolcrib.catalog import Catalog, build_catalog
 from toolcrib.config import AgentConfig, LoadedConfig, did_you_mean, load_config
 from toolcrib.content import ToolResult
 from toolcrib.curation import curate
-from toolcrib.declarations import Resource
 from toolcrib.default_plugins.builtins import Builtins
 from toolcrib.entries import Entry
 from toolcrib.errors import Problem, ToolDeclarationError, UnknownAgentError
@@ -201,9 +200,10 @@ class Host:
             with self._lock:
                 view = self._views.get(key)
                 if view is None:
-                    items = [*self.catalog.resources.values(), *self.catalog.prompts.values()]
+                    entries = [*self.catalog.entries.values(), *self.catalog.resources.values(),
+                               *self.catalog.prompts.values()]
                     with collector_paused():
-                        view = build_view(rules, self.catalog.entries, self.pipeline, self, items)
+                        view = build_view(rules, entries, self.pipeline, self)
                     self._views[key] = view
         return view
 
@@ -223,12 +223,12 @@ class Host:
         item = item or next((r for r in resources if r.uri is not None and uris.normalize(r.uri) == uri), None)
         if item is not None:
             return decide(rules, item, detail=True, exhaustive=True)
-        fitting = ((r, r.item.match(uri)) for r in resources if r.what == "template")  # type: ignore[union-attr]
+        fitting = ((r, r.resource.match(uri)) for r in resources if r.kind == "template")
         template, parameters = next(((r, p) for r, p in fitting if p is not None), (None, None))
         if template is None or parameters is None:
             return None
         decision = decide(rules, template, detail=True, exhaustive=True)
-        expanded = uris.expand(template.uri, parameters)  # type: ignore[arg-type]
+        expanded = uris.expand(template.resource.uri, parameters)
         named = uri_check(rules, [uri] if expanded in (None, uri) else [uri, expanded])
         detail = f"{name!r} fits the template {template.uri!r}"
         check = Check("uri", named.passed, detail if named.passed else f"{detail}; {named.detail}")
@@ -291,7 +291,7 @@ class Host:
             try:
                 entry.tool.prepare()  # schemas are built lazily; check builds them all
             except ToolDeclarationError as exc:
-                found.append(Problem("error", f"{entry.kind} {entry.source!r}", f"{entry.name}: {exc}"))
+                found.append(Problem("error", f"{entry.supplier} {entry.source!r}", f"{entry.name}: {exc}"))
                 continue
             found += _hidden_text(entry)
         for agent, rules in sorted(self.rules.items()):
@@ -392,8 +392,7 @@ class Host:
             "resources": set(self.catalog.resources) | {r.uri for r in self.catalog.resources.values() if r.uri},
             "prompts": set(self.catalog.prompts),
         }
-        templates = [r.item for r in self.catalog.resources.values()
-                     if isinstance(r.item, Resource) and r.item.is_template]
+        templates = [r.resource for r in self.catalog.resources.values() if r.kind == "template"]
         found = []
 
         def warn(where: str, message: str) -> None:
@@ -467,7 +466,7 @@ def _hidden_text(entry: Entry) -> list[Problem]:
             if cleaned != schema and len(used) == before:
                 prose.append(name)
     found = []
-    where = f"{entry.kind} {entry.source!r}"
+    where = f"{entry.supplier} {entry.source!r}"
     if prose:
         found.append(Problem("warning", where, f"{entry.name}: hidden characters (zero-width, direction, tag or "
                              f"control) in its {', '.join(prose)}; agents get the text without them"))

@@ -48,7 +48,7 @@ def _hash(value: Any) -> str:
 def record(entry: Entry) -> dict[str, Any]:
     """The lock's record of one tool."""
     seen = definition(entry)
-    return {"source": entry.source, "kind": entry.kind, "version": entry.version, "sha256": _hash(seen),
+    return {"source": entry.source, "kind": entry.supplier, "version": entry.version, "sha256": _hash(seen),
             "parts": {part: _hash(seen[part])[:16] for part in PARTS}}
 
 
@@ -69,7 +69,7 @@ def write(loaded: LoadedConfig, entries: Mapping[str, Entry]) -> tuple[Path, int
         try:
             tools[name] = record(entry)
         except Exception as exc:  # a tool whose schema cannot be built: check reports it; nothing to lock
-            tools[name] = {"source": entry.source, "kind": entry.kind, "version": entry.version, "sha256": None,
+            tools[name] = {"source": entry.source, "kind": entry.supplier, "version": entry.version, "sha256": None,
                            "unbuildable": str(exc)}
     data = {"toolcrib_lock": FORMAT, "tools": tools}
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
@@ -114,7 +114,7 @@ def first_seen(loaded: LoadedConfig, entries: Mapping[str, Entry]) -> dict[str, 
     found: dict[str, Any] = {}
     with _FIRST_SEEN_LOCK:
         for name, entry in entries.items():
-            if entry.kind != "mcp" or entry.source not in pinned:
+            if entry.supplier != "mcp" or entry.source not in pinned:
                 continue
             key = (str(loaded.path or loaded.source), name)
             if key not in _FIRST_SEEN:
@@ -161,5 +161,5 @@ def held_back(locked: Mapping[str, Any] | None, entries: Mapping[str, Entry], st
 
 
 def _from(entry: Entry) -> str:
-    kind = {"mcp": "upstream server", "builtin": "the host"}.get(entry.kind, "pack")
-    return f"{kind} {entry.source!r}" if entry.kind != "builtin" else "the host's own"
+    kind = {"mcp": "upstream server", "builtin": "the host"}.get(entry.supplier, "pack")
+    return f"{kind} {entry.source!r}" if entry.supplier != "builtin" else "the host's own"

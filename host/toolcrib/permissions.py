@@ -23,7 +23,7 @@ from typing import Any
 from toolcrib import patterns, uris
 from toolcrib.config import AgentConfig, LoadedConfig
 from toolcrib.context import AvailabilityContext
-from toolcrib.entries import Entry, ItemEntry
+from toolcrib.entries import RULE_DIMENSION, Entry
 from toolcrib.patterns import SELECTORS, Pattern
 from toolcrib.sandbox import Unconfinable
 
@@ -116,10 +116,15 @@ class DimensionRule:
                 return pattern
         return None
 
-    def permits(self, name: str) -> tuple[bool, Pattern | None]:
+    def permits(self, name: str, uri: str | None = None) -> tuple[bool, Pattern | None]:
+        """Whether the rule lets ``name`` through (and the pattern that decided). A resource's rule is matched
+        against its full name and its URI: an allow that matches either lets it through, a deny that matches
+        either hides it."""
         if self.kind == "missing":
             return False, None
         pattern = self.match(name)
+        if pattern is None and uri is not None:
+            pattern = self.match(uris.normalize(uri))
         return (pattern is not None, pattern) if self.kind == "allow" else (pattern is None, pattern)
 
     def describe(self, passed: bool, pattern: Pattern | None) -> str:
@@ -315,7 +320,7 @@ def compile_rules(loaded: LoadedConfig) -> dict[str, AgentRules]:
 _SOURCE_KIND = {"plugins": "pack", "mcps": "upstream server", "skills": "skill", "subagents": "agent"}
 
 
-def permitted(rules: AgentRules, entry: Entry | ItemEntry) -> bool:
+def permitted(rules: AgentRules, entry: Entry) -> bool:
     """``decide``'s verdict with every availability check assumed to pass: whether the subject's check is worth
     running (``build_view`` runs those together, under one budget). Derived from ``decide``, so that the order
     and meaning of the checks are written once."""
@@ -335,126 +340,93 @@ class _AssumedAvailable(Mapping[str, "Availability"]):
         return 0
 
 
-def decide(rules: AgentRules, subject: Entry | ItemEntry | Named, *, detail: bool = False, exhaustive: bool = False,
+def decide(rules: AgentRules, subject: Entry | Named, *, detail: bool = False, exhaustive: bool = False,
            availability: Mapping[str, Availability] | None = None, chain: Sequence[str] = ()) -> Decision:
     """May ``rules.agent`` see ``subject``? The one decision, for every kind of thing an agent may be given.
 
-    A tool (an ``Entry``): the checks run in order - source, tools, mode, availability - and stop at the first that
-    fails. The host's own tools (``toolcrib__*``) have no source to permit: each is available when the agent may
-    have some of what it serves (a skill, an agent, a server). Anything else (a ``Named`` skill, agent or server):
-    its dimension's rule; an agent is never offered itself, nor one of the ``chain`` of runs that led here.
+    An entry (a tool, resource, template or prompt): the checks run in order - the definition lock, source, the
+    rule of its kind's dimension (``tools``, ``resources``, ``prompts``; a resource's rule is matched against its
+    full name and its URI), the request's scopes, mode (tools only: reading changes nothing), availability - and
+    stop at the first that fails. The host's own entries (``toolcrib__*``) have no source to permit: each is
+    available when the agent may have some of what it serves (a skill, an agent, a server). Anything else (a
+    ``Named`` skill, agent or server): its dimension's rule; an agent is never offered itself, nor one of the
+    ``chain`` of runs that led here.
 
     ``detail`` records each check with the rule or reason that decided it (``--all``, ``explain``); ``exhaustive``
     also runs the checks after a failing one (``explain``). The verdict is the same either way. ``availability``
-    holds answers of availability checks already run (``check_availability``), by tool name.
+    holds answers of availability checks already run (``check_availability``), by ``availability_key``.
     """
-    if isinstance(subject, Entry):
-        kind = "tool"
-    elif isinstance(subject, ItemEntry):
-        kind = subject.what
-    else:
-        kind = KINDS.get(subject.dimension, subject.dimension)
+    kind = subject.kind if isinstance(subject, Entry) else KINDS.get(subject.dimension, subject.dimension)
     if not rules.has_permissions:
         check = Check("permissions", False, f"agent {rules.agent!r} has no [agents.{rules.agent}.permissions] "
                                             "table, so it sees nothing")
         return Decision(rules.agent, subject.name, False, (check,) if detail else (), kind)
     if isinstance(subject, Named):
         return _decide_named(rules, subject, kind, detail, chain)
-    if isinstance(subject, ItemEntry):
-        return _decide_item(rules, subject, detail, exhaustive and detail, availability)
     entry = subject
+    tool = kind == "tool"
     exhaustive = exhaustive and detail
     checks: list[Check] = []
     if entry.held is not None:  # the definition lock: for every agent, before any rule
         held = Check("lock", False, entry.held)
         if not exhaustive:
-            return Decision(rules.agent, entry.name, False, (held,) if detail else ())
+            return Decision(rules.agent, entry.name, False, (held,) if detail else (), kind)
         checks.append(held)
-    if entry.kind == "builtin":
+    if entry.supplier == "builtin":
         passed = True
         if detail:
-            checks.append(Check("source", True, "the host's own tool: it is offered by what it serves (see available)"))
+            own = "the host's own tool" if tool else "the host's own"
+            checks.append(Check("source", True, f"{own}: it is offered by what it serves (see available)"))
     else:
         source_rule = rules.dimensions[entry.dimension]
-        origin = entry.tool.origin
+        origin = entry.tool.origin if tool else None
         passed, pattern = rules.source_permits(entry.dimension, entry.source, origin)
         if detail:
             of = f" (its plugin {origin!r})" if origin is not None else ""
             text = f"{_SOURCE_KIND[entry.dimension]} {entry.source!r}{of}: {source_rule.describe(passed, pattern)}"
             checks.append(Check("source", passed, text))
     visible = passed
+    dimension = RULE_DIMENSION[kind]
+    uri = entry.uri
     if visible or exhaustive:
-        tools_rule = rules.dimensions["tools"]
-        passed, pattern = tools_rule.permits(entry.name)
+        rule = rules.dimensions[dimension]
+        passed, pattern = rule.permits(entry.name, uri)
         if detail:
-            checks.append(Check("tools", passed, tools_rule.describe(passed, pattern)))
+            checks.append(Check(dimension, passed, rule.describe(passed, pattern)))
         visible = visible and passed
     if rules.scope_hidden and (visible or exhaustive):
-        scope = _scope_check(rules, "tools", entry.name)
+        scope = _scope_check(rules, dimension, entry.name, uri)
         if detail:
             checks.append(scope)
         visible = visible and scope.passed
-    if visible or exhaustive:
+    if tool and (visible or exhaustive):
         passed = rules.mode != "plan" or entry.read_only
         if detail:
             checks.append(Check("mode", passed, _mode_detail(rules, entry, passed)))
         visible = visible and passed
     if visible or exhaustive:
-        answer = _availability(rules, entry, entry.tool.is_available, availability,
-                               "the tool has no availability check")
+        answer = _availability(rules, entry, availability)
         passed = answer[0]
         if detail:
             checks.append(Check("available", passed, answer[1], answer[2]))
         visible = visible and passed
-    return Decision(rules.agent, entry.name, visible and entry.held is None, tuple(checks))
+    return Decision(rules.agent, entry.name, visible and entry.held is None, tuple(checks), kind)
 
 
-def _decide_item(rules: AgentRules, item: ItemEntry, detail: bool, exhaustive: bool,
-                 availability: Mapping[str, Availability] | None) -> Decision:
-    """A resource, template or prompt: its source, its dimension's rule (matched against its full name and, for a
-    resource, its URI: an allow that matches either lets it through, a deny that matches either hides it), its
-    availability. Modes do not hide them: reading changes nothing."""
-    checks: list[Check] = []
-    if item.kind == "builtin":
-        passed = True
-        if detail:
-            checks.append(Check("source", True, "the host's own: it is offered by what it serves (see available)"))
-    else:
-        source_rule = rules.dimensions[item.dimension]
-        passed, pattern = rules.source_permits(item.dimension, item.source)
-        if detail:
-            text = f"{_SOURCE_KIND[item.dimension]} {item.source!r}: {source_rule.describe(passed, pattern)}"
-            checks.append(Check("source", passed, text))
-    visible = passed
-    dimension = "prompts" if item.what == "prompt" else "resources"
-    if visible or exhaustive:
-        rule = rules.dimensions[dimension]
-        passed, pattern = item_permits(rule, item.name, item.uri)
-        if detail:
-            checks.append(Check(dimension, passed, rule.describe(passed, pattern)))
-        visible = visible and passed
-    if rules.scope_hidden and (visible or exhaustive):
-        scope = _scope_check(rules, dimension, item.name, item.uri)
-        if detail:
-            checks.append(scope)
-        visible = visible and scope.passed
-    if visible or exhaustive:
-        answer = _availability(rules, item, item.item.is_available, availability, "no availability check")
-        passed = answer[0]
-        if detail:
-            checks.append(Check("available", passed, answer[1], answer[2]))
-        visible = visible and passed
-    return Decision(rules.agent, item.name, visible, tuple(checks), item.what)
+def availability_key(entry: Entry) -> str:
+    """Under what ``check_availability`` answers for ``entry``: a tool by its name, anything else by its kind
+    and name (a tool and a prompt of one pack may share a name)."""
+    return entry.name if entry.kind == "tool" else f"{entry.kind} {entry.name}"
 
 
-def _availability(rules: AgentRules, subject: Entry | ItemEntry, check: Any,
-                  known: Mapping[str, Availability] | None, none: str) -> Availability:
-    """The subject's availability: a given answer (``known``, asked once for a whole view), else its check asked
-    now; ``none`` says why when it has no check."""
-    if check is None:
-        return (True, none, None)
-    found = known.get(subject.name) if known is not None else None
-    return found if found is not None else check_availability(rules, [subject])[subject.name]
+def _availability(rules: AgentRules, entry: Entry, known: Mapping[str, Availability] | None) -> Availability:
+    """The entry's availability: a given answer (``known``, asked once for a whole view), else its check asked
+    now."""
+    if entry.is_available is None:
+        return (True, "the tool has no availability check" if entry.kind == "tool" else "no availability check",
+                None)
+    found = known.get(availability_key(entry)) if known is not None else None
+    return found if found is not None else check_availability(rules, [entry])[availability_key(entry)]
 
 
 def _scope_hides(rules: AgentRules, dimension: str, name: str, uri: str | None = None) -> tuple[str, Pattern] | None:
@@ -472,16 +444,6 @@ def _scope_check(rules: AgentRules, dimension: str, name: str, uri: str | None =
         return Check("scope", True, "the token carries every scope it needs")
     return Check("scope", False, f"needs scope {hides[0]!r} (identity.needs_scope: {hides[1].text!r}), which the "
                                  "request's token does not carry")
-
-
-def item_permits(rule: DimensionRule, name: str, uri: str | None = None) -> tuple[bool, Pattern | None]:
-    """A rule of ``resources`` or ``prompts`` for an item: matched against its full name and its URI (if any)."""
-    if rule.kind == "missing":
-        return False, None
-    pattern = rule.match(name)
-    if pattern is None and uri is not None:
-        pattern = rule.match(uris.normalize(uri))
-    return (pattern is not None, pattern) if rule.kind == "allow" else (pattern is None, pattern)
 
 
 def uri_check(rules: AgentRules, uris_of_it: Sequence[str]) -> Check:
@@ -535,7 +497,7 @@ _ASSUMED = _AssumedAvailable()
 """(available, the reason, a kind: ``"unconfinable"`` when the tool's programs could reach what governs the host)."""
 
 
-def check_availability(rules: AgentRules, entries: Sequence[Entry | ItemEntry],
+def check_availability(rules: AgentRules, entries: Sequence[Entry],
                        chain: Sequence[str] = ()) -> dict[str, Availability]:
     """Run the availability checks of ``entries`` for ``rules.agent`` (within a run's ``chain``), each within
     ``[host] availability_timeout`` seconds: one that takes longer (or never returns) hides its tool with that
@@ -543,16 +505,16 @@ def check_availability(rules: AgentRules, entries: Sequence[Entry | ItemEntry],
     budget, not the caller's loop."""
     jobs = []
     for entry in entries:
-        check = entry.tool.is_available if isinstance(entry, Entry) else entry.item.is_available
+        check = entry.is_available
         if check is not None:
-            jobs.append((entry.name, check, availability_context(rules, entry, chain)))
+            jobs.append((availability_key(entry), check, availability_context(rules, entry, chain)))
     answers: dict[str, Availability] = {}
     for name, outcome in _run_checks(jobs, rules.availability_timeout).items():
         answers[name] = _interpret(rules, name, outcome)
     return answers
 
 
-def availability_context(rules: AgentRules, entry: Entry | ItemEntry,
+def availability_context(rules: AgentRules, entry: Entry,
                          chain: Sequence[str] = ()) -> AvailabilityContext:
     """What ``entry``'s ``is_available`` and ``describe`` see of ``rules.agent`` (within a run's ``chain``)."""
     return AvailabilityContext(agent=rules.agent, model=rules.config.model, capabilities=rules.capabilities,

@@ -164,7 +164,7 @@ class Server:
     async def _visible(self) -> list[Entry]:
         view = self._ctx._view
         assert view is not None
-        return [e for e in await self._source.fetch() if decide(view.rules, e).visible]
+        return [e for e in await self._source.fetch() if e.kind == "tool" and decide(view.rules, e).visible]
 
     async def tools(self) -> list[dict[str, Any]]:
         """Its tools this agent may call: name (the server's own), description, input schema."""

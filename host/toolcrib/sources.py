@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from toolcrib.entries import Entry, ItemEntry
+from toolcrib.entries import Entry
 
 if TYPE_CHECKING:
     from toolcrib.content import ToolResult
@@ -29,11 +29,11 @@ if TYPE_CHECKING:
 @dataclass
 class Offer:
     """What a source offers the catalog now: its record (what ``toolcrib plugins`` and ``check`` show, the same
-    object for the host's life, so the catalog's verdicts on it are seen everywhere) and its entries."""
+    object for the host's life, so the catalog's verdicts on it are seen everywhere) and its entries: tools,
+    resources, templates and prompts alike."""
 
     record: PluginRecord
     entries: list[Entry] = field(default_factory=list)
-    items: list[ItemEntry] = field(default_factory=list)  # resources, templates and prompts
 
 
 @runtime_checkable
@@ -60,8 +60,8 @@ class Source(Protocol):
     def offer(self) -> Offer: ...
 
     async def fetch(self, name: str | None = None) -> list[Entry]:
-        """Its tools as it offers them now (connecting first, for a lazy one); with ``name`` (a full tool name),
-        only that one, if it has it."""
+        """Its entries as it offers them now (connecting first, for a lazy one: its tools); with ``name`` (a full
+        name), only those of that name, if it has any."""
         ...
 
     async def read(self, uri: str) -> ToolResult:

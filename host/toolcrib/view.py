@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
-from collections.abc import Awaitable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
@@ -17,7 +17,7 @@ from toolcrib import uris
 from toolcrib.content import ToolResult
 from toolcrib.context import Approver, AvailabilityContext, ClientChannel
 from toolcrib.declarations import Completions
-from toolcrib.entries import Entry, ItemEntry
+from toolcrib.entries import Entry
 from toolcrib.errors import UnknownToolError
 from toolcrib.names import SEPARATOR, SOURCE_NAME_KEY, clean, clean_schema
 from toolcrib.permissions import (
@@ -139,8 +139,8 @@ class AgentView:
     reach = REACH
 
     def __init__(self, rules: AgentRules, tools: tuple[ViewTool, ...], pipeline: Pipeline,
-                 services: Services | None = None, resources: tuple[ItemEntry, ...] = (),
-                 templates: tuple[ItemEntry, ...] = (), prompts: tuple[tuple[str, ItemEntry], ...] = ()) -> None:
+                 services: Services | None = None, resources: tuple[Entry, ...] = (),
+                 templates: tuple[Entry, ...] = (), prompts: tuple[tuple[str, Entry], ...] = ()) -> None:
         self.rules = rules
         self.tools = tools
         self._by_name: Mapping[str, ViewTool] = {**{vt.name: vt for vt in tools}, **{vt.served: vt for vt in tools}}
@@ -150,14 +150,13 @@ class AgentView:
         self.templates = templates
         self.prompts = tuple(entry for _, entry in prompts)
         self.served_prompts: Mapping[str, str] = {entry.name: served for served, entry in prompts}  # full -> served
-        self._prompts: Mapping[str, ItemEntry] = {**{entry.name: entry for _, entry in prompts},
+        self._prompts: Mapping[str, Entry] = {**{entry.name: entry for _, entry in prompts},
                                                   **{served: entry for served, entry in prompts}}
-        self._resources: Mapping[str, ItemEntry] = {uris.normalize(entry.item.uri): entry  # type: ignore[union-attr]
-                                                    for entry in resources}
+        self._resources: Mapping[str, Entry] = {uris.normalize(entry.resource.uri): entry for entry in resources}
 
     # -- resources and prompts ---------------------------------------------------------------------------------
 
-    def resource(self, uri: Any) -> tuple[ItemEntry, dict[str, str]] | None:
+    def resource(self, uri: Any) -> tuple[Entry, dict[str, str]] | None:
         """The resource this agent may read at ``uri`` (a fixed one, or a template it fits, with the template's
         parameters), or None: hidden and nonexistent alike. The URI is taken in its normal form (``toolcrib.uris``:
         ``docs://pages/%69nternal`` is ``docs://pages/internal``). A deny rule or a lacking scope that names the URI
@@ -168,7 +167,7 @@ class AgentView:
         found = self.find_resource(uri)
         return found[:2] if found is not None and found[2].passed else None
 
-    def find_resource(self, uri: str) -> tuple[ItemEntry, dict[str, str], Check] | None:
+    def find_resource(self, uri: str) -> tuple[Entry, dict[str, str], Check] | None:
         """What ``uri`` (normalised) is in this view: a fixed resource or the template it fits, its parameters, and
         the check of the URI itself (``permissions.uri_check``); None when nothing the agent sees has it."""
         normal = uris.normalize(uri)
@@ -176,14 +175,14 @@ class AgentView:
         if fixed is not None:
             return fixed, {}, _FIXED
         for template in self.templates:
-            parameters = template.item.match(normal)  # type: ignore[union-attr]
+            parameters = template.resource.match(normal)
             if parameters is not None:
-                expanded = uris.expand(template.item.uri, parameters)  # type: ignore[union-attr]
+                expanded = uris.expand(template.resource.uri, parameters)
                 return template, parameters, uri_check(self.rules, [normal] if expanded in (None, normal) else
                                                        [normal, expanded])
         return None
 
-    def prompt(self, name: Any) -> ItemEntry | None:
+    def prompt(self, name: Any) -> Entry | None:
         """The prompt of that name (served or full), or None: hidden and nonexistent alike."""
         return self._prompts.get(name) if isinstance(name, str) else None
 
@@ -316,25 +315,26 @@ def view_tool(rules: AgentRules, entry: Entry, call_timeout: float, served: str 
                     served=served)
 
 
-def build_view(rules: AgentRules, entries: Mapping[str, Entry], pipeline: Pipeline,
-               services: Services | None = None, items: Sequence[ItemEntry] = ()) -> AgentView:
-    """The agent's view of ``entries`` (tools) and ``items`` (resources, templates, prompts): each goes through
-    ``decide``, the one decision function. The availability checks of what the rules permit run first, together,
-    each within its time budget."""
-    checked: list[Entry | ItemEntry] = [e for e in entries.values()
-                                        if e.tool.is_available is not None and permitted(rules, e)]
-    checked += [i for i in items if i.item.is_available is not None and permitted(rules, i)]
+def build_view(rules: AgentRules, entries: Iterable[Entry], pipeline: Pipeline,
+               services: Services | None = None) -> AgentView:
+    """The agent's view of ``entries`` (tools, resources, templates, prompts): each goes through ``decide``, the
+    one decision function. The availability checks of what the rules permit run first, together, each within its
+    time budget."""
+    entries = list(entries)
+    checked = [e for e in entries if e.is_available is not None and permitted(rules, e)]
     answers = check_availability(rules, checked) if checked else None
-    tools = [entry for name in sorted(entries) if decide(rules, (entry := entries[name]), availability=answers).visible]
-    shown = [item for item in items if decide(rules, item, availability=answers).visible]
-    prompts = [item for item in shown if item.what == "prompt"]
+    shown: dict[str, list[Entry]] = {"tool": [], "resource": [], "template": [], "prompt": []}
+    for entry in entries:
+        if decide(rules, entry, availability=answers).visible:
+            shown[entry.kind].append(entry)
+    tools = sorted(shown["tool"], key=lambda e: e.name)
+    prompts = shown["prompt"]
     bare = rules.config.bare_names
     tool_names = served_names([e.name for e in tools]) if bare else {}
     prompt_names = served_names([p.name for p in prompts]) if bare else {}
     visible = tuple(view_tool(rules, entry, pipeline.call_timeout, tool_names.get(entry.name, "")) for entry in tools)
-    return AgentView(rules, visible, pipeline, services,
-                     resources=tuple(i for i in shown if i.what == "resource"),
-                     templates=tuple(i for i in shown if i.what == "template"),
+    return AgentView(rules, visible, pipeline, services, resources=tuple(shown["resource"]),
+                     templates=tuple(shown["template"]),
                      prompts=tuple((prompt_names.get(p.name, p.name), p) for p in prompts))
 
 

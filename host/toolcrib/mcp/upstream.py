@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, create_model
 from toolcrib.config import LoadedConfig, McpConfig
 from toolcrib.content import ToolResult
 from toolcrib.declarations import Prompt, Resource, template_variables
-from toolcrib.entries import Entry, ItemEntry
+from toolcrib.entries import Entry
 from toolcrib.errors import InvalidArgumentsError, ToolError
 from toolcrib.names import clean, clean_schema, full_name, served_name, tool_name_problem
 from toolcrib.plugins import PluginRecord
@@ -220,8 +220,8 @@ class UpstreamPool:
                 continue
             problems: list[str] = list(connection.listing_problems)
             offer.entries = _entries(connection, problems)
-            offer.items = _items(connection, problems)
             record.tool_count = len(offer.entries)
+            offer.entries += _items(connection, problems)
             if problems:
                 record.error = "; ".join(problems)
         return sources
@@ -440,8 +440,8 @@ def _entry(connection: _Connection, tool: Any, served: str, problems: list[str])
         given_output_schema=output_schema,
         source_name=name if served != name else None,
     )
-    return Entry(name=full_name(namespace, served), namespace=namespace, kind="mcp", dimension="mcps",
-                 source=namespace, tool=spec, trusted=connection.config.trusted)
+    return Entry(name=full_name(namespace, served), namespace=namespace, supplier="mcp", dimension="mcps",
+                 source=namespace, definition=spec, trusted=connection.config.trusted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -488,12 +488,12 @@ async def _list_items(connection: _Connection, client: Any) -> None:
             connection.listing_problems.append(f"its {attribute} could not be listed: {_describe(exc)}")
 
 
-def _items(connection: _Connection, problems: list[str]) -> list[ItemEntry]:
+def _items(connection: _Connection, problems: list[str]) -> list[Entry]:
     """An upstream server's resources, templates and prompts as catalog items of its namespace. Each text an agent
     reads loses its hidden characters; an item that would have to change what identifies it (a name, a URI, an
     argument's name) to lose them is not served."""
     namespace = connection.namespace
-    found: list[ItemEntry] = []
+    found: list[Entry] = []
     seen: set[tuple[str, str]] = set()
 
     def add(what: str, name: str, item: Resource | Prompt) -> None:
@@ -501,8 +501,8 @@ def _items(connection: _Connection, problems: list[str]) -> list[ItemEntry]:
             problems.append(f"{what} {name!r} is not served: the server offers two of that name")
             return
         seen.add((what, name))
-        found.append(ItemEntry(name=full_name(namespace, name), namespace=namespace, kind="mcp", dimension="mcps",
-                               source=namespace, item=item, trusted=connection.config.trusted))
+        found.append(Entry(name=full_name(namespace, name), namespace=namespace, supplier="mcp", dimension="mcps",
+                           source=namespace, definition=item, trusted=connection.config.trusted))
 
     for resource in connection.resources:
         made = _resource(connection, resource.name, str(resource.uri), resource, problems)
