@@ -31,8 +31,8 @@ def catalog(n_tools: int, per_pack: int = 10) -> dict[str, Entry]:
     for i in range(n_tools):
         ns = f"pack{i // per_pack}"
         name = f"{ns}__tool{i % per_pack}"
-        entries[name] = Entry(name=name, namespace=ns, kind="pack", dimension="plugins", source=ns,
-                              tool=checked if i % 10 == 0 else plain)
+        entries[name] = Entry(name=name, namespace=ns, supplier="pack", dimension="plugins", source=ns,
+                              definition=checked if i % 10 == 0 else plain)
     return dict(sorted(entries.items()))
 
 
@@ -61,7 +61,7 @@ def build_all(entries: dict[str, Entry], loaded: LoadedConfig) -> float:
     rules = compile_rules(loaded)
     pipeline = Pipeline(get_plugin_manager(), loaded, {})
     for r in rules.values():
-        build_view(r, entries, pipeline)
+        build_view(r, entries.values(), pipeline)
     return time.perf_counter() - start
 
 
@@ -78,7 +78,7 @@ def main() -> None:
         start = time.perf_counter()
         rules = compile_rules(loaded)
         pipeline = Pipeline(get_plugin_manager(), loaded, {})
-        views = [build_view(r, entries, pipeline) for r in rules.values()]
+        views = [build_view(r, entries.values(), pipeline) for r in rules.values()]
         times.append(time.perf_counter() - start)
     visible = sum(len(v) for v in views)
     best = min(times)

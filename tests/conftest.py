@@ -166,6 +166,9 @@ def npm_install(cache: Path, packages: list[str], wanted: list[Path]) -> None:
 
 
 def offered(sources: Any) -> tuple[list[Any], list[Any], list[Any]]:
-    """What sources offer, as (records, entries, items): what upstream tests look at before a host takes them."""
+    """What sources offer, as (records, tools, everything else): what upstream tests look at before a host takes
+    them."""
     offers = [source.offer() for source in sources]
-    return ([o.record for o in offers], [e for o in offers for e in o.entries], [i for o in offers for i in o.items])
+    entries = [e for o in offers for e in o.entries]
+    tools = [e for e in entries if e.kind == "tool"]
+    return [o.record for o in offers], tools, [e for e in entries if e.kind != "tool"]
