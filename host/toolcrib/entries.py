@@ -46,16 +46,22 @@ class Entry:
     version: str | None = None
     curation: Any = None  # toolcrib.curation.Curation: what the operator changed of the tool its source serves
     held: str | None = None  # why the definition lock holds the tool back (toolcrib.lock), or None
-    kind: str = field(init=False)  # "tool" | "resource" | "template" | "prompt", from the definition
+    # from the definition, once (the decision reads them for every entry of every view):
+    kind: str = field(init=False)  # "tool" | "resource" | "template" | "prompt"
+    uri: str | None = field(init=False)  # a resource's URI (or a template's); None for a tool or a prompt
+    is_available: Any = field(init=False)  # the definition's availability check, or None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "kind", kind_of(self.definition))
+        definition = self.definition
+        object.__setattr__(self, "kind", kind_of(definition))
+        object.__setattr__(self, "uri", definition.uri if isinstance(definition, Resource) else None)
+        object.__setattr__(self, "is_available", definition.is_available)
 
     @property
     def tool(self) -> Tool:
         """The definition of a tool (an entry of another kind has none)."""
-        if isinstance(self.definition, Tool):
-            return self.definition
+        if self.kind == "tool":
+            return self.definition  # type: ignore[return-value]
         raise TypeError(f"{self.name!r} is a {self.kind}, not a tool")
 
     @property
@@ -78,16 +84,6 @@ class Entry:
         if isinstance(self.definition, Prompt):
             return self.definition
         raise TypeError(f"{self.name!r} is a {self.kind}, not a prompt")
-
-    @property
-    def uri(self) -> str | None:
-        """A resource's URI (or a template's); None for a tool or a prompt."""
-        return self.definition.uri if isinstance(self.definition, Resource) else None
-
-    @property
-    def is_available(self) -> Any:
-        """The definition's availability check (``is_available``), or None."""
-        return self.definition.is_available
 
     @property
     def read_only(self) -> bool:
