@@ -45,7 +45,7 @@ from toolcrib.errors import (
     UnknownToolError,
     contained,
 )
-from toolcrib.limits import Lease, Limit, LimitBook, Refusal, compile_limits
+from toolcrib.limits import Lease, Limit, LimitBook, Limiter, Refusal, compile_limits
 from toolcrib.observe import Metrics
 from toolcrib.plugins import PluginHook, PluginManager, plugin_hooks
 from toolcrib.runner import Call
@@ -71,7 +71,7 @@ class Pipeline:
     """Runs calls for every view of one host state; holds what all calls share (hooks, limits, workers)."""
 
     def __init__(self, pm: PluginManager, loaded: LoadedConfig, settings: Mapping[str, Any],
-                 metrics: Metrics | None = None, limits: LimitBook | None = None) -> None:
+                 metrics: Metrics | None = None, limits: Limiter | None = None) -> None:
         host = loaded.config.host
         self.workspace: Path = loaded.workspace
         self.call_timeout = host.call_timeout
@@ -102,7 +102,7 @@ class Pipeline:
         # [agents.<name>.limits], counted in a book that outlives reloads (serving keeps one)
         self._limits = {name: found for name, agent in loaded.config.agents.items()
                         if (found := compile_limits(name, agent.limits))}
-        self._book = limits if limits is not None else LimitBook()
+        self._book: Limiter = limits if limits is not None else LimitBook()
         self._limits_for: dict[tuple[str, str], list[Limit]] = {}
 
     @property
@@ -192,15 +192,18 @@ class Pipeline:
 
         limits = self._limits_of(view.agent, vt.name) if self._limits else None
         if limits:
-            entered = self._book.enter(view.agent, limits)
+            entered = await self._book.admit(view.agent, limits)
             if isinstance(entered, Refusal):
                 return self._finish(call, _Outcome("limited", f"limit {entered.limit!r}"),
                                     ToolResult.error(entered.text))
-            call.lease = Lease(self._book, entered)
+            call.lease = entered
             try:
                 result = await self._run(call, model)
             finally:
-                call.lease.abandon()  # a sync handler still running gives its place back when it really ends
+                gone = call.lease.abandon()  # a sync handler still running gives its place back when it really ends
+                if gone is not None:
+                    with anyio.CancelScope(shield=True):  # given back even by a cancelled call
+                        await gone
         else:
             result = await self._run(call, model)
         if post:

@@ -29,7 +29,7 @@ from toolcrib.default_plugins.builtins import Builtins
 from toolcrib.entries import Entry
 from toolcrib.errors import Problem, ToolDeclarationError, UnknownAgentError
 from toolcrib.governing import unlocated
-from toolcrib.limits import LimitBook
+from toolcrib.limits import Limiter
 from toolcrib.names import HIDDEN_CHARACTERS, RESERVED_NAMESPACE, clean, clean_schema
 from toolcrib.observe import Metrics
 from toolcrib.permissions import (
@@ -75,7 +75,7 @@ class Host:
         env: Mapping[str, str] | None = None,
         sources: Iterable[Source] = (),
         metrics: Metrics | None = None,
-        limits: LimitBook | None = None,
+        limits: Limiter | None = None,
     ) -> None:
         env = os.environ if env is None else env
         self.loaded = loaded

@@ -5,9 +5,11 @@ is a token bucket: ``60/minute`` allows a burst of 60, then one more call each s
 calls running at once. A call over any limit is not run: it is answered at once with an ``isError`` result that
 says which limit and when to try again (a call that waited would hold a client and a worker for nothing).
 
-The counts live in a ``LimitBook`` that outlives reloads (``ServingState`` hands the same one to each new host): a
-limit the reload did not change keeps its count, a changed one starts afresh. Each replica counts its own calls;
-docs/deploy.md says how a shared store would fit.
+The counts live in a book that outlives reloads (``ServingState`` hands the same one to each new host): a limit the
+reload did not change keeps its count, a changed one starts afresh. ``LimitBook`` counts one process's calls, in
+memory; with ``[cluster]``, ``toolcrib.cluster.RedisLimitBook`` counts every replica's on Redis. The pipeline knows
+only the contract both keep (``Limiter``): ``admit`` a call through its limits (a ``Lease`` on its places, or a
+``Refusal``), and ``leave`` when the lease is given back.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from toolcrib import patterns
 
@@ -110,6 +112,20 @@ class Refusal:
     retry_after: float | None
 
 
+class Limiter(Protocol):
+    """Where the counts of limits live: this process (``LimitBook``) or a store every replica shares."""
+
+    async def admit(self, agent: str, limits: list[Limit]) -> Refusal | Lease:
+        """Take one call through every limit covering it (a lease on its places), or, when one is full, none (a
+        refusal that says which and when)."""
+        ...
+
+    def leave(self, token: Any) -> Awaitable[None] | None:
+        """Give back the places a lease held (``Lease`` calls it once, from any thread). On the event loop's thread
+        it may answer an awaitable that gives them back; from another thread it must see to it itself."""
+        ...
+
+
 class LimitBook:
     """The counts of every limit, kept across reloads (one lock: a few dict and float operations per call)."""
 
@@ -141,6 +157,10 @@ class LimitBook:
                 counter.running += 1
         return counters
 
+    async def admit(self, agent: str, limits: list[Limit]) -> Refusal | Lease:
+        entered = self.enter(agent, limits)
+        return entered if isinstance(entered, Refusal) else Lease(self, entered)
+
     def leave(self, counters: list[_Counter]) -> None:
         with self._lock:
             for counter in counters:
@@ -148,18 +168,20 @@ class LimitBook:
 
 
 class Lease:
-    """The places one call holds in its limits, given back exactly once: when its handler has really ended. A
-    sync handler's thread cannot be stopped, so one that outlives its call (a timeout, a client that gave up)
-    keeps its place until it returns (``start`` and ``end`` in the thread); the pipeline ``abandon``s the lease
-    when the call is over, which gives the places back at once unless the handler is still running. A handler
-    whose thread had not begun when the call was abandoned never runs (``start`` says so)."""
+    """The places one call holds in its limits, given back exactly once: when its handler has really ended and the
+    call is over. A sync handler's thread cannot be stopped, so one that outlives its call (a timeout, a client
+    that gave up) keeps its places until it returns (``start`` and ``end`` in the thread); the pipeline
+    ``abandon``s the lease when the call is over, which gives the places back at once unless the handler is still
+    running. A handler whose thread had not begun when the call was abandoned never runs (``start`` says so)."""
 
     __slots__ = ("_book", "_counters", "_lock", "_state")
 
-    def __init__(self, book: LimitBook, counters: list[_Counter]) -> None:
+    def __init__(self, book: Limiter, counters: Any) -> None:
         self._book, self._counters = book, counters
         self._lock = threading.Lock()
-        self._state = "held"  # held -> running -> released, or held -> released
+        # held -> running -> ended -> released (the usual call), held -> released (abandoned before it ran),
+        # running -> orphaned -> released (abandoned while its handler ran on)
+        self._state = "held"
 
     def start(self) -> bool:
         """In the handler's thread, before it runs: whether it may (False: the call was already abandoned)."""
@@ -170,20 +192,28 @@ class Lease:
             return True
 
     def end(self) -> None:
-        """The handler has ended: give the places back (once)."""
+        """The handler has ended: its places go back when the call is over (at once, if it already is)."""
         with self._lock:
-            if self._state == "released":
+            if self._state == "running":
+                self._state = "ended"
+                return
+            if self._state != "orphaned":
                 return
             self._state = "released"
         self._book.leave(self._counters)
 
-    def abandon(self) -> None:
-        """The call is over: give the places back now, unless its handler is still running (it gives them)."""
+    def abandon(self) -> Any:
+        """The call is over: give the places back now, unless its handler is still running (it gives them when it
+        ends). Answers what the book's ``leave`` does: an awaitable, for a book across the network, to await so
+        that the next call finds the places free."""
         with self._lock:
-            if self._state != "held":
-                return
+            if self._state == "running":
+                self._state = "orphaned"
+                return None
+            if self._state in ("released", "orphaned"):
+                return None
             self._state = "released"
-        self._book.leave(self._counters)
+        return self._book.leave(self._counters)
 
 
 def _refusal(agent: str, limit: Limit, wait: float | None) -> Refusal:
@@ -210,4 +240,4 @@ def compile_limits(agent: str, config: LimitsConfig | None) -> tuple[Limit, ...]
     return tuple(found)
 
 
-__all__ = ["LimitBook", "Rate", "RateError", "Refusal", "compile_limits", "parse_rate"]
+__all__ = ["Lease", "LimitBook", "Limiter", "Rate", "RateError", "Refusal", "compile_limits", "parse_rate"]
