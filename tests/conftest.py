@@ -172,3 +172,19 @@ def offered(sources: Any) -> tuple[list[Any], list[Any], list[Any]]:
     entries = [e for o in offers for e in o.entries]
     tools = [e for e in entries if e.kind == "tool"]
     return [o.record for o in offers], tools, [e for e in entries if e.kind != "tool"]
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One real redis-server for the session (tests/redis_server.py); ``redis_url`` empties it for each test."""
+    from redis_server import RedisServer
+
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: Any) -> str:
+    redis_server.flush()
+    return str(redis_server.url)

@@ -139,3 +139,24 @@ def noisy() -> str:
 
 
 TALK = Pack(chatty, noisy)
+
+
+@toolcrib.resource("notes://today", name="today", mime_type="text/plain")
+def today() -> str:
+    return "today's notes"
+
+
+@toolcrib.tool
+def touch_note() -> str:
+    """Say that today's notes changed (their subscribers hear of it)."""
+    toolcrib.resource_updated("notes://today")
+    return "updated"
+
+
+class NotesPack(Pack):
+    @toolcrib.hookimpl
+    def toolcrib_resources(self) -> list[Any]:
+        return [today]
+
+
+NOTES = NotesPack(touch_note)

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,26 @@ def test_the_kubernetes_manifests_are_valid_and_their_config_loads() -> None:
     main.make_context("toolcrib", list(container["args"]))
 
 
+def test_the_redis_manifest_is_valid_and_the_commented_cluster_table_loads() -> None:
+    import kubernetes_validate
+
+    from toolcrib.config import parse_config
+
+    docs = [d for d in yaml.safe_load_all((DEPLOY / "kubernetes" / "redis.yaml").read_text()) if d]
+    assert [d["kind"] for d in docs] == ["Secret", "Deployment", "Service", "NetworkPolicy"]
+    for doc in docs:
+        kubernetes_validate.validate(doc, "1.30.0", strict=True)
+    toolcrib = [d for d in yaml.safe_load_all((DEPLOY / "kubernetes" / "toolcrib.yaml").read_text()) if d]
+    config = next(d for d in toolcrib if d["kind"] == "ConfigMap")["data"]["toolcrib.toml"]
+    uncommented = re.sub(r"^# (\[cluster\]|redis_url|required)", r"\1", config, flags=re.M)
+    cluster = parse_config(uncommented, "the ConfigMap", ROOT).config.cluster
+    assert cluster is not None and (cluster.redis_url, cluster.required) == (
+        "redis://:${REDIS_PASSWORD}@toolcrib-redis:6379/0", True)
+    service = next(d for d in docs if d["kind"] == "Service")
+    assert service["metadata"]["name"] + ":6379" in cluster.redis_url
+    assert '".[cluster]"' in (DEPLOY / "Dockerfile").read_text()  # the image has the Redis client
+
+
 def test_the_dockerfile_runs_a_command_toolcrib_takes() -> None:
     from toolcrib.cli import main
 
@@ -74,15 +95,17 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture
-def behind_nginx(tmp_path: Path) -> Iterator[tuple[str, list[Any], Path]]:
+@contextmanager
+def _behind_nginx(tmp_path: Path, config_text: str, *extra: str,
+                  env: dict[str, str] | None = None) -> Iterator[tuple[str, list[Any], Path]]:
+    """Three replicas of ``serve --http`` (with ``extra`` options) behind a real nginx with deploy/nginx.conf."""
     nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
     if nginx is None:
         pytest.skip("nginx is not installed (.ci/run installs it from Debian's packages)")
     config = tmp_path / "toolcrib.toml"
-    config.write_text('[host]\nshutdown_timeout = 3\n' + CONFIG)
-    env = {"TOOLCRIB_STATE_SECRET": SECRET}
-    replicas = [start_http(config, "--stateless", "--metrics", "--log-format", "json", env=env) for _ in range(3)]
+    config.write_text(config_text)
+    env = {"TOOLCRIB_STATE_SECRET": SECRET, **(env or {})}
+    replicas = [start_http(config, *extra, env=env) for _ in range(3)]
     ports = [int(base.rsplit(":", 1)[1]) for _, base, _ in replicas]
     listen = _free_port()
     text = (DEPLOY / "nginx.conf").read_text()
@@ -118,6 +141,13 @@ def behind_nginx(tmp_path: Path) -> Iterator[tuple[str, list[Any], Path]]:
             if replica.poll() is None:
                 replica.kill()
                 replica.wait(timeout=30)
+
+
+@pytest.fixture
+def behind_nginx(tmp_path: Path) -> Iterator[tuple[str, list[Any], Path]]:
+    with _behind_nginx(tmp_path, '[host]\nshutdown_timeout = 3\n' + CONFIG, "--stateless", "--metrics",
+                       "--log-format", "json") as found:
+        yield found
 
 
 def _calls_total(base: str) -> float:
@@ -235,3 +265,75 @@ def test_sigterm_with_an_open_stream_stops_within_the_shutdown_timeout(
             raise
         del exc
 
+
+
+# -- sharing one Redis ([cluster]) ---------------------------------------------------------------------------------
+
+CLUSTER = """
+[cluster]
+redis_url = "${TOOLCRIB_TEST_REDIS}"
+lease_seconds = 2
+[host]
+shutdown_timeout = 3
+[agents.reader]
+token_env = "TOK_READER"
+[agents.reader.permissions]
+plugins = { allow = ["misc", "notes"] }
+tools = { allow = ["*"] }
+resources = { allow = ["*"] }
+[agents.reader.limits.tools."misc__*"]
+rate = "7/minute"
+[agents.runner]
+token_env = "TOK_RUNNER"
+[agents.runner.permissions]
+plugins = { allow = ["misc"] }
+tools = { allow = ["misc__slow*"] }
+[agents.runner.limits]
+in_flight = 2
+[agents.silent]
+"""
+
+
+@pytest.mark.slow
+def test_three_replicas_sharing_one_redis_keep_fleet_wide_limits_and_tell_every_subscriber(
+        tmp_path: Path, redis_url: str) -> None:
+    """Behind nginx's round robin, an agent's ``7/minute`` admits exactly 7 of a burst of 12 between the three
+    replicas, and ``in_flight = 2`` exactly 2 of 6 concurrent calls; a resource one replica's pack updates reaches a
+    client listening on another."""
+    env = {"TOOLCRIB_TEST_REDIS": redis_url, "TOOLCRIB_PLUGINS": "misc=packs:MISC,notes=packs:NOTES"}
+    with _behind_nginx(tmp_path, CLUSTER, "--stateless", env=env) as (base, replicas, _):
+        async def burst() -> tuple[list[Any], list[Any]]:
+            http, client = await http_client(f"{base}/agents/reader/mcp", TOKENS["TOK_READER"])
+            async with http, client:
+                rated = [await client.call_tool("misc__add", {"a": 1, "b": i}) for i in range(12)]
+            flights: list[Any] = []
+            http, client = await http_client(f"{base}/agents/runner/mcp", TOKENS["TOK_RUNNER"])
+            async with http, client, anyio.create_task_group() as tg:
+                async def one() -> None:
+                    flights.append(await client.call_tool("misc__slow", {"seconds": 3}))
+                for _ in range(6):
+                    tg.start_soon(one)
+            return rated, flights
+
+        rated, flights = anyio.run(burst)
+        texts = [r.content[0].text for r in rated]  # type: ignore[union-attr]
+        assert texts[:7] == [str(1 + i) for i in range(7)]
+        assert all(t.startswith("Rate limited: agent 'reader' may make at most 7 calls of misc__* a minute; try "
+                                "again in ")
+                   for t in texts[7:]), texts
+        done = sorted(f.content[0].text for f in flights)  # type: ignore[union-attr]
+        assert done == ["Rate limited: agent 'runner' may make at most 2 calls at once; try again when one of them "
+                        "has finished."] * 4 + ["done"] * 2
+
+        async def across() -> Any:
+            listener, toucher = replicas[0][1], replicas[1][1]
+            http, client = await http_client(f"{listener}/agents/reader/mcp", TOKENS["TOK_READER"])
+            http2, other = await http_client(f"{toucher}/agents/reader/mcp", TOKENS["TOK_READER"])
+            async with http, client, http2, other, client.listen(resource_subscriptions=["notes://today"]) as events:
+                touched = await other.call_tool("notes__touch_note", {})
+                assert touched.content[0].text == "updated"  # type: ignore[union-attr]
+                with anyio.fail_after(30):  # a hang guard
+                    return await events.__anext__()
+
+        event = anyio.run(across)
+        assert (type(event).__name__, event.uri) == ("ResourceUpdated", "notes://today")

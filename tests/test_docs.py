@@ -59,6 +59,7 @@ TABLES = {
     "[agents.&lt;name&gt;.limits]": [config.LimitsConfig],
     "[agents.&lt;name&gt;.permissions]": [config.Permissions, config.Rule],
     "[oauth]": [config.OAuthConfig],
+    "[cluster]": [config.ClusterConfig],
     "[[hooks.pre_tool_use]]": [config.CommandHook],
     '[tools."&lt;namespace&gt;__&lt;tool&gt;"]': [config.ToolCuration, config.ArgumentCuration],
 }

@@ -319,6 +319,23 @@ class OAuthConfig(_Strict):
     scopes_supported: list[str] = Field(default_factory=list, description="scopes the metadata advertises")
 
 
+class ClusterConfig(_Strict):
+    """``[cluster]``: state every replica shares, on Redis (without it, each process keeps its own in memory)."""
+
+    redis_url: str = Field(description="redis:// or rediss:// URL of the shared store; put its password in a "
+                           "${VARIABLE} (expanded when serving starts, never logged)")
+    key_prefix: str = Field("toolcrib:", description="prefix of every key toolcrib writes (several deployments may "
+                            "share one Redis)")
+    fail_open: bool = Field(False, description="while Redis is unreachable, let calls through uncounted by their "
+                            "limits (default: refuse them, saying the limit store is unreachable)")
+    required: bool = Field(False, description="/readyz answers 503 while Redis is unreachable")
+    lease_seconds: PositiveFloat = Field(30.0, description="how long a running call's place in an in_flight limit "
+                                         "is held without being renewed: a replica that dies gives its places back "
+                                         "within this time")
+    timeout: PositiveFloat = Field(1.0, description="seconds to wait for Redis on each request before counting it "
+                                   "unreachable")
+
+
 class Config(_Strict):
     """The whole file."""
 
@@ -332,6 +349,7 @@ class Config(_Strict):
     oauth: OAuthConfig | None = Field(None, description="OAuth 2.1 access tokens over HTTP")
     tools: dict[str, ToolCuration] = Field(default_factory=dict, description="curation of tools, by the full name "
                                            "their source serves them under")
+    cluster: ClusterConfig | None = Field(None, description="state shared by replicas, on Redis")
 
 
 @dataclass(frozen=True)
@@ -561,6 +579,45 @@ def check_config(config: Config, source: str) -> list[Problem]:
                 except patterns.PatternError as exc:
                     error(("agents", name, "permissions", key, i), str(exc).replace("ask takes", f"{key} takes"))
 
+    if config.cluster is not None:
+        problems += _cluster_problems(config.cluster, source)
+    return problems
+
+
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class MissingVariable(ValueError):
+    """A ``${NAME}`` in the config whose environment variable is not set."""
+
+
+def expand(value: str, where: str, env: Mapping[str, str] | None = None) -> str:
+    """``value`` with each ``${NAME}`` replaced by the environment variable; ``MissingVariable`` names a missing one
+    (never a value: these are often secrets)."""
+    env = os.environ if env is None else env
+
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in env:
+            raise MissingVariable(f"{where} names ${{{name}}}, which is not set")
+        return env[name]
+
+    return _VARIABLE.sub(one, value)
+
+
+def _cluster_problems(cluster: ClusterConfig, source: str) -> list[Problem]:
+    problems = []
+    if not cluster.redis_url.startswith(("redis://", "rediss://", "unix://", "${")):
+        problems.append(Problem("error", f"{source}: cluster.redis_url", "expected a redis://, rediss:// or unix:// "
+                                "URL (or a ${VARIABLE} that holds one), "
+                                f"got one starting {cluster.redis_url.split('://')[0][:20]!r} (the rest is not "
+                                "shown: it may hold a password)"))
+    elif "$" in _VARIABLE.sub("", cluster.redis_url):
+        problems.append(Problem("error", f"{source}: cluster.redis_url", "a '$' that is not ${VARIABLE}: write each "
+                                "environment variable as ${NAME}"))
+    if not cluster.key_prefix or any(c.isspace() or c in "{}" for c in cluster.key_prefix):
+        problems.append(Problem("error", f"{source}: cluster.key_prefix", "expected a non-empty prefix without "
+                                "spaces or braces (braces are Redis Cluster hash tags), such as \"toolcrib:\""))
     return problems
 
 

@@ -142,6 +142,9 @@ class HttpApp:
             return JSONResponse({"status": "draining"}, status_code=503)
         if not self.ready:
             return JSONResponse({"status": "starting"}, status_code=503)
+        store = self.state.store
+        if store is not None and store.config.required and not await store.ping():
+            return JSONResponse({"status": "store unreachable"}, status_code=503)  # [cluster] required = true
         return JSONResponse({"status": "ready"})
 
     async def _metrics(self, request: Request) -> Response:

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -26,6 +26,7 @@ from mcp.server.subscriptions import (
     ToolsListChanged,
 )
 
+from toolcrib.config import LoadedConfig
 from toolcrib.declarations import add_update_listener
 from toolcrib.errors import ConfigError, Problem, contained
 from toolcrib.host import Host
@@ -34,6 +35,9 @@ from toolcrib.mcp.sdk import connection_of
 from toolcrib.observe import Metrics
 from toolcrib.uris import normalize
 from toolcrib.view import AgentView
+
+if TYPE_CHECKING:
+    from toolcrib.cluster import Fanout, Store
 
 log = logging.getLogger("toolcrib.serve")
 SUBSCRIPTIONS = "toolcrib_subscriptions"  # in a connection's state: the URIs its client subscribed to
@@ -47,22 +51,34 @@ SETTLE_CHECKS = 25
 async def serving_state(path: Path | None, metrics: Metrics | None = None) -> AsyncIterator[ServingState]:
     """The state to serve from the config at ``path``, with its upstream MCP servers connected; a reload reads
     the file again and keeps the connections whose config did not change. With ``metrics``, every host built
-    reports into them."""
+    reports into them. With ``[cluster]``, limits are counted on the shared store (``toolcrib.cluster``), opened
+    here for the life of the state."""
+    from toolcrib.cluster import Fanout, limiter
     from toolcrib.config import load_config
-    from toolcrib.limits import LimitBook
     from toolcrib.mcp.upstream import upstream_pool
 
-    async with upstream_pool() as pool:
-        limits = LimitBook()  # the counts of [agents.*.limits], kept across reloads
+    first: list[LoadedConfig] = [await anyio.to_thread.run_sync(load_config, path)]
+    cluster = first[0].config.cluster
+    async with upstream_pool() as pool, limiter(first[0]) as (limits, store), anyio.create_task_group() as tg:
 
         async def build() -> Host:
-            loaded = await anyio.to_thread.run_sync(load_config, path)
+            loaded = first.pop() if first else await anyio.to_thread.run_sync(load_config, path)
+            if loaded.config.cluster != cluster:
+                log.warning("%s: [cluster] changed; the change applies when serve is restarted", loaded.source)
             sources = await pool.sync(loaded)
             return await anyio.to_thread.run_sync(functools.partial(
                 Host, loaded, sources=sources, metrics=metrics, limits=limits))
 
         state = ServingState(await build(), make_host=build)
         state.metrics = metrics
+        state.store = store
+        if store is not None:  # updates and reloads reach every replica
+            state.fanout = Fanout(store)
+            state.watch_resources()  # this replica's updates go out even when none of its own clients listens
+            subscribed = anyio.Event()
+            tg.start_soon(functools.partial(state.fanout.listen, state.on_event, ready=subscribed))
+            with anyio.move_on_after(store.config.timeout * 2):
+                await subscribed.wait()
         if metrics is not None:
             metrics.watch(upstreams=lambda: {r.name: r.state == "loaded" for r in state.host.records
                                              if r.kind == "mcp" and r.state in ("loaded", "failed")})
@@ -70,6 +86,7 @@ async def serving_state(path: Path | None, metrics: Metrics | None = None) -> As
         try:
             yield state
         finally:
+            tg.cancel_scope.cancel()
             state.host.close()
 
 
@@ -120,6 +137,8 @@ class ServingState:
         self._updates: Callable[[str], None] | None = None
         self._sending: set[asyncio.Task[None]] = set()  # resource updates on their way (held, or they may vanish)
         self.metrics: Metrics | None = None  # the serving process's, when it keeps them
+        self.store: Store | None = None  # the shared store of [cluster], when serving with one
+        self.fanout: Fanout | None = None  # and how events reach the other replicas through it
 
     def view(self, agent: str, lacking: frozenset[str] = frozenset()) -> AgentView:
         return self.host.view(agent, lacking)
@@ -185,6 +204,19 @@ class ServingState:
                 except Exception:
                     self._sessions[agent].pop(key, None)
 
+    async def _updated(self, uri: str) -> None:
+        """A resource this process's packs updated: its own clients hear of it, and every other replica's."""
+        await self.resource_updated(uri)
+        if self.fanout is not None:
+            await self.fanout.publish("resource_updated", uri=uri)  # unreachable: logged once, heard here only
+
+    async def on_event(self, kind: str, fields: Mapping[str, str]) -> None:
+        """An event another replica published (``toolcrib.cluster.Fanout``)."""
+        if kind == "resource_updated":
+            await self.resource_updated(fields["uri"])
+        elif kind == "reload":
+            await self.reload(announce=False)
+
     def watch_resources(self) -> None:
         """Start passing ``toolcrib.resource_updated(uri)`` (from any thread) on to the clients; call it from the
         event loop that serves."""
@@ -193,7 +225,7 @@ class ServingState:
         loop = asyncio.get_running_loop()
 
         def send(uri: str) -> None:
-            task = loop.create_task(self.resource_updated(uri))
+            task = loop.create_task(self._updated(uri))
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
 
@@ -208,11 +240,15 @@ class ServingState:
 
     # -- reload --------------------------------------------------------------------------------------------
 
-    async def reload(self) -> bool:
-        """Load the config again; on success swap hosts and notify agents whose list changed."""
+    async def reload(self, *, announce: bool = True) -> bool:
+        """Load the config again; on success swap hosts and notify agents whose list changed. With ``[cluster]``,
+        the other replicas are told to reload too (unless ``announce`` is false: the reload one of them asked
+        for), so that a changed config file is followed at once everywhere it has arrived."""
         done = await self._reload()
         if self.metrics is not None and self._make_host is not None:
             self.metrics.reloads.labels("ok" if done else "rejected").inc()
+        if done and announce and self.fanout is not None:
+            await self.fanout.publish("reload")
         return done
 
     async def _reload(self) -> bool:

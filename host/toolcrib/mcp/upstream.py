@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import threading
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
@@ -26,7 +25,8 @@ import anyio
 from anyio.abc import TaskGroup
 from pydantic import BaseModel, ConfigDict, create_model
 
-from toolcrib.config import LoadedConfig, McpConfig
+from toolcrib.config import LoadedConfig, McpConfig, MissingVariable
+from toolcrib.config import expand as expand_variables
 from toolcrib.content import ToolResult
 from toolcrib.declarations import Prompt, Resource, template_variables
 from toolcrib.entries import Entry
@@ -97,21 +97,12 @@ def _target(loaded: LoadedConfig, config: McpConfig) -> Any:
     return StdioServerParameters(command=config.command or "", args=config.args, env=env or None, cwd=cwd)
 
 
-_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
 def expand(value: str, where: str, env: Mapping[str, str] | None = None) -> str:
-    """``value`` with each ``${NAME}`` replaced by the environment variable; ``UpstreamConfigError`` names a missing
-    one (never a value: these are often secrets)."""
-    env = os.environ if env is None else env
-
-    def one(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in env:
-            raise UpstreamConfigError(f"{where} names ${{{name}}}, which is not set")
-        return env[name]
-
-    return _VARIABLE.sub(one, value)
+    """``toolcrib.config.expand``: a missing variable keeps the server from starting (``UpstreamConfigError``)."""
+    try:
+        return expand_variables(value, where, env)
+    except MissingVariable as exc:
+        raise UpstreamConfigError(str(exc)) from None
 
 
 class UpstreamConfigError(ValueError):

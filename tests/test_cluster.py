@@ -1,0 +1,468 @@
+"""``[cluster]``: limits counted across replicas on a real redis-server (tests/redis_server.py). Each "replica" is a
+``Host`` with its own store and book, as each serving process has; they share only the Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import toolcrib
+from conftest import config_from
+from packs import Pack
+from redis_server import HANG_GUARD, RedisServer
+from toolcrib.cluster import limiter
+from toolcrib.errors import ConfigError
+from toolcrib.host import Host
+
+GATES: dict[str, asyncio.Event] = {}
+RUNNING: list[str] = []
+SYNC_GATE = threading.Event()
+
+
+@toolcrib.tool
+async def ping() -> str:
+    """Answer pong."""
+    return "pong"
+
+
+@toolcrib.tool
+async def hold(tag: str) -> str:
+    """Run until the test lets it end."""
+    RUNNING.append(tag)
+    await GATES.setdefault(tag, asyncio.Event()).wait()
+    return f"held {tag}"
+
+
+@toolcrib.tool
+def hold_sync(tag: str) -> str:
+    """Run in a worker thread until the test lets it end."""
+    RUNNING.append(tag)
+    SYNC_GATE.wait(HANG_GUARD)
+    return f"held {tag}"
+
+
+PACK = Pack(ping, hold, hold_sync)
+
+
+def config(url: str, limits: str, cluster: str = "") -> str:
+    return (f'[cluster]\nredis_url = "{url}"\n{cluster}\n[agents.a.permissions]\nplugins = {{ allow = ["t"] }}\n'
+            f'tools = {{ allow = ["*"] }}\n[agents.a.limits]\n{textwrap.dedent(limits)}\n')
+
+
+@asynccontextmanager
+async def replicas(text: str, n: int = 2, env: dict[str, str] | None = None) -> AsyncIterator[list[Host]]:
+    """``n`` hosts, each with its own connection to the store (as ``serve`` opens one per process)."""
+    async with AsyncExitStack() as stack:
+        hosts = []
+        for _ in range(n):
+            loaded = config_from(text)
+            book, store = await stack.enter_async_context(limiter(loaded, env))
+            assert store is not None
+            host = Host(loaded, plugins={"t": PACK}, autoload=False, env={}, limits=book)
+            stack.callback(host.close)
+            hosts.append(host)
+        yield hosts
+
+
+async def redis_command(url: str, *command: Any) -> Any:
+    import redis.asyncio
+
+    client = redis.asyncio.Redis.from_url(url)
+    try:
+        return await client.execute_command(*command)
+    finally:
+        await client.aclose()
+
+
+async def until(predicate: Any, what: str) -> None:
+    """Wait (a hang guard only, never a measured limit) until ``predicate()`` holds."""
+    deadline = time.monotonic() + HANG_GUARD
+    while not await predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never: {what}")
+        await asyncio.sleep(0.02)
+
+
+def run(main: Any) -> Any:
+    return anyio.run(main, backend="asyncio")  # the redis client's asyncio API
+
+
+# -- rates ------------------------------------------------------------------------------------------------------
+
+
+def test_replicas_sharing_one_redis_admit_exactly_the_rate_between_them(redis_url: str) -> None:
+    async def main() -> list[Any]:
+        async with replicas(config(redis_url, 'rate = "5/minute"')) as (one, two):
+            return [await (one if i % 2 else two).call("a", "t__ping", {}) for i in range(9)]
+
+    results = run(main)
+    assert [r.is_error for r in results] == [False] * 5 + [True] * 4
+    for refused in results[5:]:
+        assert refused.text in ("Rate limited: agent 'a' may make at most 5 calls a minute; try again in 12 s.",
+                                "Rate limited: agent 'a' may make at most 5 calls a minute; try again in 11 s.")
+
+
+def test_a_limit_counts_on_redis_clock_and_a_changed_limit_starts_afresh(redis_url: str) -> None:
+    """The bucket refills on Redis' clock (its TIME), not a replica's; a reload that keeps the limit keeps its
+    count, one that changes it gets keys of its own."""
+
+    async def main() -> tuple[list[bool], list[bool], list[bytes]]:
+        async with replicas(config(redis_url, 'rate = "2/hour"'), n=1) as (one,):
+            first = [(await one.call("a", "t__ping", {})).is_error for _ in range(3)]
+        async with replicas(config(redis_url, 'rate = "2/hour"'), n=1) as (again,):  # a restart: the count stays
+            kept = [(await again.call("a", "t__ping", {})).is_error]
+        async with replicas(config(redis_url, 'rate = "3/hour"'), n=1) as (changed,):
+            kept += [(await changed.call("a", "t__ping", {})).is_error for _ in range(4)]
+        keys = sorted(await redis_command(redis_url, "KEYS", "*"))
+        return first, kept, keys
+
+    first, kept, keys = run(main)
+    assert first == [False, False, True]
+    assert kept == [True, False, False, False, True]
+    assert len(keys) == 2 and all(k.startswith(b"toolcrib:limit:") and k.endswith(b":rate") for k in keys)
+
+
+def test_the_key_prefix_keeps_deployments_apart(redis_url: str) -> None:
+    async def main() -> list[bool]:
+        async with replicas(config(redis_url, 'rate = "1/hour"', 'key_prefix = "blue:"'), n=1) as (blue,), \
+                replicas(config(redis_url, 'rate = "1/hour"', 'key_prefix = "green:"'), n=1) as (green,):
+            return [(await host.call("a", "t__ping", {})).is_error for host in (blue, green, blue)]
+
+    assert run(main) == [False, False, True]
+
+
+# -- in flight ----------------------------------------------------------------------------------------------------
+
+
+def test_in_flight_counts_the_calls_running_on_every_replica_and_each_end_gives_its_place_back(
+        redis_url: str) -> None:
+    GATES.clear()
+    RUNNING.clear()
+    SYNC_GATE.clear()
+
+    async def main() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with replicas(config(redis_url, "in_flight = 2")) as (one, two), anyio.create_task_group() as tg:
+            async def call(host: Host, tool: str, tag: str) -> None:
+                seen[tag] = await host.call("a", tool, {"tag": tag})
+
+            tg.start_soon(call, one, "t__hold", "x")
+            tg.start_soon(call, two, "t__hold_sync", "y")  # its lease ends on a worker thread
+            await until(lambda: _true(len(RUNNING) == 2), "two calls running")
+            seen["third"] = await one.call("a", "t__ping", {})
+            flight = _flight_key(await _keys(redis_url))
+            seen["places"] = await redis_command(redis_url, "ZCARD", flight)
+            GATES["x"].set()
+            SYNC_GATE.set()
+            await until(lambda: _true("x" in seen and "y" in seen), "both calls ended")
+            await until(lambda: _zero(redis_url, flight), "both places given back")
+            seen["after"] = [(await host.call("a", "t__ping", {})).text for host in (one, two)]
+        return seen
+
+    seen = run(main)
+    assert seen["third"].is_error and seen["third"].text == (
+        "Rate limited: agent 'a' may make at most 2 calls at once; try again when one of them has finished.")
+    assert seen["places"] == 2
+    assert (seen["x"].text, seen["y"].text, seen["after"]) == ("held x", "held y", ["pong", "pong"])
+
+
+def test_a_long_call_renews_its_place_so_it_outlasts_the_lease(redis_url: str) -> None:
+    GATES.clear()
+    RUNNING.clear()
+
+    async def main() -> list[Any]:
+        text = config(redis_url, "in_flight = 1", "lease_seconds = 0.3")
+        found: list[Any] = []
+        async with replicas(text) as (one, two), anyio.create_task_group() as tg:
+            async def long() -> None:
+                found.append(await one.call("a", "t__hold", {"tag": "long"}))
+
+            tg.start_soon(long)
+            await until(lambda: _true(RUNNING == ["long"]), "the long call running")
+            flight = _flight_key(await _keys(redis_url))
+            scores = [await redis_command(redis_url, "ZRANGE", flight, 0, -1, "WITHSCORES")]
+            while len({s[0][1] for s in scores}) < 4:  # three renewals: well past one lease
+                await asyncio.sleep(0.05)
+                scores.append(await redis_command(redis_url, "ZRANGE", flight, 0, -1, "WITHSCORES"))
+            found.append(await two.call("a", "t__ping", {}))  # the place is still taken
+            GATES["long"].set()
+        return found
+
+    refused, ended = run(main)
+    assert refused.text == ("Rate limited: agent 'a' may make at most 1 calls at once; try again when one of them has "
+                            "finished.")
+    assert ended.text == "held long"
+
+
+KILLED = """
+import asyncio, sys
+sys.path[:0] = {paths!r}
+from conftest import config_from
+from toolcrib.cluster import limiter
+from toolcrib.limits import compile_limits
+
+async def main():
+    loaded = config_from({text!r})
+    async with limiter(loaded) as (book, store):
+        limits = list(compile_limits("a", loaded.config.agents["a"].limits))
+        lease = await book.admit("a", limits)
+        print("held" if lease.__class__.__name__ == "Lease" else lease.text, flush=True)
+        await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+def test_a_replica_killed_mid_call_gives_its_place_back_within_one_lease(redis_url: str) -> None:
+    text = config(redis_url, "in_flight = 1", "lease_seconds = 3")
+    tests = str(Path(__file__).parent)
+    proc = subprocess.Popen([sys.executable, "-c", KILLED.format(paths=[tests], text=text)], stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": tests})
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+
+        async def main() -> tuple[Any, float, Any]:
+            async with replicas(text, n=1) as (host,):
+                proc.kill()  # SIGKILL: it gives nothing back
+                proc.wait(HANG_GUARD)
+                refused = await host.call("a", "t__ping", {})
+                flight = _flight_key(await _keys(redis_url))
+                expiry = float((await redis_command(redis_url, "ZRANGE", flight, 0, -1, "WITHSCORES"))[0][1])
+                now = await redis_command(redis_url, "TIME")
+                left = expiry / 1000 - (int(now[0]) + int(now[1]) / 1e6)
+                admitted = None
+                deadline = time.monotonic() + HANG_GUARD
+                while admitted is None or admitted.is_error:
+                    assert time.monotonic() < deadline, "the killed replica's place never came back"
+                    await asyncio.sleep(0.1)
+                    admitted = await host.call("a", "t__ping", {})
+                return refused, left, admitted
+
+        refused, left, admitted = run(main)
+    finally:
+        proc.kill()
+        proc.wait(HANG_GUARD)
+    assert refused.text.startswith("Rate limited: agent 'a' may make at most 1 calls at once")
+    assert 0 < left <= 3.0  # the dead replica's lease runs out within one lease of its last renewal
+    assert admitted.text == "pong"
+
+
+# -- when Redis is gone -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fail_open", [False, True])
+def test_while_redis_is_down_limited_calls_fail_closed_or_open_and_it_recovers_by_itself(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, fail_open: bool) -> None:
+    server = RedisServer(tmp_path / "redis", password="s3cret-password-of-the-store").start()
+    text = config("redis://:${STORE_PASSWORD}@127.0.0.1:" + f"{server.port}/0", 'rate = "100/minute"',
+                  f"fail_open = {str(fail_open).lower()}\ntimeout = 0.5")
+    env = {"STORE_PASSWORD": "s3cret-password-of-the-store"}
+
+    async def main() -> list[Any]:
+        async with replicas(text, n=1, env=env) as (host,):
+            results = [await host.call("a", "t__ping", {})]
+            server.stop()
+            results += [await host.call("a", "t__ping", {}) for _ in range(2)]
+            results.append(await host.call("a", "t__ping", {}))
+            server.start()
+            results.append(await host.call("a", "t__ping", {}))
+            return results
+
+    try:
+        with caplog.at_level(logging.INFO, logger="toolcrib.cluster"):
+            results = run(main)
+    finally:
+        server.stop()
+    down = ("Rate limited: agent 'a' has limits, and the store that counts them across replicas is unreachable; "
+            "try again shortly.")
+    middle = ["pong"] * 3 if fail_open else [down] * 3
+    assert [r.text for r in results] == ["pong", *middle, "pong"]
+    said = [r.getMessage() for r in caplog.records if r.name == "toolcrib.cluster"]
+    where = f"127.0.0.1:{server.port}/0"
+    assert said[0] == f"limits are counted on the shared store (Redis at {where})"
+    assert said[1].startswith(f"the shared store (Redis at {where}) is unreachable: ")
+    assert said[2:] == [f"the shared store (Redis at {where}) answers again"]  # each change said once
+    assert not any("s3cret" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("required", [True, False])
+def test_readyz_says_the_store_is_unreachable_only_where_the_operator_requires_it(tmp_path: Path,
+                                                                                  required: bool) -> None:
+    import httpx2
+
+    from toolcrib.mcp.http import HttpApp, HttpOptions
+    from toolcrib.mcp.state import ServingState
+
+    server = RedisServer(tmp_path / "redis").start()
+    text = config(server.url, 'rate = "5/minute"', f"required = {str(required).lower()}\ntimeout = 0.5") + (
+        '[agents.a]\ntoken_env = "TOK_A"\n')
+
+    async def main() -> list[tuple[int, Any]]:
+        seen = []
+        loaded = config_from(text)
+        async with limiter(loaded) as (book, store):
+            served = ServingState(Host(loaded, plugins={"t": PACK}, autoload=False, env={}, limits=book))
+            served.store = store
+            app = HttpApp(served, HttpOptions(), env={"TOK_A": "a" * 32})
+            async with app.app.router.lifespan_context(app.app), httpx2.AsyncClient(
+                    transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1:8000") as client:
+                for step in (lambda: None, server.stop, server.start):
+                    step()
+                    answer = await client.get("/readyz")
+                    seen.append((answer.status_code, answer.json()))
+        return seen
+
+    try:
+        seen = run(main)
+    finally:
+        server.stop()
+    down = (503, {"status": "store unreachable"}) if required else (200, {"status": "ready"})
+    assert seen == [(200, {"status": "ready"}), down, (200, {"status": "ready"})]
+
+
+def test_a_cluster_table_is_checked_and_its_password_variable_must_be_set(redis_url: str) -> None:
+    with pytest.raises(ConfigError) as bad:
+        config_from('[cluster]\nredis_url = "http://user:pw@example.com"\nkey_prefix = "a b"\nlease = 3\n')
+    assert [str(p) for p in bad.value.problems] == [
+        "error: toolcrib.toml: cluster.lease: unknown key 'lease'; expected one of: "
+        "redis_url, key_prefix, fail_open, required, lease_seconds, timeout"]
+    with pytest.raises(ConfigError) as bad:
+        config_from('[cluster]\nredis_url = "http://user:pw@example.com"\nkey_prefix = "a b"\n')
+    assert [str(p) for p in bad.value.problems] == [
+        "error: toolcrib.toml: cluster.redis_url: expected a redis://, rediss:// or unix:// URL (or a ${VARIABLE} "
+        "that holds one), got one starting 'http' (the rest is not shown: it may hold a password)",
+        "error: toolcrib.toml: cluster.key_prefix: expected a non-empty prefix without spaces or braces (braces are "
+        "Redis Cluster hash tags), such as \"toolcrib:\""]
+    with pytest.raises(ConfigError) as bad:
+        config_from('[cluster]\nredis_url = "redis://:$PASSWORD@redis:6379"\n')
+    assert [p.message for p in bad.value.problems] == [
+        "a '$' that is not ${VARIABLE}: write each environment variable as ${NAME}"]
+
+    async def main() -> None:
+        async with limiter(config_from('[cluster]\nredis_url = "redis://:${NOT_SET_ANYWHERE}@x"\n'), env={}):
+            raise AssertionError("opened without its password")
+
+    with pytest.raises(ConfigError) as missing:
+        run(main)
+    assert [str(p) for p in missing.value.problems] == [
+        "error: toolcrib.toml: cluster.redis_url: cluster.redis_url names ${NOT_SET_ANYWHERE}, which is not set"]
+
+    async def whole() -> None:  # the whole URL in a variable (a managed Redis's, from a secret), checked once known
+        async with limiter(config_from('[cluster]\nredis_url = "${STORE_URL}"\n'), env={"STORE_URL": "tcp://x"}):
+            raise AssertionError("opened a URL that is not Redis'")
+
+    with pytest.raises(ConfigError) as wrong:
+        run(whole)
+    assert [str(p) for p in wrong.value.problems] == [
+        "error: toolcrib.toml: cluster.redis_url: cluster.redis_url: expected a redis://, rediss:// or unix:// URL "
+        "once its variables are expanded (the value is not shown: it may hold a password)"]
+
+
+def test_without_a_cluster_table_limits_stay_in_memory_and_redis_is_never_imported() -> None:
+    code = ("import sys, anyio\nfrom toolcrib.cluster import limiter\nfrom toolcrib.config import parse_config\n"
+            "from pathlib import Path\nasync def main():\n"
+            "    async with limiter(parse_config('[agents.a]\\n', 't', Path('.'))) as (book, store):\n"
+            "        print(type(book).__name__, store, 'redis' in sys.modules)\nanyio.run(main)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD)
+    assert out.stdout == "LimitBook None False\n", out.stderr
+
+
+# -- helpers --------------------------------------------------------------------------------------------------------
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def _keys(url: str) -> list[bytes]:
+    return sorted(await redis_command(url, "KEYS", "*"))
+
+
+def _flight_key(keys: list[bytes]) -> bytes:
+    flights = [k for k in keys if k.endswith(b":flight")]
+    assert len(flights) == 1, keys
+    return flights[0]
+
+
+async def _zero(url: str, key: bytes) -> bool:
+    return int(await redis_command(url, "ZCARD", key)) == 0
+
+
+
+
+# -- events across replicas -----------------------------------------------------------------------------------------
+
+
+def test_a_reload_on_one_replica_makes_every_other_reload_and_tell_its_clients(
+        tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two serving states (as two ``serve`` processes have), each with its own config file and connection: the
+    one that reloads tells the other, which reloads its own file at once and tells its clients what changed."""
+    from mcp import Client
+
+    from toolcrib.mcp.adapter import build_server
+    from toolcrib.mcp.state import serving_state
+
+    monkeypatch.setenv("TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.setenv("TOOLCRIB_PLUGINS", "t=test_cluster:PACK")
+    text = f'[cluster]\nredis_url = "{redis_url}"\n[agents.a.permissions]\nplugins = {{ allow = ["t"] }}\n' \
+           'tools = { allow = ["*"] }\n'
+    first, second = tmp_path / "one.toml", tmp_path / "two.toml"
+    first.write_text(text)
+    second.write_text(text)
+
+    async def main() -> tuple[list[str], list[str], str]:
+        async with serving_state(first) as one, serving_state(second) as two, \
+                Client(build_server(two, "a"), cache=None) as client:
+            before = [t.name for t in (await client.list_tools()).tools]
+            async with client.listen(tools_list_changed=True) as events:
+                second.write_text(text.replace('tools = { allow = ["*"] }', 'tools = { allow = ["t__ping"] }'))
+                assert await one.reload() is True  # its own file did not change: nothing for its own clients
+                with anyio.fail_after(HANG_GUARD):  # a hang guard
+                    event = await events.__anext__()
+            after = [t.name for t in (await client.list_tools()).tools]
+        return before, after, type(event).__name__
+
+    before, after, event = run(main)
+    assert (before, after, event) == (["t__hold", "t__hold_sync", "t__ping"], ["t__ping"], "ToolsListChanged")
+
+
+def test_only_well_formed_events_of_other_replicas_are_acted_on(redis_url: str) -> None:
+    from toolcrib.cluster import Fanout, Store
+
+    heard: list[tuple[str, dict[str, str]]] = []
+
+    async def handle(kind: str, fields: dict[str, str]) -> None:
+        heard.append((kind, fields))
+
+    async def main() -> None:
+        store = Store(config_from(f'[cluster]\nredis_url = "{redis_url}"\n').config.cluster)  # type: ignore[arg-type]
+        await store.open()
+        fanout = Fanout(store)
+        for data in (b"not json", json.dumps([1]), json.dumps({"kind": "drop_tables", "from": "x"}),
+                     json.dumps({"kind": "resource_updated", "from": "x"}),  # no URI
+                     json.dumps({"kind": "resource_updated", "from": "x", "uri": "a://" + "x" * 3000}),
+                     json.dumps({"kind": "reload", "from": fanout.replica}),  # its own echo
+                     json.dumps({"kind": "reload", "from": "x", "pad": "y" * 5000}),  # too long
+                     None, 7,
+                     json.dumps({"kind": "resource_updated", "from": "x", "uri": "notes://today", "n": 1}),
+                     json.dumps({"kind": "reload", "from": "other"})):
+            await fanout._dispatch(data, handle)
+        await store.close()
+
+    run(main)
+    assert heard == [("resource_updated", {"uri": "notes://today"}), ("reload", {})]
