@@ -442,6 +442,52 @@ async def operations(args: argparse.Namespace) -> list[Row]:
     return rows
 
 
+async def cluster(args: argparse.Namespace) -> list[Row]:
+    """A Python API call under a rate limit counted on a loopback Redis (``[cluster]``) against the same limit in
+    memory, and a call with no limit with ``[cluster]`` set against one without it."""
+    import shutil
+    import subprocess
+
+    from toolcrib.cluster import limiter
+    from toolcrib.config import parse_config
+
+    program = shutil.which("redis-server")
+    if program is None:
+        return [["call with a fleet-wide rate limit (Redis)", "not measured", "-", "redis-server is not installed"]]
+    calls = 200 if args.quick else 2000
+    port = _free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        redis = subprocess.Popen([program, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                                  "no", "--dir", tmp], stdout=subprocess.DEVNULL)
+        try:
+            for _ in range(200):
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=1):
+                        break
+                except OSError:
+                    time.sleep(0.05)
+            shared = f'[cluster]\nredis_url = "redis://127.0.0.1:{port}/0"\n'
+            limited = '[agents.bench.limits]\nrate = "100000000/minute"\n'
+            configs = {"memory": limited, "redis": shared + limited, "cluster, no limit": shared, "plain": ""}
+            async with contextlib.AsyncExitStack() as stack:
+                views = {}
+                for name, text in configs.items():
+                    book, _ = await stack.enter_async_context(limiter(parse_config(
+                        text + peers.CONFIG, "bench", Path.cwd())))
+                    views[name] = peers.toolcrib_host(10, config=text, limits=book).view(peers.AGENT)
+                ops = {n: (lambda v=v: v.call("math__add", {"a": 2, "b": 3})) for n, v in views.items()}
+                result = await interleaved(ops, calls, args.rounds)
+        finally:
+            redis.terminate()
+            redis.wait(30)
+    MEASURED["redis limit delta"] = result["redis"] - result["memory"]
+    MEASURED["cluster no limit"] = result["cluster, no limit"] / result["plain"]
+    return [["Python API call with a fleet-wide rate limit (loopback Redis) vs the same limit in memory",
+             fmt(result["redis"]), fmt(result["memory"]), f"+{fmt(result['redis'] - result['memory'])}"],
+            ["Python API call with no limit, [cluster] set vs not", fmt(result["cluster, no limit"]),
+             fmt(result["plain"]), ratio(result["cluster, no limit"], result["plain"])]]
+
+
 # -- Python API, concurrency, views, discovery, start-up ------------------------------------------------------------
 
 
@@ -611,6 +657,9 @@ def _goals() -> list[Row]:
         ("Python API call vs a bare pydantic-validated call", "<= 3.00x", MEASURED.get("api ratio"), 3.0, "x"),
         ("HTTP call with an OAuth access token vs a static token (keys cached)", "<= 1.10x",
          MEASURED.get("oauth call"), 1.1, "x"),
+        ("call with a fleet-wide rate limit on a loopback Redis, p50 over the in-memory limit", "<= 1 ms",
+         MEASURED.get("redis limit delta"), 0.001, "s"),
+        ("call with no limit, [cluster] set vs not", "<= 1.05x", MEASURED.get("cluster no limit"), 1.05, "x"),
     ]
     rows = []
     for name, target, value, limit, unit in goals:
@@ -654,6 +703,7 @@ def main() -> None:
     ops_rows = anyio.run(operations, args)
     if not args.no_wire:
         ops_rows += anyio.run(identity, args)
+    ops_rows += anyio.run(cluster, args, backend="asyncio")
     cold_rows = cold(args)
     other = anyio.run(concurrency, args) + view_build(args) + discovery(args) + startup(args)
     load_after = os.getloadavg()

@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv benchmarks/.venv
-benchmarks/.venv/bin/pip install -q -e . -e plugins/toolcrib-fs "fastmcp>=4.2,<5" "opentelemetry-sdk>=1.30"
+benchmarks/.venv/bin/pip install -q -e ".[cluster]" -e plugins/toolcrib-fs "fastmcp>=4.2,<5" "opentelemetry-sdk>=1.30"
 benchmarks/.venv/bin/python benchmarks/run.py --out docs/benchmarks.md "$@"
