@@ -466,3 +466,43 @@ def test_only_well_formed_events_of_other_replicas_are_acted_on(redis_url: str) 
 
     run(main)
     assert heard == [("resource_updated", {"uri": "notes://today"}), ("reload", {})]
+
+
+@pytest.mark.slow
+def test_the_replicas_hear_each_other_again_once_redis_is_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    from mcp import Client
+
+    from toolcrib.mcp.adapter import build_server
+    from toolcrib.mcp.state import serving_state
+
+    server = RedisServer(tmp_path / "redis").start()
+    monkeypatch.setenv("TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.setenv("TOOLCRIB_PLUGINS", "t=test_cluster:PACK")
+    text = f'[cluster]\nredis_url = "{server.url}"\ntimeout = 0.5\n[agents.a.permissions]\n' \
+           'plugins = { allow = ["t"] }\ntools = { allow = ["*"] }\n'
+    first, second = tmp_path / "one.toml", tmp_path / "two.toml"
+    first.write_text(text)
+    second.write_text(text)
+
+    async def main() -> list[str]:
+        async with serving_state(first) as one, serving_state(second) as two, \
+                Client(build_server(two, "a"), cache=None) as client, \
+                client.listen(tools_list_changed=True) as events:
+            server.stop()
+            assert await one.reload() is True  # unheard: Redis is gone, and one goes on alone
+            server.start()
+            second.write_text(text.replace('tools = { allow = ["*"] }', 'tools = { allow = ["t__ping"] }'))
+            deadline = time.monotonic() + HANG_GUARD
+            while True:  # until two has subscribed again (it retries by itself, waiting up to 5 s)
+                assert time.monotonic() < deadline, "two never heard of one's reload again"
+                await one.reload()
+                with anyio.move_on_after(1):
+                    event = await events.__anext__()
+                    break
+            return [type(event).__name__, *(t.name for t in (await client.list_tools()).tools)]
+
+    try:
+        assert run(main) == ["ToolsListChanged", "t__ping"]
+    finally:
+        server.stop()
