@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 
 import anyio
 
-from toolcrib.config import ClusterConfig, LoadedConfig, MissingVariable, expand
+from toolcrib.config import ClusterConfig, LoadedConfig, expand
 from toolcrib.errors import ConfigError, Problem
 from toolcrib.limits import Lease, Limit, LimitBook, Limiter, Refusal, _refusal
 
@@ -107,9 +107,11 @@ return #KEYS
 
 
 def _unreachable() -> tuple[type[BaseException], ...]:
-    from redis.exceptions import ConnectionError, TimeoutError
+    """What a request to Redis that did not get its answer raises: no connection, no answer in time, or an error
+    reply (out of memory, a replica that is read-only, a wrong password)."""
+    from redis.exceptions import RedisError
 
-    return (ConnectionError, TimeoutError, OSError, asyncio.TimeoutError)
+    return (RedisError, OSError, asyncio.TimeoutError)
 
 
 class Store:
@@ -118,10 +120,10 @@ class Store:
 
     def __init__(self, config: ClusterConfig, env: Mapping[str, str] | None = None) -> None:
         self.config = config
-        self.url = expand(config.redis_url, "cluster.redis_url", env)  # MissingVariable names an unset one
+        self.url = expand(config.redis_url, "cluster.redis_url", env)  # a ValueError names an unset one
         if not self.url.startswith(("redis://", "rediss://", "unix://")):
-            raise MissingVariable("cluster.redis_url: expected a redis://, rediss:// or unix:// URL once its "
-                                  "variables are expanded (the value is not shown: it may hold a password)")
+            raise ValueError("cluster.redis_url: expected a redis://, rediss:// or unix:// URL once its variables "
+                             "are expanded (the value is not shown: it may hold a password)")
         parts = urlsplit(self.url)  # where it is, for the log: never the password
         self.where = f"{parts.hostname}:{parts.port or 6379}{parts.path}" if parts.hostname else parts.path
         self.up = True
@@ -269,9 +271,12 @@ class RedisLimitBook:
             with self._lock:
                 ended, self._ended = self._ended, []
                 held = list(self._held.items())
-            await self._give_back(ended)
-            if held:
-                await self._renew_all(held)
+            try:
+                await self._give_back(ended)
+                if held:
+                    await self._renew_all(held)
+            except Exception:  # never the end of renewing: running calls would lose their places
+                log.exception("the leases of running calls could not be renewed or given back; trying again")
 
     async def _give_back(self, ended: list[tuple[str, tuple[str, ...]]]) -> None:
         client = self.store.client
@@ -387,7 +392,7 @@ async def limiter(loaded: LoadedConfig,
         return
     try:
         store = Store(loaded.config.cluster, env)
-    except MissingVariable as exc:
+    except ValueError as exc:  # an unset variable, or a URL that is not Redis'
         raise ConfigError([Problem("error", f"{loaded.source}: cluster.redis_url", str(exc))]) from None
     await store.open()
     book = RedisLimitBook(store)
