@@ -370,3 +370,23 @@ def test_public_surface() -> None:
     assert toolcrib.tool is tool
     for name in toolcrib.__all__:
         assert hasattr(toolcrib, name), name
+
+
+def test_a_resource_and_a_prompt_carry_their_runners_as_a_tool_does() -> None:
+    """What runs a declared resource or prompt is its runner, as for a tool (``toolcrib.runner``): the pipeline
+    knows no calling convention of its own."""
+    from toolcrib.declarations import get_prompt, get_resource
+
+    @toolcrib.resource("notes://{day}", name="day")
+    def day(ctx: toolcrib.Context, day: str) -> str:
+        return day
+
+    @toolcrib.prompt
+    async def ask(topic: str) -> str:
+        """Ask about a topic."""
+        return topic
+
+    resource, prompt = get_resource(day), get_prompt(ask)
+    assert resource is not None and prompt is not None
+    assert resource.runner == toolcrib.PythonRunner(day, is_async=False, context_param="ctx")
+    assert prompt.runner == toolcrib.PythonRunner(ask, is_async=True)

@@ -32,8 +32,8 @@ from toolcrib.arguments import format_validation_error, payload_problem
 from toolcrib.audit import AuditSink
 from toolcrib.audit import record as audit_record
 from toolcrib.content import ToolResult, normalize, result_problem
-from toolcrib.context import Approver, ClientChannel, Context
-from toolcrib.declarations import MAX_COMPLETION_SCAN, Completions, Prompt, Resource, prompt_messages, resource_contents
+from toolcrib.context import Approver, ClientChannel
+from toolcrib.declarations import MAX_COMPLETION_SCAN, Completions, prompt_messages, resource_contents
 from toolcrib.entries import Entry
 from toolcrib.errors import (
     InvalidArgumentsError,
@@ -56,6 +56,11 @@ if TYPE_CHECKING:
     from toolcrib.view import AgentView, ViewTool
 
 log = logging.getLogger("toolcrib.calls")
+class _Nothing(BaseModel):
+    """The validated parameters of what takes none (and of an upstream server's passthrough)."""
+
+
+_NOTHING = _Nothing()
 
 
 @dataclass(frozen=True, slots=True)
@@ -534,13 +539,13 @@ class Pipeline:
         entry, parameters = found
         uri = normalize_uri(uri)  # what the rules saw is what the resource is read as, and what the audit records
         resource = entry.resource
+        call = Call(view, uri, parameters or None, channel, started=started, kind="resource", workspace=self.workspace,
+                    entry=entry)
         try:
             if resource.passthrough:
-                value = await self._invoke(entry, resource, {"uri": uri}, view, channel)
-                contents = list(value)
+                contents = list(await self._invoke(call, _NOTHING))
             else:
-                kwargs = self._validated(entry, resource.model, parameters, "parameters")
-                value = await self._invoke(entry, resource, kwargs, view, channel)
+                value = await self._invoke(call, self._validated(entry, resource.model, parameters, "parameters"))
                 try:
                     contents = resource_contents(uri, resource.mime_type, value)
                 except (TypeError, ValueError) as exc:
@@ -548,11 +553,9 @@ class Pipeline:
                     raise ToolError(f"Resource {uri} returned a value that cannot be sent; the host's log has the "
                                     "details.") from None
         except (ToolError, InvalidArgumentsError):
-            self._write_audit(Call(view, uri, parameters or None, channel, started=started, kind="resource"),
-                              "allowed", "rules", True)
+            self._write_audit(call, "allowed", "rules", True)
             raise
-        self._write_audit(Call(view, uri, parameters or None, channel, started=started, kind="resource"), "allowed",
-                          "rules", False)
+        self._write_audit(call, "allowed", "rules", False)
         return contents
 
     async def get_prompt(self, view: AgentView, name: str, arguments: Mapping[str, Any] | None = None, *,
@@ -567,15 +570,16 @@ class Pipeline:
             raise UnknownPromptError(str(name))
         prompt = entry.prompt
         arguments = dict(arguments or {})
+        call = Call(view, entry.name, arguments, channel, started=started, kind="prompt", workspace=self.workspace,
+                    entry=entry)
         try:
             problem = payload_problem(arguments, self.max_argument_bytes)
             if problem is not None:
                 raise InvalidArgumentsError(f"Invalid arguments for prompt {entry.name}: {problem}")
             if prompt.passthrough:
-                answer = dict(await self._invoke(entry, prompt, {"arguments": arguments}, view, channel))
+                answer = dict(await self._invoke(call, _NOTHING))
             else:
-                kwargs = self._validated(entry, prompt.model, arguments, "arguments")
-                value = await self._invoke(entry, prompt, kwargs, view, channel)
+                value = await self._invoke(call, self._validated(entry, prompt.model, arguments, "arguments"))
                 try:
                     answer = {"description": prompt.description, "messages": prompt_messages(value)}
                 except (TypeError, ValueError) as exc:
@@ -583,11 +587,9 @@ class Pipeline:
                     raise ToolError(f"Prompt {entry.name} returned a value that cannot be sent; the host's log has "
                                     "the details.") from None
         except (ToolError, InvalidArgumentsError):
-            self._write_audit(Call(view, entry.name, arguments, channel, started=started, kind="prompt"), "allowed",
-                              "rules", True)
+            self._write_audit(call, "allowed", "rules", True)
             raise
-        self._write_audit(Call(view, entry.name, arguments, channel, started=started, kind="prompt"), "allowed",
-                          "rules", False)
+        self._write_audit(call, "allowed", "rules", False)
         return answer
 
     async def complete(self, view: AgentView, ref: Mapping[str, Any], argument: str, value: str,
@@ -628,29 +630,27 @@ class Pipeline:
         return Completions(list(itertools.islice(found, MAX_COMPLETION_SCAN)))
 
     def _validated(self, entry: Entry, model: type[BaseModel] | None, values: Mapping[str, Any],
-                   what: str) -> dict[str, Any]:
+                   what: str) -> BaseModel:
         if model is None:
-            return {}
+            return _NOTHING
         try:
-            return dict(model.model_validate(dict(values)).__dict__)
+            return model.model_validate(dict(values))
         except ValidationError as exc:
             raise InvalidArgumentsError(format_validation_error(entry.name, exc, model).replace(
                 "Invalid arguments for", f"Invalid {what} for")) from None
 
-    async def _invoke(self, entry: Entry, item: Resource | Prompt, kwargs: dict[str, Any], view: AgentView,
-                      channel: ClientChannel | None) -> Any:
-        """Run a resource's or prompt's function under the call timeout; whatever it raises is its own failure."""
-        what = "Resource" if isinstance(item, Resource) else "Prompt"
-        if item.context_param is not None:
-            kwargs[item.context_param] = Context(agent=view.agent, tool=entry.name, settings=entry.settings,
-                                                 workspace=self.workspace, _channel=channel, _view=view,
-                                                 logger=logging.getLogger(f"toolcrib.pack.{entry.namespace}"))
+    async def _invoke(self, call: Call, model: BaseModel) -> Any:
+        """Run a resource's or prompt's runner under the call timeout; whatever it raises is its own failure."""
+        entry = call.entry
+        assert entry is not None
+        runner = entry.item.runner
+        what = "Resource" if call.kind == "resource" else "Prompt"
         try:
             with anyio.fail_after(self.call_timeout):
-                if item.is_async:
-                    return await item.handler(**kwargs)
-                return await anyio.to_thread.run_sync(functools.partial(item.handler, **kwargs),
-                                                      limiter=self.limiter, abandon_on_cancel=True)
+                work = runner.start(model, call)
+                if runner.is_async:
+                    return await work
+                return await anyio.to_thread.run_sync(work, limiter=self.limiter, abandon_on_cancel=True)
         except TimeoutError:
             raise ToolError(f"{what} {entry.name} timed out after {_seconds(self.call_timeout)}.") from None
         except (ToolError, Suspend):
@@ -658,7 +658,7 @@ class Pipeline:
         except BaseException as exc:
             if not contained(exc):
                 raise
-            log.error("%s %s raised (agent %r)", what.lower(), entry.name, view.agent, exc_info=exc)
+            log.error("%s %s raised (agent %r)", what.lower(), entry.name, call.agent, exc_info=exc)
             raise ToolError(f"{what} {entry.name} failed with an internal error; the host's log has the "
                             "details.") from None
 

@@ -38,6 +38,7 @@ from toolcrib.context import AvailabilityContext
 from toolcrib.errors import ToolDeclarationError
 from toolcrib.fastschema import json_schema_of
 from toolcrib.names import SOURCE_NAME_KEY, tool_name_problem
+from toolcrib.runner import PythonRunner, Runner
 from toolcrib.tool import _caller_locals, _check_is_available, _hints, _is_async, _signature_fields
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -120,16 +121,14 @@ class Resource:
     name: str
     uri: str
     description: str
-    handler: Callable[..., Any]
+    runner: Runner  # how it is read: start(the validated parameters, the call)
     mime_type: str | None = None
     title: str | None = None
     parameters: tuple[str, ...] = ()
     is_available: Callable[[AvailabilityContext], Any] | None = None
     complete: Mapping[str, Completer] = dataclasses.field(default_factory=dict)
-    context_param: str | None = None
-    is_async: bool = False
     make_model: Callable[[], type[BaseModel]] | None = dataclasses.field(default=None, repr=False)
-    passthrough: bool = False  # an upstream server's: handler(uri=...) answers MCP's resource contents itself
+    passthrough: bool = False  # an upstream server's: its runner answers MCP's resource contents itself
 
     @property
     def is_template(self) -> bool:
@@ -221,10 +220,11 @@ def resource(uri: str, /, **options: Any) -> Callable[[F], F]:
         if is_available is not None:
             _check_is_available(name, is_available)
         spec = Resource(
-            name=name, uri=uri, description=description.strip(), handler=fn, mime_type=options.get("mime_type"),
-            title=options.get("title"), parameters=variables, is_available=is_available,
-            complete=_check_completions(name, options.get("complete"), variables), context_param=context_param,
-            is_async=_is_async(fn), make_model=(lambda: _model(name, fields)) if fields else None)
+            name=name, uri=uri, description=description.strip(),
+            runner=PythonRunner(fn, is_async=_is_async(fn), context_param=context_param),
+            mime_type=options.get("mime_type"), title=options.get("title"), parameters=variables,
+            is_available=is_available, complete=_check_completions(name, options.get("complete"), variables),
+            make_model=(lambda: _model(name, fields)) if fields else None)
         setattr(fn, RESOURCE_ATTRIBUTE, spec)
         return fn
 
@@ -318,15 +318,13 @@ class Prompt:
 
     name: str
     description: str
-    handler: Callable[..., Any]
+    runner: Runner  # how it is got: start(the validated arguments, the call)
     arguments: tuple[tuple[str, str | None, bool], ...]  # (name, description, required)
     title: str | None = None
     is_available: Callable[[AvailabilityContext], Any] | None = None
     complete: Mapping[str, Completer] = dataclasses.field(default_factory=dict)
-    context_param: str | None = None
-    is_async: bool = False
     make_model: Callable[[], type[BaseModel]] = dataclasses.field(default=lambda: BaseModel, repr=False)
-    passthrough: bool = False  # an upstream server's: handler(arguments=...) answers MCP's prompts/get itself
+    passthrough: bool = False  # an upstream server's: its runner answers MCP's prompts/get itself
     source_name: str | None = None  # the name its source gives it, when served under another
 
     @cached_property
@@ -387,10 +385,11 @@ def prompt(fn: Any = None, /, **options: Any) -> Any:
         is_available = options.get("is_available")
         if is_available is not None:
             _check_is_available(name, is_available)
-        spec = Prompt(name=name, description=description.strip(), handler=fn, arguments=arguments,
-                      title=options.get("title"), is_available=is_available,
+        spec = Prompt(name=name, description=description.strip(),
+                      runner=PythonRunner(fn, is_async=_is_async(fn), context_param=context_param),
+                      arguments=arguments, title=options.get("title"), is_available=is_available,
                       complete=_check_completions(name, options.get("complete"), tuple(fields)),
-                      context_param=context_param, is_async=_is_async(fn), make_model=lambda: model)
+                      make_model=lambda: model)
         setattr(fn, PROMPT_ATTRIBUTE, spec)
         return fn
 

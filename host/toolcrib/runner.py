@@ -31,13 +31,16 @@ from pydantic import BaseModel
 from toolcrib.context import Approver, ClientChannel, Context
 
 if TYPE_CHECKING:
+    from toolcrib.entries import Entry
     from toolcrib.limits import Lease
     from toolcrib.view import AgentView, ViewTool
 
 
 class Runner(Protocol):
-    """How a tool's handler is run. ``start`` returns a coroutine when ``is_async``, else a function of no
-    arguments for a worker thread; it must not block (a sync handler's work belongs in the function it returns)."""
+    """How a tool's handler is run, and a resource's or a prompt's (``model`` is then its validated parameters or
+    arguments, and ``call.name`` the resource's URI). ``start`` returns a coroutine when ``is_async``, else a
+    function of no arguments for a worker thread; it must not block (a sync handler's work belongs in the function
+    it returns)."""
 
     @property
     def is_async(self) -> bool: ...
@@ -59,13 +62,14 @@ class Call:
     id: str = ""  # "call_<host><n>" where a hook or the audit reads it
     kind: str = "tool"  # "tool" | "resource" | "prompt"
     tool: ViewTool | None = None
+    entry: Entry | None = None  # a resource's or prompt's entry (a tool's is its ViewTool's)
     workspace: Path | None = None
     lease: Lease | None = None  # its places in the agent's limits, while it holds them
     _context: Context | None = None
 
     def __init__(self, view: AgentView, name: str, arguments: Any, channel: ClientChannel | None = None,
                  approver: Approver | None = None, started: float = 0.0, id: str = "", kind: str = "tool",
-                 tool: ViewTool | None = None, workspace: Path | None = None) -> None:
+                 tool: ViewTool | None = None, workspace: Path | None = None, entry: Entry | None = None) -> None:
         self.view = view
         self.name = name  # the tool's full name (a resource's URI, a prompt's name)
         self.arguments = arguments  # as sent, then as curation left them, then as validated (JSON), for the audit
@@ -76,6 +80,8 @@ class Call:
         self.kind = kind
         self.tool = tool
         self.workspace = workspace
+        if entry is not None:
+            self.entry = entry
 
     def __repr__(self) -> str:
         return f"<Call {self.kind} {self.name!r} by {self.view.agent!r}{' ' + self.id if self.id else ''}>"
@@ -92,13 +98,13 @@ class Call:
     def context(self) -> Context:
         """The ``toolcrib.Context`` of this call (one per call, made when a handler first asks for it)."""
         if self._context is None:
-            assert self.tool is not None and self.workspace is not None
-            entry = self.tool.entry
-            self._context = Context(agent=self.view.agent, tool=self.name, settings=entry.settings,
+            entry = self.tool.entry if self.tool is not None else self.entry
+            assert entry is not None and self.workspace is not None
+            self._context = Context(agent=self.view.agent, tool=entry.name, settings=entry.settings,
                                     workspace=self.workspace,
                                     logger=logging.getLogger(f"toolcrib.pack.{entry.namespace}"),
                                     _channel=self.channel, _view=self.view, _approver=self.approver,
-                                    _rules=self.tool.call_rules)
+                                    _rules=self.tool.call_rules if self.tool is not None else None)
         return self._context
 
     def cancel(self) -> None:

@@ -543,9 +543,10 @@ def _resource(connection: _Connection, name: str, uri: str, declared: Any,
 
     completions = {p: _completer(client, "ref/resource", uri, p) for p in parameters}
     return Resource(name=name, uri=uri, description=clean(declared.description or "") or f"The resource {uri}.",
-                    handler=read, mime_type=clean(declared.mime_type) if declared.mime_type else None,
+                    runner=_Passthrough(lambda call: read(call.name)),
+                    mime_type=clean(declared.mime_type) if declared.mime_type else None,
                     title=clean(title) if title else None, parameters=parameters, complete=completions,
-                    is_async=True, passthrough=True)
+                    passthrough=True)
 
 
 def _prompt(connection: _Connection, declared: Any, served: str, problems: list[str]) -> Prompt | None:
@@ -576,9 +577,21 @@ def _prompt(connection: _Connection, declared: Any, served: str, problems: list[
     title = getattr(declared, "title", None)
     completions = {a: _completer(client, "ref/prompt", name, a) for a, _, _ in arguments}
     return Prompt(name=served, description=clean(declared.description or "") or f"The prompt {name} of the upstream "
-                  "server.", handler=get, arguments=tuple(arguments), title=clean(title) if title else None,
-                  complete=completions, is_async=True, passthrough=True,
+                  "server.", runner=_Passthrough(lambda call: get(call.arguments)), arguments=tuple(arguments),
+                  title=clean(title) if title else None, complete=completions, passthrough=True,
                   source_name=name if served != name else None)
+
+
+@dataclass(frozen=True, slots=True)
+class _Passthrough:
+    """Reads a resource of a connected upstream server (the call's URI) or gets one of its prompts (the call's
+    arguments, as sent): the server's answer, in MCP's shape, is the result."""
+
+    ask: Callable[[Call], Coroutine[Any, Any, Any]]
+    is_async = True
+
+    def start(self, model: BaseModel, call: Call) -> Any:
+        return self.ask(call)
 
 
 def _completer(client: Any, kind: str, ref: str, argument: str) -> Any:
