@@ -39,12 +39,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     skip = pytest.mark.skip(reason="starts toolcrib in a subprocess, which mutmut's trampolines cannot run in")
     for item in items:
         function = getattr(item, "function", None)
-        try:
-            source = inspect.getsource(function) if function is not None else ""
-        except (OSError, TypeError):
-            continue
-        if "toolcrib.cli" in source:
-            item.add_marker(skip)
+        info = getattr(item, "_fixtureinfo", None)  # and its fixtures' (a fixture that starts the replicas)
+        fixtures = [d.func for defs in (info.name2fixturedefs.values() if info is not None else ()) for d in defs]
+        for code in (function, *fixtures):
+            try:
+                source = inspect.getsource(code) if code is not None else ""
+            except (OSError, TypeError):
+                continue
+            if "toolcrib.cli" in source or "start_http(" in source:
+                item.add_marker(skip)
+                break
 
 
 def config_from(text: str, base_dir: Path | None = None, source: str = "toolcrib.toml") -> LoadedConfig:
