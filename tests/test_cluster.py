@@ -408,6 +408,19 @@ async def _zero(url: str, key: bytes) -> bool:
 # -- events across replicas -----------------------------------------------------------------------------------------
 
 
+def two_config_files(tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch,
+                     cluster: str = "") -> tuple[str, Path, Path]:
+    """The config of two serving processes (one file each, as two replicas have) serving this file's pack."""
+    monkeypatch.setenv("TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.setenv("TOOLCRIB_PLUGINS", "t=test_cluster:PACK")
+    text = f'[cluster]\nredis_url = "{url}"\n{cluster}[agents.a.permissions]\nplugins = {{ allow = ["t"] }}\n' \
+           'tools = { allow = ["*"] }\n'
+    first, second = tmp_path / "one.toml", tmp_path / "two.toml"
+    first.write_text(text)
+    second.write_text(text)
+    return text, first, second
+
+
 def test_a_reload_on_one_replica_makes_every_other_reload_and_tell_its_clients(
         tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two serving states (as two ``serve`` processes have), each with its own config file and connection: the
@@ -417,13 +430,7 @@ def test_a_reload_on_one_replica_makes_every_other_reload_and_tell_its_clients(
     from toolcrib.mcp.adapter import build_server
     from toolcrib.mcp.state import serving_state
 
-    monkeypatch.setenv("TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD", "1")
-    monkeypatch.setenv("TOOLCRIB_PLUGINS", "t=test_cluster:PACK")
-    text = f'[cluster]\nredis_url = "{redis_url}"\n[agents.a.permissions]\nplugins = {{ allow = ["t"] }}\n' \
-           'tools = { allow = ["*"] }\n'
-    first, second = tmp_path / "one.toml", tmp_path / "two.toml"
-    first.write_text(text)
-    second.write_text(text)
+    text, first, second = two_config_files(tmp_path, redis_url, monkeypatch)
 
     async def main() -> tuple[list[str], list[str], str]:
         async with serving_state(first) as one, serving_state(second) as two, \
@@ -477,13 +484,7 @@ def test_the_replicas_hear_each_other_again_once_redis_is_back(tmp_path: Path, m
     from toolcrib.mcp.state import serving_state
 
     server = RedisServer(tmp_path / "redis").start()
-    monkeypatch.setenv("TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD", "1")
-    monkeypatch.setenv("TOOLCRIB_PLUGINS", "t=test_cluster:PACK")
-    text = f'[cluster]\nredis_url = "{server.url}"\ntimeout = 0.5\n[agents.a.permissions]\n' \
-           'plugins = { allow = ["t"] }\ntools = { allow = ["*"] }\n'
-    first, second = tmp_path / "one.toml", tmp_path / "two.toml"
-    first.write_text(text)
-    second.write_text(text)
+    text, first, second = two_config_files(tmp_path, server.url, monkeypatch, "timeout = 0.5\n")
 
     async def main() -> list[str]:
         async with serving_state(first) as one, serving_state(second) as two, \
