@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -24,7 +25,7 @@ import toolcrib
 from conftest import config_from
 from packs import Pack
 from redis_server import HANG_GUARD, RedisServer
-from toolcrib.cluster import limiter
+from toolcrib.cluster import Store, limiter
 from toolcrib.errors import ConfigError
 from toolcrib.host import Host
 
@@ -170,14 +171,14 @@ def test_in_flight_counts_the_calls_running_on_every_replica_and_each_end_gives_
             SYNC_GATE.set()
             await until(lambda: _true("x" in seen and "y" in seen), "both calls ended")
             await until(lambda: _zero(redis_url, flight), "both places given back")
-            seen["after"] = [(await host.call("a", "t__ping", {})).text for host in (one, two)]
+            seen["after"] = [(await host.call("a", "t__ping", {})).text for host in (one, two) * 4]  # no rate
         return seen
 
     seen = run(main)
     assert seen["third"].is_error and seen["third"].text == (
         "Rate limited: agent 'a' may make at most 2 calls at once; try again when one of them has finished.")
     assert seen["places"] == 2
-    assert (seen["x"].text, seen["y"].text, seen["after"]) == ("held x", "held y", ["pong", "pong"])
+    assert (seen["x"].text, seen["y"].text, seen["after"]) == ("held x", "held y", ["pong"] * 8)
 
 
 def test_a_long_call_renews_its_place_so_it_outlasts_the_lease(redis_url: str) -> None:
@@ -212,7 +213,7 @@ KILLED = """
 import asyncio, sys
 sys.path[:0] = {paths!r}
 from conftest import config_from
-from toolcrib.cluster import limiter
+from toolcrib.cluster import Store, limiter
 from toolcrib.limits import compile_limits
 
 async def main():
@@ -295,7 +296,8 @@ def test_while_redis_is_down_limited_calls_fail_closed_or_open_and_it_recovers_b
     said = [r.getMessage() for r in caplog.records if r.name == "toolcrib.cluster"]
     where = f"127.0.0.1:{server.port}/0"
     assert said[0] == f"limits are counted on the shared store (Redis at {where})"
-    assert said[1].startswith(f"the shared store (Redis at {where}) is unreachable: ")
+    assert re.fullmatch(rf"the shared store \(Redis at {re.escape(where)}\) is unreachable: ConnectionError: .+",
+                        said[1]), said[1]
     assert said[2:] == [f"the shared store (Redis at {where}) answers again"]  # each change said once
     assert not any("s3cret" in r.getMessage() for r in caplog.records)
 
@@ -362,6 +364,9 @@ def test_a_cluster_table_is_checked_and_its_password_variable_must_be_set(redis_
     assert [str(p) for p in missing.value.problems] == [
         "error: toolcrib.toml: cluster.redis_url: cluster.redis_url names ${NOT_SET_ANYWHERE}, which is not set"]
 
+    unopened = Store(config_from(f'[cluster]\nredis_url = "{redis_url}"\n').config.cluster)  # type: ignore[arg-type]
+    assert run(unopened.ping) is False  # not opened: not ready
+
     async def whole() -> None:  # the whole URL in a variable (a managed Redis's, from a secret), checked once known
         async with limiter(config_from('[cluster]\nredis_url = "${STORE_URL}"\n'), env={"STORE_URL": "tcp://x"}):
             raise AssertionError("opened a URL that is not Redis'")
@@ -374,7 +379,7 @@ def test_a_cluster_table_is_checked_and_its_password_variable_must_be_set(redis_
 
 
 def test_without_a_cluster_table_limits_stay_in_memory_and_redis_is_never_imported() -> None:
-    code = ("import sys, anyio\nfrom toolcrib.cluster import limiter\nfrom toolcrib.config import parse_config\n"
+    code = ("import sys, anyio\nfrom toolcrib.cluster import Store, limiter\nfrom toolcrib.config import parse_config\n"
             "from pathlib import Path\nasync def main():\n"
             "    async with limiter(parse_config('[agents.a]\\n', 't', Path('.'))) as (book, store):\n"
             "        print(type(book).__name__, store, 'redis' in sys.modules)\nanyio.run(main)\n")
@@ -449,7 +454,7 @@ def test_a_reload_on_one_replica_makes_every_other_reload_and_tell_its_clients(
 
 
 def test_only_well_formed_events_of_other_replicas_are_acted_on(redis_url: str) -> None:
-    from toolcrib.cluster import Fanout, Store
+    from toolcrib.cluster import Fanout
 
     heard: list[tuple[str, dict[str, str]]] = []
 
