@@ -117,6 +117,34 @@ def test_replicas_sharing_one_redis_admit_exactly_the_rate_between_them(redis_ur
                                 "Rate limited: agent 'a' may make at most 5 calls a minute; try again in 11 s.")
 
 
+@pytest.mark.parametrize(("overall", "tools", "refused"), [
+    ("1/hour", "10/hour", "Rate limited: agent 'a' may make at most 1 calls an hour; try again in 3600 s."),
+    ("10/hour", "1/hour", "Rate limited: agent 'a' may make at most 1 calls of t__* an hour; try again in 3600 s."),
+])
+def test_every_limit_covering_a_call_is_taken_or_none_and_the_full_one_is_named(
+        redis_url: str, overall: str, tools: str, refused: str) -> None:
+    text = config(redis_url, f'rate = "{overall}"\n[agents.a.limits.tools."t__*"]\nrate = "{tools}"\n')
+
+    async def main() -> tuple[list[str], list[Any]]:
+        async with replicas(text) as (one, two):
+            said = [(await host.call("a", "t__ping", {})).text for host in (one, two)]
+        buckets = [await redis_command(redis_url, "HGET", key, "tokens") for key in await _keys(redis_url)]
+        return said, sorted(float(b) for b in buckets)
+
+    said, tokens = run(main)
+    assert said[0] == "pong" and said[1] in (refused, refused.replace("3600 s", "3599 s"))
+    assert tokens == [0.0, 9.0]  # the refused call took from neither bucket
+
+
+def test_where_the_store_is_says_host_port_and_database_or_the_socket_never_the_password() -> None:
+    where = {url: Store(config_from(f'[cluster]\nredis_url = "{url}"\n').config.cluster).where  # type: ignore[arg-type]
+             for url in ("redis://:pw@cache:6380/2", "rediss://user:pw@cache.example.com", "unix:///run/redis.sock",
+                         "redis://localhost")}
+    assert where == {"redis://:pw@cache:6380/2": "cache:6380/2", "rediss://user:pw@cache.example.com":
+                     "cache.example.com:6379", "unix:///run/redis.sock": "/run/redis.sock",
+                     "redis://localhost": "localhost:6379"}
+
+
 def test_a_limit_counts_on_redis_clock_and_a_changed_limit_starts_afresh(redis_url: str) -> None:
     """The bucket refills on Redis' clock (its TIME), not a replica's; a reload that keeps the limit keeps its
     count, one that changes it gets keys of its own."""
@@ -453,12 +481,15 @@ def test_a_reload_on_one_replica_makes_every_other_reload_and_tell_its_clients(
     assert (before, after, event) == (["t__hold", "t__hold_sync", "t__ping"], ["t__ping"], "ToolsListChanged")
 
 
-def test_only_well_formed_events_of_other_replicas_are_acted_on(redis_url: str) -> None:
+def test_only_well_formed_events_of_other_replicas_are_acted_on(redis_url: str,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
     from toolcrib.cluster import Fanout
 
     heard: list[tuple[str, dict[str, str]]] = []
 
     async def handle(kind: str, fields: dict[str, str]) -> None:
+        if fields.get("uri") == "boom://":
+            raise RuntimeError("the handler failed")
         heard.append((kind, fields))
 
     async def main() -> None:
@@ -472,12 +503,24 @@ def test_only_well_formed_events_of_other_replicas_are_acted_on(redis_url: str) 
                      json.dumps({"kind": "reload", "from": "x", "pad": "y" * 5000}),  # too long
                      None, 7,
                      json.dumps({"kind": "resource_updated", "from": "x", "uri": "notes://today", "n": 1}),
-                     json.dumps({"kind": "reload", "from": "other"})):
+                     json.dumps({"kind": "reload", "from": "other"}),
+                     json.dumps({"kind": "resource_updated", "from": "x", "uri": "u" * 2000}),  # the longest
+                     json.dumps({"kind": "resource_updated", "from": "x", "uri": "u" * 2001}),
+                     json.dumps({"kind": "resource_updated", "from": "x", "uri": ""}),
+                     json.dumps({"kind": "resource_updated", "from": "x", "uri": "v"}),
+                     fanout.message("reload"),  # its own, as it publishes it: an echo
+                     Fanout(store).message("resource_updated", uri="w://x"),  # another replica's
+                     json.dumps({"kind": "resource_updated", "from": "x", "uri": "boom://"})):
             await fanout._dispatch(data, handle)
         await store.close()
 
-    run(main)
-    assert heard == [("resource_updated", {"uri": "notes://today"}), ("reload", {})]
+    with caplog.at_level(logging.ERROR, logger="toolcrib.cluster"):
+        run(main)
+    assert heard == [("resource_updated", {"uri": "notes://today"}), ("reload", {}),
+                     ("resource_updated", {"uri": "u" * 2000}), ("resource_updated", {"uri": "v"}),
+                     ("resource_updated", {"uri": "w://x"})]
+    assert [r.getMessage() for r in caplog.records] == [
+        "an event from another replica (resource_updated) could not be handled"]
 
 
 @pytest.mark.slow

@@ -320,19 +320,22 @@ class Fanout:
         self.channel = store.key("events")
         self.replica = secrets.token_hex(8)
 
-    async def publish(self, kind: str, **fields: str) -> bool:
-        """Tell every other replica; False (and the store marked down) when Redis does not answer."""
+    def message(self, kind: str, **fields: str) -> str:
+        """An event as this replica publishes it."""
+        return json.dumps({"kind": kind, "from": self.replica, **fields}, separators=(",", ":"))
+
+    async def publish(self, kind: str, **fields: str) -> None:
+        """Tell every other replica; while Redis does not answer, the store is marked down (and it says so once),
+        and only this replica's own clients hear of it."""
         client = self.store.client
         if client is None:
-            return False
-        message = json.dumps({"kind": kind, "from": self.replica, **fields}, separators=(",", ":"))
+            return
         try:
-            await client.publish(self.channel, message)
+            await client.publish(self.channel, self.message(kind, **fields))
         except _unreachable() as exc:
             self.store.failed(exc)
-            return False
-        self.store.answered()
-        return True
+        else:
+            self.store.answered()
 
     async def listen(self, handle: Callable[[str, dict[str, str]], Awaitable[None]], *,
                      ready: anyio.Event | None = None) -> None:

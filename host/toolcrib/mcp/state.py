@@ -208,7 +208,7 @@ class ServingState:
         """A resource this process's packs updated: its own clients hear of it, and every other replica's."""
         await self.resource_updated(uri)
         if self.fanout is not None:
-            await self.fanout.publish("resource_updated", uri=uri)  # unreachable: logged once, heard here only
+            await self.fanout.publish("resource_updated", uri=uri)  # Redis unreachable: heard on this replica only
 
     async def on_event(self, kind: str, fields: Mapping[str, str]) -> None:
         """An event another replica published (``toolcrib.cluster.Fanout``)."""
