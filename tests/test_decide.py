@@ -119,7 +119,8 @@ def test_a_tool_the_lock_holds_back_is_hidden_first_and_the_hosts_own_tools_say_
     rules = host.rules["a"]
     held = dataclasses.replace(host.catalog.entries["files__read"], held="its definition changed since the lock")
     quick = decide(rules, held)
-    assert (quick.agent, quick.name, quick.visible, quick.checks) == ("a", "files__read", False, ())
+    assert (quick.agent, quick.name, quick.visible, quick.checks, quick.kind) == ("a", "files__read", False, (),
+                                                                                 "tool")
     detailed = decide(rules, held, detail=True)
     assert [(c.name, c.passed, c.detail) for c in detailed.checks] == [
         ("lock", False, "its definition changed since the lock")]
