@@ -555,3 +555,16 @@ def test_the_replicas_hear_each_other_again_once_redis_is_back(tmp_path: Path, m
         assert run(main) == ["ToolsListChanged", "t__ping"]
     finally:
         server.stop()
+
+
+def test_a_replica_starts_while_redis_is_down_and_refuses_limited_calls_until_it_answers() -> None:
+    from redis_server import free_port
+
+    text = config(f"redis://127.0.0.1:{free_port()}/0", 'rate = "5/minute"', "timeout = 0.5")
+
+    async def main() -> list[str]:
+        async with replicas(text, n=1) as (host,):
+            return [(await host.call("a", "t__ping", {})).text for _ in range(2)]
+
+    assert run(main) == ["Rate limited: agent 'a' has limits, and the store that counts them across replicas is "
+                         "unreachable; try again shortly."] * 2
