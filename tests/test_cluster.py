@@ -56,7 +56,14 @@ def hold_sync(tag: str) -> str:
     return f"held {tag}"
 
 
-PACK = Pack(ping, hold, hold_sync)
+@toolcrib.tool(timeout=0.2)
+def overstay() -> str:
+    """Outlive its own timeout in a worker thread (a thread cannot be stopped)."""
+    SYNC_GATE.wait(HANG_GUARD)
+    return "too late"
+
+
+PACK = Pack(ping, hold, hold_sync, overstay)
 
 
 def config(url: str, limits: str, cluster: str = "") -> str:
@@ -478,7 +485,8 @@ def test_a_reload_on_one_replica_makes_every_other_reload_and_tell_its_clients(
         return before, after, type(event).__name__
 
     before, after, event = run(main)
-    assert (before, after, event) == (["t__hold", "t__hold_sync", "t__ping"], ["t__ping"], "ToolsListChanged")
+    assert (before, after, event) == (["t__hold", "t__hold_sync", "t__overstay", "t__ping"], ["t__ping"],
+                                      "ToolsListChanged")
 
 
 def test_only_well_formed_events_of_other_replicas_are_acted_on(redis_url: str,
@@ -568,3 +576,42 @@ def test_a_replica_starts_while_redis_is_down_and_refuses_limited_calls_until_it
 
     assert run(main) == ["Rate limited: agent 'a' has limits, and the store that counts them across replicas is "
                          "unreachable; try again shortly."] * 2
+
+
+def test_a_sync_handler_that_outlives_its_call_keeps_its_place_until_it_really_ends(redis_url: str) -> None:
+    """Its call times out and is answered, but its thread runs on, holding its place in in_flight; when the thread
+    returns, its lease is given back from that thread (through the task that maintains the leases)."""
+    SYNC_GATE.clear()
+
+    async def main() -> tuple[str, int, str, int]:
+        async with replicas(config(redis_url, "in_flight = 1"), n=1) as (host,):
+            timed_out = (await host.call("a", "t__overstay", {})).text
+            flight = _flight_key(await _keys(redis_url))
+            held = int(await redis_command(redis_url, "ZCARD", flight))
+            refused = (await host.call("a", "t__ping", {})).text
+            SYNC_GATE.set()  # the thread returns
+            await until(lambda: _zero(redis_url, flight), "the place given back from the worker thread")
+            return timed_out, held, refused, int(await redis_command(redis_url, "EXISTS", flight))
+
+    timed_out, held, refused, left = run(main)
+    assert timed_out == "Tool t__overstay timed out after 0.2 seconds and was stopped."
+    assert (held, left) == (1, 0)
+    assert refused == ("Rate limited: agent 'a' may make at most 1 calls at once; try again when one of them has "
+                       "finished.")
+
+
+def test_closing_the_book_gives_back_the_places_its_running_calls_held(redis_url: str) -> None:
+    """A replica that stops (SIGTERM, the end of serve) gives its places back at once, not a lease later."""
+    from toolcrib.limits import compile_limits
+
+    async def main() -> tuple[int, int]:
+        loaded = config_from(config(redis_url, "in_flight = 3"))
+        limits = list(compile_limits("a", loaded.config.agents["a"].limits))
+        async with limiter(loaded) as (book, _):
+            for _ in range(2):
+                assert type(await book.admit("a", limits)).__name__ == "Lease"  # never given back by the call
+            flight = _flight_key(await _keys(redis_url))
+            held = int(await redis_command(redis_url, "ZCARD", flight))
+        return held, int(await redis_command(redis_url, "EXISTS", flight))
+
+    assert run(main) == (2, 0)
