@@ -56,6 +56,8 @@ if TYPE_CHECKING:
     from toolcrib.view import AgentView, ViewTool
 
 log = logging.getLogger("toolcrib.calls")
+
+
 class _Nothing(BaseModel):
     """The validated parameters of what takes none (and of an upstream server's passthrough)."""
 
