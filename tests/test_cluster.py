@@ -615,3 +615,90 @@ def test_closing_the_book_gives_back_the_places_its_running_calls_held(redis_url
         return held, int(await redis_command(redis_url, "EXISTS", flight))
 
     assert run(main) == (2, 0)
+
+
+# -- approvals used once in the fleet -------------------------------------------------------------------------------
+
+
+def test_an_approval_runs_its_call_once_in_the_whole_fleet(tmp_path: Path, redis_url: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The round that carries a yes, sent to every replica (one after the other, then to both at once): the call
+    runs once. The claim is stored under a digest, never the token, and expires with the state."""
+    import mcp_types as types
+    from mcp import Client
+
+    from toolcrib.mcp.adapter import build_server
+    from toolcrib.mcp.roundtrip import REUSED
+    from toolcrib.mcp.state import serving_state
+
+    monkeypatch.setenv("TOOLCRIB_STATE_SECRET", "one-secret-for-every-replica-of-the-fleet")
+    text, first, second = two_config_files(tmp_path, redis_url, monkeypatch, cluster='key_prefix = "once-test:"\n')
+    for path in (first, second):
+        path.write_text(text + 'ask = ["t__ping"]\n')
+    yes = {"toolcrib_approval": types.ElicitResult(action="accept", content={})}
+
+    async def accept(context: Any, params: Any) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={})
+
+    async def main() -> tuple[list[Any], list[Any], list[bytes]]:
+        async with serving_state(first) as one, serving_state(second) as two, \
+                Client(build_server(one, "a"), cache=None, elicitation_callback=accept) as left, \
+                Client(build_server(two, "a"), cache=None, elicitation_callback=accept) as right:
+            asked = await left.session.call_tool("t__ping", {}, allow_input_required=True)
+            assert isinstance(asked, types.InputRequiredResult)
+            state = asked.request_state
+            one_after_other = [await client.session.call_tool("t__ping", {}, input_responses=yes, request_state=state)
+                               for client in (right, left, right)]
+            again = await left.session.call_tool("t__ping", {}, allow_input_required=True)
+            assert isinstance(again, types.InputRequiredResult)
+            at_once = await asyncio.gather(*(
+                client.session.call_tool("t__ping", {}, input_responses=yes, request_state=again.request_state)
+                for client in (left, right, left, right)))
+            keys = sorted(await redis_command(redis_url, "KEYS", "once-test:once:*"))
+            ttls = [await redis_command(redis_url, "PTTL", key) for key in keys]
+            assert all(600_000 < ttl <= 660_000 for ttl in ttls), ttls  # the state's TTL and the clock skew allowed
+            assert not any(state.encode() in key for key in keys)
+            return one_after_other, list(at_once), keys
+
+    one_after_other, at_once, keys = run(main)
+    assert [r.content[0].text for r in one_after_other] == ["pong", REUSED, REUSED]
+    assert sorted(r.content[0].text for r in at_once) == sorted(["pong", REUSED, REUSED, REUSED])
+    assert len(keys) == 2 and all(re.fullmatch(rb"once-test:once:[0-9a-f]{32}", key) for key in keys)
+
+
+def test_while_redis_is_down_no_approval_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Approvals fail closed even where limits fail open; once Redis is back the same approval is used."""
+    import mcp_types as types
+    from mcp import Client
+
+    from toolcrib.mcp.adapter import build_server
+    from toolcrib.mcp.roundtrip import ONCE_UNREACHABLE
+    from toolcrib.mcp.state import serving_state
+
+    server = RedisServer(tmp_path / "redis").start()
+    text, first, _ = two_config_files(tmp_path, server.url, monkeypatch, cluster="fail_open = true\ntimeout = 0.5\n")
+    first.write_text(text + 'ask = ["t__ping"]\n')
+    yes = {"toolcrib_approval": types.ElicitResult(action="accept", content={})}
+
+    async def accept(context: Any, params: Any) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={})
+
+    async def main() -> list[Any]:
+        async with serving_state(first) as one, \
+                Client(build_server(one, "a"), cache=None, elicitation_callback=accept) as client:
+            asked = await client.session.call_tool("t__ping", {}, allow_input_required=True)
+            assert isinstance(asked, types.InputRequiredResult)
+            server.stop()
+            down = await client.session.call_tool("t__ping", {}, input_responses=yes,
+                                                  request_state=asked.request_state)
+            server.start()
+            back = await client.session.call_tool("t__ping", {}, input_responses=yes,
+                                                  request_state=asked.request_state)
+            return [down, back]
+
+    try:
+        down, back = run(main)
+    finally:
+        server.stop()
+    assert (down.is_error, down.content[0].text) == (True, ONCE_UNREACHABLE)
+    assert (back.is_error, back.content[0].text) == (False, "pong")

@@ -27,6 +27,7 @@ import toolcrib
 from conftest import make_host
 from packs import FILES, MISC, TALK, Pack
 from toolcrib.mcp.adapter import UNVERIFIABLE, build_server
+from toolcrib.mcp.roundtrip import CONFIG_CHANGED, REUSED
 from toolcrib.mcp.state import ServingState
 
 TESTS = Path(__file__).parent
@@ -218,6 +219,72 @@ def test_modern_approval_is_sealed_to_the_call() -> None:
             same = await client.session.call_tool("files__write", {"path": "a", "text": "x"},
                                                   input_responses=responses, request_state=first.request_state)
             assert same.content[0].text == "wrote 1 characters to a"  # type: ignore[union-attr]
+
+    anyio.run(main)
+
+
+def test_a_modern_approval_runs_its_call_once() -> None:
+    """The round that carries the user's yes runs the call; the same round sent again runs nothing."""
+
+    async def main() -> None:
+        async with Client(build_server(state(), "writer"), cache=None,
+                          elicitation_callback=lambda c, p: _accept()) as client:
+            args = {"path": "a", "text": "x"}
+            first = await client.session.call_tool("files__write", args, allow_input_required=True)
+            assert isinstance(first, types.InputRequiredResult)
+            responses = {"toolcrib_approval": types.ElicitResult(action="accept", content={})}
+            ran = await client.session.call_tool("files__write", args, input_responses=responses,
+                                                 request_state=first.request_state)
+            assert (ran.is_error, ran.content[0].text) == (False, "wrote 1 characters to a")  # type: ignore[union-attr]
+            again = await client.session.call_tool("files__write", args, input_responses=responses,
+                                                   request_state=first.request_state)
+            assert (again.is_error, again.content[0].text) == (True, REUSED)  # type: ignore[union-attr]
+            declined = await client.session.call_tool("files__write", args, allow_input_required=True)
+            assert isinstance(declined, types.InputRequiredResult)
+            no = {"toolcrib_approval": types.ElicitResult(action="decline", content={})}
+            refused = await client.session.call_tool("files__write", args, input_responses=no,
+                                                     request_state=declined.request_state)
+            assert refused.content[0].text.endswith("and the user declined.")  # type: ignore[union-attr]
+            late_yes = await client.session.call_tool("files__write", args, input_responses=responses,
+                                                      request_state=declined.request_state)
+            assert late_yes.content[0].text == REUSED  # a no, then a yes in the same state: still used  # type: ignore[union-attr]
+
+    anyio.run(main)
+
+
+def test_an_approval_given_before_the_config_changed_runs_nothing(tmp_path: Path) -> None:
+    """An approval is bound to the config it was given under: after a reload that changes the config it is
+    refused, and for a tool the new config hides the answer is that of a tool that does not exist."""
+    config = tmp_path / "toolcrib.toml"
+    config.write_text(CONFIG)
+    from toolcrib.config import load_config
+    from toolcrib.host import Host
+
+    def make() -> Host:
+        return Host(load_config(config, {}), plugins={"files": FILES, "misc": MISC, "talk": TALK}, autoload=False,
+                    env={})
+
+    s = ServingState(make(), make_host=make)
+    yes = {"toolcrib_approval": types.ElicitResult(action="accept", content={})}
+
+    async def main() -> None:
+        async with Client(build_server(s, "writer"), cache=None,
+                          elicitation_callback=lambda c, p: _accept()) as client:
+            args = {"path": "a", "text": "x"}
+            asked = [await client.session.call_tool("files__write", args, allow_input_required=True)
+                     for _ in range(2)]
+            assert all(isinstance(first, types.InputRequiredResult) for first in asked)
+            config.write_text(CONFIG.replace('ask = ["files__write"]', 'ask = ["files__write", "files__touch"]'))
+            assert await s.reload() is True
+            stale = await client.session.call_tool("files__write", args, input_responses=yes,
+                                                   request_state=asked[0].request_state)  # type: ignore[union-attr]
+            assert (stale.is_error, stale.content[0].text) == (True, CONFIG_CHANGED)  # type: ignore[union-attr]
+            config.write_text(CONFIG.replace('deny = ["files__rm"]', 'deny = ["files__rm", "files__write"]'))
+            assert await s.reload() is True
+            with pytest.raises(MCPError) as hidden:
+                await client.session.call_tool("files__write", args, input_responses=yes,
+                                               request_state=asked[1].request_state)  # type: ignore[union-attr]
+            assert (hidden.value.error.code, hidden.value.error.message) == (-32602, "Unknown tool: files__write")
 
     anyio.run(main)
 

@@ -1,4 +1,5 @@
-"""State every replica shares (``[cluster]``), on Redis: the counts of ``[agents.<name>.limits]``.
+"""State every replica shares (``[cluster]``), on Redis: the counts of ``[agents.<name>.limits]``, the approvals
+used up (``RedisOnce``) and the events every replica hears (``Fanout``).
 
 Without ``[cluster]`` nothing here is imported and each process keeps its own counts (``toolcrib.limits``). With it,
 ``serve`` opens one ``Store`` (a connection pool of the ``redis`` client's asyncio API) and counts every replica's
@@ -29,8 +30,10 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import secrets
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -308,6 +311,33 @@ _EVENT_KINDS = frozenset({"resource_updated", "reload"})
 MAX_EVENT_BYTES = 4096
 
 
+class RedisOnce:
+    """The approvals 2026-07-28 calls carry between rounds, used up on Redis (``toolcrib.mcp.roundtrip.Once``): one
+    ``SET NX`` per claim, so of two replicas given the same approval at once exactly one runs the call. The key is
+    ``<key_prefix>once:<digest of the token>`` and expires when the state it came in does; the token itself is
+    random, sealed in the state, and never stored. While Redis does not answer, no approval is used (fail closed:
+    ``fail_open`` is for limits only)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def claim(self, token: str, until: float) -> bool:
+        from toolcrib.mcp.roundtrip import OnceUnreachable
+
+        client = self.store.client
+        if client is None:
+            raise OnceUnreachable
+        key = self.store.key("once", hashlib.sha256(token.encode()).hexdigest()[:32])
+        milliseconds = max(1, math.ceil((until - time.time()) * 1000))
+        try:
+            first = await client.set(key, b"1", nx=True, px=milliseconds)
+        except _unreachable() as exc:
+            self.store.failed(exc)
+            raise OnceUnreachable from None
+        self.store.answered()
+        return bool(first)
+
+
 class Fanout:
     """Events every replica hears, on the Redis channel ``<key_prefix>events``: a resource a pack said was updated,
     a reload one replica made. Each message names the replica that sent it (a random id of this process), which
@@ -416,4 +446,4 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
-__all__ = ["Fanout", "RedisLimitBook", "Store", "limiter"]
+__all__ = ["Fanout", "RedisLimitBook", "RedisOnce", "Store", "limiter"]

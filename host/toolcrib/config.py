@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
+import hashlib
 import json
 import os
 import re
@@ -364,6 +366,12 @@ class LoadedConfig:
 
     def resolve(self, path: str) -> Path:
         return (self.base_dir / os.path.expanduser(path)).resolve()
+
+    @functools.cached_property
+    def version(self) -> str:
+        """A digest of what the config says (not of the file's bytes): replicas given one config agree on it, and
+        an approval given under one version is refused under another."""
+        return hashlib.sha256(self.config.model_dump_json().encode()).hexdigest()[:32]
 
     @property
     def path(self) -> Path | None:

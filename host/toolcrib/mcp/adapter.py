@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import time
 import warnings
 import weakref
@@ -34,10 +35,14 @@ from toolcrib.errors import (
 )
 from toolcrib.mcp.oauth import IDENTITY, Identity
 from toolcrib.mcp.roundtrip import (
+    CONFIG_CHANGED,
+    ONCE_UNREACHABLE,
+    REUSED,
     UNVERIFIABLE,
     ApprovalPending,
     ElicitPending,
     Journal,
+    OnceUnreachable,
     SamplePending,
     Unverifiable,
 )
@@ -241,7 +246,14 @@ class _Handlers:
                 raise MCPError(code=types.INVALID_PARAMS, message=str(UnknownToolError(name))) from None
             log.warning("agent %r, tool %s: a round-trip state could not be verified (replicas with different "
                         "TOOLCRIB_STATE_SECRET, or an altered state); the call is ended", self.agent, name)
-            return {"content": [{"type": "text", "text": UNVERIFIABLE}], "isError": True, "resultType": "complete"}
+            return _ended(UNVERIFIABLE)
+        if earlier is not None and (earlier.get("approval") is True or earlier.get("approved") is True):
+            refused = await self._use_approval(earlier)
+            if refused is not None:
+                if view.lookup(name) is None:
+                    raise MCPError(code=types.INVALID_PARAMS, message=str(UnknownToolError(name)))
+                log.warning("agent %r, tool %s: %s", self.agent, name, refused)
+                return _ended(refused)
         journal = None
         if modern:
             events = list(earlier.get("journal", [])) if earlier is not None else []
@@ -267,6 +279,22 @@ class _Handlers:
         wire["resultType"] = "complete"
         return wire
 
+    async def _use_approval(self, earlier: Mapping[str, Any]) -> str | None:
+        """Use up the approval a round's state carries (given, or asked for and maybe being given now): once, on
+        every replica, under the config it was given in. Why not, when it may not be used."""
+        if earlier.get("version") != self.state.host.loaded.version:
+            return CONFIG_CHANGED
+        once = earlier.get("once")
+        try:
+            first = isinstance(once, str) and await self.state.once.claim(once, self.state.seal.horizon())
+        except OnceUnreachable:
+            return ONCE_UNREACHABLE
+        return None if first else REUSED
+
+    def _approval_bound(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """A state's payload that carries an approval, made usable once and under this config only."""
+        return {**payload, "once": secrets.token_hex(16), "version": self.state.host.loaded.version}
+
     def _input_required(self, ctx: ServerRequestContext[Any, Any],
                         need: ApprovalPending | SamplePending | ElicitPending, name: str, arguments: dict[str, Any],
                         journal: Journal | None, approved: bool) -> Any:
@@ -277,11 +305,14 @@ class _Handlers:
                 message=need.message,
                 requested_schema={"type": "object", "properties": {}},
             ))
-            sealed = self.state.seal.seal(self.agent, name, arguments, _principal(ctx), {"approval": True})
+            sealed = self.state.seal.seal(self.agent, name, arguments, _principal(ctx),
+                                          self._approval_bound({"approval": True}))
             return types.InputRequiredResult(input_requests={APPROVAL_KEY: request}, request_state=sealed)
         assert journal is not None
         kind = "sample" if isinstance(need, SamplePending) else "elicit"
         carried = {"asked": kind, "journal": journal.events, "approved": approved}
+        if approved:
+            carried = self._approval_bound(carried)
         sealed = self.state.seal.seal(self.agent, name, arguments, _principal(ctx), carried)
         if len(sealed) > MAX_STATE_CHARS:
             return types.CallToolResult(is_error=True, content=[types.TextContent(text=(
@@ -587,6 +618,11 @@ def _plain_call(params: Mapping[str, Any] | None) -> bool:
 
 
 _PLAIN_CALL_KEYS = frozenset({"name", "arguments", "_meta"})
+
+
+def _ended(text: str) -> dict[str, Any]:
+    """A 2026-07-28 call ended before anything ran, saying why."""
+    return {"content": [{"type": "text", "text": text}], "isError": True, "resultType": "complete"}
 
 
 def _answered_yes(responses: Mapping[str, Any] | None, earlier: Mapping[str, Any] | None) -> bool:

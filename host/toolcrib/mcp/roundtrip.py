@@ -6,10 +6,11 @@ journal a call carries between rounds, and the seal that binds that state to exa
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from mcp.server.request_state import AESGCMRequestStateCodec, InvalidRequestState
 
@@ -114,6 +115,10 @@ class StateSeal:
                     "iat": now, "exp": now + self.ttl, "payload": payload}
         return self._codec.seal(json.dumps(envelope, separators=(",", ":")).encode())
 
+    def horizon(self) -> float:
+        """When a state opened now has surely expired (seconds since the epoch): how long to remember it."""
+        return time.time() + self.ttl + _FUTURE_SKEW
+
     def open(self, agent: str, name: str, arguments: Mapping[str, Any], principal: str | None,
              request_state: str | None) -> dict[str, Any] | None:
         """The payload of a state sealed for exactly this call and principal; None when there is none.
@@ -138,6 +143,45 @@ class StateSeal:
         if not isinstance(payload, dict):
             raise Unverifiable
         return payload
+
+
+class OnceUnreachable(Exception):
+    """The store that remembers which approvals were used does not answer: an approval cannot be used then."""
+
+
+class Once(Protocol):
+    """Where the approvals a call carries between rounds are used up: ``claim(token, until)`` is true the first
+    time a token is claimed (until it expires: ``until``, seconds since the epoch), false every time after, on
+    every replica that shares the store. Raises ``OnceUnreachable`` when it cannot tell."""
+
+    async def claim(self, token: str, until: float) -> bool: ...
+
+
+class MemoryOnce:
+    """``Once`` for one process: the tokens claimed and not yet expired (a token is worth nothing after its state
+    expires, so this holds at most a state TTL's worth of approvals)."""
+
+    def __init__(self) -> None:
+        self._claimed: set[str] = set()
+        self._expiry: list[tuple[float, str]] = []
+
+    async def claim(self, token: str, until: float) -> bool:
+        now = time.time()
+        while self._expiry and self._expiry[0][0] < now:
+            self._claimed.discard(heapq.heappop(self._expiry)[1])
+        if token in self._claimed:
+            return False
+        self._claimed.add(token)
+        heapq.heappush(self._expiry, (until, token))
+        return True
+
+
+REUSED = ("The call was not run: the approval it carries was already used (an approval lets one call run, once). "
+          "Make the call again to be asked anew.")
+CONFIG_CHANGED = ("The call was not run: it was approved under a config that has changed since. Make the call again "
+                  "to be asked anew.")
+ONCE_UNREACHABLE = ("The call was not run: the shared store that makes sure an approval is used only once is "
+                    "unreachable. Try again shortly.")
 
 
 def _binding(agent: str, name: str, arguments: Mapping[str, Any]) -> str:

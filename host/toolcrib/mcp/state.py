@@ -30,7 +30,7 @@ from toolcrib.config import LoadedConfig
 from toolcrib.declarations import add_update_listener
 from toolcrib.errors import ConfigError, Problem, contained
 from toolcrib.host import Host
-from toolcrib.mcp.roundtrip import StateSeal
+from toolcrib.mcp.roundtrip import MemoryOnce, Once, StateSeal
 from toolcrib.mcp.sdk import connection_of
 from toolcrib.observe import Metrics
 from toolcrib.uris import normalize
@@ -53,7 +53,7 @@ async def serving_state(path: Path | None, metrics: Metrics | None = None) -> As
     the file again and keeps the connections whose config did not change. With ``metrics``, every host built
     reports into them. With ``[cluster]``, limits are counted on the shared store (``toolcrib.cluster``), opened
     here for the life of the state."""
-    from toolcrib.cluster import Fanout, limiter
+    from toolcrib.cluster import Fanout, RedisOnce, limiter
     from toolcrib.config import load_config
     from toolcrib.mcp.upstream import upstream_pool
 
@@ -72,7 +72,8 @@ async def serving_state(path: Path | None, metrics: Metrics | None = None) -> As
         state = ServingState(await build(), make_host=build)
         state.metrics = metrics
         state.store = store
-        if store is not None:  # updates and reloads reach every replica
+        if store is not None:  # approvals are used once in the whole fleet; updates and reloads reach every replica
+            state.once = RedisOnce(store)
             state.fanout = Fanout(store)
             state.watch_resources()  # this replica's updates go out even when none of its own clients listens
             subscribed = anyio.Event()
@@ -128,6 +129,7 @@ class ServingState:
         self.host = host
         keys = state_keys() if secret is None else [secret] if isinstance(secret, bytes) else list(secret)
         self.seal = StateSeal(keys)  # seals 2026-07-28 round-trip states
+        self.once: Once = MemoryOnce()  # where the approvals they carry are used up (with [cluster]: on Redis)
         self._make_host = make_host
         # per agent and the scopes its requests' tokens lack: what a listener may hear is what its token may read
         self._buses: dict[tuple[str, frozenset[str]], InMemorySubscriptionBus] = {}
