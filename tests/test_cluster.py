@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -63,7 +64,16 @@ def overstay() -> str:
     return "too late"
 
 
-PACK = Pack(ping, hold, hold_sync, overstay)
+@toolcrib.tool
+async def hold_talking(tag: str, ctx: toolcrib.Context) -> str:
+    """Say how far it got, before and after the test lets it go on."""
+    await ctx.report_progress(1, 2, "before")
+    await GATES.setdefault(tag, asyncio.Event()).wait()
+    await ctx.report_progress(2, 2, "after")
+    return f"held {tag}"
+
+
+PACK = Pack(ping, hold, hold_sync, hold_talking, overstay)
 
 
 def config(url: str, limits: str, cluster: str = "") -> str:
@@ -485,8 +495,8 @@ def test_a_reload_on_one_replica_makes_every_other_reload_and_tell_its_clients(
         return before, after, type(event).__name__
 
     before, after, event = run(main)
-    assert (before, after, event) == (["t__hold", "t__hold_sync", "t__overstay", "t__ping"], ["t__ping"],
-                                      "ToolsListChanged")
+    assert (before, after, event) == (["t__hold", "t__hold_sync", "t__hold_talking", "t__overstay", "t__ping"],
+                                      ["t__ping"], "ToolsListChanged")
 
 
 def test_only_well_formed_events_of_other_replicas_are_acted_on(redis_url: str,
@@ -702,3 +712,197 @@ def test_while_redis_is_down_no_approval_is_used(tmp_path: Path, monkeypatch: py
         server.stop()
     assert (down.is_error, down.content[0].text) == (True, ONCE_UNREACHABLE)
     assert (back.is_error, back.content[0].text) == (False, "pong")
+
+
+# -- 2025-11-25 sessions every replica serves -------------------------------------------------------------------------
+
+MCP_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+               "Authorization": "Bearer " + "a" * 32}
+INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+    "clientInfo": {"name": "fleet-test", "version": "1"}}}
+
+
+def sse_messages(text: str) -> list[Any]:
+    """The JSON-RPC messages of an SSE body (priming events, whose data is empty, left out)."""
+    return [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:") and line[5:].strip()]
+
+
+@asynccontextmanager
+async def http_replicas(paths: list[Path], env: dict[str, str]) -> AsyncIterator[list[Any]]:
+    """One HTTP app per config file (a replica each: its own serving state, store and Redis connection), served
+    in process, with an httpx client on each."""
+    import httpx2
+
+    from toolcrib.mcp.http import HttpApp, HttpOptions
+    from toolcrib.mcp.state import serving_state
+
+    async with AsyncExitStack() as stack:
+        clients = []
+        for path in paths:
+            state = await stack.enter_async_context(serving_state(path))
+            app = HttpApp(state, HttpOptions(), env=env)
+            await stack.enter_async_context(app.app.router.lifespan_context(app.app))
+            clients.append(await stack.enter_async_context(httpx2.AsyncClient(
+                transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1:8000", timeout=30)))
+        yield clients
+
+
+async def post(client: Any, body: dict[str, Any], session: str | None = None, **headers: str) -> Any:
+    extra = {"mcp-session-id": session, "mcp-protocol-version": "2025-11-25"} if session else {}
+    return await client.post("/agents/a/mcp", json=body, headers={**MCP_HEADERS, **extra, **headers})
+
+
+def test_a_session_one_replica_opened_is_served_by_another_and_a_delete_ends_it_everywhere(
+        tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a client set on the session (a subscription, a log level) goes with it; the records in Redis are named
+    by digests, never the session id, and the DELETE on one replica is a 404 on the other at once."""
+    text, first, second = two_config_files(tmp_path, redis_url, monkeypatch, cluster='key_prefix = "sess:"\n')
+    for path in (first, second):
+        path.write_text(text + '[agents.a]\ntoken_env = "TOK_A"\n')
+
+    async def main() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with http_replicas([first, second], {"TOK_A": "a" * 32}) as (one, two):
+            opened = await post(one, INITIALIZE)
+            session = opened.headers["mcp-session-id"]
+            seen["opened"] = opened.status_code
+            seen["initialized"] = (await post(two, {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                                              session)).status_code
+            listed = await post(two, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, session)
+            seen["listed"] = (listed.status_code, [t["name"] for t in sse_messages(listed.text)[0]["result"]["tools"]])
+            called = await post(one, {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                      "params": {"name": "t__ping", "arguments": {}}}, session)
+            seen["called"] = sse_messages(called.text)[0]["result"]["content"]
+            level = await post(two, {"jsonrpc": "2.0", "id": 3, "method": "logging/setLevel",
+                                     "params": {"level": "error"}}, session)
+            seen["level"] = sse_messages(level.text)[0]["result"]
+            keys = sorted(k.decode() for k in await redis_command(redis_url, "KEYS", "sess:*"))
+            seen["keys"] = [re.sub(r"[0-9a-f]{32}", "<digest>", k) for k in keys]
+            seen["no id in keys"] = not any(session in k for k in keys)
+            fields = await redis_command(redis_url, "HGETALL", next(k for k in keys if k.startswith("sess:session:")))
+            seen["record"] = (fields[b"agent"], fields[b"owner"], fields[b"version"], json.loads(fields[b"state"]))
+            seen["ttl"] = await redis_command(redis_url, "PTTL", next(k for k in keys if k.startswith("sess:session:")))
+            ended = await one.delete("/agents/a/mcp", headers={**MCP_HEADERS, "mcp-session-id": session,
+                                                                "mcp-protocol-version": "2025-11-25"})
+            seen["ended"] = ended.status_code
+
+            async def gone() -> bool:
+                answer = await post(two, {"jsonrpc": "2.0", "id": 4, "method": "tools/list"}, session)
+                return answer.status_code == 404
+
+            await until(gone, "the other replica stops serving the ended session")
+            seen["keys after"] = sorted(k.decode() for k in await redis_command(redis_url, "KEYS", "sess:*"))
+            stranger = await post(two, {"jsonrpc": "2.0", "id": 5, "method": "tools/list"}, "f" * 32)
+            seen["unknown"] = (stranger.status_code, stranger.json())
+        return seen
+
+    seen = run(main)
+    assert seen["opened"] == 200 and seen["initialized"] == 202
+    assert seen["listed"] == (200, ["t__hold", "t__hold_sync", "t__hold_talking", "t__overstay", "t__ping"])
+    assert seen["called"] == [{"type": "text", "text": "pong"}]
+    assert seen["level"] == {}
+    assert seen["keys"] == ["sess:session:<digest>", "sess:sessions:<digest>", "sess:stream:<digest>"]
+    assert seen["no id in keys"] is True
+    assert seen["record"] == (b"a", b"", b"2025-11-25", {"subscriptions": [], "log_level": "error"})
+    assert 1_700_000 < seen["ttl"] <= 1_800_000  # [host] http_session_idle, 30 minutes by default
+    assert seen["ended"] == 200
+    assert seen["keys after"] == []
+    assert seen["unknown"] == (404, {"jsonrpc": "2.0", "id": None, "error": {"code": -32600,
+                                                                             "message": "Session not found"}})
+
+
+@asynccontextmanager
+async def uvicorn_replicas(paths: list[Path], env: dict[str, str]) -> AsyncIterator[list[str]]:
+    """One replica per config file, each a real uvicorn server on a loopback port in this process (so the test's
+    gates reach their tools): their base URLs."""
+    import uvicorn
+
+    from toolcrib.mcp.http import HttpApp, HttpOptions
+    from toolcrib.mcp.state import serving_state
+
+    async with AsyncExitStack() as stack:
+        states = [await stack.enter_async_context(serving_state(path)) for path in paths]
+        servers = [uvicorn.Server(uvicorn.Config(HttpApp(state, HttpOptions(), env=env), host="127.0.0.1", port=0,
+                                                 log_level="warning", lifespan="on")) for state in states]
+        async with anyio.create_task_group() as tg:
+            for server in servers:
+                tg.start_soon(server.serve)
+                await until(functools.partial(_started, server), "uvicorn started")
+            try:
+                yield [f"http://127.0.0.1:{s.servers[0].sockets[0].getsockname()[1]}" for s in servers]
+            finally:
+                for server in servers:
+                    server.should_exit = True
+
+
+async def _started(server: Any) -> bool:
+    return bool(server.started)
+
+
+def sse_events(text: str) -> list[dict[str, str]]:
+    """The SSE events of a body: each a dict of its fields (id, data, retry, event)."""
+    events = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in block.split("\n"):
+            name, _, value = line.partition(":")
+            if name:
+                fields[name] = value[1:] if value.startswith(" ") else value
+        if fields:
+            events.append(fields)
+    return events
+
+
+def test_a_stream_dropped_mid_call_resumes_on_another_replica_with_nothing_lost(
+        tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call's stream opens with a priming event (an id, no data, and when to retry); the client drops it after
+    the first progress note, and reconnects to another replica with that ``Last-Event-ID``: it gets the rest as
+    the call (still running on the first replica) makes it, its answer last, and the stream ends there."""
+    import httpx2
+
+    text, first, second = two_config_files(tmp_path, redis_url, monkeypatch)
+    for path in (first, second):
+        path.write_text(text + '[agents.a]\ntoken_env = "TOK_A"\n')
+    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "t__hold_talking", "arguments": {"tag": "resume"}, "_meta": {"progressToken": "p"}}}
+
+    async def main() -> tuple[list[dict[str, str]], list[dict[str, str]], list[Any], str]:
+        async with uvicorn_replicas([first, second], {"TOK_A": "a" * 32}) as (one, two), \
+                httpx2.AsyncClient(timeout=30) as http:
+            opened = await http.post(f"{one}/agents/a/mcp", json=INITIALIZE, headers=MCP_HEADERS)
+            session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+            await http.post(f"{one}/agents/a/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                            headers={**MCP_HEADERS, **session})
+            before = ""
+            async with http.stream("POST", f"{one}/agents/a/mcp", json=call,
+                                   headers={**MCP_HEADERS, **session}) as stream:
+                async for chunk in stream.aiter_text():
+                    before += chunk
+                    if '"before"' in before and before.endswith("\r\n\r\n"):
+                        break  # the client drops the stream here
+            dropped = sse_events(before)
+            last = next(e["id"] for e in reversed(dropped) if e.get("data"))
+            after = ""
+            async with http.stream("GET", f"{two}/agents/a/mcp", headers={
+                    **MCP_HEADERS, **session, "Last-Event-ID": last}) as resumed:
+                GATES.setdefault("resume", asyncio.Event()).set()  # the call goes on, on the first replica
+                async for chunk in resumed.aiter_text():
+                    after += chunk
+            events = sse_events(after)
+            again = await http.get(f"{two}/agents/a/mcp", headers={**MCP_HEADERS, **session, "Last-Event-ID": last})
+            return dropped, events, [again.status_code, sse_events(again.text)], last
+
+    dropped, resumed, again, last = run(main)
+    priming = dropped[0]
+    assert (priming["data"], priming["retry"], bool(priming["id"])) == ("", "1000", True)
+    assert [json.loads(e["data"])["params"]["message"] for e in dropped[1:]] == ["before"]
+    messages = [json.loads(e["data"]) for e in resumed if e.get("data")]
+    assert [m.get("params", {}).get("message") for m in messages[:-1]] == ["after"]
+    assert messages[-1] == {"jsonrpc": "2.0", "id": 7, "result": {
+        "content": [{"type": "text", "text": "held resume"}], "isError": False}}
+    ids = [e["id"] for e in resumed if e.get("data")]
+    assert ids == sorted(ids, key=lambda i: tuple(int(n) for n in i.split("-"))) and last not in ids
+    # the same place resumed again replays the same, now all stored
+    assert again[0] == 200
+    assert [json.loads(e["data"]) for e in again[1] if e.get("data")] == messages

@@ -1,5 +1,6 @@
-"""State every replica shares (``[cluster]``), on Redis: the counts of ``[agents.<name>.limits]``, the approvals
-used up (``RedisOnce``) and the events every replica hears (``Fanout``).
+"""State every replica shares (``[cluster]``), on Redis: the counts of ``[agents.<name>.limits]`` and the events every
+replica hears (``Fanout``); what the MCP front end keeps there (sessions, their events, approvals used up) is in
+``toolcrib.mcp.fleet``, on the same ``Store``.
 
 Without ``[cluster]`` nothing here is imported and each process keeps its own counts (``toolcrib.limits``). With it,
 ``serve`` opens one ``Store`` (a connection pool of the ``redis`` client's asyncio API) and counts every replica's
@@ -30,10 +31,9 @@ import contextlib
 import hashlib
 import json
 import logging
-import math
+import re
 import secrets
 import threading
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -109,7 +109,7 @@ return #KEYS
 """
 
 
-def _unreachable() -> tuple[type[BaseException], ...]:
+def unreachable() -> tuple[type[BaseException], ...]:
     """What a request to Redis that did not get its answer raises: no connection, no answer in time, or an error
     reply (out of memory, a replica that is read-only, a wrong password)."""
     from redis.exceptions import RedisError
@@ -164,7 +164,7 @@ class Store:
             return False
         try:
             await asyncio.wait_for(self.client.ping(), self.config.timeout)
-        except _unreachable() as exc:
+        except unreachable() as exc:
             self.failed(exc)
             return False
         self.answered()
@@ -226,7 +226,7 @@ class RedisLimitBook:
                      limit.in_flight or 0]
         try:
             full, wait = await self._admit(keys=keys, args=argv)
-        except _unreachable() as exc:
+        except unreachable() as exc:
             self.store.failed(exc)
             if self.fail_open:
                 return Lease(self, None)
@@ -291,7 +291,7 @@ class RedisLimitBook:
                     for key in flights:
                         pipe.zrem(key, lease_id)
                 await pipe.execute()
-        except _unreachable() as exc:  # each lease expires by itself within lease_seconds
+        except unreachable() as exc:  # each lease expires by itself within lease_seconds
             self.store.failed(exc)
         else:
             self.store.answered()
@@ -301,49 +301,24 @@ class RedisLimitBook:
         ids = [lease_id for lease_id, flights in held for _ in flights]
         try:
             await self._renew(keys=keys, args=[self._lease_ms, *ids])
-        except _unreachable() as exc:
+        except unreachable() as exc:
             self.store.failed(exc)
         else:
             self.store.answered()
 
 
-_EVENT_KINDS = frozenset({"resource_updated", "reload"})
+_EVENT_KINDS = frozenset({"resource_updated", "reload", "listening", "session_ended"})
+_DIGEST = re.compile(r"[0-9a-f]{32}")
 MAX_EVENT_BYTES = 4096
-
-
-class RedisOnce:
-    """The approvals 2026-07-28 calls carry between rounds, used up on Redis (``toolcrib.mcp.roundtrip.Once``): one
-    ``SET NX`` per claim, so of two replicas given the same approval at once exactly one runs the call. The key is
-    ``<key_prefix>once:<digest of the token>`` and expires when the state it came in does; the token itself is
-    random, sealed in the state, and never stored. While Redis does not answer, no approval is used (fail closed:
-    ``fail_open`` is for limits only)."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    async def claim(self, token: str, until: float) -> bool:
-        from toolcrib.mcp.roundtrip import OnceUnreachable
-
-        client = self.store.client
-        if client is None:
-            raise OnceUnreachable
-        key = self.store.key("once", hashlib.sha256(token.encode()).hexdigest()[:32])
-        milliseconds = max(1, math.ceil((until - time.time()) * 1000))
-        try:
-            first = await client.set(key, b"1", nx=True, px=milliseconds)
-        except _unreachable() as exc:
-            self.store.failed(exc)
-            raise OnceUnreachable from None
-        self.store.answered()
-        return bool(first)
 
 
 class Fanout:
     """Events every replica hears, on the Redis channel ``<key_prefix>events``: a resource a pack said was updated,
-    a reload one replica made. Each message names the replica that sent it (a random id of this process), which
-    hears its own events directly and ignores their echo. What comes in is checked (a known kind, a string URI of
-    bounded length) before anything acts on it: whoever can publish on the channel can at most make a replica
-    reload its own config file or tell its own clients of an update they may read anyway."""
+    a reload one replica made, a session whose client now listens on one replica, or that ended. Each message
+    names the replica that sent it (a random id of this process), which hears its own events directly and ignores
+    their echo. What comes in is checked (a known kind, a string URI of bounded length, a session digest) before
+    anything acts on it: whoever can publish on the channel can at most make a replica reload its own config file,
+    tell its own clients of an update they may read anyway, or end a session whose digest it knows."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -362,7 +337,7 @@ class Fanout:
             return
         try:
             await client.publish(self.channel, self.message(kind, **fields))
-        except _unreachable() as exc:
+        except unreachable() as exc:
             self.store.failed(exc)
         else:
             self.store.answered()
@@ -388,7 +363,7 @@ class Fanout:
                         message = await pubsub.get_message(timeout=5.0)
                         if message is not None:
                             await self._dispatch(message.get("data"), handle)
-            except _unreachable() as exc:
+            except unreachable() as exc:
                 self.store.failed(exc)
             finally:
                 with anyio.CancelScope(shield=True):
@@ -407,6 +382,8 @@ class Fanout:
             return
         fields = {k: v for k, v in event.items() if k not in ("kind", "from") and isinstance(v, str)}
         if event["kind"] == "resource_updated" and not (0 < len(fields.get("uri", "")) <= 2000):
+            return
+        if event["kind"] in ("listening", "session_ended") and not _DIGEST.fullmatch(fields.get("session", "")):
             return
         try:
             await handle(event["kind"], fields)
@@ -446,4 +423,4 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
-__all__ = ["Fanout", "RedisLimitBook", "RedisOnce", "Store", "limiter"]
+__all__ = ["Fanout", "RedisLimitBook", "Store", "limiter", "unreachable"]

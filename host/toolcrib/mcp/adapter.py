@@ -47,7 +47,8 @@ from toolcrib.mcp.roundtrip import (
     Unverifiable,
 )
 from toolcrib.mcp.sdk import connection_of, server_info_stamp_source
-from toolcrib.mcp.state import SUBSCRIPTIONS, ServingState
+from toolcrib.mcp.sessions import LOG_LEVEL, SUBSCRIPTIONS
+from toolcrib.mcp.state import ServingState
 from toolcrib.observe import log_request, printable, requests_log
 from toolcrib.uris import normalize
 from toolcrib.view import AgentView
@@ -58,7 +59,6 @@ APPROVAL_KEY = "toolcrib_approval"
 SAMPLE_KEY = "toolcrib_sample"
 ELICIT_KEY = "toolcrib_elicit"
 ASKED = {"sample": SAMPLE_KEY, "elicit": ELICIT_KEY}  # what a round asked the client for -> its answer's key
-LOG_LEVEL = "toolcrib_log_level"  # in a connection's state: the level the client set (logging/setLevel)
 RESOURCE_NOT_FOUND = -32002  # MCP's error code for a resource that is not there (hidden ones answer alike)
 MAX_STATE_CHARS = 2 * 1024 * 1024  # request state goes back and forth with every round; HTTP bodies cap at 4 MiB
 
@@ -438,10 +438,12 @@ class _Handlers:
             raise MCPError(code=RESOURCE_NOT_FOUND, message=str(UnknownResourceError(uri)), data={"uri": uri})
         self.state.remember_session(self.agent, ctx.session)
         _state_of(ctx).setdefault(SUBSCRIPTIONS, set()).add(normalize(uri))  # as updates name it
+        await self.state.session_changed(self.agent, connection_of(ctx.session))
         return {}
 
     async def unsubscribe(self, ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams) -> Any:
         _state_of(ctx).setdefault(SUBSCRIPTIONS, set()).discard(normalize(str(params.uri)))
+        await self.state.session_changed(self.agent, connection_of(ctx.session))
         return {}
 
     async def listen(self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams) -> Any:
@@ -476,6 +478,7 @@ class _Handlers:
 
     async def set_level(self, ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams) -> Any:
         _state_of(ctx)[LOG_LEVEL] = params.level
+        await self.state.session_changed(self.agent, connection_of(ctx.session))
         return {}
 
     @property

@@ -17,6 +17,7 @@ capped at ``MAX_BODY_BYTES``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hmac
 import ipaddress
 import logging
@@ -48,7 +49,8 @@ from toolcrib.config import IdentityConfig
 from toolcrib.errors import ToolcribError
 from toolcrib.mcp.adapter import build_server
 from toolcrib.mcp.oauth import IDENTITY, Identity, Verifier, claims_match, identity_of
-from toolcrib.mcp.sdk import open_sessions
+from toolcrib.mcp.sdk import open_session_ids, open_sessions
+from toolcrib.mcp.sessions import SessionManager
 from toolcrib.mcp.state import ServingState
 
 log = logging.getLogger("toolcrib.serve")
@@ -230,14 +232,14 @@ class HttpApp:
         for name, tokens in wanted.items():
             if name not in self.endpoints:
                 host = self.state.host.loaded.config.host
-                manager = StreamableHTTPSessionManager(
-                    app=build_server(self.state, name),
-                    stateless=self.options.stateless,
-                    security_settings=self.options.security(),
-                    max_request_body_size=MAX_BODY_BYTES,
-                    session_idle_timeout=host.http_session_idle,
-                    max_sessions=host.http_max_sessions,
-                )
+                options: dict[str, Any] = dict(
+                    app=build_server(self.state, name), security_settings=self.options.security(),
+                    max_request_body_size=MAX_BODY_BYTES, session_idle_timeout=host.http_session_idle,
+                    max_sessions=host.http_max_sessions)
+                manager = StreamableHTTPSessionManager(stateless=True, **options) if self.options.stateless else \
+                    SessionManager(agent=name, sessions=self.state.sessions,
+                                   connected=functools.partial(self.state.remember_session, name),
+                                   disconnected=functools.partial(self.state.forget_session, name), **options)
                 identity = config.agents[name].identity if config.oauth is not None else None
                 endpoint = _Endpoint(name, tokens, identity, manager, StreamableHTTPASGIApp(manager))
                 endpoint.stop = await self._tg.start(self._run_manager, manager)
@@ -257,11 +259,24 @@ class HttpApp:
             self._tg = tg
             await self.sync()
             self.state.on_reload.append(self.sync)
+            self.state.session_ended.append(self._end_session)
             self.ready = True
             yield
             self.ready = False
             self.state.on_reload.remove(self.sync)
+            self.state.session_ended.remove(self._end_session)
             tg.cancel_scope.cancel()
+
+    async def _end_session(self, digest: str) -> None:
+        """Another replica ended a session (its client's DELETE): this one stops serving it too."""
+        from toolcrib.mcp.fleet import session_digest
+
+        for endpoint in list(self.endpoints.values()):
+            manager = endpoint.manager
+            if isinstance(manager, SessionManager):
+                for sid in open_session_ids(manager):
+                    if session_digest(endpoint.agent, sid) == digest:
+                        await manager.end(sid)
 
     # -- one request --------------------------------------------------------------------------------------------
 

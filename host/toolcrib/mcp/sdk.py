@@ -11,6 +11,11 @@ pyproject.toml (``mcp>=2.3,<2.4``) is raised knowingly.
   whole one.
 - ``StreamableHTTPSessionManager._server_instances``: the open sessions, counted for ``toolcrib_http_sessions``;
   the manager offers no count.
+- ``StreamableHTTPSessionManager._handle_stateful_request`` and what it uses (``_server_instances``,
+  ``_session_creation_lock``, ``_task_group``, ``_lifespan_state``): ``toolcrib.mcp.sessions.SessionManager``
+  replaces the stateful path to give each session its own event store and to take up sessions another replica
+  opened; the manager has no seam for either (its one ``event_store`` is shared by every session, whose stream
+  ids are their own request ids, and a session lives only where it was made).
 """
 
 from __future__ import annotations
@@ -34,3 +39,8 @@ def server_info_stamp_source(server: Any) -> dict[str, Any]:
 def open_sessions(manager: Any) -> int:
     """How many sessions a ``StreamableHTTPSessionManager`` holds open (zero when it is stateless)."""
     return len(getattr(manager, "_server_instances", {}))
+
+
+def open_session_ids(manager: Any) -> list[str]:
+    """The ids of the sessions a ``StreamableHTTPSessionManager`` holds open."""
+    return list(getattr(manager, "_server_instances", {}))

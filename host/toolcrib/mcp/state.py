@@ -32,6 +32,7 @@ from toolcrib.errors import ConfigError, Problem, contained
 from toolcrib.host import Host
 from toolcrib.mcp.roundtrip import MemoryOnce, Once, StateSeal
 from toolcrib.mcp.sdk import connection_of
+from toolcrib.mcp.sessions import SUBSCRIPTIONS, LocalSessions, Sessions, shared_state
 from toolcrib.observe import Metrics
 from toolcrib.uris import normalize
 from toolcrib.view import AgentView
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
     from toolcrib.cluster import Fanout, Store
 
 log = logging.getLogger("toolcrib.serve")
-SUBSCRIPTIONS = "toolcrib_subscriptions"  # in a connection's state: the URIs its client subscribed to
 
 MAX_SESSIONS = 1024
 SETTLE_SECONDS = 0.2  # a changed config is reloaded once it has not changed for this long
@@ -53,8 +53,9 @@ async def serving_state(path: Path | None, metrics: Metrics | None = None) -> As
     the file again and keeps the connections whose config did not change. With ``metrics``, every host built
     reports into them. With ``[cluster]``, limits are counted on the shared store (``toolcrib.cluster``), opened
     here for the life of the state."""
-    from toolcrib.cluster import Fanout, RedisOnce, limiter
+    from toolcrib.cluster import Fanout, limiter
     from toolcrib.config import load_config
+    from toolcrib.mcp.fleet import RedisOnce, RedisSessions
     from toolcrib.mcp.upstream import upstream_pool
 
     first: list[LoadedConfig] = [await anyio.to_thread.run_sync(load_config, path)]
@@ -69,12 +70,15 @@ async def serving_state(path: Path | None, metrics: Metrics | None = None) -> As
             return await anyio.to_thread.run_sync(functools.partial(
                 Host, loaded, sources=sources, metrics=metrics, limits=limits))
 
-        state = ServingState(await build(), make_host=build)
+        first_host = await build()
+        state = ServingState(first_host, make_host=build)
         state.metrics = metrics
         state.store = store
         if store is not None:  # approvals are used once in the whole fleet; updates and reloads reach every replica
             state.once = RedisOnce(store)
             state.fanout = Fanout(store)
+            served = first_host.loaded.config.host
+            state.sessions = RedisSessions(store, state.fanout, served.http_session_idle, served.http_max_sessions)
             state.watch_resources()  # this replica's updates go out even when none of its own clients listens
             subscribed = anyio.Event()
             tg.start_soon(functools.partial(state.fanout.listen, state.on_event, ready=subscribed))
@@ -141,6 +145,8 @@ class ServingState:
         self.metrics: Metrics | None = None  # the serving process's, when it keeps them
         self.store: Store | None = None  # the shared store of [cluster], when serving with one
         self.fanout: Fanout | None = None  # and how events reach the other replicas through it
+        self.sessions: Sessions = LocalSessions()  # where 2025-11-25 HTTP sessions are kept beyond this replica
+        self.session_ended: list[Callable[[str], Awaitable[None]]] = []  # told of a session another replica ended
 
     def view(self, agent: str, lacking: frozenset[str] = frozenset()) -> AgentView:
         return self.host.view(agent, lacking)
@@ -171,6 +177,21 @@ class ServingState:
         while len(sessions) > MAX_SESSIONS:
             sessions.popitem(last=False)
 
+    def forget_session(self, agent: str, connection: Any) -> None:
+        """A session's connection on this replica ended: nothing more to tell it."""
+        self._sessions.get(agent, OrderedDict()).pop(id(connection), None)
+
+    async def session_changed(self, agent: str, connection: Any) -> None:
+        """A client set something on its session (subscriptions, log level) that every replica must know."""
+        if connection is not None and connection.session_id is not None:
+            await self.sessions.save_state(agent, connection.session_id, shared_state(connection))
+
+    def _tells(self, agent: str, session: Any) -> bool:
+        """Whether this replica tells ``session`` of changes (with shared sessions, one replica does)."""
+        connection = connection_of(session) or session
+        sid = getattr(connection, "session_id", None)
+        return sid is None or self.sessions.tells(agent, sid)
+
     async def notify_changed(self, agent: str, lists: Sequence[str] = ("tools",)) -> None:
         """Tell ``agent``'s clients that these of its lists changed (``tools``, ``resources``, ``prompts``)."""
         for (listening, _), bus in list(self._buses.items()):
@@ -179,6 +200,8 @@ class ServingState:
                     await bus.publish(_EVENTS[name]())
         sessions = self._sessions.get(agent, OrderedDict())
         for key, session in list(sessions.items()):
+            if not self._tells(agent, session):
+                continue
             try:
                 with anyio.fail_after(5):
                     for name in lists:
@@ -197,8 +220,9 @@ class ServingState:
             if agent not in self.host.rules or self.view(agent).resource(uri) is None:
                 continue  # an agent that may not read it learns nothing of it
             for key, session in list(self._sessions.get(agent, OrderedDict()).items()):
-                connection = connection_of(session)
-                if connection is None or uri not in connection.state.get(SUBSCRIPTIONS, ()):
+                connection = connection_of(session) or session  # a request's session, or the connection itself
+                if uri not in getattr(connection, "state", {}).get(SUBSCRIPTIONS, ()) or \
+                        not self._tells(agent, session):
                     continue
                 try:
                     with anyio.fail_after(5):
@@ -218,6 +242,11 @@ class ServingState:
             await self.resource_updated(fields["uri"])
         elif kind == "reload":
             await self.reload(announce=False)
+        elif kind in ("listening", "session_ended"):
+            self.sessions.heard(kind, fields["session"])
+            if kind == "session_ended":
+                for end in list(self.session_ended):
+                    await end(fields["session"])
 
     def watch_resources(self) -> None:
         """Start passing ``toolcrib.resource_updated(uri)`` (from any thread) on to the clients; call it from the

@@ -1,0 +1,297 @@
+"""What the MCP front end keeps on the shared store of ``[cluster]`` (``toolcrib.cluster.Store``): the approvals
+2026-07-28 calls carry, used up once in the fleet (``RedisOnce``); 2025-11-25 sessions every replica can serve
+(``RedisSessions``) and their events (``RedisEvents``). Sessions are never named by their id in Redis or between
+replicas (``session_digest``): the id is the client's secret."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import re
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from mcp.server.streamable_http import EventMessage, EventStore
+
+from toolcrib.cluster import Fanout, Store, unreachable
+from toolcrib.mcp.roundtrip import OnceUnreachable
+from toolcrib.mcp.sessions import EVENTS_PER_SESSION, MESSAGE, SessionRecord, ends
+
+log = logging.getLogger("toolcrib.cluster")
+
+
+class RedisOnce:
+    """The approvals 2026-07-28 calls carry between rounds, used up on Redis (``toolcrib.mcp.roundtrip.Once``): one
+    ``SET NX`` per claim, so of two replicas given the same approval at once exactly one runs the call. The key is
+    ``<key_prefix>once:<digest of the token>`` and expires when the state it came in does; the token itself is
+    random, sealed in the state, and never stored. While Redis does not answer, no approval is used (fail closed:
+    ``fail_open`` is for limits only)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def claim(self, token: str, until: float) -> bool:
+        client = self.store.client
+        if client is None:
+            raise OnceUnreachable
+        key = self.store.key("once", hashlib.sha256(token.encode()).hexdigest()[:32])
+        milliseconds = max(1, math.ceil((until - time.time()) * 1000))
+        try:
+            first = await client.set(key, b"1", nx=True, px=milliseconds)
+        except unreachable() as exc:
+            self.store.failed(exc)
+            raise OnceUnreachable from None
+        self.store.answered()
+        return bool(first)
+
+
+# KEYS: the agent's session set. ARGV: the session's digest, how many the agent may have, ms it lives idle.
+# Answers 1 when there was room (the session now counts), 0 when the agent has as many as it may.
+_RESERVE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) == false and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
+return 1
+"""
+
+
+def session_digest(agent: str, session: str) -> str:
+    """How a session is named in Redis and between replicas: never by its id, which is the client's secret."""
+    return hashlib.sha256(f"{agent}\0{session}".encode()).hexdigest()[:32]
+
+
+class RedisEvents(EventStore):
+    """One session's events on a Redis stream (``<key_prefix>stream:<session digest>``, its newest
+    ``EVENTS_PER_SESSION``, expiring with the session), for the SDK's transport (``EventStore``): event ids are
+    the stream's own. A client that reconnects with ``Last-Event-ID``, on any replica, gets what its stream got
+    since, then the rest as any replica stores it, until its response (a request's stream) or until it leaves
+    (the standalone stream). While Redis does not answer, events are not kept (the live stream still gets them)."""
+
+    def __init__(self, store: Store, key: str, ttl_ms: int) -> None:
+        self.store = store
+        self.key = key
+        self.ttl_ms = ttl_ms
+        self._unkept = 0
+        self.closed = False
+
+    def close(self) -> None:
+        """The session ended: what is still sent is not kept (it would make its events outlive it)."""
+        self.closed = True
+
+    async def store_event(self, stream_id: str, message: Any) -> str:
+        client = self.store.client
+        data = b"" if message is None else message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+        added: Any = None
+        if client is not None and not self.closed:
+            try:
+                async with client.pipeline(transaction=False) as pipe:
+                    pipe.xadd(self.key, {"s": stream_id, "m": data}, maxlen=EVENTS_PER_SESSION, approximate=True,
+                              nomkstream=True)  # made when the session is: never again once it has ended
+                    pipe.pexpire(self.key, self.ttl_ms)
+                    added, _ = await pipe.execute()
+            except unreachable() as exc:
+                self.store.failed(exc)
+        if added is None:
+            self._unkept += 1
+            return f"unkept-{self._unkept}"  # not resumable from: a client that comes back with it starts afresh
+        self.store.answered()
+        return added.decode() if isinstance(added, bytes) else str(added)
+
+    async def replay_events_after(self, last_event_id: str, send_callback: Any) -> str | None:
+        client = self.store.client
+        if client is None or not _EVENT_ID.fullmatch(last_event_id):
+            return None
+        found: Any
+        try:
+            found = await client.xrange(self.key, last_event_id, last_event_id)
+        except unreachable() as exc:
+            self.store.failed(exc)
+            return None
+        if not found:
+            return None
+        stream = found[0][1].get(b"s", b"").decode()
+        cursor = last_event_id
+        block = max(50, int(self.store.config.timeout * 500))  # a blocking read answers within the store's timeout
+        first = True
+        while True:
+            entries: Any
+            try:
+                if first:
+                    entries = await client.xrange(self.key, f"({cursor}", "+", count=200)
+                    first = len(entries) == 200
+                else:
+                    answer: Any = await client.xread({self.key: cursor}, count=200, block=block)
+                    entries = answer[0][1] if answer else []
+            except unreachable() as exc:
+                self.store.failed(exc)
+                return None  # the stream ends; the client reconnects with the last event it got
+            for event_id, fields in entries:
+                cursor = event_id.decode()
+                data = fields.get(b"m", b"")
+                if fields.get(b"s", b"").decode() != stream or not data:
+                    continue
+                try:
+                    message = MESSAGE.validate_json(data)
+                except ValueError:
+                    continue
+                await send_callback(EventMessage(message, cursor))
+                if ends(json.loads(data), stream):
+                    return None
+
+
+class RedisSessions:
+    """2025-11-25 sessions every replica serves (``toolcrib.mcp.sessions``): per session a hash
+    ``<key_prefix>session:<digest>`` (agent, owner, protocol version, the client's initialize params, what it set
+    since, the replica it listens on) and its events, both expiring ``idle`` seconds after its last request; per
+    agent a sorted set ``<key_prefix>sessions:<agent digest>`` of its sessions by expiry, which caps them at
+    ``cap``. While Redis does not answer, a new session is opened in its replica only, and a session another
+    replica opened cannot be taken up (404: the client opens a new one)."""
+
+    def __init__(self, store: Store, fanout: Fanout, idle: float, cap: int) -> None:
+        self.store = store
+        self.fanout = fanout
+        self.replica = fanout.replica
+        self.ttl_ms = max(1000, math.ceil(idle * 1000))
+        self.cap = cap
+        self._touched: dict[str, float] = {}
+        self._elsewhere: set[str] = set()  # the sessions whose client listens on another replica (digests)
+
+    def tells(self, agent: str, session: str) -> bool:
+        """Whether this replica tells the session of changes: its client last opened its stream here (or has not
+        opened one anywhere else)."""
+        return session_digest(agent, session) not in self._elsewhere
+
+    def heard(self, kind: str, digest: str) -> None:
+        """Another replica said its client listens there now (``listening``), or the session ended."""
+        if kind == "listening":
+            self._elsewhere.add(digest)
+            if len(self._elsewhere) > 64 * self.cap:  # bounded: forgetting one at worst tells its client twice
+                self._elsewhere.pop()
+        else:
+            self._elsewhere.discard(digest)
+
+    def _key(self, agent: str, session: str) -> str:
+        return self.store.key("session", session_digest(agent, session))
+
+    def _set(self, agent: str) -> str:
+        return self.store.key("sessions", hashlib.sha256(agent.encode()).hexdigest()[:32])
+
+    def events(self, agent: str, session: str) -> RedisEvents:
+        return RedisEvents(self.store, self.store.key("stream", session_digest(agent, session)), self.ttl_ms)
+
+    async def _run(self, what: str, request: Callable[[Any], Awaitable[Any]]) -> tuple[bool, Any]:
+        client = self.store.client
+        if client is None:
+            return False, None
+        try:
+            answer = await request(client)
+        except unreachable() as exc:
+            self.store.failed(exc)
+            log.warning("a session could not be %s on the shared store; it is served by this replica only", what)
+            return False, None
+        self.store.answered()
+        return True, answer
+
+    async def reserve(self, agent: str, session: str) -> bool:
+        """Count a session about to open, and start its event stream (with an event of no stream: events are
+        only ever added to a stream that exists, so none outlives its session)."""
+        events = self.store.key("stream", session_digest(agent, session))
+
+        async def count(client: Any) -> Any:
+            admitted = await client.eval(_RESERVE, 1, self._set(agent), session_digest(agent, session), self.cap,
+                                         self.ttl_ms)
+            if admitted == 1:
+                async with client.pipeline(transaction=False) as pipe:
+                    pipe.xadd(events, {"s": "", "m": b""})
+                    pipe.pexpire(events, self.ttl_ms)
+                    await pipe.execute()
+            return admitted
+
+        done, answer = await self._run("counted", count)
+        return not done or answer == 1
+
+    async def opened(self, agent: str, session: str, record: SessionRecord) -> None:
+        fields = {"agent": agent, "owner": record.owner, "version": record.version, "params": record.params,
+                  "state": json.dumps(record.state), "home": record.home}
+
+        async def write(client: Any) -> None:
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.hset(self._key(agent, session), mapping=fields)
+                pipe.pexpire(self._key(agent, session), self.ttl_ms)
+                await pipe.execute()
+
+        await self._run("recorded", write)
+        self._touched[session] = time.monotonic()
+
+    async def find(self, agent: str, session: str) -> SessionRecord | None:
+        done, fields = await self._run("looked up", lambda c: c.hgetall(self._key(agent, session)))
+        if not done or not fields:
+            return None
+        text = {k.decode(): v.decode() for k, v in fields.items()}
+        if text.get("agent") != agent:
+            return None
+        try:
+            state = json.loads(text.get("state", "{}"))
+        except ValueError:
+            state = {}
+        if text.get("home", "") != self.replica:
+            self.heard("listening", session_digest(agent, session))
+        await self.touch(agent, session)
+        return SessionRecord(owner=text.get("owner", ""), version=text.get("version", ""),
+                             params=text.get("params", ""), state=state if isinstance(state, dict) else {},
+                             home=text.get("home", ""))
+
+    async def touch(self, agent: str, session: str) -> None:
+        """Keep the session's record alive: at most every tenth of its idle time from one replica."""
+        now = time.monotonic()
+        if now - self._touched.get(session, -math.inf) < self.ttl_ms / 10_000:
+            return
+        self._touched[session] = now
+        if len(self._touched) > 4 * self.cap:
+            self._touched = {k: v for k, v in self._touched.items() if now - v < self.ttl_ms / 1000}
+
+        async def refresh(client: Any) -> None:
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.pexpire(self._key(agent, session), self.ttl_ms)
+                pipe.pexpire(self.store.key("stream", session_digest(agent, session)), self.ttl_ms)
+                pipe.eval(_RESERVE, 1, self._set(agent), session_digest(agent, session), 2 ** 31, self.ttl_ms)
+                await pipe.execute()
+
+        await self._run("kept", refresh)
+
+    async def save_state(self, agent: str, session: str, state: dict[str, Any]) -> None:
+        await self._run("updated", lambda c: c.hset(self._key(agent, session), "state", json.dumps(state)))
+
+    async def listening(self, agent: str, session: str) -> None:
+        self._elsewhere.discard(session_digest(agent, session))
+        await self._run("updated", lambda c: c.hset(self._key(agent, session), "home", self.replica))
+        await self.fanout.publish("listening", session=session_digest(agent, session))
+        self._touched.pop(session, None)
+        await self.touch(agent, session)
+
+    async def ended(self, agent: str, session: str) -> None:
+        digest = session_digest(agent, session)
+        self._touched.pop(session, None)
+
+        async def forget(client: Any) -> None:
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.delete(self._key(agent, session), self.store.key("stream", digest))
+                pipe.zrem(self._set(agent), digest)
+                await pipe.execute()
+
+        await self._run("ended", forget)
+        await self.fanout.publish("session_ended", session=digest)
+
+
+_EVENT_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+
+
+__all__ = ["RedisEvents", "RedisOnce", "RedisSessions", "session_digest"]
