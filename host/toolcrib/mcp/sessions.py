@@ -217,7 +217,7 @@ class SessionManager(StreamableHTTPSessionManager):
         self._connected = connected
         self._disconnected = disconnected
         self._owners: dict[str, str] = {}
-        self._events: dict[str, EventStore] = {}
+        self._events: dict[str, Any] = {}  # each session's event store (some can be closed)
 
     async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.lower(): v for k, v in scope["headers"]}
