@@ -84,6 +84,13 @@ async def test_tool_with_progress(ctx: Context) -> str:
 
 
 @toolcrib.tool
+async def test_reconnection() -> str:
+    """Run longer than the config's http_stream_seconds: the stream closes mid-call, the client resumes it."""
+    await asyncio.sleep(1.0)
+    return "Reconnected."
+
+
+@toolcrib.tool
 async def test_sampling(prompt: Annotated[str, Field(description="The prompt to send to the LLM")],
                         ctx: Context) -> str:
     """Ask the client's model."""
@@ -214,8 +221,8 @@ class ConformancePack:
     def toolcrib_tools(self) -> list[Any]:
         return [test_simple_text, test_image_content, test_audio_content, test_embedded_resource,
                 test_multiple_content_types, test_tool_with_logging, test_error_handling, test_tool_with_progress,
-                test_sampling, test_elicitation, test_elicitation_sep1034_defaults, test_elicitation_sep1330_enums,
-                json_schema_2020_12_tool]
+                test_reconnection, test_sampling, test_elicitation, test_elicitation_sep1034_defaults,
+                test_elicitation_sep1330_enums, json_schema_2020_12_tool]
 
     @toolcrib.hookimpl
     def toolcrib_resources(self) -> list[Any]:

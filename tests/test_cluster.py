@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -815,14 +816,19 @@ def test_a_session_one_replica_opened_is_served_by_another_and_a_delete_ends_it_
 @asynccontextmanager
 async def uvicorn_replicas(paths: list[Path], env: dict[str, str]) -> AsyncIterator[list[str]]:
     """One replica per config file, each a real uvicorn server on a loopback port in this process (so the test's
-    gates reach their tools): their base URLs."""
+    gates reach their tools): their base URLs. ``SERVED`` holds their serving states meanwhile."""
     import uvicorn
 
     from toolcrib.mcp.http import HttpApp, HttpOptions
     from toolcrib.mcp.state import serving_state
 
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     async with AsyncExitStack() as stack:
+        # uvicorn leaves its own signal handlers in place when its serve() is cancelled, and sse_starlette takes a
+        # SIGTERM handler whose server is exiting to mean that every later SSE stream of the process must end
+        stack.callback(lambda: [signal.signal(sig, handler) for sig, handler in handlers.items()])
         states = [await stack.enter_async_context(serving_state(path)) for path in paths]
+        SERVED[:] = states
         servers = [uvicorn.Server(uvicorn.Config(HttpApp(state, HttpOptions(), env=env), host="127.0.0.1", port=0,
                                                  log_level="warning", lifespan="on")) for state in states]
         async with anyio.create_task_group() as tg:
@@ -834,6 +840,9 @@ async def uvicorn_replicas(paths: list[Path], env: dict[str, str]) -> AsyncItera
             finally:
                 for server in servers:
                     server.should_exit = True
+
+
+SERVED: list[Any] = []
 
 
 async def _started(server: Any) -> bool:
@@ -854,22 +863,29 @@ def sse_events(text: str) -> list[dict[str, str]]:
     return events
 
 
-def test_a_stream_dropped_mid_call_resumes_on_another_replica_with_nothing_lost(
-        tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("shared", [True, False], ids=["on another replica", "in one process"])
+def test_a_stream_dropped_mid_call_resumes_with_nothing_lost(
+        tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch, shared: bool) -> None:
     """A call's stream opens with a priming event (an id, no data, and when to retry); the client drops it after
-    the first progress note, and reconnects to another replica with that ``Last-Event-ID``: it gets the rest as
-    the call (still running on the first replica) makes it, its answer last, and the stream ends there."""
+    the first progress note, and reconnects with that ``Last-Event-ID``: to another replica with ``[cluster]``, to
+    the same process (its events in memory) without. It gets the rest as the call (still running where it
+    started) makes it, its answer last, and the stream ends there."""
     import httpx2
 
     text, first, second = two_config_files(tmp_path, redis_url, monkeypatch)
     for path in (first, second):
         path.write_text(text + '[agents.a]\ntoken_env = "TOK_A"\n')
+    if not shared:
+        first.write_text(first.read_text().split("\n", 2)[2])  # no [cluster]
+        second = first
+    GATES.pop("resume", None)
     call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
         "name": "t__hold_talking", "arguments": {"tag": "resume"}, "_meta": {"progressToken": "p"}}}
 
     async def main() -> tuple[list[dict[str, str]], list[dict[str, str]], list[Any], str]:
-        async with uvicorn_replicas([first, second], {"TOK_A": "a" * 32}) as (one, two), \
+        async with uvicorn_replicas(sorted({first, second}), {"TOK_A": "a" * 32}) as bases, \
                 httpx2.AsyncClient(timeout=30) as http:
+            one, two = bases[0], bases[-1]
             opened = await http.post(f"{one}/agents/a/mcp", json=INITIALIZE, headers=MCP_HEADERS)
             session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
             await http.post(f"{one}/agents/a/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"},
@@ -903,6 +919,107 @@ def test_a_stream_dropped_mid_call_resumes_on_another_replica_with_nothing_lost(
         "content": [{"type": "text", "text": "held resume"}], "isError": False}}
     ids = [e["id"] for e in resumed if e.get("data")]
     assert ids == sorted(ids, key=lambda i: tuple(int(n) for n in i.split("-"))) and last not in ids
+    assert all(re.fullmatch(r"[0-9]+-[0-9]+" if shared else r"[0-9]+", i) for i in [last, *ids])
     # the same place resumed again replays the same, now all stored
     assert again[0] == 200
     assert [json.loads(e["data"]) for e in again[1] if e.get("data")] == messages
+
+
+def test_on_every_replica_a_session_serves_only_the_principal_that_opened_it(
+        tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Alice opens a session on one replica; on the other, her next request is served, and Bob's (another subject),
+    the agent's static token and Alice through another client all get the 404 of a session that does not exist."""
+    from issuer import Issuer
+
+    text, first, second = two_config_files(tmp_path, redis_url, monkeypatch)
+    with Issuer() as issuer:
+        agent = ('[agents.a]\ntoken_env = "TOK_A"\n[agents.a.identity]\nclaims = { client_id = "cli-*" }\n'
+                 f'[oauth]\nissuer = "{issuer.url}"\naudience = "http://127.0.0.1:8000"\n')
+        for path in (first, second):
+            path.write_text(text + agent)
+        claims = {"client_id": "cli-a", "sub": "alice", "aud": "http://127.0.0.1:8000"}
+        alice, bob = issuer.sign(claims), issuer.sign({**claims, "sub": "bob"})
+        elsewhere = issuer.sign({**claims, "client_id": "cli-web"})
+
+        async def main() -> list[int]:
+            listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+            async with http_replicas([first, second], {"TOK_A": "a" * 32}) as (one, two):
+                opened = await post(one, INITIALIZE, Authorization=f"Bearer {alice}")
+                session = opened.headers["mcp-session-id"]
+                statuses = []
+                for token in (bob, "a" * 32, elsewhere, alice):
+                    answer = await post(two, listing, session, Authorization=f"Bearer {token}")
+                    statuses.append(answer.status_code)
+                return statuses
+
+        assert run(main) == [404, 404, 404, 200]
+
+
+def test_an_agent_has_at_most_http_max_sessions_in_the_whole_fleet(
+        tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two sessions opened on one replica fill an agent's two; the third, on the other replica, is refused, and
+    once one ends the other replica opens one again."""
+    text, first, second = two_config_files(tmp_path, redis_url, monkeypatch)
+    for path in (first, second):
+        path.write_text("[host]\nhttp_max_sessions = 2\n" + text + '[agents.a]\ntoken_env = "TOK_A"\n')
+
+    async def main() -> list[Any]:
+        async with http_replicas([first, second], {"TOK_A": "a" * 32}) as (one, two):
+            sessions = [(await post(one, INITIALIZE)).headers["mcp-session-id"] for _ in range(2)]
+            refused = await post(two, INITIALIZE)
+            await one.delete("/agents/a/mcp", headers={**MCP_HEADERS, "mcp-session-id": sessions[0],
+                                                        "mcp-protocol-version": "2025-11-25"})
+            again = await post(two, INITIALIZE)
+            return [refused.status_code, refused.json(), again.status_code]
+
+    refused, body, again = run(main)
+    assert (refused, body, again) == (503, {"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32603, "message": "Too many open sessions"}}, 200)
+
+
+def test_a_change_is_told_once_to_a_session_that_two_replicas_hold(
+        tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session opened on one replica, used on both, listening on the second: a reload (which both replicas make)
+    reaches its stream once, from the replica it listens on, and is kept once among its events."""
+    import httpx2
+
+    text, first, second = two_config_files(tmp_path, redis_url, monkeypatch, cluster='key_prefix = "once-told:"\n')
+    for path in (first, second):
+        path.write_text(text + '[agents.a]\ntoken_env = "TOK_A"\n')
+    listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+
+    async def main() -> tuple[list[Any], list[Any]]:
+        async with uvicorn_replicas([first, second], {"TOK_A": "a" * 32}) as (one, two), \
+                httpx2.AsyncClient(timeout=30) as http:
+            opened = await http.post(f"{one}/agents/a/mcp", json=INITIALIZE, headers=MCP_HEADERS)
+            session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+            for base in (one, two):
+                answer = await http.post(f"{base}/agents/a/mcp", json=listing, headers={**MCP_HEADERS, **session})
+                assert answer.status_code == 200
+            heard = ""
+            async with http.stream("GET", f"{two}/agents/a/mcp", headers={**MCP_HEADERS, **session}) as stream:
+                for path in (first, second):
+                    path.write_text(path.read_text().replace('tools = { allow = ["*"] }',
+                                                             'tools = { allow = ["t__ping"] }'))
+                assert await SERVED[0].reload() is True  # as on SIGHUP: replica one reloads, and tells replica two
+                async for chunk in stream.aiter_text():
+                    heard += chunk
+                    if "list_changed" in heard:
+                        break
+
+            async def reloaded_both() -> bool:
+                names = []
+                for base in (one, two):
+                    answer = await http.post(f"{base}/agents/a/mcp", json=listing, headers={**MCP_HEADERS, **session})
+                    names.append([t["name"] for t in sse_messages(answer.text)[0]["result"]["tools"]])
+                return names == [["t__ping"], ["t__ping"]]
+
+            await until(reloaded_both, "both replicas reloaded")
+            await anyio.sleep(0.5)  # what the other replica might (wrongly) still send
+            keys = await redis_command(redis_url, "KEYS", "once-told:stream:*")
+            kept = await redis_command(redis_url, "XRANGE", keys[0], "-", "+")
+            return [m for m in sse_messages(heard)], [json.loads(f[b"m"]) for _, f in kept if f.get(b"m")]
+
+    heard, kept = run(main)
+    assert heard == [{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}]
+    assert [m.get("method") for m in kept].count("notifications/tools/list_changed") == 1

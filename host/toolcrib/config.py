@@ -77,7 +77,12 @@ class HostConfig(_Strict):
                                             "when stopped, before it closes them")
     http_session_idle: PositiveFloat = Field(1800.0, description="seconds an HTTP session may sit idle before it "
                                              "is closed")
-    http_max_sessions: PositiveInt = Field(256, description="open HTTP sessions per agent; more are refused (503)")
+    http_max_sessions: PositiveInt = Field(256, description="open HTTP sessions per agent; more are refused (503); "
+                                           "with [cluster], in the whole fleet")
+    http_stream_seconds: PositiveFloat | None = Field(None, description="close a 2025-11-25 call's SSE stream after "
+                                                      "this many seconds while the call runs on: the client "
+                                                      "reconnects with Last-Event-ID and gets the rest (SSE polling, "
+                                                      "for proxies that cut long responses)")
     metrics: bool = Field(False, description="serve Prometheus metrics at /metrics (serve --http; also --metrics)")
     metrics_token_env: str | None = Field(None, description="environment variable holding a bearer token that "
                                           "/metrics then requires")

@@ -8,6 +8,7 @@ for both; everything else is a result.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import secrets
@@ -264,6 +265,7 @@ class _Handlers:
             journal = Journal(events)
         approved = earlier is not None and earlier.get("approved") is True
         talk = CONVERSATION.set(None if modern else _conversation(ctx.session))
+        polling = self._poll(ctx)
         try:
             result = await view.call(name, arguments,
                                      approver=self._approver(ctx, name, responses, earlier is not None, approved),
@@ -275,9 +277,26 @@ class _Handlers:
                 responses, earlier))
         finally:
             CONVERSATION.reset(talk)
+            if polling is not None:
+                polling.cancel()
         wire = result.to_wire()
         wire["resultType"] = "complete"
         return wire
+
+    def _poll(self, ctx: ServerRequestContext[Any, Any]) -> asyncio.TimerHandle | None:
+        """With ``[host] http_stream_seconds``, close this call's SSE stream once it has run that long (the client
+        reconnects with Last-Event-ID; the call goes on): only where the transport offers it (a 2025-11-25
+        session that keeps its events)."""
+        seconds = self.state.host.loaded.config.host.http_stream_seconds
+        close = ctx.close_sse_stream
+        if seconds is None or close is None:
+            return None
+        loop = asyncio.get_running_loop()
+
+        async def closing() -> None:
+            await close()
+
+        return loop.call_later(seconds, lambda: self.state.keep(loop.create_task(closing())))
 
     async def _use_approval(self, earlier: Mapping[str, Any]) -> str | None:
         """Use up the approval a round's state carries (given, or asked for and maybe being given now): once, on

@@ -75,33 +75,44 @@ class MemoryEvents(EventStore):
         self._events: collections.deque[tuple[int, str, types.JSONRPCMessage | None]] = collections.deque(
             maxlen=size)
         self._last = 0
+        self._stored = anyio.Event()  # set (and replaced) whenever an event is stored
         self.closed = False
 
     async def store_event(self, stream_id: str, message: types.JSONRPCMessage | None) -> str:
         self._last += 1
         if not self.closed:
             self._events.append((self._last, stream_id, message))
+            self._stored.set()
+            self._stored = anyio.Event()
         return str(self._last)
 
     def close(self) -> None:
         self.closed = True
         self._events.clear()
+        self._stored.set()
 
     async def replay_events_after(self, last_event_id: str, send_callback: EventCallback) -> str | None:
-        """What the stream of ``last_event_id`` got after it; then its stream id, so the transport carries on
-        with it live, or None when the stream is over (its response was among them) or the event is unknown."""
+        """What the stream of ``last_event_id`` got after it, then the rest as it comes: until its response (a
+        request's stream), the session's end, or the client leaving (the standalone stream). None: the stream is
+        over, or the event is unknown (the client starts afresh)."""
         if not last_event_id.isdigit() or len(last_event_id) > 20:
             return None
-        after = int(last_event_id)
-        stream = next((s for n, s, _ in self._events if n == after), None)
+        cursor = int(last_event_id)
+        stream = next((s for n, s, _ in self._events if n == cursor), None)
         if stream is None:
             return None
-        for number, stream_id, message in list(self._events):
-            if number > after and stream_id == stream and message is not None:
-                await send_callback(EventMessage(message, str(number)))
-                if ends(message.model_dump(by_alias=True, exclude_unset=True), stream):
-                    return None
-        return stream
+        while not self.closed:
+            stored = self._stored
+            for number, stream_id, message in list(self._events):
+                if number <= cursor:
+                    continue
+                cursor = number
+                if stream_id == stream and message is not None:
+                    await send_callback(EventMessage(message, str(number)))
+                    if ends(message.model_dump(by_alias=True, exclude_unset=True), stream):
+                        return None
+            await stored.wait()
+        return None
 
 
 @runtime_checkable
@@ -217,7 +228,8 @@ class SessionManager(StreamableHTTPSessionManager):
         self._connected = connected
         self._disconnected = disconnected
         self._owners: dict[str, str] = {}
-        self._events: dict[str, Any] = {}  # each session's event store (some can be closed)
+        self._events: dict[str, Any] = {}
+        self._connections: dict[str, Connection] = {}  # each session's event store (some can be closed)
 
     async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.lower(): v for k, v in scope["headers"]}
@@ -237,7 +249,10 @@ class SessionManager(StreamableHTTPSessionManager):
                      self.agent)
             await _not_found(scope, receive, send)
             return
-        if scope["method"] == "GET":
+        connection = self._connections.get(sid)
+        if connection is not None and connection.initialize_accepted:
+            _negotiated(scope, connection.protocol_version)
+        if scope["method"] == "GET" and LAST_EVENT_ID_HEADER.encode() not in headers:
             await self.sessions.listening(self.agent, sid)
         else:
             await self.sessions.touch(self.agent, sid)
@@ -343,6 +358,7 @@ class SessionManager(StreamableHTTPSessionManager):
                 if record.state.get("log_level") is not None:
                     connection.state[LOG_LEVEL] = record.state["log_level"]
             connections.append(connection)
+            self._connections[sid] = connection
             self._connected(connection)
             task_status.started()
             idle = transport.idle_scope or anyio.CancelScope()
@@ -354,6 +370,8 @@ class SessionManager(StreamableHTTPSessionManager):
                 log.exception("agent %r: a session failed", self.agent)
             finally:
                 self._disconnected(connection)
+                if self._connections.get(sid) is connection:
+                    del self._connections[sid]
                 await self._forget(sid, transport)
 
     async def _forget(self, sid: str, transport: StreamableHTTPServerTransport) -> None:
@@ -374,6 +392,15 @@ class SessionManager(StreamableHTTPSessionManager):
         transport = self._server_instances.get(sid)
         if transport is not None:
             await self._forget(sid, transport)
+
+
+def _negotiated(scope: Scope, version: str) -> None:
+    """Have a request on a session speak the version its handshake settled: a client that names another one in
+    its ``MCP-Protocol-Version`` header (as the conformance suite's do) still gets what its session agreed on,
+    priming events and resumable streams included."""
+    header = b"mcp-protocol-version"
+    if any(k == header and v != version.encode() for k, v in scope["headers"]):
+        scope["headers"] = [(k, v) for k, v in scope["headers"] if k != header] + [(header, version.encode())]
 
 
 class _Answer:

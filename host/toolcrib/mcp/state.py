@@ -148,6 +148,11 @@ class ServingState:
         self.sessions: Sessions = LocalSessions()  # where 2025-11-25 HTTP sessions are kept beyond this replica
         self.session_ended: list[Callable[[str], Awaitable[None]]] = []  # told of a session another replica ended
 
+    def keep(self, task: asyncio.Task[None]) -> None:
+        """Hold a task sent on its way until it is done (the event loop keeps only a weak reference)."""
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
     def view(self, agent: str, lacking: frozenset[str] = frozenset()) -> AgentView:
         return self.host.view(agent, lacking)
 
@@ -256,9 +261,7 @@ class ServingState:
         loop = asyncio.get_running_loop()
 
         def send(uri: str) -> None:
-            task = loop.create_task(self._updated(uri))
-            self._sending.add(task)
-            task.add_done_callback(self._sending.discard)
+            self.keep(loop.create_task(self._updated(uri)))
 
         def updated(uri: str) -> None:
             try:
