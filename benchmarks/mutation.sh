@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Mutation testing of the security-critical modules (patterns, permissions, entries, workspace, HTTP auth, OAuth,
-# limits and the shared store that counts them),
+# limits, the shared store that counts them, and the sessions and approvals the fleet shares),
 # as configured in pyproject.toml ([tool.mutmut]). A developer command: it takes tens of minutes.
 #   benchmarks/mutation.sh            run, then print the score per module
 #   .venv/bin/mutmut show NAME        what a surviving mutant changed
