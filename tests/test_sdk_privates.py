@@ -40,3 +40,20 @@ def test_the_identity_stamp_and_the_session_count_are_where_toolcrib_reads_them(
     assert server_info_stamp_source(server)["name"] == "probe"
     assert open_sessions(StreamableHTTPSessionManager(app=server)) == 0
     assert isinstance(StreamableHTTPSessionManager(app=server)._server_instances, dict)
+
+
+def test_the_stateful_path_toolcrib_replaces_is_where_its_session_manager_takes_it_over() -> None:
+    """``toolcrib.mcp.sessions.SessionManager`` replaces the manager's stateful path and uses what it kept there."""
+    import inspect
+
+    from toolcrib.mcp.sessions import SessionManager
+
+    manager = StreamableHTTPSessionManager(app=Server("probe"))
+    source = inspect.getsource(StreamableHTTPSessionManager._handle_request)
+    assert "self._handle_stateful_request(scope, receive, send)" in source  # the path toolcrib overrides
+    assert SessionManager._handle_stateful_request is not StreamableHTTPSessionManager._handle_stateful_request
+    for name in ("_server_instances", "_session_creation_lock", "_task_group", "_lifespan_state"):
+        assert hasattr(manager, name), name
+    assert inspect.signature(StreamableHTTPSessionManager.__init__).parameters.keys() >= {
+        "app", "event_store", "stateless", "security_settings", "retry_interval", "session_idle_timeout",
+        "max_request_body_size", "max_sessions"}
