@@ -1023,3 +1023,38 @@ def test_a_change_is_told_once_to_a_session_that_two_replicas_hold(
     heard, kept = run(main)
     assert heard == [{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}]
     assert [m.get("method") for m in kept].count("notifications/tools/list_changed") == 1
+
+
+def test_while_redis_is_down_each_replica_serves_the_sessions_it_holds_and_opens_new_ones_for_itself(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    server = RedisServer(tmp_path / "redis").start()
+    text, first, second = two_config_files(tmp_path, server.url, monkeypatch, cluster="timeout = 0.5\n")
+    for path in (first, second):
+        path.write_text(text + '[agents.a]\ntoken_env = "TOK_A"\n')
+    listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+
+    async def main() -> list[int]:
+        statuses = []
+        async with http_replicas([first, second], {"TOK_A": "a" * 32}) as (one, two):
+            held = (await post(one, INITIALIZE)).headers["mcp-session-id"]
+            server.stop()
+            statuses.append((await post(one, listing, held)).status_code)  # held here: served
+            opened = await post(two, INITIALIZE)  # opened for itself
+            statuses.append(opened.status_code)
+            statuses.append((await post(two, listing, opened.headers["mcp-session-id"])).status_code)
+            statuses.append((await post(two, listing, held)).status_code)  # not held there, not found: 404
+            server.start()
+            shared = (await post(one, INITIALIZE)).headers["mcp-session-id"]
+            statuses.append((await post(two, listing, shared)).status_code)  # Redis back: taken up again
+        return statuses
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="toolcrib.cluster"):
+            statuses = run(main)
+    finally:
+        server.stop()
+    assert statuses == [200, 200, 200, 404, 200]
+    said = {r.getMessage() for r in caplog.records if r.name == "toolcrib.cluster"}
+    assert said >= {"a session could not be counted on the shared store; it is served by this replica only",
+                    "a session another replica may hold could not be looked up on the shared store; its client is "
+                    "told it does not exist (404) and opens a new one"}

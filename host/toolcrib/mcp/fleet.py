@@ -163,6 +163,7 @@ class RedisSessions:
         self.cap = cap
         self._touched: dict[str, float] = {}
         self._elsewhere: set[str] = set()  # the sessions whose client listens on another replica (digests)
+        self._warned: set[str] = set()  # what the log said could not be done, while Redis does not answer
 
     def tells(self, agent: str, session: str) -> bool:
         """Whether this replica tells the session of changes: its client last opened its stream here (or has not
@@ -195,9 +196,18 @@ class RedisSessions:
             answer = await request(client)
         except unreachable() as exc:
             self.store.failed(exc)
-            log.warning("a session could not be %s on the shared store; it is served by this replica only", what)
+            if what in self._warned:  # said once per outage
+                return False, None
+            self._warned.add(what)
+            if what == "looked up":
+                log.warning("a session another replica may hold could not be looked up on the shared store; its "
+                            "client is told it does not exist (404) and opens a new one")
+            else:
+                log.warning("a session could not be %s on the shared store; it is served by this replica only",
+                            what)
             return False, None
         self.store.answered()
+        self._warned.clear()
         return True, answer
 
     async def reserve(self, agent: str, session: str) -> bool:
