@@ -337,3 +337,45 @@ def test_three_replicas_sharing_one_redis_keep_fleet_wide_limits_and_tell_every_
 
         event = anyio.run(across)
         assert (type(event).__name__, event.uri) == ("ResourceUpdated", "notes://today")
+
+
+@pytest.mark.slow
+def test_three_stateful_replicas_sharing_one_redis_serve_every_session_anywhere(tmp_path: Path) -> None:
+    """Without --stateless, behind nginx's round robin: a 2025-11-25 session's requests land on every replica and
+    are all served; a call whose stream the server closes mid-call (``http_stream_seconds``) is resumed by the
+    SDK's own client through nginx, on whichever replica, and answers; with Redis stopped mid-run a limited call
+    fails closed with the documented message, and once Redis is back the same replicas count again."""
+    from redis_server import RedisServer
+
+    redis = RedisServer(tmp_path / "redis").start()
+    text = CLUSTER.replace("[host]\n", "[host]\nhttp_stream_seconds = 0.5\n").replace(
+        "lease_seconds = 2\n", "lease_seconds = 2\ntimeout = 0.5\n")
+    env = {"TOOLCRIB_TEST_REDIS": redis.url, "TOOLCRIB_PLUGINS": "misc=packs:MISC,notes=packs:NOTES"}
+    try:
+        with _behind_nginx(tmp_path, text, env=env) as (base, replicas, _):
+            async def session() -> tuple[list[str], str, list[str]]:
+                http, client = await http_client(f"{base}/agents/reader/mcp", TOKENS["TOK_READER"], "legacy")
+                async with http, client:
+                    sums = [(await client.call_tool("misc__add", {"a": 1, "b": i})).content[0].text  # type: ignore[union-attr]
+                            for i in range(6)]
+                    slow = (await client.call_tool("misc__slow", {"seconds": 2})).content[0].text  # type: ignore[union-attr]
+                    redis.stop()
+                    down = [(await client.call_tool("misc__add", {"a": 0, "b": 0})).content[0].text]  # type: ignore[union-attr]
+                    redis.start()
+                    deadline = time.monotonic() + 60  # a hang guard: the replicas reconnect by themselves
+                    while True:
+                        again = (await client.call_tool("misc__add", {"a": 2, "b": 2})).content[0].text  # type: ignore[union-attr]
+                        if again == "4" or time.monotonic() > deadline:
+                            break
+                        await anyio.sleep(0.2)
+                    return sums, slow, [*down, again]
+
+            sums, slow, down_then_back = anyio.run(session)
+            took_up = [log.read_text().count("took up a session another replica opened") for _, _, log in replicas]
+    finally:
+        redis.stop()
+    assert sums == ["1", "2", "3", "4", "5", "6"]
+    assert slow == "done"
+    assert down_then_back == ["Rate limited: agent 'reader' has limits, and the store that counts them across "
+                              "replicas is unreachable; try again shortly.", "4"]
+    assert sum(took_up) >= 1, took_up  # round robin sent the session's requests to replicas that had not opened it
