@@ -477,15 +477,41 @@ async def cluster(args: argparse.Namespace) -> list[Row]:
                     views[name] = peers.toolcrib_host(10, config=text, limits=book).view(peers.AGENT)
                 ops = {n: (lambda v=v: v.call("math__add", {"a": 2, "b": 3})) for n, v in views.items()}
                 result = await interleaved(ops, calls, args.rounds)
+            sessions = await _sessions_on_redis(Path(tmp), shared, 30 if args.quick else 300, args.rounds)
         finally:
             redis.terminate()
             redis.wait(30)
     MEASURED["redis limit delta"] = result["redis"] - result["memory"]
     MEASURED["cluster no limit"] = result["cluster, no limit"] / result["plain"]
+    MEASURED["redis session delta"] = sessions["redis"] - sessions["memory"]
     return [["Python API call with a fleet-wide rate limit (loopback Redis) vs the same limit in memory",
              fmt(result["redis"]), fmt(result["memory"]), f"+{fmt(result['redis'] - result['memory'])}"],
             ["Python API call with no limit, [cluster] set vs not", fmt(result["cluster, no limit"]),
-             fmt(result["plain"]), ratio(result["cluster, no limit"], result["plain"])]]
+             fmt(result["plain"]), ratio(result["cluster, no limit"], result["plain"])],
+            ["call over a 2025-11-25 HTTP session, sessions and events on Redis vs in memory", fmt(sessions["redis"]),
+             fmt(sessions["memory"]), f"+{fmt(sessions['redis'] - sessions['memory'])}"]]
+
+
+async def _sessions_on_redis(folder: Path, shared: str, calls: int, rounds: int) -> dict[str, float]:
+    """A call over one HTTP loopback session (the SDK client, 2025-11-25) to a ``serve --http`` whose sessions and
+    events are on Redis (``[cluster]``), and to one that keeps them in memory, interleaved."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    plain = _config_file(folder)
+    clustered = folder / "clustered.toml"
+    clustered.write_text(shared + plain.read_text())
+    with _http_server("toolcrib", plain) as memory_url, _http_server("toolcrib", clustered) as redis_url:
+        async with contextlib.AsyncExitStack() as stack:
+            http = await stack.enter_async_context(httpx2.AsyncClient(
+                headers={"Authorization": "Bearer bench-token-0123456789"}, timeout=60))
+            clients = {}
+            for name, url in (("memory", memory_url), ("redis", redis_url)):
+                clients[name] = await stack.enter_async_context(Client(
+                    streamable_http_client(url, http_client=http), mode="legacy", cache=None))
+                await clients[name].list_tools()
+            ops = {n: (lambda c=c: c.call_tool("math__add", {"a": 2, "b": 3})) for n, c in clients.items()}
+            return await interleaved(ops, calls, rounds)
 
 
 # -- Python API, concurrency, views, discovery, start-up ------------------------------------------------------------
@@ -660,6 +686,8 @@ def _goals() -> list[Row]:
         ("call with a fleet-wide rate limit on a loopback Redis, p50 over the in-memory limit", "<= 1 ms",
          MEASURED.get("redis limit delta"), 0.001, "s"),
         ("call with no limit, [cluster] set vs not", "<= 1.05x", MEASURED.get("cluster no limit"), 1.05, "x"),
+        ("call over a 2025-11-25 HTTP session with its events on Redis, p50 over in memory", "<= 1 ms",
+         MEASURED.get("redis session delta"), 0.001, "s"),
     ]
     rows = []
     for name, target, value, limit, unit in goals:

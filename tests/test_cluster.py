@@ -907,7 +907,9 @@ def test_a_stream_dropped_mid_call_resumes_with_nothing_lost(
                     after += chunk
             events = sse_events(after)
             again = await http.get(f"{two}/agents/a/mcp", headers={**MCP_HEADERS, **session, "Last-Event-ID": last})
-            return dropped, events, [again.status_code, sse_events(again.text)], last
+            primed = await http.get(f"{two}/agents/a/mcp", headers={
+                **MCP_HEADERS, **session, "Last-Event-ID": dropped[0]["id"]})
+            return dropped, events, [again.status_code, sse_events(again.text), sse_events(primed.text)], last
 
     dropped, resumed, again, last = run(main)
     priming = dropped[0]
@@ -919,10 +921,13 @@ def test_a_stream_dropped_mid_call_resumes_with_nothing_lost(
         "content": [{"type": "text", "text": "held resume"}], "isError": False}}
     ids = [e["id"] for e in resumed if e.get("data")]
     assert ids == sorted(ids, key=lambda i: tuple(int(n) for n in i.split("-"))) and last not in ids
-    assert all(re.fullmatch(r"[0-9]+-[0-9]+" if shared else r"[0-9]+", i) for i in [last, *ids])
-    # the same place resumed again replays the same, now all stored
+    assert all(re.fullmatch(r"[0-9]+-[0-9]+" if shared else r"[0-9]+", i) for i in [last, *ids])  # stored events
+    # the same place resumed again replays the same, now all stored; from the priming event, everything
     assert again[0] == 200
     assert [json.loads(e["data"]) for e in again[1] if e.get("data")] == messages
+    assert [json.loads(e["data"]) for e in again[2] if e.get("data")] == [
+        json.loads(e["data"]) for e in dropped[1:]] + messages
+    assert re.fullmatch(r"[0-9]+-[0-9]+~7" if shared else r"[0-9]+", priming["id"]), priming["id"]
 
 
 def test_on_every_replica_a_session_serves_only_the_principal_that_opened_it(
@@ -1058,3 +1063,63 @@ def test_while_redis_is_down_each_replica_serves_the_sessions_it_holds_and_opens
     assert said >= {"a session could not be counted on the shared store; it is served by this replica only",
                     "a session another replica may hold could not be looked up on the shared store; its client is "
                     "told it does not exist (404) and opens a new one"}
+
+
+def test_what_a_client_sets_on_one_replica_holds_on_every_replica_that_holds_its_session(
+        tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replica two takes the session up first; then the client subscribes to a resource and sets its log level on
+    replica one, and listens on replica two. A pack on replica two updates the resource: replica two, which tells
+    the session of changes, knows of the subscription and tells it, once."""
+    import httpx2
+
+    text, first, second = two_config_files(tmp_path, redis_url, monkeypatch)
+    monkeypatch.setenv("TOOLCRIB_PLUGINS", "t=test_cluster:PACK,notes=packs:NOTES")
+    for path in (first, second):
+        path.write_text(text.replace('plugins = { allow = ["t"] }', 'plugins = { allow = ["t", "notes"] }') +
+                        'resources = { allow = ["*"] }\n[agents.a]\ntoken_env = "TOK_A"\n')
+    listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+
+    async def main() -> list[Any]:
+        async with uvicorn_replicas([first, second], {"TOK_A": "a" * 32}) as (one, two), \
+                httpx2.AsyncClient(timeout=30) as http:
+            opened = await http.post(f"{one}/agents/a/mcp", json=INITIALIZE, headers=MCP_HEADERS)
+            session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+            headers = {**MCP_HEADERS, **session}
+            assert (await http.post(f"{two}/agents/a/mcp", json=listing, headers=headers)).status_code == 200
+            for body in ({"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe",
+                          "params": {"uri": "notes://today"}},
+                         {"jsonrpc": "2.0", "id": 3, "method": "logging/setLevel", "params": {"level": "error"}}):
+                assert (await http.post(f"{one}/agents/a/mcp", json=body, headers=headers)).status_code == 200
+
+            async def followed() -> bool:  # replica two has heard (a hang guard, not a measured wait)
+                return await _state_of_session(1, session["mcp-session-id"]) == (
+                    {"notes://today"}, "error")
+
+            await until(followed, "replica two follows what the client set on replica one")
+            heard = ""
+            async with http.stream("GET", f"{two}/agents/a/mcp", headers=headers) as stream:
+                touch = {"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                         "params": {"name": "notes__touch_note", "arguments": {}}}
+                async with httpx2.AsyncClient(timeout=30) as other:
+                    touched = await other.post(f"{two}/agents/a/mcp", json=touch, headers=headers)
+                    assert sse_messages(touched.text)[0]["result"]["content"][0]["text"] == "updated"
+                async for chunk in stream.aiter_text():
+                    heard += chunk
+                    if "resources/updated" in heard:
+                        break
+            return sse_messages(heard)
+
+    heard = run(main)
+    assert heard == [{"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                      "params": {"uri": "notes://today"}}]
+
+
+async def _state_of_session(replica: int, sid: str) -> tuple[set[str], str | None]:
+    """What a replica's connection of a session holds of what its client set (subscriptions, log level)."""
+    from toolcrib.mcp.sessions import LOG_LEVEL, SUBSCRIPTIONS
+
+    for connection in [c for sessions in SERVED[replica]._sessions.values() for c in sessions.values()]:
+        connection = getattr(connection, "_connection", connection)
+        if getattr(connection, "session_id", None) == sid:
+            return set(connection.state.get(SUBSCRIPTIONS, ())), connection.state.get(LOG_LEVEL)
+    return set(), None

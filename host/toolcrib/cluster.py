@@ -307,7 +307,7 @@ class RedisLimitBook:
             self.store.answered()
 
 
-_EVENT_KINDS = frozenset({"resource_updated", "reload", "listening", "session_ended"})
+_EVENT_KINDS = frozenset({"resource_updated", "reload", "listening", "session_ended", "session_state"})
 _DIGEST = re.compile(r"[0-9a-f]{32}")
 MAX_EVENT_BYTES = 4096
 
@@ -383,7 +383,8 @@ class Fanout:
         fields = {k: v for k, v in event.items() if k not in ("kind", "from") and isinstance(v, str)}
         if event["kind"] == "resource_updated" and not (0 < len(fields.get("uri", "")) <= 2000):
             return
-        if event["kind"] in ("listening", "session_ended") and not _DIGEST.fullmatch(fields.get("session", "")):
+        if event["kind"] in ("listening", "session_ended", "session_state") and \
+                not _DIGEST.fullmatch(fields.get("session", "")):
             return
         try:
             await handle(event["kind"], fields)

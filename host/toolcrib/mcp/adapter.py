@@ -26,7 +26,7 @@ from mcp_types import SERVER_INFO_META_KEY
 from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from toolcrib.context import CONVERSATION
+from toolcrib.context import CONVERSATION, LOG_LEVELS
 from toolcrib.errors import (
     InvalidArgumentsError,
     ToolError,
@@ -67,7 +67,6 @@ _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 
 INSTRUCTIONS = ("Tools, resources and prompts served by toolcrib. Each tool and prompt is named "
                 "<namespace>__<name>: its pack or server, then its name.")
-LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
 class _Channel:

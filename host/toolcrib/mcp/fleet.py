@@ -80,6 +80,7 @@ class RedisEvents(EventStore):
         self.key = key
         self.ttl_ms = ttl_ms
         self._unkept = 0
+        self.newest = "0-0"  # the newest event of the session this replica knows of (stored, or when taken up)
         self.closed = False
 
     def close(self) -> None:
@@ -87,38 +88,44 @@ class RedisEvents(EventStore):
         self.closed = True
 
     async def store_event(self, stream_id: str, message: Any) -> str:
+        """Keep one event (one ``XADD``; the stream's expiry is kept by the session's). A priming event is not
+        stored: its id names its stream and the newest event this replica knows of the session, so a client
+        resuming from it gets every event of its stream after that one."""
+        if message is None:
+            return f"{self.newest}~{stream_id}"
         client = self.store.client
-        data = b"" if message is None else message.model_dump_json(by_alias=True, exclude_unset=True).encode()
         added: Any = None
         if client is not None and not self.closed:
+            data = message.model_dump_json(by_alias=True, exclude_unset=True).encode()
             try:
-                async with client.pipeline(transaction=False) as pipe:
-                    pipe.xadd(self.key, {"s": stream_id, "m": data}, maxlen=EVENTS_PER_SESSION, approximate=True,
-                              nomkstream=True)  # made when the session is: never again once it has ended
-                    pipe.pexpire(self.key, self.ttl_ms)
-                    added, _ = await pipe.execute()
+                added = await client.xadd(self.key, {"s": stream_id, "m": data}, maxlen=EVENTS_PER_SESSION,
+                                          approximate=True, nomkstream=True)  # never again once the session ended
             except unreachable() as exc:
                 self.store.failed(exc)
         if added is None:
             self._unkept += 1
             return f"unkept-{self._unkept}"  # not resumable from: a client that comes back with it starts afresh
         self.store.answered()
-        return added.decode() if isinstance(added, bytes) else str(added)
+        self.newest = added.decode() if isinstance(added, bytes) else str(added)
+        return self.newest
 
     async def replay_events_after(self, last_event_id: str, send_callback: Any) -> str | None:
         client = self.store.client
-        if client is None or not _EVENT_ID.fullmatch(last_event_id):
+        if client is None or len(last_event_id) > 300:
             return None
-        found: Any
-        try:
-            found = await client.xrange(self.key, last_event_id, last_event_id)
-        except unreachable() as exc:
-            self.store.failed(exc)
+        cursor, primed, stream = last_event_id.partition("~")
+        if not _EVENT_ID.fullmatch(cursor) or (primed and not stream):
             return None
+        found: Any = [(cursor, {b"s": stream.encode()})] if primed else None
+        if found is None:
+            try:
+                found = await client.xrange(self.key, cursor, cursor)
+            except unreachable() as exc:
+                self.store.failed(exc)
+                return None
         if not found:
             return None
         stream = found[0][1].get(b"s", b"").decode()
-        cursor = last_event_id
         block = max(50, int(self.store.config.timeout * 500))  # a blocking read answers within the store's timeout
         first = True
         while True:
@@ -185,8 +192,11 @@ class RedisSessions:
     def _set(self, agent: str) -> str:
         return self.store.key("sessions", hashlib.sha256(agent.encode()).hexdigest()[:32])
 
-    def events(self, agent: str, session: str) -> RedisEvents:
-        return RedisEvents(self.store, self.store.key("stream", session_digest(agent, session)), self.ttl_ms)
+    def events(self, agent: str, session: str, after: str = "") -> RedisEvents:
+        events = RedisEvents(self.store, self.store.key("stream", session_digest(agent, session)), self.ttl_ms)
+        if _EVENT_ID.fullmatch(after):
+            events.newest = after
+        return events
 
     async def _run(self, what: str, request: Callable[[Any], Awaitable[Any]]) -> tuple[bool, Any]:
         client = self.store.client
@@ -242,9 +252,17 @@ class RedisSessions:
         self._touched[session] = time.monotonic()
 
     async def find(self, agent: str, session: str) -> SessionRecord | None:
-        done, fields = await self._run("looked up", lambda c: c.hgetall(self._key(agent, session)))
-        if not done or not fields:
+        async def read(client: Any) -> Any:
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.hgetall(self._key(agent, session))
+                pipe.xrevrange(self.store.key("stream", session_digest(agent, session)), count=1)
+                return await pipe.execute()
+
+        done, answer = await self._run("looked up", read)
+        if not done or not answer[0]:
             return None
+        fields, newest = answer
+
         text = {k.decode(): v.decode() for k, v in fields.items()}
         if text.get("agent") != agent:
             return None
@@ -257,7 +275,7 @@ class RedisSessions:
         await self.touch(agent, session)
         return SessionRecord(owner=text.get("owner", ""), version=text.get("version", ""),
                              params=text.get("params", ""), state=state if isinstance(state, dict) else {},
-                             home=text.get("home", ""))
+                             home=text.get("home", ""), newest_event=newest[0][0].decode() if newest else "")
 
     async def touch(self, agent: str, session: str) -> None:
         """Keep the session's record alive: at most every tenth of its idle time from one replica."""
@@ -278,7 +296,10 @@ class RedisSessions:
         await self._run("kept", refresh)
 
     async def save_state(self, agent: str, session: str, state: dict[str, Any]) -> None:
-        await self._run("updated", lambda c: c.hset(self._key(agent, session), "state", json.dumps(state)))
+        """What the client set, for every replica: stored, and the replicas holding the session told to read it."""
+        done, _ = await self._run("updated", lambda c: c.hset(self._key(agent, session), "state", json.dumps(state)))
+        if done:
+            await self.fanout.publish("session_state", session=session_digest(agent, session))
 
     async def listening(self, agent: str, session: str) -> None:
         self._elsewhere.discard(session_digest(agent, session))

@@ -260,23 +260,32 @@ class HttpApp:
             await self.sync()
             self.state.on_reload.append(self.sync)
             self.state.session_ended.append(self._end_session)
+            self.state.session_state_changed.append(self._refresh_session)
             self.ready = True
             yield
             self.ready = False
             self.state.on_reload.remove(self.sync)
             self.state.session_ended.remove(self._end_session)
+            self.state.session_state_changed.remove(self._refresh_session)
             tg.cancel_scope.cancel()
 
     async def _end_session(self, digest: str) -> None:
         """Another replica ended a session (its client's DELETE): this one stops serving it too."""
+        for manager, sid in self._sessions_of(digest):
+            await manager.end(sid)
+
+    async def _refresh_session(self, digest: str) -> None:
+        """A session's client set something on another replica (a subscription, a log level): this one follows."""
+        for manager, sid in self._sessions_of(digest):
+            await manager.refresh(sid)
+
+    def _sessions_of(self, digest: str) -> list[tuple[SessionManager, str]]:
+        """The session this replica holds (if it does) that a digest names, with its manager."""
         from toolcrib.mcp.fleet import session_digest
 
-        for endpoint in list(self.endpoints.values()):
-            manager = endpoint.manager
-            if isinstance(manager, SessionManager):
-                for sid in open_session_ids(manager):
-                    if session_digest(endpoint.agent, sid) == digest:
-                        await manager.end(sid)
+        return [(endpoint.manager, sid) for endpoint in list(self.endpoints.values())
+                if isinstance(endpoint.manager, SessionManager) for sid in open_session_ids(endpoint.manager)
+                if session_digest(endpoint.agent, sid) == digest]
 
     # -- one request --------------------------------------------------------------------------------------------
 

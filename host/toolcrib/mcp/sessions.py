@@ -52,6 +52,8 @@ from pydantic import TypeAdapter, ValidationError
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
+from toolcrib.context import LOG_LEVELS
+
 log = logging.getLogger("toolcrib.serve")
 
 RETRY_MS = 1000  # what an SSE stream tells the client to wait before it reconnects
@@ -131,6 +133,7 @@ class SessionRecord:
     params: str  # its client's initialize params (JSON)
     state: dict[str, Any] = field(default_factory=dict)  # what its client set: subscriptions, log level
     home: str = ""  # the replica whose stream the client last opened
+    newest_event: str = ""  # the id of its newest event when the record was read
 
 
 class Sessions(Protocol):
@@ -140,7 +143,7 @@ class Sessions(Protocol):
 
     replica: str
 
-    def events(self, agent: str, session: str) -> EventStore: ...
+    def events(self, agent: str, session: str, after: str = "") -> EventStore: ...  # ``after``: its newest event
 
     async def reserve(self, agent: str, session: str) -> bool: ...  # room for one more of the agent's sessions?
 
@@ -166,7 +169,7 @@ class LocalSessions:
 
     replica = ""
 
-    def events(self, agent: str, session: str) -> EventStore:
+    def events(self, agent: str, session: str, after: str = "") -> EventStore:
         return MemoryEvents()
 
     async def reserve(self, agent: str, session: str) -> bool:
@@ -317,7 +320,7 @@ class SessionManager(StreamableHTTPSessionManager):
         async with self._session_creation_lock:
             if sid in self._server_instances:  # another request of it came first
                 return self._server_instances[sid] if self._owners.get(sid) == owner else None
-            transport = self._transport(sid, owner)
+            transport = self._transport(sid, owner, record.newest_event)
             await self._tasks().start(self._run, sid, transport, (record, params), [])
         log.info("agent %r: took up a session another replica opened", self.agent)
         return transport
@@ -330,8 +333,8 @@ class SessionManager(StreamableHTTPSessionManager):
             raise RuntimeError("the session manager is not running")
         return tasks
 
-    def _transport(self, sid: str, owner: str) -> StreamableHTTPServerTransport:
-        events = self.sessions.events(self.agent, sid)
+    def _transport(self, sid: str, owner: str, newest_event: str = "") -> StreamableHTTPServerTransport:
+        events = self.sessions.events(self.agent, sid, newest_event)
         transport = StreamableHTTPServerTransport(
             mcp_session_id=sid, is_json_response_enabled=self.json_response, event_store=events,
             security_settings=self.security_settings, retry_interval=self.retry_interval,
@@ -354,9 +357,7 @@ class SessionManager(StreamableHTTPSessionManager):
                 connection.protocol_version = record.version
                 connection.client_params = params
                 connection.initialized.set()
-                connection.state[SUBSCRIPTIONS] = set(record.state.get("subscriptions", ()))
-                if record.state.get("log_level") is not None:
-                    connection.state[LOG_LEVEL] = record.state["log_level"]
+                _apply(connection, record.state)
             connections.append(connection)
             self._connections[sid] = connection
             self._connected(connection)
@@ -387,11 +388,30 @@ class SessionManager(StreamableHTTPSessionManager):
             with anyio.CancelScope(shield=True):
                 await transport.terminate()
 
+    async def refresh(self, sid: str) -> None:
+        """Read again what the client set on its session (another replica changed it)."""
+        connection = self._connections.get(sid)
+        record = await self.sessions.find(self.agent, sid) if connection is not None else None
+        if connection is not None and record is not None:
+            _apply(connection, record.state)
+
     async def end(self, sid: str) -> None:
         """Another replica ended this session (its client sent DELETE there)."""
         transport = self._server_instances.get(sid)
         if transport is not None:
             await self._forget(sid, transport)
+
+
+def _apply(connection: Connection, state: dict[str, Any]) -> None:
+    """What a client set on its session (``shared_state``), on this replica's connection of it."""
+    subscriptions = state.get("subscriptions", ())
+    connection.state[SUBSCRIPTIONS] = {uri for uri in subscriptions if isinstance(uri, str)} \
+        if isinstance(subscriptions, list) else set()
+    level = state.get("log_level")
+    if level in LOG_LEVELS:
+        connection.state[LOG_LEVEL] = level
+    else:
+        connection.state.pop(LOG_LEVEL, None)
 
 
 def _negotiated(scope: Scope, version: str) -> None:

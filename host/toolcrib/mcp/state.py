@@ -147,6 +147,7 @@ class ServingState:
         self.fanout: Fanout | None = None  # and how events reach the other replicas through it
         self.sessions: Sessions = LocalSessions()  # where 2025-11-25 HTTP sessions are kept beyond this replica
         self.session_ended: list[Callable[[str], Awaitable[None]]] = []  # told of a session another replica ended
+        self.session_state_changed: list[Callable[[str], Awaitable[None]]] = []  # ... or whose client set something
 
     def keep(self, task: asyncio.Task[None]) -> None:
         """Hold a task sent on its way until it is done (the event loop keeps only a weak reference)."""
@@ -252,6 +253,9 @@ class ServingState:
             if kind == "session_ended":
                 for end in list(self.session_ended):
                     await end(fields["session"])
+        elif kind == "session_state":
+            for changed in list(self.session_state_changed):
+                await changed(fields["session"])
 
     def watch_resources(self) -> None:
         """Start passing ``toolcrib.resource_updated(uri)`` (from any thread) on to the clients; call it from the
