@@ -408,7 +408,7 @@ def test_a_cluster_table_is_checked_and_its_password_variable_must_be_set(redis_
     with pytest.raises(ConfigError) as missing:
         run(main)
     assert [str(p) for p in missing.value.problems] == [
-        "error: toolcrib.toml: cluster.redis_url: cluster.redis_url names ${NOT_SET_ANYWHERE}, which is not set"]
+        "error: toolcrib.toml: cluster.redis_url: the URL names ${NOT_SET_ANYWHERE}, which is not set"]
 
     unopened = Store(config_from(f'[cluster]\nredis_url = "{redis_url}"\n').config.cluster)  # type: ignore[arg-type]
     assert run(unopened.ping) is False  # not opened: not ready
@@ -420,8 +420,8 @@ def test_a_cluster_table_is_checked_and_its_password_variable_must_be_set(redis_
     with pytest.raises(ConfigError) as wrong:
         run(whole)
     assert [str(p) for p in wrong.value.problems] == [
-        "error: toolcrib.toml: cluster.redis_url: cluster.redis_url: expected a redis://, rediss:// or unix:// URL "
-        "once its variables are expanded (the value is not shown: it may hold a password)"]
+        "error: toolcrib.toml: cluster.redis_url: expected a redis://, rediss:// or unix:// URL once its variables "
+        "are expanded (the value is not shown: it may hold a password)"]
 
 
 def test_without_a_cluster_table_limits_stay_in_memory_and_redis_is_never_imported() -> None:
@@ -1123,3 +1123,50 @@ async def _state_of_session(replica: int, sid: str) -> tuple[set[str], str | Non
         if getattr(connection, "session_id", None) == sid:
             return set(connection.state.get(SUBSCRIPTIONS, ())), connection.state.get(LOG_LEVEL)
     return set(), None
+
+
+@pytest.mark.parametrize("required", [False, True])
+def test_check_says_whether_the_clusters_redis_answers(tmp_path: Path, redis_url: str,
+                                                       monkeypatch: pytest.MonkeyPatch, required: bool) -> None:
+    """``toolcrib check`` asks the Redis of ``[cluster]``: nothing to say while it answers; a warning when it does
+    not (an error, exit 1, where the operator requires it); the password never shown."""
+    from conftest import cli
+    from redis_server import free_port
+
+    monkeypatch.setenv("TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.setenv("STORE_PASSWORD", "a-password-nobody-sees")
+    config = tmp_path / "toolcrib.toml"
+    monkeypatch.setenv("TOOLCRIB_PLUGINS", "t=test_cluster:PACK")
+    agents = '[agents.a.permissions]\nplugins = { allow = ["t"] }\ntools = { allow = ["*"] }\n'
+    config.write_text(f'[cluster]\nredis_url = "{redis_url}"\nrequired = {str(required).lower()}\n' + agents)
+    up = cli("check", "--config", str(config))
+    port = free_port()
+    config.write_text(f'[cluster]\nredis_url = "redis://:${{STORE_PASSWORD}}@127.0.0.1:{port}/0"\ntimeout = 0.5\n'
+                      f'required = {str(required).lower()}\n' + agents)
+    down = cli("check", "--config", str(config))
+    assert up == (0, f"{config}: 1 agent(s), 5 tool(s), 0 error(s), 0 warning(s)\n", "")
+    severity = "error" if required else "warning"
+    assert down[0] == (1 if required else 0)
+    assert re.fullmatch(
+        rf"{severity}: {re.escape(str(config))}: cluster.redis_url: Redis at 127\.0\.0\.1:{port}/0 does not answer "
+        r"\(ConnectionError: .+\); limits, sessions and one-time approvals cannot be shared until it does\n", down[2])
+    assert down[1] == f"{config}: 1 agent(s), 5 tool(s), {int(required)} error(s), {int(not required)} warning(s)\n"
+    assert "a-password-nobody-sees" not in down[1] + down[2]
+
+
+def test_without_the_redis_client_check_and_serve_say_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from toolcrib.cluster import probe
+
+    monkeypatch.setitem(sys.modules, "redis", None)  # as if not installed: importing it raises ImportError
+    monkeypatch.setitem(sys.modules, "redis.asyncio", None)
+    loaded = config_from('[cluster]\nredis_url = "redis://127.0.0.1:1/0"\n')
+    needs = ("a [cluster] table needs the redis client, which is not installed: pip install 'toolcrib[cluster]'")
+    assert [str(p) for p in probe(loaded)] == [f"error: toolcrib.toml: cluster: {needs}"]
+
+    async def main() -> None:
+        async with limiter(loaded):
+            raise AssertionError("served without its client")
+
+    with pytest.raises(ConfigError) as refused:
+        run(main)
+    assert [str(p) for p in refused.value.problems] == [f"error: toolcrib.toml: cluster: {needs}"]

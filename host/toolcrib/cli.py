@@ -185,6 +185,10 @@ def check(strict: bool, as_json: bool) -> None:
     try:
         with _quieted("toolcrib.plugins"), _session() as (host, _):  # a failed pack is listed below, once
             problems = host.problems()
+            if host.loaded.config.cluster is not None:  # is its Redis there? (only then is redis imported)
+                from toolcrib.cluster import probe
+
+                problems += probe(host.loaded)
     except ConfigError as exc:
         if not as_json:
             raise

@@ -123,17 +123,17 @@ class Store:
 
     def __init__(self, config: ClusterConfig, env: Mapping[str, str] | None = None) -> None:
         self.config = config
-        self.url = expand(config.redis_url, "cluster.redis_url", env)  # a ValueError names an unset one
+        self.url = expand(config.redis_url, "the URL", env)  # a ValueError names an unset one
         if not self.url.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError("cluster.redis_url: expected a redis://, rediss:// or unix:// URL once its variables "
-                             "are expanded (the value is not shown: it may hold a password)")
+            raise ValueError("expected a redis://, rediss:// or unix:// URL once its variables are expanded (the "
+                             "value is not shown: it may hold a password)")
         parts = urlsplit(self.url)  # where it is, for the log: never the password
         self.where = f"{parts.hostname}:{parts.port or 6379}{parts.path}" if parts.hostname else parts.path
         self.up = True
         self.client: Redis | None = None
 
     async def open(self) -> None:
-        import redis.asyncio
+        import redis.asyncio  # an ImportError without the [cluster] extra (``limiter`` says how to install it)
 
         timeout = self.config.timeout
         self.client = redis.asyncio.Redis.from_url(self.url, socket_timeout=timeout, socket_connect_timeout=timeout,
@@ -392,6 +392,37 @@ class Fanout:
             log.exception("an event from another replica (%s) could not be handled", event["kind"])
 
 
+NEEDS_CLIENT = ("a [cluster] table needs the redis client, which is not installed: pip install 'toolcrib[cluster]'")
+
+
+def probe(loaded: LoadedConfig, env: Mapping[str, str] | None = None) -> list[Problem]:
+    """What ``toolcrib check`` says of ``[cluster]``: whether its password variable is set, its client installed and
+    its Redis answers now (an error where the operator said it must, ``required = true``; else a warning)."""
+    cluster = loaded.config.cluster
+    if cluster is None:
+        return []
+    where = f"{loaded.source}: cluster.redis_url"
+    try:
+        store = Store(cluster, env)
+    except ValueError as exc:
+        return [Problem("error", where, str(exc))]
+    try:
+        import redis
+    except ImportError:
+        return [Problem("error", f"{loaded.source}: cluster", NEEDS_CLIENT)]
+    client = redis.Redis.from_url(store.url, socket_timeout=cluster.timeout, socket_connect_timeout=cluster.timeout)
+    try:
+        client.ping()
+    except unreachable() as exc:
+        said = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return [Problem("error" if cluster.required else "warning", where,
+                        f"Redis at {store.where} does not answer ({said}); limits, sessions and one-time approvals "
+                        "cannot be shared until it does")]
+    finally:
+        client.close()
+    return []
+
+
 @asynccontextmanager
 async def limiter(loaded: LoadedConfig,
                   env: Mapping[str, str] | None = None) -> AsyncIterator[tuple[Limiter, Store | None]]:
@@ -405,7 +436,10 @@ async def limiter(loaded: LoadedConfig,
         store = Store(loaded.config.cluster, env)
     except ValueError as exc:  # an unset variable, or a URL that is not Redis'
         raise ConfigError([Problem("error", f"{loaded.source}: cluster.redis_url", str(exc))]) from None
-    await store.open()
+    try:
+        await store.open()
+    except ImportError:
+        raise ConfigError([Problem("error", f"{loaded.source}: cluster", NEEDS_CLIENT)]) from None
     book = RedisLimitBook(store)
     try:
         await book.open()
@@ -424,4 +458,4 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
-__all__ = ["Fanout", "RedisLimitBook", "Store", "limiter", "unreachable"]
+__all__ = ["Fanout", "RedisLimitBook", "Store", "limiter", "probe", "unreachable"]
