@@ -33,7 +33,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under mutation testing (benchmarks/mutation.sh), tests that start toolcrib in a subprocess are skipped: the
-    child imports the mutated modules, whose trampolines need mutmut's own process."""
+    child imports the mutated modules, whose trampolines need mutmut's own process. So are those that serve it
+    through uvicorn in this process (uvicorn takes a trampolined app for an app factory)."""
     if "MUTANT_UNDER_TEST" not in os.environ:
         return
     skip = pytest.mark.skip(reason="starts toolcrib in a subprocess, which mutmut's trampolines cannot run in")
@@ -46,7 +47,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 source = inspect.getsource(code) if code is not None else ""
             except (OSError, TypeError):
                 continue
-            if "toolcrib.cli" in source or "start_http(" in source:
+            if "toolcrib.cli" in source or "start_http(" in source or "uvicorn_replicas(" in source:
                 item.add_marker(skip)
                 break
 
