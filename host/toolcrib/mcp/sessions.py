@@ -230,9 +230,9 @@ class SessionManager(StreamableHTTPSessionManager):
         self.sessions = sessions
         self._connected = connected
         self._disconnected = disconnected
-        self._owners: dict[str, str] = {}
-        self._events: dict[str, Any] = {}
-        self._connections: dict[str, Connection] = {}  # each session's event store (some can be closed)
+        self._owners: dict[str, str] = {}  # the principal each session here is bound to
+        self._events: dict[str, Any] = {}  # each session's event store (some can be closed)
+        self._connections: dict[str, Connection] = {}
 
     async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.lower(): v for k, v in scope["headers"]}
@@ -290,17 +290,26 @@ class SessionManager(StreamableHTTPSessionManager):
             await _error(503, "Too many open sessions", types.INTERNAL_ERROR)(scope, receive, send)
             return
         connections: list[Connection] = []
+        recorded = False
+
+        async def record_then_send(message: Message) -> None:
+            """The session's record is written before its client hears that it is open: its next request may
+            reach another replica at once."""
+            nonlocal recorded
+            connection = connections[0] if connections else None
+            if not recorded and message["type"] == "http.response.body" and connection is not None and \
+                    connection.client_params is not None:
+                recorded = True
+                params = connection.client_params.model_dump_json(by_alias=True, exclude_none=True)
+                await self.sessions.opened(self.agent, sid, SessionRecord(
+                    owner=owner, version=connection.protocol_version, params=params, home=self.sessions.replica))
+            await send(message)
+
         established = False
         try:
             await self._tasks().start(self._run, sid, transport, None, connections)
-            status = await _answered(transport.handle_request, scope, receive, send)
-            connection = connections[0]
-            established = status is not None and status < 400 and connection.client_params is not None
-            if established and connection.client_params is not None:
-                params = connection.client_params.model_dump_json(by_alias=True, exclude_none=True)
-                record = SessionRecord(owner=owner, version=connection.protocol_version, params=params,
-                                       home=self.sessions.replica)
-                await self.sessions.opened(self.agent, sid, record)
+            status = await _answered(transport.handle_request, scope, receive, record_then_send)
+            established = recorded and status is not None and status < 400
         finally:
             if not established:
                 await self._forget(sid, transport)
