@@ -1170,3 +1170,39 @@ def test_without_the_redis_client_check_and_serve_say_how_to_install_it(monkeypa
     with pytest.raises(ConfigError) as refused:
         run(main)
     assert [str(p) for p in refused.value.problems] == [f"error: toolcrib.toml: cluster: {needs}"]
+
+
+def test_a_session_used_on_any_replica_stays_alive_and_speaks_its_negotiated_version(
+        tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Each request on a session (on whichever replica) keeps its record from expiring (at most every tenth of the
+    idle time); a request whose MCP-Protocol-Version header names an older version than the session negotiated
+    still gets the negotiated version's stream (a priming event that says when to retry); an unknown session id
+    is refused and logged."""
+    text, first, second = two_config_files(tmp_path, redis_url, monkeypatch, cluster='key_prefix = "alive:"\n')
+    for path in (first, second):
+        path.write_text("[host]\nhttp_session_idle = 2\n" + text + '[agents.a]\ntoken_env = "TOK_A"\n')
+    listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+
+    async def main() -> tuple[list[int], str, int]:
+        async with http_replicas([first, second], {"TOK_A": "a" * 32}) as (one, two):
+            session = (await post(one, INITIALIZE)).headers["mcp-session-id"]
+            key = next(k for k in await redis_command(redis_url, "KEYS", "alive:session:*"))
+            ttls = []
+            for replica in (two, one, two):
+                await asyncio.sleep(0.6)
+                assert (await post(replica, listing, session)).status_code == 200
+                ttls.append(await redis_command(redis_url, "PTTL", key))
+            older = await two.post("/agents/a/mcp", json=listing, headers={
+                **MCP_HEADERS, "mcp-session-id": session, "mcp-protocol-version": "2025-03-26"})
+            unknown = await post(two, listing, "0" * 32)
+            return ttls, older.text, unknown.status_code
+
+    with caplog.at_level(logging.INFO, logger="toolcrib.serve"):
+        ttls, older, unknown = run(main)
+    assert all(1500 < ttl <= 2000 for ttl in ttls), ttls  # refreshed by each request, not 2 s after the first
+    events = sse_events(older)
+    assert (events[0]["data"], events[0]["retry"]) == ("", "1000")
+    assert [t["name"] for t in json.loads(events[1]["data"])["result"]["tools"]][:1] == ["t__hold"]
+    assert unknown == 404
+    assert "agent 'a': a request for an unknown or expired session (or another principal's) was refused" in [
+        r.getMessage() for r in caplog.records]
