@@ -1987,3 +1987,74 @@ def test_keys_that_arrive_in_several_pieces_are_read_whole() -> None:
     finally:
         drip.close()
     assert found is not None and found[0].key_id == published["keys"][0]["kid"]
+
+
+def test_a_program_a_tool_runs_cannot_read_the_hosts_environment_from_proc(tmp_path: Path) -> None:
+    """The agents' tokens, TOOLCRIB_STATE_SECRET and a Redis password live in the serving process's environment;
+    a program of the same user (a shell tool's, a hook's, an upstream server) could read it from
+    /proc/<pid>/environ, unless the host made itself undumpable (``sandbox.keep_private``, which serve and call
+    do). As an ordinary user the child's read is refused, and the control shows it works without; root reads every
+    process's environment whatever it does (run toolcrib as an ordinary user), so as root only the flag is checked."""
+    import platform
+    import subprocess
+    import sys
+
+    if platform.system() != "Linux":
+        pytest.skip("Linux only")
+    script = (
+        "import ctypes, subprocess, sys\n"
+        "from toolcrib import sandbox\n"
+        "if sys.argv[1] == 'private': assert sandbox.keep_private() is True\n"
+        "dumpable = ctypes.CDLL(None).prctl(3, 0, 0, 0, 0)\n"  # PR_GET_DUMPABLE
+        "child = subprocess.run(['sh', '-c', 'cat /proc/$PPID/environ'], capture_output=True)\n"
+        "read = b'TOKEN_OF_ANOTHER_AGENT=s3cret-token-of-an-agent' in child.stdout\n"
+        "print(dumpable, 'read' if read else 'refused')\n")
+    found = {}
+    for mode in ("private", "control"):
+        proc = subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, timeout=60,
+                              cwd=tmp_path, env={**os.environ, "TOKEN_OF_ANOTHER_AGENT": "s3cret-token-of-an-agent"})
+        assert proc.returncode == 0, proc.stderr
+        found[mode] = proc.stdout.strip()
+    if os.getuid() == 0:
+        assert found == {"private": "0 read", "control": "1 read"}
+    else:
+        assert found == {"private": "0 refused", "control": "1 read"}
+
+
+@toolcrib.tool
+def dumpable() -> str:
+    """Say whether the process serving this call could be read by other processes of its user."""
+    import ctypes
+
+    return str(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE
+
+
+PROBE = Pack(dumpable)
+
+
+@pytest.mark.parametrize("front", ["call", "serve"])
+def test_serve_and_call_make_the_host_unreadable_before_running_any_tool(tmp_path: Path, front: str) -> None:
+    import subprocess
+    import sys
+
+    from mcp import Client, StdioServerParameters
+
+    config = tmp_path / "toolcrib.toml"
+    config.write_text('[agents.a.permissions]\nplugins = { allow = ["probe"] }\ntools = { allow = ["*"] }\n')
+    tests = str(Path(__file__).parent)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLCRIB_")}
+    env.update(TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD="1", TOOLCRIB_PLUGINS="probe=test_attacks:PROBE",
+               PYTHONPATH=tests + os.pathsep + env.get("PYTHONPATH", ""))
+    if front == "call":
+        proc = subprocess.run([sys.executable, "-m", "toolcrib.cli", "call", "--config", str(config), "--agent", "a",
+                               "probe__dumpable"], capture_output=True, text=True, timeout=120, env=env)
+        assert (proc.returncode, proc.stdout.strip()) == (0, "0"), proc.stderr
+        return
+
+    async def main() -> str:
+        params = StdioServerParameters(command=sys.executable, args=[
+            "-m", "toolcrib.cli", "serve", "--agent", "a", "--config", str(config), "--no-reload"], env=env)
+        async with Client(params, cache=None) as client:
+            return (await client.call_tool("probe__dumpable", {})).content[0].text  # type: ignore[union-attr]
+
+    assert anyio.run(main) == "0"

@@ -568,6 +568,9 @@ def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: boo
 
     if http == (agent is not None):
         raise click.UsageError("give --agent NAME (stdio) or --http (every agent), not both or neither")
+    from toolcrib.sandbox import keep_private
+
+    keep_private()  # no program a tool runs reads the tokens and secrets in this process's environment
     state_keys()  # a bad $TOOLCRIB_STATE_SECRET fails here, before anything is served
     warning = stateless_warning(stateless)
     if warning is not None:
@@ -684,6 +687,9 @@ def call(agent: str | None, args_json: str, as_json: bool, approve_all: bool, sa
     \b
     Example: toolcrib call fs__read_file path=README.md start_line=3
     """
+    from toolcrib.sandbox import keep_private
+
+    keep_private()  # as serve: what the tool runs reads nothing of this process's environment
     agent = _pick_agent(agent)
     arguments = _json_object(args_json, "--args")
     with _session(agent) as (host, portal):

@@ -163,6 +163,23 @@ def _could_change(path: Path) -> bool:
     return False
 
 
+# -- what this process's own user may read of it ---------------------------------------------------------------------
+
+_PR_SET_DUMPABLE = 4
+
+
+@functools.cache
+def keep_private() -> bool:
+    """Make this process's memory and its environment unreadable by other processes of its user (Linux: not
+    dumpable, so ``/proc/<pid>/environ``, ``mem`` and ``fd`` belong to root): a program a tool or hook runs, or an
+    upstream server, cannot read the agents' tokens, ``TOOLCRIB_STATE_SECRET`` or a Redis password from there.
+    Root still can (run toolcrib as an ordinary user); a debugger of the same user cannot attach. Returns whether
+    it could."""
+    if platform.system() != "Linux":
+        return False
+    return bool(_libc().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) == 0)
+
+
 # -- processes that outlive their program ------------------------------------------------------------------------
 
 _PR_SET_CHILD_SUBREAPER = 36
