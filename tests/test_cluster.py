@@ -1206,3 +1206,44 @@ def test_a_session_used_on_any_replica_stays_alive_and_speaks_its_negotiated_ver
     assert unknown == 404
     assert "agent 'a': a request for an unknown or expired session (or another principal's) was refused" in [
         r.getMessage() for r in caplog.records]
+
+
+def test_a_replica_that_takes_a_session_up_asks_its_client_as_the_first_replica_would(
+        tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client declared elicitation when it opened its session on replica one; a call that needs its approval,
+    made on replica two, is asked there (the capability came with the session), and the answer runs it."""
+    import httpx2
+
+    text, first, second = two_config_files(tmp_path, redis_url, monkeypatch)
+    for path in (first, second):
+        path.write_text(text + 'ask = ["t__ping"]\n[agents.a]\ntoken_env = "TOK_A"\n')
+    call = {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "t__ping", "arguments": {}}}
+
+    async def main() -> tuple[str, list[Any]]:
+        async with uvicorn_replicas([first, second], {"TOK_A": "a" * 32}) as (one, two), \
+                httpx2.AsyncClient(timeout=30) as http:
+            opened = await http.post(f"{one}/agents/a/mcp", json=INITIALIZE, headers=MCP_HEADERS)
+            headers = {**MCP_HEADERS, "mcp-session-id": opened.headers["mcp-session-id"],
+                       "mcp-protocol-version": "2025-11-25"}
+            await http.post(f"{one}/agents/a/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                            headers=headers)
+            got = ""
+            asked = None
+            async with http.stream("POST", f"{two}/agents/a/mcp", json=call, headers=headers) as stream:
+                async for chunk in stream.aiter_text():
+                    got += chunk
+                    messages = sse_messages(got)
+                    if asked is None and messages and messages[-1].get("method") == "elicitation/create":
+                        asked = messages[-1]
+                        answer = {"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept", "content": {}}}
+                        async with httpx2.AsyncClient(timeout=30) as other:
+                            accepted = await other.post(f"{two}/agents/a/mcp", json=answer, headers=headers)
+                            assert accepted.status_code == 202
+                    if messages and messages[-1].get("id") == 5:
+                        break
+            assert asked is not None
+            return asked["params"]["message"], sse_messages(got)[-1]["result"]["content"]
+
+    message, content = run(main)
+    assert message == "Agent 'a' wants to call t__ping (ask rule 't__ping'). Allow this call?"
+    assert content == [{"type": "text", "text": "pong"}]
