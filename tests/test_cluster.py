@@ -1190,7 +1190,8 @@ def test_a_session_used_on_any_replica_stays_alive_and_speaks_its_negotiated_ver
             ttls = []
             for replica in (two, one, two):
                 await asyncio.sleep(0.6)
-                assert (await post(replica, listing, session)).status_code == 200
+                listed = sse_messages((await post(replica, listing, session)).text)[0]
+                assert [t["name"] for t in listed["result"]["tools"]][:2] == ["t__hold", "t__hold_sync"], listed
                 ttls.append(await redis_command(redis_url, "PTTL", key))
             older = await two.post("/agents/a/mcp", json=listing, headers={
                 **MCP_HEADERS, "mcp-session-id": session, "mcp-protocol-version": "2025-03-26"})
