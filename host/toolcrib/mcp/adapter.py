@@ -286,9 +286,11 @@ class _Handlers:
         """With ``[host] http_stream_seconds``, close this call's SSE stream once it has run that long (the client
         reconnects with Last-Event-ID; the call goes on): only where the transport offers it (a 2025-11-25
         session that keeps its events)."""
+        close = ctx.close_sse_stream  # None but on a 2025-11-25 HTTP session that keeps its events
+        if close is None:
+            return None
         seconds = self.state.host.loaded.config.host.http_stream_seconds
-        close = ctx.close_sse_stream
-        if seconds is None or close is None:
+        if seconds is None:
             return None
         loop = asyncio.get_running_loop()
 

@@ -75,10 +75,9 @@ class RedisEvents(EventStore):
     since, then the rest as any replica stores it, until its response (a request's stream) or until it leaves
     (the standalone stream). While Redis does not answer, events are not kept (the live stream still gets them)."""
 
-    def __init__(self, store: Store, key: str, ttl_ms: int) -> None:
+    def __init__(self, store: Store, key: str) -> None:
         self.store = store
         self.key = key
-        self.ttl_ms = ttl_ms
         self._unkept = 0
         self.newest = "0-0"  # the newest event of the session this replica knows of (stored, or when taken up)
         self.closed = False
@@ -193,7 +192,7 @@ class RedisSessions:
         return self.store.key("sessions", hashlib.sha256(agent.encode()).hexdigest()[:32])
 
     def events(self, agent: str, session: str, after: str = "") -> RedisEvents:
-        events = RedisEvents(self.store, self.store.key("stream", session_digest(agent, session)), self.ttl_ms)
+        events = RedisEvents(self.store, self.store.key("stream", session_digest(agent, session)))
         if _EVENT_ID.fullmatch(after):
             events.newest = after
         return events
