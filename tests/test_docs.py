@@ -160,8 +160,8 @@ def test_the_embedding_example_runs() -> None:
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "fs__cwd - Return the workspace root: the directory every path of the fs tools is relative to."
-    assert lines[-3:] == ["fs__cwd", "False # The config docs/examples/embed.py runs with.",
-                          "Unknown tool: fs__write_file"]
+    assert lines[-4:] == ["fs__cwd", "['fs__read_file', 'fs__find_text']",
+                          "False # The config docs/examples/embed.py runs with.", "Unknown tool: fs__write_file"]
 
 
 def test_links_between_documents_resolve() -> None:

@@ -227,6 +227,24 @@ def test_callable_names_equal_listed_names(agents: dict[str, Any], spec: Any) ->
     anyio.run(probe)
 
 
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(agents=agents_st, spec=entries_st, query=st.sampled_from(
+    ["read", "rm", "get", "fs", "web orders", "fs__rm", "orders__get", "/.*/", "/rm|read/", "generated tool", ""]))
+def test_a_search_finds_only_what_the_agent_sees(agents: dict[str, Any], spec: Any, query: str) -> None:
+    """Whatever the rules and the query (a word, a served name of a hidden tool, a regex matching every name), a
+    view's search returns only tools of its own list, in the order of no hidden one."""
+    loaded = _config(agents)
+    entries = _catalog(spec)
+    pipeline = Pipeline(get_plugin_manager(), loaded, {})
+    for rules in compile_rules(loaded).values():
+        view = build_view(rules, entries.values(), pipeline)
+        found = [tool["name"] for tool in view.search(query, k=20)]
+        assert set(found) <= set(view.names), (found, view.names)
+        assert len(found) == len(set(found))
+        if query == "/.*/":
+            assert found == view.names[:20]  # a regex matching every name: the whole list, in its order
+
+
 @SETTINGS
 @given(agents=agents_st, spec=entries_st, data=st.data())
 def test_adding_an_allow_never_hides_and_adding_a_deny_never_reveals(agents: Any, spec: Any, data: Any) -> None:

@@ -15,6 +15,7 @@ for tool in view.tools:  # the agent's tools, in a stable order
 
 openai_tools = view.export("openai")  # or "anthropic", or "mcp"
 print(openai_tools[0]["function"]["name"])
+print([tool["name"] for tool in view.search("read a file", 2)])  # BM25 over what this agent sees
 
 
 async def main() -> None:

@@ -31,6 +31,7 @@ from toolcrib.permissions import (
     uri_check,
 )
 from toolcrib.reach import REACH
+from toolcrib.search import ToolIndex
 from toolcrib.tool import Tool
 
 if TYPE_CHECKING:
@@ -258,6 +259,17 @@ class AgentView:
         """The tools/list payload (wire dicts), built once per view."""
         with collector_paused():
             return [vt.to_mcp() for vt in self.tools]
+
+    def search(self, query: str, k: int = 5) -> list[dict[str, Any]]:
+        """The ``k`` tools of this view that best match ``query``, best first, as tools/list has them: BM25 over
+        served names, descriptions and arguments, a served name itself, or ``/regex/`` over served names
+        (``toolcrib.search``). Only what this agent sees is ever indexed. ``SearchError`` for a bad query."""
+        return self._index.search(query, k)
+
+    @cached_property
+    def _index(self) -> ToolIndex:
+        with collector_paused():
+            return ToolIndex(self.mcp_tools)
 
     def export(self, format: str = "mcp") -> list[dict[str, Any]]:
         """This view's tools for a framework: ``mcp`` (the tools/list objects), ``openai`` (function tools for

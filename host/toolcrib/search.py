@@ -1,0 +1,101 @@
+"""Search over the tools one agent sees (``AgentView.search``).
+
+The index is built from the view's own tools/list, so a tool the agent may not see is never in it: no query, rule
+or ranking can bring a hidden tool back. Views are immutable, so the index is built once per view (at its first
+search) and a reload builds the next view's.
+
+Ranking is BM25 over each tool's served name (split into words: ``fs__read_file`` is "fs read file",
+``getWeather`` "get weather"), its description, and its arguments' names and descriptions, with the name weighed
+most. The engine is SQLite's FTS5, from the standard library: a maintained full-text engine with BM25 built in and a
+stemming tokenizer (``porter``: "files" finds "file"), so no dependency is added and nothing is hand-written but the
+weights. Two other lookups come first: a query that is a served name finds that tool, and ``/pattern/`` is a
+regular expression over served names (case-insensitive), in list order.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+WEIGHTS = (6.0, 1.0, 2.0)  # BM25 weight of the name, the description, the arguments
+MAX_QUERY_CHARS = 1000
+
+_SPLIT = re.compile(r"[^0-9A-Za-z]+|(?<=[a-z0-9])(?=[A-Z])")
+
+
+def words(text: str) -> list[str]:
+    """The words of a name or a text, lower-cased: separators (``__``, ``_``, ``-``, ``.``, spaces) and camelCase
+    humps split them."""
+    return [w.lower() for w in _SPLIT.split(text) if w]
+
+
+class SearchError(ValueError):
+    """A query that cannot be run (an invalid regular expression, a query too long); the message says why."""
+
+
+class ToolIndex:
+    """BM25 over tool definitions as tools/list has them (wire dicts: ``name``, ``description``,
+    ``inputSchema``)."""
+
+    def __init__(self, tools: Sequence[dict[str, Any]]) -> None:
+        self.tools = list(tools)
+        self._by_name = {tool["name"]: i for i, tool in enumerate(self.tools)}
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(":memory:", check_same_thread=False)
+        self._db.execute("CREATE VIRTUAL TABLE tools USING fts5(name, description, arguments, "
+                         "tokenize = 'porter unicode61')")
+        self._db.executemany("INSERT INTO tools (rowid, name, description, arguments) VALUES (?, ?, ?, ?)",
+                             [(i, " ".join(words(tool["name"])), tool.get("description") or "", _arguments(tool))
+                              for i, tool in enumerate(self.tools)])
+
+    def search(self, query: str, k: int = 5) -> list[dict[str, Any]]:
+        """The ``k`` tools that best match ``query``, best first."""
+        if not isinstance(query, str):
+            raise SearchError("the query must be a string")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise SearchError("k must be a positive integer")
+        if len(query) > MAX_QUERY_CHARS:
+            raise SearchError(f"the query is longer than {MAX_QUERY_CHARS} characters")
+        query = query.strip()
+        if len(query) > 2 and query.startswith("/") and query.endswith("/"):
+            return self._matching(query[1:-1], k)
+        found: list[int] = []
+        exact = self._by_name.get(query)
+        if exact is not None:
+            found.append(exact)
+        terms = words(query)
+        if terms:
+            expression = " OR ".join(f'"{term}"*' for term in terms)
+            with self._lock:
+                rows = self._db.execute(
+                    f"SELECT rowid FROM tools WHERE tools MATCH ? ORDER BY bm25(tools, {', '.join(map(str, WEIGHTS))})"
+                    " LIMIT ?", (expression, k + 1)).fetchall()
+            found += [row[0] for row in rows if row[0] != exact]
+        return [self.tools[i] for i in found[:k]]
+
+    def _matching(self, pattern: str, k: int) -> list[dict[str, Any]]:
+        try:
+            compiled = re.compile(pattern, re.IGNORECASE)
+        except re.error as exc:
+            raise SearchError(f"/{pattern}/ is not a regular expression: {exc}") from None
+        return [tool for tool in self.tools if compiled.search(tool["name"])][:k]
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def _arguments(tool: dict[str, Any]) -> str:
+    """The words of a tool's arguments: each name, split, and its description."""
+    properties = (tool.get("inputSchema") or {}).get("properties") or {}
+    parts = []
+    for name, schema in properties.items():
+        parts.append(" ".join(words(name)))
+        if isinstance(schema, dict) and isinstance(schema.get("description"), str):
+            parts.append(schema["description"])
+    return " ".join(parts)
+
+
+__all__ = ["SearchError", "ToolIndex", "words"]
