@@ -57,6 +57,7 @@ TABLES = {
     "[agents.&lt;name&gt;]": [config.AgentConfig],
     "[agents.&lt;name&gt;.identity]": [config.IdentityConfig],
     "[agents.&lt;name&gt;.limits]": [config.LimitsConfig],
+    "[agents.&lt;name&gt;.tool_search]": [config.ToolSearchConfig],
     "[agents.&lt;name&gt;.permissions]": [config.Permissions, config.Rule],
     "[oauth]": [config.OAuthConfig],
     "[cluster]": [config.ClusterConfig],

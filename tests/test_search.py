@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import anyio
+import mcp_types as types
 import pytest
 import toolcrib_fs
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from mcp import Client
 
 from conftest import make_host
 from toolcrib.search import SearchError, words
@@ -72,3 +79,141 @@ def test_names_split_into_words_at_separators_and_humps() -> None:
     assert words("fs__read_file") == ["fs", "read", "file"]
     assert words("getWeatherForecast") == ["get", "weather", "forecast"]
     assert words("github.create-issue v2") == ["github", "create", "issue", "v2"]
+
+
+# -- over MCP: [agents.<name>.tool_search] ----------------------------------------------------------------------------
+
+SEARCHING = """
+[agents.a]
+tool_search = { listed = ["fs__read_file"], results = 3 }
+[agents.a.permissions]
+plugins = { allow = ["fs", "toolcrib"] }
+tools = { deny = ["fs__rm"] }
+"""
+
+
+def _serve(config: str) -> Any:
+    from toolcrib.mcp.adapter import build_server
+    from toolcrib.mcp.state import ServingState
+
+    return build_server(ServingState(make_host(config, {"fs": toolcrib_fs})), "a")
+
+
+def test_an_agent_with_tool_search_lists_a_few_tools_and_finds_the_rest_which_a_session_then_lists() -> None:
+    changed: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            changed.append("tools")
+
+    async def main() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with Client(_serve(SEARCHING), mode="legacy", cache=None, message_handler=on_message) as client:
+            seen["first"] = [t.name for t in (await client.list_tools()).tools]
+            found = await client.call_tool("toolcrib__search_tools", {"query": "move a file", "limit": 2})
+            seen["found"] = [t["name"] for t in found.structured_content["tools"]]  # type: ignore[index]
+            seen["definition"] = found.structured_content["tools"][0]  # type: ignore[index]
+            with anyio.fail_after(10):  # a hang guard
+                while not changed:
+                    await anyio.sleep(0.01)
+            seen["after"] = [t.name for t in (await client.list_tools()).tools]
+            seen["removing"] = [t["name"] for t in (await client.call_tool(
+                "toolcrib__search_tools", {"query": "remove delete rm"})).structured_content["tools"]]  # type: ignore[index]
+            direct = await client.call_tool("fs__exist", {"path": "."})  # deferred, never listed: callable by name
+            proxied = await client.call_tool("toolcrib__call_tool", {"name": "fs__exist", "arguments": {"path": "."}})
+            seen["called"] = (direct.content[0].text, proxied.content[0].text)  # type: ignore[union-attr]
+            hidden = await client.call_tool("toolcrib__call_tool", {"name": "fs__rm", "arguments": {"path": "x"}})
+            missing = await client.call_tool("toolcrib__call_tool", {"name": "fs__zz", "arguments": {"path": "x"}})
+            seen["unknown"] = [(r.is_error, r.content[0].text) for r in (hidden, missing)]  # type: ignore[union-attr]
+        return seen
+
+    seen = anyio.run(main)
+    assert seen["first"] == ["fs__read_file", "toolcrib__call_tool", "toolcrib__search_tools"]
+    assert seen["found"] == ["fs__rename", "fs__read_file"]
+    assert set(seen["definition"]) >= {"name", "description", "inputSchema"}
+    assert seen["after"] == ["fs__read_file", "fs__rename", "toolcrib__call_tool", "toolcrib__search_tools"]
+    assert changed == ["tools"]
+    assert "fs__rm" not in seen["removing"]
+    assert seen["called"] == ('{"path":".","exists":true,"type":"directory"}',) * 2
+    assert seen["unknown"] == [(True, "Unknown tool: fs__rm"), (True, "Unknown tool: fs__zz")]
+
+
+def test_below_its_threshold_every_tool_is_listed_and_without_tool_search_no_search_tool_exists() -> None:
+    async def names(config: str, mode: str = "legacy") -> list[str]:
+        async with Client(_serve(config), mode=mode, cache=None) as client:
+            return [t.name for t in (await client.list_tools()).tools]
+
+    few = SEARCHING.replace("results = 3", "results = 3, when_more_than = 20")
+    everything = ["fs__batch_edit", "fs__copy", "fs__cwd", "fs__edit", "fs__exist", "fs__find_text", "fs__glob",
+                  "fs__ls", "fs__mkdir", "fs__read_file", "fs__rename", "fs__write_file"]
+    assert anyio.run(names, few) == everything
+    assert anyio.run(names, SEARCHING.replace("tool_search = { listed = [\"fs__read_file\"], results = 3 }\n", "")) \
+        == everything
+    # 2026-07-28 has no session to list found tools in: the listing stays, and found tools are called by name
+    assert anyio.run(names, SEARCHING, "auto") == ["fs__read_file", "toolcrib__call_tool", "toolcrib__search_tools"]
+
+
+def test_a_tool_search_pattern_that_cannot_be_used_is_a_config_error() -> None:
+    from toolcrib.errors import ConfigError
+
+    with pytest.raises(ConfigError) as bad:
+        make_host('[agents.a]\ntool_search = { listed = ["fs__read(*)"], results = 99 }\n')
+    assert [str(p) for p in bad.value.problems] == [
+        "error: toolcrib.toml: agents.a.tool_search.results: Input should be less than or equal to 50, got an integer "
+        "(99)"]
+    with pytest.raises(ConfigError) as bad:
+        make_host('[agents.a]\ntool_search = { listed = ["fs__read(*)"] }\n')
+    assert [str(p) for p in bad.value.problems] == [
+        "error: toolcrib.toml: agents.a.tool_search.listed[0]: 'fs__read(*)': a tool is listed up front by its name; "
+        "a specifier applies to calls"]
+
+
+FS_TOOLS = ["fs__batch_edit", "fs__copy", "fs__cwd", "fs__edit", "fs__exist", "fs__find_text", "fs__glob", "fs__ls",
+            "fs__mkdir", "fs__read_file", "fs__rename", "fs__rm", "fs__write_file"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(denied=st.sets(st.sampled_from(FS_TOOLS)), mode=st.sampled_from(["default", "plan"]),
+       listed=st.sets(st.sampled_from([*FS_TOOLS, "fs__*", "fs__r*"]), max_size=3))
+def test_the_proxy_runs_only_what_the_agent_sees_and_answers_for_the_rest_as_for_no_tool(
+        denied: set[str], mode: str, listed: set[str]) -> None:
+    """Over generated deny lists, modes and up-front patterns: a search never finds a hidden tool, the up-front list
+    holds only tools the agent sees, and through toolcrib__call_tool a hidden tool answers exactly as a tool that
+    does not exist (and a visible one is not refused as unknown)."""
+    config = (f'[agents.a]\nmode = "{mode}"\ntool_search = {{ listed = {sorted(listed)!r} }}\n'
+              '[agents.a.permissions]\nplugins = { allow = ["fs", "toolcrib"] }\n'
+              f'tools = {{ deny = {sorted(denied)!r} }}\n').replace("'", '"')
+    host = make_host(config, {"fs": toolcrib_fs})
+    view = host.view("a")
+    visible = set(view.names) - {"toolcrib__search_tools", "toolcrib__call_tool"}
+    assert {t["name"] for t in view.listed_tools} - {"toolcrib__search_tools", "toolcrib__call_tool"} <= visible
+    for query in ("file", "remove", "/.*/", "fs__rm", "write edit copy"):
+        assert {t["name"] for t in view.search(query, 13)} <= visible | set(view.searching_names)
+
+    async def proxy(name: str) -> tuple[bool, str]:
+        result = await view.call("toolcrib__call_tool", {"name": name, "arguments": {}})
+        return result.is_error, result.text
+
+    if "toolcrib__call_tool" not in view.names:  # plan mode: the proxy is not read-only, so it is not offered
+        assert mode == "plan"
+        return
+    for name in [*FS_TOOLS, "fs__never_installed"]:
+        answer = anyio.run(proxy, name)
+        if name in visible:
+            assert answer != (True, f"Unknown tool: {name}")
+        else:
+            assert answer == (True, f"Unknown tool: {name}")
+
+
+def test_the_anthropic_export_defers_what_is_not_listed_up_front_and_adds_the_apis_own_tool_search() -> None:
+    view = make_host(SEARCHING, {"fs": toolcrib_fs}).view("a")
+    exported = view.export("anthropic")
+    assert exported[0] == {"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"}
+    assert [(t["name"], t.get("defer_loading")) for t in exported[1:]] == [
+        ("fs__batch_edit", True), ("fs__copy", True), ("fs__cwd", True), ("fs__edit", True), ("fs__exist", True),
+        ("fs__find_text", True), ("fs__glob", True), ("fs__ls", True), ("fs__mkdir", True), ("fs__read_file", None),
+        ("fs__rename", True), ("fs__write_file", True)]  # toolcrib's own search tools are the API's here
+    assert [t["function"]["name"] for t in view.export("openai")] == [
+        "fs__read_file", "toolcrib__call_tool", "toolcrib__search_tools"]
+    plain = make_host(EVERYTHING, {"fs": toolcrib_fs}).view("a").export("anthropic")
+    assert len(plain) == 13 and not any("defer_loading" in t or "type" in t for t in plain)

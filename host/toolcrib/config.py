@@ -148,6 +148,16 @@ class LimitConfig(_Strict):
     in_flight: PositiveInt | None = Field(None, description="calls running at once; one more is refused")
 
 
+class ToolSearchConfig(_Strict):
+    """``[agents.<name>.tool_search]``: list a few tools up front and let the agent search for the rest."""
+
+    listed: list[str] = Field(default_factory=list, description="tool patterns (globs over full names) listed up "
+                              "front; every other tool the agent sees is found by toolcrib__search_tools")
+    when_more_than: int = Field(0, ge=0, description="search only once the agent sees more tools than this (0: "
+                                "always)")
+    results: int = Field(5, ge=1, le=50, description="how many tools a search returns at most")
+
+
 class LimitsConfig(LimitConfig):
     """``[agents.<name>.limits]``: limits on the agent's calls, all together and per tool (per replica)."""
 
@@ -174,6 +184,8 @@ class AgentConfig(_Strict):
                                               "bearer token, or a list of them (each set one is accepted: rotation)")
     identity: IdentityConfig | None = Field(None, description="OAuth access tokens that act as this agent")
     limits: LimitsConfig | None = Field(None, description="rate and concurrency limits on its calls")
+    tool_search: ToolSearchConfig | None = Field(None, description="list a few tools up front and let the agent "
+                                                 "search for the rest (toolcrib__search_tools)")
     bare_names: bool = Field(False, description="serve tools and prompts without their '<namespace>__' where no "
                              "two share a name")
     allow_dangerously_skip_permissions: bool = Field(False, description="required beside mode = bypassPermissions")
@@ -573,6 +585,16 @@ def check_config(config: Config, source: str) -> list[Problem]:
                                                ("agents", name, "identity")))
         if agent.limits is not None:
             problems.extend(_limits_problems(agent.limits, source, ("agents", name, "limits")))
+        if agent.tool_search is not None:
+            for i, text in enumerate(agent.tool_search.listed):
+                try:
+                    pattern = patterns.parse("tools", text)
+                except patterns.PatternError as exc:
+                    error(("agents", name, "tool_search", "listed", i), str(exc))
+                    continue
+                if pattern.specifier is not None:
+                    error(("agents", name, "tool_search", "listed", i), f"{text!r}: a tool is listed up front "
+                          "by its name; a specifier applies to calls")
         if agent.permissions is None:
             continue
         for dimension in patterns.DIMENSIONS:

@@ -27,6 +27,7 @@ CHAIN: ContextVar[tuple[str, ...]] = ContextVar("toolcrib_agent_chain", default=
 # session that lasts (stdio, stateful HTTP on 2025-11-25), a sub-agent's run. None elsewhere.
 CONVERSATION: ContextVar[set[Any] | None] = ContextVar("toolcrib_conversation", default=None)
 
+SEARCHING = ("toolcrib__search_tools", "toolcrib__call_tool")  # the tools that find and call the rest (tool_search)
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
@@ -209,6 +210,16 @@ class Context:
         2025-11-25) or one sub-agent run; None where the host cannot tell a conversation (2026-07-28 and stateless
         requests, the Python API)."""
         return CONVERSATION.get()
+
+    def search(self, query: str, k: int = 5) -> list[dict[str, Any]]:
+        """The tools this call's agent sees that best match ``query`` (``AgentView.search``), without the tools
+        that search and call for it; empty outside an agent's call. ``toolcrib.search.SearchError`` for a bad
+        query."""
+        view = self._view
+        if view is None:
+            return []
+        found = view.search(query, k + len(SEARCHING))
+        return [tool for tool in found if tool["name"] not in view.searching_names][:k]
 
     def itself(self, exclude: Iterable[str] = ()) -> Delegate | None:
         """This call's agent as a temporary sub-agent of the call: the same view and permissions (never wider),

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
-from toolcrib import uris
+from toolcrib import patterns, uris
 from toolcrib.content import ToolResult
-from toolcrib.context import Approver, AvailabilityContext, ClientChannel
+from toolcrib.context import SEARCHING, Approver, AvailabilityContext, ClientChannel
 from toolcrib.declarations import Completions
 from toolcrib.entries import Entry
 from toolcrib.errors import UnknownToolError
@@ -131,6 +131,10 @@ class ViewTool:
         if tool.source_name is not None:
             wire["_meta"] = {SOURCE_NAME_KEY: tool.source_name}
         return wire
+
+
+# Anthropic's server-side tool search (BM25), which finds the tools an export marks ``defer_loading``
+ANTHROPIC_TOOL_SEARCH = {"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"}
 
 
 class AgentView:
@@ -260,6 +264,32 @@ class AgentView:
         with collector_paused():
             return [vt.to_mcp() for vt in self.tools]
 
+    @cached_property
+    def searching_names(self) -> frozenset[str]:
+        """The served names of the tools that search and call for the agent (``toolcrib__search_tools``,
+        ``toolcrib__call_tool``), where it sees them."""
+        return frozenset(vt.served for vt in self.tools if vt.name in SEARCHING)
+
+    @cached_property
+    def deferring(self) -> bool:
+        """Whether the agent's tools are listed a few up front, the rest found by search (``tool_search``, with more
+        tools than its ``when_more_than``, and the search tools offered to it)."""
+        config = self.rules.config.tool_search
+        return config is not None and bool(self.searching_names) and \
+            len(self.tools) - len(self.searching_names) > config.when_more_than
+
+    @cached_property
+    def listed_tools(self) -> list[dict[str, Any]]:
+        """What tools/list holds before any search: every tool; or, deferring, those ``tool_search.listed``
+        names and the search tools. A tool left out is still the agent's: a call by its name works."""
+        config = self.rules.config.tool_search
+        if not self.deferring or config is None:
+            return [wire for vt, wire in zip(self.tools, self.mcp_tools, strict=True)
+                    if vt.served not in self.searching_names]
+        up_front = [patterns.parse("tools", text) for text in config.listed]
+        return [wire for vt, wire in zip(self.tools, self.mcp_tools, strict=True)
+                if vt.served in self.searching_names or any(p.matches(vt.name) for p in up_front)]
+
     def search(self, query: str, k: int = 5) -> list[dict[str, Any]]:
         """The ``k`` tools of this view that best match ``query``, best first, as tools/list has them: BM25 over
         served names, descriptions and arguments, a served name itself, or ``/regex/`` over served names
@@ -279,10 +309,17 @@ class AgentView:
             return [dict(t) for t in tools]
         if format == "openai":
             return [{"type": "function", "function": {"name": t["name"], "description": t["description"],
-                                                      "parameters": t["inputSchema"]}} for t in tools]
+                                                      "parameters": t["inputSchema"]}} for t in self.listed_tools]
         if format == "anthropic":
-            return [{"name": t["name"], "description": t["description"], "input_schema": t["inputSchema"]}
-                    for t in tools]
+            if not self.deferring:
+                return [{"name": t["name"], "description": t["description"], "input_schema": t["inputSchema"]}
+                        for t in self.listed_tools]
+            # tool_search: the tools not listed up front are deferred, and the API's own tool search finds them
+            listed = {t["name"] for t in self.listed_tools}
+            defined = [{"name": t["name"], "description": t["description"], "input_schema": t["inputSchema"],
+                        **({} if t["name"] in listed else {"defer_loading": True})}
+                       for t in tools if t["name"] not in self.searching_names]
+            return [ANTHROPIC_TOOL_SEARCH, *defined]
         raise ValueError(f"unknown export format {format!r}; formats: {', '.join(EXPORT_FORMATS)}")
 
     def surface(self) -> dict[str, list[dict[str, Any]]]:

@@ -28,6 +28,7 @@ from toolcrib.declarations import prompt
 from toolcrib.errors import ToolError
 from toolcrib.hookspecs import hookimpl
 from toolcrib.names import tool_name_problem
+from toolcrib.search import SearchError
 from toolcrib.tool import tool
 
 NAMESPACE = "toolcrib"
@@ -35,6 +36,12 @@ NAMESPACE = "toolcrib"
 LOAD_SKILL = ("Load a skill: expert instructions for a kind of task (its SKILL.md), or one of its other files. Load "
               "the skill before starting a task it covers.")
 SERVERS_NOTE = "Servers you can load:"
+SEARCH_TOOLS = ("Find tools by what they do. Only some of your tools are listed; search before concluding that a "
+                "tool does not exist. Returns each match's full definition (name, description, input schema), best "
+                "first; call a found tool by its name, or through toolcrib__call_tool if your tool list does not "
+                "show it.")
+CALL_TOOL = ("Call a tool that toolcrib__search_tools found, by its name, with its arguments. The tool's own rules "
+             "apply (approvals included); its result is this call's result.")
 
 
 def prompt_name(skill: str) -> str:
@@ -63,12 +70,61 @@ class Builtins:
             offered.append(self._run_agent())
         if self.servers:
             offered += self._lazy_servers()
+        if any(config.tool_search is not None for config in self.agents.values()):
+            offered += self._tool_search()
         return offered
 
     @hookimpl
     def toolcrib_prompts(self) -> list[Any]:
         return [self._skill_prompt(skill) for _, skill in sorted(self.skills.items())
                 if tool_name_problem(prompt_name(skill.name)) is None]
+
+    # -- tool search ---------------------------------------------------------------------------------------------
+
+    def _tool_search(self) -> list[Any]:
+        """``toolcrib__search_tools`` and ``toolcrib__call_tool``, for agents with ``tool_search``: the first finds
+        the agent's tools by what they do (``Context.search``: only what the agent sees is ever found), the second
+        calls one by name, through its own rules, hooks, limits and audit record, for clients that do not list
+        again what a search found."""
+        configs = self.agents
+
+        def available(ctx: AvailabilityContext) -> bool | str:
+            config = configs.get(ctx.agent)
+            return (config is not None and config.tool_search is not None) or \
+                f"agents.{ctx.agent} has no tool_search"
+
+        @tool(name="search_tools", description=SEARCH_TOOLS, is_available=available,
+              annotations={"readOnlyHint": True, "openWorldHint": False, "idempotentHint": True})
+        def search_tools(
+            query: Annotated[str, Field(max_length=1000, description="What the tool should do, in a few words; a "
+                                                                      "tool's exact name; or /regex/ over names")],
+            ctx: Context,
+            limit: Annotated[int | None, Field(ge=1, le=50, description="How many tools at most")] = None,
+        ) -> dict[str, Any]:
+            config = configs[ctx.agent].tool_search
+            assert config is not None
+            try:
+                found = ctx.search(query, limit or config.results)
+            except SearchError as exc:
+                raise ToolError(str(exc)) from None
+            given = ctx.conversation
+            if given is not None:  # the tools it found are this conversation's tools/list from now on
+                given.update(("tool", tool["name"]) for tool in found)
+            return {"tools": found}
+
+        @tool(name="call_tool", description=CALL_TOOL, is_available=available,
+              annotations={"readOnlyHint": False, "destructiveHint": True, "openWorldHint": True})
+        async def call_tool(
+            name: Annotated[str, Field(max_length=200, description="The tool's name, as search_tools gave it")],
+            ctx: Context,
+            arguments: Annotated[dict[str, Any] | None, Field(description="Its arguments")] = None,
+        ) -> ToolResult:
+            itself = ctx.itself(exclude={"toolcrib__search_tools", "toolcrib__call_tool"})
+            if itself is None:
+                raise ToolError(f"Unknown tool: {name}")
+            return await itself.call(name, arguments)
+
+        return [search_tools, call_tool]
 
     # -- skills ------------------------------------------------------------------------------------------------
 

@@ -221,7 +221,20 @@ class _Handlers:
     def listing(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         # Wire dicts, not models: never validated twice. The extra keys are what 2026-07-28 requires (no caching:
         # lists change on reload); for the handshake era the SDK sieves them off, or the fast path leaves them out.
-        return {"tools": self.view_of(ctx).mcp_tools, **_UNCACHED}
+        return {"tools": self.tools_of(ctx), **_UNCACHED}
+
+    def tools_of(self, ctx: ServerRequestContext[Any, Any]) -> list[dict[str, Any]]:
+        """The agent's tools/list: its view's listed tools and, deferring (``tool_search``), those its searches
+        found in this session (on 2025-11-25: a session lasts)."""
+        view = self.view_of(ctx)
+        if not view.deferring:
+            return view.listed_tools
+        given = _conversation(ctx.session) if ctx.protocol_version not in _MODERN else None
+        found = {key[1] for key in given or () if isinstance(key, tuple) and key[0] == "tool"}
+        if not found:
+            return view.listed_tools
+        listed = {tool["name"] for tool in view.listed_tools}
+        return [tool for tool in view.mcp_tools if tool["name"] in listed or tool["name"] in found]
 
     async def list_tools(self, ctx: ServerRequestContext[Any, Any],
                          params: types.PaginatedRequestParams | None) -> Any:
@@ -263,8 +276,10 @@ class _Handlers:
                 events.append({asked: answer.model_dump(by_alias=True, mode="json", exclude_none=True)})
             journal = Journal(events)
         approved = earlier is not None and earlier.get("approved") is True
-        talk = CONVERSATION.set(None if modern else _conversation(ctx.session))
+        given = None if modern else _conversation(ctx.session)
+        talk = CONVERSATION.set(given)
         polling = self._poll(ctx)
+        had = len(given) if given is not None and name in view.searching_names else None
         try:
             result = await view.call(name, arguments,
                                      approver=self._approver(ctx, name, responses, earlier is not None, approved),
@@ -278,6 +293,8 @@ class _Handlers:
             CONVERSATION.reset(talk)
             if polling is not None:
                 polling.cancel()
+        if had is not None and given is not None and len(given) > had and view.deferring:
+            await ctx.session.send_tool_list_changed()  # a search found tools: they are listed from now on
         wire = result.to_wire()
         wire["resultType"] = "complete"
         return wire
@@ -401,7 +418,7 @@ class _Handlers:
         if method == "tools/list":
             if not modern:
                 self.state.remember_session(self.agent, ctx.session)
-                return {"tools": self.view_of(ctx).mcp_tools}
+                return {"tools": self.tools_of(ctx)}
             return {**self.listing(ctx), "_meta": {SERVER_INFO_META_KEY: self.stamp}}
         assert params is not None
         result = await self.call(ctx, params["name"], params.get("arguments"), None, None)
