@@ -217,3 +217,19 @@ def test_the_anthropic_export_defers_what_is_not_listed_up_front_and_adds_the_ap
         "fs__read_file", "toolcrib__call_tool", "toolcrib__search_tools"]
     plain = make_host(EVERYTHING, {"fs": toolcrib_fs}).view("a").export("anthropic")
     assert len(plain) == 13 and not any("defer_loading" in t or "type" in t for t in plain)
+
+
+def test_explain_says_whether_a_tool_is_listed_up_front_or_found_by_search(cli_config: Any) -> None:
+    import json
+
+    from conftest import cli
+
+    path = cli_config(SEARCHING, "fs=toolcrib_fs")
+    code, out, _ = cli("explain", "--config", path, "--agent", "a", "fs__cwd")
+    assert code == 0
+    assert out.splitlines()[-1] == ("  tool search deferred: not listed up front, found by toolcrib__search_tools "
+                                    "(callable by name)")
+    code, out, _ = cli("explain", "--config", path, "--agent", "a", "fs__read_file", "--json")
+    assert (code, json.loads(out)["listed"]) == (0, True)
+    code, out, _ = cli("explain", "--config", path, "--agent", "a", "fs__rm")  # hidden: nothing to say of listing
+    assert code == 1 and "tool search" not in out

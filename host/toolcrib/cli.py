@@ -473,6 +473,9 @@ def _explain(host: Any, agent: str, as_json: bool, tool: str) -> bool:
             out["curation"] = {"original": curation.original, "changes": list(curation.changes)}
         if vt is not None and vt.call_rules is not None:
             out["call_rules"] = vt.call_rules.to_json()
+        listing = _listing(host, agent, vt)
+        if listing is not None:
+            out["listed"] = listing == "listed up front"
         _echo_json(out)
         return bool(decision.visible)
     verdict = "visible to" if decision.visible else "hidden from"
@@ -483,6 +486,9 @@ def _explain(host: Any, agent: str, as_json: bool, tool: str) -> bool:
         click.echo(f"  curated: {change}")
     for check in decision.checks:
         click.echo(f"  {check.name:<11} {'ok  ' if check.passed else 'FAIL'}  {check.detail}")
+    listing = _listing(host, agent, vt)
+    if listing is not None:
+        click.echo(f"  tool search {listing}")
     if vt is not None and vt.call_rules is not None:
         rules = vt.call_rules.to_json()
         click.echo("  calls:")
@@ -503,6 +509,16 @@ def _explain(host: Any, agent: str, as_json: bool, tool: str) -> bool:
         if who.get("needs_scope"):
             click.echo(f"    an OAuth token sees {tool} only with the scope {' or '.join(who['needs_scope'])}")
     return bool(decision.visible)
+
+
+def _listing(host: Any, agent: str, vt: Any) -> str | None:
+    """With ``tool_search`` on, whether a visible tool is listed up front or found by search; None otherwise."""
+    view = host.view(agent)
+    if vt is None or not view.deferring:
+        return None
+    if any(tool["name"] == vt.served for tool in view.listed_tools):
+        return "listed up front"
+    return "deferred: not listed up front, found by toolcrib__search_tools (callable by name)"
 
 
 def _who(host: Any, agent: str, name: str) -> dict[str, Any]:
