@@ -43,6 +43,9 @@ def test_a_served_name_finds_its_tool_first_and_a_regex_matches_served_names_in_
     assert found("/^fs__(read|write)/", k=5) == ["fs__read_file", "fs__write_file"]
     assert found("/RM$/", k=5) == ["fs__rm"]  # case-insensitive
     assert found("", k=5) == [] and found("   ") == [] and found("!!!") == []
+    # a word in most names (the namespace) ranks nothing beside other words, and alone still finds
+    assert found("fs glob") == found("glob") == ["fs__glob", "fs__find_text"]
+    assert len(found("fs", k=13)) == 13
 
 
 def test_a_hidden_tool_is_found_by_no_word_no_name_and_no_regex() -> None:

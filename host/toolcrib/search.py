@@ -14,6 +14,7 @@ regular expression over served names (case-insensitive), in list order.
 
 from __future__ import annotations
 
+import collections
 import re
 import sqlite3
 import threading
@@ -47,9 +48,14 @@ class ToolIndex:
         self._db = sqlite3.connect(":memory:", check_same_thread=False)
         self._db.execute("CREATE VIRTUAL TABLE tools USING fts5(name, description, arguments, "
                          "tokenize = 'porter unicode61')")
+        names = [words(tool["name"]) for tool in self.tools]
         self._db.executemany("INSERT INTO tools (rowid, name, description, arguments) VALUES (?, ?, ?, ?)",
-                             [(i, " ".join(words(tool["name"])), tool.get("description") or "", _arguments(tool))
-                              for i, tool in enumerate(self.tools)])
+                             [(i, " ".join(name), tool.get("description") or "", _arguments(tool))
+                              for i, (tool, name) in enumerate(zip(self.tools, names, strict=True))])
+        # words in more than half of the names (a namespace, "get"): BM25 gives them almost no weight, yet ranking
+        # every tool they match is most of a search's time, so a query with other words leaves them out
+        counts = collections.Counter(word for name in names for word in set(name))
+        self._common = frozenset(word for word, count in counts.items() if count * 2 > len(self.tools))
 
     def search(self, query: str, k: int = 5) -> list[dict[str, Any]]:
         """The ``k`` tools that best match ``query``, best first."""
@@ -67,6 +73,8 @@ class ToolIndex:
         if exact is not None:
             found.append(exact)
         terms = words(query)
+        if any(term not in self._common for term in terms):
+            terms = [term for term in terms if term not in self._common]
         if terms:
             expression = " OR ".join(f'"{term}"*' for term in terms)
             with self._lock:
