@@ -90,7 +90,7 @@ SEARCHING = """
 [agents.a]
 tool_search = { listed = ["fs__read_file"], results = 3 }
 [agents.a.permissions]
-plugins = { allow = ["fs", "toolcrib"] }
+plugins = { allow = ["fs"] }
 tools = { deny = ["fs__rm"] }
 """
 
@@ -184,7 +184,7 @@ def test_the_proxy_runs_only_what_the_agent_sees_and_answers_for_the_rest_as_for
     holds only tools the agent sees, and through toolcrib__call_tool a hidden tool answers exactly as a tool that
     does not exist (and a visible one is not refused as unknown)."""
     config = (f'[agents.a]\nmode = "{mode}"\ntool_search = {{ listed = {sorted(listed)!r} }}\n'
-              '[agents.a.permissions]\nplugins = { allow = ["fs", "toolcrib"] }\n'
+              '[agents.a.permissions]\nplugins = { allow = ["fs"] }\n'
               f'tools = {{ deny = {sorted(denied)!r} }}\n').replace("'", '"')
     host = make_host(config, {"fs": toolcrib_fs})
     view = host.view("a")
@@ -236,3 +236,16 @@ def test_explain_says_whether_a_tool_is_listed_up_front_or_found_by_search(cli_c
     assert (code, json.loads(out)["listed"]) == (0, True)
     code, out, _ = cli("explain", "--config", path, "--agent", "a", "fs__rm")  # hidden: nothing to say of listing
     assert code == 1 and "tool search" not in out
+
+
+def test_check_warns_of_a_tool_search_that_cannot_work_and_of_up_front_patterns_that_match_nothing() -> None:
+    unsearchable = make_host(SEARCHING.replace('deny = ["fs__rm"]', 'deny = ["fs__rm", "toolcrib__search_*"]'),
+                             {"fs": toolcrib_fs})
+    assert [str(p) for p in unsearchable.problems() if "tool_search" in p.where] == [
+        "warning: toolcrib.toml: agents.a.tool_search: the agent does not see toolcrib__search_tools, so every tool "
+        "it sees is listed (`toolcrib explain --agent a toolcrib__search_tools` says why)"]
+    assert unsearchable.view("a").deferring is False
+    unmatched = make_host(SEARCHING.replace('["fs__read_file"]', '["fs__read_file", "fs__nothing*"]'),
+                          {"fs": toolcrib_fs})
+    assert [str(p) for p in unmatched.problems() if "tool_search" in p.where] == [
+        "warning: toolcrib.toml: agents.a.tool_search.listed[1]: 'fs__nothing*' matches no tool the agent sees"]

@@ -19,7 +19,7 @@ from typing import Any
 
 import anyio
 
-from toolcrib import default_plugins, lock, uris, workspace
+from toolcrib import default_plugins, lock, patterns, uris, workspace
 from toolcrib.calls import Pipeline
 from toolcrib.catalog import Catalog, build_catalog
 from toolcrib.config import AgentConfig, LoadedConfig, did_you_mean, load_config
@@ -427,6 +427,14 @@ class Host:
             hint = ("it has no permissions table" if not rules.has_permissions
                     else f"see `toolcrib tools --agent {agent} --all` for why each tool is hidden")
             warn(f"agents.{agent}", f"the agent sees no tools ({hint})")
+        search = rules.config.tool_search
+        if search is not None and view.lookup("toolcrib__search_tools") is None:
+            warn(f"agents.{agent}.tool_search", "the agent does not see toolcrib__search_tools, so every tool it "
+                 f"sees is listed (`toolcrib explain --agent {agent} toolcrib__search_tools` says why)")
+        elif search is not None:
+            for i, text in enumerate(search.listed):
+                if not any(patterns.parse("tools", text).matches(vt.name) for vt in view.tools):
+                    warn(f"agents.{agent}.tool_search.listed[{i}]", f"{text!r} matches no tool the agent sees")
         for dimension, seen in (("resources", (*view.resources, *view.templates)), ("prompts", view.prompts)):
             rule = rules.dimensions[dimension]
             if rule.kind != "missing" and not seen:

@@ -275,7 +275,7 @@ class AgentView:
         """Whether the agent's tools are listed a few up front, the rest found by search (``tool_search``, with more
         tools than its ``when_more_than``, and the search tools offered to it)."""
         config = self.rules.config.tool_search
-        return config is not None and bool(self.searching_names) and \
+        return config is not None and self.lookup(SEARCHING[0]) is not None and \
             len(self.tools) - len(self.searching_names) > config.when_more_than
 
     @cached_property
