@@ -249,3 +249,22 @@ def test_check_warns_of_a_tool_search_that_cannot_work_and_of_up_front_patterns_
                           {"fs": toolcrib_fs})
     assert [str(p) for p in unmatched.problems() if "tool_search" in p.where] == [
         "warning: toolcrib.toml: agents.a.tool_search.listed[1]: 'fs__nothing*' matches no tool the agent sees"]
+
+
+@pytest.mark.parametrize(("thresholds", "deferring"), [
+    ("", True),
+    ("when_more_than = 11", True), ("when_more_than = 12", False),
+    ("when_tokens_more_than = 100", True), ("when_tokens_more_than = 1000000", False),
+    ("when_more_than = 20, when_tokens_more_than = 100", True),  # passing either turns it on
+    ("when_more_than = 20, when_tokens_more_than = 1000000", False),
+])
+def test_search_turns_on_past_a_number_of_tools_or_of_tokens_of_their_definitions(thresholds: str,
+                                                                                   deferring: bool) -> None:
+    from toolcrib.view import estimated_tokens
+
+    config = SEARCHING.replace("results = 3", f"results = 3{', ' if thresholds else ''}{thresholds}")
+    view = make_host(config, {"fs": toolcrib_fs}).view("a")
+    assert view.deferring is deferring
+    others = [t for t in view.mcp_tools if not t["name"].startswith("toolcrib__")]
+    assert len(others) == 12 and 100 < estimated_tokens(others) < 1000000
+    assert len(view.listed_tools) == (3 if deferring else 12)

@@ -153,8 +153,9 @@ class ToolSearchConfig(_Strict):
 
     listed: list[str] = Field(default_factory=list, description="tool patterns (globs over full names) listed up "
                               "front; every other tool the agent sees is found by toolcrib__search_tools")
-    when_more_than: int = Field(0, ge=0, description="search only once the agent sees more tools than this (0: "
-                                "always)")
+    when_more_than: int | None = Field(None, ge=0, description="search once the agent sees more tools than this")
+    when_tokens_more_than: int | None = Field(None, ge=0, description="search once its tools' definitions pass "
+                                              "this many tokens (estimated: 4 characters of JSON a token)")
     results: int = Field(5, ge=1, le=50, description="how many tools a search returns at most")
 
 

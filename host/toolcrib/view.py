@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import logging
+import math
 from collections.abc import Awaitable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -131,6 +133,12 @@ class ViewTool:
         if tool.source_name is not None:
             wire["_meta"] = {SOURCE_NAME_KEY: tool.source_name}
         return wire
+
+
+def estimated_tokens(tools: list[dict[str, Any]]) -> int:
+    """About how many tokens these definitions cost a model: 4 characters of their compact JSON a token (the
+    usual estimate for English text and JSON; a real tokenizer differs by model)."""
+    return math.ceil(len(json.dumps(tools, separators=(",", ":"))) / 4)
 
 
 # Anthropic's server-side tool search (BM25), which finds the tools an export marks ``defer_loading``
@@ -275,8 +283,13 @@ class AgentView:
         """Whether the agent's tools are listed a few up front, the rest found by search (``tool_search``, with more
         tools than its ``when_more_than``, and the search tools offered to it)."""
         config = self.rules.config.tool_search
-        return config is not None and self.lookup(SEARCHING[0]) is not None and \
-            len(self.tools) - len(self.searching_names) > config.when_more_than
+        if config is None or self.lookup(SEARCHING[0]) is None:
+            return False
+        if config.when_more_than is None and config.when_tokens_more_than is None:
+            return True  # no threshold: always
+        others = [wire for wire in self.mcp_tools if wire["name"] not in self.searching_names]
+        return (config.when_more_than is not None and len(others) > config.when_more_than) or \
+            (config.when_tokens_more_than is not None and estimated_tokens(others) > config.when_tokens_more_than)
 
     @cached_property
     def listed_tools(self) -> list[dict[str, Any]]:
