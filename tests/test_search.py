@@ -27,7 +27,7 @@ def found(query: str, k: int = 3, config: str = EVERYTHING) -> list[str]:
 @pytest.mark.parametrize(("query", "expected"), [
     ("read a file", ["fs__read_file", "fs__write_file", "fs__find_text"]),
     ("search text in files", ["fs__find_text", "fs__edit", "fs__write_file"]),
-    ("move a file", ["fs__rename", "fs__read_file", "fs__find_text"]),
+    ("move a file", ["fs__rename", "fs__write_file", "fs__read_file"]),
     ("list directory", ["fs__ls", "fs__copy", "fs__rm"]),
     ("replace text", ["fs__edit", "fs__find_text", "fs__write_file"]),
     ("glob", ["fs__glob", "fs__find_text"]),  # the name first, then an argument of that name
@@ -132,9 +132,10 @@ def test_an_agent_with_tool_search_lists_a_few_tools_and_finds_the_rest_which_a_
 
     seen = anyio.run(main)
     assert seen["first"] == ["fs__read_file", "toolcrib__call_tool", "toolcrib__search_tools"]
-    assert seen["found"] == ["fs__rename", "fs__read_file"]
+    assert seen["found"] == ["fs__rename", "fs__write_file"]
     assert set(seen["definition"]) >= {"name", "description", "inputSchema"}
-    assert seen["after"] == ["fs__read_file", "fs__rename", "toolcrib__call_tool", "toolcrib__search_tools"]
+    assert seen["after"] == ["fs__read_file", "fs__rename", "fs__write_file", "toolcrib__call_tool",
+                             "toolcrib__search_tools"]
     assert changed == ["tools"]
     assert "fs__rm" not in seen["removing"]
     assert seen["called"] == ('{"path":".","exists":true,"type":"directory"}',) * 2
@@ -268,3 +269,27 @@ def test_search_turns_on_past_a_number_of_tools_or_of_tokens_of_their_definition
     others = [t for t in view.mcp_tools if not t["name"].startswith("toolcrib__")]
     assert len(others) == 12 and 100 < estimated_tokens(others) < 1000000
     assert len(view.listed_tools) == (3 if deferring else 12)
+
+
+def test_keywords_from_the_pack_and_from_curation_make_a_tool_findable_by_words_it_does_not_use() -> None:
+    import toolcrib
+    from packs import Pack
+
+    @toolcrib.tool(keywords=["delete", "erase"])
+    def rm(path: str) -> str:
+        """Remove a path."""
+        return path
+
+    @toolcrib.tool
+    def mkdir(path: str) -> str:
+        """Create a directory."""
+        return path
+
+    config = EVERYTHING + '[tools."files__mkdir"]\nkeywords = ["folder"]\n'
+    host = make_host(config, {"files": Pack(rm, mkdir)})
+    view = host.view("a")
+    assert [t["name"] for t in view.search("delete the old file", 2)] == ["files__rm", "files__mkdir"]
+    assert [t["name"] for t in view.search("erase", 2)] == ["files__rm"]
+    assert [t["name"] for t in view.search("make a folder", 2)] == ["files__mkdir"]
+    assert host.catalog.entries["files__mkdir"].curation.changes == ("search keywords added: folder",)  # type: ignore[union-attr]
+    assert "keywords" not in view.search("folder", 1)[0]  # not MCP's: the definition served stays as it was

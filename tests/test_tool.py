@@ -326,8 +326,10 @@ def test_bad_annotations_timeout_and_availability_are_refused() -> None:
     with _fails("tool 'fn': rule_subject 'path' is not one of its arguments (none)"):
         tool(rule_subject="path")(fn)
     with _fails("tool() got unknown option(s) tags; it takes name, description, annotations, is_available, "
-                "timeout, title, rule_subject, describe"):
+                "timeout, title, rule_subject, describe, keywords"):
         tool(tags={"x"})(fn)
+    with _fails("tool 'fn': keywords is a list of words, not 'delete'"):
+        tool(keywords="delete")(fn)
 
 
 def test_decorating_twice_or_a_class_is_refused() -> None:

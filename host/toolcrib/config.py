@@ -311,6 +311,8 @@ class ToolCuration(_Strict):
     name: str | None = Field(None, description="serve it as <namespace>__<name> (rules and the audit log use that)")
     title: str | None = Field(None, description="its title")
     description: str | None = Field(None, description="its description, replacing the source's")
+    keywords: list[str] = Field(default_factory=list, description="more words tool search finds it by (beside "
+                                "its pack's)")
     annotations: dict[str, Any] = Field(default_factory=dict, description="MCP annotations to set (readOnlyHint, "
                                         "destructiveHint, idempotentHint, openWorldHint, title); the operator vouches "
                                         "for them, so they count even for an untrusted server")

@@ -94,6 +94,9 @@ def _curated(entry: Entry, spec: ToolCuration, where: str, problems: list[Proble
     if spec.title is not None:
         updates["title"] = spec.title
         changes.append("title replaced")
+    if spec.keywords:
+        updates["keywords"] = (*tool.keywords, *spec.keywords)
+        changes.append("search keywords added: " + ", ".join(spec.keywords))
     trusted = entry.trusted
     if spec.annotations:
         updates["annotations"] = {**tool.annotations, **spec.annotations}

@@ -5,11 +5,12 @@ or ranking can bring a hidden tool back. Views are immutable, so the index is bu
 search) and a reload builds the next view's.
 
 Ranking is BM25 over each tool's served name (split into words: ``fs__read_file`` is "fs read file",
-``getWeather`` "get weather"), its description, and its arguments' names and descriptions, with the name weighed
-most. The engine is SQLite's FTS5, from the standard library: a maintained full-text engine with BM25 built in and a
-stemming tokenizer (``porter``: "files" finds "file"), so no dependency is added and nothing is hand-written but the
-weights. Two other lookups come first: a query that is a served name finds that tool, and ``/pattern/`` is a
-regular expression over served names (case-insensitive), in list order.
+``getWeather`` "get weather"), its search keywords (``@toolcrib.tool(keywords=[...])``, and an operator's through
+curation), its description, and its arguments' names and descriptions, with the name weighed most. The engine is
+SQLite's FTS5, from the standard library: a maintained full-text engine with BM25 built in and a stemming tokenizer
+(``porter``: "files" finds "file"), so no dependency is added and nothing is hand-written but the weights. Two
+other lookups come first: a query that is a served name finds that tool, and ``/pattern/`` is a regular expression
+over served names (case-insensitive), in list order.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ import collections
 import re
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-WEIGHTS = (6.0, 1.0, 2.0)  # BM25 weight of the name, the description, the arguments
+WEIGHTS = (6.0, 4.0, 1.0, 2.0)  # BM25 weight of the name, the keywords, the description, the arguments
 MAX_QUERY_CHARS = 1000
 
 _SPLIT = re.compile(r"[^0-9A-Za-z]+|(?<=[a-z0-9])(?=[A-Z])")
@@ -41,16 +42,18 @@ class ToolIndex:
     """BM25 over tool definitions as tools/list has them (wire dicts: ``name``, ``description``,
     ``inputSchema``)."""
 
-    def __init__(self, tools: Sequence[dict[str, Any]]) -> None:
+    def __init__(self, tools: Sequence[dict[str, Any]], keywords: Mapping[str, Sequence[str]] | None = None) -> None:
         self.tools = list(tools)
+        keywords = keywords or {}
         self._by_name = {tool["name"]: i for i, tool in enumerate(self.tools)}
         self._lock = threading.Lock()
         self._db = sqlite3.connect(":memory:", check_same_thread=False)
-        self._db.execute("CREATE VIRTUAL TABLE tools USING fts5(name, description, arguments, "
+        self._db.execute("CREATE VIRTUAL TABLE tools USING fts5(name, keywords, description, arguments, "
                          "tokenize = 'porter unicode61')")
         names = [words(tool["name"]) for tool in self.tools]
-        self._db.executemany("INSERT INTO tools (rowid, name, description, arguments) VALUES (?, ?, ?, ?)",
-                             [(i, " ".join(name), tool.get("description") or "", _arguments(tool))
+        self._db.executemany("INSERT INTO tools (rowid, name, keywords, description, arguments) VALUES (?, ?, ?, ?, ?)",
+                             [(i, " ".join(name), " ".join(keywords.get(tool["name"], ())),
+                               tool.get("description") or "", _arguments(tool))
                               for i, (tool, name) in enumerate(zip(self.tools, names, strict=True))])
         # words in more than half of the names (a namespace, "get"): BM25 gives them almost no weight, yet ranking
         # every tool they match is most of a search's time, so a query with other words leaves them out
@@ -72,7 +75,7 @@ class ToolIndex:
         exact = self._by_name.get(query)
         if exact is not None:
             found.append(exact)
-        terms = words(query)
+        terms = [term for term in words(query) if len(term) > 1]  # "a" would match every word that starts so
         if any(term not in self._common for term in terms):
             terms = [term for term in terms if term not in self._common]
         if terms:

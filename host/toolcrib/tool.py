@@ -51,7 +51,7 @@ ANNOTATION_KEYS: Mapping[str, type] = {
 # Arguments come from a model: unknown keys and NaN/Infinity are refused rather than silently accepted.
 INPUT_CONFIG = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-_OPTION_KEYS = ("annotations", "is_available", "timeout", "title", "rule_subject", "describe")
+_OPTION_KEYS = ("annotations", "is_available", "timeout", "title", "rule_subject", "describe", "keywords")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -74,6 +74,7 @@ class Tool:
     title: str | None = None
     rule_subjects: tuple[str, ...] = ()  # the arguments operators' argument rules match (paths, URLs, commands)
     describe: Callable[[AvailabilityContext], str] | None = None  # the description, written for each agent
+    keywords: tuple[str, ...] = ()  # more words tool search finds it by ("delete" for a tool named rm)
     make_input: Callable[[], type[BaseModel]] = dataclasses.field(default=lambda: BaseModel, repr=False)
     return_annotation: Any = dataclasses.field(default=inspect.Signature.empty, repr=False)
     # Schemas given as they are, for tools described by JSON Schema rather than Python (upstream MCP servers).
@@ -183,6 +184,7 @@ def tool(
     title: str | None = None,
     rule_subject: str | Sequence[str] | None = None,
     describe: Callable[[AvailabilityContext], str] | None = None,
+    keywords: Sequence[str] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -197,6 +199,7 @@ def tool(
     title: str | None = None,
     rule_subject: str | Sequence[str] | None = None,
     describe: Callable[[AvailabilityContext], str] | None = None,
+    keywords: Sequence[str] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -393,9 +396,14 @@ def _build(
             raise ToolDeclarationError(
                 f"tool {name!r}: rule_subject {subject!r} is not one of its arguments ({takes})"
             )
+    keywords = options.get("keywords")
+    if keywords is not None and (isinstance(keywords, str) or not isinstance(keywords, Sequence)
+                                 or not all(isinstance(k, str) for k in keywords)):
+        raise ToolDeclarationError(f"tool {name!r}: keywords is a list of words, not {keywords!r}")
     return Tool(
         name=name,
         description=description.strip(),
+        keywords=tuple(keywords or ()),
         arguments=arguments,
         make_input=make_input,
         return_annotation=return_annotation,

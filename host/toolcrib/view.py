@@ -312,7 +312,7 @@ class AgentView:
     @cached_property
     def _index(self) -> ToolIndex:
         with collector_paused():
-            return ToolIndex(self.mcp_tools)
+            return ToolIndex(self.mcp_tools, {vt.served: vt.tool.keywords for vt in self.tools if vt.tool.keywords})
 
     def export(self, format: str = "mcp") -> list[dict[str, Any]]:
         """This view's tools for a framework: ``mcp`` (the tools/list objects), ``openai`` (function tools for
