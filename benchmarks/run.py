@@ -51,6 +51,11 @@ def fmt(seconds: float) -> str:
     return f"{seconds * 1e6:.1f} us"
 
 
+def _delta(seconds: float) -> str:
+    """A difference of times, with its sign."""
+    return f"{'+' if seconds >= 0 else '-'}{fmt(abs(seconds))}"
+
+
 def ratio(a: float, b: float | None) -> str:
     return f"{a / b:.2f}x" if b else "-"
 
@@ -485,11 +490,11 @@ async def cluster(args: argparse.Namespace) -> list[Row]:
     MEASURED["cluster no limit"] = result["cluster, no limit"] / result["plain"]
     MEASURED["redis session delta"] = sessions["redis"] - sessions["memory"]
     return [["Python API call with a fleet-wide rate limit (loopback Redis) vs the same limit in memory",
-             fmt(result["redis"]), fmt(result["memory"]), f"+{fmt(result['redis'] - result['memory'])}"],
+             fmt(result["redis"]), fmt(result["memory"]), _delta(result["redis"] - result["memory"])],
             ["Python API call with no limit, [cluster] set vs not", fmt(result["cluster, no limit"]),
              fmt(result["plain"]), ratio(result["cluster, no limit"], result["plain"])],
             ["call over a 2025-11-25 HTTP session, sessions and events on Redis vs in memory", fmt(sessions["redis"]),
-             fmt(sessions["memory"]), f"+{fmt(sessions['redis'] - sessions['memory'])}"]]
+             fmt(sessions["memory"]), _delta(sessions["redis"] - sessions["memory"])]]
 
 
 async def _sessions_on_redis(folder: Path, shared: str, calls: int, rounds: int) -> dict[str, float]:
