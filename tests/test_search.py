@@ -127,7 +127,10 @@ def test_an_agent_with_tool_search_lists_a_few_tools_and_finds_the_rest_which_a_
             seen["called"] = (direct.content[0].text, proxied.content[0].text)  # type: ignore[union-attr]
             hidden = await client.call_tool("toolcrib__call_tool", {"name": "fs__rm", "arguments": {"path": "x"}})
             missing = await client.call_tool("toolcrib__call_tool", {"name": "fs__zz", "arguments": {"path": "x"}})
-            seen["unknown"] = [(r.is_error, r.content[0].text) for r in (hidden, missing)]  # type: ignore[union-attr]
+            itself = await client.call_tool("toolcrib__call_tool", {"name": "toolcrib__call_tool", "arguments": {
+                "name": "fs__exist", "arguments": {"path": "."}}})  # no proxy through the proxy
+            seen["unknown"] = [(r.is_error, r.content[0].text)  # type: ignore[union-attr]
+                               for r in (hidden, missing, itself)]
         return seen
 
     seen = anyio.run(main)
@@ -139,7 +142,8 @@ def test_an_agent_with_tool_search_lists_a_few_tools_and_finds_the_rest_which_a_
     assert changed == ["tools"]
     assert "fs__rm" not in seen["removing"]
     assert seen["called"] == ('{"path":".","exists":true,"type":"directory"}',) * 2
-    assert seen["unknown"] == [(True, "Unknown tool: fs__rm"), (True, "Unknown tool: fs__zz")]
+    assert seen["unknown"] == [(True, "Unknown tool: fs__rm"), (True, "Unknown tool: fs__zz"),
+                               (True, "Unknown tool: toolcrib__call_tool")]
 
 
 def test_below_its_threshold_every_tool_is_listed_and_without_tool_search_no_search_tool_exists() -> None:
