@@ -42,6 +42,8 @@ def test_a_served_name_finds_its_tool_first_and_a_regex_matches_served_names_in_
     assert found("fs__mkdir")[0] == "fs__mkdir"
     assert found("/^fs__(read|write)/", k=5) == ["fs__read_file", "fs__write_file"]
     assert found("/RM$/", k=5) == ["fs__rm"]  # case-insensitive
+    assert found("/^fs__.*_file$/", k=5) == ["fs__read_file", "fs__write_file"]  # two repetitions are fine
+    assert found("/^(?:fs__)(read|ls)(?=_|$)/", k=5) == ["fs__ls", "fs__read_file"]  # so are groups, lookaheads
     assert found("", k=5) == [] and found("   ") == [] and found("!!!") == []
     # a word in most names (the namespace) ranks nothing beside other words, and alone still finds
     assert found("fs glob") == found("glob") == ["fs__glob", "fs__find_text"]
@@ -66,6 +68,16 @@ def test_one_index_per_view_and_results_as_tools_list_has_them() -> None:
 
 @pytest.mark.parametrize(("query", "k", "message"), [
     ("/[unclosed/", 3, "/[unclosed/ is not a regular expression: unterminated character set at position 0"),
+    # what would make Python's regex engine backtrack for seconds or years on a long name: refused at once
+    ("/(.*)*x$/", 3, "/(.*)*x$/ repeats a group that itself repeats or alternates: such a pattern can take the "
+                     "regex engine exponential time"),
+    ("/(a|a)*$/", 3, "/(a|a)*$/ repeats a group that itself repeats or alternates: such a pattern can take the "
+                     "regex engine exponential time"),
+    ("/(?P<x>a+){2,}/", 3, "/(?P<x>a+){2,}/ repeats a group that itself repeats or alternates: such a pattern can "
+                           "take the regex engine exponential time"),
+    ("/(a)\\1/", 3, "/(a)\\1/ has a backreference: such a pattern can take the regex engine exponential time"),
+    ("/a*a*a*b/", 3, "/a*a*a*b/ repeats without bound more than 2 times: such a pattern can take the regex engine "
+                     "exponential time"),
     ("x" * 1001, 3, "the query is longer than 1000 characters"),
     ("copy", 0, "k must be a positive integer"),
     ("copy", True, "k must be a positive integer"),

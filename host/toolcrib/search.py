@@ -24,6 +24,7 @@ from typing import Any
 
 WEIGHTS = (6.0, 4.0, 1.0, 2.0)  # BM25 weight of the name, the keywords, the description, the arguments
 MAX_QUERY_CHARS = 1000
+MAX_REPETITIONS = 2  # unbounded repetitions a /regex/ may have: ``fs__.*file.*`` is fine, ``a*a*a*...b`` is not
 
 _SPLIT = re.compile(r"[^0-9A-Za-z]+|(?<=[a-z0-9])(?=[A-Z])")
 
@@ -92,10 +93,56 @@ class ToolIndex:
             compiled = re.compile(pattern, re.IGNORECASE)
         except re.error as exc:
             raise SearchError(f"/{pattern}/ is not a regular expression: {exc}") from None
+        risky = _risky(pattern)
+        if risky is not None:
+            raise SearchError(f"/{pattern}/ {risky}: such a pattern can take the regex engine exponential time")
         return [tool for tool in self.tools if compiled.search(tool["name"])][:k]
 
     def close(self) -> None:
         self._db.close()
+
+
+def _risky(pattern: str) -> str | None:
+    """Why a regular expression could make Python's ``re`` backtrack for seconds or years on a name (it has no time
+    limit, and the pattern is the agent's): a repeated group that holds a repetition or an alternation (``(a+)+``,
+    ``(.*)*``, ``(a|a)*``), a backreference, or more than ``MAX_REPETITIONS`` unbounded repetitions in all
+    (``a*a*a*b``: each one multiplies the tries). None when it has none of these."""
+    groups: list[bool] = []  # per open group: whether it holds a repetition or an alternation
+    unbounded = 0  # repetitions without an upper bound (*, +, {m,}): each multiplies what a failing match tries
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            if i + 1 < len(pattern) and pattern[i + 1].isdigit():
+                return "has a backreference"
+            i += 2
+            continue
+        if char == "[":  # a character class: nothing in it repeats or alternates
+            end = pattern.find("]", i + 2 if pattern[i + 1:i + 2] == "]" else i + 1)
+            i = len(pattern) if end < 0 else end + 1
+            continue
+        if char == "(":
+            groups.append(False)
+            if pattern[i + 1:i + 2] == "?":  # (?:, (?=, (?P<name>, ...: the group's kind, not a repetition
+                close = pattern.find(">", i) if pattern[i + 2:i + 4] in ("P<", "<") or (
+                    pattern[i + 2:i + 3] == "<" and pattern[i + 3:i + 4] not in ("=", "!")) else i + 2
+                i = (close if close > 0 else i + 2) + 1
+                continue
+        elif char == ")" and groups:
+            holds = groups.pop()
+            repeated = i + 1 < len(pattern) and pattern[i + 1] in "*+{"  # "?" takes it once at most
+            if repeated and holds:
+                return "repeats a group that itself repeats or alternates"
+            if groups and (holds or repeated):
+                groups[-1] = True
+        if char in "*+" or (char == "{" and re.match(r"\{\d*,\}", pattern[i:])):
+            unbounded += 1
+            if unbounded > MAX_REPETITIONS:
+                return f"repeats without bound more than {MAX_REPETITIONS} times"
+        if char in "*+?{|" and groups:
+            groups[-1] = True
+        i += 1
+    return None
 
 
 def _arguments(tool: dict[str, Any]) -> str:
