@@ -309,3 +309,17 @@ def test_keywords_from_the_pack_and_from_curation_make_a_tool_findable_by_words_
     assert [t["name"] for t in view.search("make a folder", 2)] == ["files__mkdir"]
     assert host.catalog.entries["files__mkdir"].curation.changes == ("search keywords added: folder",)  # type: ignore[union-attr]
     assert "keywords" not in view.search("folder", 1)[0]  # not MCP's: the definition served stays as it was
+
+
+def test_a_regex_search_is_held_to_a_time_budget_over_all_the_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    from toolcrib import search
+
+    tools = [{"name": f"ns__tool_{i:04}", "description": "A tool.", "inputSchema": {}} for i in range(600)]
+    index = search.ToolIndex(tools)
+    assert [t["name"] for t in index.search("/_05(9|1)/", 2)] == ["ns__tool_0510", "ns__tool_0511"]
+    monkeypatch.setattr(search, "REGEX_SECONDS", 0.0)  # what a slow pattern on long names meets, without waiting
+    with pytest.raises(SearchError) as slow:
+        index.search("/_059/", 2)
+    assert str(slow.value) == ("/_059/ took more than 0.0 s over the tool names; anchor it (^...) or make it more "
+                               "specific")
+    assert [t["name"] for t in index.search("/^ns__tool_000[12]/", 2)] == ["ns__tool_0001", "ns__tool_0002"]

@@ -19,11 +19,13 @@ import collections
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 WEIGHTS = (6.0, 4.0, 1.0, 2.0)  # BM25 weight of the name, the keywords, the description, the arguments
 MAX_QUERY_CHARS = 1000
+REGEX_SECONDS = 0.25  # what one /regex/ search may take over every name
 MAX_REPETITIONS = 2  # unbounded repetitions a /regex/ may have: ``fs__.*file.*`` is fine, ``a*a*a*...b`` is not
 
 _SPLIT = re.compile(r"[^0-9A-Za-z]+|(?<=[a-z0-9])(?=[A-Z])")
@@ -96,7 +98,17 @@ class ToolIndex:
         risky = _risky(pattern)
         if risky is not None:
             raise SearchError(f"/{pattern}/ {risky}: such a pattern can take the regex engine exponential time")
-        return [tool for tool in self.tools if compiled.search(tool["name"])][:k]
+        found: list[dict[str, Any]] = []
+        started = time.perf_counter()
+        for i, tool in enumerate(self.tools):  # each name costs little now; all of them are held to a budget too
+            if compiled.search(tool["name"]):
+                found.append(tool)
+                if len(found) == k:
+                    break
+            if i % 256 == 255 and time.perf_counter() - started > REGEX_SECONDS:
+                raise SearchError(f"/{pattern}/ took more than {REGEX_SECONDS} s over the tool names; anchor it "
+                                  "(^...) or make it more specific")
+        return found
 
     def close(self) -> None:
         self._db.close()
