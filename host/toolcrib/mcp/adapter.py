@@ -294,7 +294,10 @@ class _Handlers:
             if polling is not None:
                 polling.cancel()
         if had is not None and given is not None and len(given) > had and view.deferring:
-            await ctx.session.send_tool_list_changed()  # a search found tools: they are listed from now on
+            try:  # a search found tools: they are listed from now on
+                await ctx.session.send_tool_list_changed()
+            except Exception:  # a connection that went: nothing to tell, and the search's result still stands
+                log.debug("could not tell agent %r's session that its tools changed", self.agent, exc_info=True)
         wire = result.to_wire()
         wire["resultType"] = "complete"
         return wire
