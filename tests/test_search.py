@@ -61,9 +61,12 @@ def test_a_hidden_tool_is_found_by_no_word_no_name_and_no_regex() -> None:
 
 def test_one_index_per_view_and_results_as_tools_list_has_them() -> None:
     view = make_host(EVERYTHING, {"fs": toolcrib_fs}).view("a")
+    assert "_index" not in vars(view)  # building a view builds no index: the first search does
     first = view.search("copy", 1)
+    index = vars(view)["_index"]
     assert first == [next(t for t in view.mcp_tools if t["name"] == "fs__copy")]
-    assert view._index is view._index
+    view.search("glob", 1)
+    assert vars(view)["_index"] is index  # and later searches use it
 
 
 @pytest.mark.parametrize(("query", "k", "message"), [

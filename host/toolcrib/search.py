@@ -110,9 +110,6 @@ class ToolIndex:
                                   "(^...) or make it more specific")
         return found
 
-    def close(self) -> None:
-        self._db.close()
-
 
 def _risky(pattern: str) -> str | None:
     """Why a regular expression could make Python's ``re`` backtrack for seconds or years on a name (it has no time

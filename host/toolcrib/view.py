@@ -280,8 +280,9 @@ class AgentView:
 
     @cached_property
     def deferring(self) -> bool:
-        """Whether the agent's tools are listed a few up front, the rest found by search (``tool_search``, with more
-        tools than its ``when_more_than``, and the search tools offered to it)."""
+        """Whether the agent's tools are listed a few up front, the rest found by search: it has ``tool_search``,
+        sees ``toolcrib__search_tools``, and passes a threshold (``when_more_than`` tools, ``when_tokens_more_than``
+        tokens of definitions) or has none."""
         config = self.rules.config.tool_search
         if config is None or self.lookup(SEARCHING[0]) is None:
             return False
@@ -296,6 +297,8 @@ class AgentView:
         """What tools/list holds before any search: every tool; or, deferring, those ``tool_search.listed``
         names and the search tools. A tool left out is still the agent's: a call by its name works."""
         config = self.rules.config.tool_search
+        if not self.searching_names:
+            return self.mcp_tools  # no tool_search: the whole list, not a copy of it
         if not self.deferring or config is None:
             return [wire for vt, wire in zip(self.tools, self.mcp_tools, strict=True)
                     if vt.served not in self.searching_names]

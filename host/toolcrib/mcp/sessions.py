@@ -3,11 +3,11 @@
 The SDK's session manager keeps a session in the process that made it and keeps none of its events.
 ``SessionManager`` is the SDK's with its stateful path replaced, so that each session has
 
-- **an event store of its own** (``MemoryEvents``; with ``[cluster]``, ``toolcrib.cluster.RedisEvents``): each SSE
+- **an event store of its own** (``MemoryEvents``; with ``[cluster]``, ``toolcrib.mcp.fleet.RedisEvents``): each SSE
   stream opens with a priming event and tells the client when to retry, and a client whose stream dropped
   reconnects with ``Last-Event-ID`` and gets what it missed, then the rest as it comes. One store per session, so a
   ``Last-Event-ID`` names a place in that session's events only, never another's;
-- **with ``[cluster]``, a record every replica reads** (``toolcrib.cluster.RedisSessions``): whose the session is
+- **with ``[cluster]``, a record every replica reads** (``toolcrib.mcp.fleet.RedisSessions``): whose the session is
   (the principal that opened it), what its handshake settled (protocol version, the client's info and
   capabilities) and what the client set since (subscriptions, log level). A replica given a session it does not
   hold takes it up from the record: a connection born initialized, with that state, and the session's events.
@@ -137,7 +137,7 @@ class SessionRecord:
 
 
 class Sessions(Protocol):
-    """Where sessions are kept beyond one replica (``toolcrib.cluster.RedisSessions``), or not (``LocalSessions``).
+    """Where sessions are kept beyond one replica (``toolcrib.mcp.fleet.RedisSessions``), or not (``LocalSessions``).
     Every method but ``events`` may find the store unreachable: it then says so in the log and the session goes
     on in this replica only."""
 

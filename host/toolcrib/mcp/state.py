@@ -70,14 +70,13 @@ async def serving_state(path: Path | None, metrics: Metrics | None = None) -> As
             return await anyio.to_thread.run_sync(functools.partial(
                 Host, loaded, sources=sources, metrics=metrics, limits=limits))
 
-        first_host = await build()
-        state = ServingState(first_host, make_host=build)
+        state = ServingState(await build(), make_host=build)
         state.metrics = metrics
         state.store = store
         if store is not None:  # approvals are used once in the whole fleet; updates and reloads reach every replica
             state.once = RedisOnce(store)
             state.fanout = Fanout(store)
-            served = first_host.loaded.config.host
+            served = state.host.loaded.config.host
             state.sessions = RedisSessions(store, state.fanout, served.http_session_idle, served.http_max_sessions)
             state.watch_resources()  # this replica's updates go out even when none of its own clients listens
             subscribed = anyio.Event()
