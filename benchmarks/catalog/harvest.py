@@ -75,7 +75,8 @@ def main(root: Path) -> None:
     for namespace, (package, binary, args, env) in NPM.items():
         origin[namespace] = f"npm {package}@{npm_version(root, package)}"
         toml += [f"[mcps.{namespace}]", f"command = {json.dumps(str(root / 'node_modules/.bin' / binary))}",
-                 f"args = {json.dumps([a.format(tmp=tmp) for a in args])}", "env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }",
+                 f"args = {json.dumps([a.format(tmp=tmp) for a in args])}",
+                 "env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }",
                  "timeout = 60", ""]
     for namespace, (dist, venv, command, args) in PYPI.items():
         versions = subprocess.run([str(root / venv / "bin/python"), "-c", f"import importlib.metadata as m; "

@@ -23,17 +23,28 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-WEIGHTS = (6.0, 4.0, 1.0, 2.0)  # BM25 weight of the name, the keywords, the description, the arguments
+WEIGHTS = (2.0, 4.0, 1.0, 0.5)  # BM25 weight of the name, the keywords, the description, the arguments (chosen
+# on one half of benchmarks/catalog/queries.tsv, measured on the other: docs/benchmarks.md)
 MAX_QUERY_CHARS = 1000
 REGEX_SECONDS = 0.25  # what one /regex/ search may take over every name
 MAX_REPETITIONS = 2  # unbounded repetitions a /regex/ may have: ``fs__.*file.*`` is fine, ``a*a*a*...b`` is not
 
-_SPLIT = re.compile(r"[^0-9A-Za-z]+|(?<=[a-z0-9])(?=[A-Z])")
+_SPLIT = re.compile(r"[\W_]+|(?<=[a-z0-9])(?=[A-Z])")
+_SEPARATORS = re.compile(r"[\W_]+")
+# English words that say nothing of a tool ("how do I read a file"): each is in most descriptions, so BM25 gives it
+# almost no weight, yet ranking every tool it matches is most of a search's time (Lucene's English stop words,
+# with the pronouns and question words a request to an agent is phrased in)
+STOP_WORDS = frozenset(("a", "an", "and", "are", "as", "at", "be", "but", "by", "can", "do", "does", "for", "from",
+    "how", "i", "if", "in", "into", "is", "it", "its", "me", "my", "no", "not", "of", "on", "or", "our", "please",
+    "so", "some", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was", "we",
+    "what", "when", "where", "which", "who", "whose", "will", "with", "you", "your"))
 
 
 def words(text: str) -> list[str]:
-    """The words of a name or a text, lower-cased: separators (``__``, ``_``, ``-``, ``.``, spaces) and camelCase
-    humps split them."""
+    """The words of a name or a text, lower-cased: separators (``__``, ``_``, ``-``, ``.``, spaces, any character
+    that is not a letter or a digit) and camelCase humps split them."""
+    if text.islower() or not any(char.isupper() for char in text):  # most served names: no humps to find
+        return [w for w in _SEPARATORS.split(text.lower()) if w]
     return [w.lower() for w in _SPLIT.split(text) if w]
 
 
@@ -78,11 +89,11 @@ class ToolIndex:
         exact = self._by_name.get(query)
         if exact is not None:
             found.append(exact)
-        terms = [term for term in words(query) if len(term) > 1]  # "a" would match every word that starts so
+        terms = [term for term in words(query) if len(term) > 1 and term not in STOP_WORDS]
         if any(term not in self._common for term in terms):
             terms = [term for term in terms if term not in self._common]
         if terms:
-            expression = " OR ".join(f'"{term}"*' for term in terms)
+            expression = " OR ".join(f'"{term}"' for term in terms)  # stemmed by FTS5 as the index is: "files", "file"
             with self._lock:
                 rows = self._db.execute(
                     f"SELECT rowid FROM tools WHERE tools MATCH ? ORDER BY bm25(tools, {', '.join(map(str, WEIGHTS))})"
@@ -155,11 +166,12 @@ def _risky(pattern: str) -> str | None:
 
 
 def _arguments(tool: dict[str, Any]) -> str:
-    """The words of a tool's arguments: each name, split, and its description."""
+    """The words of a tool's arguments: each name and its description (FTS5 splits ``repo_path`` itself; a
+    camelCase name is split here)."""
     properties = (tool.get("inputSchema") or {}).get("properties") or {}
     parts = []
     for name, schema in properties.items():
-        parts.append(" ".join(words(name)))
+        parts.append(name if name.islower() or not any(char.isupper() for char in name) else " ".join(words(name)))
         if isinstance(schema, dict) and isinstance(schema.get("description"), str):
             parts.append(schema["description"])
     return " ".join(parts)
