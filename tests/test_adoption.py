@@ -37,7 +37,10 @@ def test_schema_export_formats() -> None:
         "name": "files__read", "description": "Read a file.", "parameters": INPUT}}
     assert view.export("anthropic")[0] == {"name": "files__read", "description": "Read a file.",
                                            "input_schema": INPUT}
-    with pytest.raises(ValueError, match="unknown export format 'xml'; formats: mcp, openai, anthropic"):
+    assert view.export("openai-responses")[0] == {"type": "function", "name": "files__read",
+                                                  "description": "Read a file.", "parameters": INPUT, "strict": False}
+    with pytest.raises(ValueError, match="unknown export format 'xml'; formats: mcp, openai, openai-responses, "
+                                         "anthropic"):
         view.export("xml")
 
 
@@ -46,8 +49,11 @@ def test_schema_export_cli_goes_through_the_same_view(cli_config: Any) -> None:
     code, out, _ = cli("schema", "--config", config, "--agent", "a", "--format", "anthropic")
     assert code == 0
     assert [t["name"] for t in json.loads(out)] == ["files__read", "misc__add"]
+    code, out, _ = cli("schema", "--config", config, "--agent", "a", "--format", "openai-responses")
+    assert code == 0
+    assert [(t["type"], t["name"]) for t in json.loads(out)] == [("function", "files__read"), ("function", "misc__add")]
     code, _, err = cli("schema", "--config", config, "--agent", "a", "--format", "xml")
-    assert code == 2 and "'xml' is not one of 'mcp', 'openai', 'anthropic'" in err
+    assert code == 2 and "'xml' is not one of 'mcp', 'openai', 'openai-responses', 'anthropic'" in err
 
 
 # -- the test kit ----------------------------------------------------------------------------------------------

@@ -657,14 +657,17 @@ class _Unwritable:
 @pytest.mark.parametrize("name", ["files__read", 'we"ird\\name\u00e9'])
 @pytest.mark.parametrize("identity", [None, {"kind": "oauth", "subject": "ali\"ce", "client": "bot"}])
 @pytest.mark.parametrize("call_id", [None, "call_0123456789abcdef"])
-def test_audit_line_is_the_records_json(name: str, arguments: Any, identity: Any, call_id: str | None) -> None:
+@pytest.mark.parametrize("notes", [None, {"found": ["fs__ls", "f\"s"]}])
+def test_audit_line_is_the_records_json(name: str, arguments: Any, identity: Any, call_id: str | None,
+                                        notes: Any) -> None:
     from toolcrib.default_plugins.audit import line, record
     for at, seconds in [(1_764_510_000.0, 0.0), (1_764_510_000.9996, 0.0012345), (1_764_510_001.5, 12.0)]:
         decision = (at, "ag\u00eant", "tool", name, "denied", 'rule "x"\n', seconds, True, arguments, identity,
-                    call_id)
+                    call_id, notes)
         assert json.loads(line(decision)) == record(decision)
         assert record(decision)["time"] == datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
-    written = line((1_764_510_000.9996, "a", "tool", "t", "allowed", "rules", 0.012, False, {"x": "é"}, None, None))
+    written = line((1_764_510_000.9996, "a", "tool", "t", "allowed", "rules", 0.012, False, {"x": "é"}, None, None,
+                    None))
     assert written == ('{"time": "2025-11-30T13:40:00.999+00:00", "agent": "a", "kind": "tool", "tool": "t", '
                        '"decision": "allowed", "by": "rules", "duration_ms": 12.000, "is_error": false, '
                        '"arguments": {"x": "é"}}\n')
@@ -673,8 +676,9 @@ def test_audit_line_is_the_records_json(name: str, arguments: Any, identity: Any
 def test_audit_lines_keep_coming_past_arguments_that_cannot_be_written(tmp_path: Path) -> None:
     from toolcrib.default_plugins.audit import AuditLog
     audit = AuditLog(tmp_path / "a.jsonl")
-    audit.add((1_764_510_000.25, "a", "tool", "t", "allowed", "rules", 0.001, False, {"x": _Unwritable()}, None, None))
-    audit.add((1_764_510_000.5, "a", "tool", "t", "allowed", "rules", 0.002, False, {"x": 1}, None, "call_1"))
+    audit.add((1_764_510_000.25, "a", "tool", "t", "allowed", "rules", 0.001, False, {"x": _Unwritable()}, None, None,
+                None))
+    audit.add((1_764_510_000.5, "a", "tool", "t", "allowed", "rules", 0.002, False, {"x": 1}, None, "call_1", None))
     audit.close()
     lines = [json.loads(text) for text in (tmp_path / "a.jsonl").read_text().splitlines()]
     assert [(line["arguments"], line.get("call_id")) for line in lines] == [
@@ -714,7 +718,7 @@ def test_a_process_that_never_closes_its_log_loses_no_line(tmp_path: Path) -> No
     script = ("import sys; from pathlib import Path; from toolcrib.default_plugins.audit import AuditLog\n"
               "log = AuditLog(Path(sys.argv[1]))\n"
               "for i in range(500):\n"
-              "    log.add((1.0 + i, 'a', 'tool', f't{i}', 'allowed', 'rules', 0.0, False, None, None, None))\n")
+              "    log.add((1.0 + i, 'a', 'tool', f't{i}', 'allowed', 'rules', 0.0, False, None, None, None, None))\n")
     subprocess.run([sys.executable, "-c", script, str(tmp_path / "a.jsonl")], check=True, timeout=60)
     names = [json.loads(text)["tool"] for text in (tmp_path / "a.jsonl").read_text().splitlines()]
     assert names == [f"t{i}" for i in range(500)]

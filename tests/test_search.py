@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -188,6 +189,25 @@ def test_an_agent_with_tool_search_lists_a_few_tools_and_finds_the_rest_which_a_
                                (True, "Unknown tool: toolcrib__call_tool")]
 
 
+def test_a_search_is_audited_with_its_query_and_the_names_it_found_and_a_call_through_the_proxy_as_the_tool(
+        tmp_path: Path) -> None:
+    host = make_host('[host]\naudit_log = "audit.jsonl"\naudit_arguments = true\n' + SEARCHING, {"fs": toolcrib_fs},
+                     base_dir=tmp_path)
+
+    async def main() -> None:
+        await host.call("a", "toolcrib__search_tools", {"query": "move a file", "limit": 2})
+        await host.call("a", "toolcrib__call_tool", {"name": "fs__exist", "arguments": {"path": "."}})
+
+    anyio.run(main)
+    host.close()
+    records = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert [(r["tool"], r["decision"], r.get("arguments"), r.get("notes")) for r in records] == [
+        ("toolcrib__search_tools", "allowed", {"query": "move a file", "limit": 2},
+         {"found": ["fs__rename", "fs__read_file"]}),
+        ("fs__exist", "allowed", {"path": "."}, None),  # the real tool's record, inside the proxy's call
+        ("toolcrib__call_tool", "allowed", {"name": "fs__exist", "arguments": {"path": "."}}, None)]
+
+
 def test_below_its_threshold_every_tool_is_listed_and_without_tool_search_no_search_tool_exists() -> None:
     async def names(config: str, mode: str = "legacy") -> list[str]:
         async with Client(_serve(config), mode=mode, cache=None) as client:
@@ -239,6 +259,10 @@ def test_the_proxy_runs_only_what_the_agent_sees_and_answers_for_the_rest_as_for
     assert {t["name"] for t in view.listed_tools} - {"toolcrib__search_tools", "toolcrib__call_tool"} <= visible
     for query in ("file", "remove", "/.*/", "fs__rm", "write edit copy"):
         assert {t["name"] for t in view.search(query, 13)} <= visible | set(view.searching_names)
+    exported = [t for t in view.export("openai-responses") if t["type"] != "tool_search"]
+    names = [tool["name"] for t in exported for tool in (t["tools"] if t["type"] == "namespace" else [t])]
+    assert sorted(names) == sorted(visible if view.deferring else view.names)  # each once, none hidden
+    assert {t["name"] for t in view.export("anthropic")} - {"tool_search_tool_bm25"} <= set(view.names)
 
     async def proxy(name: str) -> tuple[bool, str]:
         result = await view.call("toolcrib__call_tool", {"name": name, "arguments": {}})
@@ -267,6 +291,28 @@ def test_the_anthropic_export_defers_what_is_not_listed_up_front_and_adds_the_ap
         "fs__read_file", "toolcrib__call_tool", "toolcrib__search_tools"]
     plain = make_host(EVERYTHING, {"fs": toolcrib_fs}).view("a").export("anthropic")
     assert len(plain) == 13 and not any("defer_loading" in t or "type" in t for t in plain)
+
+
+def test_the_openai_responses_export_groups_deferred_tools_by_namespace_behind_the_apis_own_tool_search() -> None:
+    view = make_host(SEARCHING, {"fs": toolcrib_fs}).view("a")
+    exported = view.export("openai-responses")
+    read_file = view.lookup("fs__read_file")
+    assert read_file is not None
+    wire = read_file.to_mcp()
+    assert exported[:2] == [{"type": "tool_search"}, {
+        "type": "function", "name": "fs__read_file", "description": wire["description"],
+        "parameters": wire["inputSchema"], "strict": False}]  # not strict: the Responses API's default is strict
+    namespace = exported[2]
+    assert len(exported) == 3 and {k: v for k, v in namespace.items() if k != "tools"} == {
+        "type": "namespace", "name": "fs", "description": "11 tools of the pack fs: batch_edit, copy, cwd, edit, "
+        "exist, find_text, glob, ls, mkdir, rename, write_file"}
+    assert [(t["type"], t["name"], t["defer_loading"], t["strict"]) for t in namespace["tools"]] == [
+        ("function", name, True, False) for name in ("fs__batch_edit", "fs__copy", "fs__cwd", "fs__edit",
+                                                     "fs__exist", "fs__find_text", "fs__glob", "fs__ls",
+                                                     "fs__mkdir", "fs__rename", "fs__write_file")]
+    plain = make_host(EVERYTHING, {"fs": toolcrib_fs}).view("a").export("openai-responses")
+    assert [t["name"] for t in plain] == FS_TOOLS and {t["type"] for t in plain} == {"function"}
+    assert not any("defer_loading" in t for t in plain)
 
 
 def test_explain_says_whether_a_tool_is_listed_up_front_or_found_by_search(cli_config: Any) -> None:

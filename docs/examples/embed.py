@@ -13,7 +13,7 @@ view = host.view("reviewer")  # built once, then reused; UnknownAgentError if ab
 for tool in view.tools:  # the agent's tools, in a stable order
     print(tool.name, "-", tool.description.splitlines()[0])
 
-openai_tools = view.export("openai")  # or "anthropic", or "mcp"
+openai_tools = view.export("openai")  # or "openai-responses", "anthropic", "mcp"
 print(openai_tools[0]["function"]["name"])
 print([tool["name"] for tool in view.search("read a file", 2)])  # BM25 over what this agent sees
 

@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 from json.encoder import encode_basestring
 from typing import Any, Protocol, runtime_checkable
 
-Logged = tuple[float, str, str, str, str, str, float, bool, Any, Any, str | None]
+Logged = tuple[float, str, str, str, str, str, float, bool, Any, Any, str | None, Any]
 """(time, agent, kind, name, decision, by, seconds, is_error, arguments or None, identity or None, call id or
-None)."""
+None, notes or None: what the tool itself added to its record, ``Context.note``)."""
 
 
 @runtime_checkable
@@ -23,7 +23,7 @@ class AuditSink(Protocol):
 
 def record(decision: Logged) -> dict[str, Any]:
     """A decision as the audit record ``toolcrib_audit`` plugins get."""
-    at, agent, kind, name, verdict, by, seconds, is_error, arguments, identity, call_id = decision
+    at, agent, kind, name, verdict, by, seconds, is_error, arguments, identity, call_id, notes = decision
     out: dict[str, Any] = {
         "time": _time(at),
         "agent": agent,
@@ -40,6 +40,8 @@ def record(decision: Logged) -> dict[str, Any]:
         out["identity"] = identity
     if arguments is not None:
         out["arguments"] = arguments
+    if notes is not None:
+        out["notes"] = notes
     return out
 
 
@@ -65,7 +67,7 @@ _text = encode_basestring  # a str as a JSON string (what _dumps writes for one,
 def line(decision: Logged) -> str:
     """The JSON line of a decision: ``record``'s, written field by field (the writer's time goes here); the
     duration is written with three decimals ("12.000" where ``record`` has 12.0)."""
-    at, agent, kind, name, verdict, by, seconds, is_error, arguments, identity, call_id = decision
+    at, agent, kind, name, verdict, by, seconds, is_error, arguments, identity, call_id, notes = decision
     text = (f'{{"time": "{_time(at)}", "agent": {_text(agent)}, "kind": "{kind}", "{kind}": {_text(name)}, '
             f'"decision": "{verdict}", "by": {_text(by)}, "duration_ms": {seconds * 1000:.3f}, '
             f'"is_error": {"true" if is_error else "false"}')
@@ -75,12 +77,22 @@ def line(decision: Logged) -> str:
         text += f', "identity": {_dumps(identity)}'
     if arguments is not None:
         text += f', "arguments": {_dumps(arguments)}'
+    if notes is not None:
+        text += f', "notes": {_dumps(notes)}'
     return text + "}\n"
 
 
 def _line_or_note(decision: Logged) -> str:
-    """The decision's line; if its arguments cannot be written (their repr raised), the line says so instead."""
+    """The decision's line; where its arguments or its notes cannot be written (their repr raised), the line says
+    so in their place."""
     try:
         return line(decision)
-    except BaseException as exc:  # a pack's argument object must not cost the other lines, whatever it raises
-        return line((*decision[:8], {"(not written)": f"{type(exc).__name__}: {exc}"}, decision[9], decision[10]))
+    except BaseException:  # a pack's object must not cost the other lines, whatever it raises
+        pass
+    parts = list(decision)
+    for i in (8, 11):  # the arguments, the notes
+        try:
+            _dumps(parts[i])
+        except BaseException as exc:
+            parts[i] = {"(not written)": f"{type(exc).__name__}: {exc}"}
+    return line(tuple(parts))

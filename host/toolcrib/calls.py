@@ -673,7 +673,7 @@ class Pipeline:
             return
         given = call.arguments if self.audit_arguments and call.arguments is not None else None
         item = (time.time(), call.agent, call.kind, call.name, decision, by, elapsed, is_error, given, call.identity,
-                call.id or None)
+                call.id or None, call.notes)
         if self._log is not None:
             self._log.add(item)
         if not self._audit:

@@ -414,9 +414,11 @@ def new(namespace: str | None, directory: Path | None, as_json: bool, name: str)
 @main.command()
 @_common
 @click.option("--agent", help="Agent name (default: the config's only agent).")
-@click.option("--format", "fmt", type=click.Choice(["mcp", "openai", "anthropic", "mcp-all"]), default="mcp",
-              show_default=True, help="mcp: tools/list objects; openai: function tools; anthropic: tool definitions; "
-              "mcp-all: tools, resources, resource templates and prompts, as MCP lists them.")
+@click.option("--format", "fmt", type=click.Choice(["mcp", "openai", "openai-responses", "anthropic", "mcp-all"]),
+              default="mcp", show_default=True,
+              help="mcp: tools/list objects; openai: function tools for Chat Completions; openai-responses: for the "
+              "Responses API (with its tool search, by namespace, when the agent searches); anthropic: tool "
+              "definitions; mcp-all: tools, resources, resource templates and prompts, as MCP lists them.")
 @_guard
 def schema(agent: str | None, fmt: str) -> None:
     """Export the tools an agent sees, as JSON for a framework that does not speak MCP (or, with mcp-all, all it is

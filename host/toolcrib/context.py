@@ -116,6 +116,15 @@ class Context:
     _approver: Approver | None = field(default=None, repr=False)
     _cancelled: bool = field(default=False, repr=False)  # set from the event loop, read by the handler's thread
     _rules: Any = field(default=None, repr=False)  # the call's argument rules (permissions.CallRules), if any
+    _call: Any = field(default=None, repr=False)  # the call (toolcrib.runner.Call), for what ``note`` adds
+
+    def note(self, **fields: Any) -> None:
+        """Add ``fields`` to this call's audit record, under ``"notes"`` (JSON values): what the tool found or
+        decided that its arguments do not say. ``toolcrib__search_tools`` notes the names it found. A later note
+        of one field replaces the earlier; outside a pipeline call (a test's context), nothing is kept."""
+        call = self._call
+        if call is not None:
+            call.notes = {**(call.notes or {}), **fields}
 
     def check_rules(self, **arguments: Any) -> None:
         """Hold the agent's argument rules for this tool against a value the handler is about to act on that the

@@ -65,6 +65,7 @@ class Call:
     entry: Entry | None = None  # a resource's or prompt's entry (a tool's is its ViewTool's)
     workspace: Path | None = None
     lease: Lease | None = None  # its places in the agent's limits, while it holds them
+    notes: dict[str, Any] | None = None  # what the tool added to its audit record (``Context.note``)
     _context: Context | None = None
 
     def __init__(self, view: AgentView, name: str, arguments: Any, channel: ClientChannel | None = None,
@@ -104,7 +105,7 @@ class Call:
                                     workspace=self.workspace,
                                     logger=logging.getLogger(f"toolcrib.pack.{entry.namespace}"),
                                     _channel=self.channel, _view=self.view, _approver=self.approver,
-                                    _rules=self.tool.call_rules if self.tool is not None else None)
+                                    _rules=self.tool.call_rules if self.tool is not None else None, _call=self)
         return self._context
 
     def cancel(self) -> None:

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 _FIXED = Check("uri", True, "a fixed resource the agent sees")
 log = logging.getLogger("toolcrib.view")
 
-EXPORT_FORMATS = ("mcp", "openai", "anthropic")
+EXPORT_FORMATS = ("mcp", "openai", "openai-responses", "anthropic")
 
 
 @contextlib.contextmanager
@@ -140,6 +140,20 @@ def estimated_tokens(tools: list[dict[str, Any]]) -> int:
     usual estimate for English text and JSON; a real tokenizer differs by model)."""
     return math.ceil(len(json.dumps(tools, separators=(",", ":"))) / 4)
 
+
+def _namespace_description(members: list[tuple[ViewTool, dict[str, Any]]]) -> str:
+    """What a model is told of a namespace before it searches it (OpenAI's namespaces show only this): its source
+    and its tools' names."""
+    entry = members[0][0].entry
+    source = {"pack": "the pack", "mcp": "the upstream MCP server"}.get(entry.supplier, "toolcrib's")
+    made = f" ({entry.distribution} {entry.version})" if entry.distribution and entry.version else ""
+    names = [vt.name.split("__", 1)[-1] for vt, _ in members]
+    shown = ", ".join(names[:MAX_NAMES_SHOWN]) + (f" and {len(names) - MAX_NAMES_SHOWN} more"
+                                                 if len(names) > MAX_NAMES_SHOWN else "")
+    return f"{len(names)} tools of {source} {entry.namespace}{made}: {shown}"
+
+
+MAX_NAMES_SHOWN = 30
 
 # Anthropic's server-side tool search (BM25), which finds the tools an export marks ``defer_loading``
 ANTHROPIC_TOOL_SEARCH = {"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"}
@@ -326,6 +340,8 @@ class AgentView:
         if format == "openai":
             return [{"type": "function", "function": {"name": t["name"], "description": t["description"],
                                                       "parameters": t["inputSchema"]}} for t in self.listed_tools]
+        if format == "openai-responses":
+            return self._responses_tools()
         if format == "anthropic":
             if not self.deferring:
                 return [{"name": t["name"], "description": t["description"], "input_schema": t["inputSchema"]}
@@ -337,6 +353,30 @@ class AgentView:
                        for t in tools if t["name"] not in self.searching_names]
             return [ANTHROPIC_TOOL_SEARCH, *defined]
         raise ValueError(f"unknown export format {format!r}; formats: {', '.join(EXPORT_FORMATS)}")
+
+    def _responses_tools(self) -> list[dict[str, Any]]:
+        """Function tools for OpenAI's Responses API. Deferring, the tools not listed up front are grouped by
+        toolcrib namespace into its namespaces, each tool ``defer_loading``, after its own ``tool_search`` (which
+        stands in for toolcrib's two search tools); a tool keeps its served name, so a call maps back to it."""
+        def function(vt: ViewTool, wire: dict[str, Any], deferred: bool = False) -> dict[str, Any]:
+            return {"type": "function", "name": wire["name"], "description": wire["description"],
+                    "parameters": wire["inputSchema"], "strict": False, **({"defer_loading": True} if deferred else {})}
+
+        pairs = list(zip(self.tools, self.mcp_tools, strict=True))
+        if not self.deferring:
+            listed = {t["name"] for t in self.listed_tools}
+            return [function(vt, wire) for vt, wire in pairs if wire["name"] in listed]
+        listed = {t["name"] for t in self.listed_tools} - self.searching_names
+        out: list[dict[str, Any]] = [{"type": "tool_search"}]
+        out += [function(vt, wire) for vt, wire in pairs if wire["name"] in listed]
+        groups: dict[str, list[tuple[ViewTool, dict[str, Any]]]] = {}
+        for vt, wire in pairs:
+            if wire["name"] not in listed and wire["name"] not in self.searching_names:
+                groups.setdefault(vt.entry.namespace, []).append((vt, wire))
+        for namespace, members in groups.items():
+            out.append({"type": "namespace", "name": namespace, "description": _namespace_description(members),
+                        "tools": [function(vt, wire, deferred=True) for vt, wire in members]})
+        return out
 
     def surface(self) -> dict[str, list[dict[str, Any]]]:
         """Everything this view serves over MCP, as MCP's lists give it: tools, resources, resource templates and

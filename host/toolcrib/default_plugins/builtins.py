@@ -107,6 +107,7 @@ class Builtins:
                 found = ctx.search(query, limit or config.results)
             except SearchError as exc:
                 raise ToolError(str(exc)) from None
+            ctx.note(found=[tool["name"] for tool in found])  # the audit record: what the agent was shown
             given = ctx.conversation
             if given is not None:  # the tools it found are this conversation's tools/list from now on
                 given.update(("tool", tool["name"]) for tool in found)
