@@ -279,6 +279,49 @@ def test_the_proxy_runs_only_what_the_agent_sees_and_answers_for_the_rest_as_for
             assert answer == (True, f"Unknown tool: {name}")
 
 
+def _proxy(config: str) -> tuple[Any, dict[str, Any]]:
+    host = make_host(config, {"fs": toolcrib_fs})
+    wire = next(t for t in host.view("a").mcp_tools if t["name"] == "toolcrib__call_tool")
+    return host, wire["annotations"]
+
+
+def test_the_proxy_is_annotated_as_the_least_permissive_of_the_tools_it_reaches_and_plan_mode_keeps_it() -> None:
+    _, writing = _proxy(SEARCHING)
+    assert writing == {"readOnlyHint": False, "destructiveHint": True, "openWorldHint": False,
+                       "idempotentHint": False}
+    _, reading = _proxy(SEARCHING.replace('deny = ["fs__rm"]', 'allow = ["fs__read_file", "fs__ls", "toolcrib__*"]'))
+    assert reading == {"readOnlyHint": True, "destructiveHint": False, "openWorldHint": False,
+                       "idempotentHint": True}
+    plan, planned = _proxy(SEARCHING.replace("[agents.a]\n", '[agents.a]\nmode = "plan"\n'))
+    assert planned == reading  # plan mode keeps the agent's tools to read-only ones: so is the proxy
+    assert plan.view("a").names == ["fs__cwd", "fs__exist", "fs__find_text", "fs__glob", "fs__ls", "fs__read_file",
+                                    "toolcrib__call_tool", "toolcrib__search_tools"]
+    mode = next(c for c in plan.explain("a", "toolcrib__call_tool").checks if c.name == "mode")
+    assert (mode.passed, mode.detail) == (True, "plan mode, and the tool calls only the agent's own tools, which "
+                                                "plan mode keeps to the read-only ones")
+
+    async def through(name: str, arguments: dict[str, Any]) -> tuple[bool, str]:
+        result = await plan.call("a", "toolcrib__call_tool", {"name": name, "arguments": arguments})
+        return result.is_error, result.text
+
+    assert anyio.run(through, "fs__exist", {"path": "."}) == (False, '{"path":".","exists":true,"type":"directory"}')
+    assert anyio.run(through, "fs__write_file", {"path": "x", "content": "y"}) == (True, "Unknown tool: fs__write_file")
+
+
+def test_an_ask_rule_by_annotation_asks_for_the_tool_the_proxy_calls_not_for_the_proxy() -> None:
+    host = make_host(SEARCHING.replace('deny = ["fs__rm"] }', 'deny = ["fs__rm"] }\nask = ["@writes"]'),
+                     {"fs": toolcrib_fs})
+
+    async def through(name: str, arguments: dict[str, Any]) -> tuple[bool, str]:
+        result = await host.call("a", "toolcrib__call_tool", {"name": name, "arguments": arguments})
+        return result.is_error, result.text
+
+    assert anyio.run(through, "fs__exist", {"path": "."}) == (False, '{"path":".","exists":true,"type":"directory"}')
+    assert anyio.run(through, "fs__write_file", {"path": "x", "content": "y"}) == (
+        True, "Permission denied: fs__write_file needs approval (ask rule '@writes'), and no approver could answer "
+        "(the client does not support elicitation and no approval hook decided).")
+
+
 def test_the_anthropic_export_defers_what_is_not_listed_up_front_and_adds_the_apis_own_tool_search() -> None:
     view = make_host(SEARCHING, {"fs": toolcrib_fs}).view("a")
     exported = view.export("anthropic")

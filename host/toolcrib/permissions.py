@@ -281,7 +281,10 @@ class AgentRules:
 
 
 def _selects(selector: str, entry: Entry) -> bool:
-    """Whether an ``ask`` selector chooses this tool (by its annotations, as the host trusts them)."""
+    """Whether an ``ask`` selector chooses this tool (by its annotations, as the host trusts them). Never a proxy
+    to the agent's own tools: the tool it calls is chosen, or not, by its own."""
+    if entry.name in VIEW_PROXIES:
+        return False
     if selector == "@writes":
         return not entry.read_only
     return entry.destructive  # "@destructive"
@@ -400,7 +403,7 @@ def decide(rules: AgentRules, subject: Entry | Named, *, detail: bool = False, e
             checks.append(scope)
         visible = visible and scope.passed
     if tool and (visible or exhaustive):
-        passed = rules.mode != "plan" or entry.read_only
+        passed = rules.mode != "plan" or entry.read_only or entry.name in VIEW_PROXIES
         if detail:
             checks.append(Check("mode", passed, _mode_detail(rules, entry, passed)))
         visible = visible and passed
@@ -474,6 +477,12 @@ def _decide_named(rules: AgentRules, subject: Named, kind: str, detail: bool, ch
     return Decision(rules.agent, subject.name, passed, checks, kind)
 
 
+# The host's tools that call only the calling agent's own tools, through its own view (toolcrib__call_tool): what
+# they may do is what those tools may, so plan mode, which keeps the view to read-only tools, keeps them too. The
+# toolcrib namespace is the host's own: no pack or server can serve a tool under one of these names.
+VIEW_PROXIES = frozenset({"toolcrib__call_tool"})
+
+
 def permits(rules: AgentRules, dimension: str, name: str, chain: Sequence[str] = ()) -> bool:
     """``decide(rules, Named(dimension, name), chain=chain).visible``."""
     return decide(rules, Named(dimension, name), chain=chain).visible
@@ -482,6 +491,9 @@ def permits(rules: AgentRules, dimension: str, name: str, chain: Sequence[str] =
 def _mode_detail(rules: AgentRules, entry: Entry, passed: bool) -> str:
     if rules.mode != "plan":
         return f"mode {rules.mode!r} shows every permitted tool"
+    if passed and entry.name in VIEW_PROXIES:
+        return ("plan mode, and the tool calls only the agent's own tools, which plan mode keeps to the read-only "
+                "ones")
     if passed:
         return "plan mode, and the tool is annotated read-only"
     if not entry.trusted and entry.tool.annotations.get("readOnlyHint") is True:

@@ -23,6 +23,7 @@ from toolcrib.entries import Entry
 from toolcrib.errors import UnknownToolError
 from toolcrib.names import SEPARATOR, SOURCE_NAME_KEY, clean, clean_schema
 from toolcrib.permissions import (
+    VIEW_PROXIES,
     AgentRules,
     CallRules,
     Check,
@@ -282,9 +283,26 @@ class AgentView:
 
     @cached_property
     def mcp_tools(self) -> list[dict[str, Any]]:
-        """The tools/list payload (wire dicts), built once per view."""
+        """The tools/list payload (wire dicts), built once per view. A proxy that calls the agent's own tools
+        (``toolcrib__call_tool``) is annotated as the least permissive of them: read-only only if they all are,
+        destructive or open-world if any is, idempotent only if all are."""
         with collector_paused():
-            return [vt.to_mcp() for vt in self.tools]
+            wires = [vt.to_mcp() for vt in self.tools]
+            for vt, wire in zip(self.tools, wires, strict=True):
+                if vt.name in VIEW_PROXIES:
+                    wire["annotations"] = {**wire.get("annotations", {}), **self._reached_annotations()}
+            return wires
+
+    def _reached_annotations(self) -> dict[str, bool]:
+        reached = [vt for vt in self.tools if vt.name not in SEARCHING]
+        hints = [vt.tool.annotations for vt in reached]
+        read_only = all(vt.entry.read_only for vt in reached)
+        return {"readOnlyHint": read_only,
+                "destructiveHint": not read_only and any(vt.entry.destructive for vt in reached),
+                "idempotentHint": all(vt.entry.read_only or (vt.entry.trusted and h.get("idempotentHint") is True)
+                                      for vt, h in zip(reached, hints, strict=True)),
+                "openWorldHint": any(not vt.entry.trusted or h.get("openWorldHint", True) is not False
+                                     for vt, h in zip(reached, hints, strict=True))}
 
     @cached_property
     def searching_names(self) -> frozenset[str]:
