@@ -28,6 +28,7 @@ import anyio.to_thread
 from pydantic import BaseModel, ValidationError
 
 from toolcrib.answers import Allow, Ask, Deny
+from toolcrib.approvals import Desk
 from toolcrib.arguments import format_validation_error, payload_problem
 from toolcrib.audit import AuditSink
 from toolcrib.audit import record as audit_record
@@ -93,6 +94,8 @@ class Pipeline:
         self._post = plugin_hooks(pm, "toolcrib_post_tool_use")
         self._post_for: dict[tuple[str, str], list[PluginHook]] = {}
         self._approve = plugin_hooks(pm, "toolcrib_approve")
+        self.version = loaded.version  # what an operator's answer is bound to, beside the call itself
+        self.desk: Desk | None = None  # where operators answer approvals: the serving process's (ServingState)
         # The audit log is handed each decision as it is (its writer thread formats it); other toolcrib_audit
         # plugins get the record.
         log_plugin = pm.get_plugin("toolcrib.audit")
@@ -377,7 +380,8 @@ class Pipeline:
                 return False, f"Permission denied: {need}, and it was refused."
             if isinstance(answer, Deny):
                 return False, f"Permission denied: {answer.message}"
-        if approver is not None:
+        ask_by = view.rules.config.approvals
+        if approver is not None and ask_by != "operator":
             message = f"Agent {view.agent!r} wants to call {vt.name} ({why}). Allow this call?"
             try:
                 answer = await approver(view.agent, vt.name, frozen, message)
@@ -392,8 +396,30 @@ class Pipeline:
                 return False, f"Permission denied: {need}, and the user declined."
             if isinstance(answer, Deny):
                 return False, f"Permission denied: {need}; {answer.message}"
+        if ask_by != "client":
+            return await self._operator_approval(call, arguments, why, need)
         return False, (f"Permission denied: {need}, and no approver could answer (the client does not support "
                        "elicitation and no approval hook decided).")
+
+    async def _operator_approval(self, call: Call, arguments: Mapping[str, Any], why: str,
+                                 need: str) -> tuple[bool, str]:
+        """Hold the call until an operator answers it on the operator endpoint, or its agent's
+        ``approval_timeout`` passes (``toolcrib.approvals``)."""
+        view, vt, desk = call.view, call.tool, self.desk
+        assert vt is not None
+        if desk is None:
+            return False, (f"Permission denied: {need}, and no operator can answer here: operators answer on the "
+                           "operator endpoint of `toolcrib serve --http` ([operator]).")
+        timeout = view.rules.config.approval_timeout
+        if not call.id:  # the operator is shown it, and the audit record then has it too
+            call.id = f"call_{self._id_prefix}{next(self._ids):x}"
+        approved, by = await desk.ask(view.agent, call.identity, vt.name, arguments, why, call.id, self.version,
+                                      timeout)
+        if approved is None:
+            return False, f"Permission denied: {need}, and no operator answered within {timeout:g} s."
+        if approved:
+            return True, f"approved by {by}"
+        return False, f"Permission denied: {need}, and the operator denied it ({by})."
 
     async def _run(self, call: Call, model: Any) -> ToolResult:
         vt = call.tool

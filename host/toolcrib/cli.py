@@ -34,6 +34,7 @@ class State:
     def __init__(self) -> None:
         self.config: str | None = None
         self.debug = False
+        self.url: str | None = None  # the operator endpoint's (toolcrib approvals --url)
 
 
 def _common(fn: F) -> F:
@@ -926,6 +927,116 @@ def prompt(agent: str | None, args_json: str, as_json: bool, name: str) -> None:
         content = message["content"]
         text = content["text"] if content.get("type") == "text" else f"[{content.get('type')} content]"
         click.echo(f"{message['role']}: {text}")
+
+
+# -- approvals out of band ---------------------------------------------------------------------------------------
+
+
+class _OperatorError(ToolcribError):
+    exit_code = 1
+
+
+def _operator_request(url: str | None, method: str, path: str, body: Any = None) -> Any:
+    """A request to the running server's operator endpoint, with the operator token from the config's
+    ``[operator] token_env``; its JSON answer."""
+    import httpx2
+
+    from toolcrib.config import load_config
+
+    loaded = load_config(click.get_current_context().ensure_object(State).config)
+    operator = loaded.config.operator
+    if operator is None:
+        raise _NotFound("the config has no [operator] table: approvals go to the agents' clients")
+    base = url or operator.url
+    if base is None:
+        raise _NotFound("pass --url (where the server is reached), or set [operator] url")
+    token = os.environ.get(operator.token_env, "")
+    if not token:
+        raise _NotFound(f"${operator.token_env} is not set: the operator endpoint needs the operator token")
+    try:
+        answer = httpx2.request(method, base.rstrip("/") + path, json=body, timeout=30,
+                                headers={"Authorization": f"Bearer {token}"})
+    except httpx2.HTTPError as exc:
+        raise _OperatorError(f"the operator endpoint at {base} cannot be reached: {exc}") from None
+    try:
+        found = answer.json()
+    except ValueError:
+        found = None
+    if answer.status_code != 200:
+        why = found.get("error_description") or found.get("error") if isinstance(found, dict) else answer.text[:200]
+        raise _OperatorError(f"the operator endpoint answered {answer.status_code}: {why}")
+    return found
+
+
+@main.group(invoke_without_command=True)
+@_common
+@click.option("--url", help="Where the server is reached (default: [operator] url).")
+@click.option("--json", "as_json", is_flag=True, help="The pending approvals as JSON.")
+@click.pass_context
+@_guard
+def approvals(ctx: click.Context, url: str | None, as_json: bool) -> None:
+    """The calls waiting for an operator's approval on the running server (agents with approvals = "operator" or
+    "client-then-operator"); approve or deny one by its id. Uses the operator token ([operator] token_env).
+
+    \b
+    Example: toolcrib approvals
+             toolcrib approvals approve kq3Jx0aZ1bQe4pLm
+    """
+    ctx.ensure_object(State).url = url
+    if ctx.invoked_subcommand is not None:
+        return
+    pending = _operator_request(url, "GET", "/operator/approvals")["approvals"]
+    if as_json:
+        _echo_json(pending)
+        return
+    if not pending:
+        click.echo("no call is waiting for an approval")
+    for item in pending:
+        who = item["principal"] or {}
+        by = f" ({who.get('credential') or who.get('subject')})" if who else ""
+        click.echo(f"{item['id']}  agent {item['agent']}{by} calls {item['tool']} ({item['rule']}), "
+                   f"expires {item['expires']}")
+        click.echo(f"  arguments: {json.dumps(item['arguments'], ensure_ascii=False)}")
+        click.echo(f"  call {item['call_id']}, digest {item['digest'][:16]}")
+
+
+def _answer(approval_id: str, decision: str) -> None:
+    url = click.get_current_context().ensure_object(State).url
+    pending = _operator_request(url, "GET", "/operator/approvals")["approvals"]
+    item = next((p for p in pending if p["id"] == approval_id), None)
+    if item is None:
+        raise _OperatorError(f"no call waits for approval {approval_id!r} (`toolcrib approvals` lists them)")
+    _operator_request(url, "POST", f"/operator/approvals/{approval_id}",
+                      {"decision": decision, "digest": item["digest"]})
+    done = "approved" if decision == "approve" else "denied"
+    click.echo(f"{done}: {item['tool']} for agent {item['agent']} "
+               f"{json.dumps(item['arguments'], ensure_ascii=False)}")
+
+
+@approvals.command("approve")
+@_common
+@click.argument("approval_id", metavar="ID")
+@_guard
+def approve_call(approval_id: str) -> None:
+    """Let the call waiting for approval ID run (once).
+
+    \b
+    Example: toolcrib approvals approve kq3Jx0aZ1bQe4pLm
+    """
+    _answer(approval_id, "approve")
+
+
+@approvals.command("deny")
+@_common
+@click.argument("approval_id", metavar="ID")
+@_guard
+def deny_call(approval_id: str) -> None:
+    """Refuse the call waiting for approval ID.
+
+    \b
+    Example: toolcrib approvals deny kq3Jx0aZ1bQe4pLm
+    """
+    _answer(approval_id, "deny")
 
 
 # -- upstream servers ---------------------------------------------------------------------------------------------

@@ -189,6 +189,11 @@ class AgentConfig(_Strict):
                                                  "search for the rest (toolcrib__search_tools)")
     bare_names: bool = Field(False, description="serve tools and prompts without their '<namespace>__' where no "
                              "two share a name")
+    approvals: Literal["client", "operator", "client-then-operator"] = Field(
+        "client", description="who answers a call an ask rule holds: the agent's client (elicitation), an operator "
+        "([operator]), or the client and, when it cannot answer, an operator")
+    approval_timeout: float = Field(300.0, gt=0, le=86_400, description="seconds a call waits for an operator; "
+                                    "then it is denied")
     allow_dangerously_skip_permissions: bool = Field(False, description="required beside mode = bypassPermissions")
     permissions: Permissions | None = Field(None, description="missing: the agent sees nothing")
 
@@ -358,6 +363,16 @@ class ClusterConfig(_Strict):
                                    "unreachable")
 
 
+class OperatorConfig(_Strict):
+    """``[operator]``: the operator endpoint of ``toolcrib serve --http``, where operators answer approvals."""
+
+    token_env: str = Field(description="environment variable holding the operator's bearer token (no agent's)")
+    url: str | None = Field(None, description="where operators reach the server (http(s)://host:port): the CLI's "
+                            "default, and the base of the links a webhook is sent")
+    webhook: str | None = Field(None, description="a URL POSTed a JSON description of each pending approval, with "
+                                "signed one-time approve and deny links")
+
+
 class Config(_Strict):
     """The whole file."""
 
@@ -372,6 +387,7 @@ class Config(_Strict):
     tools: dict[str, ToolCuration] = Field(default_factory=dict, description="curation of tools, by the full name "
                                            "their source serves them under")
     cluster: ClusterConfig | None = Field(None, description="state shared by replicas, on Redis")
+    operator: OperatorConfig | None = Field(None, description="the operator endpoint (approvals out of band)")
 
 
 @dataclass(frozen=True)
@@ -588,6 +604,9 @@ def check_config(config: Config, source: str) -> list[Problem]:
                                                ("agents", name, "identity")))
         if agent.limits is not None:
             problems.extend(_limits_problems(agent.limits, source, ("agents", name, "limits")))
+        if agent.approvals != "client" and config.operator is None:
+            error(("agents", name, "approvals"), f"approvals = {agent.approvals!r} needs an operator to answer: add "
+                  "an [operator] table (its token_env), or use approvals = \"client\"")
         if agent.tool_search is not None:
             for i, text in enumerate(agent.tool_search.listed):
                 try:
@@ -619,6 +638,21 @@ def check_config(config: Config, source: str) -> list[Problem]:
 
     if config.cluster is not None:
         problems += _cluster_problems(config.cluster, source)
+    if config.operator is not None:
+        problems += _operator_problems(config.operator, source)
+    return problems
+
+
+def _operator_problems(operator: OperatorConfig, source: str) -> list[Problem]:
+    problems = []
+    if _ENV_NAME.fullmatch(operator.token_env) is None:
+        problems.append(Problem("error", f"{source}: operator.token_env",
+                                f"expected an environment variable name, got {operator.token_env!r}"))
+    for key in ("url", "webhook"):
+        value = getattr(operator, key)
+        if value is not None and not re.fullmatch(r"https?://[^\s/?#]+(/[^\s]*)?", value):
+            problems.append(Problem("error", f"{source}: operator.{key}",
+                                    f"expected an http:// or https:// URL, got {value!r}"))
     return problems
 
 

@@ -45,10 +45,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
+from toolcrib.approvals import Desk, link_key
 from toolcrib.config import IdentityConfig
 from toolcrib.errors import ToolcribError
 from toolcrib.mcp.adapter import build_server
 from toolcrib.mcp.oauth import IDENTITY, Identity, Verifier, claims_match, identity_of
+from toolcrib.mcp.operator import OperatorEndpoint
 from toolcrib.mcp.sdk import open_session_ids, open_sessions
 from toolcrib.mcp.sessions import SessionManager
 from toolcrib.mcp.state import ServingState
@@ -128,7 +130,34 @@ class HttpApp:
                   Route("/readyz", endpoint=self._readyz, methods=["GET", "HEAD"])]
         if metrics is not None:
             routes.append(Route("/metrics", endpoint=self._metrics, methods=["GET"]))
+        self.operator = self._operator_endpoint()
+        if self.operator is not None:
+            routes += self.operator.routes()
         self.app = Starlette(routes=routes, lifespan=self._lifespan)
+
+    def _operator_endpoint(self) -> OperatorEndpoint | None:
+        """The operator endpoint (``[operator]``), when its token is set: approvals that agents send an operator
+        wait on its desk."""
+        config = self.state.host.loaded.config
+        operator = config.operator
+        if operator is None:
+            return None
+        env = os.environ if self._env is None else self._env
+        token = env.get(operator.token_env, "")
+        if not token:
+            log.warning("the operator endpoint is not served: $%s is not set, so calls that need an operator's "
+                        "approval are denied", operator.token_env)
+            return None
+        if len(token) < MIN_TOKEN_LENGTH:
+            log.warning("the operator token is shorter than %d characters; use a long random one", MIN_TOKEN_LENGTH)
+        for name, agent in config.agents.items():
+            variables = [agent.token_env] if isinstance(agent.token_env, str) else agent.token_env or []
+            if any(hmac.compare_digest(env.get(v, "").encode(), token.encode()) for v in variables):
+                raise ServeError(f"the operator token (${operator.token_env}) is also agent {name!r}'s: an agent "
+                                 "must never answer its own approvals; give the operator a token of its own")
+        desk = Desk(link_key(token))
+        self.state.open_desk(desk)
+        return OperatorEndpoint(desk, operator, token, self._origin_guard, self.state.keep)
 
     def sessions(self) -> dict[str, int]:
         """Open sessions by agent (the SDK's session managers keep them; zero when stateless)."""

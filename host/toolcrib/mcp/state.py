@@ -26,6 +26,7 @@ from mcp.server.subscriptions import (
     ToolsListChanged,
 )
 
+from toolcrib.approvals import Desk
 from toolcrib.config import LoadedConfig
 from toolcrib.declarations import add_update_listener
 from toolcrib.errors import ConfigError, Problem, contained
@@ -147,6 +148,13 @@ class ServingState:
         self.sessions: Sessions = LocalSessions()  # where 2025-11-25 HTTP sessions are kept beyond this replica
         self.session_ended: list[Callable[[str], Awaitable[None]]] = []  # told of a session another replica ended
         self.session_state_changed: list[Callable[[str], Awaitable[None]]] = []  # ... or whose client set something
+        self.desk: Desk | None = None  # where operators answer approvals, when an operator endpoint is served
+
+    def open_desk(self, desk: Desk) -> None:
+        """Send the approvals that agents' ``approvals`` give to an operator to ``desk`` (the operator endpoint's),
+        under this host and every host a reload brings."""
+        self.desk = desk
+        self.host.pipeline.desk = desk
 
     def keep(self, task: asyncio.Task[None]) -> None:
         """Hold a task sent on its way until it is done (the event loop keeps only a weak reference)."""
@@ -313,6 +321,7 @@ class ServingState:
         problems = [p for p in new.problems() if p.severity == "error"]
         for problem in problems:
             log.warning("after reload: %s", problem)
+        new.pipeline.desk = self.desk
         old, self.host = self.host, new
         for follow in list(self.on_reload):
             await follow()

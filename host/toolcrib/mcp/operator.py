@@ -1,0 +1,167 @@
+"""The operator endpoint of ``toolcrib serve --http`` (``[operator]``): where operators answer the approvals that
+agents' ``approvals`` send them (``toolcrib.approvals``).
+
+    GET  /operator/approvals                       the pending approvals (JSON), with the operator's token
+    POST /operator/approvals/<id>                  {"decision": "approve" | "deny", "digest": ...}, with the token
+    GET  /operator/approvals/<id>/<decision>?sig=  a signed one-time link (a webhook's): a page that asks to confirm
+    POST /operator/approvals/<id>/<decision>       that page's form: answers, once
+
+The JSON endpoints take only the operator's bearer token (never an agent's: serving refuses a config whose operator
+token is an agent's) and only ``application/json`` bodies (a page on another site cannot send one); a link is its
+own credential, bound to one call's digest and one decision, and only its page's form answers it (a chat app that
+fetches the link to preview it answers nothing). Host and Origin are checked as for the agents' endpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import html
+import json
+import logging
+from collections.abc import Callable
+
+import httpx2
+from mcp.server.transport_security import TransportSecurityMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from toolcrib.approvals import ANSWERED, NOT_PENDING, Desk, Pending
+from toolcrib.config import OperatorConfig
+
+log = logging.getLogger(__name__)
+
+WEBHOOK_TIMEOUT = 10.0  # seconds to deliver one webhook notification
+
+
+class OperatorEndpoint:
+    """The routes above, for one desk and one operator token."""
+
+    def __init__(self, desk: Desk, config: OperatorConfig, token: str, guard: TransportSecurityMiddleware,
+                 keep: Callable[[asyncio.Task[None]], None] | None = None) -> None:
+        self.desk = desk
+        self.config = config
+        self._token = token.encode()
+        self._guard = guard  # the agents' Host/Origin checks (TransportSecurityMiddleware)
+        self._keep = keep  # holds a task sent on its way (ServingState.keep)
+        self._by = f"the operator (token ${config.token_env})"
+        if config.webhook is not None:
+            desk.notify.append(self._send_webhook)
+
+    def routes(self) -> list[Route]:
+        return [Route("/operator/approvals", endpoint=self._list, methods=["GET"]),
+                Route("/operator/approvals/{id}", endpoint=self._answer, methods=["POST"]),
+                Route("/operator/approvals/{id}/{decision}", endpoint=self._link, methods=["GET", "POST"])]
+
+    # -- the token's endpoints -------------------------------------------------------------------------------
+
+    async def _authorized(self, request: Request, is_post: bool = False) -> Response | None:
+        refused: Response | None = await self._guard.validate_request(request, is_post=is_post)
+        if refused is not None:
+            return refused
+        header = request.headers.get("authorization", "")
+        scheme, _, supplied = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(supplied.strip().encode("latin-1"), self._token):
+            return JSONResponse({"error": "invalid_token", "error_description": "this endpoint needs "
+                                 "Authorization: Bearer <the operator token>"}, status_code=401,
+                                headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
+        return None
+
+    async def _list(self, request: Request) -> Response:
+        refused = await self._authorized(request)
+        if refused is not None:
+            return refused
+        return JSONResponse({"approvals": [p.public() for p in self.desk.pending()]})
+
+    async def _answer(self, request: Request) -> Response:
+        refused = await self._authorized(request, is_post=True)
+        if refused is not None:
+            return refused
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            body = None
+        decision = body.get("decision") if isinstance(body, dict) else None
+        given = body.get("digest") if isinstance(body, dict) else None
+        if decision not in ("approve", "deny") or not isinstance(given, str):
+            return JSONResponse({"error": 'expected {"decision": "approve" or "deny", "digest": "<the digest the '
+                                 'pending approval shows>"}'}, status_code=400)
+        outcome = self.desk.answer(request.path_params["id"], decision == "approve", given, self._by)
+        if outcome != ANSWERED:
+            return JSONResponse({"error": outcome}, status_code=404 if outcome == NOT_PENDING else 409)
+        return JSONResponse({"status": "approved" if decision == "approve" else "denied"})
+
+    # -- signed links --------------------------------------------------------------------------------------------
+
+    async def _link(self, request: Request) -> Response:
+        refused: Response | None = await self._guard.validate_request(request)
+        if refused is not None:
+            return refused
+        approval_id, decision = request.path_params["id"], request.path_params["decision"]
+        if request.method == "GET":
+            signature = request.query_params.get("sig", "")
+        else:
+            form = await request.form()
+            signature = str(form.get("sig", ""))
+        pending = self.desk.check_link(approval_id, decision, signature)
+        if pending is None:
+            return _page("Nothing to answer", "<p>This link answers nothing: the approval was answered, it expired, "
+                         "its call ended, or the link is not valid.</p>", 404)
+        if request.method == "GET":  # a page that asks: fetching a link (a chat app's preview) answers nothing
+            verb = "Approve" if decision == "approve" else "Deny"
+            return _page(f"{verb} this call?", _describe(pending) +
+                         f'<form method="post"><input type="hidden" name="sig" value="{html.escape(signature)}">'
+                         f'<button type="submit">{verb}</button></form>')
+        outcome = self.desk.answer(approval_id, decision == "approve", pending.digest, "the operator (webhook link)")
+        if outcome != ANSWERED:
+            return _page("Nothing to answer", f"<p>{html.escape(outcome)}.</p>", 404)
+        done = "approved" if decision == "approve" else "denied"
+        return _page(f"Call {done}", f"<p>{html.escape(pending.tool)} for agent {html.escape(pending.agent)} is "
+                     f"{done}.</p>")
+
+    def links(self, pending: Pending) -> dict[str, str] | None:
+        """The approve and deny links of a pending approval, where ``[operator] url`` says where operators reach
+        the server."""
+        base = self.config.url
+        if base is None:
+            return None
+        base = base.rstrip("/")
+        return {f"{decision}_url": f"{base}/operator/approvals/{pending.id}/{decision}?sig="
+                f"{self.desk.signature(pending, decision)}" for decision in ("approve", "deny")}
+
+    async def _send_webhook(self, pending: Pending) -> None:
+        """Tell the webhook of a pending approval, on a task of its own (the call's wait does not wait for it)."""
+        task = asyncio.get_running_loop().create_task(self._post(pending))
+        if self._keep is not None:
+            self._keep(task)
+
+    async def _post(self, pending: Pending) -> None:
+        assert self.config.webhook is not None
+        body = {"event": "approval_pending", **pending.public(), **(self.links(pending) or {})}
+        try:
+            async with httpx2.AsyncClient(timeout=WEBHOOK_TIMEOUT, follow_redirects=False) as client:
+                response = await client.post(self.config.webhook, json=body)
+            if response.status_code >= 300:
+                log.warning("the approvals webhook answered %d for approval %s", response.status_code, pending.id)
+        except httpx2.HTTPError as exc:
+            log.warning("the approvals webhook could not be told of approval %s: %s", pending.id, exc)
+
+
+def _describe(pending: Pending) -> str:
+    rows = [("Agent", pending.agent), ("Who", json.dumps(pending.principal) if pending.principal else "-"),
+            ("Tool", pending.tool), ("Arguments", json.dumps(pending.arguments, indent=2, ensure_ascii=False)),
+            ("Asked by", pending.rule), ("Call", pending.call_id or "-"), ("Expires", pending.public()["expires"])]
+    cells = "".join(f"<tr><th>{name}</th><td><pre>{html.escape(value)}</pre></td></tr>" for name, value in rows)
+    return f"<table>{cells}</table>"
+
+
+def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+                        '<meta name="referrer" content="no-referrer"></head>'
+                        f"<body><h1>{html.escape(title)}</h1>{body}</body></html>", status_code=status,
+                        headers={"Cache-Control": "no-store", "X-Frame-Options": "DENY",
+                                 "Content-Security-Policy": "default-src 'none'; form-action 'self'"})
+
+
+__all__ = ["OperatorEndpoint"]

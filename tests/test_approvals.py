@@ -1,0 +1,429 @@
+"""Approvals out of band (``[agents.X] approvals``, ``[operator]``): a call an ``ask`` rule holds waits for an
+operator, who answers on the operator endpoint of the HTTP front end (served in process here), or by a webhook's
+signed link. The agent's client here declares no elicitation, as most agent frameworks' MCP clients do."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+
+import toolcrib
+from conftest import config_from
+from test_cluster import sse_messages, until
+from toolcrib import Host
+from toolcrib.approvals import Desk, digest
+
+AGENT_TOKEN = "a" * 32
+OPERATOR_TOKEN = "o" * 32
+ENV = {"TOK_A": AGENT_TOKEN, "TOK_OP": OPERATOR_TOKEN}
+
+
+@toolcrib.tool
+def deploy(target: str) -> str:
+    """Deploy the service to a target."""
+    return f"deployed to {target}"
+
+
+@toolcrib.tool(annotations={"readOnlyHint": True})
+def status() -> str:
+    """The service's status."""
+    return "all good"
+
+
+PACK = type("Pack", (), {"toolcrib_tools": toolcrib.hookimpl(lambda self: [deploy, status])})()
+
+CONFIG = """
+[operator]
+token_env = "TOK_OP"
+url = "http://127.0.0.1:8000"
+{operator}
+[agents.a]
+token_env = "TOK_A"
+approvals = "{approvals}"
+approval_timeout = {timeout}
+[agents.a.permissions]
+plugins = {{ allow = ["t"] }}
+tools = {{ allow = ["*"] }}
+ask = ["t__deploy"]
+"""
+AGENT = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+         "Authorization": f"Bearer {AGENT_TOKEN}"}
+OPERATOR = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "no-elicitation", "version": "1"}}}
+
+
+@asynccontextmanager
+async def serving(tmp_path: Path, approvals: str = "operator", timeout: float = 60, operator: str = "",
+                  env: dict[str, str] = ENV) -> AsyncIterator[tuple[Any, Any]]:
+    """The HTTP app in process, with an agent session open (a client without elicitation); yields a function
+    that calls a tool in that session, and an httpx client on the app."""
+    from toolcrib.mcp.http import HttpApp, HttpOptions
+    from toolcrib.mcp.state import ServingState
+
+    loaded = config_from(CONFIG.format(approvals=approvals, timeout=timeout, operator=operator), tmp_path)
+    state = ServingState(Host(loaded, plugins={"t": PACK}, autoload=False, env={}))
+    app = HttpApp(state, HttpOptions(), env=env)
+    async with app.app.router.lifespan_context(app.app), httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1:8000", timeout=60) as http:
+        opened = await http.post("/agents/a/mcp", json=INITIALIZE, headers=AGENT)
+        session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+        await http.post("/agents/a/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                        headers={**AGENT, **session})
+
+        async def call(name: str, arguments: dict[str, Any]) -> tuple[bool, str]:
+            answer = await http.post("/agents/a/mcp", headers={**AGENT, **session}, json={
+                "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": arguments}})
+            result = sse_messages(answer.text)[0]["result"]
+            return result.get("isError", False), result["content"][0]["text"]
+
+        yield call, http
+
+
+async def first_pending(http: Any) -> dict[str, Any]:
+    found: list[dict[str, Any]] = []
+
+    async def listed() -> bool:
+        found[:] = (await http.get("/operator/approvals", headers=OPERATOR)).json()["approvals"]
+        return bool(found)
+
+    await until(listed, "the call's approval is pending")
+    return found[0]
+
+
+def test_an_operator_approves_a_held_call_on_the_endpoint_bound_to_its_digest_once(tmp_path: Path) -> None:
+    async def main() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with serving(tmp_path) as (call, http), anyio.create_task_group() as tg:
+            async def held() -> None:
+                seen["result"] = await call("t__deploy", {"target": "prod"})
+
+            tg.start_soon(held)
+            pending = await first_pending(http)
+            seen["pending"] = pending
+            answer = f"/operator/approvals/{pending['id']}"
+            seen["agent token"] = (await http.get("/operator/approvals", headers=AGENT)).status_code
+            seen["no token"] = (await http.post(answer, json={"decision": "approve", "digest": pending["digest"]})
+                                ).status_code
+            seen["as a form"] = (await http.post(answer, headers=OPERATOR, data={
+                "decision": "approve", "digest": pending["digest"]})).status_code  # a page elsewhere can post forms
+            wrong = await http.post(answer, headers=OPERATOR, json={"decision": "approve", "digest": "0" * 64})
+            seen["wrong digest"] = (wrong.status_code, wrong.json())
+            bad = await http.post(answer, headers=OPERATOR, json={"decision": "maybe"})
+            seen["bad body"] = (bad.status_code, bad.json())
+            right = await http.post(answer, headers=OPERATOR, json={"decision": "approve", "digest": pending["digest"]})
+            seen["approved"] = (right.status_code, right.json())
+            again = await http.post(answer, headers=OPERATOR, json={"decision": "approve", "digest": pending["digest"]})
+            seen["again"] = (again.status_code, again.json())
+        return seen
+
+    seen = anyio.run(main)
+    pending = seen["pending"]
+    assert set(pending) == {"id", "agent", "principal", "tool", "arguments", "rule", "call_id", "config_version",
+                            "digest", "created", "expires"}
+    assert (pending["agent"], pending["tool"], pending["arguments"], pending["rule"]) == (
+        "a", "t__deploy", {"target": "prod"}, "ask rule 't__deploy'")
+    assert pending["principal"] == {"kind": "token", "credential": "$TOK_A"}  # who, never the token
+    assert re.fullmatch(r"call_[0-9a-f]{8}[0-9a-f]+", pending["call_id"])
+    assert pending["digest"] == digest("a", "t__deploy", {"target": "prod"}, pending["config_version"])
+    assert seen["agent token"] == 401 and seen["no token"] == 401 and seen["as a form"] == 400
+    assert seen["wrong digest"] == (409, {"error": "the approval's digest differs: it was shown for another call, or "
+                                                   "for this call as it was before; list the pending approvals again"})
+    assert seen["bad body"] == (400, {"error": 'expected {"decision": "approve" or "deny", "digest": "<the digest '
+                                               'the pending approval shows>"}'})
+    assert seen["approved"] == (200, {"status": "approved"})
+    assert seen["again"] == (404, {"error": "no such pending approval: it was answered, it expired, or its call "
+                                            "ended"})
+    assert seen["result"] == (False, "deployed to prod")
+
+
+def test_a_denied_or_unanswered_call_fails_saying_so(tmp_path: Path) -> None:
+    async def main() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with serving(tmp_path, operator="") as (call, http), anyio.create_task_group() as tg:
+            async def held() -> None:
+                seen["denied"] = await call("t__deploy", {"target": "prod"})
+
+            tg.start_soon(held)
+            pending = await first_pending(http)
+            await http.post(f"/operator/approvals/{pending['id']}", headers=OPERATOR,
+                            json={"decision": "deny", "digest": pending["digest"]})
+        async with serving(tmp_path, timeout=0.2) as (call, http):
+            seen["unanswered"] = await call("t__deploy", {"target": "prod"})
+            seen["read-only"] = await call("t__status", {})  # no ask rule: no approval
+        return seen
+
+    seen = anyio.run(main)
+    assert seen["denied"] == (True, "Permission denied: t__deploy needs approval (ask rule 't__deploy'), and the "
+                                    "operator denied it (the operator (token $TOK_OP)).")
+    assert seen["unanswered"] == (True, "Permission denied: t__deploy needs approval (ask rule 't__deploy'), and no "
+                                        "operator answered within 0.2 s.")
+    assert seen["read-only"] == (False, "all good")
+
+
+def test_the_audit_record_says_which_operator_approved(tmp_path: Path) -> None:
+    from toolcrib.mcp.http import HttpApp, HttpOptions
+    from toolcrib.mcp.state import ServingState
+
+    text = '[host]\naudit_log = "audit.jsonl"\n' + CONFIG.format(approvals="operator", timeout=60, operator="")
+
+    async def main() -> None:
+        state = ServingState(Host(config_from(text, tmp_path), plugins={"t": PACK}, autoload=False, env={}))
+        app = HttpApp(state, HttpOptions(), env=ENV)
+        assert app.operator is not None
+        desk = app.operator.desk
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(state.host.call, "a", "t__deploy", {"target": "staging"})
+            await until(lambda: _true(desk.pending()), "the approval is pending")
+            pending = desk.pending()[0]
+            assert desk.answer(pending.id, True, pending.digest, "the operator (token $TOK_OP)") == "approved"
+        state.host.close()
+
+    anyio.run(main)
+    record = json.loads((tmp_path / "audit.jsonl").read_text().splitlines()[0])
+    assert (record["tool"], record["decision"], record["by"]) == (
+        "t__deploy", "allowed", "approved by the operator (token $TOK_OP)")
+    assert record["call_id"].startswith("call_")
+
+
+async def _true(value: Any) -> bool:
+    return bool(value)
+
+
+def test_client_then_operator_asks_the_operator_only_when_the_client_cannot_answer(tmp_path: Path) -> None:
+    async def main() -> tuple[bool, str]:
+        async with serving(tmp_path, approvals="client-then-operator") as (call, http), \
+                anyio.create_task_group() as tg:
+            seen: dict[str, Any] = {}
+
+            async def held() -> None:
+                seen["result"] = await call("t__deploy", {"target": "prod"})
+
+            tg.start_soon(held)
+            pending = await first_pending(http)  # this client declared no elicitation
+            await http.post(f"/operator/approvals/{pending['id']}", headers=OPERATOR,
+                            json={"decision": "approve", "digest": pending["digest"]})
+        return seen["result"]
+
+    assert anyio.run(main) == (False, "deployed to prod")
+
+
+def test_without_an_operator_endpoint_a_call_for_an_operator_is_denied_at_once(tmp_path: Path) -> None:
+    loaded = config_from(CONFIG.format(approvals="operator", timeout=60, operator=""), tmp_path)
+    host = Host(loaded, plugins={"t": PACK}, autoload=False, env={})  # the Python API, stdio: no endpoint here
+    result = anyio.run(host.call, "a", "t__deploy", {"target": "prod"})
+    assert (result.is_error, result.text) == (True, "Permission denied: t__deploy needs approval (ask rule "
+                                              "'t__deploy'), and no operator can answer here: operators answer on "
+                                              "the operator endpoint of `toolcrib serve --http` ([operator]).")
+
+
+def test_the_operator_token_must_be_no_agents_and_must_be_set(tmp_path: Path,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    from toolcrib.mcp.http import HttpApp, HttpOptions, ServeError
+    from toolcrib.mcp.state import ServingState
+
+    loaded = config_from(CONFIG.format(approvals="operator", timeout=60, operator=""), tmp_path)
+    state = ServingState(Host(loaded, plugins={"t": PACK}, autoload=False, env={}))
+    with pytest.raises(ServeError) as refused:
+        HttpApp(state, HttpOptions(), env={"TOK_A": AGENT_TOKEN, "TOK_OP": AGENT_TOKEN})
+    assert str(refused.value) == ("the operator token ($TOK_OP) is also agent 'a''s: an agent must never answer its "
+                                  "own approvals; give the operator a token of its own")
+    with caplog.at_level("WARNING", logger="toolcrib.mcp.http"):
+        app = HttpApp(state, HttpOptions(), env={"TOK_A": AGENT_TOKEN})
+    assert app.operator is None
+    assert "the operator endpoint is not served: $TOK_OP is not set, so calls that need an operator's approval are " \
+           "denied" in caplog.messages
+
+
+class _Hook(BaseHTTPRequestHandler):
+    received: list[dict[str, Any]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        _Hook.received.append(json.loads(body))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_webhook_is_sent_each_pending_approval_with_signed_one_time_links_that_a_preview_cannot_answer(
+        tmp_path: Path) -> None:
+    _Hook.received = []
+    receiver = HTTPServer(("127.0.0.1", 0), _Hook)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    webhook = f'webhook = "http://127.0.0.1:{receiver.server_address[1]}/hook"'
+
+    async def main() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with serving(tmp_path, operator=webhook) as (call, http), anyio.create_task_group() as tg:
+            async def held() -> None:
+                seen["result"] = await call("t__deploy", {"target": "<prod>"})
+
+            tg.start_soon(held)
+            await until(lambda: _true(_Hook.received), "the webhook is sent the pending approval")
+            sent = _Hook.received[0]
+            seen["sent"] = sent
+            approve = sent["approve_url"].removeprefix("http://127.0.0.1:8000")
+            forged = re.sub(r"sig=[0-9a-f]+", "sig=" + "0" * 64, approve)
+            seen["forged"] = (await http.get(forged)).status_code
+            crossed = approve.replace("/approve?", "/deny?")  # a link answers with its own decision only
+            seen["crossed"] = (await http.get(crossed)).status_code
+            page = await http.get(approve)  # what a chat app's preview does: answers nothing
+            seen["page"] = (page.status_code, page.headers["content-security-policy"], page.text)
+            seen["still pending"] = len((await http.get("/operator/approvals", headers=OPERATOR)).json()["approvals"])
+            signature = approve.split("sig=")[1]
+            confirmed = await http.post(approve.split("?")[0], data={"sig": signature})
+            seen["confirmed"] = (confirmed.status_code, re.findall(r"<p>(.*?)</p>", confirmed.text))
+            seen["reused"] = (await http.post(approve.split("?")[0], data={"sig": signature})).status_code
+        return seen
+
+    try:
+        seen = anyio.run(main)
+    finally:
+        receiver.shutdown()
+    sent = seen["sent"]
+    assert sent["event"] == "approval_pending" and sent["tool"] == "t__deploy"
+    assert sent["arguments"] == {"target": "<prod>"}
+    assert re.fullmatch(rf"http://127\.0\.0\.1:8000/operator/approvals/{re.escape(sent['id'])}/approve\?sig=[0-9a-f]{{64}}",
+                        sent["approve_url"])
+    assert sent["deny_url"].split("?")[0].endswith(f"/{sent['id']}/deny")
+    assert OPERATOR_TOKEN not in json.dumps(sent) and AGENT_TOKEN not in json.dumps(sent)
+    assert seen["forged"] == 404 and seen["crossed"] == 404
+    status, policy, text = seen["page"]
+    assert status == 200 and policy == "default-src 'none'; form-action 'self'"
+    assert "&lt;prod&gt;" in text and "<prod>" not in text  # argument values escaped
+    assert '<form method="post">' in text and OPERATOR_TOKEN not in text
+    assert seen["still pending"] == 1
+    assert seen["confirmed"] == (200, ["t__deploy for agent a is approved."])
+    assert seen["reused"] == 404
+    assert seen["result"] == (False, "deployed to <prod>")
+
+
+def test_a_desk_answer_is_taken_once_and_an_expired_approval_is_gone() -> None:
+    desk = Desk(b"k" * 32)
+
+    async def main() -> list[Any]:
+        seen: list[Any] = []
+        async with anyio.create_task_group() as tg:
+            async def ask() -> None:
+                seen.append(await desk.ask("a", None, "t__x", {"n": 1}, "ask rule 't__x'", "call_1", "v1", 60))
+
+            tg.start_soon(ask)
+            await until(lambda: _true(desk.pending()), "pending")
+            pending = desk.pending()[0]
+            seen.append(desk.answer(pending.id, False, pending.digest, "op"))
+            seen.append(desk.answer(pending.id, True, pending.digest, "op"))
+        seen.append(await desk.ask("a", None, "t__x", {"n": 1}, "r", "call_2", "v1", 0.05))
+        seen.append(desk.pending())
+        return seen
+
+    assert anyio.run(main) == ["approved", "no such pending approval: it was answered, it expired, or its call ended",
+                               (False, "op"), (None, ""), []]
+    assert digest("a", "t", {"x": 1, "y": 2}, "v") == digest("a", "t", {"y": 2, "x": 1}, "v")  # canonical
+    assert digest("a", "t", {"x": 1}, "v") != digest("a", "t", {"x": 1}, "w")  # the config version is bound too
+
+
+def test_toolcrib_approvals_says_what_it_lacks(cli_config: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import cli
+
+    plain = cli_config("[agents.a]\n", "t=test_approvals:PACK")
+    assert cli("approvals", "--config", plain)[0::2] == (
+        2, "error: the config has no [operator] table: approvals go to the agents' clients\n")
+    path = cli_config(CONFIG.format(approvals="operator", timeout=60, operator=""), "t=test_approvals:PACK")
+    monkeypatch.delenv("TOK_OP", raising=False)
+    assert cli("approvals", "--config", path)[0::2] == (
+        2, "error: $TOK_OP is not set: the operator endpoint needs the operator token\n")
+    monkeypatch.setenv("TOK_OP", OPERATOR_TOKEN)
+    code, _, err = cli("approvals", "--config", path, "--url", "http://127.0.0.1:9")  # nothing listens there
+    assert code == 1 and err.startswith("error: the operator endpoint at http://127.0.0.1:9 cannot be reached: ")
+
+
+# -- end to end: `toolcrib serve --http`, an MCP client without elicitation, `toolcrib approvals` ----------------
+
+
+def _serve_http(config: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str, Path]:
+    log = config.parent / "serve.log"
+    with log.open("wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "toolcrib.cli", "serve", "--http", "--port", "0", "--config",
+                                 str(config)], stderr=err, env=env)
+    deadline = time.monotonic() + 60  # a hang guard
+    while proc.poll() is None and time.monotonic() < deadline:
+        match = re.search(r"at (http://127\.0\.0\.1:\d+)/agents/<name>/mcp", log.read_text())
+        if match:
+            return proc, match.group(1), log
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError(log.read_text())
+
+
+@pytest.mark.slow
+def test_a_framework_client_without_elicitation_has_its_call_approved_with_toolcrib_approvals(
+        tmp_path: Path) -> None:
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    config = tmp_path / "toolcrib.toml"
+    config.write_text(CONFIG.format(approvals="operator", timeout=120, operator=""))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLCRIB_")}
+    env.update(ENV, TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD="1", TOOLCRIB_PLUGINS="t=test_approvals:PACK",
+               PYTHONPATH=str(Path(__file__).parent) + os.pathsep + env.get("PYTHONPATH", ""))
+    proc, base, _ = _serve_http(config, env)
+
+    def approvals(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "toolcrib.cli", "approvals", "--config", str(config), "--url",
+                               base, *args], capture_output=True, text=True, env=env, timeout=60)
+
+    async def main() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {AGENT_TOKEN}"}, timeout=120)
+        async with http, Client(streamable_http_client(f"{base}/agents/a/mcp", http_client=http)) as client, \
+                anyio.create_task_group() as tg:
+            async def held() -> None:
+                result = await client.call_tool("t__deploy", {"target": "prod"})
+                seen["result"] = (result.is_error, result.content[0].text)  # type: ignore[union-attr]
+
+            tg.start_soon(held)
+            listed: list[subprocess.CompletedProcess[str]] = []
+
+            async def pending() -> bool:
+                listed[:] = [await anyio.to_thread.run_sync(approvals)]
+                return listed[0].stdout.startswith("no call") is False and listed[0].returncode == 0
+
+            await until(pending, "`toolcrib approvals` lists the call")
+            seen["listed"] = listed[0].stdout
+            approval_id = listed[0].stdout.split()[0]
+            seen["approved"] = await anyio.to_thread.run_sync(approvals, "approve", approval_id)
+            seen["again"] = await anyio.to_thread.run_sync(approvals, "approve", approval_id)
+        return seen
+
+    try:
+        seen = anyio.run(main)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    lines = seen["listed"].splitlines()
+    assert re.fullmatch(r"[\w-]+  agent a \(\$TOK_A\) calls t__deploy \(ask rule 't__deploy'\), expires "
+                        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", lines[0]), lines
+    assert lines[1] == '  arguments: {"target": "prod"}'
+    assert re.fullmatch(r"  call call_[0-9a-f]+, digest [0-9a-f]{16}", lines[2])
+    assert (seen["approved"].returncode, seen["approved"].stdout) == (
+        0, 'approved: t__deploy for agent a {"target": "prod"}\n')
+    assert (seen["again"].returncode, seen["again"].stderr) == (
+        1, f"error: no call waits for approval {lines[0].split()[0]!r} (`toolcrib approvals` lists them)\n")
+    assert seen["result"] == (False, "deployed to prod")
