@@ -442,3 +442,53 @@ def test_a_regex_search_is_held_to_a_time_budget_over_all_the_names(monkeypatch:
     assert str(slow.value) == ("/_059/ took more than 0.0 s over the tool names; anchor it (^...) or make it more "
                                "specific")
     assert [t["name"] for t in index.search("/^ns__tool_000[12]/", 2)] == ["ns__tool_0001", "ns__tool_0002"]
+
+
+RISKY = "repeats a group that itself repeats or alternates"
+MANY = "repeats without bound more than 2 times"
+
+
+@pytest.mark.parametrize(("pattern", "why"), [
+    ("a*b*", None), ("a*b*c*", MANY), ("a+b{1,}c*", MANY), ("a{2,5}b{3}c{1,2}d*", None), ("x{,3}y*", None),
+    (r"\d+\w+", None), (r"\d+\w+\s+", MANY), (r"\1", "has a backreference"), (r"(a)\1", "has a backreference"),
+    ("(?P<n>a)(?P=n)", "has a backreference"), (r"\(a+\)+", None), (r"\(a\)*b*", None),  # escaped: no group
+    ("[a+*]+", None), ("[]a*]+b*", None), ("[^]*]+", None), (r"[\]*]+b*c*", MANY), (r"[\]]+", None),
+    ("[abc", None), ("[a]b*c*d*", MANY),  # nothing in a class repeats; the class itself does
+    ("(ab)+", None), ("(a|b)+", RISKY), ("(a?)+", RISKY), ("(a+)?", None), ("((a)+)", None), ("((a)+)+", RISKY),
+    ("(?:a+)+", RISKY), ("(?:ab)+", None), ("(?:a|b)*c", RISKY), ("(?P<n>a+)+", RISKY), ("(?P<n>ab)+c*", None),
+    ("(?<!x)y+", None), ("(?=a)b*", None), ("(?i)ab+", None), ("(a){2,}", None), ("(a*){2,}", RISKY),
+    ("(a*){2}", RISKY), ("a|b", None), ("(a|b)?c", None), ("(a)(b)+", None), (")a+", None), ("(a", None),
+])
+def test_a_regex_is_refused_for_what_could_make_it_backtrack_without_end(pattern: str, why: str | None) -> None:
+    from toolcrib.search import _risky
+
+    assert _risky(pattern) == why
+
+
+def _index(*tools: tuple[str, str] | tuple[str, str, dict[str, Any]]) -> ToolIndex:
+    return ToolIndex([{"name": t[0], "description": t[1], "inputSchema": {"type": "object", "properties": (
+        t[2] if len(t) > 2 else {})}} for t in tools])  # type: ignore[misc]
+
+
+def test_the_index_details_that_ranking_rests_on() -> None:
+    index = _index(("x__get", "Unrelated."), ("x__other", "get get get get, and more get"),
+                   ("x__ray_tube", "Tubes."), ("x__tool", "", {"maxLength": {"type": "integer"}}),
+                   ("x__six", "six"), ("x__seven", "six"))
+    assert [t["name"] for t in index.search("x__get", 2)] == ["x__get", "x__other"]  # the exact name first
+    assert [t["name"] for t in index.search("length")] == ["x__tool"]  # a camelCase argument is words
+    assert [t["name"] for t in index.search("maxlength")] == []
+    assert index.search("y") == []  # a one-letter word is left out ("ray" is no "y" either)
+    assert index.search("//") == [] and index.search("x/") == [] and index.search("/x") == []  # not regexes
+    assert [t["name"] for t in index.search("/e/", 9)] == ["x__get", "x__other", "x__ray_tube", "x__seven"]
+    assert len(index.search("/x/")) == 5  # k is 5 unless given
+    assert index.search("q" * 1000) == []  # the longest query taken
+
+
+def test_a_word_in_half_of_the_names_still_ranks_beside_others() -> None:
+    """A word in more than half of the names (a namespace) ranks nothing beside other words; one in half does."""
+    index = _index(("ns__alpha_one", "First."), ("ns__alpha_two", "Second."), ("ns__beta_three", "Third."),
+                   ("ns__beta_four", "Fourth."))
+    assert [t["name"] for t in index.search("alpha three", 5)] == ["ns__beta_three", "ns__alpha_one",
+                                                                    "ns__alpha_two"]
+    assert [t["name"] for t in index.search("ns three", 5)] == ["ns__beta_three"]  # "ns" is in every name
+    assert len(index.search("ns", 5)) == 4  # alone, it is the query

@@ -138,10 +138,11 @@ def _risky(pattern: str) -> str | None:
             i += 2
             continue
         if char == "[":  # a character class: nothing in it repeats or alternates
-            end = pattern.find("]", i + 2 if pattern[i + 1:i + 2] == "]" else i + 1)
-            i = len(pattern) if end < 0 else end + 1
+            i = _class_end(pattern, i)
             continue
         if char == "(":
+            if pattern[i + 1:i + 4] == "?P=":
+                return "has a backreference"
             groups.append(False)
             if pattern[i + 1:i + 2] == "?":  # (?:, (?=, (?P<name>, ...: the group's kind, not a repetition
                 close = pattern.find(">", i) if pattern[i + 2:i + 4] in ("P<", "<") or (
@@ -163,6 +164,24 @@ def _risky(pattern: str) -> str | None:
             groups[-1] = True
         i += 1
     return None
+
+
+def _class_end(pattern: str, start: int) -> int:
+    """Where the character class that opens at ``start`` ends (just past its ``]``): a ``]`` first (after a ``^``)
+    is a member, and so is an escaped one."""
+    i = start + 1
+    if pattern[i:i + 1] == "^":
+        i += 1
+    if pattern[i:i + 1] == "]":
+        i += 1
+    while i < len(pattern):
+        if pattern[i] == "\\":
+            i += 2
+            continue
+        if pattern[i] == "]":
+            return i + 1
+        i += 1
+    return len(pattern)
 
 
 def _arguments(tool: dict[str, Any]) -> str:
