@@ -80,18 +80,23 @@ async def serving(tmp_path: Path, approvals: str = "operator", timeout: float = 
     app = HttpApp(state, HttpOptions(), env=env)
     async with app.app.router.lifespan_context(app.app), httpx2.AsyncClient(
             transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1:8000", timeout=60) as http:
-        opened = await http.post("/agents/a/mcp", json=INITIALIZE, headers=AGENT)
-        session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
-        await http.post("/agents/a/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"},
-                        headers={**AGENT, **session})
+        yield await open_session(http), http
 
-        async def call(name: str, arguments: dict[str, Any]) -> tuple[bool, str]:
-            answer = await http.post("/agents/a/mcp", headers={**AGENT, **session}, json={
-                "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": arguments}})
-            result = sse_messages(answer.text)[0]["result"]
-            return result.get("isError", False), result["content"][0]["text"]
 
-        yield call, http
+async def open_session(http: Any) -> Any:
+    """A 2025-11-25 session of agent a (its client declares no elicitation); a function that calls a tool in it."""
+    opened = await http.post("/agents/a/mcp", json=INITIALIZE, headers=AGENT)
+    session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+    await http.post("/agents/a/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                    headers={**AGENT, **session})
+
+    async def call(name: str, arguments: dict[str, Any]) -> tuple[bool, str]:
+        answer = await http.post("/agents/a/mcp", headers={**AGENT, **session}, json={
+            "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": arguments}})
+        result = sse_messages(answer.text)[0]["result"]
+        return result.get("isError", False), result["content"][0]["text"]
+
+    return call
 
 
 async def first_pending(http: Any) -> dict[str, Any]:
@@ -188,9 +193,9 @@ def test_the_audit_record_says_which_operator_approved(tmp_path: Path) -> None:
         desk = app.operator.desk
         async with anyio.create_task_group() as tg:
             tg.start_soon(state.host.call, "a", "t__deploy", {"target": "staging"})
-            await until(lambda: _true(desk.pending()), "the approval is pending")
-            pending = desk.pending()[0]
-            assert desk.answer(pending.id, True, pending.digest, "the operator (token $TOK_OP)") == "approved"
+            await until(desk.pending, "the approval is pending")
+            pending = (await desk.pending())[0]
+            assert await desk.answer(pending.id, True, pending.digest, "the operator (token $TOK_OP)") == "approved"
         state.host.close()
 
     anyio.run(main)
@@ -325,12 +330,12 @@ def test_a_desk_answer_is_taken_once_and_an_expired_approval_is_gone() -> None:
                 seen.append(await desk.ask("a", None, "t__x", {"n": 1}, "ask rule 't__x'", "call_1", "v1", 60))
 
             tg.start_soon(ask)
-            await until(lambda: _true(desk.pending()), "pending")
-            pending = desk.pending()[0]
-            seen.append(desk.answer(pending.id, False, pending.digest, "op"))
-            seen.append(desk.answer(pending.id, True, pending.digest, "op"))
+            await until(desk.pending, "pending")
+            pending = (await desk.pending())[0]
+            seen.append(await desk.answer(pending.id, False, pending.digest, "op"))
+            seen.append(await desk.answer(pending.id, True, pending.digest, "op"))
         seen.append(await desk.ask("a", None, "t__x", {"n": 1}, "r", "call_2", "v1", 0.05))
-        seen.append(desk.pending())
+        seen.append(await desk.pending())
         return seen
 
     assert anyio.run(main) == ["approved", "no such pending approval: it was answered, it expired, or its call ended",
@@ -427,3 +432,76 @@ def test_a_framework_client_without_elicitation_has_its_call_approved_with_toolc
     assert (seen["again"].returncode, seen["again"].stderr) == (
         1, f"error: no call waits for approval {lines[0].split()[0]!r} (`toolcrib approvals` lists them)\n")
     assert seen["result"] == (False, "deployed to prod")
+
+
+# -- across replicas: the pending approvals on Redis ([cluster]) ------------------------------------------------
+
+
+def test_a_call_held_on_one_replica_is_listed_and_approved_on_another(tmp_path: Path, redis_url: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two replicas (a config file, serving state and Redis connection each): the call waits on the first, the
+    operator lists and answers on the second, the first runs it; of two answers one counts."""
+    from test_cluster import http_replicas, redis_command
+
+    monkeypatch.setenv("TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.setenv("TOOLCRIB_PLUGINS", "t=test_approvals:PACK")
+    text = f'[cluster]\nredis_url = "{redis_url}"\nkey_prefix = "ap:"\n' + CONFIG.format(
+        approvals="operator", timeout=60, operator="")
+    first, second = tmp_path / "one.toml", tmp_path / "two.toml"
+    first.write_text(text)
+    second.write_text(text)
+
+    async def main() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with http_replicas([first, second], ENV) as (one, two), anyio.create_task_group() as tg:
+            call = await open_session(one)
+
+            async def held() -> None:
+                seen["result"] = await call("t__deploy", {"target": "eu"})
+
+            tg.start_soon(held)
+            pending = await first_pending(two)  # listed on the replica that does not hold the call
+            seen["pending"] = (pending["tool"], pending["arguments"])
+            seen["keys"] = sorted(k.decode() for k in await redis_command(redis_url, "KEYS", "ap:approval*"))
+            answers = [two.post(f"/operator/approvals/{pending['id']}", headers=OPERATOR,
+                                json={"decision": "approve", "digest": pending["digest"]}),
+                       one.post(f"/operator/approvals/{pending['id']}", headers=OPERATOR,
+                                json={"decision": "deny", "digest": pending["digest"]})]
+            seen["answers"] = sorted([(await a).status_code for a in answers])
+        seen["left"] = await redis_command(redis_url, "KEYS", "ap:approval*")
+        return seen
+
+    seen = anyio.run(main)
+    assert seen["pending"] == ("t__deploy", {"target": "eu"})
+    assert [re.sub(r":[\w-]{16}$", ":<id>", k) for k in seen["keys"]] == ["ap:approval:<id>", "ap:approvals"]
+    assert seen["answers"] == [200, 404]  # the first answer counts; the second finds it answered
+    assert seen["result"] == (False, "deployed to eu")
+    assert seen["left"] == []
+
+
+def test_while_redis_is_unreachable_no_call_is_held_and_the_endpoint_says_so(tmp_path: Path) -> None:
+    from redis_server import RedisServer
+    from toolcrib.cluster import Store
+    from toolcrib.config import ClusterConfig
+    from toolcrib.mcp.fleet import RedisDesk
+
+    server = RedisServer(tmp_path / "redis").start()
+
+    async def main() -> list[Any]:
+        store = Store(ClusterConfig(redis_url=server.url, timeout=0.5))
+        await store.open()
+        desk = RedisDesk(store, b"k" * 32)
+        server.stop()
+        seen: list[Any] = []
+        for step in (lambda: desk.ask("a", None, "t__x", {}, "r", "c", "v", 5), desk.pending):
+            try:
+                seen.append(await step())
+            except Exception as exc:
+                seen.append(type(exc).__name__)
+        await store.close()
+        return seen
+
+    try:
+        assert anyio.run(main) == ["DeskUnreachable", "DeskUnreachable"]
+    finally:
+        server.stop()

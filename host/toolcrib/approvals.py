@@ -6,8 +6,9 @@ hooks and curation) and the config version; an answer names that digest, so no a
 what a call looked like before) lets another run. An answer is taken once; a call that waited past its expiry is
 denied. A waiting call holds no worker thread: it awaits an event on the event loop.
 
-The desk is the serving process's (one per ``ServingState``): the HTTP front end that serves the operator endpoint
-answers the calls of its own process.
+The desk is the serving process's (one per ``ServingState``, opened by the HTTP front end that serves the operator
+endpoint): ``Desk`` keeps the pending approvals in memory; with ``[cluster]``, ``toolcrib.mcp.fleet.RedisDesk``
+keeps them on Redis, where every replica lists and answers them.
 """
 
 from __future__ import annotations
@@ -53,6 +54,17 @@ class Pending:
     def __post_init__(self) -> None:
         self.digest = digest(self.agent, self.tool, self.arguments, self.version)
 
+    def record(self) -> dict[str, Any]:
+        """What a shared store keeps of it (``from_record`` makes it again)."""
+        return {"id": self.id, "agent": self.agent, "principal": self.principal, "tool": self.tool,
+                "arguments": self.arguments, "rule": self.rule, "call_id": self.call_id, "version": self.version,
+                "created": self.created, "expires": self.expires}
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Pending:
+        return cls(record["id"], record["agent"], record["principal"], record["tool"], record["arguments"],
+                   record["rule"], record["call_id"], record["version"], record["created"], record["expires"])
+
     def public(self) -> dict[str, Any]:
         """The JSON an operator is shown (the endpoint's list, the webhook's body)."""
         return {"id": self.id, "agent": self.agent, "principal": self.principal, "tool": self.tool,
@@ -73,6 +85,10 @@ def _iso(at: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
 
+class DeskUnreachable(Exception):
+    """The shared store of pending approvals did not answer: the call is not held, and not run (fail closed)."""
+
+
 class Desk:
     """The pending approvals of one process, and how they are answered."""
 
@@ -81,12 +97,12 @@ class Desk:
         self.link_key = link_key  # signs the links a webhook is sent (None: no links)
         self.notify: list[Callable[[Pending], Awaitable[None]]] = []  # told of each new pending approval
 
-    def pending(self) -> list[Pending]:
+    async def pending(self) -> list[Pending]:
         """What waits now, oldest first (an expired one is gone)."""
         now = time.time()
         return [p for p in self._pending.values() if p.expires > now]
 
-    def get(self, approval_id: str) -> Pending | None:
+    async def get(self, approval_id: str) -> Pending | None:
         found = self._pending.get(approval_id)
         return found if found is not None and found.expires > time.time() else None
 
@@ -112,9 +128,9 @@ class Desk:
             return None, ""
         return pending._answer
 
-    def answer(self, approval_id: str, approve: bool, given_digest: str, by: str) -> str:
+    async def answer(self, approval_id: str, approve: bool, given_digest: str, by: str) -> str:
         """Answer a pending approval, naming the digest the operator was shown: ``ANSWERED`` or why not."""
-        pending = self.get(approval_id)
+        pending = await self.get(approval_id)
         if pending is None or pending._answer is not None:
             return NOT_PENDING
         if not hmac.compare_digest(given_digest.encode(), pending.digest.encode()):
@@ -132,9 +148,9 @@ class Desk:
         message = f"{pending.id}|{decision}|{pending.digest}".encode()
         return hmac.new(self.link_key, message, hashlib.sha256).hexdigest()
 
-    def check_link(self, approval_id: str, decision: str, signature: str) -> Pending | None:
+    async def check_link(self, approval_id: str, decision: str, signature: str) -> Pending | None:
         """The pending approval a link answers, if its signature is this desk's for it; else None."""
-        pending = self.get(approval_id)
+        pending = await self.get(approval_id)
         if pending is None or self.link_key is None or decision not in ("approve", "deny"):
             return None
         if not hmac.compare_digest(signature.encode(), self.signature(pending, decision).encode()):
@@ -147,4 +163,4 @@ def link_key(operator_token: str) -> bytes:
     return hmac.new(operator_token.encode(), b"toolcrib approval links", hashlib.sha256).digest()
 
 
-__all__ = ["ANSWERED", "NOT_PENDING", "WRONG_DIGEST", "Desk", "Pending", "digest", "link_key"]
+__all__ = ["ANSWERED", "NOT_PENDING", "WRONG_DIGEST", "Desk", "DeskUnreachable", "Pending", "digest", "link_key"]

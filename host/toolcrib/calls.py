@@ -28,7 +28,7 @@ import anyio.to_thread
 from pydantic import BaseModel, ValidationError
 
 from toolcrib.answers import Allow, Ask, Deny
-from toolcrib.approvals import Desk
+from toolcrib.approvals import Desk, DeskUnreachable
 from toolcrib.arguments import format_validation_error, payload_problem
 from toolcrib.audit import AuditSink
 from toolcrib.audit import record as audit_record
@@ -413,8 +413,12 @@ class Pipeline:
         timeout = view.rules.config.approval_timeout
         if not call.id:  # the operator is shown it, and the audit record then has it too
             call.id = f"call_{self._id_prefix}{next(self._ids):x}"
-        approved, by = await desk.ask(view.agent, call.identity, vt.name, arguments, why, call.id, self.version,
-                                      timeout)
+        try:
+            approved, by = await desk.ask(view.agent, call.identity, vt.name, arguments, why, call.id, self.version,
+                                          timeout)
+        except DeskUnreachable:
+            return False, (f"Permission denied: {need}, and the shared store where operators answer approvals is "
+                           "unreachable; try again shortly.")
         if approved is None:
             return False, f"Permission denied: {need}, and no operator answered within {timeout:g} s."
         if approved:

@@ -6,16 +6,20 @@ replicas (``session_digest``): the id is the client's secret."""
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import logging
 import math
 import re
+import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import anyio
 from mcp.server.streamable_http import EventMessage, EventStore
 
+from toolcrib.approvals import ANSWERED, NOT_PENDING, WRONG_DIGEST, Desk, DeskUnreachable, Pending
 from toolcrib.cluster import Fanout, Store, unreachable
 from toolcrib.mcp.roundtrip import OnceUnreachable
 from toolcrib.mcp.sessions import EVENTS_PER_SESSION, MESSAGE, SessionRecord, ends
@@ -325,3 +329,111 @@ _EVENT_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 
 
 __all__ = ["RedisEvents", "RedisOnce", "RedisSessions", "session_digest"]
+
+
+class RedisDesk(Desk):
+    """Pending approvals every replica sees (``toolcrib.approvals``): a call held on one replica is listed, and
+    answered, on any. ``<prefix>approval:<id>`` holds what the operator is shown (the arguments included) until
+    the call's approval expires, ``<prefix>approvals`` lists the ids by expiry, and an answer is one ``SET NX`` of
+    ``<prefix>approval:<id>:answer`` (of two operators answering at once, one answer counts), which the replica
+    holding the call reads within ``POLL`` seconds. While Redis does not answer, no call is held and none is
+    approved (fail closed)."""
+
+    POLL = 0.25  # seconds between the holding replica's looks for an answer
+
+    def __init__(self, store: Store, link_key: bytes | None = None) -> None:
+        super().__init__(link_key)
+        self.store = store
+
+    def _client(self) -> Any:
+        client = self.store.client
+        if client is None:
+            raise DeskUnreachable
+        return client
+
+    async def ask(self, agent: str, principal: Any, tool: str, arguments: Mapping[str, Any], rule: str,
+                  call_id: str, version: str, timeout: float) -> tuple[bool | None, str]:
+        client = self._client()
+        now = time.time()
+        pending = Pending(secrets.token_urlsafe(12), agent, principal, tool, dict(arguments), rule, call_id,
+                          version, now, now + timeout)
+        key, answered = self.store.key("approval", pending.id), self.store.key("approval", pending.id, "answer")
+        ttl = max(1, math.ceil(timeout * 1000))
+        try:
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.set(key, json.dumps(pending.record(), default=repr), px=ttl)
+                pipe.zadd(self.store.key("approvals"), {pending.id: pending.expires})
+                await pipe.execute()
+        except unreachable() as exc:
+            self.store.failed(exc)
+            raise DeskUnreachable from None
+        try:
+            for notify in self.notify:
+                try:
+                    await notify(pending)
+                except Exception:
+                    log.exception("telling of pending approval %s failed", pending.id)
+            while True:
+                try:
+                    answer = await client.get(answered)
+                except unreachable() as exc:  # an answer given meanwhile is read when Redis answers again
+                    self.store.failed(exc)
+                    answer = None
+                if answer is not None:
+                    approve, by = json.loads(answer)
+                    return bool(approve), str(by)
+                remaining = pending.expires - time.time()
+                if remaining <= 0:
+                    return None, ""
+                await anyio.sleep(min(self.POLL, remaining))
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:
+                    async with client.pipeline(transaction=False) as pipe:
+                        pipe.delete(key, answered)
+                        pipe.zrem(self.store.key("approvals"), pending.id)
+                        await pipe.execute()
+                except unreachable() as exc:  # the records expire by themselves
+                    self.store.failed(exc)
+
+    async def pending(self) -> list[Pending]:
+        client = self._client()
+        index = self.store.key("approvals")
+        try:
+            now = time.time()
+            await client.zremrangebyscore(index, "-inf", now)
+            ids = [i.decode() if isinstance(i, bytes) else i for i in await client.zrange(index, 0, -1)]
+            records = await client.mget([self.store.key("approval", i) for i in ids]) if ids else []
+        except unreachable() as exc:
+            self.store.failed(exc)
+            raise DeskUnreachable from None
+        found = [Pending.from_record(json.loads(r)) for r in records if r is not None]
+        return sorted((p for p in found if p.expires > now), key=lambda p: p.created)
+
+    async def get(self, approval_id: str) -> Pending | None:
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", approval_id):
+            return None
+        try:
+            record = await self._client().get(self.store.key("approval", approval_id))
+        except unreachable() as exc:
+            self.store.failed(exc)
+            raise DeskUnreachable from None
+        if record is None:
+            return None
+        pending = Pending.from_record(json.loads(record))
+        return pending if pending.expires > time.time() else None
+
+    async def answer(self, approval_id: str, approve: bool, given_digest: str, by: str) -> str:
+        pending = await self.get(approval_id)
+        if pending is None:
+            return NOT_PENDING
+        if not hmac.compare_digest(given_digest.encode(), pending.digest.encode()):
+            return WRONG_DIGEST
+        ttl = max(1, math.ceil((pending.expires - time.time()) * 1000))
+        try:
+            first = await self._client().set(self.store.key("approval", approval_id, "answer"),
+                                             json.dumps([approve, by]), nx=True, px=ttl)
+        except unreachable() as exc:
+            self.store.failed(exc)
+            raise DeskUnreachable from None
+        return ANSWERED if first else NOT_PENDING

@@ -155,7 +155,11 @@ class HttpApp:
             if any(hmac.compare_digest(env.get(v, "").encode(), token.encode()) for v in variables):
                 raise ServeError(f"the operator token (${operator.token_env}) is also agent {name!r}'s: an agent "
                                  "must never answer its own approvals; give the operator a token of its own")
-        desk = Desk(link_key(token))
+        from toolcrib.mcp.fleet import RedisDesk
+
+        # with [cluster], every replica lists and answers every replica's pending approvals
+        store = self.state.store
+        desk = Desk(link_key(token)) if store is None else RedisDesk(store, link_key(token))
         self.state.open_desk(desk)
         return OperatorEndpoint(desk, operator, token, self._origin_guard, self.state.keep)
 

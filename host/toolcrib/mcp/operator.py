@@ -19,7 +19,7 @@ import hmac
 import html
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import httpx2
 from mcp.server.transport_security import TransportSecurityMiddleware
@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from toolcrib.approvals import ANSWERED, NOT_PENDING, Desk, Pending
+from toolcrib.approvals import ANSWERED, NOT_PENDING, Desk, DeskUnreachable, Pending
 from toolcrib.config import OperatorConfig
 
 log = logging.getLogger(__name__)
@@ -50,9 +50,9 @@ class OperatorEndpoint:
             desk.notify.append(self._send_webhook)
 
     def routes(self) -> list[Route]:
-        return [Route("/operator/approvals", endpoint=self._list, methods=["GET"]),
-                Route("/operator/approvals/{id}", endpoint=self._answer, methods=["POST"]),
-                Route("/operator/approvals/{id}/{decision}", endpoint=self._link, methods=["GET", "POST"])]
+        return [Route("/operator/approvals", endpoint=_reachable(self._list), methods=["GET"]),
+                Route("/operator/approvals/{id}", endpoint=_reachable(self._answer), methods=["POST"]),
+                Route("/operator/approvals/{id}/{decision}", endpoint=_reachable(self._link), methods=["GET", "POST"])]
 
     # -- the token's endpoints -------------------------------------------------------------------------------
 
@@ -72,7 +72,7 @@ class OperatorEndpoint:
         refused = await self._authorized(request)
         if refused is not None:
             return refused
-        return JSONResponse({"approvals": [p.public() for p in self.desk.pending()]})
+        return JSONResponse({"approvals": [p.public() for p in await self.desk.pending()]})
 
     async def _answer(self, request: Request) -> Response:
         refused = await self._authorized(request, is_post=True)
@@ -87,7 +87,7 @@ class OperatorEndpoint:
         if decision not in ("approve", "deny") or not isinstance(given, str):
             return JSONResponse({"error": 'expected {"decision": "approve" or "deny", "digest": "<the digest the '
                                  'pending approval shows>"}'}, status_code=400)
-        outcome = self.desk.answer(request.path_params["id"], decision == "approve", given, self._by)
+        outcome = await self.desk.answer(request.path_params["id"], decision == "approve", given, self._by)
         if outcome != ANSWERED:
             return JSONResponse({"error": outcome}, status_code=404 if outcome == NOT_PENDING else 409)
         return JSONResponse({"status": "approved" if decision == "approve" else "denied"})
@@ -104,7 +104,7 @@ class OperatorEndpoint:
         else:
             form = await request.form()
             signature = str(form.get("sig", ""))
-        pending = self.desk.check_link(approval_id, decision, signature)
+        pending = await self.desk.check_link(approval_id, decision, signature)
         if pending is None:
             return _page("Nothing to answer", "<p>This link answers nothing: the approval was answered, it expired, "
                          "its call ended, or the link is not valid.</p>", 404)
@@ -113,7 +113,8 @@ class OperatorEndpoint:
             return _page(f"{verb} this call?", _describe(pending) +
                          f'<form method="post"><input type="hidden" name="sig" value="{html.escape(signature)}">'
                          f'<button type="submit">{verb}</button></form>')
-        outcome = self.desk.answer(approval_id, decision == "approve", pending.digest, "the operator (webhook link)")
+        outcome = await self.desk.answer(approval_id, decision == "approve", pending.digest,
+                                         "the operator (webhook link)")
         if outcome != ANSWERED:
             return _page("Nothing to answer", f"<p>{html.escape(outcome)}.</p>", 404)
         done = "approved" if decision == "approve" else "denied"
@@ -146,6 +147,18 @@ class OperatorEndpoint:
                 log.warning("the approvals webhook answered %d for approval %s", response.status_code, pending.id)
         except httpx2.HTTPError as exc:
             log.warning("the approvals webhook could not be told of approval %s: %s", pending.id, exc)
+
+
+def _reachable(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    """``endpoint``, answering 503 while the shared store of pending approvals does not answer."""
+    async def guarded(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except DeskUnreachable:
+            return JSONResponse({"error": "the shared store of pending approvals is unreachable; try again "
+                                 "shortly"}, status_code=503)
+
+    return guarded
 
 
 def _describe(pending: Pending) -> str:
