@@ -96,6 +96,7 @@ class Pipeline:
         self._approve = plugin_hooks(pm, "toolcrib_approve")
         self.version = loaded.version  # what an operator's answer is bound to, beside the call itself
         self.desk: Desk | None = None  # where operators answer approvals: the serving process's (ServingState)
+        self._feed: Callable[[Any], None] | None = None  # the operator console's live feed, when one watches
         # The audit log is handed each decision as it is (its writer thread formats it); other toolcrib_audit
         # plugins get the record.
         log_plugin = pm.get_plugin("toolcrib.audit")
@@ -694,16 +695,24 @@ class Pipeline:
             raise ToolError(f"{what} {entry.name} failed with an internal error; the host's log has the "
                             "details.") from None
 
+    def watch(self, feed: Callable[[Any], None]) -> None:
+        """Hand ``feed`` every decision as its audit record is made (the operator console's live feed), whether or
+        not an audit log is kept."""
+        self._feed = feed
+        self._observed = self._audit_ids = True
+
     def _write_audit(self, call: Call, decision: str, by: str, is_error: bool) -> None:
         """Report a decision: to the metrics (when kept), and as an audit record to every ``toolcrib_audit``."""
         elapsed = time.perf_counter() - call.started
         if self._metrics is not None:
             self._metrics.observe(call.agent, call.kind, call.name, decision, is_error, elapsed)
-        if self._log is None and not self._audit:
+        if self._log is None and not self._audit and self._feed is None:
             return
         given = call.arguments if self.audit_arguments and call.arguments is not None else None
         item = (time.time(), call.agent, call.kind, call.name, decision, by, elapsed, is_error, given, call.identity,
                 call.id or None, call.notes)
+        if self._feed is not None:
+            self._feed(item)
         if self._log is not None:
             self._log.add(item)
         if not self._audit:

@@ -371,6 +371,7 @@ class OperatorConfig(_Strict):
                             "default, and the base of the links a webhook is sent")
     webhook: str | None = Field(None, description="a URL POSTed a JSON description of each pending approval, with "
                                 "signed one-time approve and deny links")
+    console: bool = Field(False, description="serve the operator's console at /console/ (needs toolcrib[console])")
 
 
 class Config(_Strict):

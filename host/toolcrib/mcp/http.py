@@ -131,9 +131,21 @@ class HttpApp:
         if metrics is not None:
             routes.append(Route("/metrics", endpoint=self._metrics, methods=["GET"]))
         self.operator = self._operator_endpoint()
+        self.console: Any = None
         if self.operator is not None:
             routes += self.operator.routes()
+            if self.operator.config.console:
+                self.console = self._console(self.operator)
+                routes += self.console.routes()
         self.app = Starlette(routes=routes, lifespan=self._lifespan)
+
+    def _console(self, operator: OperatorEndpoint) -> Any:
+        try:
+            from toolcrib.mcp.console import Console
+        except ImportError as exc:  # jinja2, which renders its pages
+            raise ServeError(f"[operator] console = true needs the console's templates: pip install "
+                             f"'toolcrib[console]' ({exc})") from None
+        return Console(self.state, operator.desk, operator.token, self._origin_guard)
 
     def _operator_endpoint(self) -> OperatorEndpoint | None:
         """The operator endpoint (``[operator]``), when its token is set: approvals that agents send an operator

@@ -42,6 +42,7 @@ class OperatorEndpoint:
                  keep: Callable[[asyncio.Task[None]], None] | None = None) -> None:
         self.desk = desk
         self.config = config
+        self.token = token
         self._token = token.encode()
         self._guard = guard  # the agents' Host/Origin checks (TransportSecurityMiddleware)
         self._keep = keep  # holds a task sent on its way (ServingState.keep)
@@ -171,7 +172,7 @@ def _describe(pending: Pending) -> str:
 
 def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
     return HTMLResponse(f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-                        '<meta name="referrer" content="no-referrer"></head>'
+                        '<meta name="referrer" content="same-origin"></head>'
                         f"<body><h1>{html.escape(title)}</h1>{body}</body></html>", status_code=status,
                         headers={"Cache-Control": "no-store", "X-Frame-Options": "DENY",
                                  "Content-Security-Policy": "default-src 'none'; form-action 'self'"})

@@ -149,6 +149,12 @@ class ServingState:
         self.session_ended: list[Callable[[str], Awaitable[None]]] = []  # told of a session another replica ended
         self.session_state_changed: list[Callable[[str], Awaitable[None]]] = []  # ... or whose client set something
         self.desk: Desk | None = None  # where operators answer approvals, when an operator endpoint is served
+        self.feed: Callable[[Any], None] | None = None  # the operator console's live feed, when it is served
+
+    def open_feed(self, feed: Callable[[Any], None]) -> None:
+        """Hand ``feed`` every decision of this host and of every host a reload brings (``Pipeline.watch``)."""
+        self.feed = feed
+        self.host.pipeline.watch(feed)
 
     def open_desk(self, desk: Desk) -> None:
         """Send the approvals that agents' ``approvals`` give to an operator to ``desk`` (the operator endpoint's),
@@ -322,6 +328,8 @@ class ServingState:
         for problem in problems:
             log.warning("after reload: %s", problem)
         new.pipeline.desk = self.desk
+        if self.feed is not None:
+            new.pipeline.watch(self.feed)
         old, self.host = self.host, new
         for follow in list(self.on_reload):
             await follow()

@@ -1,0 +1,261 @@
+"""The operator's console (``[operator] console = true``): server-rendered pages at ``/console/`` of
+``toolcrib serve --http``, for operators only. Who sees what and why, the sources and their state, the config
+check's warnings, the live feed of decisions, and the pending approvals, which are the only thing it changes.
+
+It opens with the operator's token (typed once into its login form; an agent's token never opens it), kept as a
+signed, HttpOnly, SameSite=Strict cookie that holds no token. Every form carries a CSRF token tied to that cookie,
+and Host and Origin are checked as for the agents' endpoints. Pages are Jinja2 templates with autoescaping (every
+argument value, name and reason is escaped), and a Content-Security-Policy that allows only the console's own
+script and style; the live parts read JSON and write text, never HTML.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from importlib import resources
+from typing import Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectSendStream
+from mcp.server.transport_security import TransportSecurityMiddleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+
+from toolcrib.approvals import ANSWERED, Desk
+from toolcrib.audit import record as audit_record
+
+COOKIE = "toolcrib_console"
+SESSION_SECONDS = 12 * 3600
+FEED_KEPT = 200  # decisions the feed shows a page that opens
+# (Referrer-Policy no-referrer would make the browser send "Origin: null" with the console's own form posts)
+HEADERS = {"Cache-Control": "no-store", "X-Frame-Options": "DENY", "Referrer-Policy": "same-origin",
+           "X-Content-Type-Options": "nosniff",
+           "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+                                      "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"}
+
+
+class Feed:
+    """The decisions of the serving process as they are made (``Pipeline.watch``), the last ``FEED_KEPT`` kept,
+    for the console's pages that listen (server-sent events)."""
+
+    def __init__(self) -> None:
+        self.kept: collections.deque[dict[str, Any]] = collections.deque(maxlen=FEED_KEPT)
+        self._listeners: set[MemoryObjectSendStream[dict[str, Any]]] = set()
+
+    def __call__(self, item: Any) -> None:
+        record = audit_record(item)
+        self.kept.append(record)
+        for listener in list(self._listeners):
+            try:
+                listener.send_nowait(record)
+            except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self._listeners.discard(listener)  # a page that does not keep up is dropped; it reconnects
+
+    async def listen(self) -> AsyncIterator[dict[str, Any]]:
+        send, receive = anyio.create_memory_object_stream[dict[str, Any]](100)
+        self._listeners.add(send)
+        try:
+            async with receive:
+                async for record in receive:
+                    yield record
+        finally:
+            self._listeners.discard(send)
+
+
+class Console:
+    """The console's routes, for one serving state, desk and operator token."""
+
+    def __init__(self, state: Any, desk: Desk, token: str, guard: TransportSecurityMiddleware) -> None:
+        import jinja2
+
+        self.state = state
+        self.desk = desk
+        self._token = token.encode()
+        self._key = hmac.new(self._token, b"toolcrib console sessions", hashlib.sha256).digest()
+        self._guard = guard
+        self.feed = Feed()
+        state.open_feed(self.feed)
+        self._templates = jinja2.Environment(
+            loader=jinja2.PackageLoader("toolcrib", "templates/console"), autoescape=True,
+            undefined=jinja2.StrictUndefined)
+
+    def routes(self) -> list[Mount]:
+        pages: list[tuple[str, Callable[[Request], Awaitable[Response]], list[str]]] = [
+            ("/", self._index, ["GET"]), ("/agents/{agent}", self._agent, ["GET"]), ("/matrix", self._matrix, ["GET"]),
+            ("/sources", self._sources, ["GET"]), ("/approvals", self._approvals, ["GET"]),
+            ("/approvals/{id}", self._answer, ["POST"]), ("/feed", self._feed_page, ["GET"]),
+            ("/feed/events", self._events, ["GET"]), ("/logout", self._logout, ["POST"])]
+        routes = [Route(path, self._guarded(endpoint), methods=methods) for path, endpoint, methods in pages]
+        routes += [Route("/login", self._login, methods=["GET", "POST"]),
+                   Route("/static/{name}", self._static, methods=["GET"])]
+        return [Mount("/console", routes=routes)]
+
+    # -- who may look ------------------------------------------------------------------------------------------
+
+    def _session(self, expires: int) -> str:
+        signature = hmac.new(self._key, f"session|{expires}".encode(), hashlib.sha256).hexdigest()
+        return f"{expires}.{signature}"
+
+    def _signed_in(self, request: Request) -> str | None:
+        """The request's session cookie, if it is one this console signed and it has not expired."""
+        cookie = request.cookies.get(COOKIE, "")
+        expires, _, _ = cookie.partition(".")
+        if not expires.isdigit() or int(expires) < time.time():
+            return None
+        return cookie if hmac.compare_digest(cookie.encode(), self._session(int(expires)).encode()) else None
+
+    def csrf(self, session: str) -> str:
+        return hmac.new(self._key, f"csrf|{session}".encode(), hashlib.sha256).hexdigest()
+
+    def _guarded(self, endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        async def guarded(request: Request) -> Response:
+            refused: Response | None = await self._guard.validate_request(request)
+            if refused is not None:
+                return refused
+            session = self._signed_in(request)
+            if session is None:
+                return RedirectResponse("/console/login", status_code=303, headers=HEADERS)
+            if request.method == "POST":
+                form = await request.form()
+                if not hmac.compare_digest(str(form.get("csrf", "")).encode(), self.csrf(session).encode()):
+                    return self._page("message.html", request, session, status=403, title="Refused",
+                                      message="This form is not the console's (its CSRF token differs): open the "
+                                              "page again and resubmit.")
+            request.state.session = session
+            return await endpoint(request)
+
+        return guarded
+
+    async def _login(self, request: Request) -> Response:
+        refused: Response | None = await self._guard.validate_request(request)
+        if refused is not None:
+            return refused
+        if request.method == "GET":
+            return self._page("login.html", request, None, message="")
+        form = await request.form()
+        supplied = str(form.get("token", "")).strip().encode()
+        if not hmac.compare_digest(supplied, self._token):
+            return self._page("login.html", request, None, status=401,
+                              message="That is not the operator token; an agent's token never opens the console.")
+        expires = int(time.time()) + SESSION_SECONDS
+        response = RedirectResponse("/console/", status_code=303, headers=HEADERS)
+        response.set_cookie(COOKIE, self._session(expires), max_age=SESSION_SECONDS, path="/console", httponly=True,
+                            samesite="strict", secure=request.url.scheme == "https")
+        return response
+
+    async def _logout(self, request: Request) -> Response:
+        response = RedirectResponse("/console/login", status_code=303, headers=HEADERS)
+        response.delete_cookie(COOKIE, path="/console")
+        return response
+
+    # -- pages ----------------------------------------------------------------------------------------------------
+
+    def _page(self, template: str, request: Request, session: str | None, status: int = 200,
+              **values: Any) -> Response:
+        body = self._templates.get_template(template).render(
+            csrf=self.csrf(session) if session else "", signed_in=session is not None, **values)
+        return Response(body, status_code=status, media_type="text/html; charset=utf-8", headers=HEADERS)
+
+    async def _index(self, request: Request) -> Response:
+        host = self.state.host
+        config = host.loaded.config
+        agents = []
+        for name in sorted(host.agents):
+            view = host.view(name)
+            agent = config.agents[name]
+            agents.append({"name": name, "mode": agent.mode, "approvals": agent.approvals, "tools": len(view.names),
+                           "searching": agent.tool_search is not None, "limits": agent.limits is not None})
+        problems = [{"severity": p.severity, "where": p.where, "message": p.message} for p in host.problems()]
+        return self._page("index.html", request, request.state.session, agents=agents, problems=problems,
+                          source=host.loaded.source, pending=len(await self.desk.pending()))
+
+    async def _agent(self, request: Request) -> Response:
+        host = self.state.host
+        name = request.path_params["agent"]
+        if name not in host.agents:
+            return self._page("message.html", request, request.state.session, status=404, title="No such agent",
+                              message=f"No agent is named {name!r} in this config.")
+        view = host.view(name)
+        listed = {t["name"] for t in view.listed_tools}
+        tools = [{"name": vt.name, "served": vt.served, "description": vt.description.split("\n")[0],
+                  "read_only": vt.entry.read_only, "listed": vt.served in listed} for vt in view.tools]
+        hidden = []
+        for entry_name in sorted(host.catalog.entries):
+            if view.lookup(entry_name) is not None:
+                continue
+            decision = host.explain(name, entry_name)
+            failed = [c for c in decision.checks if not c.passed] if decision is not None else []
+            hidden.append({"name": entry_name, "reason": "; ".join(c.detail for c in failed) or "held back"})
+        agent = host.loaded.config.agents[name]
+        return self._page("agent.html", request, request.state.session, agent=name, config=agent, tools=tools,
+                          hidden=hidden, resources=[r.name for r in view.resources],
+                          prompts=[name for name, _ in view.prompts],
+                          limits=agent.limits.model_dump(exclude_none=True) if agent.limits is not None else None)
+
+    async def _matrix(self, request: Request) -> Response:
+        host = self.state.host
+        agents = sorted(host.agents)
+        rows = []
+        for tool in sorted(host.catalog.entries):
+            cells = []
+            for agent in agents:
+                if host.view(agent).lookup(tool) is not None:
+                    cells.append({"visible": True, "reason": "visible"})
+                    continue
+                decision = host.explain(agent, tool)
+                failed = [c for c in decision.checks if not c.passed] if decision is not None else []
+                cells.append({"visible": False, "reason": "; ".join(c.detail for c in failed) or "held back"})
+            rows.append({"tool": tool, "cells": cells})
+        return self._page("matrix.html", request, request.state.session, agents=agents, rows=rows)
+
+    async def _sources(self, request: Request) -> Response:
+        host = self.state.host
+        records = [{"name": r.name, "kind": r.kind, "state": r.state, "made": " ".join(filter(None, (
+            r.distribution, r.version))), "tools": r.tool_count, "error": r.error or ""} for r in host.records]
+        held = [{"name": e.name, "why": e.held} for e in host.catalog.entries.values() if e.held is not None]
+        return self._page("sources.html", request, request.state.session, records=records, held=held)
+
+    async def _approvals(self, request: Request) -> Response:
+        pending = [dict(p.public(), arguments=json.dumps(p.arguments, indent=2, ensure_ascii=False),
+                        principal=json.dumps(p.principal) if p.principal else "-")
+                   for p in await self.desk.pending()]
+        return self._page("approvals.html", request, request.state.session, pending=pending,
+                          message=request.query_params.get("done", ""))
+
+    async def _answer(self, request: Request) -> Response:
+        form = await request.form()
+        decision, given = str(form.get("decision", "")), str(form.get("digest", ""))
+        if decision not in ("approve", "deny"):
+            return PlainTextResponse("expected decision = approve or deny", status_code=400, headers=HEADERS)
+        outcome = await self.desk.answer(request.path_params["id"], decision == "approve", given,
+                                         "the operator (console)")
+        done = ("approved" if decision == "approve" else "denied") if outcome == ANSWERED else outcome
+        return RedirectResponse(f"/console/approvals?done={done}", status_code=303, headers=HEADERS)
+
+    async def _feed_page(self, request: Request) -> Response:
+        return self._page("feed.html", request, request.state.session, kept=list(reversed(self.feed.kept)))
+
+    async def _events(self, request: Request) -> Response:
+        async def stream() -> AsyncIterator[bytes]:
+            yield b"retry: 2000\n\n"
+            async for record in self.feed.listen():
+                yield f"data: {json.dumps(record, ensure_ascii=False, default=repr)}\n\n".encode()
+
+        return StreamingResponse(stream(), media_type="text/event-stream", headers=HEADERS)
+
+    async def _static(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        kinds = {"console.css": "text/css", "console.js": "text/javascript"}
+        if name not in kinds:
+            return PlainTextResponse("not found", status_code=404, headers=HEADERS)
+        text = resources.files("toolcrib").joinpath("templates", "console", name).read_text()
+        return Response(text, media_type=kinds[name], headers={**HEADERS, "Cache-Control": "max-age=300"})
+
+
+__all__ = ["Console", "Feed"]

@@ -1,0 +1,294 @@
+"""The operator's console (``[operator] console = true``): its pages, who opens them, and approvals answered in
+them; in process through httpx, and in a real browser (Debian's chromium, driven by Selenium)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from html import unescape
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+
+from conftest import config_from
+from test_approvals import AGENT_TOKEN, CONFIG, ENV, OPERATOR_TOKEN, PACK, open_session
+from test_cluster import until
+from toolcrib import Host
+
+CONSOLE = CONFIG.format(approvals="operator", timeout=60, operator="console = true") + """
+[agents.b]
+token_env = "TOK_B"
+mode = "plan"
+[agents.b.permissions]
+plugins = { allow = ["t"] }
+tools = { allow = ["*"] }
+"""
+
+
+def app_of(tmp_path: Path, text: str = CONSOLE) -> Any:
+    from toolcrib.mcp.http import HttpApp, HttpOptions
+    from toolcrib.mcp.state import ServingState
+
+    state = ServingState(Host(config_from(text, tmp_path), plugins={"t": PACK}, autoload=False, env={}))
+    return HttpApp(state, HttpOptions(), env={**ENV, "TOK_B": "b" * 32})
+
+
+def client_of(app: Any) -> Any:
+    return httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1:8000", timeout=60)
+
+
+def text_of(html: str, element: str) -> list[str]:
+    """The text of each ``element`` (tags removed, spaces collapsed)."""
+    return [" ".join(unescape(re.sub(r"<[^>]+>", " ", m)).split())
+            for m in re.findall(rf"<{element}[^>]*>(.*?)</{element}>", html, re.S)]
+
+
+async def signed_in(http: Any) -> str:
+    answer = await http.post("/console/login", data={"token": OPERATOR_TOKEN})
+    assert answer.status_code == 303 and answer.headers["location"] == "/console/"
+    cookie = answer.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/console" in cookie
+    assert OPERATOR_TOKEN not in cookie
+    return str(re.search(r'name="csrf" value="([0-9a-f]+)"', (await http.get("/console/")).text).group(1))
+
+
+def test_only_the_operator_token_opens_the_console_and_every_form_needs_its_csrf_token(tmp_path: Path) -> None:
+    async def main() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        app = app_of(tmp_path)
+        async with app.app.router.lifespan_context(app.app), client_of(app) as http:
+            seen["anonymous"] = ((a := await http.get("/console/")).status_code, a.headers["location"])
+            agent = await http.post("/console/login", data={"token": AGENT_TOKEN})
+            seen["agent token"] = (agent.status_code, text_of(agent.text, "p")[0], "set-cookie" in agent.headers)
+            seen["bearer"] = (await http.get("/console/", headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"})
+                              ).status_code  # the console takes its own sign-in, not a bearer header
+            csrf = await signed_in(http)
+            index = await http.get("/console/")
+            seen["index"] = (index.status_code, text_of(index.text, "tr"), index.headers["content-security-policy"])
+            seen["no csrf"] = (await http.post("/console/logout", data={})).status_code
+            seen["foreign origin"] = (await http.post("/console/logout", data={"csrf": csrf},
+                                                      headers={"Origin": "https://evil.example"})).status_code
+            async with client_of(app) as stranger:
+                stranger.cookies.set("toolcrib_console", "9999999999." + "0" * 64, path="/console")
+                seen["forged cookie"] = (await stranger.get("/console/")).status_code
+            seen["logout"] = (await http.post("/console/logout", data={"csrf": csrf})).status_code
+            seen["after"] = (await http.get("/console/")).status_code
+        return seen
+
+    seen = anyio.run(main)
+    assert seen["anonymous"] == (303, "/console/login")
+    assert seen["agent token"] == (401, "That is not the operator token; an agent's token never opens the console.",
+                                   False)
+    assert seen["bearer"] == 303
+    status, rows, policy = seen["index"]
+    assert status == 200 and rows == ["agent mode approvals tools it sees tool search limits",
+                                      "a default operator 2 - -", "b plan client 1 - -"]
+    assert policy.startswith("default-src 'none'; script-src 'self'")
+    assert seen["no csrf"] == 403 and seen["foreign origin"] == 403 and seen["forged cookie"] == 303
+    assert seen["logout"] == 303 and seen["after"] == 303
+
+
+def test_the_pages_show_who_sees_what_and_why_and_the_sources(tmp_path: Path) -> None:
+    async def main() -> dict[str, Any]:
+        app = app_of(tmp_path)
+        async with app.app.router.lifespan_context(app.app), client_of(app) as http:
+            await signed_in(http)
+            return {page: (await http.get(f"/console{page}")).text
+                    for page in ("/agents/b", "/matrix", "/sources", "/agents/nobody")}
+
+    pages = anyio.run(main)
+    assert text_of(pages["/agents/b"], "h1") == ["Agent b"]
+    assert text_of(pages["/agents/b"], "tr")[1:] == [
+        "t__status t__status yes yes The service's status.",
+        "tool why",
+        "t__deploy plan mode shows only tools annotated read-only (readOnlyHint), and this one is not"]
+    assert text_of(pages["/matrix"], "tr") == ["tool a b", "t__deploy ✓ ·", "t__status ✓ ✓"]
+    assert 'title="plan mode shows only tools annotated read-only (readOnlyHint), and this one is not"' in \
+        pages["/matrix"]
+    assert text_of(pages["/sources"], "tr") == [
+        "name kind state from tools error", "toolcrib.audit builtin disabled toolcrib 0.1.0 0",
+        "toolcrib.hooks builtin disabled toolcrib 0.1.0 0", "toolcrib builtin loaded toolcrib 0.1.0 0",
+        "t pack loaded 2"]
+    assert text_of(pages["/agents/nobody"], "p") == ["No agent is named 'nobody' in this config."]
+
+
+def test_a_call_waiting_for_approval_is_answered_in_the_console_and_shows_in_the_feed(tmp_path: Path) -> None:
+    async def main() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        app = app_of(tmp_path)
+        async with app.app.router.lifespan_context(app.app), client_of(app) as http, \
+                anyio.create_task_group() as tg:
+            csrf = await signed_in(http)
+            call = await open_session(http)
+
+            async def held() -> None:
+                seen["result"] = await call("t__deploy", {"target": "<b>prod</b>"})
+
+            tg.start_soon(held)
+
+            async def listed() -> bool:
+                return "approval-" in (await http.get("/console/approvals")).text
+
+            await until(listed, "the console lists the call")
+            page = (await http.get("/console/approvals")).text
+            seen["escaped"] = "&lt;b&gt;prod&lt;/b&gt;" in page and "<b>prod</b>" not in page
+            approval_id = re.search(r'id="approval-([\w-]+)"', page).group(1)
+            digest = re.search(r'name="digest" value="([0-9a-f]+)"', page).group(1)
+            forged = await http.post(f"/console/approvals/{approval_id}", data={
+                "csrf": "0" * 64, "digest": digest, "decision": "approve"})
+            seen["forged"] = forged.status_code
+            answered = await http.post(f"/console/approvals/{approval_id}", data={
+                "csrf": csrf, "digest": digest, "decision": "approve"})
+            seen["answered"] = (answered.status_code, answered.headers["location"])
+        seen["feed"] = text_of((await _feed(app)), "tr")
+        return seen
+
+    async def _feed(app: Any) -> str:
+        async with client_of(app) as http:
+            await signed_in(http)
+            return str((await http.get("/console/feed")).text)
+
+    seen = anyio.run(main)
+    assert seen["escaped"] and seen["forged"] == 403
+    assert seen["answered"] == (303, "/console/approvals?done=approved")
+    assert seen["result"] == (False, "deployed to <b>prod</b>")
+    rows = seen["feed"]
+    assert rows[0] == "time agent what decision by ms"
+    assert re.fullmatch(r"\S+ a t__deploy allowed approved by the operator \(console\) [\d.]+", rows[1])
+
+
+# -- in a real browser --------------------------------------------------------------------------------------------
+
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium") or "/usr/bin/chromium", shutil.which("chromedriver") or \
+    "/usr/bin/chromedriver"
+SHOTS_ENV = "TOOLCRIB_SCREENSHOTS"  # where the browser test saves its screenshots (docs/images for the docs)
+
+
+def browser(tmp_path: Path) -> Any:
+    """Headless Chromium from Debian's packages, driven by Selenium through Debian's chromedriver (no download)."""
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        pytest.skip("needs Debian's chromium and chromium-driver (.ci/run installs them)")
+    import os
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must not look for a driver on the network
+    options = Options()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--window-size=1200,800", f"--user-data-dir={tmp_path / 'chromium'}"):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
+@pytest.mark.slow
+def test_in_a_browser_an_operator_signs_in_sees_why_a_tool_is_hidden_and_approves_and_denies_calls(
+        tmp_path: Path) -> None:
+    """``toolcrib serve --http`` with the console; an agent connected with the mcp SDK's client and no elicitation
+    handler (as frameworks connect) makes calls that need approval; the operator answers them in the page."""
+    import os
+
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from test_approvals import _serve_http
+
+    config = tmp_path / "toolcrib.toml"
+    config.write_text(CONSOLE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLCRIB_")}
+    env.update(ENV, TOK_B="b" * 32, TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD="1", TOOLCRIB_PLUGINS="t=test_approvals:PACK",
+               PYTHONPATH=str(Path(__file__).parent) + os.pathsep + env.get("PYTHONPATH", ""))
+    proc, base, _ = _serve_http(config, env)
+    driver = browser(tmp_path)
+    wait = WebDriverWait(driver, 30)  # a hang guard
+    shots: list[Path] = []
+
+    folder = Path(os.environ.get(SHOTS_ENV) or tmp_path / "shots")
+
+    def shot(name: str) -> None:
+        folder.mkdir(exist_ok=True)
+        shots.append(folder / f"console-{name}.png")
+        driver.save_screenshot(str(shots[-1]))
+
+    def sign_in(token: str) -> None:
+        driver.get(f"{base}/console/login")
+        driver.find_element(By.ID, "token").send_keys(token)
+        driver.find_element(By.ID, "sign-in").click()
+        try:
+            wait.until(lambda d: d.find_elements(By.ID, "message") or d.find_elements(By.ID, "agents"))
+        except Exception:
+            print(driver.current_url, driver.page_source[:2000])
+            raise
+
+    async def agent_calls(target: str) -> tuple[bool, str]:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {AGENT_TOKEN}"}, timeout=120)
+        async with http, Client(streamable_http_client(f"{base}/agents/a/mcp", http_client=http)) as client:
+            result = await client.call_tool("t__deploy", {"target": target})
+            return result.is_error, result.content[0].text  # type: ignore[union-attr]
+
+    def answer_in_the_page(decision: str, target: str) -> tuple[bool, str]:
+        async def main() -> tuple[bool, str]:
+            found: list[tuple[bool, str]] = []
+            async with anyio.create_task_group() as tg:
+                async def call() -> None:
+                    found.append(await agent_calls(target))
+
+                tg.start_soon(call)
+                await anyio.to_thread.run_sync(lambda: driver.get(f"{base}/console/approvals"))
+                await anyio.to_thread.run_sync(lambda: wait.until(
+                    expected_conditions.presence_of_element_located((By.CSS_SELECTOR, "section.approval"))))
+                shown = driver.find_element(By.CSS_SELECTOR, "section.approval pre.arguments").text
+                assert shown == '{\n  "target": "' + target + '"\n}', shown
+                if decision == "approve":
+                    shot("approvals")
+                driver.find_element(By.CSS_SELECTOR, f"section.approval button.{decision}").click()
+                await anyio.to_thread.run_sync(lambda: wait.until(
+                    expected_conditions.presence_of_element_located((By.ID, "done"))))
+            return found[0]
+
+        return anyio.run(main)
+
+    try:
+        sign_in(AGENT_TOKEN)
+        assert driver.find_element(By.ID, "message").text == ("That is not the operator token; an agent's token "
+                                                              "never opens the console.")
+        shot("refused")
+        sign_in(OPERATOR_TOKEN)
+        assert driver.find_element(By.TAG_NAME, "h1").text == "Agents"
+        shot("agents")
+        driver.get(f"{base}/console/agents/b")
+        hidden = driver.find_elements(By.CSS_SELECTOR, "#hidden tr")[1].text
+        assert hidden == ("t__deploy plan mode shows only tools annotated read-only (readOnlyHint), and this one "
+                          "is not")
+        shot("agent")
+        driver.get(f"{base}/console/matrix")
+        shot("matrix")
+        driver.get(f"{base}/console/sources")
+        shot("sources")
+        assert answer_in_the_page("approve", "prod") == (False, "deployed to prod")
+        assert driver.find_element(By.ID, "done").text == "approved"
+        assert answer_in_the_page("deny", "staging") == (
+            True, "Permission denied: t__deploy needs approval (ask rule 't__deploy'), and the operator denied it "
+            "(the operator (console)).")
+        driver.get(f"{base}/console/feed")
+        rows = [row.text for row in driver.find_elements(By.CSS_SELECTOR, "#feed tbody tr")]
+        assert [r.split()[1:4] for r in rows[:2]] == [["a", "t__deploy", "denied"], ["a", "t__deploy", "allowed"]]
+        shot("feed")
+        problems = [e["message"] for e in driver.get_log("browser") if "favicon.ico" not in e["message"] and
+                    not e["message"].endswith("/console/login - Failed to load resource: the server responded "
+                                              "with a status of 401 (Unauthorized)")]  # the agent token's refusal
+        assert problems == []  # no script error, nothing the Content-Security-Policy refused
+    finally:
+        driver.quit()
+        proc.terminate()
+        proc.wait(timeout=20)
+    assert all(path.stat().st_size > 1000 for path in shots) and len(shots) == 7
