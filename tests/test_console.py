@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from html import unescape
 from pathlib import Path
 from typing import Any
@@ -292,3 +293,49 @@ def test_in_a_browser_an_operator_signs_in_sees_why_a_tool_is_hidden_and_approve
         proc.terminate()
         proc.wait(timeout=20)
     assert all(path.stat().st_size > 1000 for path in shots) and len(shots) == 7
+
+
+def test_toolcrib_console_needs_the_operator_and_its_token(cli_config: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import cli
+
+    plain = cli_config("[agents.a]\n", "t=test_approvals:PACK")
+    assert cli("console", "--config", plain)[0::2] == (
+        2, "error: the console needs an [operator] table: its token_env names the token that opens it\n")
+    path = cli_config(CONSOLE, "t=test_approvals:PACK")
+    monkeypatch.delenv("TOK_OP", raising=False)
+    assert cli("console", "--config", path)[0::2] == (
+        2, "error: $TOK_OP is not set: the console opens with the operator token\n")
+
+
+@pytest.mark.slow
+def test_toolcrib_console_serves_the_console_of_a_config_and_none_of_its_agents(tmp_path: Path) -> None:
+    import os
+    import sys
+    import time
+
+    config = tmp_path / "toolcrib.toml"
+    config.write_text(CONFIG.format(approvals="client", timeout=60, operator=""))  # console = false: the command
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLCRIB_")}
+    env.update(ENV, TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD="1", TOOLCRIB_PLUGINS="t=test_approvals:PACK",
+               PYTHONPATH=str(Path(__file__).parent) + os.pathsep + env.get("PYTHONPATH", ""))
+    log = tmp_path / "console.log"
+    with log.open("wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "toolcrib.cli", "console", "--port", "0", "--config",
+                                 str(config)], stderr=err, env=env)
+    try:
+        deadline = time.monotonic() + 60  # a hang guard
+        while not (found := re.search(r"the operator's console at (http://127\.0\.0\.1:\d+)/console/ \(no agent is "
+                                      r"served here\)", log.read_text())):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        base = found.group(1)
+        with httpx2.Client(base_url=base, timeout=30) as http:
+            assert http.post("/console/login", data={"token": OPERATOR_TOKEN}).status_code == 303
+            index = http.get("/console/")
+            agent = http.post("/agents/a/mcp", headers={"Authorization": f"Bearer {AGENT_TOKEN}"}, json={})
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    assert text_of(index.text, "tr") == ["agent mode approvals tools it sees tool search limits",
+                                         "a default client 2 - -"]
+    assert agent.status_code == 401  # no agent is served here: its token opens nothing

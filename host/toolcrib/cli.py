@@ -12,7 +12,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import wraps
 from importlib import resources as package_data
 from pathlib import Path
@@ -633,6 +633,50 @@ def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: boo
         from toolcrib import sandbox
 
         sandbox.kill_tree(os.getpid(), group=False)  # nothing the server started outlives it
+
+
+@main.command()
+@_common
+@click.option("--host", "bind", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=8001, show_default=True, type=click.IntRange(0, 65535), help="Port.")
+@click.option("--allow-remote", is_flag=True, help="Allow binding a non-loopback address.")
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="HOST[:PORT]",
+              help="Also accept this Host header (behind a proxy); repeatable.")
+@click.option("--allowed-origin", "allowed_origins", multiple=True, metavar="ORIGIN",
+              help="Also accept this Origin header; repeatable.")
+@_guard
+def console(bind: str, port: int, allow_remote: bool, allowed_hosts: tuple[str, ...],
+            allowed_origins: tuple[str, ...]) -> None:
+    """Serve the operator's console for the config, without serving its agents: who sees what and why, the sources,
+    the config check's warnings; with [cluster], the whole fleet's pending approvals, to answer. Signs in with the
+    operator token ([operator] token_env).
+
+    \b
+    Example: toolcrib console --port 8001
+    """
+    import anyio
+
+    from toolcrib.config import find_config, load_config
+    from toolcrib.mcp.http import HttpOptions, check_bind, serve_http
+    from toolcrib.mcp.state import serving_state
+
+    path = find_config(click.get_current_context().ensure_object(State).config)
+    operator = load_config(path).config.operator
+    if operator is None:
+        raise _NotFound("the console needs an [operator] table: its token_env names the token that opens it")
+    if not os.environ.get(operator.token_env):
+        raise _NotFound(f"${operator.token_env} is not set: the console opens with the operator token")
+    options = HttpOptions(host=bind, port=port, allow_remote=allow_remote, allowed_hosts=list(allowed_hosts),
+                          allowed_origins=list(allowed_origins), agents=False, console=True)
+    check_bind(options)
+    _check_port(bind, port)
+
+    async def run() -> None:
+        async with serving_state(path) as state:
+            await serve_http(state, options, path)
+
+    with suppress(KeyboardInterrupt):  # uvicorn stops on SIGINT and SIGTERM by itself
+        anyio.run(run)
 
 
 def _check_port(bind: str, port: int) -> None:

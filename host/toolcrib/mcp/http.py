@@ -75,6 +75,8 @@ class HttpOptions:
     allowed_hosts: list[str] = field(default_factory=list)
     allowed_origins: list[str] = field(default_factory=list)
     stateless: bool = False
+    agents: bool = True  # serve the agents' endpoints (toolcrib console: the operator's console only)
+    console: bool = False  # serve the console even without [operator] console = true (toolcrib console)
 
     def security(self) -> TransportSecuritySettings:
         hosts = ["127.0.0.1", "127.0.0.1:*", "localhost", "localhost:*", "[::1]", "[::1]:*"]
@@ -134,7 +136,7 @@ class HttpApp:
         self.console: Any = None
         if self.operator is not None:
             routes += self.operator.routes()
-            if self.operator.config.console:
+            if self.operator.config.console or options.console:
                 self.console = self._console(self.operator)
                 routes += self.console.routes()
         self.app = Starlette(routes=routes, lifespan=self._lifespan)
@@ -222,6 +224,8 @@ class HttpApp:
         env = os.environ if self._env is None else self._env
         config = self.state.host.loaded.config
         found: dict[str, list[tuple[str, bytes]]] = {}
+        if not self.options.agents:
+            return found
         for name in self.state.host.agents:
             agent = config.agents[name]
             variables = [agent.token_env] if isinstance(agent.token_env, str) else agent.token_env or []
@@ -514,6 +518,10 @@ async def serve_http(state: ServingState, options: HttpOptions, watch: Path | No
         while not server.started:
             await anyio.sleep(0.02)
         port = server.servers[0].sockets[0].getsockname()[1]  # the one it got, when asked for port 0
+        if not options.agents:
+            print(f"toolcrib: the operator's console at http://{options.host}:{port}/console/ (no agent is served "
+                  "here)", file=sys.stderr, flush=True)
+            return
         agents = ", ".join(f"{name} ({len(state.view(name))} tools)" for name in sorted(app.endpoints))
         extras = ["stateless" if options.stateless else "sessions"]
         if state.metrics is not None:
