@@ -320,6 +320,37 @@ def test_a_webhook_is_sent_each_pending_approval_with_signed_one_time_links_that
     assert seen["result"] == (False, "deployed to <prod>")
 
 
+def test_an_agent_cannot_fill_the_operators_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At most MAX_PENDING calls of one agent wait for an operator; the next is denied at once, saying so."""
+    from toolcrib import approvals
+    from toolcrib.mcp.http import HttpApp, HttpOptions
+    from toolcrib.mcp.state import ServingState
+
+    monkeypatch.setattr(approvals, "MAX_PENDING", 2)
+    monkeypatch.setattr("toolcrib.calls.MAX_PENDING", 2)
+    text = CONFIG.format(approvals="operator", timeout=60, operator="")
+    state = ServingState(Host(config_from(text, tmp_path), plugins={"t": PACK}, autoload=False, env={}))
+    app = HttpApp(state, HttpOptions(), env=ENV)
+    assert app.operator is not None
+
+    async def main() -> tuple[int, Any]:
+        async with anyio.create_task_group() as tg:
+            for target in ("one", "two"):
+                tg.start_soon(state.host.call, "a", "t__deploy", {"target": target})
+
+            async def both() -> bool:
+                return len(await app.operator.desk.pending()) == 2  # type: ignore[union-attr]
+
+            await until(both, "two calls wait")
+            third = await state.host.call("a", "t__deploy", {"target": "three"})
+            tg.cancel_scope.cancel()
+        return len(await app.operator.desk.pending()), (third.is_error, third.text)  # type: ignore[union-attr]
+
+    assert anyio.run(main) == (0, (True, "Permission denied: t__deploy needs approval (ask rule 't__deploy'), and "
+                                         "agent 'a' already has 2 calls waiting for an operator; try again when "
+                                         "they are answered."))
+
+
 def test_a_desk_answer_is_taken_once_and_an_expired_approval_is_gone() -> None:
     desk = Desk(b"k" * 32)
 

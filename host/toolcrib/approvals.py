@@ -28,6 +28,7 @@ import anyio
 log = logging.getLogger(__name__)
 
 ANSWERED = "approved"  # what an answer did, as the endpoint reports it; or one of the refusals below
+MAX_PENDING = 32  # calls one agent may have waiting for an operator at once; more are denied at once
 NOT_PENDING = "no such pending approval: it was answered, it expired, or its call ended"
 WRONG_DIGEST = ("the approval's digest differs: it was shown for another call, or for this call as it was before; "
                 "list the pending approvals again")
@@ -89,6 +90,11 @@ class DeskUnreachable(Exception):
     """The shared store of pending approvals did not answer: the call is not held, and not run (fail closed)."""
 
 
+class DeskFull(Exception):
+    """The agent already has ``MAX_PENDING`` calls waiting for an operator: this one is not held (an agent must not
+    fill the operator's list, nor the host's memory, with calls)."""
+
+
 class Desk:
     """The pending approvals of one process, and how they are answered."""
 
@@ -109,7 +115,9 @@ class Desk:
     async def ask(self, agent: str, principal: Any, tool: str, arguments: Mapping[str, Any], rule: str,
                   call_id: str, version: str, timeout: float) -> tuple[bool | None, str]:
         """Hold the call until an operator answers or ``timeout`` seconds pass: (True, by) approved, (False, by)
-        denied, (None, "") no answer in time."""
+        denied, (None, "") no answer in time. ``DeskFull`` when the agent has ``MAX_PENDING`` calls waiting."""
+        if sum(p.agent == agent for p in await self.pending()) >= MAX_PENDING:
+            raise DeskFull
         now = time.time()
         pending = Pending(secrets.token_urlsafe(12), agent, principal, tool, dict(arguments), rule, call_id,
                           version, now, now + timeout)
@@ -163,4 +171,5 @@ def link_key(operator_token: str) -> bytes:
     return hmac.new(operator_token.encode(), b"toolcrib approval links", hashlib.sha256).digest()
 
 
-__all__ = ["ANSWERED", "NOT_PENDING", "WRONG_DIGEST", "Desk", "DeskUnreachable", "Pending", "digest", "link_key"]
+__all__ = ["ANSWERED", "MAX_PENDING", "NOT_PENDING", "WRONG_DIGEST", "Desk", "DeskFull", "DeskUnreachable", "Pending",
+           "digest", "link_key"]

@@ -28,7 +28,7 @@ import anyio.to_thread
 from pydantic import BaseModel, ValidationError
 
 from toolcrib.answers import Allow, Ask, Deny
-from toolcrib.approvals import Desk, DeskUnreachable
+from toolcrib.approvals import MAX_PENDING, Desk, DeskFull, DeskUnreachable
 from toolcrib.arguments import format_validation_error, payload_problem
 from toolcrib.audit import AuditSink
 from toolcrib.audit import record as audit_record
@@ -420,6 +420,9 @@ class Pipeline:
         except DeskUnreachable:
             return False, (f"Permission denied: {need}, and the shared store where operators answer approvals is "
                            "unreachable; try again shortly.")
+        except DeskFull:
+            return False, (f"Permission denied: {need}, and agent {view.agent!r} already has {MAX_PENDING} calls "
+                           "waiting for an operator; try again when they are answered.")
         if approved is None:
             return False, f"Permission denied: {need}, and no operator answered within {timeout:g} s."
         if approved:

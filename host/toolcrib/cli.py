@@ -1035,11 +1035,13 @@ def approvals(ctx: click.Context, url: str | None, as_json: bool) -> None:
         return
     if not pending:
         click.echo("no call is waiting for an approval")
-    for item in pending:
+    from toolcrib.names import clean
+
+    for item in pending:  # (what a caller chose, such as an OAuth subject, is shown without terminal escapes)
         who = item["principal"] or {}
-        by = f" ({who.get('credential') or who.get('subject')})" if who else ""
-        click.echo(f"{item['id']}  agent {item['agent']}{by} calls {item['tool']} ({item['rule']}), "
-                   f"expires {item['expires']}")
+        by = f" ({clean(str(who.get('credential') or who.get('subject')))})" if who else ""
+        click.echo(clean(f"{item['id']}  agent {item['agent']}") + by + clean(
+            f" calls {item['tool']} ({item['rule']}), expires {item['expires']}"))
         click.echo(f"  arguments: {json.dumps(item['arguments'], ensure_ascii=False)}")
         click.echo(f"  call {item['call_id']}, digest {item['digest'][:16]}")
 

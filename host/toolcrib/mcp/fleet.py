@@ -19,7 +19,16 @@ from typing import Any
 import anyio
 from mcp.server.streamable_http import EventMessage, EventStore
 
-from toolcrib.approvals import ANSWERED, NOT_PENDING, WRONG_DIGEST, Desk, DeskUnreachable, Pending
+from toolcrib.approvals import (
+    ANSWERED,
+    MAX_PENDING,
+    NOT_PENDING,
+    WRONG_DIGEST,
+    Desk,
+    DeskFull,
+    DeskUnreachable,
+    Pending,
+)
 from toolcrib.cluster import Fanout, Store, unreachable
 from toolcrib.mcp.roundtrip import OnceUnreachable
 from toolcrib.mcp.sessions import EVENTS_PER_SESSION, MESSAGE, SessionRecord, ends
@@ -354,6 +363,8 @@ class RedisDesk(Desk):
     async def ask(self, agent: str, principal: Any, tool: str, arguments: Mapping[str, Any], rule: str,
                   call_id: str, version: str, timeout: float) -> tuple[bool | None, str]:
         client = self._client()
+        if sum(p.agent == agent for p in await self.pending()) >= MAX_PENDING:  # (two at once may pass: bounded)
+            raise DeskFull
         now = time.time()
         pending = Pending(secrets.token_urlsafe(12), agent, principal, tool, dict(arguments), rule, call_id,
                           version, now, now + timeout)
