@@ -142,6 +142,9 @@ def estimated_tokens(tools: list[dict[str, Any]]) -> int:
     return math.ceil(len(json.dumps(tools, separators=(",", ":"))) / 4)
 
 
+MAX_NAMES_SHOWN = 30  # of a namespace's tools, in its description
+
+
 def _namespace_description(members: list[tuple[ViewTool, dict[str, Any]]]) -> str:
     """What a model is told of a namespace before it searches it (OpenAI's namespaces show only this): its source
     and its tools' names."""
@@ -152,9 +155,6 @@ def _namespace_description(members: list[tuple[ViewTool, dict[str, Any]]]) -> st
     shown = ", ".join(names[:MAX_NAMES_SHOWN]) + (f" and {len(names) - MAX_NAMES_SHOWN} more"
                                                  if len(names) > MAX_NAMES_SHOWN else "")
     return f"{len(names)} tools of {source} {entry.namespace}{made}: {shown}"
-
-
-MAX_NAMES_SHOWN = 30
 
 # Anthropic's server-side tool search (BM25), which finds the tools an export marks ``defer_loading``
 ANTHROPIC_TOOL_SEARCH = {"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"}
@@ -376,24 +376,23 @@ class AgentView:
         """Function tools for OpenAI's Responses API. Deferring, the tools not listed up front are grouped by
         toolcrib namespace into its namespaces, each tool ``defer_loading``, after its own ``tool_search`` (which
         stands in for toolcrib's two search tools); a tool keeps its served name, so a call maps back to it."""
-        def function(vt: ViewTool, wire: dict[str, Any], deferred: bool = False) -> dict[str, Any]:
+        def function(wire: dict[str, Any], deferred: bool = False) -> dict[str, Any]:
             return {"type": "function", "name": wire["name"], "description": wire["description"],
                     "parameters": wire["inputSchema"], "strict": False, **({"defer_loading": True} if deferred else {})}
 
-        pairs = list(zip(self.tools, self.mcp_tools, strict=True))
         if not self.deferring:
-            listed = {t["name"] for t in self.listed_tools}
-            return [function(vt, wire) for vt, wire in pairs if wire["name"] in listed]
+            return [function(wire) for wire in self.listed_tools]
+        pairs = list(zip(self.tools, self.mcp_tools, strict=True))
         listed = {t["name"] for t in self.listed_tools} - self.searching_names
         out: list[dict[str, Any]] = [{"type": "tool_search"}]
-        out += [function(vt, wire) for vt, wire in pairs if wire["name"] in listed]
+        out += [function(wire) for wire in self.mcp_tools if wire["name"] in listed]
         groups: dict[str, list[tuple[ViewTool, dict[str, Any]]]] = {}
         for vt, wire in pairs:
             if wire["name"] not in listed and wire["name"] not in self.searching_names:
                 groups.setdefault(vt.entry.namespace, []).append((vt, wire))
         for namespace, members in groups.items():
             out.append({"type": "namespace", "name": namespace, "description": _namespace_description(members),
-                        "tools": [function(vt, wire, deferred=True) for vt, wire in members]})
+                        "tools": [function(wire, deferred=True) for _, wire in members]})
         return out
 
     def surface(self) -> dict[str, list[dict[str, Any]]]:

@@ -33,6 +33,7 @@ from toolcrib.audit import record as audit_record
 COOKIE = "toolcrib_console"
 SESSION_SECONDS = 12 * 3600
 FEED_KEPT = 200  # decisions the feed shows a page that opens
+SHOWN = 500  # tools a page explains (each hidden one costs an explain): the first ones, by name
 # (Referrer-Policy no-referrer would make the browser send "Origin: null" with the console's own form posts)
 HEADERS = {"Cache-Control": "no-store", "X-Frame-Options": "DENY", "Referrer-Policy": "same-origin",
            "X-Content-Type-Options": "nosniff",
@@ -186,15 +187,14 @@ class Console:
         tools = [{"name": vt.name, "served": vt.served, "description": vt.description.split("\n")[0],
                   "read_only": vt.entry.read_only, "listed": vt.served in listed} for vt in view.tools]
         hidden = []
-        for entry_name in sorted(host.catalog.entries):
-            if view.lookup(entry_name) is not None:
-                continue
+        others = [n for n in sorted(host.catalog.entries) if view.lookup(n) is None]
+        for entry_name in others[:SHOWN]:
             decision = host.explain(name, entry_name)
             failed = [c for c in decision.checks if not c.passed] if decision is not None else []
             hidden.append({"name": entry_name, "reason": "; ".join(c.detail for c in failed) or "held back"})
         agent = host.loaded.config.agents[name]
         return self._page("agent.html", request, request.state.session, agent=name, config=agent, tools=tools,
-                          hidden=hidden, resources=[r.name for r in view.resources],
+                          hidden=hidden, more=len(others) - len(hidden), resources=[r.name for r in view.resources],
                           prompts=[name for name, _ in view.prompts],
                           limits=agent.limits.model_dump(exclude_none=True) if agent.limits is not None else None)
 
@@ -202,7 +202,8 @@ class Console:
         host = self.state.host
         agents = sorted(host.agents)
         rows = []
-        for tool in sorted(host.catalog.entries):
+        tools = sorted(host.catalog.entries)
+        for tool in tools[:SHOWN]:
             cells = []
             for agent in agents:
                 if host.view(agent).lookup(tool) is not None:
@@ -212,7 +213,8 @@ class Console:
                 failed = [c for c in decision.checks if not c.passed] if decision is not None else []
                 cells.append({"visible": False, "reason": "; ".join(c.detail for c in failed) or "held back"})
             rows.append({"tool": tool, "cells": cells})
-        return self._page("matrix.html", request, request.state.session, agents=agents, rows=rows)
+        return self._page("matrix.html", request, request.state.session, agents=agents, rows=rows,
+                          more=len(tools) - len(rows))
 
     async def _sources(self, request: Request) -> Response:
         host = self.state.host
