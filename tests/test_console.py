@@ -134,6 +134,8 @@ def test_a_call_waiting_for_approval_is_answered_in_the_console_and_shows_in_the
                 return "approval-" in (await http.get("/console/approvals")).text
 
             await until(listed, "the console lists the call")
+            running = (await http.get("/console/feed")).text
+            seen["running"] = text_of(running.split('id="running"')[1].split("</table>")[0], "tr")
             page = (await http.get("/console/approvals")).text
             seen["escaped"] = "&lt;b&gt;prod&lt;/b&gt;" in page and "<b>prod</b>" not in page
             approval_id = re.search(r'id="approval-([\w-]+)"', page).group(1)
@@ -153,12 +155,14 @@ def test_a_call_waiting_for_approval_is_answered_in_the_console_and_shows_in_the
             return str((await http.get("/console/feed")).text)
 
     seen = anyio.run(main)
+    assert [re.sub(r"^\d\d:\d\d:\d\d ", "<since> ", row) for row in seen["running"]] == [
+        "since agent tool", "<since> a t__deploy"]  # the call waiting for its approval is running
     assert seen["escaped"] and seen["forged"] == 403
     assert seen["answered"] == (303, "/console/approvals?done=approved")
     assert seen["result"] == (False, "deployed to <b>prod</b>")
     rows = seen["feed"]
-    assert rows[0] == "time agent what decision by ms"
-    assert re.fullmatch(r"\S+ a t__deploy allowed approved by the operator \(console\) [\d.]+", rows[1])
+    assert rows[:2] == ["since agent tool", "time agent what decision by ms"]  # nothing runs any more
+    assert re.fullmatch(r"\S+ a t__deploy allowed approved by the operator \(console\) [\d.]+", rows[2])
 
 
 # -- in a real browser --------------------------------------------------------------------------------------------
@@ -243,7 +247,18 @@ def test_in_a_browser_an_operator_signs_in_sees_why_a_tool_is_hidden_and_approve
                 async def call() -> None:
                     found.append(await agent_calls(target))
 
+                feed = driver.current_window_handle
+                if decision == "deny":  # the feed page, open before the call, is told of it as it runs
+                    await anyio.to_thread.run_sync(lambda: driver.get(f"{base}/console/feed"))
+                    await anyio.to_thread.run_sync(lambda: wait.until(  # its event stream is connected
+                        lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-live") == "yes"))
                 tg.start_soon(call)
+                if decision == "deny":
+                    await anyio.to_thread.run_sync(lambda: wait.until(lambda d: [
+                        r.text.split()[1:] for r in d.find_elements(By.CSS_SELECTOR, "#running tbody tr")] == [
+                        ["a", "t__deploy"]]))
+                    shot("running")
+                    driver.switch_to.new_window("tab")
                 await anyio.to_thread.run_sync(lambda: driver.get(f"{base}/console/approvals"))
                 await anyio.to_thread.run_sync(lambda: wait.until(
                     expected_conditions.presence_of_element_located((By.CSS_SELECTOR, "section.approval"))))
@@ -254,6 +269,12 @@ def test_in_a_browser_an_operator_signs_in_sees_why_a_tool_is_hidden_and_approve
                 driver.find_element(By.CSS_SELECTOR, f"section.approval button.{decision}").click()
                 await anyio.to_thread.run_sync(lambda: wait.until(
                     expected_conditions.presence_of_element_located((By.ID, "done"))))
+                if decision == "deny":  # back on the feed: the call ended, and its decision came in
+                    driver.close()
+                    driver.switch_to.window(feed)
+                    await anyio.to_thread.run_sync(lambda: wait.until(lambda d: not d.find_elements(
+                        By.CSS_SELECTOR, "#running tbody tr") and d.find_elements(
+                        By.CSS_SELECTOR, "#feed tbody tr")[0].text.split()[1:4] == ["a", "t__deploy", "denied"]))
             return found[0]
 
         return anyio.run(main)
@@ -292,7 +313,7 @@ def test_in_a_browser_an_operator_signs_in_sees_why_a_tool_is_hidden_and_approve
         driver.quit()
         proc.terminate()
         proc.wait(timeout=20)
-    assert all(path.stat().st_size > 1000 for path in shots) and len(shots) == 7
+    assert all(path.stat().st_size > 1000 for path in shots) and len(shots) == 8
 
 
 def test_toolcrib_console_needs_the_operator_and_its_token(cli_config: Any, monkeypatch: pytest.MonkeyPatch) -> None:

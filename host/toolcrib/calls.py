@@ -96,7 +96,7 @@ class Pipeline:
         self._approve = plugin_hooks(pm, "toolcrib_approve")
         self.version = loaded.version  # what an operator's answer is bound to, beside the call itself
         self.desk: Desk | None = None  # where operators answer approvals: the serving process's (ServingState)
-        self._feed: Callable[[Any], None] | None = None  # the operator console's live feed, when one watches
+        self._feed: Any = None  # the operator console's live feed (toolcrib.mcp.console.Feed), when one watches
         # The audit log is handed each decision as it is (its writer thread formats it); other toolcrib_audit
         # plugins get the record.
         log_plugin = pm.get_plugin("toolcrib.audit")
@@ -698,11 +698,23 @@ class Pipeline:
             raise ToolError(f"{what} {entry.name} failed with an internal error; the host's log has the "
                             "details.") from None
 
-    def watch(self, feed: Callable[[Any], None]) -> None:
+    def watch(self, feed: Any) -> None:
         """Hand ``feed`` every decision as its audit record is made (the operator console's live feed), whether or
-        not an audit log is kept."""
+        not an audit log is kept, and tell it of each call while it runs (``feed.begin(agent, tool)`` gives a key,
+        ``feed.end(key)``). A pipeline no console watches pays nothing for this: ``run`` is wrapped here only."""
         self._feed = feed
         self._observed = self._audit_ids = True
+        plain: Callable[..., Awaitable[ToolResult]] = type(self).run.__get__(self)
+
+        async def watched(view: AgentView, vt: ViewTool, arguments: Any, approver: Approver | None = None,
+                          channel: ClientChannel | None = None, started: float = 0.0) -> ToolResult:
+            key = feed.begin(view.agent, vt.name)
+            try:
+                return await plain(view, vt, arguments, approver, channel, started)
+            finally:
+                feed.end(key)
+
+        self.run = watched  # type: ignore[method-assign]
 
     def _write_audit(self, call: Call, decision: str, by: str, is_error: bool) -> None:
         """Report a decision: to the metrics (when kept), and as an audit record to every ``toolcrib_audit``."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import hmac
+import itertools
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -47,26 +48,44 @@ class Feed:
 
     def __init__(self) -> None:
         self.kept: collections.deque[dict[str, Any]] = collections.deque(maxlen=FEED_KEPT)
+        self.running: dict[int, dict[str, Any]] = {}  # the calls running now, by key
+        self._keys = itertools.count(1)
         self._listeners: set[MemoryObjectSendStream[dict[str, Any]]] = set()
 
     def __call__(self, item: Any) -> None:
         record = audit_record(item)
         self.kept.append(record)
+        self._send(record)
+
+    def begin(self, agent: str, tool: str) -> int:
+        """A call starts running (``Pipeline.watch``): its key, for ``end``."""
+        key = next(self._keys)
+        self.running[key] = {"event": "started", "key": key, "agent": agent, "tool": tool,
+                             "since": time.strftime("%H:%M:%S", time.gmtime())}
+        self._send(self.running[key])
+        return key
+
+    def end(self, key: int) -> None:
+        if self.running.pop(key, None) is not None:
+            self._send({"event": "ended", "key": key})
+
+    def _send(self, event: dict[str, Any]) -> None:
         for listener in list(self._listeners):
             try:
-                listener.send_nowait(record)
+                listener.send_nowait(event)
             except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self._listeners.discard(listener)  # a page that does not keep up is dropped; it reconnects
 
-    async def listen(self) -> AsyncIterator[dict[str, Any]]:
+    def subscribe(self) -> Any:
+        """A stream of what happens from now on (its receiving end): registered at once, so that nothing between
+        this and the first read is missed."""
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](100)
         self._listeners.add(send)
-        try:
-            async with receive:
-                async for record in receive:
-                    yield record
-        finally:
-            self._listeners.discard(send)
+        return receive
+
+    def snapshot(self) -> dict[str, Any]:
+        """The calls running now, as one event (a page that connects replaces its table with it)."""
+        return {"event": "running", "running": list(self.running.values())}
 
 
 class Console:
@@ -241,13 +260,18 @@ class Console:
         return RedirectResponse(f"/console/approvals?done={done}", status_code=303, headers=HEADERS)
 
     async def _feed_page(self, request: Request) -> Response:
-        return self._page("feed.html", request, request.state.session, kept=list(reversed(self.feed.kept)))
+        return self._page("feed.html", request, request.state.session, kept=list(reversed(self.feed.kept)),
+                          running=list(self.feed.running.values()))
 
     async def _events(self, request: Request) -> Response:
+        events = self.feed.subscribe()  # before the snapshot: a call that starts in between is in one or the other
+
         async def stream() -> AsyncIterator[bytes]:
-            yield b"retry: 2000\n\n"
-            async for record in self.feed.listen():
-                yield f"data: {json.dumps(record, ensure_ascii=False, default=repr)}\n\n".encode()
+            async with events:  # closed when the page goes: the feed then drops its end at its next event
+                yield b"retry: 2000\n\n"
+                yield _event(self.feed.snapshot())
+                async for record in events:
+                    yield _event(record)
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers=HEADERS)
 
@@ -258,6 +282,10 @@ class Console:
             return PlainTextResponse("not found", status_code=404, headers=HEADERS)
         text = resources.files("toolcrib").joinpath("templates", "console", name).read_text()
         return Response(text, media_type=kinds[name], headers={**HEADERS, "Cache-Control": "max-age=300"})
+
+
+def _event(record: dict[str, Any]) -> bytes:
+    return f"data: {json.dumps(record, ensure_ascii=False, default=repr)}\n\n".encode()
 
 
 __all__ = ["Console", "Feed"]

@@ -149,9 +149,9 @@ class ServingState:
         self.session_ended: list[Callable[[str], Awaitable[None]]] = []  # told of a session another replica ended
         self.session_state_changed: list[Callable[[str], Awaitable[None]]] = []  # ... or whose client set something
         self.desk: Desk | None = None  # where operators answer approvals, when an operator endpoint is served
-        self.feed: Callable[[Any], None] | None = None  # the operator console's live feed, when it is served
+        self.feed: Any = None  # the operator console's live feed (toolcrib.mcp.console.Feed), when it is served
 
-    def open_feed(self, feed: Callable[[Any], None]) -> None:
+    def open_feed(self, feed: Any) -> None:
         """Hand ``feed`` every decision of this host and of every host a reload brings (``Pipeline.watch``)."""
         self.feed = feed
         self.host.pipeline.watch(feed)

@@ -5,16 +5,37 @@ document.addEventListener("DOMContentLoaded", () => {
   const page = document.body.dataset.page;
   if (page === "feed") {
     const body = document.querySelector("#feed tbody");
+    const running = document.querySelector("#running tbody");
+    const row = (values) => {
+      const tr = document.createElement("tr");
+      for (const value of values) {
+        const cell = document.createElement("td");
+        cell.textContent = String(value);
+        tr.appendChild(cell);
+      }
+      return tr;
+    };
     const events = new EventSource("/console/feed/events");
     events.onmessage = (event) => {
       const r = JSON.parse(event.data);
-      const row = document.createElement("tr");
-      for (const value of [r.time, r.agent, r[r.kind], r.decision, r.by, r.duration_ms]) {
-        const cell = document.createElement("td");
-        cell.textContent = String(value);
-        row.appendChild(cell);
+      if (r.event === "running") {  // the calls running when the page connected: from now on, each is told
+        running.replaceChildren(...r.running.map((c) => {
+          const tr = row([c.since, c.agent, c.tool]);
+          tr.dataset.key = String(c.key);
+          return tr;
+        }));
+        document.body.dataset.live = "yes";
+      } else if (r.event === "started") {
+        const tr = row([r.since, r.agent, r.tool]);
+        tr.dataset.key = String(r.key);
+        running.appendChild(tr);
+      } else if (r.event === "ended") {
+        for (const tr of running.querySelectorAll("tr")) {
+          if (tr.dataset.key === String(r.key)) tr.remove();
+        }
+      } else {
+        body.insertBefore(row([r.time, r.agent, r[r.kind], r.decision, r.by, r.duration_ms]), body.firstChild);
       }
-      body.insertBefore(row, body.firstChild);
     };
   }
   if (page === "approvals" && document.getElementById("none")) {
