@@ -44,7 +44,7 @@ def client_of(app: Any) -> Any:
 def text_of(html: str, element: str) -> list[str]:
     """The text of each ``element`` (tags removed, spaces collapsed)."""
     return [" ".join(unescape(re.sub(r"<[^>]+>", " ", m)).split())
-            for m in re.findall(rf"<{element}[^>]*>(.*?)</{element}>", html, re.S)]
+            for m in re.findall(rf"<{element}(?:\s[^>]*)?>(.*?)</{element}>", html, re.S)]
 
 
 async def signed_in(http: Any) -> str:
@@ -94,18 +94,23 @@ def test_only_the_operator_token_opens_the_console_and_every_form_needs_its_csrf
 
 def test_the_pages_show_who_sees_what_and_why_and_the_sources(tmp_path: Path) -> None:
     async def main() -> dict[str, Any]:
-        app = app_of(tmp_path)
+        app = app_of(tmp_path, CONSOLE + '[agents.b.limits]\nrate = "10/minute"\nin_flight = 2\n')
         async with app.app.router.lifespan_context(app.app), client_of(app) as http:
             await signed_in(http)
-            return {page: (await http.get(f"/console{page}")).text
-                    for page in ("/agents/b", "/matrix", "/sources", "/agents/nobody")}
+            untouched = (await http.get("/console/agents/b")).text
+            await app.state.host.call("b", "t__status", {})
+            pages = {page: (await http.get(f"/console{page}")).text
+                     for page in ("/agents/b", "/matrix", "/sources", "/agents/nobody")}
+            return {**pages, "untouched": untouched}
 
     pages = anyio.run(main)
     assert text_of(pages["/agents/b"], "h1") == ["Agent b"]
     assert text_of(pages["/agents/b"], "tr")[1:] == [
         "t__status t__status yes yes The service's status.",
         "tool why",
-        "t__deploy plan mode shows only tools annotated read-only (readOnlyHint), and this one is not"]
+        "t__deploy plan mode shows only tools annotated read-only (readOnlyHint), and this one is not",
+        "tools running rate: calls it would let through now", "* 0 of 2 9 of 10 (10/minute)"]
+    assert text_of(pages["untouched"], "p")[-1] == "No call has met a limit since the server started."
     assert text_of(pages["/matrix"], "tr") == ["tool a b", "t__deploy ✓ ·", "t__status ✓ ✓"]
     assert 'title="plan mode shows only tools annotated read-only (readOnlyHint), and this one is not"' in \
         pages["/matrix"]

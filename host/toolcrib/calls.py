@@ -698,6 +698,10 @@ class Pipeline:
             raise ToolError(f"{what} {entry.name} failed with an internal error; the host's log has the "
                             "details.") from None
 
+    def limit_usage(self, agent: str) -> list[dict[str, Any]] | None:
+        """The agent's limits as they stand (``LimitBook.usage``); None when they are counted on a shared store."""
+        return self._book.usage(agent) if isinstance(self._book, LimitBook) else None
+
     def watch(self, feed: Any) -> None:
         """Hand ``feed`` every decision as its audit record is made (the operator console's live feed), whether or
         not an audit log is kept, and tell it of each call while it runs (``feed.begin(agent, tool)`` gives a key,

@@ -166,6 +166,22 @@ class LimitBook:
             for counter in counters:
                 counter.running -= 1
 
+    def usage(self, agent: str) -> list[dict[str, Any]]:
+        """The agent's limits as they stand (for the operator's console): per limit, its tool pattern ("*": all
+        its calls), the calls running and how many may, and the calls its rate would let through now of its
+        burst. A limit no call has met yet is full."""
+        now = self._clock()
+        found = []
+        with self._lock:
+            for (owner, pattern, rate, in_flight), counter in self._counters.items():
+                if owner != agent:
+                    continue
+                counter.wait(now)  # brings the bucket up to now
+                found.append({"tools": pattern or "*", "running": counter.running, "in_flight": in_flight,
+                              "rate": rate, "tokens": None if counter.rate is None else int(counter.tokens),
+                              "burst": None if counter.rate is None else counter.rate.count})
+        return found
+
 
 class Lease:
     """The places one call holds in its limits, given back exactly once: when its handler has really ended and the

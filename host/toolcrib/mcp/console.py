@@ -215,7 +215,8 @@ class Console:
         return self._page("agent.html", request, request.state.session, agent=name, config=agent, tools=tools,
                           hidden=hidden, more=len(others) - len(hidden), resources=[r.name for r in view.resources],
                           prompts=[name for name, _ in view.prompts],
-                          limits=agent.limits.model_dump(exclude_none=True) if agent.limits is not None else None)
+                          limits=agent.limits.model_dump(exclude_none=True) if agent.limits is not None else None,
+                          usage=host.pipeline.limit_usage(name))
 
     async def _matrix(self, request: Request) -> Response:
         host = self.state.host
