@@ -174,7 +174,7 @@ def test_a_denied_or_unanswered_call_fails_saying_so(tmp_path: Path) -> None:
 
     seen = anyio.run(main)
     assert seen["denied"] == (True, "Permission denied: t__deploy needs approval (ask rule 't__deploy'), and the "
-                                    "operator denied it (the operator (token $TOK_OP)).")
+                                    "operator (token $TOK_OP) denied it.")
     assert seen["unanswered"] == (True, "Permission denied: t__deploy needs approval (ask rule 't__deploy'), and no "
                                         "operator answered within 0.2 s.")
     assert seen["read-only"] == (False, "all good")
@@ -536,3 +536,62 @@ def test_while_redis_is_unreachable_no_call_is_held_and_the_endpoint_says_so(tmp
         assert anyio.run(main) == ["DeskUnreachable", "DeskUnreachable"]
     finally:
         server.stop()
+
+
+def test_an_access_token_of_the_operator_identity_answers_and_one_that_acts_as_an_agent_never_does(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """[operator.identity] with [oauth], against a real local token issuer: the operator's access token lists and
+    answers (the audit's by names its subject and client); an agent's, or one that matches both identities, is
+    refused, and the console signs in the operator's only."""
+    from issuer import Issuer
+    from toolcrib.mcp.http import HttpApp, HttpOptions
+    from toolcrib.mcp.state import ServingState
+
+    with Issuer() as issuer:
+        text = (f'[oauth]\nissuer = "{issuer.url}"\naudience = "http://127.0.0.1:8000"\n' +
+                CONFIG.format(approvals="operator", timeout=60, operator='console = true\n[operator.identity]\n'
+                              'claims = { groups = "ops" }\nscopes = ["approve"]') +
+                '[agents.a.identity]\nclaims = { client_id = "agent-bot" }\n')
+        state = ServingState(Host(config_from(text, tmp_path), plugins={"t": PACK}, autoload=False, env={}))
+        app = HttpApp(state, HttpOptions(), env=ENV)
+
+        def token(client: str, groups: list[str], scope: str = "approve") -> dict[str, str]:
+            return {"Authorization": "Bearer " + issuer.sign({"sub": "alice", "client_id": client, "groups": groups,
+                                                              "scope": scope, "aud": "http://127.0.0.1:8000"})}
+
+        async def main() -> dict[str, Any]:
+            seen: dict[str, Any] = {}
+            async with app.app.router.lifespan_context(app.app), httpx2.AsyncClient(
+                    transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1:8000") as http, \
+                    anyio.create_task_group() as tg:
+                ops = token("ops-cli", ["ops"])
+                seen["tokens"] = [(await http.get("/operator/approvals", headers=headers)).status_code for headers in (
+                    ops, token("ops-cli", ["ops"], scope="read"), token("agent-bot", ["staff"]),
+                    token("agent-bot", ["ops"]))]  # the operator's; without its scope; an agent's; both
+                login = await http.post("/console/login", data={"token": ops["Authorization"][7:]})
+                seen["console"] = login.status_code
+
+                async def held() -> None:
+                    seen["result"] = await state.host.call("a", "t__deploy", {"target": "eu"})
+
+                tg.start_soon(held)
+                found: list[dict[str, Any]] = []
+
+                async def listed() -> bool:
+                    found[:] = (await http.get("/operator/approvals", headers=ops)).json()["approvals"]
+                    return bool(found)
+
+                await until(listed, "the call's approval is pending")
+                answer = await http.post(f"/operator/approvals/{found[0]['id']}", headers=ops,
+                                         json={"decision": "deny", "digest": found[0]["digest"]})
+                seen["answer"] = answer.status_code
+            return seen
+
+        with caplog.at_level("WARNING", logger="toolcrib.mcp.http"):
+            seen = anyio.run(main)
+    assert seen["tokens"] == [200, 401, 401, 401]
+    assert "an access token that acts as agent 'a' was refused as the operator" in caplog.messages
+    assert seen["console"] == 303 and seen["answer"] == 200
+    result = seen["result"]
+    assert (result.is_error, result.text) == (True, "Permission denied: t__deploy needs approval (ask rule "
+                                              "'t__deploy'), and the operator (alice, client ops-cli) denied it.")

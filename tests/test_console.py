@@ -167,7 +167,8 @@ def test_a_call_waiting_for_approval_is_answered_in_the_console_and_shows_in_the
     assert seen["result"] == (False, "deployed to <b>prod</b>")
     rows = seen["feed"]
     assert rows[:2] == ["since agent tool", "time agent what decision by ms"]  # nothing runs any more
-    assert re.fullmatch(r"\S+ a t__deploy allowed approved by the operator \(console\) [\d.]+", rows[2])
+    assert re.fullmatch(r"\S+ a t__deploy allowed approved by the operator \(token \$TOK_OP, in the console\) "
+                        r"[\d.]+", rows[2])
 
 
 # -- in a real browser --------------------------------------------------------------------------------------------
@@ -304,8 +305,8 @@ def test_in_a_browser_an_operator_signs_in_sees_why_a_tool_is_hidden_and_approve
         assert answer_in_the_page("approve", "prod") == (False, "deployed to prod")
         assert driver.find_element(By.ID, "done").text == "approved"
         assert answer_in_the_page("deny", "staging") == (
-            True, "Permission denied: t__deploy needs approval (ask rule 't__deploy'), and the operator denied it "
-            "(the operator (console)).")
+            True, "Permission denied: t__deploy needs approval (ask rule 't__deploy'), and the operator (token "
+            "$TOK_OP, in the console) denied it.")
         driver.get(f"{base}/console/feed")
         rows = [row.text for row in driver.find_elements(By.CSS_SELECTOR, "#feed tbody tr")]
         assert [r.split()[1:4] for r in rows[:2]] == [["a", "t__deploy", "denied"], ["a", "t__deploy", "allowed"]]

@@ -427,7 +427,7 @@ class Pipeline:
             return False, f"Permission denied: {need}, and no operator answered within {timeout:g} s."
         if approved:
             return True, f"approved by {by}"
-        return False, f"Permission denied: {need}, and the operator denied it ({by})."
+        return False, f"Permission denied: {need}, and {by} denied it."
 
     async def _run(self, call: Call, model: Any) -> ToolResult:
         vt = call.tool

@@ -372,6 +372,8 @@ class OperatorConfig(_Strict):
     webhook: str | None = Field(None, description="a URL POSTed a JSON description of each pending approval, with "
                                 "signed one-time approve and deny links")
     console: bool = Field(False, description="serve the operator's console at /console/ (needs toolcrib[console])")
+    identity: IdentityConfig | None = Field(None, description="OAuth access tokens (verified against [oauth]) that "
+                                            "act as the operator, besides the operator token")
 
 
 class Config(_Strict):
@@ -641,6 +643,12 @@ def check_config(config: Config, source: str) -> list[Problem]:
         problems += _cluster_problems(config.cluster, source)
     if config.operator is not None:
         problems += _operator_problems(config.operator, source)
+        if config.operator.identity is not None:
+            problems.extend(_identity_problems(config.operator.identity, config.oauth is not None, source,
+                                               ("operator", "identity")))
+            if config.operator.identity.needs_scope:
+                problems.append(Problem("error", f"{source}: operator.identity.needs_scope", "the operator sees "
+                                        "everything the console shows: needs_scope is for agents"))
     return problems
 
 

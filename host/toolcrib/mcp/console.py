@@ -11,6 +11,7 @@ script and style; the live parts read JSON and write text, never HTML.
 
 from __future__ import annotations
 
+import base64
 import collections
 import hashlib
 import hmac
@@ -91,13 +92,14 @@ class Feed:
 class Console:
     """The console's routes, for one serving state, desk and operator token."""
 
-    def __init__(self, state: Any, desk: Desk, token: str, guard: TransportSecurityMiddleware) -> None:
+    def __init__(self, state: Any, desk: Desk, token: str, guard: TransportSecurityMiddleware,
+                 who: Callable[[str], Awaitable[str | None]]) -> None:
         import jinja2
 
         self.state = state
         self.desk = desk
-        self._token = token.encode()
-        self._key = hmac.new(self._token, b"toolcrib console sessions", hashlib.sha256).digest()
+        self._who = who  # a token -> who it is as the operator (OperatorEndpoint.who), or None
+        self._key = hmac.new(token.encode(), b"toolcrib console sessions", hashlib.sha256).digest()
         self._guard = guard
         self.feed = Feed()
         state.open_feed(self.feed)
@@ -118,17 +120,28 @@ class Console:
 
     # -- who may look ------------------------------------------------------------------------------------------
 
-    def _session(self, expires: int) -> str:
-        signature = hmac.new(self._key, f"session|{expires}".encode(), hashlib.sha256).hexdigest()
-        return f"{expires}.{signature}"
+    def _session(self, expires: int, who: str) -> str:
+        named = base64.urlsafe_b64encode(who.encode()).decode().rstrip("=")
+        signature = hmac.new(self._key, f"session|{expires}|{named}".encode(), hashlib.sha256).hexdigest()
+        return f"{expires}.{named}.{signature}"
 
     def _signed_in(self, request: Request) -> str | None:
         """The request's session cookie, if it is one this console signed and it has not expired."""
         cookie = request.cookies.get(COOKIE, "")
-        expires, _, _ = cookie.partition(".")
+        expires, _, rest = cookie.partition(".")
+        named, _, _ = rest.partition(".")
         if not expires.isdigit() or int(expires) < time.time():
             return None
-        return cookie if hmac.compare_digest(cookie.encode(), self._session(int(expires)).encode()) else None
+        try:
+            who = base64.urlsafe_b64decode(named + "=" * (-len(named) % 4)).decode()
+        except ValueError:
+            return None
+        return cookie if hmac.compare_digest(cookie.encode(), self._session(int(expires), who).encode()) else None
+
+    @staticmethod
+    def _who_of(session: str) -> str:
+        named = session.split(".")[1]
+        return base64.urlsafe_b64decode(named + "=" * (-len(named) % 4)).decode()
 
     def csrf(self, session: str) -> str:
         return hmac.new(self._key, f"csrf|{session}".encode(), hashlib.sha256).hexdigest()
@@ -159,14 +172,14 @@ class Console:
         if request.method == "GET":
             return self._page("login.html", request, None, message="")
         form = await request.form()
-        supplied = str(form.get("token", "")).strip().encode()
-        if not hmac.compare_digest(supplied, self._token):
+        who = await self._who(str(form.get("token", "")).strip())
+        if who is None:
             return self._page("login.html", request, None, status=401,
                               message="That is not the operator token; an agent's token never opens the console.")
         expires = int(time.time()) + SESSION_SECONDS
         response = RedirectResponse("/console/", status_code=303, headers=HEADERS)
-        response.set_cookie(COOKIE, self._session(expires), max_age=SESSION_SECONDS, path="/console", httponly=True,
-                            samesite="strict", secure=request.url.scheme == "https")
+        response.set_cookie(COOKIE, self._session(expires, who), max_age=SESSION_SECONDS, path="/console",
+                            httponly=True, samesite="strict", secure=request.url.scheme == "https")
         return response
 
     async def _logout(self, request: Request) -> Response:
@@ -256,7 +269,7 @@ class Console:
         if decision not in ("approve", "deny"):
             return PlainTextResponse("expected decision = approve or deny", status_code=400, headers=HEADERS)
         outcome = await self.desk.answer(request.path_params["id"], decision == "approve", given,
-                                         "the operator (console)")
+                                         f"the operator ({self._who_of(request.state.session)}, in the console)")
         done = ("approved" if decision == "approve" else "denied") if outcome == ANSWERED else outcome
         return RedirectResponse(f"/console/approvals?done={done}", status_code=303, headers=HEADERS)
 

@@ -147,7 +147,7 @@ class HttpApp:
         except ImportError as exc:  # jinja2, which renders its pages
             raise ServeError(f"[operator] console = true needs the console's templates: pip install "
                              f"'toolcrib[console]' ({exc})") from None
-        return Console(self.state, operator.desk, operator.token, self._origin_guard)
+        return Console(self.state, operator.desk, operator.token, self._origin_guard, operator.who)
 
     def _operator_endpoint(self) -> OperatorEndpoint | None:
         """The operator endpoint (``[operator]``), when its token is set: approvals that agents send an operator
@@ -175,7 +175,28 @@ class HttpApp:
         store = self.state.store
         desk = Desk(link_key(token)) if store is None else RedisDesk(store, link_key(token))
         self.state.open_desk(desk)
-        return OperatorEndpoint(desk, operator, token, self._origin_guard, self.state.keep)
+        return OperatorEndpoint(desk, operator, token, self._origin_guard, self.state.keep,
+                                self._operator_identity if operator.identity is not None else None)
+
+    async def _operator_identity(self, token: str) -> str | None:
+        """Who an access token is, when ``[operator] identity`` accepts it and it carries its scopes: never a token
+        that also acts as an agent (an agent must not answer its own approvals)."""
+        config = self.state.host.loaded.config
+        operator = config.operator
+        if self.verifier is None or operator is None or operator.identity is None:
+            return None
+        claims = await self.verifier.claims(token)
+        if claims is None or not claims_match(operator.identity, claims):
+            return None
+        identity = identity_of(claims, operator.identity)
+        if any(scope not in identity.scopes for scope in operator.identity.scopes):
+            return None
+        agents = [name for name, agent in config.agents.items()
+                  if agent.identity is not None and claims_match(agent.identity, claims)]
+        if agents:
+            log.warning("an access token that acts as agent %r was refused as the operator", agents[0])
+            return None
+        return f"{identity.subject or '?'}, client {identity.client or '?'}"
 
     def sessions(self) -> dict[str, int]:
         """Open sessions by agent (the SDK's session managers keep them; zero when stateless)."""

@@ -39,14 +39,15 @@ class OperatorEndpoint:
     """The routes above, for one desk and one operator token."""
 
     def __init__(self, desk: Desk, config: OperatorConfig, token: str, guard: TransportSecurityMiddleware,
-                 keep: Callable[[asyncio.Task[None]], None] | None = None) -> None:
+                 keep: Callable[[asyncio.Task[None]], None] | None = None,
+                 identify: Callable[[str], Awaitable[str | None]] | None = None) -> None:
         self.desk = desk
         self.config = config
         self.token = token
         self._token = token.encode()
         self._guard = guard  # the agents' Host/Origin checks (TransportSecurityMiddleware)
         self._keep = keep  # holds a task sent on its way (ServingState.keep)
-        self._by = f"the operator (token ${config.token_env})"
+        self.identify = identify  # an OAuth access token -> who it is as the operator ([operator] identity)
         if config.webhook is not None:
             desk.notify.append(self._send_webhook)
 
@@ -57,16 +58,27 @@ class OperatorEndpoint:
 
     # -- the token's endpoints -------------------------------------------------------------------------------
 
+    async def who(self, token: str) -> str | None:
+        """Who a token is, as the operator (``token $VARIABLE``, or an OAuth subject and client): the operator
+        token, or an access token of ``[operator] identity``; None for anything else (an agent's token among
+        them)."""
+        if hmac.compare_digest(token.encode("latin-1", "replace"), self._token):
+            return f"token ${self.config.token_env}"
+        return await self.identify(token) if self.identify is not None and token else None
+
     async def _authorized(self, request: Request, is_post: bool = False) -> Response | None:
+        """None when the request may go on (``request.state.by`` then says who it is); else the refusal."""
         refused: Response | None = await self._guard.validate_request(request, is_post=is_post)
         if refused is not None:
             return refused
         header = request.headers.get("authorization", "")
         scheme, _, supplied = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(supplied.strip().encode("latin-1"), self._token):
+        by = await self.who(supplied.strip()) if scheme.lower() == "bearer" else None
+        if by is None:
             return JSONResponse({"error": "invalid_token", "error_description": "this endpoint needs "
                                  "Authorization: Bearer <the operator token>"}, status_code=401,
                                 headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
+        request.state.by = f"the operator ({by})"
         return None
 
     async def _list(self, request: Request) -> Response:
@@ -88,7 +100,7 @@ class OperatorEndpoint:
         if decision not in ("approve", "deny") or not isinstance(given, str):
             return JSONResponse({"error": 'expected {"decision": "approve" or "deny", "digest": "<the digest the '
                                  'pending approval shows>"}'}, status_code=400)
-        outcome = await self.desk.answer(request.path_params["id"], decision == "approve", given, self._by)
+        outcome = await self.desk.answer(request.path_params["id"], decision == "approve", given, request.state.by)
         if outcome != ANSWERED:
             return JSONResponse({"error": outcome}, status_code=404 if outcome == NOT_PENDING else 409)
         return JSONResponse({"status": "approved" if decision == "approve" else "denied"})

@@ -39,6 +39,6 @@ document.addEventListener("DOMContentLoaded", () => {
     };
   }
   if (page === "approvals" && document.getElementById("none")) {
-    setTimeout(() => location.replace("/console/approvals"), 500);
+    setTimeout(() => location.replace(location.href), 500);  // (keeps what the last answer did)
   }
 });
