@@ -296,6 +296,7 @@ def test_a_webhook_is_sent_each_pending_approval_with_signed_one_time_links_that
             confirmed = await http.post(approve.split("?")[0], data={"sig": signature})
             seen["confirmed"] = (confirmed.status_code, re.findall(r"<p>(.*?)</p>", confirmed.text))
             seen["reused"] = (await http.post(approve.split("?")[0], data={"sig": signature})).status_code
+            seen["large"] = (await http.post(approve.split("?")[0], data={"sig": "x" * 5000})).status_code
         return seen
 
     try:
@@ -316,7 +317,7 @@ def test_a_webhook_is_sent_each_pending_approval_with_signed_one_time_links_that
     assert '<form method="post">' in text and OPERATOR_TOKEN not in text
     assert seen["still pending"] == 1
     assert seen["confirmed"] == (200, ["t__deploy for agent a is approved."])
-    assert seen["reused"] == 404
+    assert seen["reused"] == 404 and seen["large"] == 400
     assert seen["result"] == (False, "deployed to <prod>")
 
 

@@ -75,6 +75,10 @@ def test_only_the_operator_token_opens_the_console_and_every_form_needs_its_csrf
             async with client_of(app) as stranger:
                 stranger.cookies.set("toolcrib_console", "9999999999." + "0" * 64, path="/console")
                 seen["forged cookie"] = (await stranger.get("/console/")).status_code
+            seen["large form"] = (await http.post("/console/logout", data={"csrf": csrf, "pad": "x" * 5000})
+                                  ).status_code  # a form anyone may post is small, or refused unread
+            seen["multipart"] = (await http.post("/console/login", files={"token": ("t", OPERATOR_TOKEN)})
+                                 ).status_code
             seen["logout"] = (await http.post("/console/logout", data={"csrf": csrf})).status_code
             seen["after"] = (await http.get("/console/")).status_code
         return seen
@@ -89,6 +93,7 @@ def test_only_the_operator_token_opens_the_console_and_every_form_needs_its_csrf
                                       "a default operator 2 - -", "b plan client 1 - -"]
     assert policy.startswith("default-src 'none'; script-src 'self'")
     assert seen["no csrf"] == 403 and seen["foreign origin"] == 403 and seen["forged cookie"] == 303
+    assert seen["large form"] == 403 and seen["multipart"] == 401
     assert seen["logout"] == 303 and seen["after"] == 303
 
 

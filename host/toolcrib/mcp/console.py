@@ -31,6 +31,7 @@ from starlette.routing import Mount, Route
 
 from toolcrib.approvals import ANSWERED, Desk
 from toolcrib.audit import record as audit_record
+from toolcrib.mcp.operator import small_form
 
 COOKIE = "toolcrib_console"
 SESSION_SECONDS = 12 * 3600
@@ -155,8 +156,10 @@ class Console:
             if session is None:
                 return RedirectResponse("/console/login", status_code=303, headers=HEADERS)
             if request.method == "POST":
-                form = await request.form()
-                if not hmac.compare_digest(str(form.get("csrf", "")).encode(), self.csrf(session).encode()):
+                form = await small_form(request)
+                request.state.form = form or {}
+                if form is None or not hmac.compare_digest(form.get("csrf", "").encode(),
+                                                           self.csrf(session).encode()):
                     return self._page("message.html", request, session, status=403, title="Refused",
                                       message="This form is not the console's (its CSRF token differs): open the "
                                               "page again and resubmit.")
@@ -171,8 +174,8 @@ class Console:
             return refused
         if request.method == "GET":
             return self._page("login.html", request, None, message="")
-        form = await request.form()
-        who = await self._who(str(form.get("token", "")).strip())
+        form = await small_form(request)
+        who = await self._who(form.get("token", "").strip()) if form is not None else None
         if who is None:
             return self._page("login.html", request, None, status=401,
                               message="That is not the operator token; an agent's token never opens the console.")
@@ -264,8 +267,8 @@ class Console:
                           message=request.query_params.get("done", ""))
 
     async def _answer(self, request: Request) -> Response:
-        form = await request.form()
-        decision, given = str(form.get("decision", "")), str(form.get("digest", ""))
+        form = request.state.form
+        decision, given = form.get("decision", ""), form.get("digest", "")
         if decision not in ("approve", "deny"):
             return PlainTextResponse("expected decision = approve or deny", status_code=400, headers=HEADERS)
         outcome = await self.desk.answer(request.path_params["id"], decision == "approve", given,

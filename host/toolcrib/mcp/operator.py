@@ -19,6 +19,7 @@ import hmac
 import html
 import json
 import logging
+import urllib.parse
 from collections.abc import Awaitable, Callable
 
 import httpx2
@@ -115,8 +116,10 @@ class OperatorEndpoint:
         if request.method == "GET":
             signature = request.query_params.get("sig", "")
         else:
-            form = await request.form()
-            signature = str(form.get("sig", ""))
+            form = await small_form(request)
+            if form is None:
+                return _page("Refused", "<p>Expected the page's own form.</p>", 400)
+            signature = form.get("sig", "")
         pending = await self.desk.check_link(approval_id, decision, signature)
         if pending is None:
             return _page("Nothing to answer", "<p>This link answers nothing: the approval was answered, it expired, "
@@ -174,6 +177,26 @@ def _reachable(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[
     return guarded
 
 
+MAX_FORM_BYTES = 4096  # a form anyone may post (a link's, the console's sign-in) is this small, or refused
+
+
+async def small_form(request: Request) -> dict[str, str] | None:
+    """A urlencoded form of at most ``MAX_FORM_BYTES`` (first value of each field), or None for anything else:
+    forms that anyone may post are read without spooling uploads or reading a large body."""
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/x-www-form-urlencoded":
+        return None
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            return None
+    try:
+        fields = urllib.parse.parse_qs(body.decode(), keep_blank_values=True, max_num_fields=20)
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return {name: values[0] for name, values in fields.items()}
+
+
 def _describe(pending: Pending) -> str:
     rows = [("Agent", pending.agent), ("Who", json.dumps(pending.principal) if pending.principal else "-"),
             ("Tool", pending.tool), ("Arguments", json.dumps(pending.arguments, indent=2, ensure_ascii=False)),
@@ -190,4 +213,4 @@ def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
                                  "Content-Security-Policy": "default-src 'none'; form-action 'self'"})
 
 
-__all__ = ["OperatorEndpoint"]
+__all__ = ["MAX_FORM_BYTES", "OperatorEndpoint", "small_form"]
