@@ -116,18 +116,10 @@ class Desk:
                   call_id: str, version: str, timeout: float) -> tuple[bool | None, str]:
         """Hold the call until an operator answers or ``timeout`` seconds pass: (True, by) approved, (False, by)
         denied, (None, "") no answer in time. ``DeskFull`` when the agent has ``MAX_PENDING`` calls waiting."""
-        if sum(p.agent == agent for p in await self.pending()) >= MAX_PENDING:
-            raise DeskFull
-        now = time.time()
-        pending = Pending(secrets.token_urlsafe(12), agent, principal, tool, dict(arguments), rule, call_id,
-                          version, now, now + timeout)
+        pending = await self._open(agent, principal, tool, arguments, rule, call_id, version, timeout)
         self._pending[pending.id] = pending
         try:
-            for notify in self.notify:
-                try:
-                    await notify(pending)
-                except Exception:
-                    log.exception("telling of pending approval %s failed", pending.id)
+            await self._tell(pending)
             with anyio.move_on_after(timeout):
                 await pending._done.wait()
         finally:
@@ -135,6 +127,23 @@ class Desk:
         if pending._answer is None:
             return None, ""
         return pending._answer
+
+    async def _open(self, agent: str, principal: Any, tool: str, arguments: Mapping[str, Any], rule: str,
+                    call_id: str, version: str, timeout: float) -> Pending:
+        """A new pending approval, unless the agent has ``MAX_PENDING`` already (``DeskFull``)."""
+        if sum(p.agent == agent for p in await self.pending()) >= MAX_PENDING:  # (two at once may pass: bounded)
+            raise DeskFull
+        now = time.time()
+        return Pending(secrets.token_urlsafe(12), agent, principal, tool, dict(arguments), rule, call_id, version,
+                       now, now + timeout)
+
+    async def _tell(self, pending: Pending) -> None:
+        """Tell ``notify`` of a new pending approval; one that fails is logged and costs the call nothing."""
+        for notify in self.notify:
+            try:
+                await notify(pending)
+            except Exception:
+                log.exception("telling of pending approval %s failed", pending.id)
 
     async def answer(self, approval_id: str, approve: bool, given_digest: str, by: str) -> str:
         """Answer a pending approval, naming the digest the operator was shown: ``ANSWERED`` or why not."""

@@ -11,7 +11,6 @@ import json
 import logging
 import math
 import re
-import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -21,11 +20,9 @@ from mcp.server.streamable_http import EventMessage, EventStore
 
 from toolcrib.approvals import (
     ANSWERED,
-    MAX_PENDING,
     NOT_PENDING,
     WRONG_DIGEST,
     Desk,
-    DeskFull,
     DeskUnreachable,
     Pending,
 )
@@ -363,11 +360,7 @@ class RedisDesk(Desk):
     async def ask(self, agent: str, principal: Any, tool: str, arguments: Mapping[str, Any], rule: str,
                   call_id: str, version: str, timeout: float) -> tuple[bool | None, str]:
         client = self._client()
-        if sum(p.agent == agent for p in await self.pending()) >= MAX_PENDING:  # (two at once may pass: bounded)
-            raise DeskFull
-        now = time.time()
-        pending = Pending(secrets.token_urlsafe(12), agent, principal, tool, dict(arguments), rule, call_id,
-                          version, now, now + timeout)
+        pending = await self._open(agent, principal, tool, arguments, rule, call_id, version, timeout)
         key, answered = self.store.key("approval", pending.id), self.store.key("approval", pending.id, "answer")
         ttl = max(1, math.ceil(timeout * 1000))
         try:
@@ -379,11 +372,7 @@ class RedisDesk(Desk):
             self.store.failed(exc)
             raise DeskUnreachable from None
         try:
-            for notify in self.notify:
-                try:
-                    await notify(pending)
-                except Exception:
-                    log.exception("telling of pending approval %s failed", pending.id)
+            await self._tell(pending)
             while True:
                 try:
                     answer = await client.get(answered)
