@@ -99,7 +99,8 @@ def test_only_the_operator_token_opens_the_console_and_every_form_needs_its_csrf
 
 def test_the_pages_show_who_sees_what_and_why_and_the_sources(tmp_path: Path) -> None:
     async def main() -> dict[str, Any]:
-        app = app_of(tmp_path, CONSOLE + '[agents.b.limits]\nrate = "10/minute"\nin_flight = 2\n')
+        text = CONSOLE.replace('[agents.b.permissions]\n', '[agents.b.permissions]\nsubagents = { allow = ["a"] }\n')
+        app = app_of(tmp_path, text + '[agents.b.limits]\nrate = "10/minute"\nin_flight = 2\n')
         async with app.app.router.lifespan_context(app.app), client_of(app) as http:
             await signed_in(http)
             untouched = (await http.get("/console/agents/b")).text
@@ -114,14 +115,20 @@ def test_the_pages_show_who_sees_what_and_why_and_the_sources(tmp_path: Path) ->
         "t__status t__status yes yes The service's status.",
         "tool why",
         "t__deploy plan mode shows only tools annotated read-only (readOnlyHint), and this one is not",
+        "toolcrib__run_agent plan mode shows only tools annotated read-only (readOnlyHint), and this one is not",
         "tools running rate: calls it would let through now", "* 0 of 2 9 of 10 (10/minute)"]
     assert text_of(pages["untouched"], "p")[-1] == "No call has met a limit since the server started."
-    assert text_of(pages["/matrix"], "tr") == ["tool a b", "t__deploy ✓ ·", "t__status ✓ ✓"]
+    assert text_of(pages["/agents/b"], "p")[1] == ("Resources: none. Prompts: none. Skills it may load: none. "
+                                                   "Agents it may hand a task to: a.")
+    for page in pages.values():  # no page shows a token
+        assert OPERATOR_TOKEN not in page and AGENT_TOKEN not in page and "b" * 32 not in page
+    assert text_of(pages["/matrix"], "tr") == ["tool a b", "t__deploy ✓ ·", "t__status ✓ ✓",
+                                               "toolcrib__run_agent · ·"]
     assert 'title="plan mode shows only tools annotated read-only (readOnlyHint), and this one is not"' in \
         pages["/matrix"]
     assert text_of(pages["/sources"], "tr") == [
         "name kind state from tools error", "toolcrib.audit builtin disabled toolcrib 0.1.0 0",
-        "toolcrib.hooks builtin disabled toolcrib 0.1.0 0", "toolcrib builtin loaded toolcrib 0.1.0 0",
+        "toolcrib.hooks builtin disabled toolcrib 0.1.0 0", "toolcrib builtin loaded toolcrib 0.1.0 1",
         "t pack loaded 2"]
     assert text_of(pages["/agents/nobody"], "p") == ["No agent is named 'nobody' in this config."]
 

@@ -32,6 +32,7 @@ from starlette.routing import Mount, Route
 from toolcrib.approvals import ANSWERED, Desk
 from toolcrib.audit import record as audit_record
 from toolcrib.mcp.operator import small_form
+from toolcrib.permissions import permits
 
 COOKIE = "toolcrib_console"
 SESSION_SECONDS = 12 * 3600
@@ -228,7 +229,11 @@ class Console:
             failed = [c for c in decision.checks if not c.passed] if decision is not None else []
             hidden.append({"name": entry_name, "reason": "; ".join(c.detail for c in failed) or "held back"})
         agent = host.loaded.config.agents[name]
+        rules = view.rules
+        skills = sorted(k for k in set(host.skills) | set(host.loaded.config.skills) if permits(rules, "skills", k))
+        subagents = sorted(a for a in host.loaded.config.agents if a != name and permits(rules, "subagents", a))
         return self._page("agent.html", request, request.state.session, agent=name, config=agent, tools=tools,
+                          skills=skills, subagents=subagents,
                           hidden=hidden, more=len(others) - len(hidden), resources=[r.name for r in view.resources],
                           prompts=[name for name, _ in view.prompts],
                           limits=agent.limits.model_dump(exclude_none=True) if agent.limits is not None else None,
