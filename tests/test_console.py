@@ -3,6 +3,7 @@ them; in process through httpx, and in a real browser (Debian's chromium, driven
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -378,3 +379,62 @@ def test_toolcrib_console_serves_the_console_of_a_config_and_none_of_its_agents(
     assert text_of(index.text, "tr") == ["agent mode approvals tools it sees tool search limits",
                                          "a default client 2 - -"]
     assert agent.status_code == 401  # no agent is served here: its token opens nothing
+
+
+def test_the_console_serves_its_own_script_and_style_only() -> None:
+    async def main() -> list[tuple[int, str, bool]]:
+        app = app_of(Path.cwd())
+        async with client_of(app) as http:
+            answers = [await http.get(f"/console/static/{name}") for name in (
+                "console.js", "console.css", "base.html", "..%2fconsole.py")]
+        return [(a.status_code, a.headers["content-type"].split(";")[0], "nosniff" in a.headers.get(
+            "x-content-type-options", "")) for a in answers]
+
+    assert anyio.run(main) == [(200, "text/javascript", True), (200, "text/css", True),
+                               (404, "text/plain", True), (404, "text/plain", False)]  # (the router's own 404)
+
+
+def test_the_live_feed_sends_the_calls_running_then_each_start_end_and_decision() -> None:
+    """The event stream, read as a browser's EventSource reads it (raw ASGI: the stream never ends by itself)."""
+    async def main() -> list[Any]:
+        app = app_of(Path.cwd())
+        async with app.app.router.lifespan_context(app.app), client_of(app) as http:
+            await signed_in(http)
+            cookie = "; ".join(f"{k}={v}" for k, v in http.cookies.items())
+        feed = app.console.feed
+        key = feed.begin("a", "t__deploy")  # running before the page connects: in the snapshot
+        chunks: list[bytes] = []
+        done = anyio.Event()
+        connected = anyio.Event()
+
+        async def receive() -> dict[str, Any]:
+            await done.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.body" and message.get("body"):
+                chunks.append(message["body"])
+                if len(chunks) == 2:
+                    connected.set()
+                if len(chunks) == 4:
+                    done.set()
+
+        scope = {"type": "http", "method": "GET", "path": "/console/feed/events", "raw_path": b"/console/feed/events",
+                 "query_string": b"", "headers": [(b"host", b"127.0.0.1:8000"), (b"cookie", cookie.encode())],
+                 "scheme": "http", "server": ("127.0.0.1", 8000), "client": ("127.0.0.1", 5000), "root_path": "",
+                 "http_version": "1.1", "asgi": {"version": "3.0"}}
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(app, scope, receive, send)
+            await connected.wait()
+            feed.end(key)
+            await app.state.host.call("a", "t__status", {})
+            await done.wait()
+        return [chunk.decode() for chunk in chunks]
+
+    chunks = anyio.run(main)
+    assert chunks[0] == "retry: 2000\n\n"
+    events = [json.loads(chunk.removeprefix("data: ")) for chunk in chunks[1:]]
+    assert events[0] == {"event": "running", "running": [
+        {"event": "started", "key": 1, "agent": "a", "tool": "t__deploy", "since": events[0]["running"][0]["since"]}]}
+    assert events[1] == {"event": "ended", "key": 1}
+    assert events[2]["event"] == "started" and (events[2]["agent"], events[2]["tool"]) == ("a", "t__status")
