@@ -80,7 +80,9 @@ def test_only_the_operator_token_opens_the_console_and_every_form_needs_its_csrf
                                   ).status_code  # a form anyone may post is small, or refused unread
             seen["multipart"] = (await http.post("/console/login", files={"token": ("t", OPERATOR_TOKEN)})
                                  ).status_code
-            seen["logout"] = (await http.post("/console/logout", data={"csrf": csrf})).status_code
+            out = await http.post("/console/logout", data={"csrf": csrf})
+            seen["logout"] = out.status_code
+            seen["logout headers"] = (out.headers["location"], out.headers["set-cookie"])
             seen["after"] = (await http.get("/console/")).status_code
         return seen
 
@@ -96,6 +98,9 @@ def test_only_the_operator_token_opens_the_console_and_every_form_needs_its_csrf
     assert seen["no csrf"] == 403 and seen["foreign origin"] == 403 and seen["forged cookie"] == 303
     assert seen["large form"] == 403 and seen["multipart"] == 401
     assert seen["logout"] == 303 and seen["after"] == 303
+    location, cleared = seen["logout headers"]
+    assert location == "/console/login" and cleared.startswith('toolcrib_console=""; ') and "Max-Age=0" in cleared \
+        and "Path=/console" in cleared
 
 
 def test_the_pages_show_who_sees_what_and_why_and_the_sources(tmp_path: Path) -> None:
@@ -132,6 +137,7 @@ def test_the_pages_show_who_sees_what_and_why_and_the_sources(tmp_path: Path) ->
         "toolcrib.hooks builtin disabled toolcrib 0.1.0 0", "toolcrib builtin loaded toolcrib 0.1.0 1",
         "t pack loaded 2"]
     assert text_of(pages["/agents/nobody"], "p") == ["No agent is named 'nobody' in this config."]
+    assert text_of(pages["/agents/nobody"], "h1") == ["No such agent"]
 
 
 def test_a_call_waiting_for_approval_is_answered_in_the_console_and_shows_in_the_feed(tmp_path: Path) -> None:
@@ -156,6 +162,7 @@ def test_a_call_waiting_for_approval_is_answered_in_the_console_and_shows_in_the
             seen["running"] = text_of(running.split('id="running"')[1].split("</table>")[0], "tr")
             page = (await http.get("/console/approvals")).text
             seen["escaped"] = "&lt;b&gt;prod&lt;/b&gt;" in page and "<b>prod</b>" not in page
+            seen["shown"] = text_of(page.split('class="approval"')[1].split("</table>")[0], "tr")
             approval_id = re.search(r'id="approval-([\w-]+)"', page).group(1)
             digest = re.search(r'name="digest" value="([0-9a-f]+)"', page).group(1)
             forged = await http.post(f"/console/approvals/{approval_id}", data={
@@ -176,6 +183,10 @@ def test_a_call_waiting_for_approval_is_answered_in_the_console_and_shows_in_the
     assert [re.sub(r"^\d\d:\d\d:\d\d ", "<since> ", row) for row in seen["running"]] == [
         "since agent tool", "<since> a t__deploy"]  # the call waiting for its approval is running
     assert seen["escaped"] and seen["forged"] == 403
+    shown = seen["shown"]
+    assert shown[:5] == ["agent a", 'who {"kind": "token", "credential": "$TOK_A"}', "tool t__deploy",
+                         'arguments { "target": "<b>prod</b>" }', "asked by ask rule 't__deploy'"]
+    assert re.fullmatch(r"call call_[0-9a-f]+", shown[5]) and re.fullmatch(r"expires [\d-]+T[\d:]+Z", shown[6])
     assert seen["answered"] == (303, "/console/approvals?done=approved")
     assert seen["result"] == (False, "deployed to <b>prod</b>")
     rows = seen["feed"]
