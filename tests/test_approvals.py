@@ -4,6 +4,7 @@ signed link. The agent's client here declares no elicitation, as most agent fram
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -90,9 +91,12 @@ async def open_session(http: Any) -> Any:
     await http.post("/agents/a/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"},
                     headers={**AGENT, **session})
 
+    ids = itertools.count(1)
+
     async def call(name: str, arguments: dict[str, Any]) -> tuple[bool, str]:
         answer = await http.post("/agents/a/mcp", headers={**AGENT, **session}, json={
-            "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": arguments}})
+            "jsonrpc": "2.0", "id": next(ids), "method": "tools/call", "params": {"name": name,
+                                                                                  "arguments": arguments}})
         result = sse_messages(answer.text)[0]["result"]
         return result.get("isError", False), result["content"][0]["text"]
 

@@ -3,6 +3,7 @@ them; in process through httpx, and in a real browser (Debian's chromium, driven
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shutil
@@ -73,9 +74,19 @@ def test_only_the_operator_token_opens_the_console_and_every_form_needs_its_csrf
             seen["no csrf"] = (await http.post("/console/logout", data={})).status_code
             seen["foreign origin"] = (await http.post("/console/logout", data={"csrf": csrf},
                                                       headers={"Origin": "https://evil.example"})).status_code
-            async with client_of(app) as stranger:
-                stranger.cookies.set("toolcrib_console", "9999999999." + "0" * 64, path="/console")
-                seen["forged cookie"] = (await stranger.get("/console/")).status_code
+            seen["content type"] = index.headers["content-type"]
+            real = http.cookies["toolcrib_console"]
+            expires, who, signature = real.split(".")
+            forged = [f"9999999999.{who}.{signature}",  # a later expiry under the real signature
+                      f"{expires}.{base64.urlsafe_b64encode(b'someone').decode().rstrip('=')}.{signature}",
+                      f"{expires}.{who}.{'0' * 64}", "9999999999." + "0" * 64, ""]
+            seen["forged cookie"] = []
+            for cookie in forged:
+                async with client_of(app) as stranger:
+                    stranger.cookies.set("toolcrib_console", cookie, path="/console")
+                    seen["forged cookie"].append((await stranger.get("/console/")).status_code)
+            console = app.console
+            seen["csrf per session"] = console.csrf(console._session(1, "x")) != console.csrf(console._session(2, "x"))
             seen["large form"] = (await http.post("/console/logout", data={"csrf": csrf, "pad": "x" * 5000})
                                   ).status_code  # a form anyone may post is small, or refused unread
             seen["multipart"] = (await http.post("/console/login", files={"token": ("t", OPERATOR_TOKEN)})
@@ -95,7 +106,8 @@ def test_only_the_operator_token_opens_the_console_and_every_form_needs_its_csrf
     assert status == 200 and rows == ["agent mode approvals tools it sees tool search limits",
                                       "a default operator 2 - -", "b plan client 1 - -"]
     assert policy.startswith("default-src 'none'; script-src 'self'")
-    assert seen["no csrf"] == 403 and seen["foreign origin"] == 403 and seen["forged cookie"] == 303
+    assert seen["no csrf"] == 403 and seen["foreign origin"] == 403 and seen["forged cookie"] == [303] * 5
+    assert seen["csrf per session"] and seen["content type"] == "text/html; charset=utf-8"
     assert seen["large form"] == 403 and seen["multipart"] == 401
     assert seen["logout"] == 303 and seen["after"] == 303
     location, cleared = seen["logout headers"]
@@ -168,9 +180,24 @@ def test_a_call_waiting_for_approval_is_answered_in_the_console_and_shows_in_the
             forged = await http.post(f"/console/approvals/{approval_id}", data={
                 "csrf": "0" * 64, "digest": digest, "decision": "approve"})
             seen["forged"] = forged.status_code
+            maybe = await http.post(f"/console/approvals/{approval_id}", data={
+                "csrf": csrf, "digest": digest, "decision": "maybe"})
+            seen["maybe"] = (maybe.status_code, maybe.text)
             answered = await http.post(f"/console/approvals/{approval_id}", data={
                 "csrf": csrf, "digest": digest, "decision": "approve"})
             seen["answered"] = (answered.status_code, answered.headers["location"])
+
+            async def denied() -> None:
+                seen["denied"] = await call("t__deploy", {"target": "moon"})
+
+            tg.start_soon(denied)
+            await until(listed, "the console lists the second call")
+            page = (await http.get("/console/approvals")).text
+            second = re.search(r'id="approval-([\w-]+)"', page).group(1)
+            digest = re.search(r'name="digest" value="([0-9a-f]+)"', page).group(1)
+            refused = await http.post(f"/console/approvals/{second}", data={
+                "csrf": csrf, "digest": digest, "decision": "deny"})
+            seen["refused"] = refused.headers["location"]
         seen["feed"] = text_of((await _feed(app)), "tr")
         return seen
 
@@ -187,12 +214,17 @@ def test_a_call_waiting_for_approval_is_answered_in_the_console_and_shows_in_the
     assert shown[:5] == ["agent a", 'who {"kind": "token", "credential": "$TOK_A"}', "tool t__deploy",
                          'arguments { "target": "<b>prod</b>" }', "asked by ask rule 't__deploy'"]
     assert re.fullmatch(r"call call_[0-9a-f]+", shown[5]) and re.fullmatch(r"expires [\d-]+T[\d:]+Z", shown[6])
+    assert seen["maybe"] == (400, "expected decision = approve or deny")
     assert seen["answered"] == (303, "/console/approvals?done=approved")
+    assert seen["refused"] == "/console/approvals?done=denied"
+    assert seen["denied"] == (True, "Permission denied: t__deploy needs approval (ask rule 't__deploy'), and the "
+                                    "operator (token $TOK_OP, in the console) denied it.")
     assert seen["result"] == (False, "deployed to <b>prod</b>")
     rows = seen["feed"]
     assert rows[:2] == ["since agent tool", "time agent what decision by ms"]  # nothing runs any more
+    assert re.fullmatch(r"\S+ a t__deploy denied Permission denied: .* [\d.]+", rows[2])
     assert re.fullmatch(r"\S+ a t__deploy allowed approved by the operator \(token \$TOK_OP, in the console\) "
-                        r"[\d.]+", rows[2])
+                        r"[\d.]+", rows[3])
 
 
 # -- in a real browser --------------------------------------------------------------------------------------------
