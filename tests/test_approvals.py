@@ -290,7 +290,11 @@ def test_a_webhook_is_sent_each_pending_approval_with_signed_one_time_links_that
             seen["sent"] = sent
             approve = sent["approve_url"].removeprefix("http://127.0.0.1:8000")
             forged = re.sub(r"sig=[0-9a-f]+", "sig=" + "0" * 64, approve)
-            seen["forged"] = (await http.get(forged)).status_code
+            refused = await http.get(forged)
+            seen["forged"] = refused.status_code
+            seen["forged page"] = re.findall(r"<(?:h1|p)>(.*?)</", refused.text)
+            seen["other host"] = (await http.get(approve, headers={"Host": "evil.example"})).status_code
+            seen["deny page"] = (await http.get(sent["deny_url"].removeprefix("http://127.0.0.1:8000"))).status_code
             crossed = approve.replace("/approve?", "/deny?")  # a link answers with its own decision only
             seen["crossed"] = (await http.get(crossed)).status_code
             page = await http.get(approve)  # what a chat app's preview does: answers nothing
@@ -315,6 +319,9 @@ def test_a_webhook_is_sent_each_pending_approval_with_signed_one_time_links_that
     assert sent["deny_url"].split("?")[0].endswith(f"/{sent['id']}/deny")
     assert OPERATOR_TOKEN not in json.dumps(sent) and AGENT_TOKEN not in json.dumps(sent)
     assert seen["forged"] == 404 and seen["crossed"] == 404
+    assert seen["forged page"] == ["Nothing to answer", "This link answers nothing: the approval was answered, it "
+                                                        "expired, its call ended, or the link is not valid."]
+    assert seen["other host"] == 421 and seen["deny page"] == 200  # Host checked as for agents; each link its own
     status, policy, text = seen["page"]
     assert status == 200 and policy == "default-src 'none'; form-action 'self'"
     assert "&lt;prod&gt;" in text and "<prod>" not in text  # argument values escaped
@@ -497,7 +504,10 @@ def test_a_call_held_on_one_replica_is_listed_and_approved_on_another(tmp_path: 
 
             tg.start_soon(held)
             pending = await first_pending(two)  # listed on the replica that does not hold the call
-            seen["pending"] = (pending["tool"], pending["arguments"])
+            seen["pending"] = (pending["tool"], pending["arguments"], pending["agent"], pending["principal"],
+                               pending["rule"], pending["call_id"].startswith("call_"),
+                               pending["digest"] == digest("a", "t__deploy", {"target": "eu"},
+                                                           pending["config_version"]))
             seen["keys"] = sorted(k.decode() for k in await redis_command(redis_url, "KEYS", "ap:approval*"))
             answers = [two.post(f"/operator/approvals/{pending['id']}", headers=OPERATOR,
                                 json={"decision": "approve", "digest": pending["digest"]}),
@@ -508,7 +518,8 @@ def test_a_call_held_on_one_replica_is_listed_and_approved_on_another(tmp_path: 
         return seen
 
     seen = anyio.run(main)
-    assert seen["pending"] == ("t__deploy", {"target": "eu"})
+    assert seen["pending"] == ("t__deploy", {"target": "eu"}, "a", {"kind": "token", "credential": "$TOK_A"},
+                               "ask rule 't__deploy'", True, True)
     assert [re.sub(r":[\w-]{16}$", ":<id>", k) for k in seen["keys"]] == ["ap:approval:<id>", "ap:approvals"]
     assert seen["answers"] == [200, 404]  # the first answer counts; the second finds it answered
     assert seen["result"] == (False, "deployed to eu")
