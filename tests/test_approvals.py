@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from html import unescape
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
@@ -260,11 +261,16 @@ def test_the_operator_token_must_be_no_agents_and_must_be_set(tmp_path: Path,
 
 class _Hook(BaseHTTPRequestHandler):
     received: list[dict[str, Any]] = []
+    paths: list[str] = []
+    answer = 204  # what the receiver answers the webhook (a 302 sends it to /elsewhere)
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
+        _Hook.paths.append(self.path)
         _Hook.received.append(json.loads(body))
-        self.send_response(204)
+        self.send_response(_Hook.answer)
+        if _Hook.answer == 302:
+            self.send_header("Location", "/elsewhere")
         self.end_headers()
 
     def log_message(self, *args: Any) -> None:
@@ -299,6 +305,8 @@ def test_a_webhook_is_sent_each_pending_approval_with_signed_one_time_links_that
             seen["crossed"] = (await http.get(crossed)).status_code
             page = await http.get(approve)  # what a chat app's preview does: answers nothing
             seen["page"] = (page.status_code, page.headers["content-security-policy"], page.text)
+            seen["rows"] = [" ".join(unescape(re.sub(r"<[^>]+>", " ", row)).split())
+                            for row in re.findall(r"<tr>(.*?)</tr>", page.text, re.S)]
             seen["still pending"] = len((await http.get("/operator/approvals", headers=OPERATOR)).json()["approvals"])
             signature = approve.split("sig=")[1]
             confirmed = await http.post(approve.split("?")[0], data={"sig": signature})
@@ -327,6 +335,9 @@ def test_a_webhook_is_sent_each_pending_approval_with_signed_one_time_links_that
     assert "&lt;prod&gt;" in text and "<prod>" not in text  # argument values escaped
     assert '<form method="post">' in text and OPERATOR_TOKEN not in text
     assert seen["still pending"] == 1
+    assert seen["rows"][:5] == ["Agent a", 'Who {"kind": "token", "credential": "$TOK_A"}', "Tool t__deploy",
+                                'Arguments { "target": "<prod>" }', "Asked by ask rule 't__deploy'"]
+    assert re.fullmatch(r"Call call_[0-9a-f]+", seen["rows"][5]) and seen["rows"][6].startswith("Expires 20")
     assert seen["confirmed"] == (200, ["t__deploy for agent a is approved."])
     assert seen["reused"] == 404 and seen["large"] == 400
     assert seen["result"] == (False, "deployed to <prod>")
@@ -361,6 +372,37 @@ def test_an_agent_cannot_fill_the_operators_list(tmp_path: Path, monkeypatch: py
     assert anyio.run(main) == (0, (True, "Permission denied: t__deploy needs approval (ask rule 't__deploy'), and "
                                          "agent 'a' already has 2 calls waiting for an operator; try again when "
                                          "they are answered."))
+
+
+@pytest.mark.parametrize("status", [500, 302])
+def test_a_webhook_that_fails_or_redirects_is_logged_and_the_call_still_waits_for_its_answer(
+        tmp_path: Path, status: int, caplog: pytest.LogCaptureFixture) -> None:
+    _Hook.received, _Hook.paths, _Hook.answer = [], [], status
+    receiver = HTTPServer(("127.0.0.1", 0), _Hook)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    webhook = f'webhook = "http://127.0.0.1:{receiver.server_address[1]}/hook"'
+
+    async def main() -> tuple[bool, str]:
+        seen: dict[str, Any] = {}
+        async with serving(tmp_path, operator=webhook) as (call, http), anyio.create_task_group() as tg:
+            async def held() -> None:
+                seen["result"] = await call("t__deploy", {"target": "prod"})
+
+            tg.start_soon(held)
+            pending = await first_pending(http)
+            await until(lambda: _true(caplog.messages), "the webhook's answer is logged")
+            await http.post(f"/operator/approvals/{pending['id']}", headers=OPERATOR,
+                            json={"decision": "approve", "digest": pending["digest"]})
+        return seen["result"]
+
+    try:
+        with caplog.at_level("WARNING", logger="toolcrib.mcp.operator"):
+            assert anyio.run(main) == (False, "deployed to prod")
+    finally:
+        receiver.shutdown()
+        _Hook.answer = 204
+    assert _Hook.paths == ["/hook"]  # a redirect is not followed: the webhook goes where it was configured, only
+    assert [m.split(" for approval ")[0] for m in caplog.messages] == [f"the approvals webhook answered {status}"]
 
 
 def test_a_desk_answer_is_taken_once_and_an_expired_approval_is_gone() -> None:

@@ -71,7 +71,11 @@ def test_only_the_operator_token_opens_the_console_and_every_form_needs_its_csrf
             csrf = await signed_in(http)
             index = await http.get("/console/")
             seen["index"] = (index.status_code, text_of(index.text, "tr"), index.headers["content-security-policy"])
-            seen["no csrf"] = (await http.post("/console/logout", data={})).status_code
+            no_csrf = await http.post("/console/logout", data={})
+            seen["no csrf"] = no_csrf.status_code
+            seen["no csrf page"] = (text_of(no_csrf.text, "h1"), text_of(no_csrf.text, "p"))
+            seen["login elsewhere"] = (await http.post("/console/login", data={"token": OPERATOR_TOKEN},
+                                                       headers={"Origin": "https://evil.example"})).status_code
             seen["foreign origin"] = (await http.post("/console/logout", data={"csrf": csrf},
                                                       headers={"Origin": "https://evil.example"})).status_code
             seen["content type"] = index.headers["content-type"]
@@ -106,6 +110,9 @@ def test_only_the_operator_token_opens_the_console_and_every_form_needs_its_csrf
     assert status == 200 and rows == ["agent mode approvals tools it sees tool search limits",
                                       "a default operator 2 - -", "b plan client 1 - -"]
     assert policy.startswith("default-src 'none'; script-src 'self'")
+    assert seen["no csrf page"] == (["Refused"], ["This form is not the console's (its CSRF token differs): open "
+                                                  "the page again and resubmit."])
+    assert seen["login elsewhere"] == 403  # Origin checked on the sign-in too
     assert seen["no csrf"] == 403 and seen["foreign origin"] == 403 and seen["forged cookie"] == [303] * 5
     assert seen["csrf per session"] and seen["content type"] == "text/html; charset=utf-8"
     assert seen["large form"] == 403 and seen["multipart"] == 401
