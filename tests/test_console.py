@@ -83,7 +83,8 @@ def test_only_the_operator_token_opens_the_console_and_every_form_needs_its_csrf
             expires, who, signature = real.split(".")
             forged = [f"9999999999.{who}.{signature}",  # a later expiry under the real signature
                       f"{expires}.{base64.urlsafe_b64encode(b'someone').decode().rstrip('=')}.{signature}",
-                      f"{expires}.{who}.{'0' * 64}", "9999999999." + "0" * 64, ""]
+                      f"{expires}.{who}.{'0' * 64}", "9999999999." + "0" * 64, "",
+                      "9" * 5000 + f".{who}.{signature}"]  # (int() of 5000 digits would raise)
             seen["forged cookie"] = []
             for cookie in forged:
                 async with client_of(app) as stranger:
@@ -113,7 +114,7 @@ def test_only_the_operator_token_opens_the_console_and_every_form_needs_its_csrf
     assert seen["no csrf page"] == (["Refused"], ["This form is not the console's (its CSRF token differs): open "
                                                   "the page again and resubmit."])
     assert seen["login elsewhere"] == 403  # Origin checked on the sign-in too
-    assert seen["no csrf"] == 403 and seen["foreign origin"] == 403 and seen["forged cookie"] == [303] * 5
+    assert seen["no csrf"] == 403 and seen["foreign origin"] == 403 and seen["forged cookie"] == [303] * 6
     assert seen["csrf per session"] and seen["content type"] == "text/html; charset=utf-8"
     assert seen["large form"] == 403 and seen["multipart"] == 401
     assert seen["logout"] == 303 and seen["after"] == 303

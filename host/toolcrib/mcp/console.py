@@ -132,8 +132,8 @@ class Console:
         cookie = request.cookies.get(COOKIE, "")
         expires, _, rest = cookie.partition(".")
         named, _, _ = rest.partition(".")
-        if not expires.isdigit() or int(expires) < time.time():
-            return None
+        if not (expires.isascii() and expires.isdigit()) or len(expires) > 12 or int(expires) < time.time():
+            return None  # (int() of thousands of digits raises, and so does int("²"), which isdigit() lets by)
         try:
             who = base64.urlsafe_b64decode(named + "=" * (-len(named) % 4)).decode()
         except ValueError:
