@@ -250,3 +250,14 @@ def test_load_skill_is_idempotent_within_a_conversation(tmp_path: Path, folders:
         assert answers == [body, body, body, "Use pdftk.\n"]
     # the Python API has no conversation either
     assert call(host, name="pdf").text == call(host, name="pdf").text == body
+
+
+def test_a_search_finds_the_skill_tool_by_what_a_skill_the_agent_may_load_is_for(
+        tmp_path: Path, folders: dict[str, Path]) -> None:
+    """Tool search covers skills: toolcrib__load_skill's description, written for each agent, holds the skills it
+    may load, so a search by a skill's subject finds that tool; never by a skill the agent may not load."""
+    host = host_for(tmp_path, folders, '{ allow = ["pdf", "refunds"] }')
+    found = [tool["name"] for tool in host.view("a").search("refund request", 3)]
+    assert found[0] == "toolcrib__load_skill"
+    hidden = [tool["name"] for tool in host.view("a").search("internal only", 3)]
+    assert "toolcrib__load_skill" not in hidden  # the skill "secret" is not the agent's
