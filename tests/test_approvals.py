@@ -333,7 +333,8 @@ def test_a_webhook_is_sent_each_pending_approval_with_signed_one_time_links_that
     status, policy, text = seen["page"]
     assert status == 200 and policy == "default-src 'none'; form-action 'self'"
     assert "&lt;prod&gt;" in text and "<prod>" not in text  # argument values escaped
-    assert '<form method="post">' in text and OPERATOR_TOKEN not in text
+    assert '<form method="post">' in text and '<button type="submit">Approve</button>' in text
+    assert OPERATOR_TOKEN not in text
     assert seen["still pending"] == 1
     assert seen["rows"][:5] == ["Agent a", 'Who {"kind": "token", "credential": "$TOK_A"}', "Tool t__deploy",
                                 'Arguments { "target": "<prod>" }', "Asked by ask rule 't__deploy'"]
@@ -391,16 +392,32 @@ def test_a_webhook_that_fails_or_redirects_is_logged_and_the_call_still_waits_fo
             tg.start_soon(held)
             pending = await first_pending(http)
             await until(lambda: _true(caplog.messages), "the webhook's answer is logged")
-            await http.post(f"/operator/approvals/{pending['id']}", headers=OPERATOR,
-                            json={"decision": "approve", "digest": pending["digest"]})
-        return seen["result"]
+            if status == 302:
+                await http.post(f"/operator/approvals/{pending['id']}", headers=OPERATOR,
+                                json={"decision": "approve", "digest": pending["digest"]})
+            else:  # its deny link still works, though the webhook's receiver failed
+                deny = _Hook.received[0]["deny_url"].removeprefix("http://127.0.0.1:8000")
+                page = await http.get(deny)
+                seen["button"] = re.findall(r'<button type="submit">(\w+)</button>', page.text)
+                answered = await http.post(deny.split("?")[0], data={"sig": deny.split("sig=")[1]})
+                seen["answered"] = re.findall(r"<p>(.*?)</p>", answered.text)
+                seen["bad form"] = re.findall(r"<p>(.*?)</p>", (await http.post(
+                    deny.split("?")[0], content=b"sig=x", headers={"Content-Type": "text/plain"})).text)
+        return seen
 
     try:
         with caplog.at_level("WARNING", logger="toolcrib.mcp.operator"):
-            assert anyio.run(main) == (False, "deployed to prod")
+            seen = anyio.run(main)
     finally:
         receiver.shutdown()
         _Hook.answer = 204
+    if status == 302:
+        assert seen["result"] == (False, "deployed to prod")
+    else:
+        assert seen["button"] == ["Deny"] and seen["answered"] == ["t__deploy for agent a is denied."]
+        assert seen["bad form"] == ["Expected the page's own form."]
+        assert seen["result"] == (True, "Permission denied: t__deploy needs approval (ask rule 't__deploy'), and "
+                                        "the operator (webhook link) denied it.")
     assert _Hook.paths == ["/hook"]  # a redirect is not followed: the webhook goes where it was configured, only
     assert [m.split(" for approval ")[0] for m in caplog.messages] == [f"the approvals webhook answered {status}"]
 

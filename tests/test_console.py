@@ -438,6 +438,8 @@ def test_the_console_serves_its_own_script_and_style_only() -> None:
         async with client_of(app) as http:
             answers = [await http.get(f"/console/static/{name}") for name in (
                 "console.js", "console.css", "base.html", "..%2fconsole.py")]
+        assert 'new EventSource("/console/feed/events")' in answers[0].text and "section.approval" in answers[1].text
+        assert answers[0].headers["cache-control"] == "max-age=300" and answers[2].text == "not found"
         return [(a.status_code, a.headers["content-type"].split(";")[0], "nosniff" in a.headers.get(
             "x-content-type-options", "")) for a in answers]
 
@@ -455,6 +457,7 @@ def test_the_live_feed_sends_the_calls_running_then_each_start_end_and_decision(
         feed = app.console.feed
         key = feed.begin("a", "t__deploy")  # running before the page connects: in the snapshot
         chunks: list[bytes] = []
+        started: dict[str, str] = {}
         done = anyio.Event()
         connected = anyio.Event()
 
@@ -463,6 +466,8 @@ def test_the_live_feed_sends_the_calls_running_then_each_start_end_and_decision(
             return {"type": "http.disconnect"}
 
         async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                started.update({k.decode(): v.decode() for k, v in message["headers"]})
             if message["type"] == "http.response.body" and message.get("body"):
                 chunks.append(message["body"])
                 if len(chunks) == 2:
@@ -480,6 +485,8 @@ def test_the_live_feed_sends_the_calls_running_then_each_start_end_and_decision(
             feed.end(key)
             await app.state.host.call("a", "t__status", {})
             await done.wait()
+        assert started["content-type"].startswith("text/event-stream")
+        assert started["content-security-policy"].startswith("default-src 'none'")
         return [chunk.decode() for chunk in chunks]
 
     chunks = anyio.run(main)
