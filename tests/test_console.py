@@ -125,36 +125,49 @@ def test_only_the_operator_token_opens_the_console_and_every_form_needs_its_csrf
 
 def test_the_pages_show_who_sees_what_and_why_and_the_sources(tmp_path: Path) -> None:
     async def main() -> dict[str, Any]:
-        text = CONSOLE.replace('[agents.b.permissions]\n', '[agents.b.permissions]\nsubagents = { allow = ["a"] }\n')
-        app = app_of(tmp_path, text + '[agents.b.limits]\nrate = "10/minute"\nin_flight = 2\n')
+        text = CONSOLE.replace('[agents.b.permissions]\n', '[agents.b.permissions]\nsubagents = { allow = ["a"] }\n'
+                               'skills = { allow = ["deploying"] }\n')
+        (tmp_path / "deploying").mkdir()
+        (tmp_path / "deploying" / "SKILL.md").write_text("---\nname: deploying\ndescription: How to deploy.\n---\n")
+        app = app_of(tmp_path, '[skills.deploying]\npath = "deploying"\n' + text +
+                     '[agents.b.limits]\nrate = "10/minute"\nin_flight = 2\n')
         async with app.app.router.lifespan_context(app.app), client_of(app) as http:
-            await signed_in(http)
+            csrf = await signed_in(http)
             untouched = (await http.get("/console/agents/b")).text
             await app.state.host.call("b", "t__status", {})
             pages = {page: (await http.get(f"/console{page}")).text
-                     for page in ("/agents/b", "/matrix", "/sources", "/agents/nobody")}
-            return {**pages, "untouched": untouched}
+                     for page in ("/", "/agents/b", "/matrix", "/sources", "/agents/nobody", "/approvals", "/feed")}
+            done = (await http.get("/console/approvals?done=denied")).text
+            return {**pages, "untouched": untouched, "csrf": csrf, "done": done}
 
     pages = anyio.run(main)
+    csrf = pages.pop("csrf")
+    for name, page in pages.items():  # each page has the navigation and a sign-out form with this session's token
+        assert 'href="/console/approvals">Approvals</a>' in page, name
+        assert f'<input type="hidden" name="csrf" value="{csrf}">' in page, name
+    assert text_of(pages["done"], "p")[0] == "denied"
+    assert text_of(pages["/"], "p")[0].startswith("Config ") and text_of(pages["/"], "h2") == ["The config check"]
     assert text_of(pages["/agents/b"], "h1") == ["Agent b"]
     assert text_of(pages["/agents/b"], "tr")[1:] == [
         "t__status t__status yes yes The service's status.",
+        "toolcrib__load_skill toolcrib__load_skill yes yes Load a skill: expert instructions for a kind of task (its "
+        "SKILL.md), or one of its other files. Load the skill before starting a task it covers.",
         "tool why",
         "t__deploy plan mode shows only tools annotated read-only (readOnlyHint), and this one is not",
         "toolcrib__run_agent plan mode shows only tools annotated read-only (readOnlyHint), and this one is not",
         "tools running rate: calls it would let through now", "* 0 of 2 9 of 10 (10/minute)"]
     assert text_of(pages["untouched"], "p")[-1] == "No call has met a limit since the server started."
-    assert text_of(pages["/agents/b"], "p")[1] == ("Resources: none. Prompts: none. Skills it may load: none. "
-                                                   "Agents it may hand a task to: a.")
+    assert text_of(pages["/agents/b"], "p")[1] == ("Resources: none. Prompts: none. Skills it may load: "
+                                                   "deploying. Agents it may hand a task to: a.")
     for page in pages.values():  # no page shows a token
         assert OPERATOR_TOKEN not in page and AGENT_TOKEN not in page and "b" * 32 not in page
     assert text_of(pages["/matrix"], "tr") == ["tool a b", "t__deploy ✓ ·", "t__status ✓ ✓",
-                                               "toolcrib__run_agent · ·"]
+                                               "toolcrib__load_skill · ✓", "toolcrib__run_agent · ·"]
     assert 'title="plan mode shows only tools annotated read-only (readOnlyHint), and this one is not"' in \
         pages["/matrix"]
     assert text_of(pages["/sources"], "tr") == [
         "name kind state from tools error", "toolcrib.audit builtin disabled toolcrib 0.1.0 0",
-        "toolcrib.hooks builtin disabled toolcrib 0.1.0 0", "toolcrib builtin loaded toolcrib 0.1.0 1",
+        "toolcrib.hooks builtin disabled toolcrib 0.1.0 0", "toolcrib builtin loaded toolcrib 0.1.0 2",
         "t pack loaded 2"]
     assert text_of(pages["/agents/nobody"], "p") == ["No agent is named 'nobody' in this config."]
     assert text_of(pages["/agents/nobody"], "h1") == ["No such agent"]

@@ -161,7 +161,7 @@ class Console:
                 request.state.form = form or {}
                 if form is None or not hmac.compare_digest(form.get("csrf", "").encode(),
                                                            self.csrf(session).encode()):
-                    return self._page("message.html", request, session, status=403, title="Refused",
+                    return self._page("message.html", session, status=403, title="Refused",
                                       message="This form is not the console's (its CSRF token differs): open the "
                                               "page again and resubmit.")
             request.state.session = session
@@ -174,11 +174,11 @@ class Console:
         if refused is not None:
             return refused
         if request.method == "GET":
-            return self._page("login.html", request, None, message="")
+            return self._page("login.html", None, message="")
         form = await small_form(request)
         who = await self._who(form.get("token", "").strip()) if form is not None else None
         if who is None:
-            return self._page("login.html", request, None, status=401,
+            return self._page("login.html", None, status=401,
                               message="That is not the operator token; an agent's token never opens the console.")
         expires = int(time.time()) + SESSION_SECONDS
         response = RedirectResponse("/console/", status_code=303, headers=HEADERS)
@@ -193,8 +193,7 @@ class Console:
 
     # -- pages ----------------------------------------------------------------------------------------------------
 
-    def _page(self, template: str, request: Request, session: str | None, status: int = 200,
-              **values: Any) -> Response:
+    def _page(self, template: str, session: str | None, status: int = 200, **values: Any) -> Response:
         body = self._templates.get_template(template).render(
             csrf=self.csrf(session) if session else "", signed_in=session is not None, **values)
         return Response(body, status_code=status, media_type="text/html; charset=utf-8", headers=HEADERS)
@@ -209,14 +208,14 @@ class Console:
             agents.append({"name": name, "mode": agent.mode, "approvals": agent.approvals, "tools": len(view.names),
                            "searching": agent.tool_search is not None, "limits": agent.limits is not None})
         problems = [{"severity": p.severity, "where": p.where, "message": p.message} for p in host.problems()]
-        return self._page("index.html", request, request.state.session, agents=agents, problems=problems,
+        return self._page("index.html", request.state.session, agents=agents, problems=problems,
                           source=host.loaded.source, pending=len(await self.desk.pending()))
 
     async def _agent(self, request: Request) -> Response:
         host = self.state.host
         name = request.path_params["agent"]
         if name not in host.agents:
-            return self._page("message.html", request, request.state.session, status=404, title="No such agent",
+            return self._page("message.html", request.state.session, status=404, title="No such agent",
                               message=f"No agent is named {name!r} in this config.")
         view = host.view(name)
         listed = {t["name"] for t in view.listed_tools}
@@ -232,7 +231,7 @@ class Console:
         rules = view.rules
         skills = sorted(k for k in set(host.skills) | set(host.loaded.config.skills) if permits(rules, "skills", k))
         subagents = sorted(a for a in host.loaded.config.agents if a != name and permits(rules, "subagents", a))
-        return self._page("agent.html", request, request.state.session, agent=name, config=agent, tools=tools,
+        return self._page("agent.html", request.state.session, agent=name, config=agent, tools=tools,
                           skills=skills, subagents=subagents,
                           hidden=hidden, more=len(others) - len(hidden), resources=[r.name for r in view.resources],
                           prompts=[name for name, _ in view.prompts],
@@ -254,7 +253,7 @@ class Console:
                 failed = [c for c in decision.checks if not c.passed] if decision is not None else []
                 cells.append({"visible": False, "reason": "; ".join(c.detail for c in failed) or "held back"})
             rows.append({"tool": tool, "cells": cells})
-        return self._page("matrix.html", request, request.state.session, agents=agents, rows=rows,
+        return self._page("matrix.html", request.state.session, agents=agents, rows=rows,
                           more=len(tools) - len(rows))
 
     async def _sources(self, request: Request) -> Response:
@@ -262,13 +261,13 @@ class Console:
         records = [{"name": r.name, "kind": r.kind, "state": r.state, "made": " ".join(filter(None, (
             r.distribution, r.version))), "tools": r.tool_count, "error": r.error or ""} for r in host.records]
         held = [{"name": e.name, "why": e.held} for e in host.catalog.entries.values() if e.held is not None]
-        return self._page("sources.html", request, request.state.session, records=records, held=held)
+        return self._page("sources.html", request.state.session, records=records, held=held)
 
     async def _approvals(self, request: Request) -> Response:
         pending = [dict(p.public(), arguments=json.dumps(p.arguments, indent=2, ensure_ascii=False),
                         principal=json.dumps(p.principal) if p.principal else "-")
                    for p in await self.desk.pending()]
-        return self._page("approvals.html", request, request.state.session, pending=pending,
+        return self._page("approvals.html", request.state.session, pending=pending,
                           message=request.query_params.get("done", ""))
 
     async def _answer(self, request: Request) -> Response:
@@ -282,7 +281,7 @@ class Console:
         return RedirectResponse(f"/console/approvals?done={done}", status_code=303, headers=HEADERS)
 
     async def _feed_page(self, request: Request) -> Response:
-        return self._page("feed.html", request, request.state.session, kept=list(reversed(self.feed.kept)),
+        return self._page("feed.html", request.state.session, kept=list(reversed(self.feed.kept)),
                           running=list(self.feed.running.values()))
 
     async def _events(self, request: Request) -> Response:
