@@ -135,6 +135,10 @@ def test_an_operator_approves_a_held_call_on_the_endpoint_bound_to_its_digest_on
             seen["wrong digest"] = (wrong.status_code, wrong.json())
             bad = await http.post(answer, headers=OPERATOR, json={"decision": "maybe"})
             seen["bad body"] = (bad.status_code, bad.json())
+            seen["no digest"] = (await http.post(answer, headers=OPERATOR, json={"decision": "approve"})).status_code
+            seen["a list"] = (await http.post(answer, headers=OPERATOR, json=["approve"])).status_code
+            seen["not json"] = (await http.post(answer, headers={**OPERATOR, "Content-Type": "text/plain"}, content=(
+                json.dumps({"decision": "approve", "digest": pending["digest"]})))).status_code  # CORS-simple
             right = await http.post(answer, headers=OPERATOR, json={"decision": "approve", "digest": pending["digest"]})
             seen["approved"] = (right.status_code, right.json())
             again = await http.post(answer, headers=OPERATOR, json={"decision": "approve", "digest": pending["digest"]})
@@ -155,6 +159,8 @@ def test_an_operator_approves_a_held_call_on_the_endpoint_bound_to_its_digest_on
                                                    "for this call as it was before; list the pending approvals again"})
     assert seen["bad body"] == (400, {"error": 'expected {"decision": "approve" or "deny", "digest": "<the digest '
                                                'the pending approval shows>"}'})
+    assert seen["no digest"] == 400 and seen["a list"] == 400
+    assert seen["not json"] == 400  # only application/json: what a page elsewhere can send unasked is refused
     assert seen["approved"] == (200, {"status": "approved"})
     assert seen["again"] == (404, {"error": "no such pending approval: it was answered, it expired, or its call "
                                             "ended"})
