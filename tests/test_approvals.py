@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from html import unescape
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -283,13 +283,21 @@ class _Hook(BaseHTTPRequestHandler):
         pass
 
 
-def test_a_webhook_is_sent_each_pending_approval_with_signed_one_time_links_that_a_preview_cannot_answer(
-        tmp_path: Path) -> None:
-    _Hook.received = []
+@pytest.fixture
+def webhook() -> Iterator[str]:
+    """A real local HTTP receiver for the webhook (``_Hook``): the ``[operator] webhook`` line that names it."""
+    _Hook.received, _Hook.paths, _Hook.answer = [], [], 204
     receiver = HTTPServer(("127.0.0.1", 0), _Hook)
     threading.Thread(target=receiver.serve_forever, daemon=True).start()
-    webhook = f'webhook = "http://127.0.0.1:{receiver.server_address[1]}/hook"'
+    try:
+        yield f'webhook = "http://127.0.0.1:{receiver.server_address[1]}/hook"'
+    finally:
+        receiver.shutdown()
+        _Hook.answer = 204
 
+
+def test_a_webhook_is_sent_each_pending_approval_with_signed_one_time_links_that_a_preview_cannot_answer(
+        tmp_path: Path, webhook: str) -> None:
     async def main() -> dict[str, Any]:
         seen: dict[str, Any] = {}
         async with serving(tmp_path, operator=webhook) as (call, http), anyio.create_task_group() as tg:
@@ -321,10 +329,7 @@ def test_a_webhook_is_sent_each_pending_approval_with_signed_one_time_links_that
             seen["large"] = (await http.post(approve.split("?")[0], data={"sig": "x" * 5000})).status_code
         return seen
 
-    try:
-        seen = anyio.run(main)
-    finally:
-        receiver.shutdown()
+    seen = anyio.run(main)
     sent = seen["sent"]
     assert sent["event"] == "approval_pending" and sent["tool"] == "t__deploy"
     assert sent["arguments"] == {"target": "<prod>"}
@@ -383,12 +388,8 @@ def test_an_agent_cannot_fill_the_operators_list(tmp_path: Path, monkeypatch: py
 
 @pytest.mark.parametrize("status", [500, 302])
 def test_a_webhook_that_fails_or_redirects_is_logged_and_the_call_still_waits_for_its_answer(
-        tmp_path: Path, status: int, caplog: pytest.LogCaptureFixture) -> None:
-    _Hook.received, _Hook.paths, _Hook.answer = [], [], status
-    receiver = HTTPServer(("127.0.0.1", 0), _Hook)
-    threading.Thread(target=receiver.serve_forever, daemon=True).start()
-    webhook = f'webhook = "http://127.0.0.1:{receiver.server_address[1]}/hook"'
-
+        tmp_path: Path, status: int, webhook: str, caplog: pytest.LogCaptureFixture) -> None:
+    _Hook.answer = status
     async def main() -> tuple[bool, str]:
         seen: dict[str, Any] = {}
         async with serving(tmp_path, operator=webhook) as (call, http), anyio.create_task_group() as tg:
@@ -411,12 +412,8 @@ def test_a_webhook_that_fails_or_redirects_is_logged_and_the_call_still_waits_fo
                     deny.split("?")[0], content=b"sig=x", headers={"Content-Type": "text/plain"})).text)
         return seen
 
-    try:
-        with caplog.at_level("WARNING", logger="toolcrib.mcp.operator"):
-            seen = anyio.run(main)
-    finally:
-        receiver.shutdown()
-        _Hook.answer = 204
+    with caplog.at_level("WARNING", logger="toolcrib.mcp.operator"):
+        seen = anyio.run(main)
     if status == 302:
         assert seen["result"] == (False, "deployed to prod")
     else:
