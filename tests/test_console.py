@@ -54,6 +54,7 @@ async def signed_in(http: Any) -> str:
     assert answer.status_code == 303 and answer.headers["location"] == "/console/"
     cookie = answer.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/console" in cookie
+    assert "Max-Age=43200" in cookie and ("Secure" in cookie) == (http.base_url.scheme == "https")
     assert OPERATOR_TOKEN not in cookie
     return str(re.search(r'name="csrf" value="([0-9a-f]+)"', (await http.get("/console/")).text).group(1))
 
@@ -92,6 +93,9 @@ def test_only_the_operator_token_opens_the_console_and_every_form_needs_its_csrf
                     seen["forged cookie"].append((await stranger.get("/console/")).status_code)
             console = app.console
             seen["csrf per session"] = console.csrf(console._session(1, "x")) != console.csrf(console._session(2, "x"))
+            async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app),
+                                          base_url="https://127.0.0.1:8000") as tls:
+                seen["over https"] = await signed_in(tls) != ""  # its cookie is Secure (checked in signed_in)
             seen["large form"] = (await http.post("/console/logout", data={"csrf": csrf, "pad": "x" * 5000})
                                   ).status_code  # a form anyone may post is small, or refused unread
             seen["multipart"] = (await http.post("/console/login", files={"token": ("t", OPERATOR_TOKEN)})
@@ -115,7 +119,7 @@ def test_only_the_operator_token_opens_the_console_and_every_form_needs_its_csrf
                                                   "the page again and resubmit."])
     assert seen["login elsewhere"] == 403  # Origin checked on the sign-in too
     assert seen["no csrf"] == 403 and seen["foreign origin"] == 403 and seen["forged cookie"] == [303] * 6
-    assert seen["csrf per session"] and seen["content type"] == "text/html; charset=utf-8"
+    assert seen["csrf per session"] and seen["content type"] == "text/html; charset=utf-8" and seen["over https"]
     assert seen["large form"] == 403 and seen["multipart"] == 401
     assert seen["logout"] == 303 and seen["after"] == 303
     location, cleared = seen["logout headers"]
