@@ -127,8 +127,9 @@ class Console:
         signature = hmac.new(self._key, f"session|{expires}|{named}".encode(), hashlib.sha256).hexdigest()
         return f"{expires}.{named}.{signature}"
 
-    def _signed_in(self, request: Request) -> str | None:
-        """The request's session cookie, if it is one this console signed and it has not expired."""
+    def _signed_in(self, request: Request) -> tuple[str, str] | None:
+        """The request's session cookie and who signed in with it, if it is one this console signed and it has not
+        expired."""
         cookie = request.cookies.get(COOKIE, "")
         expires, _, rest = cookie.partition(".")
         named, _, _ = rest.partition(".")
@@ -138,12 +139,8 @@ class Console:
             who = base64.urlsafe_b64decode(named + "=" * (-len(named) % 4)).decode()
         except ValueError:
             return None
-        return cookie if hmac.compare_digest(cookie.encode(), self._session(int(expires), who).encode()) else None
-
-    @staticmethod
-    def _who_of(session: str) -> str:
-        named = session.split(".")[1]
-        return base64.urlsafe_b64decode(named + "=" * (-len(named) % 4)).decode()
+        signed = hmac.compare_digest(cookie.encode(), self._session(int(expires), who).encode())
+        return (cookie, who) if signed else None
 
     def csrf(self, session: str) -> str:
         return hmac.new(self._key, f"csrf|{session}".encode(), hashlib.sha256).hexdigest()
@@ -153,9 +150,10 @@ class Console:
             refused: Response | None = await self._guard.validate_request(request)
             if refused is not None:
                 return refused
-            session = self._signed_in(request)
-            if session is None:
+            signed_in = self._signed_in(request)
+            if signed_in is None:
                 return RedirectResponse("/console/login", status_code=303, headers=HEADERS)
+            session, request.state.who = signed_in
             if request.method == "POST":
                 form = await small_form(request)
                 request.state.form = form or {}
@@ -276,7 +274,7 @@ class Console:
         if decision not in ("approve", "deny"):
             return PlainTextResponse("expected decision = approve or deny", status_code=400, headers=HEADERS)
         outcome = await self.desk.answer(request.path_params["id"], decision == "approve", given,
-                                         f"the operator ({self._who_of(request.state.session)}, in the console)")
+                                         f"the operator ({request.state.who}, in the console)")
         done = ("approved" if decision == "approve" else "denied") if outcome == ANSWERED else outcome
         return RedirectResponse(f"/console/approvals?done={done}", status_code=303, headers=HEADERS)
 

@@ -49,7 +49,7 @@ from toolcrib.approvals import Desk, link_key
 from toolcrib.config import IdentityConfig
 from toolcrib.errors import ToolcribError
 from toolcrib.mcp.adapter import build_server
-from toolcrib.mcp.oauth import IDENTITY, Identity, Verifier, claims_match, identity_of
+from toolcrib.mcp.oauth import IDENTITY, Identity, Verifier, bearer_token, claims_match, identity_of
 from toolcrib.mcp.operator import OperatorEndpoint
 from toolcrib.mcp.sdk import open_session_ids, open_sessions
 from toolcrib.mcp.sessions import SessionManager
@@ -227,7 +227,7 @@ class HttpApp:
                 return refused
         else:  # behind its token, which no page has: a scraper may come by any address
             expected = (self._env if self._env is not None else os.environ).get(variable, "")
-            supplied = _bearer(request.headers.get("authorization", "")) or ""
+            supplied = bearer_token(request.headers.get("authorization", "")) or ""
             if not expected or not hmac.compare_digest(supplied.encode("latin-1"), expected.encode()):
                 return _unauthorized("invalid_token" if supplied else None, "this endpoint needs Authorization: "
                                      "Bearer <the metrics token>")
@@ -363,7 +363,7 @@ class HttpApp:
         agent = scope["path_params"]["agent"]
         endpoint = self.endpoints.get(agent)
         headers = {k.lower(): v for k, v in ((k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"])}
-        supplied = _bearer(headers.get("authorization", ""))
+        supplied = bearer_token(headers.get("authorization", ""))
         query = scope.get("query_string", b"").decode("latin-1")
         if _token_in_query(query):
             await _unauthorized("invalid_request", "tokens are accepted only in the Authorization header",
@@ -458,12 +458,6 @@ class _Asgi:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._handler(scope, receive, send)
-
-
-def _bearer(value: str) -> str | None:
-    scheme, _, token = value.partition(" ")
-    token = token.strip()
-    return token if scheme.lower() == "bearer" and token else None
 
 
 def _token_in_query(query: str) -> bool:

@@ -90,6 +90,13 @@ def scopes_of(claims: dict[str, Any]) -> frozenset[str]:
     return frozenset()
 
 
+def bearer_token(value: str) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header's value, or None."""
+    scheme, _, token = value.partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
 def claims_match(identity: IdentityConfig, claims: dict[str, Any]) -> bool:
     """Every claim the identity names has a value matching one of its globs (case-sensitive)."""
     for path, globs in identity.claims.items():

@@ -30,6 +30,7 @@ from starlette.routing import Route
 
 from toolcrib.approvals import ANSWERED, NOT_PENDING, Desk, DeskUnreachable, Pending
 from toolcrib.config import OperatorConfig
+from toolcrib.mcp.oauth import bearer_token
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +73,8 @@ class OperatorEndpoint:
         refused: Response | None = await self._guard.validate_request(request, is_post=is_post)
         if refused is not None:
             return refused
-        header = request.headers.get("authorization", "")
-        scheme, _, supplied = header.partition(" ")
-        by = await self.who(supplied.strip()) if scheme.lower() == "bearer" else None
+        supplied = bearer_token(request.headers.get("authorization", ""))
+        by = await self.who(supplied) if supplied is not None else None
         if by is None:
             return JSONResponse({"error": "invalid_token", "error_description": "this endpoint needs "
                                  "Authorization: Bearer <the operator token>"}, status_code=401,
