@@ -1001,7 +1001,7 @@ def test_every_path_field_of_the_config_model_is_governing() -> None:
                     walk(kind, f"{where}.{name}")
 
     walk(Config, "")
-    assert marked == {".host.tool_dirs", ".host.audit_log", ".skills.path", ".oauth.jwks_file"}
+    assert marked == {".host.tool_dirs", ".host.audit_log", ".skills.path", ".oauth.jwks_file", ".openapi.document"}
 
 
 def typing_args(annotation: Any) -> list[Any]:

@@ -246,7 +246,7 @@ def test_pack_namespace_colliding_with_an_upstream_server(dist_path: Callable[..
     record = ours(host.records, {"orders"})["orders"]
     assert record.state == "failed"
     assert record.error == ("namespace 'orders' is also an upstream MCP server ([mcps.orders]); neither is served: "
-                            "rename the server or disable one of them")
+                            "rename that source or disable one of them")
 
 
 def test_nothing_is_discovered_at_import() -> None:

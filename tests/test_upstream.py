@@ -196,7 +196,7 @@ def test_upstream_resources_templates_and_prompts_pass_through_behind_the_rules(
 
 
 def test_names_a_source_gives_are_served_mapped_and_clashes_refused() -> None:
-    from toolcrib.mcp.upstream import serving_names
+    from toolcrib.names import serving_names
 
     problems: list[str] = []
     names = serving_names("tool", ["get-sum", "get_sum", "echo", "fs__read", "a.b", "dup", "dup", "9lives",

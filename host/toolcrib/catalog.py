@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from toolcrib.config import LoadedConfig, did_you_mean, problems_from_validation
 from toolcrib.content import ToolResult
 from toolcrib.declarations import get_prompt, get_resource
-from toolcrib.entries import RULE_DIMENSION, Entry
+from toolcrib.entries import RULE_DIMENSION, SUPPLIERS, Entry
 from toolcrib.errors import Problem, ToolError, contained
 from toolcrib.names import RESERVED_NAMESPACE, full_name, tool_name_problem
 from toolcrib.plugins import PluginHook, PluginManager, PluginRecord, hooks_by_plugin
@@ -52,7 +52,7 @@ class Catalog:
 
 def _pack_problem(record: PluginRecord, message: str, severity: str = "error") -> Problem:
     dist = f" ({record.distribution} {record.version})" if record.distribution and record.version else ""
-    kind = "upstream server" if record.kind == "mcp" else "pack"
+    kind = SUPPLIERS.get(record.kind, "pack")
     return Problem(severity, f"{kind} {record.name!r}{dist}", message)
 
 
@@ -68,9 +68,12 @@ def build_catalog(
     config = loaded.config
     catalog = Catalog(entries={}, records=records)
     for record in records:
-        if record.state == "failed" or (record.kind == "mcp" and record.error):
+        if record.state == "failed" or (record.kind in ("mcp", "openapi") and record.error):
             catalog.problems.append(_pack_problem(record, record.error or "failed"))
-    mcp_namespaces = {ns for ns, mcp in config.mcps.items() if mcp.enabled}
+    # namespaces of the config's other sources, which no pack may share: where each is configured
+    tables = {**{ns: f"an OpenAPI document ([openapi.{ns}])" for ns, api in config.openapi.items() if api.enabled},
+              **{ns: f"an upstream MCP server ([mcps.{ns}])" for ns, mcp in config.mcps.items() if mcp.enabled}}
+    claimed = set(tables)
     staged: list[Entry] = []
     clashing: set[str] = set()  # namespaces of a pack and an upstream server at once
     settings_hooks = hooks_by_plugin(pm, "toolcrib_settings_model")
@@ -78,15 +81,15 @@ def build_catalog(
     resources_hooks = hooks_by_plugin(pm, "toolcrib_resources")
     prompts_hooks = hooks_by_plugin(pm, "toolcrib_prompts")
     origins: list[tuple[PluginRecord, PluginRecord]] = []  # (a pack, an installed plugin it serves tools of)
-    taken = mcp_namespaces | {r.name for r in records}  # names an origin may not have
+    taken = claimed | {r.name for r in records}  # names an origin may not have
     for record in records:
         own = record.kind == "builtin" and record.name == RESERVED_NAMESPACE  # the host's own pack
         if record.state != "loaded" or not (record.kind == "pack" or own):
             continue
-        if record.name in mcp_namespaces:
+        if record.name in claimed:
             clashing.add(record.name)
-            record.fail(f"namespace {record.name!r} is also an upstream MCP server ([mcps.{record.name}]); neither is "
-                        "served: rename the server or disable one of them")
+            record.fail(f"namespace {record.name!r} is also {tables[record.name]}; neither is served: rename that "
+                        "source or disable one of them")
             catalog.problems.append(_pack_problem(record, record.error or ""))
             continue
         source = PackSource(record, loaded, (settings_hooks.get(record.name), tools_hooks.get(record.name),
@@ -113,9 +116,9 @@ def build_catalog(
     # A namespace a pack and an upstream server both claim is served by neither: the pack was failed above, and the
     # server's tools are dropped here, so that what is served is exactly what `toolcrib check` says.
     for record in records:
-        if record.kind == "mcp" and record.name in clashing:
-            record.fail(f"namespace {record.name!r} is also a pack's; neither is served: rename the server or "
-                        "disable one of them")
+        if record.kind in ("mcp", "openapi") and record.name in clashing:
+            record.fail(f"namespace {record.name!r} is also a pack's; neither is served: rename the "
+                        f"{'server' if record.kind == 'mcp' else 'document'} or disable one of them")
             catalog.problems.append(_pack_problem(record, record.error or ""))
     for entry in (entry for offer in offers for entry in offer.entries):
         if entry.namespace in clashing and entry.supplier != "builtin":

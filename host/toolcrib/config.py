@@ -247,6 +247,46 @@ class McpConfig(_Strict):
         return [Launch(where, [self.command, *self.args], cwd, self.env)]
 
 
+class ApiKeyConfig(_Strict):
+    """``api_key`` of ``[openapi.<namespace>]``: a key sent with every call, in a header or the query."""
+
+    name: str = Field(description="the header's or query parameter's name")
+    value: str = Field(description="the key, usually ${A_VARIABLE} (never logged)")
+    # ``in`` is a Python keyword: the table says ``in = "header"``
+    where: Literal["header", "query"] = Field("header", alias="in", description="header | query")
+
+
+class OpenAPIConfig(_Strict):
+    """``[openapi.<namespace>]``: the operations of an OpenAPI 3.0 or 3.1 document (JSON or YAML), each served as
+    a tool ``<namespace>__<operationId>`` and called over HTTP through ``toolcrib.net``."""
+
+    document: Annotated[str | None, Governs("the OpenAPI document of [openapi.{key}]")] = Field(
+        None, description="the document's file, relative to the config file")
+    document_url: str | None = Field(None, description="the document's http(s) URL, instead of document")
+    base_url: str | None = Field(None, description="where its operations are called (default: the document's "
+                                 "first server, when that is an absolute URL)")
+    operations: list[str] = Field(default_factory=lambda: ["*"], description="which operations to serve: "
+                                  "operationId globs, 'tag:<tag>', or '<METHOD> <path glob>' ('GET /pets/*')")
+    exclude: list[str] = Field(default_factory=list, description="operations not to serve, in the same forms")
+    headers: dict[str, str] = Field(default_factory=dict, description="headers sent with every call (values may "
+                                    "be ${VARIABLES})")
+    bearer: str | None = Field(None, description="a bearer token sent with every call, usually ${A_VARIABLE}")
+    api_key: ApiKeyConfig | None = Field(None, description="an API key sent with every call")
+    trusted: bool = Field(False, description="serve its redefined operations without a lock (by default what "
+                          "toolcrib first saw is served until toolcrib lock accepts a change)")
+    follow_changes: bool = Field(False, description="without a toolcrib.lock, serve an operation the document "
+                                 "redefines at once")
+    timeout: PositiveFloat = Field(30.0, description="seconds one call (or fetching the document) may take")
+    max_bytes: PositiveInt = Field(10_000_000, description="most bytes of one answer (or of the document)")
+    enabled: bool = Field(True, description="false: not served")
+
+    @model_validator(mode="after")
+    def _one_document(self) -> OpenAPIConfig:
+        if (self.document is None) == (self.document_url is None):
+            raise ValueError("needs exactly one of document (a file) or document_url")
+        return self
+
+
 class SkillConfig(_Strict):
     """``[skills.<name>]``: a folder holding a SKILL.md."""
 
@@ -383,6 +423,7 @@ class Config(_Strict):
     models: dict[str, dict[str, bool]] = Field(default_factory=dict, description="capabilities per model id")
     packs: dict[str, PackConfig] = Field(default_factory=dict)
     mcps: dict[str, McpConfig] = Field(default_factory=dict)
+    openapi: dict[str, OpenAPIConfig] = Field(default_factory=dict, description="OpenAPI documents, by namespace")
     skills: dict[str, SkillConfig] = Field(default_factory=dict)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     hooks: HooksConfig = HooksConfig()
@@ -516,7 +557,7 @@ def check_config(config: Config, source: str) -> list[Problem]:
         for cap in caps:
             if _CAPABILITY.fullmatch(cap) is None:
                 error(("models", model, cap), "capability names are letters, digits, '_' and '-', letter first")
-    for table in ("packs", "mcps"):
+    for table in ("packs", "mcps", "openapi"):
         for namespace in getattr(config, table):
             problem = namespace_problem(namespace)
             if problem is not None:
@@ -540,6 +581,14 @@ def check_config(config: Config, source: str) -> list[Problem]:
     for namespace in sorted(set(config.packs) & set(config.mcps)):
         error(("mcps", namespace), f"namespace {namespace!r} is also a pack's ([packs.{namespace}]); two sources "
               "can never share a namespace")
+    for namespace in sorted(set(config.openapi) & (set(config.packs) | set(config.mcps))):
+        other = f"[mcps.{namespace}]" if namespace in config.mcps else f"[packs.{namespace}]"
+        error(("openapi", namespace), f"namespace {namespace!r} is also {other}; two sources can never share a "
+              "namespace")
+    for name, api in config.openapi.items():
+        for key, url in (("document_url", api.document_url), ("base_url", api.base_url)):
+            if url is not None and not url.startswith(("http://", "https://")):
+                error(("openapi", name, key), f"expected an http:// or https:// URL, got {url!r}")
     for name, mcp in config.mcps.items():
         if mcp.url is not None and not mcp.url.startswith(("http://", "https://")):
             error(("mcps", name, "url"), f"expected an http:// or https:// URL, got {mcp.url!r}")

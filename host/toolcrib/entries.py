@@ -14,6 +14,10 @@ RULE_DIMENSION = {"tool": "tools", "resource": "resources", "template": "resourc
 """The permission dimension whose rule names an entry of each kind (beside its source's dimension)."""
 
 
+SUPPLIERS = {"pack": "pack", "mcp": "upstream server", "openapi": "OpenAPI document", "builtin": "the host"}
+"""What each kind of source is called in a message (an ``Entry``'s ``supplier``, a ``PluginRecord``'s ``kind``)."""
+
+
 def kind_of(definition: Tool | Resource | Prompt) -> str:
     if isinstance(definition, Tool):
         return "tool"
@@ -27,7 +31,8 @@ class Entry:
     """One tool, resource, template or prompt in the catalog: ``definition`` is what its source declared, ``kind``
     says which of the four it is.
 
-    ``supplier`` says what kind of source offers it (``"pack"``, ``"mcp"`` for an upstream server, ``"builtin"``
+    ``supplier`` says what kind of source offers it (``"pack"``, ``"mcp"`` for an upstream server, ``"openapi"``
+    for an OpenAPI document, ``"builtin"``
     for the host's own, which are offered by what they serve instead of by a source); ``dimension``/``source`` say
     which permission dimension governs that source (``plugins``/``orders`` for a pack, ``mcps``/``time`` for an
     upstream server). ``read_only`` and ``destructive`` are a tool's annotations as the host trusts them: an
@@ -36,7 +41,7 @@ class Entry:
 
     name: str
     namespace: str
-    supplier: str  # "pack" | "mcp" | "builtin"
+    supplier: str  # "pack" | "mcp" | "openapi" | "builtin" (SUPPLIERS)
     dimension: str
     source: str
     definition: Tool | Resource | Prompt

@@ -80,6 +80,10 @@ class Host:
         env = os.environ if env is None else env
         self.loaded = loaded
         self.sources: dict[str, Source] = {source.name: source for source in sources}
+        if loaded.config.openapi:  # the sources the core makes from the config itself: OpenAPI documents
+            from toolcrib.openapi import configured
+
+            self.sources.update((s.name, s) for s in configured(loaded, tuple(self.sources), env))
         offers = [source.offer() for source in self.sources.values()]
         with collector_paused():
             self.pm = get_plugin_manager(env)

@@ -19,18 +19,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 from toolcrib.config import LOCK_FILE, LoadedConfig
-from toolcrib.entries import Entry
+from toolcrib.entries import SUPPLIERS, Entry
 from toolcrib.errors import ConfigError, Problem
 from toolcrib.names import clean, clean_schema
 
 FORMAT = 1
-PARTS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
+# what an agent sees, then what a call does when the tool's runner says (``runs``: an HTTP operation's route)
+PARTS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations", "runs")
 
 
 def definition(entry: Entry) -> dict[str, Any]:
     """What an agent sees of the tool, as the lock hashes it (a description written per agent is not in it)."""
     tool = entry.tool
-    return {
+    seen = {
         "name": entry.name,
         "title": clean(tool.title) if tool.title else None,
         "description": clean(tool.description),
@@ -38,6 +39,10 @@ def definition(entry: Entry) -> dict[str, Any]:
         "outputSchema": clean_schema(tool.output_schema) if tool.output_schema is not None else None,
         "annotations": dict(tool.annotations),
     }
+    runs = getattr(tool.runner, "runs", None)  # what a call does, when its runner says (an HTTP operation's route)
+    if runs is not None:
+        seen["runs"] = runs
+    return seen
 
 
 def _hash(value: Any) -> str:
@@ -49,7 +54,7 @@ def record(entry: Entry) -> dict[str, Any]:
     """The lock's record of one tool."""
     seen = definition(entry)
     return {"source": entry.source, "kind": entry.supplier, "version": entry.version, "sha256": _hash(seen),
-            "parts": {part: _hash(seen[part])[:16] for part in PARTS}}
+            "parts": {part: _hash(seen[part])[:16] for part in PARTS if part in seen}}
 
 
 def path_of(loaded: LoadedConfig) -> Path | None:
@@ -110,11 +115,12 @@ def first_seen(loaded: LoadedConfig, entries: Mapping[str, Entry]) -> dict[str, 
     ``follow_changes``) as this process first saw them, in the lock's shape. Those seen for the first time are
     recorded as they are now; a later definition that differs is then held back as a lock would hold it (a rug
     pull is caught even before anyone ran ``toolcrib lock``)."""
-    pinned = {ns for ns, c in loaded.config.mcps.items() if not c.trusted and not c.follow_changes}
+    pinned = {("mcp", ns) for ns, c in loaded.config.mcps.items() if not c.trusted and not c.follow_changes}
+    pinned |= {("openapi", ns) for ns, c in loaded.config.openapi.items() if not c.trusted and not c.follow_changes}
     found: dict[str, Any] = {}
     with _FIRST_SEEN_LOCK:
         for name, entry in entries.items():
-            if entry.supplier != "mcp" or entry.source not in pinned:
+            if (entry.supplier, entry.source) not in pinned:
                 continue
             key = (str(loaded.path or loaded.source), name)
             if key not in _FIRST_SEEN:
@@ -150,7 +156,7 @@ def held_back(locked: Mapping[str, Any] | None, entries: Mapping[str, Entry], st
         if now["sha256"] == known.get("sha256"):
             continue
         before = known.get("parts") if isinstance(known.get("parts"), dict) else {}
-        changed = [part for part in PARTS if before.get(part) != now["parts"][part]] or ["its definition"]
+        changed = [part for part in PARTS if before.get(part) != now["parts"].get(part)] or ["its definition"]
         versions = ""
         if known.get("version") != entry.version:
             versions = f" (locked at {known.get('source')} {known.get('version') or '?'}, now {entry.version or '?'})"
@@ -161,5 +167,5 @@ def held_back(locked: Mapping[str, Any] | None, entries: Mapping[str, Entry], st
 
 
 def _from(entry: Entry) -> str:
-    kind = {"mcp": "upstream server", "builtin": "the host"}.get(entry.supplier, "pack")
-    return f"{kind} {entry.source!r}" if entry.supplier != "builtin" else "the host's own"
+    return f"{SUPPLIERS.get(entry.supplier, 'pack')} {entry.source!r}" if entry.supplier != "builtin" \
+        else "the host's own"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Any
 
 SEPARATOR = "__"
@@ -128,3 +129,27 @@ def agent_name_problem(name: str) -> str | None:
 def full_name(namespace: str, tool: str) -> str:
     """The one name a tool has everywhere: ``<namespace>__<tool>``."""
     return f"{namespace}{SEPARATOR}{tool}"
+
+
+def serving_names(kind: str, originals: list[str], problems: list[str],
+                  offers: str = "the server offers") -> dict[str, str]:
+    """The name each of a source's tools (or prompts) is served under, by its own name: its own where toolcrib's
+    rule takes it, else ``served_name``'s. One that cannot be served, or that would share its served name with
+    another, is left out (both are), and ``problems`` says why (``offers``: who offers them, "the document has")."""
+    wanted: dict[str, str] = {}
+    for original in originals:
+        served = original if tool_name_problem(original) is None else served_name(original)
+        problem = tool_name_problem(served)
+        if problem is not None:
+            problems.append(f"{kind} {original!r} is not served: {kind} names are served as 1-64 characters, a letter "
+                            f"first, then letters, digits and underscores ({served!r} is not)")
+            continue
+        wanted[original] = served
+    shared = Counter(wanted[original] for original in originals if original in wanted)
+    for original, served in list(wanted.items()):
+        if shared[served] > 1:
+            others = sorted({o for o in originals if wanted.get(o) == served} - {original})
+            why = (f"{offers} two {kind}s named {original!r}" if not others
+                   else f"it would be served as {served!r}, like {', '.join(map(repr, others))}")
+            problems.append(f"{kind} {original!r} is not served: {why}")
+    return {original: served for original, served in wanted.items() if shared[served] == 1}

@@ -22,7 +22,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -213,15 +213,17 @@ def open_url(url: str, limits: WebLimits, check: Callable[[str], None] | None = 
 
 
 def _follow(url: str, limits: WebLimits, check: Callable[[str], None] | None, deadline: float,
-            watch: _Deadline) -> Iterator[tuple[str, http.client.HTTPResponse]]:
+            watch: _Deadline, method: str = "GET", body: bytes | None = None, headers: Mapping[str, str] | None = None,
+            any_status: bool = False) -> Generator[tuple[str, http.client.HTTPResponse], None, None]:
     current = url
     for _hop in range(limits.max_redirects + 1):
         target = _Target(current, limits.verb)
         address = _address(target, limits, deadline)
         try:
             conn = _connect(target, address, deadline, watch)
-            conn.request("GET", target.path, headers={"Host": target.host_header, "User-Agent": limits.user_agent,
-                                                      "Accept-Encoding": "identity", **dict(limits.headers)})
+            conn.request(method, target.path, body=body, headers={
+                "Host": target.host_header, "User-Agent": limits.user_agent, "Accept-Encoding": "identity",
+                **dict(limits.headers), **(headers or {})})
             response = conn.getresponse()
         except (OSError, http.client.HTTPException) as exc:
             if watch.passed:
@@ -235,8 +237,10 @@ def _follow(url: str, limits: WebLimits, check: Callable[[str], None] | None, de
                 current = urljoin(current, location)
                 if check is not None:
                     check(current)  # the agent's URL rules hold for every hop, not just the first
+                if response.status == 303 or (response.status in (301, 302) and method == "POST"):
+                    method, body = ("HEAD" if method == "HEAD" else "GET"), None  # what browsers do, and RFC 9110
                 continue
-            if response.status != 200:
+            if response.status != 200 and not any_status:
                 raise ToolError(f"{current} answered HTTP {response.status} {response.reason}")
             declared = response.getheader("Content-Length")
             if declared is not None and declared.isdigit() and int(declared) > limits.max_bytes:
@@ -272,6 +276,40 @@ def chunks(response: http.client.HTTPResponse, limits: WebLimits, deadline: floa
         yield chunk
 
 
+@dataclass(frozen=True)
+class Answer:
+    """A whole answer of any status (``request``): where it ended after redirects, its status and reason, its
+    headers (names in lower case; the last of a repeated one) and its body."""
+
+    url: str
+    status: int
+    reason: str
+    headers: Mapping[str, str]
+    body: bytes
+
+    @property
+    def content_type(self) -> str | None:
+        return self.headers.get("content-type")
+
+
+def request(method: str, url: str, limits: WebLimits, *, body: bytes | None = None,
+            headers: Mapping[str, str] | None = None, check: Callable[[str], None] | None = None) -> Answer:
+    """One HTTP request of any method, checked as ``open_url`` (addresses, every redirect hop through ``check``,
+    the deadline, ``max_bytes``), answered whatever its status: a 404 or a 500 is the caller's to report. A 303,
+    or a 301/302 to a POST, is followed with a GET and no body; other redirects keep the method and body."""
+    deadline = time.monotonic() + limits.timeout
+    watch = _Deadline(deadline)
+    hops = _follow(url, limits, check, deadline, watch, method.upper(), body, headers, any_status=True)
+    try:
+        final, response = next(hops)
+        content = b"".join(chunks(response, limits, deadline))
+        return Answer(final, response.status, response.reason, {k.lower(): v for k, v in response.getheaders()},
+                      content)
+    finally:
+        hops.close()  # the connection
+        watch.cancel()
+
+
 def fetch(url: str, limits: WebLimits, check: Callable[[str], None] | None = None) -> Fetched:
     """The whole body of ``url`` in memory (at most ``max_bytes``), after redirects, checked as ``open_url``."""
     deadline = time.monotonic() + limits.timeout
@@ -280,4 +318,4 @@ def fetch(url: str, limits: WebLimits, check: Callable[[str], None] | None = Non
         return Fetched(final, response.getheader("Content-Type"), body)
 
 
-__all__ = ["Fetched", "WebLimits", "chunks", "fetch", "open_url", "refusal"]
+__all__ = ["Answer", "Fetched", "WebLimits", "chunks", "fetch", "open_url", "refusal", "request"]

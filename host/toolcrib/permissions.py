@@ -23,7 +23,7 @@ from typing import Any
 from toolcrib import patterns, uris
 from toolcrib.config import AgentConfig, LoadedConfig
 from toolcrib.context import AvailabilityContext
-from toolcrib.entries import RULE_DIMENSION, Entry
+from toolcrib.entries import RULE_DIMENSION, SUPPLIERS, Entry
 from toolcrib.patterns import SELECTORS, Pattern
 from toolcrib.sandbox import Unconfinable
 
@@ -386,7 +386,9 @@ def decide(rules: AgentRules, subject: Entry | Named, *, detail: bool = False, e
         passed, pattern = rules.source_permits(entry.dimension, entry.source, origin)
         if detail:
             of = f" (its plugin {origin!r})" if origin is not None else ""
-            text = f"{_SOURCE_KIND[entry.dimension]} {entry.source!r}{of}: {source_rule.describe(passed, pattern)}"
+            word = SUPPLIERS.get(entry.supplier) if entry.supplier != "builtin" else None
+            text = (f"{word or _SOURCE_KIND[entry.dimension]} {entry.source!r}{of}: "
+                    f"{source_rule.describe(passed, pattern)}")
             checks.append(Check("source", passed, text))
     visible = passed
     dimension = RULE_DIMENSION[kind]

@@ -15,7 +15,7 @@ import json
 import logging
 import os
 import threading
-from collections import Counter, deque
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -31,7 +31,7 @@ from toolcrib.content import ToolResult
 from toolcrib.declarations import Prompt, Resource, template_variables
 from toolcrib.entries import Entry
 from toolcrib.errors import InvalidArgumentsError, ToolError
-from toolcrib.names import clean, clean_schema, full_name, served_name, tool_name_problem
+from toolcrib.names import clean, clean_schema, full_name, serving_names
 from toolcrib.plugins import PluginRecord
 from toolcrib.runner import Call
 from toolcrib.sources import Offer
@@ -364,29 +364,6 @@ def _describe(exc: BaseException, stderr: Sequence[str] = ()) -> str:
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(_describe(e) for e in exc.exceptions)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-def serving_names(kind: str, originals: list[str], problems: list[str]) -> dict[str, str]:
-    """The name each of a source's tools (or prompts) is served under, by its own name: its own where toolcrib's
-    rule takes it, else ``names.served_name``'s. One that cannot be served, or that would share its served name with
-    another, is left out (both are), and ``problems`` says why."""
-    wanted: dict[str, str] = {}
-    for original in originals:
-        served = original if tool_name_problem(original) is None else served_name(original)
-        problem = tool_name_problem(served)
-        if problem is not None:
-            problems.append(f"{kind} {original!r} is not served: {kind} names are served as 1-64 characters, a letter "
-                            f"first, then letters, digits and underscores ({served!r} is not)")
-            continue
-        wanted[original] = served
-    shared = Counter(wanted[original] for original in originals if original in wanted)
-    for original, served in list(wanted.items()):
-        if shared[served] > 1:
-            others = sorted({o for o in originals if wanted.get(o) == served} - {original})
-            why = (f"the server offers two {kind}s named {original!r}" if not others
-                   else f"it would be served as {served!r}, like {', '.join(map(repr, others))}")
-            problems.append(f"{kind} {original!r} is not served: {why}")
-    return {original: served for original, served in wanted.items() if shared[served] == 1}
 
 
 def _entries(connection: _Connection, problems: list[str]) -> list[Entry]:

@@ -1,0 +1,816 @@
+"""OpenAPI documents as a source (``[openapi.<namespace>]``): each operation of a 3.0 or 3.1 document, JSON or
+YAML, becomes the tool ``<namespace>__<operationId>``, called over HTTP through ``toolcrib.net``.
+
+- **Names** follow the upstream servers' rules (``names.serving_names``): an operationId that breaks the tool-name
+  rule is mapped (``get-pet`` -> ``get_pet``); an operation without one is named from its method and path
+  (``GET /pet/{petId}`` -> ``get_pet_petId``); two that would share a name are both left out, and ``check`` says so.
+- **The input schema** holds the path, query, header and cookie parameters and the request body: an object body's
+  properties sit beside the parameters, any other body is the argument ``body``. A name that two places share is
+  kept apart: each parameter of it becomes ``<name>__<where>`` (``id__query``), as FastMCP names them. Schemas are
+  JSON Schema 2020-12: a component a schema refers to is copied into ``$defs`` (so a recursive one stays
+  recursive), 3.0's ``nullable``, boolean ``exclusiveMinimum``/``exclusiveMaximum`` and ``example`` become their
+  2020-12 forms, a ``readOnly`` property is no argument, and a ``writeOnly`` one is not in the output schema.
+- **The output schema** is the success response's JSON schema (an object as it is; anything else as
+  ``{"result": ...}``, as MCP wants an object); an answer that does not match it is an error result that says so.
+- **Annotations** come from the method, which toolcrib itself sends: GET, HEAD and OPTIONS are read-only and
+  idempotent, PUT and DELETE idempotent, DELETE and PUT destructive, POST not read-only and not destructive, PATCH
+  neither read-only nor idempotent. So plan mode and ``@writes`` work with no curation.
+- **Calls** go to the base URL only (every redirect hop must stay under it), through ``toolcrib.net``'s guard: the
+  base URL's own host may be a private address (the operator named it), no other; its deadline and size cap. The
+  configured credentials (headers, bearer, API key) go with every call and never into a message, a log or a result.
+  A 2xx answer's JSON is the structured content; text is text; images and audio are content blocks; other bytes an
+  embedded resource. Any other status is an error result with the status and a trimmed body, never a traceback.
+- **The lock** records each operation's method, path and where its arguments go (``Runner.runs``) beside what an
+  agent sees, so a document that moves an operation to another path or method holds that operation back.
+"""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from secrets import token_hex
+from typing import Any
+from urllib.parse import quote, urlencode, urlsplit
+
+from pydantic import BaseModel
+
+from toolcrib.config import LoadedConfig, MissingVariable, OpenAPIConfig, expand
+from toolcrib.content import ToolResult
+from toolcrib.entries import Entry
+from toolcrib.errors import ToolDeclarationError, ToolError
+from toolcrib.names import clean, clean_schema, full_name, serving_names
+from toolcrib.net import WebLimits, fetch, request
+from toolcrib.plugins import PluginRecord
+from toolcrib.runner import Call
+from toolcrib.sources import Offer
+from toolcrib.tool import Tool, _json_schema, _json_schema_model
+
+METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+PLACES = ("path", "query", "header", "cookie")
+# Headers the HTTP layer sets, which OpenAPI says a parameter of that name is ignored as
+_IGNORED_HEADERS = frozenset({"accept", "content-type", "authorization"})
+ERROR_BODY_CHARS = 2000  # of an error answer's body, in its error result
+# What each method tells of the operation (toolcrib sends that method, so these are not the document's claims)
+ANNOTATIONS: dict[str, dict[str, bool]] = {
+    "get": {"readOnlyHint": True, "idempotentHint": True},
+    "head": {"readOnlyHint": True, "idempotentHint": True},
+    "options": {"readOnlyHint": True, "idempotentHint": True},
+    "put": {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": True},
+    "delete": {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": True},
+    "post": {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False},
+    "patch": {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False},
+    "trace": {"readOnlyHint": True, "idempotentHint": True},
+}
+_JSON = re.compile(r"^application/(.+\+)?json$")
+_DROPPED_KEYS = frozenset({"discriminator", "xml", "externalDocs", "example", "nullable", "readOnly", "writeOnly"})
+
+
+class DocumentError(ValueError):
+    """The document cannot be read or is not OpenAPI 3.0/3.1: the whole source fails, with this message."""
+
+
+# -- reading the document --------------------------------------------------------------------------------------
+
+
+def read_document(config: OpenAPIConfig, loaded: LoadedConfig) -> tuple[dict[str, Any], str]:
+    """The document as data, and where it came from (its file or URL)."""
+    if config.document is not None:
+        path = loaded.resolve(config.document)
+        try:
+            text = path.read_bytes()
+        except OSError as exc:
+            raise DocumentError(f"cannot read {path}: {exc.strerror or exc}") from None
+        where = str(path)
+    else:
+        url = config.document_url or ""
+        host = urlsplit(url)
+        limits = WebLimits(max_bytes=config.max_bytes, timeout=config.timeout, verb="fetch",
+                           where="its [openapi] table", allowed_private_hosts=(_host_port(host),))
+        try:
+            text = fetch(url, limits).body
+        except ToolError as exc:
+            raise DocumentError(str(exc)) from None
+        where = url
+    return parse_document(text, where), where
+
+
+def parse_document(text: bytes, where: str) -> dict[str, Any]:
+    """JSON, or YAML (a superset of JSON: a document that is not JSON is read as YAML, safely)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        import yaml  # type: ignore[import-untyped]  # PyYAML has no stubs of its own
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise DocumentError(f"{where} is neither JSON nor YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise DocumentError(f"{where} is not an OpenAPI document (expected a mapping at its top)")
+    version = data.get("openapi")
+    if not isinstance(version, str) or not re.match(r"3\.[01]\.", version):
+        given = version if isinstance(version, str) else ("Swagger " + str(data["swagger"]) if "swagger" in data
+                                                          else "none")
+        raise DocumentError(f"{where} is not an OpenAPI 3.0 or 3.1 document (its version: {given}); convert a "
+                            "Swagger 2.0 document first")
+    if not isinstance(data.get("paths", {}), dict):
+        raise DocumentError(f"{where}: paths must be a mapping")
+    return data
+
+
+def _host_port(url: Any) -> str:
+    return f"{url.hostname}:{url.port or (443 if url.scheme == 'https' else 80)}"
+
+
+# -- schemas ---------------------------------------------------------------------------------------------------
+
+
+class _Schemas:
+    """Turns the document's schemas into JSON Schema 2020-12 for one side (``"input"`` or ``"output"``), copying
+    each component a schema refers to into ``defs`` once."""
+
+    def __init__(self, document: Mapping[str, Any], side: str, v30: bool) -> None:
+        self.document = document
+        self.side = side
+        self.v30 = v30
+        self.defs: dict[str, Any] = {}
+
+    def convert(self, node: Any) -> Any:
+        if isinstance(node, list):
+            return [self.convert(item) for item in node]
+        if not isinstance(node, Mapping):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            target = self._component(ref)
+            if len(node) == 1 or self.v30:  # 3.0: siblings of a $ref are ignored
+                return {"$ref": target}
+            return {"allOf": [{"$ref": target}], **self.convert({k: v for k, v in node.items() if k != "$ref"})}
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key in _DROPPED_KEYS or key.startswith("x-"):
+                continue
+            if key == "properties" and isinstance(value, Mapping):
+                out[key] = {name: self.convert(prop) for name, prop in value.items()
+                            if not self._hidden(prop)}
+            elif key in ("items", "additionalProperties", "not", "contains", "propertyNames", "if", "then", "else",
+                         "unevaluatedItems", "unevaluatedProperties"):
+                out[key] = self.convert(value)
+            elif key in ("allOf", "oneOf", "anyOf", "prefixItems") and isinstance(value, list):
+                out[key] = [self.convert(item) for item in value]
+            elif key in ("patternProperties", "dependentSchemas", "$defs") and isinstance(value, Mapping):
+                out[key] = {name: self.convert(item) for name, item in value.items()}
+            else:
+                out[key] = value
+        if "required" in out and isinstance(out["required"], list) and isinstance(node.get("properties"), Mapping):
+            hidden = {name for name, prop in node["properties"].items() if self._hidden(prop)}
+            out["required"] = [name for name in out["required"] if name not in hidden]
+            if not out["required"]:
+                del out["required"]
+        if self.side == "input" and out.get("format") == "binary" and out.get("type") in ("string", None):
+            del out["format"]
+            out["contentEncoding"] = "base64"  # an agent sends bytes as base64; they go as they were
+        if "example" in node and "examples" not in out:
+            out["examples"] = [node["example"]]
+        if self.v30:
+            self._from_30(node, out)
+        return out
+
+    def _hidden(self, prop: Any) -> bool:
+        """A readOnly property is no argument; a writeOnly one is not in an answer."""
+        prop = self._deref(prop)
+        return isinstance(prop, Mapping) and prop.get("readOnly" if self.side == "input" else "writeOnly") is True
+
+    def _from_30(self, node: Mapping[str, Any], out: dict[str, Any]) -> None:
+        for bound, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+            if out.get(exclusive) is True and bound in out:
+                out[exclusive] = out.pop(bound)
+            elif isinstance(out.get(exclusive), bool):
+                del out[exclusive]
+        if node.get("nullable") is True:
+            kind = out.get("type")
+            if isinstance(kind, str):
+                out["type"] = [kind, "null"]
+                if "enum" in out and None not in out["enum"]:
+                    out["enum"] = [*out["enum"], None]
+            elif kind is None:
+                inner = dict(out)
+                out.clear()
+                out["anyOf"] = [inner, {"type": "null"}]
+
+    def _component(self, ref: str) -> str:
+        """A ``#/components/schemas/<name>`` reference as ``#/$defs/<name>``, the component copied there."""
+        prefix = "#/components/schemas/"
+        if not ref.startswith(prefix):
+            raise ToolDeclarationError(f"$ref {ref!r} is not supported (only #/components/schemas/... within the "
+                                       "document)")
+        name = _unescape(ref[len(prefix):])
+        if name not in self.defs:
+            schemas = self.document.get("components", {}).get("schemas", {})
+            if name not in schemas:
+                raise ToolDeclarationError(f"$ref {ref!r} names no schema of the document")
+            self.defs[name] = True  # a placeholder while it converts: a recursive schema refers to itself
+            self.defs[name] = self.convert(schemas[name])
+        return "#/$defs/" + name.replace("~", "~0").replace("/", "~1")
+
+    def _deref(self, node: Any) -> Any:
+        return resolve(self.document, node)
+
+    def finish(self, schema: dict[str, Any]) -> dict[str, Any]:
+        if self.defs:
+            schema["$defs"] = dict(self.defs)
+        return schema
+
+
+def _unescape(token: str) -> str:
+    return token.replace("~1", "/").replace("~0", "~")
+
+
+def resolve(document: Mapping[str, Any], node: Any, seen: frozenset[str] = frozenset()) -> Any:
+    """``node`` with a local ``$ref`` (to a parameter, a request body, a response or a schema) followed."""
+    while isinstance(node, Mapping) and isinstance(node.get("$ref"), str):
+        ref = node["$ref"]
+        if not ref.startswith("#/") or ref in seen:
+            raise ToolDeclarationError(f"$ref {ref!r} cannot be followed (only references within the document, "
+                                       "and none that leads back to itself)")
+        seen |= {ref}
+        target: Any = document
+        for token in ref[2:].split("/"):
+            if not isinstance(target, Mapping) or _unescape(token) not in target:
+                raise ToolDeclarationError(f"$ref {ref!r} leads nowhere in the document")
+            target = target[_unescape(token)]
+        node = target
+    return node
+
+
+# -- operations ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str  # as the API names it
+    where: str  # path | query | header | cookie | body (a property of an object body) | payload (the whole body)
+    argument: str  # as the tool takes it
+    style: str = ""
+    explode: bool = False
+    as_json: bool = False  # given as content: application/json, sent as its JSON text
+    binary: bool = False  # format: binary, taken as base64 (contentEncoding) and sent as its bytes
+
+
+@dataclass(frozen=True)
+class Operation:
+    method: str
+    path: str
+    operation_id: str | None
+    tags: tuple[str, ...]
+    raw: Mapping[str, Any] = field(repr=False)
+    parameters: list[Mapping[str, Any]] = field(repr=False)
+
+    @property
+    def name(self) -> str:
+        """The operationId, or one made of the method and path (``get_pet_petId``)."""
+        if self.operation_id:
+            return self.operation_id
+        return f"{self.method}_{re.sub(r'[{}]', '', self.path).strip('/').replace('/', '_') or 'root'}"
+
+
+def operations(document: Mapping[str, Any]) -> list[Operation]:
+    """Every operation of the document, in its order."""
+    found = []
+    for path, item in document.get("paths", {}).items():
+        item = resolve(document, item)
+        if not isinstance(item, Mapping):
+            continue
+        shared = item.get("parameters", [])
+        for method in METHODS:
+            raw = item.get(method)
+            if not isinstance(raw, Mapping):
+                continue
+            own = raw.get("parameters", [])
+            merged: dict[tuple[str, str], Mapping[str, Any]] = {}
+            for parameter in [*shared, *own]:  # an operation's own parameter overrides the path's
+                parameter = resolve(document, parameter)
+                if isinstance(parameter, Mapping) and isinstance(parameter.get("name"), str):
+                    merged[(parameter["name"], str(parameter.get("in")))] = parameter
+            tags = tuple(t for t in raw.get("tags", []) if isinstance(t, str))
+            operation_id = raw.get("operationId") if isinstance(raw.get("operationId"), str) else None
+            found.append(Operation(method, str(path), operation_id, tags, raw, list(merged.values())))
+    return found
+
+
+def selected(operation: Operation, patterns: Sequence[str]) -> bool:
+    """Whether a pattern names it: ``tag:<tag>``, ``<METHOD> <path glob>``, or an operationId glob."""
+    for pattern in patterns:
+        if pattern.startswith("tag:"):
+            if any(fnmatch.fnmatchcase(tag, pattern[4:]) for tag in operation.tags):
+                return True
+        elif " " in pattern:
+            method, _, path = pattern.partition(" ")
+            if fnmatch.fnmatchcase(operation.method.upper(), method.upper()) and fnmatch.fnmatchcase(
+                    operation.path, path.strip()):
+                return True
+        elif fnmatch.fnmatchcase(operation.name, pattern):
+            return True
+    return False
+
+
+def _media(content: Any) -> tuple[str, Any] | None:
+    """The media type a body is sent or read as, and its schema: JSON first, then a form, then anything else."""
+    if not isinstance(content, Mapping) or not content:
+        return None
+    types = [t for t in content if isinstance(t, str)]
+    for wanted in ("json", "application/x-www-form-urlencoded", "multipart/form-data"):
+        for media in types:
+            if (wanted == "json" and _JSON.match(media.split(";")[0].strip())) or media == wanted:
+                return media, (content[media] or {}).get("schema", {})
+    first = types[0]
+    return first, (content[first] or {}).get("schema", {}) if isinstance(content[first], Mapping) else {}
+
+
+@dataclass(frozen=True)
+class Made:
+    """What one operation is served as: its input and output schemas and how its arguments are sent."""
+
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any] | None
+    wrapped: bool  # the output is {"result": ...}
+    parameters: tuple[Parameter, ...]
+    media: str | None  # the request body's media type
+    description: str
+    title: str | None
+
+
+def make(document: Mapping[str, Any], operation: Operation, provided: frozenset[tuple[str, str]] = frozenset(),
+         ) -> Made:
+    """The tool an operation is (``ToolDeclarationError`` when it cannot be served, saying why). A parameter the
+    configured credentials fill (``provided``: (where, lower-case name)) is no argument: the operator's value goes."""
+    v30 = str(document.get("openapi", "")).startswith("3.0")
+    schemas = _Schemas(document, "input", v30)
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    plan: list[tuple[Parameter, Any, bool]] = []
+    for raw in operation.parameters:
+        where = raw.get("in")
+        if where not in PLACES:
+            raise ToolDeclarationError(f"parameter {raw.get('name')!r} is in {where!r}, not one of "
+                                       f"{', '.join(PLACES)}")
+        name = raw["name"]
+        if (where == "header" and name.lower() in _IGNORED_HEADERS) or (where, name.lower()) in provided:
+            continue
+        as_json = False
+        schema = raw.get("schema")
+        if schema is None and isinstance(raw.get("content"), Mapping):
+            given = _media(raw["content"])
+            schema, as_json = (given[1] if given else {}), True
+        style = raw.get("style") or ("simple" if where in ("path", "header") else "form")
+        explode = raw.get("explode", style == "form")
+        converted = schemas.convert(schema or {})
+        if raw.get("description") and isinstance(converted, dict) and "description" not in converted:
+            converted = {**converted, "description": raw["description"]}
+        plan.append((Parameter(name, where, name, style, bool(explode), as_json), converted,
+                     where == "path" or raw.get("required") is True))
+    media: str | None = None
+    body = resolve(document, operation.raw.get("requestBody"))
+    if isinstance(body, Mapping):
+        chosen = _media(body.get("content"))
+        if chosen is not None:
+            media, schema = chosen
+            body_required = body.get("required") is True
+            shape = resolve(document, schema) if isinstance(schema, Mapping) else {}
+            spread = (isinstance(shape, Mapping) and isinstance(shape.get("properties"), Mapping) and
+                      shape.get("type", "object") == "object" and not any(k in shape for k in (
+                          "oneOf", "anyOf", "allOf", "additionalProperties", "patternProperties")))
+            if spread:
+                converted = schemas.convert(shape)
+                inner_required = set(converted.get("required", []))
+                for prop, prop_schema in converted.get("properties", {}).items():
+                    binary = prop_schema.get("contentEncoding") == "base64" and _binary(document, shape, prop)
+                    plan.append((Parameter(prop, "body", prop, binary=binary), prop_schema,
+                                 body_required and prop in inner_required))
+            else:
+                converted = schemas.convert(schema or {})
+                if body.get("description") and isinstance(converted, dict) and "description" not in converted:
+                    converted = {**converted, "description": body["description"]}
+                binary = isinstance(converted, dict) and converted.get("contentEncoding") == "base64"
+                plan.append((Parameter("body", "payload", "body", binary=binary), converted, body_required))
+    counts: dict[str, int] = {}
+    for parameter, _, _ in plan:
+        counts[parameter.name] = counts.get(parameter.name, 0) + 1
+    parameters = []
+    for parameter, schema, is_required in plan:
+        argument = parameter.name
+        if counts[parameter.name] > 1 and parameter.where in PLACES:
+            argument = f"{parameter.name}__{parameter.where}"
+        if argument in properties:
+            raise ToolDeclarationError(f"two of its arguments would be named {argument!r}")
+        properties[argument] = schema
+        if is_required:
+            required.append(argument)
+        parameters.append(Parameter(parameter.name, parameter.where, argument, parameter.style, parameter.explode,
+                                    parameter.as_json, parameter.binary))
+    input_schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        input_schema["required"] = required
+    input_schema = schemas.finish(input_schema)
+    output_schema, wrapped = _output(document, operation, v30)
+    summary = operation.raw.get("summary") if isinstance(operation.raw.get("summary"), str) else ""
+    details = operation.raw.get("description") if isinstance(operation.raw.get("description"), str) else ""
+    description = "\n\n".join(t.strip() for t in (summary, details) if t and t.strip())
+    if operation.raw.get("deprecated") is True:
+        description = f"Deprecated. {description}".strip()
+    description = description or f"{operation.method.upper()} {operation.path}"
+    title = summary.strip() if summary and len(summary.strip()) <= 80 else None
+    return Made(input_schema, output_schema, wrapped, tuple(parameters), media, description, title)
+
+
+def _binary(document: Mapping[str, Any], shape: Mapping[str, Any], prop: str) -> bool:
+    declared = resolve(document, shape.get("properties", {}).get(prop))
+    return isinstance(declared, Mapping) and declared.get("format") == "binary"
+
+
+def success(operation: Operation) -> tuple[str, Any] | None:
+    """The success response the output schema comes from: 200, else the first 2xx, else ``default``."""
+    given = operation.raw.get("responses")
+    if not isinstance(given, Mapping):
+        return None
+    responses = {str(code): response for code, response in given.items()}  # YAML reads 200 as a number
+    for code in ("200", *sorted(c for c in responses if c.startswith("2") and c != "200"), "2XX", "default"):
+        if code in responses:
+            return code, responses[code]
+    return None
+
+
+def _output(document: Mapping[str, Any], operation: Operation, v30: bool) -> tuple[dict[str, Any] | None, bool]:
+    found = success(operation)
+    if found is None:
+        return None, False
+    response = resolve(document, found[1])
+    content = response.get("content") if isinstance(response, Mapping) else None
+    media = _media(content)
+    if media is None or not _JSON.match(media[0].split(";")[0].strip()) or not media[1]:
+        return None, False
+    schemas = _Schemas(document, "output", v30)
+    converted = schemas.convert(media[1])
+    shape = resolve(document, media[1])
+    if isinstance(shape, Mapping) and shape.get("type") == "object" and not any(
+            k in shape for k in ("oneOf", "anyOf", "nullable")):
+        return schemas.finish(dict(converted) if "$ref" not in converted else {"allOf": [converted],
+                                                                               "type": "object"}), False
+    return schemas.finish({"type": "object", "properties": {"result": converted}, "required": ["result"]}), True
+
+
+# -- calling ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What goes with every call (never shown: ``scrub`` takes each value out of a message)."""
+
+    headers: Mapping[str, str]
+    query: Mapping[str, str]
+
+    @property
+    def provided(self) -> frozenset[tuple[str, str]]:
+        return frozenset({*(("header", k.lower()) for k in self.headers), *(("query", k.lower()) for k in self.query)})
+
+    def scrub(self, text: str) -> str:
+        for value in (*self.headers.values(), *self.query.values()):
+            for form in {value, quote(value, safe=""), quote(value)}:
+                if len(form) >= 4:
+                    text = text.replace(form, "***")
+        return text
+
+
+def credentials(config: OpenAPIConfig, where: str, env: Mapping[str, str] | None = None) -> Credentials:
+    """What the config says to send with every call, its ``${VARIABLES}`` taken from ``env`` (the host's)."""
+    headers = {k: expand(v, f"{where}.headers.{k}", env) for k, v in config.headers.items()}
+    query: dict[str, str] = {}
+    if config.bearer is not None:
+        headers["Authorization"] = "Bearer " + expand(config.bearer, f"{where}.bearer", env)
+    if config.api_key is not None:
+        value = expand(config.api_key.value, f"{where}.api_key.value", env)
+        (headers if config.api_key.where == "header" else query)[config.api_key.name] = value
+    return Credentials(headers, query)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _style(parameter: Parameter, value: Any) -> list[tuple[str, str]]:
+    """A query, header or cookie parameter as (name, text) pairs, as its style and explode say."""
+    name = parameter.name
+    if parameter.as_json:
+        return [(name, json.dumps(value, separators=(",", ":"), ensure_ascii=False))]
+    if isinstance(value, list):
+        if parameter.explode and parameter.style == "form":
+            return [(name, _text(v)) for v in value]
+        joiner = {"spaceDelimited": " ", "pipeDelimited": "|"}.get(parameter.style, ",")
+        return [(name, joiner.join(_text(v) for v in value))]
+    if isinstance(value, dict):
+        if parameter.style == "deepObject":
+            return [(f"{name}[{k}]", _text(v)) for k, v in value.items()]
+        if parameter.explode:
+            return [(str(k), _text(v)) for k, v in value.items()]
+        return [(name, ",".join(f"{k},{_text(v)}" for k, v in value.items()))]
+    return [(name, _text(value))]
+
+
+def _path_value(parameter: Parameter, value: Any) -> str:
+    if isinstance(value, list):
+        text = ",".join(_text(v) for v in value)
+    elif isinstance(value, dict):
+        text = ",".join(f"{k}={_text(v)}" if parameter.explode else f"{k},{_text(v)}" for k, v in value.items())
+    else:
+        text = _text(value)
+    if text in ("", ".", ".."):
+        raise ToolError(f"argument {parameter.argument!r} cannot be {text!r}: it is a segment of the path")
+    return quote(text, safe="")  # a '/' or '?' in it stays in its segment
+
+
+def _bytes(value: Any, argument: str) -> bytes:
+    try:
+        return base64.b64decode(str(value), validate=True)
+    except ValueError:
+        raise ToolError(f"argument {argument!r} is not base64: a file's bytes are sent as base64") from None
+
+
+@dataclass(frozen=True)
+class OperationRunner:
+    """Calls one operation with the validated arguments (a sync runner: ``toolcrib.net`` works on a worker)."""
+
+    namespace: str
+    base_url: str
+    operation: Operation
+    made: Made
+    limits: WebLimits
+    secrets: Credentials
+    output_check: Any = None  # a jsonschema validator of the output schema
+    is_async = False
+
+    @property
+    def runs(self) -> dict[str, Any]:
+        """What the call does, for the lock: the method, the path and where each argument goes."""
+        return {"method": self.operation.method.upper(), "path": self.operation.path,
+                "arguments": {p.argument: [p.where, p.name] for p in self.made.parameters}, "media": self.made.media}
+
+    def start(self, model: BaseModel, call: Call) -> Any:
+        arguments = dict(model.__pydantic_extra__ or {})
+        return lambda: self.call(arguments)
+
+    def call(self, arguments: Mapping[str, Any]) -> ToolResult:
+        method = self.operation.method.upper()
+        where = f"{method} {self.operation.path}"
+        path = self.operation.path
+        query: list[tuple[str, str]] = []
+        headers: dict[str, str] = {"Accept": "application/json, */*;q=0.5"}
+        cookies: list[str] = []
+        body: dict[str, Any] = {}
+        payload: Any = None
+        for parameter in self.made.parameters:
+            if parameter.argument not in arguments or arguments[parameter.argument] is None:
+                continue
+            value = arguments[parameter.argument]
+            if parameter.where == "path":
+                path = path.replace("{" + parameter.name + "}", _path_value(parameter, value))
+            elif parameter.where == "query":
+                query += _style(parameter, value)
+            elif parameter.where == "header":
+                for name, text in _style(parameter, value):
+                    if "\r" in text or "\n" in text:
+                        raise ToolError(f"argument {parameter.argument!r} cannot hold a line break: it is a header")
+                    headers[name] = text
+            elif parameter.where == "cookie":
+                cookies += [f"{name}={quote(text, safe='')}" for name, text in _style(parameter, value)]
+            elif parameter.where == "body":
+                body[parameter.name] = value
+            else:
+                payload = value
+        if cookies:
+            headers["Cookie"] = "; ".join(cookies)
+        headers.update(self.secrets.headers)
+        query += list(self.secrets.query.items())
+        data = self._body(body if payload is None and body else payload, headers)
+        url = self.base_url.rstrip("/") + path + (("?" + urlencode(query)) if query else "")
+        try:
+            answer = request(method, url, self.limits, body=data, headers=headers, check=self._stays)
+        except ToolError as exc:
+            raise ToolError(self.secrets.scrub(f"{where}: {exc}")) from None
+        return self._result(where, answer.status, answer.reason, answer.content_type, answer.body, answer.url)
+
+    def _body(self, value: Any, headers: dict[str, str]) -> bytes | None:
+        media = self.made.media
+        if value is None or media is None:
+            return None
+        binary = {p.name: p.argument for p in self.made.parameters if p.binary}
+        if _JSON.match(media.split(";")[0].strip()):
+            headers["Content-Type"] = media
+            return json.dumps(value, ensure_ascii=False).encode()
+        if media == "application/x-www-form-urlencoded":
+            headers["Content-Type"] = media
+            fields = value if isinstance(value, dict) else {"body": value}
+            return urlencode([(k, _text(v)) for k, vs in fields.items() for v in (vs if isinstance(vs, list)
+                                                                                else [vs])]).encode()
+        if media == "multipart/form-data":
+            boundary = "toolcrib-" + token_hex(12)
+            headers["Content-Type"] = f"multipart/form-data; boundary={boundary}"
+            fields = value if isinstance(value, dict) else {"body": value}
+            parts = []
+            for key, item in fields.items():
+                name = quote(str(key))
+                if key in binary:
+                    parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{name}"'
+                                 f'\r\nContent-Type: application/octet-stream\r\n\r\n'.encode()
+                                 + _bytes(item, binary[key]) + b"\r\n")
+                else:
+                    parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'
+                                 f'{_text(item)}\r\n'.encode())
+            return b"".join(parts) + f"--{boundary}--\r\n".encode()
+        headers["Content-Type"] = media
+        if "body" in binary:
+            return _bytes(value, "body")
+        return value.encode() if isinstance(value, str) else json.dumps(value).encode()
+
+    def _stays(self, url: str) -> None:
+        base = self.base_url.rstrip("/")
+        if not (url == base or url.startswith(base + "/") or url.startswith(base + "?")):
+            raise ToolError(f"the API redirected outside its base URL {self.base_url}; toolcrib does not follow it")
+
+    def _result(self, where: str, status: int, reason: str, content_type: str | None, body: bytes,
+                url: str) -> ToolResult:
+        media = (content_type or "").split(";")[0].strip().lower()
+        if not 200 <= status < 300:
+            text = body.decode("utf-8", "replace").strip()
+            if len(text) > ERROR_BODY_CHARS:
+                text = text[:ERROR_BODY_CHARS] + f" [... {len(text) - ERROR_BODY_CHARS} more characters]"
+            said = f": {text}" if text else ""
+            return ToolResult.error(self.secrets.scrub(f"{where} answered HTTP {status} {reason}{said}"))
+        if _JSON.match(media) and body.strip():
+            try:
+                value = json.loads(body)
+            except ValueError:
+                return ToolResult.error(f"{where} answered HTTP {status} with JSON that cannot be read")
+            structured = {"result": value} if self.made.wrapped else value
+            text = json.dumps(value, ensure_ascii=False)
+            if self.made.output_schema is None:  # an object is structured content still, with no schema to match
+                return ToolResult(content=({"type": "text", "text": text},),
+                                  structured_content=value if isinstance(value, dict) else None)
+            problem = self._mismatch(structured)
+            if problem is not None:
+                return ToolResult.error(f"{where} answered HTTP {status} with JSON that does not match its "
+                                        f"documented response ({problem}): {text[:ERROR_BODY_CHARS]}")
+            return ToolResult(content=({"type": "text", "text": text},), structured_content=structured)
+        if self.made.output_schema is not None:
+            return ToolResult.error(f"{where} answered HTTP {status} {reason} without the JSON its document promises"
+                                    + (f" ({media})" if media else ""))
+        if not body:
+            return ToolResult(content=({"type": "text", "text": f"HTTP {status} {reason}"},))
+        kind = media.split("/")[0]
+        if kind in ("image", "audio"):
+            return ToolResult(content=({"type": kind, "data": base64.b64encode(body).decode(), "mimeType": media},))
+        if kind == "text" or media in ("application/xml", "application/yaml", "application/javascript", ""):
+            try:
+                return ToolResult(content=({"type": "text", "text": body.decode("utf-8")},))
+            except UnicodeDecodeError:
+                pass
+        resource = {"uri": url, "mimeType": media or "application/octet-stream",
+                    "blob": base64.b64encode(body).decode()}
+        return ToolResult(content=({"type": "resource", "resource": resource},))
+
+    def _mismatch(self, value: Any) -> str | None:
+        check = self.output_check
+        if check is None:
+            from jsonschema import validators  # type: ignore[import-untyped]  # no stubs
+
+            check = validators.Draft202012Validator(self.made.output_schema)
+            object.__setattr__(self, "output_check", check)
+        error = next(iter(check.iter_errors(value)), None)
+        if error is None:
+            return None
+        at = "/".join(str(p) for p in error.absolute_path)
+        return f"{at + ': ' if at else ''}{error.message[:200]}"
+
+
+# -- the source ------------------------------------------------------------------------------------------------
+
+
+class OpenAPISource:
+    """``[openapi.<namespace>]`` as a ``toolcrib.sources.Source``: the document is read when the source is made
+    (a host's start or reload); what cannot be served is in its record's error, and a document that cannot be read
+    fails this source alone."""
+
+    dimension = "plugins"
+    lazy = False
+
+    def __init__(self, namespace: str, config: OpenAPIConfig, loaded: LoadedConfig,
+                 env: Mapping[str, str] | None = None) -> None:
+        self.name = namespace
+        self.config = config
+        where = config.document or config.document_url
+        self.record = PluginRecord(name=namespace, kind="openapi", state="loaded", entry_point=where)
+        self._offer = Offer(self.record)
+        if not config.enabled:
+            self.record.state = "disabled"
+            return
+        try:
+            self._offer.entries = self._entries(loaded, env)
+        except (DocumentError, MissingVariable, ToolDeclarationError) as exc:
+            self.record.fail(str(exc))
+        except Exception as exc:  # a document that breaks the reader in a way not foreseen fails this source alone
+            self.record.fail(f"cannot be served: {type(exc).__name__}: {exc}")
+
+    def _entries(self, loaded: LoadedConfig, env: Mapping[str, str] | None) -> list[Entry]:
+        document, where = read_document(self.config, loaded)
+        base_url = self._base_url(document, where)
+        secrets = credentials(self.config, f"openapi.{self.name}", env)
+        parts = urlsplit(base_url)
+        limits = WebLimits(max_bytes=self.config.max_bytes, timeout=self.config.timeout, verb="call",
+                           where=f"[openapi.{self.name}]", allowed_private_hosts=(_host_port(parts),),
+                           max_redirects=5)
+        problems: list[str] = []
+        chosen = [op for op in operations(document)
+                  if selected(op, self.config.operations) and not selected(op, self.config.exclude)]
+        names = serving_names("operation", [op.name for op in chosen], problems, "the document has")
+        entries = []
+        for op in chosen:
+            if op.name not in names:
+                continue
+            try:
+                entries.append(self._entry(document, op, names[op.name], base_url, limits, secrets))
+            except ToolDeclarationError as exc:
+                problems.append(f"operation {op.name!r} ({op.method.upper()} {op.path}) is not served: {exc}")
+        if problems:
+            self.record.error = "; ".join(problems)
+        self.record.tool_count = len(entries)
+        return entries
+
+    def _base_url(self, document: Mapping[str, Any], where: str) -> str:
+        if self.config.base_url is not None:
+            return self.config.base_url
+        servers = document.get("servers")
+        url = servers[0].get("url") if isinstance(servers, list) and servers and isinstance(servers[0], Mapping) \
+            else None
+        if isinstance(url, str) and url.startswith(("http://", "https://")) and "{" not in url:
+            return url
+        raise DocumentError(f"{where} names no absolute server URL to call (its first server: {url!r}); set "
+                            f"base_url in [openapi.{self.name}]")
+
+    def _entry(self, document: Mapping[str, Any], op: Operation, served: str, base_url: str, limits: WebLimits,
+               secrets: Credentials) -> Entry:
+        made = make(document, op, secrets.provided)
+        hidden: list[str] = []
+        input_schema = clean_schema(made.input_schema, hidden, "its parameters")
+        output_schema = clean_schema(made.output_schema, hidden, "its response")
+        if hidden:
+            raise ToolDeclarationError(f"hidden characters in {', '.join(hidden[:3])}")
+        checked = _json_schema(served, input_schema)
+        if checked is None:  # pragma: no cover - make() always writes an object schema
+            raise ToolDeclarationError("its input schema is not an object")
+        made = Made(checked, output_schema, made.wrapped, made.parameters, made.media, made.description, made.title)
+        runner = OperationRunner(self.name, base_url, op, made, limits, secrets)
+        tool = Tool(name=served, description=clean(made.description), runner=runner,
+                    annotations=dict(ANNOTATIONS[op.method]), arguments=tuple(checked["properties"]),
+                    title=clean(made.title) if made.title else None, make_input=_json_schema_model(served, checked),
+                    given_input_schema=checked, given_output_schema=output_schema,
+                    source_name=op.name if served != op.name else None,
+                    keywords=tuple(dict.fromkeys((op.method, *op.tags))))
+        return Entry(name=full_name(self.name, served), namespace=self.name, supplier="openapi",
+                     dimension=self.dimension, source=self.name, definition=tool)
+
+    async def open(self) -> None:
+        """Nothing to open: every call makes its own connection (``toolcrib.net``)."""
+
+    async def close(self) -> None:
+        """Nothing to close."""
+
+    def offer(self) -> Offer:
+        return self._offer
+
+    async def fetch(self, name: str | None = None) -> list[Entry]:
+        entries = self._offer.entries
+        return entries if name is None else [e for e in entries if e.name == name]
+
+    async def read(self, uri: str) -> ToolResult:
+        raise ToolError(f"OpenAPI document {self.name!r} serves no resources")
+
+
+def configured(loaded: LoadedConfig, given: Sequence[str] = (),
+               env: Mapping[str, str] | None = None) -> list[OpenAPISource]:
+    """A source for each ``[openapi.<namespace>]`` of the config (not those ``given`` names already); ``env`` holds
+    the variables its credentials name (the host's environment)."""
+    return [OpenAPISource(ns, config, loaded, env) for ns, config in sorted(loaded.config.openapi.items())
+            if ns not in given]
+
+
+__all__ = ["DocumentError", "OpenAPISource", "OperationRunner", "configured", "make", "operations",
+           "parse_document", "read_document"]
