@@ -133,10 +133,11 @@ def ours(records: list[Any], names: set[str]) -> dict[str, Any]:
 
 NPM_CACHE = Path(__file__).parent / ".npm"
 # Everything the tests take from the npm registry but the Inspector, pinned, installed by one npm run: Node 22 (the
-# conformance suite's runtime), the official conformance suite, and two reference MCP servers.
+# conformance suite's runtime), the official conformance suite, two reference MCP servers, and ReadMe's public OpenAPI
+# documents (the OpenAPI source's tests and its conformance table).
 NPM_PACKAGES = ["node@22.23.3", "@modelcontextprotocol/conformance@0.1.16",
                 "@modelcontextprotocol/server-everything@2026.8.31",
-                "@modelcontextprotocol/server-filesystem@2026.8.31"]
+                "@modelcontextprotocol/server-filesystem@2026.8.31", "@readme/oas-examples@8.2.2"]
 
 
 def npm_packages() -> Path:
@@ -145,7 +146,8 @@ def npm_packages() -> Path:
     modules = NPM_CACHE / "node_modules"
     wanted = [modules / "node" / "bin" / "node", modules / "@modelcontextprotocol" / "conformance" / "dist",
               modules / "@modelcontextprotocol" / "server-everything" / "dist",
-              modules / "@modelcontextprotocol" / "server-filesystem" / "dist"]
+              modules / "@modelcontextprotocol" / "server-filesystem" / "dist",
+              modules / "@readme" / "oas-examples" / "3.1" / "yaml"]
     npm_install(NPM_CACHE, NPM_PACKAGES, wanted)
     return modules
 

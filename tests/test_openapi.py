@@ -91,7 +91,8 @@ def test_an_operation_s_schemas_annotations_and_description_come_from_the_docume
     assert get["title"] == "Find pet by ID"
     assert get["description"] == "Find pet by ID\n\nReturns a single pet"
     assert get["inputSchema"] == {"type": "object", "properties": {"petId": {
-        "type": "integer", "format": "int64", "description": "ID of pet to return"}}, "required": ["petId"]}
+        "type": "integer", "format": "int64", "description": "ID of pet to return"}}, "additionalProperties": False,
+        "required": ["petId"]}
     assert get["annotations"] == {"readOnlyHint": True, "idempotentHint": True}
     category = {"type": "object", "properties": {"id": {"type": "integer", "format": "int64"},
                                                  "name": {"type": "string"}}}
@@ -197,6 +198,9 @@ def test_arguments_are_checked_before_any_request(tmp_path: Path, petstore: Any)
     got = call(host, "pets__addPet", {"name": "Kit"})
     assert got["content"] == [{"type": "text", "text": "Invalid arguments for pets__addPet:\n- photoUrls: required "
                                "argument is missing"}]
+    assert call(host, "pets__getPetById", {"petId": 1, "petID": 2})["content"] == [{"type": "text", "text": (
+        "Invalid arguments for pets__getPetById:\n- (arguments): Additional properties are not allowed ('petID' was "
+        "unexpected)")}]
     assert petstore.seen == []
 
 
@@ -392,3 +396,199 @@ def test_an_mcp_client_lists_and_calls_an_operation(tmp_path: Path, petstore: An
             assert missing.is_error and missing.content[0].text.startswith("GET /pet/{petId} answered HTTP 404")
 
     anyio.run(main)
+
+
+# -- a 3.1 document in YAML: the Train Travel API ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def train_travel() -> Path:
+    from conftest import npm_packages
+
+    return npm_packages() / "@readme" / "oas-examples" / "3.1" / "yaml" / "train-travel.yaml"
+
+
+def train_host(tmp_path: Path, train_travel: Path, base_url: str = "http://127.0.0.1:9") -> Host:
+    config = f'[openapi.train]\ndocument = "{train_travel}"\nbase_url = "{base_url}"\n{RULES}'
+    return Host(config_from(config, tmp_path), autoload=False, plugins={}, env={})
+
+
+def test_a_3_1_yaml_document_with_refs_and_any_of(tmp_path: Path, train_travel: Path) -> None:
+    host = train_host(tmp_path, train_travel)
+    tools = {t["name"]: t for t in host.view("a").export("mcp")}
+    assert sorted(tools) == ["train__create_booking", "train__create_booking_payment", "train__delete_booking",
+                             "train__get_booking", "train__get_bookings", "train__get_stations", "train__get_trips"]
+    assert tools["train__get_stations"]["_meta"] == {"io.toolcrib/source-name": "get-stations"}
+    pay = tools["train__create_booking_payment"]["inputSchema"]
+    assert list(pay["properties"]) == ["bookingId", "amount", "currency", "source"]  # the readOnly id is no argument
+    assert pay["required"] == ["bookingId"]
+    assert pay["properties"]["amount"]["exclusiveMinimum"] == 0
+    assert [branch["title"] for branch in pay["properties"]["source"]["anyOf"]] == ["Card", "Bank Account"]
+    assert pay["properties"]["source"]["anyOf"][0]["properties"]["object"] == {"type": "string", "const": "card"}
+    trips = tools["train__get_trips"]["inputSchema"]
+    assert trips["required"] == ["origin", "destination", "date"]
+    assert trips["properties"]["bicycles"] == {"type": "boolean", "default": False, "description": (
+        "Only return trips where bicycles are known to be allowed")}
+    booking = tools["train__get_booking"]["outputSchema"]
+    assert (booking["type"], booking["allOf"][0]) == ("object", {"$ref": "#/$defs/Booking"})
+    assert tools["train__delete_booking"]["annotations"] == {"readOnlyHint": False, "destructiveHint": True,
+                                                             "idempotentHint": True}
+
+
+def test_calls_to_a_3_1_api_checked_by_openapi_core(tmp_path: Path, train_travel: Path) -> None:
+    import yaml
+
+    booking_id = "1725ff48-ab45-4bb5-9d02-88745177dedb"
+
+    def trips(request: Any) -> Any:
+        return _json({"data": [{"id": "4f4e4e1c-c824-4d63-b37a-d8d698862f1d", "origin": request.args["origin"],
+                                "destination": request.args["destination"], "price": 50,
+                                "bicycles_allowed": request.args.get("bicycles") == "true"}],
+                      "links": {"self": "https://api.example.com/trips"}})
+
+    def book(request: Any) -> Any:
+        body = request.get_json()
+        return _json({"id": booking_id, **body, "links": {"self": f"https://api.example.com/bookings/{booking_id}"}},
+                     201)
+
+    def pay(request: Any, booking: str) -> Any:
+        body = request.get_json()
+        return _json({"id": "2e3b4f5a-6b7c-8d9e-0f1a-2b3c4d5e6f7a", "amount": body["amount"],
+                      "currency": body["currency"], "status": "succeeded",
+                      "source": {"object": "card", "name": body["source"]["name"], "number": "************4242",
+                                 "cvc": 123, "exp_month": 12, "exp_year": 2027, "address_country": "gb"}})
+
+    routes = [("/trips", ["GET"], trips), ("/bookings", ["POST"], book),
+              ("/bookings/<booking>/payment", ["POST"], pay)]
+    with serve(yaml.safe_load(train_travel.read_text()), routes) as api:
+        host = train_host(tmp_path, train_travel, api.base_url)
+        found = call(host, "train__get_trips", {"origin": "efdbb9d1-02c2-4bc3-afb7-6788d8782b1e",
+                                                "destination": "b2e783e1-c824-4d63-b37a-d8d698862f1d",
+                                                "date": "2026-12-24T10:00:00Z", "bicycles": True})
+        assert api.seen[-1]["query"] == ("origin=efdbb9d1-02c2-4bc3-afb7-6788d8782b1e&destination=b2e783e1-c824-4d63-"
+                                         "b37a-d8d698862f1d&date=2026-12-24T10%3A00%3A00Z&bicycles=true")
+        assert found["structuredContent"]["data"][0]["bicycles_allowed"] is True
+        booked = call(host, "train__create_booking", {"trip_id": "4f4e4e1c-c824-4d63-b37a-d8d698862f1d",
+                                                      "passenger_name": "Ann", "has_dog": True})
+        assert (booked["isError"], booked["structuredContent"]["id"]) == (False, booking_id)
+        card = {"object": "card", "name": "Ann", "number": "4242424242424242", "cvc": 123, "exp_month": 12,
+                "exp_year": 2027, "address_country": "gb"}
+        paid = call(host, "train__create_booking_payment", {"bookingId": booking_id, "amount": 49.99,
+                                                            "currency": "gbp", "source": card})
+        assert paid["isError"] is False, paid["content"][0]["text"][:600]
+        assert paid["structuredContent"]["status"] == "succeeded"
+        assert json.loads(api.seen[-1]["body"]) == {"amount": 49.99, "currency": "gbp", "source": card}
+        refused = call(host, "train__create_booking_payment", {"bookingId": booking_id, "amount": 0,
+                                                               "currency": "usd"})
+        assert refused["isError"] is True and len(api.seen) == 3
+        assert text_of(refused) == ("Invalid arguments for train__create_booking_payment:\n- amount: 0 is less than or "
+                                    "equal to the minimum of 0\n- currency: 'usd' is not one of ['bam', 'bgn', 'chf', "
+                                    "'eur', 'gbp', 'nok', 'sek', 'try']")
+
+
+# -- answers of every kind, and documents of every shape, on a small document of our own -----------------------
+
+SMALL = {
+    "openapi": "3.0.3", "info": {"title": "Small", "version": "1"},
+    "paths": {
+        "/image": {"get": {"operationId": "image", "responses": {"200": {"description": "a PNG", "content": {
+            "image/png": {"schema": {"type": "string", "format": "binary"}}}}}}},
+        "/text": {"get": {"operationId": "text", "responses": {"200": {"description": "text", "content": {
+            "text/plain": {"schema": {"type": "string"}}}}}}},
+        "/blob": {"get": {"operationId": "blob", "responses": {"200": {"description": "bytes", "content": {
+            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}}}},
+        "/nothing": {"delete": {"operationId": "nothing", "responses": {"204": {"description": "gone"}}}},
+        "/count": {"get": {"operationId": "count", "parameters": [
+            {"name": "id", "in": "query", "schema": {"type": "integer"}},
+            {"name": "id", "in": "header", "schema": {"type": "integer"}}],
+            "responses": {"200": {"description": "a count", "content": {"application/json": {"schema": {
+                "type": "object", "properties": {"count": {"type": "integer", "nullable": True}},
+                "required": ["count"]}}}}}}},
+        "/form": {"post": {"operationId": "form", "responses": {"303": {"description": "see the count"}}}},
+        "/elsewhere": {"get": {"operationId": "elsewhere", "responses": {"200": {"description": "far", "content": {
+            "application/json": {"schema": {"$ref": "other.yaml#/Thing"}}}}}}},
+        "/hidden": {"get": {"operationId": "hidden", "summary": "Look\u200b here", "parameters": [
+            {"name": "q\u202e", "in": "query", "schema": {"type": "string"}}], "responses": {}}},
+        "/noted": {"get": {"operationId": "noted", "summary": "Read\u200b it", "responses": {}}},
+        "/items/{id}": {"get": {"responses": {}}, "parameters": [
+            {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}]},
+    },
+}
+
+
+def small_host(tmp_path: Path, base_url: str, doc: dict[str, Any] | None = None) -> Host:
+    (tmp_path / "small.json").write_text(json.dumps(doc or SMALL))
+    config = f'[openapi.small]\ndocument = "small.json"\nbase_url = "{base_url}"\n{RULES}'
+    return Host(config_from(config, tmp_path), autoload=False, plugins={}, env={})
+
+
+def test_answers_become_content_blocks_of_their_kind(tmp_path: Path) -> None:
+    from werkzeug.utils import redirect
+    from werkzeug.wrappers import Response
+
+    png = b"\x89PNG\r\n\x1a\n"
+    counts = iter([{"count": 3}, {"count": "three"}, {"count": None}, {"count": 4},
+                   Response("not JSON", content_type="text/plain")])
+    routes = [
+        ("/image", ["GET"], lambda request: Response(png, content_type="image/png")),
+        ("/text", ["GET"], lambda request: Response("plain words", content_type="text/plain; charset=utf-8")),
+        ("/blob", ["GET"], lambda request: Response(b"\x00\x01", content_type="application/octet-stream")),
+        ("/nothing", ["DELETE"], lambda request: Response(status=204)),
+        ("/count", ["GET"], lambda request: (lambda count: count if isinstance(count, Response) else _json(count))(
+            next(counts))),
+        ("/form", ["POST"], lambda request: redirect("/count", 303)),
+    ]
+    with serve(SMALL, routes, validate=False) as api:
+        host = small_host(tmp_path, api.base_url)
+        assert call(host, "small__image", {})["content"] == [
+            {"type": "image", "data": base64.b64encode(png).decode(), "mimeType": "image/png"}]
+        assert call(host, "small__text", {})["content"] == [{"type": "text", "text": "plain words"}]
+        assert call(host, "small__blob", {})["content"] == [{"type": "resource", "resource": {
+            "uri": f"{api.base_url}/blob", "mimeType": "application/octet-stream", "blob": "AAE="}}]
+        assert call(host, "small__nothing", {}) == {"content": [{"type": "text", "text": "HTTP 204 NO CONTENT"}],
+                                                    "isError": False}
+        assert call(host, "small__count", {"id__query": 1, "id__header": 2})["structuredContent"] == {"count": 3}
+        sent = api.seen[-1]
+        assert (sent["query"], sent["headers"]["id"]) == ("id=1", "2")
+        assert call(host, "small__count", {}) == {"content": [{"type": "text", "text": (
+            "GET /count answered HTTP 200 with JSON that does not match its documented response (count: 'three' is "
+            "not of type 'integer', 'null'): {\"count\": \"three\"}")}], "isError": True}
+        assert call(host, "small__count", {})["structuredContent"] == {"count": None}  # 3.0's nullable
+        # a 303 to a POST is followed with a GET and no body
+        assert call(host, "small__form", {})["structuredContent"] == {"count": 4}
+        assert [(s["method"], s["path"], s["body"]) for s in api.seen[-2:]] == [("POST", "/form", b""),
+                                                                               ("GET", "/count", b"")]
+        assert call(host, "small__count", {}) == {"content": [{"type": "text", "text": (  # not the JSON promised
+            "GET /count answered HTTP 200 OK without the JSON its document promises (text/plain)")}], "isError": True}
+
+
+def test_what_cannot_be_served_is_named_and_the_rest_is_served(tmp_path: Path) -> None:
+    host = small_host(tmp_path, "http://127.0.0.1:9")
+    record = next(r for r in host.records if r.name == "small")
+    assert record.state == "loaded"
+    assert record.error == ("operation 'elsewhere' (GET /elsewhere) is not served: $ref 'other.yaml#/Thing' is not "
+                            "supported (only #/components/schemas/... within the document); operation 'hidden' "
+                            "(GET /hidden) is not served: hidden characters in its parameters.properties.q")
+    tools = {t["name"]: t for t in host.view("a").export("mcp")}
+    assert sorted(tools) == ["small__blob", "small__count", "small__form", "small__get_items_id", "small__image",
+                             "small__noted", "small__nothing", "small__text"]
+    assert tools["small__noted"]["description"] == "Read it"  # hidden characters in a text are taken out
+    assert tools["small__get_items_id"]["inputSchema"] == {"type": "object", "properties": {"id": {
+        "type": "string"}}, "additionalProperties": False, "required": ["id"]}
+    assert tools["small__count"]["inputSchema"]["properties"] == {"id__query": {"type": "integer"},
+                                                                  "id__header": {"type": "integer"}}
+    problems = [str(p) for p in host.problems() if "small" in p.where]
+    assert problems == [f"error: OpenAPI document 'small': {record.error}"]
+
+
+def test_a_document_from_a_url_is_fetched_from_its_own_host(tmp_path: Path) -> None:
+    from werkzeug.wrappers import Response
+
+    routes = [("/openapi.json", ["GET"], lambda request: Response(json.dumps(SMALL), content_type="application/json"))]
+    with serve(SMALL, routes, validate=False) as api:
+        config = (f'[openapi.small]\ndocument_url = "{api.base_url}/openapi.json"\nbase_url = "{api.base_url}"\n'
+                  f'[openapi.gone]\ndocument_url = "{api.base_url}/missing.json"\nbase_url = "{api.base_url}"\n{RULES}')
+        host = Host(config_from(config, tmp_path), autoload=False, plugins={}, env={})
+        assert len([t for t in host.view("a").tools if t.name.startswith("small__")]) == 8
+        gone = next(r for r in host.records if r.name == "gone")
+        assert (gone.state, gone.error) == ("failed", f"{api.base_url}/missing.json answered HTTP 404 NOT FOUND")

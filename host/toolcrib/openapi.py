@@ -9,7 +9,7 @@ YAML, becomes the tool ``<namespace>__<operationId>``, called over HTTP through 
   kept apart: each parameter of it becomes ``<name>__<where>`` (``id__query``), as FastMCP names them. Schemas are
   JSON Schema 2020-12: a component a schema refers to is copied into ``$defs`` (so a recursive one stays
   recursive), 3.0's ``nullable``, boolean ``exclusiveMinimum``/``exclusiveMaximum`` and ``example`` become their
-  2020-12 forms, a ``readOnly`` property is no argument, and a ``writeOnly`` one is not in the output schema.
+  2020-12 forms, and a ``readOnly`` property is no argument.
 - **The output schema** is the success response's JSON schema (an object as it is; anything else as
   ``{"result": ...}``, as MCP wants an object); an answer that does not match it is an error result that says so.
 - **Annotations** come from the method, which toolcrib itself sends: GET, HEAD and OPTIONS are read-only and
@@ -181,9 +181,10 @@ class _Schemas:
         return out
 
     def _hidden(self, prop: Any) -> bool:
-        """A readOnly property is no argument; a writeOnly one is not in an answer."""
+        """A readOnly property is no argument. (A writeOnly one stays in an answer's schema: an API that sends it
+        anyway, into a schema with unevaluatedProperties false, is not an error of the call.)"""
         prop = self._deref(prop)
-        return isinstance(prop, Mapping) and prop.get("readOnly" if self.side == "input" else "writeOnly") is True
+        return self.side == "input" and isinstance(prop, Mapping) and prop.get("readOnly") is True
 
     def _from_30(self, node: Mapping[str, Any], out: dict[str, Any]) -> None:
         for bound, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
@@ -412,7 +413,8 @@ def make(document: Mapping[str, Any], operation: Operation, provided: frozenset[
             required.append(argument)
         parameters.append(Parameter(parameter.name, parameter.where, argument, parameter.style, parameter.explode,
                                     parameter.as_json, parameter.binary))
-    input_schema: dict[str, Any] = {"type": "object", "properties": properties}
+    # an argument the operation does not take is refused, naming it (not silently dropped)
+    input_schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
     if required:
         input_schema["required"] = required
     input_schema = schemas.finish(input_schema)
@@ -455,12 +457,24 @@ def _output(document: Mapping[str, Any], operation: Operation, v30: bool) -> tup
         return None, False
     schemas = _Schemas(document, "output", v30)
     converted = schemas.convert(media[1])
-    shape = resolve(document, media[1])
-    if isinstance(shape, Mapping) and shape.get("type") == "object" and not any(
-            k in shape for k in ("oneOf", "anyOf", "nullable")):
-        return schemas.finish(dict(converted) if "$ref" not in converted else {"allOf": [converted],
-                                                                               "type": "object"}), False
+    if _an_object(document, media[1]):
+        whole = {"allOf": [converted]} if "$ref" in converted else dict(converted)
+        return schemas.finish({**whole, "type": "object"}), False
     return schemas.finish({"type": "object", "properties": {"result": converted}, "required": ["result"]}), True
+
+
+def _an_object(document: Mapping[str, Any], schema: Any, depth: int = 0) -> bool:
+    """Whether every value the schema allows is an object (what MCP's outputSchema must describe): type object
+    (not nullable), or an allOf of which one part is."""
+    shape = resolve(document, schema)
+    if not isinstance(shape, Mapping) or depth > 8 or shape.get("nullable") is True:
+        return False
+    kind = shape.get("type")
+    if kind == "object":
+        return not any(k in shape for k in ("oneOf", "anyOf"))
+    if kind is None and isinstance(shape.get("allOf"), list):
+        return any(_an_object(document, part, depth + 1) for part in shape["allOf"])
+    return False
 
 
 # -- calling ---------------------------------------------------------------------------------------------------
@@ -772,7 +786,7 @@ class OpenAPISource:
         input_schema = clean_schema(made.input_schema, hidden, "its parameters")
         output_schema = clean_schema(made.output_schema, hidden, "its response")
         if hidden:
-            raise ToolDeclarationError(f"hidden characters in {', '.join(hidden[:3])}")
+            raise ToolDeclarationError(f"hidden characters in {', '.join(clean(h) for h in hidden[:3])}")
         checked = _json_schema(served, input_schema)
         if checked is None:  # pragma: no cover - make() always writes an object schema
             raise ToolDeclarationError("its input schema is not an object")
