@@ -53,6 +53,7 @@ TABLES = {
     "[host]": [config.HostConfig],
     "[packs.&lt;namespace&gt;]": [config.PackConfig],
     "[mcps.&lt;namespace&gt;]": [config.McpConfig],
+    "[openapi.&lt;namespace&gt;]": [config.OpenAPIConfig, config.ApiKeyConfig],
     "[skills.&lt;name&gt;]": [config.SkillConfig],
     "[agents.&lt;name&gt;]": [config.AgentConfig],
     "[agents.&lt;name&gt;.identity]": [config.IdentityConfig],
@@ -95,7 +96,7 @@ def test_config_reference_matches_the_models() -> None:
         assert len(tables) == len(models), heading
         for model, rows in zip(models, tables, strict=True):
             documented = dict(rows)
-            fields = model.model_fields
+            fields = {field.alias or key: field for key, field in model.model_fields.items()}  # as a file says it
             assert list(documented) == list(fields), f"{heading}: keys differ from {model.__name__}"
             for key, field in fields.items():
                 cell = _default(documented[key])

@@ -303,6 +303,11 @@ def test_a_missing_document_names_its_file(tmp_path: Path) -> None:
 def test_without_a_base_url_the_document_s_server_is_used_when_absolute(tmp_path: Path) -> None:
     host = host_of(tmp_path, "")
     assert host.catalog.entries["pets__getPetById"].tool.runner.base_url == "http://petstore.swagger.io/v2"
+    templated = document(change=lambda d: d.update(servers=[{"url": "https://{region}.pets.test/{version}",
+                                                             "variables": {"region": {"default": "eu"},
+                                                                           "version": {"default": "v2"}}}]))
+    host = host_of(tmp_path, "", doc=templated)
+    assert host.catalog.entries["pets__getPetById"].tool.runner.base_url == "https://eu.pets.test/v2"
     relative = document(change=lambda d: d.update(servers=[{"url": "/api/v3"}]))
     host = host_of(tmp_path, "", doc=relative)
     record = next(r for r in host.records if r.name == "pets")

@@ -772,8 +772,12 @@ class OpenAPISource:
         if self.config.base_url is not None:
             return self.config.base_url
         servers = document.get("servers")
-        url = servers[0].get("url") if isinstance(servers, list) and servers and isinstance(servers[0], Mapping) \
-            else None
+        first = servers[0] if isinstance(servers, list) and servers and isinstance(servers[0], Mapping) else {}
+        url = first.get("url")
+        if isinstance(url, str):
+            for name, variable in (first.get("variables") or {}).items():  # a server variable's default
+                if isinstance(variable, Mapping) and isinstance(variable.get("default"), str):
+                    url = url.replace("{" + str(name) + "}", variable["default"])
         if isinstance(url, str) and url.startswith(("http://", "https://")) and "{" not in url:
             return url
         raise DocumentError(f"{where} names no absolute server URL to call (its first server: {url!r}); set "
