@@ -131,10 +131,20 @@ def measure(tools: list[dict[str, Any]], methods: dict[str, str]) -> dict[str, A
     }
 
 
+def _cells(ours: dict[str, Any], theirs: dict[str, Any] | str) -> str:
+    """One row's cells after the document's: toolcrib / FastMCP for each measure."""
+    if not isinstance(theirs, dict):
+        return (f"{ours['served']} / {theirs} | {ours['output']} / - | {ours['read_only']}/{ours['safe']} / - | "
+                f"{ours['whole']}/{ours['served']} / -")
+    return (f"{ours['served']} / {theirs['served']} | {ours['output']} / {theirs['output']} | "
+            f"{ours['read_only']}/{ours['safe']} / {theirs['read_only']}/{theirs['safe']} | "
+            f"{ours['whole']}/{ours['served']} / {theirs['whole']}/{theirs['served']}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-v", action="store_true", help="say what toolcrib does not serve of each document, and why")
-    args = parser.parse_args()
+    parser.parse_args()  # -v is read where it matters (toolcrib_tools)
     if not EXAMPLES.exists():
         print(f"{EXAMPLES} is missing: run the OpenAPI tests once (they install it from npm)", file=sys.stderr)
         return 1
@@ -161,17 +171,7 @@ def main() -> int:
             "|---|---:|---:|---:|---:|---:|")
     print(head)
     for name, count, ours, theirs in rows:
-        def pair(key: str) -> str:
-            other = theirs[key] if isinstance(theirs, dict) else "-"
-            return f"{ours[key]} / {other}"
-
-        def ratio(key: str, total: str) -> str:
-            other = f"{theirs[key]}/{theirs[total]}" if isinstance(theirs, dict) else "-"
-            return f"{ours[key]}/{ours[total]} / {other}"
-
-        served = pair("served") if isinstance(theirs, dict) else f"{ours['served']} / {theirs}"
-        print(f"| {name} | {count} | {served} | {pair('output')} | {ratio('read_only', 'safe')} | "
-              f"{ratio('whole', 'served')} |")
+        print(f"| {name} | {count} | {_cells(ours, theirs)} |")
     return 0
 
 

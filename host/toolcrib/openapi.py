@@ -47,7 +47,7 @@ from toolcrib.net import WebLimits, fetch, request
 from toolcrib.plugins import PluginRecord
 from toolcrib.runner import Call
 from toolcrib.sources import Offer
-from toolcrib.tool import Tool, _json_schema, _json_schema_model
+from toolcrib.tool import Tool, _json_schema_model
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 PLACES = ("path", "query", "header", "cookie")
@@ -732,6 +732,7 @@ class OpenAPISource:
         self.config = config
         where = config.document or config.document_url
         self.record = PluginRecord(name=namespace, kind="openapi", state="loaded", entry_point=where)
+        self._good: set[str] = set()  # components checked against JSON Schema 2020-12 (``_checked``)
         self._offer = Offer(self.record)
         if not config.enabled:
             self.record.state = "disabled"
@@ -791,9 +792,7 @@ class OpenAPISource:
         output_schema = clean_schema(made.output_schema, hidden, "its response")
         if hidden:
             raise ToolDeclarationError(f"hidden characters in {', '.join(clean(h) for h in hidden[:3])}")
-        checked = _json_schema(served, input_schema)
-        if checked is None:  # pragma: no cover - make() always writes an object schema
-            raise ToolDeclarationError("its input schema is not an object")
+        checked = self._checked(served, input_schema)
         made = Made(checked, output_schema, made.wrapped, made.parameters, made.media, made.description, made.title)
         runner = OperationRunner(self.name, base_url, op, made, limits, secrets)
         tool = Tool(name=served, description=clean(made.description), runner=runner,
@@ -804,6 +803,30 @@ class OpenAPISource:
                     keywords=tuple(dict.fromkeys((op.method, *op.tags))))
         return Entry(name=full_name(self.name, served), namespace=self.name, supplier="openapi",
                      dimension=self.dimension, source=self.name, definition=tool)
+
+    def _checked(self, served: str, schema: dict[str, Any]) -> dict[str, Any]:
+        """The input schema, checked against JSON Schema 2020-12 part by part: each argument's schema and each
+        component in ``$defs`` once for the whole document (operations share most of them, and checking a schema
+        against 2020-12 costs milliseconds: a big document's start would be mostly that)."""
+        from jsonschema import Draft202012Validator  # type: ignore[import-untyped]  # no stubs
+        from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]
+
+        parts = [(f"argument {k!r}", v) for k, v in schema["properties"].items()]
+        parts += [(f"component {k!r}", v) for k, v in schema.get("$defs", {}).items()]
+        for what, part in parts:
+            key = json.dumps(part, sort_keys=True)
+            if key in self._good:
+                continue
+            try:
+                Draft202012Validator.check_schema(part)
+            except SchemaError as exc:
+                where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+                raise ToolDeclarationError(f"invalid JSON Schema in {what} at {where}: {exc.message}") from None
+            self._good.add(key)
+        try:  # the rest is written by make(): an object of those parts
+            return dict(json.loads(json.dumps(schema, allow_nan=False)))
+        except ValueError:
+            raise ToolDeclarationError("its schemas hold NaN or Infinity, which JSON does not") from None
 
     async def open(self) -> None:
         """Nothing to open: every call makes its own connection (``toolcrib.net``)."""
