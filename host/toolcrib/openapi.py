@@ -808,7 +808,7 @@ class OpenAPISource:
         """The input schema, checked against JSON Schema 2020-12 part by part: each argument's schema and each
         component in ``$defs`` once for the whole document (operations share most of them, and checking a schema
         against 2020-12 costs milliseconds: a big document's start would be mostly that)."""
-        from jsonschema import Draft202012Validator  # type: ignore[import-untyped]  # no stubs
+        from jsonschema import Draft202012Validator  # no stubs
         from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]
 
         parts = [(f"argument {k!r}", v) for k, v in schema["properties"].items()]
