@@ -597,3 +597,27 @@ def test_a_document_from_a_url_is_fetched_from_its_own_host(tmp_path: Path) -> N
         assert len([t for t in host.view("a").tools if t.name.startswith("small__")]) == 8
         gone = next(r for r in host.records if r.name == "gone")
         assert (gone.state, gone.error) == ("failed", f"{api.base_url}/missing.json answered HTTP 404 NOT FOUND")
+
+
+def test_a_one_of_body_is_one_argument_checked_before_it_is_sent(tmp_path: Path, train_travel: Path) -> None:
+    """ReadMe's polymorphism document (oneOf and anyOf bodies, $refs with allOf), against httpbin's shape."""
+    path = train_travel.parents[2] / "3.0" / "json" / "polymorphism.json"
+
+    def anything(request: Any) -> Any:
+        return _json({"json": request.get_json()})
+
+    routes = [("/anything/one-of-primitive", ["POST"], anything)]
+    with serve(json.loads(path.read_text()), routes) as api:
+        config = f'[openapi.poly]\ndocument = "{path}"\nbase_url = "{api.base_url}"\n{RULES}'
+        host = Host(config_from(config, tmp_path), autoload=False, plugins={}, env={})
+        assert len([t for t in host.view("a").tools if t.name.startswith("poly__")]) == 13
+        schema = host.catalog.entries["poly__post_anything_one_of_primitive"].tool.input_schema
+        assert schema["properties"]["body"] == {"oneOf": [{"title": "First type of primitive", "type": "string"},
+                                                          {"title": "Second type of primitive", "type": "integer"}]}
+        for value in ("words", 5):
+            got = call(host, "poly__post_anything_one_of_primitive", {"body": value})
+            assert (got["isError"], got["structuredContent"]) == (False, {"json": value})
+        refused = call(host, "poly__post_anything_one_of_primitive", {"body": 1.5})
+        assert text_of(refused) == ("Invalid arguments for poly__post_anything_one_of_primitive:\n- body: 1.5 is not "
+                                    "valid under any of the given schemas")
+        assert len(api.seen) == 2
