@@ -27,7 +27,7 @@ import toolcrib
 from conftest import config_from
 from test_cluster import sse_messages, until
 from toolcrib import Host
-from toolcrib.approvals import Desk, digest
+from toolcrib.approvals import Desk, digest, link_key
 
 AGENT_TOKEN = "a" * 32
 OPERATOR_TOKEN = "o" * 32
@@ -675,3 +675,288 @@ def test_an_access_token_of_the_operator_identity_answers_and_one_that_acts_as_a
     result = seen["result"]
     assert (result.is_error, result.text) == (True, "Permission denied: t__deploy needs approval (ask rule "
                                               "'t__deploy'), and the operator (alice, client ops-cli) denied it.")
+
+
+def test_the_digest_and_the_link_key_are_spelled_out_so_every_replica_and_version_agrees() -> None:
+    """Replicas on one Redis, and a host restarted on a newer toolcrib, must compute the same digest for the same
+    call and the same link key for the same token: both are fixed here, byte for byte."""
+    import hashlib
+    import hmac
+
+    canonical = '["a","t__x",{"a":[1,2],"b":"é"},"v1"]'  # sorted keys, no spaces, UTF-8 as it is
+    assert digest("a", "t__x", {"b": "é", "a": [1, 2]}, "v1") == hashlib.sha256(canonical.encode()).hexdigest()
+    assert digest("a", "t__x", {"b": b"raw"}, "v1") == hashlib.sha256(
+        b'["a","t__x",{"b":"b\'raw\'"},"v1"]').hexdigest()  # what JSON cannot say, by its repr
+    assert link_key("op-token") == hmac.new(b"op-token", b"toolcrib approval links", hashlib.sha256).digest()
+
+
+def test_a_pending_approval_shows_its_times_and_survives_a_store_round_trip() -> None:
+    from toolcrib.approvals import Pending
+
+    pending = Pending("id1", "a", {"kind": "token"}, "t__x", {"n": 1}, "ask rule 't__x'", "call_1", "v1",
+                      1_700_000_000.0, 1_700_000_300.0)
+    shown = pending.public()
+    assert (shown["created"], shown["expires"]) == ("2023-11-14T22:13:20Z", "2023-11-14T22:18:20Z")
+    again = Pending.from_record(json.loads(json.dumps(pending.record())))
+    assert (again.version, again.created, again.expires, again.digest) == ("v1", 1_700_000_000.0,
+                                                                             1_700_000_300.0, pending.digest)
+
+
+def test_an_expired_approval_cannot_be_fetched_nor_answered_and_a_desk_without_a_key_checks_no_link() -> None:
+    from toolcrib.approvals import Pending
+
+    async def main() -> list[Any]:
+        desk = Desk()  # no link key: no webhook links
+        past = Pending("old", "a", None, "t__x", {}, "r", "c", "v", 0.0, 1.0)
+        desk._pending["old"] = past
+        live = Pending("new", "a", None, "t__x", {}, "r", "c", "v", 0.0, 9e99)
+        desk._pending["new"] = live
+        return [await desk.get("old"), await desk.answer("old", True, past.digest, "op"),
+                [p.id for p in await desk.pending()], await desk.check_link("new", "approve", "0" * 64)]
+
+    assert anyio.run(main) == [None, "no such pending approval: it was answered, it expired, or its call ended",
+                               ["new"], None]
+
+
+def test_a_notifier_that_fails_is_logged_by_the_approval_s_id(caplog: pytest.LogCaptureFixture) -> None:
+    desk = Desk()
+
+    async def broken(pending: Any) -> None:
+        raise RuntimeError("the webhook is down")
+
+    desk.notify.append(broken)
+
+    async def main() -> tuple[bool | None, str]:
+        return await desk.ask("a", None, "t__x", {}, "r", "call_1", "v", 0.01)
+
+    with caplog.at_level("ERROR", logger="toolcrib.approvals"):
+        assert anyio.run(main) == (None, "")
+    assert len(caplog.records) == 1
+    assert re.fullmatch(r"telling of pending approval [\w-]{16} failed", caplog.records[0].getMessage())
+    assert caplog.records[0].exc_info is not None and str(caplog.records[0].exc_info[1]) == "the webhook is down"
+
+
+# -- the operator endpoint on its own: every answer exact -------------------------------------------------------
+
+
+def operator_app(desk: Desk, url: str | None = None) -> Any:
+    """The operator endpoint's routes over ``desk``, with the operator token ``op-secret`` ($OP), as an ASGI app."""
+    from mcp.server.transport_security import TransportSecurityMiddleware
+    from starlette.applications import Starlette
+
+    from toolcrib.config import OperatorConfig
+    from toolcrib.mcp.operator import OperatorEndpoint
+
+    endpoint = OperatorEndpoint(desk, OperatorConfig(token_env="OP", url=url), "op-secret",
+                                TransportSecurityMiddleware())
+    return Starlette(routes=endpoint.routes()), endpoint
+
+
+async def held(desk: Desk, tg: Any, target: str = "prod") -> Any:
+    """A call held on ``desk`` (its answer lands in the returned list), and its pending approval."""
+    answers: list[Any] = []
+
+    async def ask() -> None:
+        answers.append(await desk.ask("a", None, "t__deploy", {"target": target}, "ask rule 't__deploy'", "call_1",
+                                      "v1", 60))
+
+    tg.start_soon(ask)
+    await until(desk.pending, "pending")
+    return (await desk.pending())[0], answers
+
+
+def answered(answers: list[Any]) -> Any:
+    async def check() -> bool:
+        return bool(answers)
+
+    return check
+
+
+def test_the_operator_endpoint_refuses_exactly_and_reports_a_denial() -> None:
+    import httpx2
+
+    desk = Desk(link_key("op-secret"))
+    app, _ = operator_app(desk)
+
+    async def main() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://localhost") as http, \
+                anyio.create_task_group() as tg:
+            pending, answers = await held(desk, tg)
+            for name, headers in (("none", {}), ("agent", {"Authorization": "Bearer tok-a"}),
+                                  ("not latin-1", {"Authorization": "Bearer op-s\u00e9cr\u20ac"})):
+                refused = await http.get("/operator/approvals", headers={
+                    k: v.encode() for k, v in headers.items()})
+                seen[name] = (refused.status_code, refused.json(), refused.headers.get("www-authenticate"))
+            seen["post to the list"] = (await http.post("/operator/approvals", headers={
+                "Authorization": "Bearer op-secret"}, json={})).status_code
+            denied = await http.post(f"/operator/approvals/{pending.id}", headers={"Authorization": "Bearer op-secret"},
+                                     json={"decision": "deny", "digest": pending.digest})
+            seen["denied"] = (denied.status_code, denied.json())
+            await until(answered(answers), "the call has its answer")
+            seen["answer"] = answers[0]
+        return seen
+
+    seen = anyio.run(main)
+    refusal = (401, {"error": "invalid_token", "error_description": "this endpoint needs Authorization: Bearer <the "
+                     "operator token>"}, 'Bearer error="invalid_token"')
+    assert seen["none"] == seen["agent"] == seen["not latin-1"] == refusal
+    assert seen["post to the list"] == 405
+    assert seen["denied"] == (200, {"status": "denied"})
+    assert seen["answer"] == (False, "the operator (token $OP)")
+
+
+def test_a_link_without_its_signature_or_with_another_form_answers_nothing() -> None:
+    import httpx2
+
+    desk = Desk(link_key("op-secret"))
+    app, endpoint = operator_app(desk, url="https://ops.example")
+
+    async def main() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://localhost") as http, \
+                anyio.create_task_group() as tg:
+            pending, answers = await held(desk, tg)
+            link = f"/operator/approvals/{pending.id}/approve"
+            for name, response in (
+                    ("no sig", await http.get(link)), ("no sig posted", await http.post(link, data={"other": "1"})),
+                    ("json posted", await http.post(link, json={"sig": "x"}))):
+                seen[name] = (response.status_code, response.text)
+            good = endpoint.links(pending)["approve_url"].split("sig=")[1]
+            approved = await http.post(link, data={"sig": good})
+            seen["approved"] = (approved.status_code, approved.text)
+            again = await http.post(link, data={"sig": good})
+            seen["again"] = again.status_code
+            await until(answered(answers), "the call has its answer")
+        return seen
+
+    seen = anyio.run(main)
+    page = ('<!doctype html><html><head><meta charset="utf-8"><title>{0}</title><meta name="referrer" '
+            'content="same-origin"></head><body><h1>{0}</h1>{1}</body></html>')
+    nothing = page.format("Nothing to answer", "<p>This link answers nothing: the approval was answered, it expired, "
+                          "its call ended, or the link is not valid.</p>")
+    assert seen["no sig"] == seen["no sig posted"] == (404, nothing)
+    assert seen["json posted"] == (400, page.format("Refused", "<p>Expected the page's own form.</p>"))
+    assert seen["approved"] == (200, page.format("Call approved", "<p>t__deploy for agent a is approved.</p>"))
+    assert seen["again"] == 404
+
+
+def test_a_link_s_page_shows_the_call_and_keeps_itself_from_caches_frames_and_other_sites() -> None:
+    import httpx2
+
+    desk = Desk(link_key("op-secret"))
+    app, endpoint = operator_app(desk, url="https://ops.example/")  # a trailing slash: no // in the links
+
+    async def main() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://localhost") as http, \
+                anyio.create_task_group() as tg:
+            pending, answers = await held(desk, tg, "prød")
+            links = endpoint.links(pending)
+            seen["links"] = (links, pending.id, desk.signature(pending, "approve"), desk.signature(pending, "deny"))
+            page = await http.get(links["deny_url"].removeprefix("https://ops.example"))
+            seen["page"] = (page.status_code, page.text, {k: page.headers[k] for k in (
+                "cache-control", "x-frame-options", "content-security-policy")}, pending.public()["expires"])
+            await desk.answer(pending.id, True, pending.digest, "op")
+            await until(answered(answers), "the call has its answer")
+        return seen
+
+    seen = anyio.run(main)
+    links, approval, approve_sig, deny_sig = seen["links"]
+    assert links == {"approve_url": f"https://ops.example/operator/approvals/{approval}/approve?sig={approve_sig}",
+                     "deny_url": f"https://ops.example/operator/approvals/{approval}/deny?sig={deny_sig}"}
+    status, text, headers, expires = seen["page"]
+    rows = [("Agent", "a"), ("Who", "-"), ("Tool", "t__deploy"), ("Arguments", '{\n  "target": "prød"\n}'),
+            ("Asked by", "ask rule 't__deploy'"), ("Call", "call_1"), ("Expires", expires)]
+    table = "".join(f"<tr><th>{k}</th><td><pre>{v}</pre></td></tr>" for k, v in rows).replace("\"", "&quot;")
+    table = table.replace("'", "&#x27;")
+    assert status == 200
+    assert text == ('<!doctype html><html><head><meta charset="utf-8"><title>Deny this call?</title><meta '
+                    'name="referrer" content="same-origin"></head><body><h1>Deny this call?</h1>'
+                    f'<table>{table}</table><form method="post"><input type="hidden" name="sig" value="{deny_sig}">'
+                    '<button type="submit">Deny</button></form></body></html>')
+    assert headers == {"cache-control": "no-store", "x-frame-options": "DENY",
+                       "content-security-policy": "default-src 'none'; form-action 'self'"}
+
+
+def test_a_link_answered_elsewhere_meanwhile_says_so() -> None:
+    """Two operators press one link's button at once: the second finds the approval taken between its check of the
+    link and its answer."""
+    import httpx2
+
+    class Racing(Desk):
+        async def check_link(self, approval_id: str, decision: str, signature: str) -> Any:
+            found = await super().check_link(approval_id, decision, signature)
+            if found is not None:
+                await self.answer(approval_id, True, found.digest, "the other operator")
+            return found
+
+    desk = Racing(link_key("op-secret"))
+    app, endpoint = operator_app(desk, url="https://ops.example")
+
+    async def main() -> tuple[int, str]:
+        async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://localhost") as http, \
+                anyio.create_task_group() as tg:
+            pending, answers = await held(desk, tg)
+            url = endpoint.links(pending)["approve_url"].removeprefix("https://ops.example")
+            late = await http.post(url.split("?")[0], data={"sig": url.split("sig=")[1]})
+            await until(answered(answers), "the call has its answer")
+            return late.status_code, late.text
+
+    status, text = anyio.run(main)
+    assert status == 404
+    assert "<title>Nothing to answer</title>" in text
+    assert text.endswith("<h1>Nothing to answer</h1><p>no such pending approval: it was answered, it expired, or its "
+                         "call ended.</p></body></html>")
+
+
+def test_a_webhook_task_is_kept_and_its_failure_logged_with_the_approval(caplog: pytest.LogCaptureFixture) -> None:
+    from mcp.server.transport_security import TransportSecurityMiddleware
+
+    from toolcrib.config import OperatorConfig
+    from toolcrib.mcp.operator import OperatorEndpoint
+
+    desk = Desk(link_key("op-secret"))
+    kept: list[Any] = []
+    OperatorEndpoint(desk, OperatorConfig(token_env="OP", webhook="http://127.0.0.1:9/hook"), "op-secret",
+                     TransportSecurityMiddleware(), keep=kept.append)
+
+    async def main() -> tuple[Any, str]:
+        async with anyio.create_task_group() as tg:
+            pending, _ = await held(desk, tg)
+            await until(lambda: _true(caplog.messages), "the webhook's failure is logged")
+            await desk.answer(pending.id, False, pending.digest, "op")
+        return kept, pending.id
+
+    with caplog.at_level("WARNING", logger="toolcrib.mcp.operator"):
+        tasks, approval = anyio.run(main)
+    assert len(tasks) == 1 and tasks[0].done()
+    assert len(caplog.messages) == 1
+    assert caplog.messages[0].startswith(f"the approvals webhook could not be told of approval {approval}: ")
+    assert "connect" in caplog.messages[0].lower()
+
+
+@pytest.mark.parametrize(("body", "content_type", "expected"), [
+    ("sig=abc&x=", "application/x-www-form-urlencoded; charset=utf-8", {"sig": "abc", "x": ""}),
+    ("a=" + "b" * (4096 - 2), "application/x-www-form-urlencoded", {"a": "b" * 4094}),  # exactly the limit
+    ("a=" + "b" * (4096 - 1), "application/x-www-form-urlencoded", None),
+    ("&".join(f"f{i}=1" for i in range(20)), "application/x-www-form-urlencoded", {f"f{i}": "1" for i in range(20)}),
+    ("&".join(f"f{i}=1" for i in range(21)), "application/x-www-form-urlencoded", None),  # too many fields
+    ("sig=abc", "text/plain", None),
+    ("sig=\xff", "application/x-www-form-urlencoded", None),  # not UTF-8 (one byte 0xff)
+])
+def test_a_small_form_is_small_urlencoded_and_utf_8(body: str, content_type: str, expected: Any) -> None:
+    from starlette.requests import Request
+
+    from toolcrib.mcp.operator import small_form
+
+    async def main() -> Any:
+        data = body.encode("latin-1")
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": data, "more_body": False}
+
+        scope = {"type": "http", "method": "POST", "path": "/", "headers": [(b"content-type", content_type.encode())]}
+        return await small_form(Request(scope, receive))
+
+    assert anyio.run(main) == expected
