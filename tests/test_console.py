@@ -127,7 +127,11 @@ def test_only_the_operator_token_opens_the_console_and_every_form_needs_its_csrf
         and "Path=/console" in cleared
 
 
-def test_the_pages_show_who_sees_what_and_why_and_the_sources(tmp_path: Path) -> None:
+def test_the_pages_show_who_sees_what_and_why_and_the_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    for name in ("TOK_A", "TOK_B"):  # the config check on the first page reads the process's environment
+        monkeypatch.delenv(name, raising=False)
+
     async def main() -> dict[str, Any]:
         text = CONSOLE.replace('[agents.b.permissions]\n', '[agents.b.permissions]\nsubagents = { allow = ["a"] }\n'
                                'skills = { allow = ["deploying"] }\n')
@@ -140,7 +144,8 @@ def test_the_pages_show_who_sees_what_and_why_and_the_sources(tmp_path: Path) ->
             untouched = (await http.get("/console/agents/b")).text
             await app.state.host.call("b", "t__status", {})
             pages = {page: (await http.get(f"/console{page}")).text
-                     for page in ("/", "/agents/b", "/matrix", "/sources", "/agents/nobody", "/approvals", "/feed")}
+                     for page in ("/", "/agents/a", "/agents/b", "/matrix", "/sources", "/agents/nobody", "/approvals",
+                                  "/feed")}
             done = (await http.get("/console/approvals?done=denied")).text
             return {**pages, "untouched": untouched, "csrf": csrf, "done": done}
 
@@ -150,7 +155,13 @@ def test_the_pages_show_who_sees_what_and_why_and_the_sources(tmp_path: Path) ->
         assert 'href="/console/approvals">Approvals</a>' in page, name
         assert f'<input type="hidden" name="csrf" value="{csrf}">' in page, name
     assert text_of(pages["done"], "p")[0] == "denied"
-    assert text_of(pages["/"], "p")[0].startswith("Config ") and text_of(pages["/"], "h2") == ["The config check"]
+    assert text_of(pages["/"], "p")[0] == "Config toolcrib.toml ."  # no call waits for approval
+    assert text_of(pages["/"], "h2") == ["The config check"]
+    assert text_of(pages["/"], "li") == ["warning: toolcrib.toml: agents.a.token_env: $TOK_A is not set here",
+                                         "warning: toolcrib.toml: agents.b.token_env: $TOK_B is not set here"]
+    assert text_of(pages["/agents/a"], "p")[1] == ("Resources: none. Prompts: none. Skills it may load: none. Agents "
+                                                   "it may hand a task to: none.")
+    assert 'title="visible"' in pages["/matrix"]
     assert text_of(pages["/agents/b"], "h1") == ["Agent b"]
     assert text_of(pages["/agents/b"], "tr")[1:] == [
         "t__status t__status yes yes The service's status.",
@@ -213,13 +224,16 @@ def test_a_call_waiting_for_approval_is_answered_in_the_console_and_shows_in_the
             seen["answered"] = (answered.status_code, answered.headers["location"])
 
             async def denied() -> None:
-                seen["denied"] = await call("t__deploy", {"target": "moon"})
+                seen["denied"] = await call("t__deploy", {"target": "mōon"})
 
             tg.start_soon(denied)
             await until(listed, "the console lists the second call")
             page = (await http.get("/console/approvals")).text
             second = re.search(r'id="approval-([\w-]+)"', page).group(1)
             digest = re.search(r'name="digest" value="([0-9a-f]+)"', page).group(1)
+            seen["second arguments"] = re.search(r'<pre class="arguments">(.*?)</pre>', page, re.S).group(1)
+            no_digest = await http.post(f"/console/approvals/{second}", data={"csrf": csrf, "decision": "approve"})
+            seen["no digest"] = no_digest.headers["location"]
             refused = await http.post(f"/console/approvals/{second}", data={
                 "csrf": csrf, "digest": digest, "decision": "deny"})
             seen["refused"] = refused.headers["location"]
@@ -242,6 +256,8 @@ def test_a_call_waiting_for_approval_is_answered_in_the_console_and_shows_in_the
     assert seen["maybe"] == (400, "expected decision = approve or deny")
     assert seen["answered"] == (303, "/console/approvals?done=approved")
     assert seen["refused"] == "/console/approvals?done=denied"
+    assert seen["second arguments"] == '{\n  &#34;target&#34;: &#34;mōon&#34;\n}'  # as JSON, indented, as written
+    assert seen["no digest"].startswith("/console/approvals?done=the%20approval's%20digest%20differs")
     assert seen["denied"] == (True, "Permission denied: t__deploy needs approval (ask rule 't__deploy'), and the "
                                     "operator (token $TOK_OP, in the console) denied it.")
     assert seen["result"] == (False, "deployed to <b>prod</b>")
@@ -513,3 +529,99 @@ def test_the_live_feed_sends_the_calls_running_then_each_start_end_and_decision(
         {"event": "started", "key": 1, "agent": "a", "tool": "t__deploy", "since": events[0]["running"][0]["since"]}]}
     assert events[1] == {"event": "ended", "key": 1}
     assert events[2]["event"] == "started" and (events[2]["agent"], events[2]["tool"]) == ("a", "t__status")
+
+
+# -- what the full mutation run left: the session cookie, the sign-in page, every redirect's headers -------------
+
+CONSOLE_HEADERS = {"cache-control": "no-store", "x-frame-options": "DENY", "referrer-policy": "same-origin",
+                   "x-content-type-options": "nosniff",
+                   "content-security-policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src "
+                                              "'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"}
+
+
+def headers_of(response: Any) -> dict[str, str]:
+    return {k: response.headers.get(k) for k in CONSOLE_HEADERS}
+
+
+def test_a_session_cookie_is_spelled_out_and_read_back_for_every_length_of_name(tmp_path: Path) -> None:
+    import hashlib
+    import hmac
+
+    from starlette.requests import Request
+
+    console = app_of(tmp_path).console
+    key = hmac.new(OPERATOR_TOKEN.encode(), b"toolcrib console sessions", hashlib.sha256).digest()
+    named = base64.urlsafe_b64encode(b"op").decode().rstrip("=")
+    assert console._session(1_900_000_000, "op") == (
+        f"1900000000.{named}." + hmac.new(key, f"session|1900000000|{named}".encode(), hashlib.sha256).hexdigest())
+
+    def read(cookie: str) -> Any:
+        scope = {"type": "http", "method": "GET", "path": "/console/",
+                 "headers": [(b"cookie", f"toolcrib_console={cookie}".encode())]}
+        return console._signed_in(Request(scope))
+
+    for who in ("a", "ab", "abc", "abcd", "the operator (token $OPERATOR)"):  # every padding a name can need
+        cookie = console._session(1_900_000_000, who)
+        assert "=" not in cookie and read(cookie) == (cookie, who)
+    far = console._session(999_999_999_999, "op")  # twelve digits: the most an expiry may have
+    assert read(far) == (far, "op")
+    assert read(console._session(1_000_000_000_000, "op")) is None  # thirteen
+    assert read(console._session(1_000_000_000, "op")) is None  # 2001: expired
+
+
+def test_the_sign_in_page_and_every_redirect_and_refusal_carry_the_console_s_headers(tmp_path: Path) -> None:
+    async def main() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        app = app_of(tmp_path)
+        async with app.app.router.lifespan_context(app.app), client_of(app) as http:
+            page = await http.get("/console/login")
+            seen["login page"] = (page.status_code, text_of(page.text, "h1"), text_of(page.text, "p"),
+                                  'name="csrf"' in page.text, headers_of(page))
+            no_token = await http.post("/console/login", data={"other": "1"})
+            seen["no token"] = (no_token.status_code, text_of(no_token.text, "p")[0])
+            seen["anonymous"] = headers_of(await http.get("/console/"))
+            answer = await http.post("/console/login", data={"token": OPERATOR_TOKEN})
+            seen["signed in"] = headers_of(answer)
+            csrf = str(re.search(r'name="csrf" value="([0-9a-f]+)"', (await http.get("/console/")).text).group(1))
+            other = await http.post("/console/logout", data={"other": "1"})  # a form without the CSRF field
+            seen["no csrf field"] = (other.status_code, text_of(other.text, "h1"),
+                                     f'name="csrf" value="{csrf}"' in other.text)
+            seen["static post"] = (await http.post("/console/static/console.js")).status_code
+            bad = await http.post("/console/approvals/x", data={"csrf": csrf, "digest": "d"})
+            seen["no decision"] = (bad.status_code, bad.text, headers_of(bad))
+            gone = await http.post("/console/approvals/x", data={"csrf": csrf, "decision": "deny", "digest": "d"})
+            seen["answered nothing"] = (gone.status_code, gone.headers["location"], headers_of(gone))
+            out = await http.post("/console/logout", data={"csrf": csrf})
+            seen["signed out"] = headers_of(out)
+        return seen
+
+    seen = anyio.run(main)
+    assert seen["login page"] == (200, ["Sign in"], ["The token in the environment variable that [operator] token_env "
+                                                     "names."], False, CONSOLE_HEADERS)
+    assert seen["no token"] == (401, "That is not the operator token; an agent's token never opens the console.")
+    assert seen["anonymous"] == seen["signed in"] == seen["signed out"] == CONSOLE_HEADERS
+    assert seen["no csrf field"] == (403, ["Refused"], True)  # the refusal is a page of the session's
+    assert seen["static post"] == 405
+    assert seen["no decision"] == (400, "expected decision = approve or deny", CONSOLE_HEADERS)
+    assert seen["answered nothing"] == (303, "/console/approvals?done=no%20such%20pending%20approval:%20it%20was%20"
+                                        "answered,%20it%20expired,%20or%20its%20call%20ended", CONSOLE_HEADERS)
+
+
+def test_the_feed_keeps_its_last_decisions_drops_a_page_that_does_not_keep_up_and_sends_text_as_it_is() -> None:
+    from toolcrib.mcp.console import FEED_KEPT, Feed, _event
+
+    feed = Feed()
+    slow = feed.subscribe()  # never read: dropped once its buffer of 100 is full
+    quick = feed.subscribe()
+    got: list[Any] = []
+    for n in range(FEED_KEPT + 5):
+        feed.kept.append({"n": n})
+        feed._send({"n": n})
+        if n < 150:
+            got.append(quick.receive_nowait())
+    assert [r["n"] for r in feed.kept] == list(range(5, FEED_KEPT + 5))  # the last FEED_KEPT
+    assert len(feed._listeners) == 1 and got[149] == {"n": 149}  # the slow page went; the quick one stays
+    assert slow.statistics().current_buffer_used == 100
+    feed.end(12345)  # a call that never began (or ended already) ends quietly
+    assert _event({"tool": "fs__write_file", "path": "résumé.txt", "raw": b"\x00"}) == (
+        'data: {"tool": "fs__write_file", "path": "résumé.txt", "raw": "b\'\\\\x00\'"}\n\n').encode()
