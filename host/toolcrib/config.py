@@ -232,11 +232,26 @@ class McpConfig(_Strict):
     lazy: bool = Field(False, description="connect only when an agent loads it through the dynamic tools")
     enabled: bool = Field(True, description="false: never started")
     timeout: PositiveFloat = Field(30.0, description="seconds to connect and list its tools")
+    confine: bool = Field(False, description="run the stdio server confined: it reads only the system's folders, "
+                          "its own code and read, writes only a temporary folder of its own and write, has no network "
+                          "unless network, and runs under the limits below (Linux: Landlock and seccomp)")
+    read: list[str] = Field(default_factory=list, description="more folders or files a confined server may read, "
+                            "relative to the config file")
+    write: list[str] = Field(default_factory=list, description="folders a confined server may write in (and read), "
+                             "relative to the config file")
+    network: bool = Field(False, description="a confined server may use the network")
+    memory_mb: PositiveInt | None = Field(4096, description="a confined server's address space, in MiB")
+    cpu_seconds: PositiveInt | None = Field(None, description="a confined server's CPU time, in seconds")
+    open_files: PositiveInt | None = Field(1024, description="files a confined server may have open")
+    processes: PositiveInt | None = Field(None, description="processes its user may run at once, counted by the "
+                                          "kernel per user (for root, not enforced)")
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpConfig:
         if (self.command is None) == (self.url is None):
             raise ValueError("needs exactly one of command (stdio) or url (streamable HTTP)")
+        if self.url is not None and self.confine:
+            raise ValueError("confine applies to a stdio server (command), not to a url: toolcrib runs only the former")
         return self
 
     def launches(self, where: str, base_dir: Path, env: Mapping[str, str]) -> list[Launch]:

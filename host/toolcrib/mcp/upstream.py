@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
@@ -94,6 +95,11 @@ def _target(loaded: LoadedConfig, config: McpConfig) -> Any:
 
     cwd = str(loaded.resolve(config.cwd)) if config.cwd else None
     env = {k: expand(v, f"env.{k}") for k, v in config.env.items()}
+    if config.confine:
+        from toolcrib.confinement import launcher
+
+        command, args, env = launcher(loaded, config, env)
+        return StdioServerParameters(command=command, args=args, env=env, cwd=cwd)
     return StdioServerParameters(command=config.command or "", args=config.args, env=env or None, cwd=cwd)
 
 
@@ -262,6 +268,7 @@ class UpstreamPool:
         from mcp import Client
 
         tail: deque[str] = deque(maxlen=STDERR_LINES)
+        target: Any = None
         with connection.scope:
             try:
                 target = _target(loaded, connection.config)
@@ -284,6 +291,10 @@ class UpstreamPool:
                 log.warning("upstream server %r: %s", connection.namespace, connection.error)
                 connection.client = None
                 connection.ready.set()
+            finally:
+                temporary = (getattr(target, "env", None) or {}).get("TMPDIR") if connection.config.confine else None
+                if temporary:  # a confined server's own temporary folder goes with it
+                    shutil.rmtree(temporary, ignore_errors=True)
 
     def _stale(self, connection: _Connection) -> None:
         log.info("upstream server %r says its lists changed", connection.namespace)
@@ -359,7 +370,9 @@ def _describe(exc: BaseException, stderr: Sequence[str] = ()) -> str:
     if stderr:
         said = " | ".join(stderr[-5:])
         return f"it stopped, saying: {said[-600:]}"
-    if isinstance(exc, UpstreamConfigError):
+    from toolcrib.confinement import ConfinementError
+
+    if isinstance(exc, UpstreamConfigError | ConfinementError):
         return str(exc)
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(_describe(e) for e in exc.exceptions)

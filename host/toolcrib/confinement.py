@@ -1,0 +1,94 @@
+"""What a confined program may reach (``[mcps.<name>] confine = true``), worked out in the host; ``toolcrib.confined``
+applies it in the program's own process before the program runs.
+
+A confined upstream server may read the system's folders (``SYSTEM``: programs, libraries, ``/etc``, its own
+``/proc`` entry), its own code (the program and every path argument, each up to its package's root: the outermost
+``node_modules`` it is in, its virtual environment, or its folder) and what ``read`` adds; it may write only a
+temporary folder of its own (its ``TMPDIR``) and what ``write`` adds. Nothing that governs the host may lie
+where it can read or write: such a config is refused with the file named (``UpstreamConfigError``), as the shell
+pack refuses to run programs that could reach one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from toolcrib.config import LoadedConfig, McpConfig
+
+SYSTEM = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/proc/self", "/proc/cpuinfo",
+          "/proc/meminfo", "/proc/stat", "/sys/fs/cgroup", "/sys/devices/system/cpu")
+LAUNCHER = Path(__file__).with_name("confined.py")
+
+
+class ConfinementError(ValueError):
+    """A confined server cannot be started as asked (what it could reach governs the host)."""
+
+
+def code_root(path: Path) -> Path:
+    """The folder a program's code lives in: the outermost ``node_modules`` holding it, else its virtual
+    environment (the folder with ``pyvenv.cfg``), else the folder above a ``bin`` it is in, else its own folder."""
+    outermost = None
+    for parent in path.parents:
+        if parent.name == "node_modules":
+            outermost = parent
+    if outermost is not None:
+        return outermost
+    for parent in path.parents:
+        if (parent / "pyvenv.cfg").exists():
+            return parent
+    folder = path if path.is_dir() else path.parent
+    return folder.parent if folder.name == "bin" else folder
+
+
+def spec(loaded: LoadedConfig, config: McpConfig, temporary: Path) -> dict[str, object]:
+    """The confinement of ``config``'s server (``toolcrib.confined``'s spec), ``ConfinementError`` when what it
+    could read or write governs the host."""
+    program = config.command or ""
+    found = shutil.which(program) or program
+    code: set[Path] = set()
+    for candidate in [found, *config.args]:
+        path = Path(candidate)
+        if not path.is_absolute():
+            path = (loaded.resolve(config.cwd) if config.cwd else Path.cwd()) / path
+        if os.path.exists(path):
+            code |= {code_root(path.absolute()), code_root(path.resolve())}  # as named, and where it really is
+    if Path(found).name.startswith("python"):
+        code |= {Path(sys.base_prefix).resolve()}  # a virtual environment's interpreter lives in its base
+    read = [*SYSTEM, *sorted(str(p) for p in code), *(str(loaded.resolve(p)) for p in config.read)]
+    write = [str(temporary), *(str(loaded.resolve(p)) for p in config.write)]
+    governing = sorted(loaded.governing().items())
+    for where, roots in (("read", read), ("write", write)):
+        for root in roots:
+            for path, what in governing:
+                if where == "read" and what.startswith("a program of "):
+                    continue  # code the config runs may be read (the server's own among it), never changed
+                if _within(str(path), root):
+                    raise ConfinementError(
+                        f"a confined server may {where} beneath {root}, and {path} ({what}) is there: toolcrib keeps "
+                        "what governs the host out of its servers' reach; move it, or narrow read and write")
+    limits = {"memory": config.memory_mb * 1024 * 1024 if config.memory_mb else None,
+              "cpu": config.cpu_seconds, "files": config.open_files, "processes": config.processes}
+    return {"read": read, "write": write, "network": config.network, "limits": limits}
+
+
+def _within(path: str, root: str) -> bool:
+    real = os.path.realpath(root)
+    return any(p == real or p.startswith(real.rstrip("/") + "/") for p in {path, os.path.realpath(path)})
+
+
+def launcher(loaded: LoadedConfig, config: McpConfig, env: Mapping[str, str]) -> tuple[str, list[str], dict[str, str]]:
+    """The command line that starts ``config``'s server confined, and its environment (with ``TMPDIR``, its own
+    temporary folder)."""
+    temporary = Path(tempfile.mkdtemp(prefix="toolcrib-mcp-"))
+    made = spec(loaded, config, temporary)
+    return (sys.executable, ["-I", "-S", str(LAUNCHER), json.dumps(made), "--", config.command or "", *config.args],
+            {**env, "TMPDIR": str(temporary)})
+
+
+__all__ = ["SYSTEM", "ConfinementError", "code_root", "launcher", "spec"]

@@ -1,0 +1,138 @@
+"""Upstream stdio servers run confined (``[mcps.<name>] confine = true``): a real server that tries to reach what
+it should not, through a real host, confined and not (so each refusal is the confinement's, not the machine's)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from conftest import config_from
+from toolcrib import sandbox
+from toolcrib.host import Host
+from toolcrib.mcp.upstream import upstream_pool
+
+SERVER = str(Path(__file__).parent / "probing_server.py")
+pytestmark = pytest.mark.skipif(sandbox.landlock_abi() < 4, reason="needs Landlock ABI 4 (Linux 6.7)")
+
+
+def config(confined: bool, extra: str = "") -> str:
+    return f"""
+[mcps.probe]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(SERVER)}]
+confine = {str(confined).lower()}
+memory_mb = 1024
+{extra}
+
+[agents.a.permissions]
+mcps = {{ allow = ["probe"] }}
+tools = {{ allow = ["*"] }}
+"""
+
+
+def attempts(tmp_path: Path, confined: bool, tries: list[tuple[str, str]], extra: str = "") -> list[str]:
+    """What the server said to each (what, target), and the failure of its record if it did not start."""
+    (tmp_path / "toolcrib.toml").write_text(config(confined, extra))
+    loaded = config_from(config(confined, extra), tmp_path)
+
+    async def main() -> list[str]:
+        async with upstream_pool() as pool:
+            sources = await pool.sync(loaded)
+            record = sources[0].offer().record
+            if record.state != "loaded":
+                return [f"{record.state}: {record.error}"]
+            host = Host(loaded, sources=sources, plugins={}, autoload=False, env={})
+            said = []
+            for what, target in tries:
+                result = await host.call("a", "probe__try", {"what": what, "target": target})
+                said.append(result.content[0]["text"])
+            return said
+
+    return anyio.run(main)
+
+
+@pytest.fixture
+def listener() -> Any:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    yield f"127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+
+
+def test_a_confined_server_cannot_read_the_config_or_the_host_s_environment_nor_use_the_network(
+        tmp_path: Path, listener: str) -> None:
+    (tmp_path / "audit.log").write_text("the audit log\n")
+    outside = tmp_path / "elsewhere.txt"
+    tries = [("read", str(tmp_path / "toolcrib.toml")), ("read", str(tmp_path / "audit.log")),
+             ("environ", str(os.getpid())), ("connect", listener), ("udp", ""), ("write", str(outside)),
+             ("allocate", "2048"), ("spawn", ""), ("read", "/etc/hostname")]
+    free = attempts(tmp_path, False, tries)  # the same server, unconfined, reaches all of it
+    assert free[:6] == [f"read {len(config(False))} characters", "read 14 characters",
+                        free[2], "connected", "made a UDP socket", "wrote it"]
+    assert free[2].startswith("read ") and free[6] == "allocated 2048 MiB" and free[7] == "child ran"
+    outside.unlink()
+    boxed = attempts(tmp_path, True, tries)
+    assert boxed[:7] == ["PermissionError: Permission denied", "PermissionError: Permission denied",
+                         "PermissionError: Permission denied", "PermissionError: Permission denied",
+                         "PermissionError: Permission denied", "PermissionError: Permission denied",
+                         "MemoryError: "]  # 2 GiB past its 1 GiB of address space
+    assert boxed[7] == "child ran"  # what it runs is confined as it is (and may read its own code)
+    assert boxed[8].startswith("read ")  # the system's files stay readable
+    assert not outside.exists()
+
+
+def test_a_confined_server_writes_only_its_own_temporary_folder_and_what_write_names(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    earlier = attempts(tmp_path, True, [("tmpdir", "")], 'write = ["out"]')[0]
+    said = attempts(tmp_path, True, [("tmpdir", ""), ("write", str(tmp_path / "out" / "a.txt")),
+                                     ("write", "$TMPDIR/b.txt"), ("write", str(tmp_path / "c.txt")),
+                                     ("write", earlier + "/d.txt")], 'write = ["out"]')
+    assert Path(said[0]).name.startswith("toolcrib-mcp-") and said[0] != earlier  # a folder of each launch's own
+    assert said[1:] == ["wrote it", "wrote it", "PermissionError: Permission denied",
+                        "FileNotFoundError: No such file or directory"]  # the last launch's folder went with it
+    assert not Path(earlier).exists() and not Path(said[0]).exists()
+    assert (tmp_path / "out" / "a.txt").read_text() == "written by the server"
+    assert not (tmp_path / "c.txt").exists()
+
+
+def test_a_server_whose_reach_would_hold_what_governs_the_host_is_not_started(tmp_path: Path) -> None:
+    said = attempts(tmp_path, True, [], f'read = ["{tmp_path}"]')
+    assert said == [f"failed: cannot connect: a confined server may read beneath {tmp_path}, and "
+                    f"{tmp_path / 'toolcrib.lock'} (the lock file toolcrib.lock) is there: toolcrib keeps what "
+                    "governs the host out of its servers' reach; move it, or narrow read and write"]
+
+
+def test_network_true_lets_a_confined_server_connect(tmp_path: Path, listener: str) -> None:
+    assert attempts(tmp_path, True, [("connect", listener)], "network = true") == ["connected"]
+
+
+def test_confine_is_for_stdio_servers() -> None:
+    from toolcrib.errors import ConfigError
+
+    with pytest.raises(ConfigError) as raised:
+        config_from('[mcps.x]\nurl = "https://mcp.example/mcp"\nconfine = true\n')
+    assert [p.message for p in raised.value.problems] == [
+        "confine applies to a stdio server (command), not to a url: toolcrib runs only the former"]
+
+
+def test_a_spec_that_cannot_be_applied_runs_nothing(tmp_path: Path) -> None:
+    """The launcher never runs a program less confined than asked: a spec it cannot apply ends it, saying why."""
+    import subprocess
+
+    from toolcrib.confinement import LAUNCHER
+
+    marker = tmp_path / "ran"
+    done = subprocess.run([sys.executable, "-I", "-S", str(LAUNCHER), '{"read": [], "write": [], "limits": '
+                           '{"memory": "lots"}}', "--", "touch", str(marker)], capture_output=True, text=True)
+    assert done.returncode == 126
+    assert done.stderr.strip() == ("toolcrib: the program was not started, as it could not be confined: invalid "
+                                   "literal for int() with base 10: 'lots'")
+    assert not marker.exists()
