@@ -131,6 +131,7 @@ def test_the_pages_show_who_sees_what_and_why_and_the_sources(tmp_path: Path, mo
                                                                ) -> None:
     for name in ("TOK_A", "TOK_B"):  # the config check on the first page reads the process's environment
         monkeypatch.delenv(name, raising=False)
+    statuses: dict[str, int] = {}
 
     async def main() -> dict[str, Any]:
         text = CONSOLE.replace('[agents.b.permissions]\n', '[agents.b.permissions]\nsubagents = { allow = ["a"] }\n'
@@ -143,9 +144,10 @@ def test_the_pages_show_who_sees_what_and_why_and_the_sources(tmp_path: Path, mo
             csrf = await signed_in(http)
             untouched = (await http.get("/console/agents/b")).text
             await app.state.host.call("b", "t__status", {})
-            pages = {page: (await http.get(f"/console{page}")).text
-                     for page in ("/", "/agents/a", "/agents/b", "/matrix", "/sources", "/agents/nobody", "/approvals",
-                                  "/feed")}
+            answers = {page: await http.get(f"/console{page}") for page in (
+                "/", "/agents/a", "/agents/b", "/matrix", "/sources", "/agents/nobody", "/approvals", "/feed")}
+            pages = {page: answer.text for page, answer in answers.items()}
+            statuses.update({page: a.status_code for page, a in answers.items() if a.status_code != 200})
             done = (await http.get("/console/approvals?done=denied")).text
             return {**pages, "untouched": untouched, "csrf": csrf, "done": done}
 
@@ -186,6 +188,7 @@ def test_the_pages_show_who_sees_what_and_why_and_the_sources(tmp_path: Path, mo
         "t pack loaded 2"]
     assert text_of(pages["/agents/nobody"], "p") == ["No agent is named 'nobody' in this config."]
     assert text_of(pages["/agents/nobody"], "h1") == ["No such agent"]
+    assert statuses == {"/agents/nobody": 404}
 
 
 def test_a_call_waiting_for_approval_is_answered_in_the_console_and_shows_in_the_feed(tmp_path: Path) -> None:
@@ -206,6 +209,7 @@ def test_a_call_waiting_for_approval_is_answered_in_the_console_and_shows_in_the
                 return "approval-" in (await http.get("/console/approvals")).text
 
             await until(listed, "the console lists the call")
+            seen["index"] = text_of((await http.get("/console/")).text, "p")[0]
             running = (await http.get("/console/feed")).text
             seen["running"] = text_of(running.split('id="running"')[1].split("</table>")[0], "tr")
             page = (await http.get("/console/approvals")).text
@@ -249,6 +253,7 @@ def test_a_call_waiting_for_approval_is_answered_in_the_console_and_shows_in_the
     assert [re.sub(r"^\d\d:\d\d:\d\d ", "<since> ", row) for row in seen["running"]] == [
         "since agent tool", "<since> a t__deploy"]  # the call waiting for its approval is running
     assert seen["escaped"] and seen["forged"] == 403
+    assert seen["index"] == "Config toolcrib.toml . 1 call waiting for approval"
     shown = seen["shown"]
     assert shown[:5] == ["agent a", 'who {"kind": "token", "credential": "$TOK_A"}', "tool t__deploy",
                          'arguments { "target": "<b>prod</b>" }', "asked by ask rule 't__deploy'"]
@@ -505,7 +510,7 @@ def test_the_live_feed_sends_the_calls_running_then_each_start_end_and_decision(
                 chunks.append(message["body"])
                 if len(chunks) == 2:
                     connected.set()
-                if len(chunks) == 4:
+                if len(chunks) == 5:
                     done.set()
 
         scope = {"type": "http", "method": "GET", "path": "/console/feed/events", "raw_path": b"/console/feed/events",
@@ -529,6 +534,7 @@ def test_the_live_feed_sends_the_calls_running_then_each_start_end_and_decision(
         {"event": "started", "key": 1, "agent": "a", "tool": "t__deploy", "since": events[0]["running"][0]["since"]}]}
     assert events[1] == {"event": "ended", "key": 1}
     assert events[2]["event"] == "started" and (events[2]["agent"], events[2]["tool"]) == ("a", "t__status")
+    assert (events[3]["agent"], events[3]["tool"], events[3]["decision"]) == ("a", "t__status", "allowed")
 
 
 # -- what the full mutation run left: the session cookie, the sign-in page, every redirect's headers -------------
@@ -560,7 +566,8 @@ def test_a_session_cookie_is_spelled_out_and_read_back_for_every_length_of_name(
                  "headers": [(b"cookie", f"toolcrib_console={cookie}".encode())]}
         return console._signed_in(Request(scope))
 
-    for who in ("a", "ab", "abc", "abcd", "the operator (token $OPERATOR)"):  # every padding a name can need
+    for who in ("a", "ab", "abc", "abcd", "the operator (token $OPERATOR)", "op abW"):  # every padding; and one
+        # whose name ends in X (b3AgYWJX): only the padding is stripped
         cookie = console._session(1_900_000_000, who)
         assert "=" not in cookie and read(cookie) == (cookie, who)
     far = console._session(999_999_999_999, "op")  # twelve digits: the most an expiry may have
