@@ -82,9 +82,10 @@ def build_catalog(
     prompts_hooks = hooks_by_plugin(pm, "toolcrib_prompts")
     origins: list[tuple[PluginRecord, PluginRecord]] = []  # (a pack, an installed plugin it serves tools of)
     taken = claimed | {r.name for r in records}  # names an origin may not have
+    offered = {id(offer.record) for offer in offers}  # records of other sources (an isolated pack's among them)
     for record in records:
         own = record.kind == "builtin" and record.name == RESERVED_NAMESPACE  # the host's own pack
-        if record.state != "loaded" or not (record.kind == "pack" or own):
+        if record.state != "loaded" or not (record.kind == "pack" or own) or id(record) in offered:
             continue
         if record.name in claimed:
             clashing.add(record.name)

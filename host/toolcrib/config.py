@@ -209,6 +209,9 @@ class PackConfig(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
 
     enabled: bool = Field(True, description="false: the pack is never imported")
+    isolate: bool = Field(False, description="run the pack in a confined process of its own, never imported by the "
+                          "host: its tools are served to the host over MCP (toolcrib serve)")
+    network: bool = Field(False, description="an isolated pack may use the network")
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -509,6 +512,10 @@ class LoadedConfig:
 
     def disabled_packs(self) -> frozenset[str]:
         return frozenset(ns for ns, pack in self.config.packs.items() if not pack.enabled)
+
+    def isolated_packs(self) -> frozenset[str]:
+        """The packs run in a process of their own (``isolate = true``): never imported here."""
+        return frozenset(ns for ns, pack in self.config.packs.items() if pack.enabled and pack.isolate)
 
     def capabilities(self, model: str | None) -> frozenset[str]:
         if model is None:

@@ -92,14 +92,21 @@ class Host:
                 from toolcrib.folders import folder_packs
 
                 plugins = {**folder_packs([loaded.resolve(f) for f in folders]), **(plugins or {})}
-            self.records: list[PluginRecord] = load_plugins(
+            isolated = loaded.isolated_packs()  # offered by a source of their own (toolcrib.mcp.upstream), not here
+            self.records: list[PluginRecord] = [r for r in load_plugins(
                 self.pm,
-                disabled=loaded.disabled_packs(),
+                disabled=loaded.disabled_packs() | isolated,
                 autoload=autoload_enabled(env) if autoload is None else autoload,
                 named=named_plugins(env),
                 plugins=plugins,
                 builtins=default_plugins.create(loaded),
-            ) + [offer.record for offer in offers]
+            ) if r.name not in isolated or r.kind != "pack"] + [offer.record for offer in offers]
+            given = {offer.record.name for offer in offers}
+            for namespace in sorted(isolated - given):  # an isolated pack runs only where a pool starts it
+                record = PluginRecord(name=namespace, kind="pack", state="failed", entry_point="(isolated)")
+                record.error = ("an isolated pack is served by toolcrib serve (and the CLI's commands), which start "
+                                "its process; this host was given no source for it")
+                self.records.append(record)
             skills, problems = discover_skills(loaded, self.pm, self.records)
             self.skills = skills
             packs = {r.name for r in self.records if r.kind == "pack"}

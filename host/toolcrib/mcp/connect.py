@@ -51,7 +51,8 @@ def open_host(
     """
     loaded = load_config(path, kwargs.get("env"))
     only = servers(loaded) if servers is not None else None
-    if not any(c.enabled and (only is None or ns in only) for ns, c in loaded.config.mcps.items()):
+    if not loaded.isolated_packs() and not any(c.enabled and (only is None or ns in only)
+                                               for ns, c in loaded.config.mcps.items()):
         host = Host(loaded, **kwargs)
         try:
             yield host, None

@@ -30,6 +30,7 @@ import mcp_types as types
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from toolcrib.isolation import ISOLATED_ENV
 from toolcrib.mcp.adapter import build_server
 from toolcrib.mcp.state import ServingState
 
@@ -49,6 +50,13 @@ async def serve_stdio(state: ServingState, agent: str, watch: Path | None = None
     file is reloaded when it changes (and on SIGHUP). ``announce`` says on stderr what is served.
     """
     view = state.view(agent)  # an unknown agent fails here, before any protocol
+    isolated = os.environ.get(ISOLATED_ENV)
+    if isolated:  # the process of an isolated pack (toolcrib.isolation): a pack that failed ends it, saying why
+        record = next((r for r in state.host.records if r.name == isolated and r.kind == "pack"), None)
+        if record is None or record.state != "loaded":
+            why = record.error if record is not None else "no installed distribution offers it"
+            print(f"toolcrib: the isolated pack {isolated!r} failed: {why}", file=sys.stderr, flush=True)
+            return  # before any protocol: the host's client sees the process end, and these last words
     if announce:
         print(f"toolcrib: serving agent {agent!r} over stdio ({len(view)} tools, "
               f"{len(view.resources) + len(view.templates)} resources, {len(view.prompts)} prompts); an MCP client "

@@ -61,6 +61,7 @@ class _Connection:
     prompts: list[Any] = field(default_factory=list)
     listing_problems: list[str] = field(default_factory=list)
     stale: bool = False  # the server said its lists changed: list them again at the next sync
+    pack: bool = False  # an isolated pack (toolcrib.isolation): its entries are the pack's, under "plugins"
 
 
 _LIST_CHANGED = {"ToolListChangedNotification", "PromptListChangedNotification", "ResourceListChangedNotification"}
@@ -80,6 +81,16 @@ async def _every(fetch: Any, key: str) -> list[Any]:
         if not cursor:
             break
     return found
+
+
+def _servers(loaded: LoadedConfig) -> dict[str, McpConfig]:
+    """The config's upstream servers and its isolated packs, each as the stdio server it is started as."""
+    servers = dict(loaded.config.mcps)
+    if loaded.isolated_packs():
+        from toolcrib.isolation import server_config
+
+        servers |= {ns: server_config(loaded, ns) for ns in sorted(loaded.isolated_packs())}
+    return servers
 
 
 def _key(config: McpConfig) -> str:
@@ -159,6 +170,7 @@ class UpstreamPool:
         self._connections: dict[str, _Connection] = {}
         self._locks: dict[str, anyio.Lock] = {}
         self._loaded: LoadedConfig | None = None
+        self._packs: frozenset[str] = frozenset()  # the isolated packs among the servers (toolcrib.isolation)
         # Called when a connected server says its tools, resources or prompts changed (the serving state reloads,
         # so the new definitions go through everything a start does: curation, the lock, the rules).
         self.changed: Callable[[], Coroutine[Any, Any, Any]] | None = None
@@ -169,11 +181,15 @@ class UpstreamPool:
         connect when an agent loads them (``fetch``); with ``only``, every server not named in it is left out (a
         command that needs only some)."""
         self._loaded = loaded
-        configured = {ns: c for ns, c in loaded.config.mcps.items()
-                      if c.enabled and (only is None or ns in only)}
+        self._packs = loaded.isolated_packs()
+        servers = _servers(loaded)
+        configured = {ns: c for ns, c in servers.items() if c.enabled and (only is None or ns in only
+                                                                             or ns in self._packs)}
         wanted = {ns: c for ns, c in configured.items() if not c.lazy}
         for ns in list(self._connections):
-            if ns not in configured or self._connections[ns].key != _key(configured[ns]):
+            connection = self._connections[ns]
+            dead = connection.ready.is_set() and connection.client is None  # it stopped: started again below
+            if ns not in configured or connection.key != _key(configured[ns]) or dead:
                 self._connections.pop(ns).scope.cancel()
         for ns, connection in self._connections.items():
             if connection.stale and connection.client is not None and ns in wanted:
@@ -187,7 +203,7 @@ class UpstreamPool:
         starting = []
         for ns, config in sorted(wanted.items()):
             if ns not in self._connections:
-                connection = _Connection(ns, config, _key(config))
+                connection = _Connection(ns, config, _key(config), pack=ns in self._packs)
                 self._connections[ns] = connection
                 self._tg.start_soon(self._run, connection, loaded, loaded.config.host.call_timeout)
                 starting.append(connection)
@@ -198,12 +214,15 @@ class UpstreamPool:
                 connection.error = f"did not answer within {connection.config.timeout:g} seconds"
                 connection.scope.cancel()
         sources: list[UpstreamSource] = []
-        for ns, config in sorted(loaded.config.mcps.items()):
-            if only is not None and ns not in only:
+        for ns, config in sorted(servers.items()):
+            if only is not None and ns not in only and ns not in self._packs:
                 continue
-            record = PluginRecord(name=ns, kind="mcp", state="loaded", entry_point=config.command or config.url)
+            pack = ns in self._packs
+            record = PluginRecord(name=ns, kind="pack" if pack else "mcp", state="loaded",
+                                  entry_point="(isolated)" if pack else config.command or config.url)
             offer = Offer(record)
-            sources.append(UpstreamSource(self, ns, config.enabled and config.lazy, offer))
+            sources.append(UpstreamSource(self, ns, config.enabled and config.lazy, offer,
+                                          "plugins" if pack else "mcps"))
             if not config.enabled:
                 record.state = "disabled"
                 continue
@@ -226,7 +245,7 @@ class UpstreamPool:
     async def load(self, namespace: str) -> list[Entry]:
         """Connect a lazy server (once; later calls reuse the connection) and return its tools as entries."""
         loaded = self._loaded
-        config = loaded.config.mcps[namespace] if loaded is not None else None
+        config = loaded.config.mcps.get(namespace) if loaded is not None else None
         if loaded is None or config is None:
             raise ToolError(f"Unknown MCP server: {namespace}")
         lock = self._locks.setdefault(namespace, anyio.Lock())
@@ -421,7 +440,8 @@ def _entry(connection: _Connection, tool: Any, served: str, problems: list[str])
         given_output_schema=output_schema,
         source_name=name if served != name else None,
     )
-    return Entry(name=full_name(namespace, served), namespace=namespace, supplier="mcp", dimension="mcps",
+    supplier, dimension = ("pack", "plugins") if connection.pack else ("mcp", "mcps")
+    return Entry(name=full_name(namespace, served), namespace=namespace, supplier=supplier, dimension=dimension,
                  source=namespace, definition=spec, trusted=connection.config.trusted)
 
 
@@ -482,8 +502,9 @@ def _items(connection: _Connection, problems: list[str]) -> list[Entry]:
             problems.append(f"{what} {name!r} is not served: the server offers two of that name")
             return
         seen.add((what, name))
-        found.append(Entry(name=full_name(namespace, name), namespace=namespace, supplier="mcp", dimension="mcps",
-                           source=namespace, definition=item, trusted=connection.config.trusted))
+        supplier, dimension = ("pack", "plugins") if connection.pack else ("mcp", "mcps")
+        found.append(Entry(name=full_name(namespace, name), namespace=namespace, supplier=supplier,
+                           dimension=dimension, source=namespace, definition=item, trusted=connection.config.trusted))
 
     for resource in connection.resources:
         made = _resource(connection, resource.name, str(resource.uri), resource, problems)

@@ -1,0 +1,5 @@
+"""``python -m toolcrib``: the ``toolcrib`` command (an isolated pack's process is started this way)."""
+
+from toolcrib.cli import main
+
+main()

@@ -1,0 +1,87 @@
+"""Packs in a process of their own (``[packs.<namespace>] isolate = true``).
+
+The host never imports an isolated pack. Its upstream pool (``toolcrib.mcp.upstream``) starts it as a confined
+upstream stdio server instead: ``toolcrib serve`` in a child process, with a config of its own that loads that one
+pack (``TOOLCRIB_PLUGINS``, no autoload) with the settings of its ``[packs.<namespace>]`` table and serves it, bare
+named, to one agent that sees all of it. The host then offers the child's tools, resources and prompts under the
+pack's namespace as the pack's own (the ``plugins`` rule governs them, their annotations are trusted), through the
+same permissions, pipeline, curation, lock and audit as any source. The child is confined as a confined server is
+(``toolcrib.confinement``): it reads the system, the Python it runs on and the folders it imports from; it writes
+only its temporary folder and the workspace; no network unless ``network = true``.
+
+What a pack's handler asks of its ``Context`` beyond its own call (progress, logging, elicitation, sampling,
+``subagent``, ``server``) does not cross to the agent's client yet, and availability checks see the child's one
+agent, not the caller: the limits of this first form.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from toolcrib.config import LoadedConfig, McpConfig
+
+CHILD_AGENT = "pack"  # the one agent a child serves
+ISOLATED_ENV = "TOOLCRIB_ISOLATED_PACK"  # set for a child: the pack it serves (one that failed ends the child)
+_WRITTEN: dict[tuple[str, str], Path] = {}  # (namespace, child config) -> the folder its file is in
+
+
+def _toml(value: Any) -> str:
+    """A TOML value (JSON's string escapes are TOML's too)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{json.dumps(str(k))} = {_toml(v)}" for k, v in value.items()) + " }"
+    raise ValueError(f"a setting of type {type(value).__name__} cannot be given to an isolated pack")
+
+
+def child_config(loaded: LoadedConfig, namespace: str) -> str:
+    """The config the child serves its pack with."""
+    pack = loaded.config.packs[namespace]
+    lines = ["[host]", f"workspace = {json.dumps(str(loaded.workspace))}", "", f"[packs.{namespace}]"]
+    lines += [f"{json.dumps(k)} = {_toml(v)}" for k, v in pack.settings.items()]
+    lines += ["", f"[agents.{CHILD_AGENT}]", "bare_names = true", f"[agents.{CHILD_AGENT}.permissions]",
+              f'plugins = {{ allow = ["{namespace}"] }}', 'tools = { allow = ["*"] }',
+              'resources = { allow = ["*"] }', 'prompts = { allow = ["*"] }', ""]
+    return "\n".join(lines)
+
+
+def import_paths() -> list[str]:
+    """The folders this Python imports from (``sys.path``, existing ones): the child imports from the same."""
+    return [p for p in dict.fromkeys(os.path.abspath(p) for p in sys.path if p) if os.path.isdir(p)]
+
+
+def server_config(loaded: LoadedConfig, namespace: str) -> McpConfig:
+    """The isolated pack as a confined upstream stdio server (its config file written to a folder of its own)."""
+    pack = loaded.config.packs[namespace]
+    text = child_config(loaded, namespace)
+    key = (namespace, text)
+    if key not in _WRITTEN:  # the same config, the same file: a reload keeps the child running
+        folder = Path(tempfile.mkdtemp(prefix=f"toolcrib-pack-{namespace}-"))
+        (folder / "toolcrib.toml").write_text(text, encoding="utf-8")
+        atexit.register(shutil.rmtree, folder, True)  # gone with this process
+        _WRITTEN[key] = folder
+    folder = _WRITTEN[key]
+    path = folder / "toolcrib.toml"
+    paths = import_paths()
+    env = {"TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD": "1", "TOOLCRIB_PLUGINS": namespace, ISOLATED_ENV: namespace,
+           "PYTHONPATH": os.pathsep.join(paths)}
+    return McpConfig(command=sys.executable, args=["-m", "toolcrib", "serve", "--agent", CHILD_AGENT, "--config",
+                                                   str(path)],
+                     env=env, trusted=True, confine=True, network=pack.network,
+                     read=[str(folder), sys.prefix, sys.base_prefix, *paths], write=[str(loaded.workspace)])
+
+
+__all__ = ["CHILD_AGENT", "ISOLATED_ENV", "child_config", "server_config"]

@@ -1,0 +1,197 @@
+"""Packs in a process of their own (``[packs.<namespace>] isolate = true``): real packs with real entry points,
+served by a real ``toolcrib serve`` child, confined, through the host's pool; what they try to reach, each with an
+exact answer."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from conftest import config_from
+from toolcrib import sandbox
+from toolcrib.host import Host
+from toolcrib.mcp.upstream import upstream_pool
+
+pytestmark = pytest.mark.skipif(sandbox.landlock_abi() < 4, reason="needs Landlock ABI 4 (Linux 6.7)")
+
+PROBE = '''
+import os, socket
+import toolcrib
+
+print("a pack that prints at import")  # to stdout: it must not reach the wire
+
+@toolcrib.tool(annotations={"readOnlyHint": True})
+def where() -> str:
+    """Say which process runs this."""
+    return f"pid {os.getpid()}"
+
+@toolcrib.tool
+def attempt(what: str, target: str = "") -> str:
+    """Try one thing and say what happened."""
+    try:
+        if what == "read":
+            with open(target) as f:
+                return f"read {len(f.read())} characters"
+        if what == "environ":
+            with open(f"/proc/{target}/environ", "rb") as f:
+                return f"read {len(f.read())} bytes"
+        if what == "connect":
+            host, port = target.rsplit(":", 1)
+            socket.create_connection((host, int(port)), timeout=5).close()
+            return "connected"
+        if what == "allocate":
+            return f"allocated {len(bytearray(int(target) * 1024 * 1024)) // (1024 * 1024)} MiB"
+        if what == "write":
+            with open(target, "w") as f:
+                f.write("from the pack")
+            return "wrote it"
+        if what == "print":
+            print("junk on stdout")
+            return "printed"
+    except (OSError, MemoryError) as exc:
+        return f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}"
+    return "unknown"
+
+@toolcrib.hookimpl
+def toolcrib_tools():
+    return [where, attempt]
+'''
+
+
+def config(extra: str = "") -> str:
+    return f"""
+[host]
+workspace = "ws"
+audit_log = "audit.jsonl"
+
+[packs.probe]
+isolate = true
+{extra}
+
+[agents.a.permissions]
+plugins = {{ allow = ["probe"] }}
+tools = {{ allow = ["*"] }}
+
+[agents.planner]
+mode = "plan"
+[agents.planner.permissions]
+plugins = {{ allow = ["probe"] }}
+tools = {{ allow = ["*"] }}
+"""
+
+
+def served(tmp_path: Path, calls: list[tuple[str, dict[str, Any]]], extra: str = "") -> dict[str, Any]:
+    (tmp_path / "ws").mkdir(exist_ok=True)
+    (tmp_path / "toolcrib.toml").write_text(config(extra))
+    loaded = config_from(config(extra), tmp_path)
+
+    async def main() -> dict[str, Any]:
+        async with upstream_pool() as pool:
+            sources = await pool.sync(loaded)
+            host = Host(loaded, sources=sources, autoload=False, env={})
+            record = next(r for r in host.records if r.name == "probe")
+            seen: dict[str, Any] = {"record": (record.kind, record.state, record.tool_count, record.error),
+                                    "tools": sorted(t.name for t in host.view("a").tools),
+                                    "plan": sorted(t.name for t in host.view("planner").tools),
+                                    "entry": (lambda e: (e.supplier, e.dimension, e.trusted))(
+                                        host.catalog.entries["probe__where"]) if "probe__where" in
+                                    host.catalog.entries else None, "said": []}
+            for tool, arguments in calls:
+                result = await host.call("a", tool, arguments)
+                seen["said"].append(result.content[0]["text"])
+            return seen
+
+    return anyio.run(main)
+
+
+@pytest.fixture
+def probe_pack(dist_path: Callable[..., Path]) -> None:
+    dist_path("acme-probe", "1.0", {"probe": "acme_probe"}, {"acme_probe": PROBE})
+
+
+def test_an_isolated_pack_is_served_from_its_own_process_and_never_imported_here(tmp_path: Path,
+                                                                                  probe_pack: None) -> None:
+    seen = served(tmp_path, [("probe__where", {}), ("probe__attempt", {"what": "print"}), ("probe__where", {})])
+    assert seen["record"] == ("pack", "loaded", 2, None)
+    assert seen["tools"] == ["probe__attempt", "probe__where"]
+    assert seen["plan"] == ["probe__where"]  # its annotations are the pack's, trusted: plan mode works
+    assert seen["entry"] == ("pack", "plugins", True)
+    pid = int(seen["said"][0].removeprefix("pid "))
+    assert pid != os.getpid()
+    assert seen["said"][1:] == ["printed", f"pid {pid}"]  # what it prints goes to stderr, not the wire
+    assert "acme_probe" not in sys.modules  # the host never imported it
+    audited = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert [(r["agent"], r["tool"]) for r in audited] == [("a", "probe__where"), ("a", "probe__attempt"),
+                                                          ("a", "probe__where")]
+
+
+def test_an_isolated_pack_cannot_reach_what_governs_the_host(tmp_path: Path, probe_pack: None) -> None:
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    (tmp_path / "audit.jsonl").write_text("")
+    try:
+        seen = served(tmp_path, [
+            ("probe__attempt", {"what": "read", "target": str(tmp_path / "toolcrib.toml")}),
+            ("probe__attempt", {"what": "read", "target": str(tmp_path / "audit.jsonl")}),
+            ("probe__attempt", {"what": "environ", "target": str(os.getpid())}),
+            ("probe__attempt", {"what": "connect", "target": f"127.0.0.1:{port}"}),
+            ("probe__attempt", {"what": "allocate", "target": "10240"}),
+            ("probe__attempt", {"what": "write", "target": str(tmp_path / "outside.txt")}),
+            ("probe__attempt", {"what": "write", "target": str(tmp_path / "ws" / "inside.txt")}),
+            ("probe__where", {}),
+        ])
+    finally:
+        listener.close()
+    denied = "PermissionError: Permission denied"
+    assert seen["said"][:4] == [denied, denied, denied, denied]
+    assert seen["said"][4] == "MemoryError: "  # 10 GiB past its address space
+    assert seen["said"][5:7] == [denied, "wrote it"]  # the workspace is its to write, nothing else
+    assert seen["said"][7].startswith("pid ")  # and it still serves
+    assert not (tmp_path / "outside.txt").exists()
+    assert (tmp_path / "ws" / "inside.txt").read_text() == "from the pack"
+
+
+def test_network_true_lets_an_isolated_pack_connect(tmp_path: Path, probe_pack: None) -> None:
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    try:
+        seen = served(tmp_path, [("probe__attempt", {"what": "connect",
+                                                     "target": f"127.0.0.1:{listener.getsockname()[1]}"})],
+                      "network = true")
+    finally:
+        listener.close()
+    assert seen["said"] == ["connected"]
+
+
+def test_a_pack_that_fails_at_import_fails_alone_and_says_why(tmp_path: Path,
+                                                               dist_path: Callable[..., Path]) -> None:
+    dist_path("acme-probe", "1.0", {"probe": "acme_probe"}, {"acme_probe": "raise RuntimeError('exploded')\n"})
+    seen = served(tmp_path, [])
+    kind, state, count, error = seen["record"]
+    assert (kind, state, count) == ("pack", "failed", 0)
+    assert error.startswith("cannot connect: it stopped, saying: ")
+    assert error.endswith("toolcrib: the isolated pack 'probe' failed: import failed: RuntimeError: exploded")
+    assert seen["tools"] == []
+
+
+def test_an_isolated_pack_without_a_pool_is_reported_not_imported(tmp_path: Path, probe_pack: None) -> None:
+    host = Host(config_from(config(), tmp_path), autoload=True, env={})
+    record = next(r for r in host.records if r.name == "probe")
+    assert (record.kind, record.state, record.error) == (
+        "pack", "failed", "an isolated pack is served by toolcrib serve (and the CLI's commands), which start its "
+        "process; this host was given no source for it")
+    assert "acme_probe" not in sys.modules
