@@ -195,3 +195,58 @@ def test_an_isolated_pack_without_a_pool_is_reported_not_imported(tmp_path: Path
         "pack", "failed", "an isolated pack is served by toolcrib serve (and the CLI's commands), which start its "
         "process; this host was given no source for it")
     assert "acme_probe" not in sys.modules
+
+
+ASKING = '''
+import toolcrib
+
+@toolcrib.tool
+async def confirm(ctx: toolcrib.Context, what: str) -> str:
+    """Report progress, then ask the user to confirm."""
+    await ctx.report_progress(1, 2, "halfway")
+    answer = await ctx.elicit(f"Really {what}?", {"type": "object", "properties": {"sure": {"type": "boolean"}},
+                                                  "required": ["sure"]})
+    return f"{answer.action}: {answer.content}"
+
+@toolcrib.hookimpl
+def toolcrib_tools():
+    return [confirm]
+'''
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_an_isolated_pack_s_progress_and_questions_reach_the_agent_s_client(
+        tmp_path: Path, dist_path: Callable[..., Path], mode: str) -> None:
+    from mcp import Client
+
+    from toolcrib.mcp.adapter import build_server
+    from toolcrib.mcp.state import ServingState
+
+    dist_path("acme-probe", "1.0", {"probe": "acme_probe"}, {"acme_probe": ASKING})
+    (tmp_path / "ws").mkdir()
+    loaded = config_from(config(), tmp_path)
+    seen: dict[str, Any] = {"progress": [], "asked": []}
+
+    async def on_elicit(context: Any, params: Any) -> Any:
+        import mcp_types as types
+
+        seen["asked"].append((params.message, params.requested_schema))
+        return types.ElicitResult(action="accept", content={"sure": True})
+
+    async def main() -> Any:
+        async with upstream_pool() as pool:
+            host = Host(loaded, sources=await pool.sync(loaded), autoload=False, env={})
+            async with Client(build_server(ServingState(host), "a"), mode=mode, cache=None,
+                              elicitation_callback=on_elicit) as client:
+                async def progressed(done: float, total: float | None, message: str | None) -> None:
+                    seen["progress"].append((done, total, message))
+
+                return await client.call_tool("probe__confirm", {"what": "deploy"}, progress_callback=progressed)
+
+    result = anyio.run(main)
+    assert (result.is_error, result.content[0].text) == (False, "accept: {'sure': True}")
+    assert [m for m, _ in seen["asked"]] == ["Really deploy?"]  # once: an answer is not asked for again
+    # the pack's handler runs again once its question is answered (the 2026-07-28 round trip between host and
+    # pack makes the call again; on 2026-07-28 between the agent's client and the host, once more), and says how
+    # far it is each time
+    assert seen["progress"] == [(1.0, 2.0, "halfway")] * (2 if mode == "legacy" else 3)

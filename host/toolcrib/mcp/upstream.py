@@ -11,6 +11,7 @@ unaffected. ``UpstreamPool.sync`` keeps connections whose config did not change 
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import os
@@ -31,7 +32,7 @@ from toolcrib.config import expand as expand_variables
 from toolcrib.content import ToolResult
 from toolcrib.declarations import Prompt, Resource, template_variables
 from toolcrib.entries import Entry
-from toolcrib.errors import InvalidArgumentsError, ToolError
+from toolcrib.errors import InvalidArgumentsError, Suspend, ToolError
 from toolcrib.names import clean, clean_schema, full_name, serving_names
 from toolcrib.plugins import PluginRecord
 from toolcrib.runner import Call
@@ -298,7 +299,8 @@ class UpstreamPool:
 
                 async with _transport(target, tail) as transport, Client(
                         transport, mode="auto", cache=None, read_timeout_seconds=read_timeout,
-                        message_handler=on_message) as client:
+                        message_handler=on_message, elicitation_callback=_elicit,
+                        sampling_callback=_sample) as client:
                     connection.tools = await _every(client.list_tools, "tools")
                     await _list_items(connection, client)
                     connection.client = client
@@ -445,6 +447,39 @@ def _entry(connection: _Connection, tool: Any, served: str, problems: list[str])
                  source=namespace, definition=spec, trusted=connection.config.trusted)
 
 
+# The call an upstream tool is running for, in the task that awaits the server's answer: a server's request during
+# it (a 2026-07-28 server's input requests are answered within that task) is put to the call's own client.
+CALLING: contextvars.ContextVar[Call | None] = contextvars.ContextVar("toolcrib_upstream_call", default=None)
+
+
+async def _elicit(context: Any, params: Any) -> Any:
+    """A server asks the user something during a call: the call's ``Context.elicit`` asks the agent's client (with
+    toolcrib's checks of the form); outside a call, or for a URL, it is refused."""
+    import mcp_types as types
+
+    call = CALLING.get()
+    schema = getattr(params, "requested_schema", None)
+    if call is None or schema is None:
+        return types.ErrorData(code=types.INVALID_REQUEST, message="toolcrib asks its client only during a call, and "
+                               "only for a form")
+    if hasattr(schema, "model_dump"):
+        schema = schema.model_dump(by_alias=True, mode="json", exclude_none=True)
+    answer = await call.context().elicit(params.message, schema)
+    return types.ElicitResult(action=answer.action, content=answer.content)
+
+
+async def _sample(context: Any, params: Any) -> Any:
+    """A server asks for a turn of a model during a call: the agent's client is asked, if it can sample."""
+    import mcp_types as types
+
+    call = CALLING.get()
+    sample = getattr(call.channel, "sample", None) if call is not None and call.channel is not None else None
+    if sample is None:
+        return types.ErrorData(code=types.INVALID_REQUEST, message="the agent's client cannot sample for this call")
+    answer = await sample(params.model_dump(by_alias=True, mode="json", exclude_none=True))
+    return types.CreateMessageResult.model_validate(answer)
+
+
 @dataclass(frozen=True, slots=True)
 class UpstreamRunner:
     """Calls one tool of a connected upstream server with the validated arguments; the server's answer is the
@@ -456,15 +491,32 @@ class UpstreamRunner:
     is_async = True
 
     def start(self, model: BaseModel, call: Call) -> Any:
-        return self._call(dict(model.__pydantic_extra__ or {}))
+        return self._call(dict(model.__pydantic_extra__ or {}), call)
 
-    async def _call(self, arguments: dict[str, Any]) -> ToolResult:
+    async def _call(self, arguments: dict[str, Any], call: Call | None = None) -> ToolResult:
         from mcp.shared.exceptions import MCPError
 
+        channel = call.channel if call is not None else None
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            if channel is not None:  # the server's progress is the call's, as the agent's client sees it
+                await channel.progress(done, total, message)
+
+        token = CALLING.set(call)  # what the server asks during the call is asked on its behalf (ask_for_call)
         try:
-            result = await self.client.call_tool(self.name, arguments)
+            result = await self.client.call_tool(self.name, arguments,
+                                                 progress_callback=progress if channel is not None else None)
         except MCPError as exc:
             raise ToolError(f"upstream server {self.namespace!r} refused the call: {exc.error.message}") from None
+        except BaseExceptionGroup as group:  # the SDK's task group wraps what a callback raised
+            asked = group.subgroup(lambda e: isinstance(e, Suspend))
+            while isinstance(asked, BaseExceptionGroup):  # the agent's client is to be asked first: the front end
+                asked = asked.exceptions[0]  # does, and the call is made again (the server asks again, answered)
+            if asked is not None:
+                raise asked from None
+            raise
+        finally:
+            CALLING.reset(token)
         return ToolResult(
             content=tuple(block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content),
             structured_content=result.structured_content,
