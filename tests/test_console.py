@@ -632,3 +632,25 @@ def test_the_feed_keeps_its_last_decisions_drops_a_page_that_does_not_keep_up_an
     feed.end(12345)  # a call that never began (or ended already) ends quietly
     assert _event({"tool": "fs__write_file", "path": "résumé.txt", "raw": b"\x00"}) == (
         'data: {"tool": "fs__write_file", "path": "résumé.txt", "raw": "b\'\\\\x00\'"}\n\n').encode()
+
+
+def test_the_sources_page_names_what_the_lock_holds_back_and_the_agent_page_says_why(tmp_path: Path) -> None:
+    import dataclasses
+
+    async def main() -> tuple[str, str]:
+        app = app_of(tmp_path)
+        host = app.state.host
+        entry = host.catalog.entries["t__status"]
+        host.catalog.entries["t__status"] = dataclasses.replace(
+            entry, held="its definition changed since toolcrib.lock: description; toolcrib lock accepts it")
+        host._views.clear()
+        async with app.app.router.lifespan_context(app.app), client_of(app) as http:
+            await signed_in(http)
+            return (await http.get("/console/sources")).text, (await http.get("/console/agents/b")).text
+
+    sources, agent = anyio.run(main)
+    assert text_of(sources, "h2") == ["Held back by the definition lock"]
+    assert text_of(sources.split('id="held"')[1], "tr") == [
+        "tool why", "t__status its definition changed since toolcrib.lock: description; toolcrib lock accepts it"]
+    hidden = text_of(agent, "tr")
+    assert "t__status its definition changed since toolcrib.lock: description; toolcrib lock accepts it" in hidden
