@@ -78,8 +78,9 @@ def server_config(loaded: LoadedConfig, namespace: str) -> McpConfig:
     paths = import_paths()
     env = {"TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD": "1", "TOOLCRIB_PLUGINS": namespace, ISOLATED_ENV: namespace,
            "PYTHONPATH": os.pathsep.join(paths)}
+    # warnings only: a line on stderr per request would cost each call a write and the host a read
     return McpConfig(command=sys.executable, args=["-m", "toolcrib", "serve", "--agent", CHILD_AGENT, "--config",
-                                                   str(path)],
+                                                   str(path), "--no-reload", "--log-level", "warning"],
                      env=env, trusted=True, confine=True, network=pack.network,
                      read=[str(folder), sys.prefix, sys.base_prefix, *paths], write=[str(loaded.workspace)])
 
