@@ -250,3 +250,79 @@ def test_an_isolated_pack_s_progress_and_questions_reach_the_agent_s_client(
     # pack makes the call again; on 2026-07-28 between the agent's client and the host, once more), and says how
     # far it is each time
     assert seen["progress"] == [(1.0, 2.0, "halfway")] * (2 if mode == "legacy" else 3)
+
+
+DYING = '''
+import os
+import toolcrib
+
+@toolcrib.tool
+def alive() -> str:
+    """Say so."""
+    return f"alive in {os.getpid()}"
+
+@toolcrib.tool
+def die() -> str:
+    """End this process at once (a segfault, an abort, an out-of-memory kill look the same to the host)."""
+    os._exit(3)
+
+@toolcrib.hookimpl
+def toolcrib_tools():
+    return [alive, die]
+'''
+
+
+def test_an_isolated_pack_that_dies_is_started_again_and_serves(tmp_path: Path,
+                                                                 dist_path: Callable[..., Path]) -> None:
+    from test_cluster import until
+    from toolcrib.mcp.state import serving_state
+
+    dist_path("acme-probe", "1.0", {"probe": "acme_probe"}, {"acme_probe": DYING})
+    (tmp_path / "ws").mkdir()
+    path = tmp_path / "toolcrib.toml"
+    path.write_text(config())
+
+    async def main() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with serving_state(path) as state:
+            seen["first"] = (await state.host.call("a", "probe__alive", {})).content[0]["text"]
+            died = await state.host.call("a", "probe__die", {})
+            seen["died"] = (died.is_error, died.content[0]["text"])
+
+            async def serving_again() -> bool:
+                record = next(r for r in state.host.records if r.name == "probe")
+                if record.state != "loaded":
+                    return False
+                answer = await state.host.call("a", "probe__alive", {})
+                seen["again"] = answer.content[0]["text"]
+                return not answer.is_error
+
+            await until(serving_again, "the pack serves again")
+        return seen
+
+    seen = anyio.run(main)
+    first, again = int(seen["first"].split()[-1]), int(seen["again"].split()[-1])
+    assert first != again and first != os.getpid()  # a new process
+    assert seen["died"][0] is True and seen["died"][1].startswith("isolated pack 'probe' refused the call: ")
+
+
+def test_readyz_names_a_failed_isolated_pack_and_stays_ready(tmp_path: Path, dist_path: Callable[..., Path]) -> None:
+    import httpx2
+
+    from toolcrib.mcp.http import HttpApp, HttpOptions
+    from toolcrib.mcp.state import ServingState
+
+    dist_path("acme-probe", "1.0", {"probe": "acme_probe"}, {"acme_probe": "raise RuntimeError('exploded')\n"})
+    (tmp_path / "ws").mkdir()
+    loaded = config_from(config(), tmp_path)
+
+    async def main() -> tuple[int, Any]:
+        async with upstream_pool() as pool:
+            host = Host(loaded, sources=await pool.sync(loaded), autoload=False, env={})
+            app = HttpApp(ServingState(host), HttpOptions(), env={})
+            async with app.app.router.lifespan_context(app.app), httpx2.AsyncClient(
+                    transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1:8000") as http:
+                ready = await http.get("/readyz")
+                return ready.status_code, ready.json()
+
+    assert anyio.run(main) == (200, {"status": "ready", "failed_sources": ["probe"]})

@@ -215,7 +215,10 @@ class HttpApp:
         store = self.state.store
         if store is not None and store.config.required and not await store.ping():
             return JSONResponse({"status": "store unreachable"}, status_code=503)  # [cluster] required = true
-        return JSONResponse({"status": "ready"})
+        # A source that failed (a pack, an isolated pack, a server, a document) is named, and the replica stays in
+        # rotation: every other source serves. Names only: no error text leaves the host unauthenticated.
+        failed = sorted(r.name for r in self.state.host.records if r.state == "failed" and r.kind != "builtin")
+        return JSONResponse({"status": "ready", **({"failed_sources": failed} if failed else {})})
 
     async def _metrics(self, request: Request) -> Response:
         metrics = self.state.metrics

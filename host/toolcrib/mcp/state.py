@@ -86,7 +86,8 @@ async def serving_state(path: Path | None, metrics: Metrics | None = None) -> As
                 await subscribed.wait()
         if metrics is not None:
             metrics.watch(upstreams=lambda: {r.name: r.state == "loaded" for r in state.host.records
-                                             if r.kind == "mcp" and r.state in ("loaded", "failed")})
+                                             if (r.kind == "mcp" or r.entry_point == "(isolated)")
+                                             and r.state in ("loaded", "failed")})
         pool.changed = state.reload  # a server that redefines its tools is listed again, and the lock re-applied
         try:
             yield state

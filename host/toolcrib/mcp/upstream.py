@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -63,12 +64,15 @@ class _Connection:
     listing_problems: list[str] = field(default_factory=list)
     stale: bool = False  # the server said its lists changed: list them again at the next sync
     pack: bool = False  # an isolated pack (toolcrib.isolation): its entries are the pack's, under "plugins"
+    since: float = 0.0  # time.monotonic() when it was ready
 
 
 _LIST_CHANGED = {"ToolListChangedNotification", "PromptListChangedNotification", "ResourceListChangedNotification"}
 
 
 MAX_PAGES = 100  # of one list from one server: a server that pages on forever is cut off there
+RESTART_DELAYS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)  # seconds before a dead server is started again, while it
+STEADY_SECONDS = 60.0  # keeps dying within this long of a start (one that served longer starts over at the first)
 
 
 async def _every(fetch: Any, key: str) -> list[Any]:
@@ -172,6 +176,7 @@ class UpstreamPool:
         self._locks: dict[str, anyio.Lock] = {}
         self._loaded: LoadedConfig | None = None
         self._packs: frozenset[str] = frozenset()  # the isolated packs among the servers (toolcrib.isolation)
+        self._restarts: dict[str, int] = {}  # namespace -> the step of RESTART_DELAYS its next restart waits
         # Called when a connected server says its tools, resources or prompts changed (the serving state reloads,
         # so the new definitions go through everything a start does: curation, the lock, the rules).
         self.changed: Callable[[], Coroutine[Any, Any, Any]] | None = None
@@ -305,17 +310,33 @@ class UpstreamPool:
                     await _list_items(connection, client)
                     connection.client = client
                     connection.ready.set()
+                    connection.since = time.monotonic()
                     await self._listen(connection, client)
             except Exception as exc:  # a server that cannot start, answers garbage, or dies
                 await anyio.sleep(0.05)  # its last words on stderr are on their way
                 connection.error = _describe(exc, list(tail))
                 log.warning("upstream server %r: %s", connection.namespace, connection.error)
                 connection.client = None
+                if connection.ready.is_set() and self._connections.get(connection.namespace) is connection:
+                    self._tg.start_soon(self._revive, connection)  # it was serving, and died: start it again
                 connection.ready.set()
             finally:
                 temporary = (getattr(target, "env", None) or {}).get("TMPDIR") if connection.config.confine else None
                 if temporary:  # a confined server's own temporary folder goes with it
                     shutil.rmtree(temporary, ignore_errors=True)
+
+    async def _revive(self, connection: _Connection) -> None:
+        """A server (or an isolated pack) that died while serving is started again, after a back-off that doubles
+        while it keeps dying soon after a start (``RESTART_DELAYS``): the serving state reloads, and the sync
+        starts the dead connection again, so its entries are listed afresh and go through the lock and curation."""
+        namespace = connection.namespace
+        quick = time.monotonic() - connection.since < STEADY_SECONDS
+        step = min(self._restarts.get(namespace, -1) + 1, len(RESTART_DELAYS) - 1) if quick else 0
+        self._restarts[namespace] = step
+        log.warning("upstream server %r stopped; starting it again in %g s", namespace, RESTART_DELAYS[step])
+        await anyio.sleep(RESTART_DELAYS[step])
+        if self.changed is not None and self._connections.get(namespace) is connection:
+            await self.changed()
 
     def _stale(self, connection: _Connection) -> None:
         log.info("upstream server %r says its lists changed", connection.namespace)
@@ -429,7 +450,8 @@ def _entry(connection: _Connection, tool: Any, served: str, problems: list[str])
     description = clean(tool.description or "") or f"Tool {name} of the upstream server."
     title = getattr(tool, "title", None)
     namespace = connection.namespace
-    runner = UpstreamRunner(connection.client, name, namespace)
+    runner = UpstreamRunner(connection.client, name, namespace, "isolated pack" if connection.pack else
+                            "upstream server")
     spec = Tool(
         name=served,
         description=description,
@@ -488,6 +510,7 @@ class UpstreamRunner:
     client: Any  # the SDK's client session of the connection
     name: str  # the tool's name on the server
     namespace: str
+    what: str = "upstream server"  # or "isolated pack", in its messages
     is_async = True
 
     def start(self, model: BaseModel, call: Call) -> Any:
@@ -507,7 +530,7 @@ class UpstreamRunner:
             result = await self.client.call_tool(self.name, arguments,
                                                  progress_callback=progress if channel is not None else None)
         except MCPError as exc:
-            raise ToolError(f"upstream server {self.namespace!r} refused the call: {exc.error.message}") from None
+            raise ToolError(f"{self.what} {self.namespace!r} refused the call: {exc.error.message}") from None
         except BaseExceptionGroup as group:  # the SDK's task group wraps what a callback raised
             asked = group.subgroup(lambda e: isinstance(e, Suspend))
             while isinstance(asked, BaseExceptionGroup):  # the agent's client is to be asked first: the front end
