@@ -326,3 +326,18 @@ def test_readyz_names_a_failed_isolated_pack_and_stays_ready(tmp_path: Path, dis
                 return ready.status_code, ready.json()
 
     assert anyio.run(main) == (200, {"status": "ready", "failed_sources": ["probe"]})
+
+
+def test_isolate_packs_third_party_isolates_every_installed_pack_but_toolcrib_s_own(
+        tmp_path: Path, probe_pack: None) -> None:
+    import importlib.metadata
+
+    installed = {p.name: p.dist.name for p in importlib.metadata.entry_points(group="toolcrib") if p.dist}
+    policy = '[host]\nisolate_packs = "third-party"\n'
+    loaded = config_from(policy, tmp_path)
+    third = {name for name, dist in installed.items() if not dist.startswith("toolcrib-")} | (
+        {"llm"} if "llm" in installed else set())
+    assert loaded.isolated_packs() == frozenset(third) and "probe" in third
+    kept = config_from(policy + '[packs.probe]\nisolate = false\n[packs.fs]\nisolate = true\n', tmp_path)
+    assert kept.isolated_packs() == frozenset(third - {"probe"} | {"fs"})
+    assert config_from('[host]\nisolate_packs = "all"\n', tmp_path).isolated_packs() == frozenset(installed)

@@ -57,10 +57,18 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+# toolcrib's own packs (plugins/ in its repository): what [host] isolate_packs = "third-party" keeps in the host
+FIRST_PARTY = frozenset({"toolcrib-fs", "toolcrib-shell", "toolcrib-web", "toolcrib-media", "toolcrib-llm"})
+
+
 class HostConfig(_Strict):
     """``[host]``: where file tools work, auditing, and the limits every call runs under."""
 
     workspace: str = Field(".", description="root for file tools, relative to the config file")
+    isolate_packs: Literal["none", "third-party", "all"] = Field(
+        "none", description="run packs in confined processes of their own: none (only those with isolate = true), "
+        "third-party (every installed pack but toolcrib's own, and the llm pack, which runs llm plugins), or all; "
+        "[packs.<name>] isolate = false keeps one in")
     tool_dirs: Annotated[list[str], Governs("the tool folder {name!r}")] = Field(
         default_factory=list, description="folders whose Python files declare tools (@toolcrib.tool); each folder is "
         "a pack named after it; relative to the config file")
@@ -513,9 +521,29 @@ class LoadedConfig:
     def disabled_packs(self) -> frozenset[str]:
         return frozenset(ns for ns, pack in self.config.packs.items() if not pack.enabled)
 
+    @functools.cached_property
+    def _isolated(self) -> frozenset[str]:
+        packs = self.config.packs
+        named = {ns for ns, pack in packs.items() if pack.enabled and pack.isolate}
+        policy = self.config.host.isolate_packs
+        if policy == "none":
+            return frozenset(named)
+        import importlib.metadata
+
+        for point in importlib.metadata.entry_points(group="toolcrib"):  # what is installed, none of it imported
+            dist = point.dist.name if point.dist is not None else ""
+            ours = dist in FIRST_PARTY and point.name != "llm"  # the llm pack runs llm plugins, others' code
+            kept = point.name in packs and "isolate" in packs[point.name].model_fields_set and \
+                not packs[point.name].isolate
+            disabled = point.name in packs and not packs[point.name].enabled
+            if (policy == "all" or not ours) and not kept and not disabled:
+                named.add(point.name)
+        return frozenset(named)
+
     def isolated_packs(self) -> frozenset[str]:
-        """The packs run in a process of their own (``isolate = true``): never imported here."""
-        return frozenset(ns for ns, pack in self.config.packs.items() if pack.enabled and pack.isolate)
+        """The packs run in a process of their own (``isolate = true``, or ``[host] isolate_packs``): never
+        imported here."""
+        return self._isolated
 
     def capabilities(self, model: str | None) -> frozenset[str]:
         if model is None:

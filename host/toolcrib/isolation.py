@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from toolcrib.config import LoadedConfig, McpConfig
+from toolcrib.config import LoadedConfig, McpConfig, PackConfig
 
 CHILD_AGENT = "pack"  # the one agent a child serves
 ISOLATED_ENV = "TOOLCRIB_ISOLATED_PACK"  # set for a child: the pack it serves (one that failed ends the child)
@@ -49,7 +49,7 @@ def _toml(value: Any) -> str:
 
 def child_config(loaded: LoadedConfig, namespace: str) -> str:
     """The config the child serves its pack with."""
-    pack = loaded.config.packs[namespace]
+    pack = loaded.config.packs.get(namespace) or PackConfig()
     lines = ["[host]", f"workspace = {json.dumps(str(loaded.workspace))}", "", f"[packs.{namespace}]"]
     lines += [f"{json.dumps(k)} = {_toml(v)}" for k, v in pack.settings.items()]
     lines += ["", f"[agents.{CHILD_AGENT}]", "bare_names = true", f"[agents.{CHILD_AGENT}.permissions]",
@@ -65,7 +65,7 @@ def import_paths() -> list[str]:
 
 def server_config(loaded: LoadedConfig, namespace: str) -> McpConfig:
     """The isolated pack as a confined upstream stdio server (its config file written to a folder of its own)."""
-    pack = loaded.config.packs[namespace]
+    pack = loaded.config.packs.get(namespace) or PackConfig()
     text = child_config(loaded, namespace)
     key = (namespace, text)
     if key not in _WRITTEN:  # the same config, the same file: a reload keeps the child running
