@@ -65,10 +65,6 @@ class HostConfig(_Strict):
     """``[host]``: where file tools work, auditing, and the limits every call runs under."""
 
     workspace: str = Field(".", description="root for file tools, relative to the config file")
-    isolate_packs: Literal["none", "third-party", "all"] = Field(
-        "none", description="run packs in confined processes of their own: none (only those with isolate = true), "
-        "third-party (every installed pack but toolcrib's own, and the llm pack, which runs llm plugins), or all; "
-        "[packs.<name>] isolate = false keeps one in")
     tool_dirs: Annotated[list[str], Governs("the tool folder {name!r}")] = Field(
         default_factory=list, description="folders whose Python files declare tools (@toolcrib.tool); each folder is "
         "a pack named after it; relative to the config file")
@@ -97,6 +93,10 @@ class HostConfig(_Strict):
     lock: Literal["changed", "strict"] = Field("changed", description="with a toolcrib.lock beside the config: "
                                                "\"changed\" holds back each tool whose definition differs from the "
                                                "lock; \"strict\" also each tool the lock does not know")
+    isolate_packs: Literal["none", "third-party", "all"] = Field(
+        "none", description="run packs in confined processes of their own: none (only those with isolate = true), "
+        "third-party (every installed pack but toolcrib's own, and the llm pack, which runs llm plugins), or all; "
+        "[packs.<name>] isolate = false keeps one in")
 
 
 class Rule(_Strict):
