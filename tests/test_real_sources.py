@@ -60,6 +60,10 @@ EVERYTHING_CALLS = {
 }
 
 
+ASKING = ["everything__trigger_elicitation_request", "everything__trigger_sampling_request",
+          "everything__trigger_url_elicitation"]
+
+
 def test_every_tool_of_server_everything_is_served_and_callable(node_servers: None, tmp_path: Path) -> None:
     text = f"""
 [mcps.everything]
@@ -77,7 +81,9 @@ prompts = {{ allow = ["*"] }}
         host, pool = await _host(text, tmp_path)
         try:
             view = host.view("a")
-            assert view.names == sorted(EVERYTHING_CALLS)  # 12 names with hyphens, served mapped
+            # 12 names with hyphens, served mapped; and, as toolcrib's client can ask the agent's client, the three
+            # that ask a user or a model (test_a_real_server_s_questions_and_sampling_reach_the_agent_s_client)
+            assert view.names == sorted([*EVERYTHING_CALLS, *ASKING])
             echo = view.lookup("everything__echo")
             assert echo is not None and echo.to_mcp().get("_meta") is None
             sum_tool = view.lookup("everything__get_sum")
@@ -189,3 +195,63 @@ def test_real_llm_plugins_are_plugins_and_the_sqlite_toolbox_answers_over_mcp(tm
 
     # the toolbox's sqlite3 connection was made on its own thread, and every call runs there
     assert json.loads(anyio.run(over_mcp)) == [{"region": "eu", "total": 120}, {"region": "us", "total": 80}]
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_a_real_server_s_questions_and_sampling_reach_the_agent_s_client(node_servers: None, tmp_path: Path,
+                                                                        mode: str) -> None:
+    """server-everything asks the user (elicitation) and the model (sampling) in the middle of a call, as a
+    handshake-era server does: toolcrib puts each to the calling agent's own MCP client, with its checks of the
+    form, and the answer goes back to the server."""
+    import mcp_types as types
+    from mcp import Client
+
+    from toolcrib.mcp.adapter import build_server
+    from toolcrib.mcp.state import ServingState
+
+    text = f"""
+[mcps.everything]
+command = {json.dumps(str(NODE))}
+args = [{json.dumps(str(EVERYTHING))}]
+
+[agents.a.permissions]
+mcps = {{ allow = ["everything"] }}
+tools = {{ allow = ["*"] }}
+"""
+    asked: list[Any] = []
+
+    async def on_elicit(context: Any, params: Any) -> Any:
+        asked.append(("elicit", params.message))
+        return types.ElicitResult(action="accept", content={"name": "Ann Example"})
+
+    async def on_sample(context: Any, params: Any) -> Any:
+        asked.append(("sample", params.messages[0].content.text))
+        return types.CreateMessageResult(role="assistant", content=types.TextContent(text="sampled words"),
+                                         model="the-agent-s-model")
+
+    async def main() -> tuple[Any, Any]:
+        host, pool = await _host(text, tmp_path)
+        try:
+            async with Client(build_server(ServingState(host), "a"), mode=mode, cache=None,
+                              elicitation_callback=on_elicit, sampling_callback=on_sample) as client:
+                elicited = await client.call_tool("everything__trigger_elicitation_request", {})
+                sampled = await client.call_tool("everything__trigger_sampling_request",
+                                                 {"prompt": "say hi", "maxTokens": 20})
+                return ((elicited.is_error, "\n".join(c.text for c in elicited.content if c.type == "text")),
+                        (sampled.is_error, "\n".join(c.text for c in sampled.content if c.type == "text")))
+        finally:
+            host.close()
+            await pool.__aexit__(None, None, None)
+
+    (elicit_failed, elicited), (sample_failed, sampled) = anyio.run(main)
+    if mode == "auto":  # 2026-07-28 between client and host: a question in the middle of a call cannot be put
+        from toolcrib.mcp.upstream import MID_CALL
+
+        assert (elicit_failed, elicited) == (sample_failed, sampled) == (True, f"MCP error -32600: {MID_CALL}")
+        assert asked == []
+        return
+    assert not elicit_failed and not sample_failed
+    assert ("elicit", "Please provide inputs for the following fields:") in asked
+    assert "User provided the requested information!" in elicited and "Ann Example" in elicited
+    assert ("sample", "Resource trigger-sampling-request context: say hi") in asked
+    assert '"text": "sampled words"' in sampled and '"model": "the-agent-s-model"' in sampled

@@ -472,6 +472,35 @@ def _entry(connection: _Connection, tool: Any, served: str, problems: list[str])
 # The call an upstream tool is running for, in the task that awaits the server's answer: a server's request during
 # it (a 2026-07-28 server's input requests are answered within that task) is put to the call's own client.
 CALLING: contextvars.ContextVar[Call | None] = contextvars.ContextVar("toolcrib_upstream_call", default=None)
+# A handshake-era server asks in a request of its own, read by the connection's task: then the call is the one
+# call in flight on that connection (with two or more, whose it is cannot be told, and it is refused).
+_IN_FLIGHT: dict[int, list[Call]] = {}  # id(the connection's client session) -> its calls awaiting an answer
+
+
+def _asking(context: Any) -> Call | None:
+    found = CALLING.get()
+    if found is not None:
+        return found
+    calls = _IN_FLIGHT.get(id(getattr(context, "session", None)), [])
+    return calls[0] if len(calls) == 1 else None
+
+
+MID_CALL = ("the agent's client speaks MCP 2026-07-28, where a call's questions are answered between its rounds, "
+            "and this server asked in the middle of its call (as a 2025-11-25 server does); toolcrib cannot put that "
+            "question to it")
+
+
+async def _put(ask: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    """``ask()`` for a server's request. In the call's own task a question may suspend the call (the front end asks
+    its client and the call is made again); from the connection's task, it cannot (``MID_CALL``)."""
+    import mcp_types as types
+
+    if CALLING.get() is not None:
+        return await ask()
+    try:
+        return await ask()
+    except Suspend:
+        return types.ErrorData(code=types.INVALID_REQUEST, message=MID_CALL)
 
 
 async def _elicit(context: Any, params: Any) -> Any:
@@ -479,27 +508,39 @@ async def _elicit(context: Any, params: Any) -> Any:
     toolcrib's checks of the form); outside a call, or for a URL, it is refused."""
     import mcp_types as types
 
-    call = CALLING.get()
+    call = _asking(context)
     schema = getattr(params, "requested_schema", None)
     if call is None or schema is None:
-        return types.ErrorData(code=types.INVALID_REQUEST, message="toolcrib asks its client only during a call, and "
-                               "only for a form")
+        return types.ErrorData(code=types.INVALID_REQUEST, message="toolcrib asks its client only during one call, "
+                               "and only for a form")
     if hasattr(schema, "model_dump"):
         schema = schema.model_dump(by_alias=True, mode="json", exclude_none=True)
-    answer = await call.context().elicit(params.message, schema)
-    return types.ElicitResult(action=answer.action, content=answer.content)
+    context_of = call.context()
+
+    async def ask() -> Any:
+        try:
+            answer = await context_of.elicit(params.message, schema)
+        except ToolError as exc:
+            return types.ErrorData(code=types.INVALID_REQUEST, message=str(exc))
+        return types.ElicitResult(action=answer.action, content=answer.content)
+
+    return await _put(ask)
 
 
 async def _sample(context: Any, params: Any) -> Any:
     """A server asks for a turn of a model during a call: the agent's client is asked, if it can sample."""
     import mcp_types as types
 
-    call = CALLING.get()
+    call = _asking(context)
     sample = getattr(call.channel, "sample", None) if call is not None and call.channel is not None else None
     if sample is None:
         return types.ErrorData(code=types.INVALID_REQUEST, message="the agent's client cannot sample for this call")
-    answer = await sample(params.model_dump(by_alias=True, mode="json", exclude_none=True))
-    return types.CreateMessageResult.model_validate(answer)
+
+    async def ask() -> Any:
+        answer = await sample(params.model_dump(by_alias=True, mode="json", exclude_none=True))
+        return types.CreateMessageResult.model_validate(answer)
+
+    return await _put(ask)
 
 
 @dataclass(frozen=True, slots=True)
@@ -525,7 +566,10 @@ class UpstreamRunner:
             if channel is not None:  # the server's progress is the call's, as the agent's client sees it
                 await channel.progress(done, total, message)
 
-        token = CALLING.set(call)  # what the server asks during the call is asked on its behalf (ask_for_call)
+        token = CALLING.set(call)  # what the server asks during the call is asked on its behalf (_asking)
+        connection = id(getattr(self.client, "session", None))
+        if call is not None:
+            _IN_FLIGHT.setdefault(connection, []).append(call)
         try:
             result = await self.client.call_tool(self.name, arguments,
                                                  progress_callback=progress if channel is not None else None)
@@ -540,6 +584,11 @@ class UpstreamRunner:
             raise
         finally:
             CALLING.reset(token)
+            if call is not None:
+                flying = _IN_FLIGHT.get(connection, [])
+                flying.remove(call)
+                if not flying:
+                    _IN_FLIGHT.pop(connection, None)
         return ToolResult(
             content=tuple(block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content),
             structured_content=result.structured_content,
