@@ -136,3 +136,35 @@ def test_a_spec_that_cannot_be_applied_runs_nothing(tmp_path: Path) -> None:
     assert done.stderr.strip() == ("toolcrib: the program was not started, as it could not be confined: invalid "
                                    "literal for int() with base 10: 'lots'")
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("allowed", [False, True])
+def test_a_kernel_that_cannot_confine_says_so_and_starts_nothing_unless_allowed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, allowed: bool) -> None:
+    """Landlock taken away (as on an older kernel): check says so at once, and the server is not started unless the
+    operator allows it unconfined."""
+    from toolcrib import confinement
+
+    monkeypatch.setattr(sandbox, "landlock_abi", lambda: 3)
+    extra = "[host]\nallow_unconfined = true\n" if allowed else ""
+    text = extra + config(True)
+    (tmp_path / "toolcrib.toml").write_text(text)
+    loaded = config_from(text, tmp_path)
+    host = Host(loaded, plugins={}, autoload=False, env={})
+    why = ("this kernel cannot confine programs (Landlock ABI 3, 4 needed: Linux 6.7 or later with Landlock "
+           "enabled)")
+    assert confinement.unconfinable() == why
+    then = "they run unconfined ([host] allow_unconfined)" if allowed else "they are not started"
+    assert [str(p) for p in host.problems() if "confine" in p.message] == [
+        f"warning: toolcrib.toml: mcps.probe: {why}: mcps.probe ask to be confined, and {then}"]
+
+    async def main() -> Any:
+        async with upstream_pool() as pool:
+            return (await pool.sync(loaded))[0].offer().record
+
+    record = anyio.run(main)
+    if allowed:
+        assert record.state == "loaded"  # unconfined, as the operator allowed
+    else:
+        assert (record.state, record.error) == ("failed", f"cannot connect: {why}; it is not started (set [host] "
+                                                          "allow_unconfined = true to run it unconfined)")

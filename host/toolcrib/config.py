@@ -97,6 +97,8 @@ class HostConfig(_Strict):
         "none", description="run packs in confined processes of their own: none (only those with isolate = true), "
         "third-party (every installed pack but toolcrib's own, and the llm pack, which runs llm plugins), or all; "
         "[packs.<name>] isolate = false keeps one in")
+    allow_unconfined: bool = Field(False, description="on a kernel that cannot confine (no Landlock ABI 4), start "
+                                   "confined servers and isolated packs unconfined rather than not at all")
 
 
 class Rule(_Strict):

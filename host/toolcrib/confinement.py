@@ -82,9 +82,30 @@ def _within(path: str, root: str) -> bool:
     return any(p == real or p.startswith(real.rstrip("/") + "/") for p in {path, os.path.realpath(path)})
 
 
+LANDLOCK_NEEDED = 4  # the ABI that confines the network too (Linux 6.7)
+
+
+def unconfinable() -> str | None:
+    """Why programs cannot be confined on this kernel, or None when they can."""
+    from toolcrib.sandbox import landlock_abi
+
+    found = landlock_abi()
+    if found >= LANDLOCK_NEEDED:
+        return None
+    return (f"this kernel cannot confine programs (Landlock ABI {found}, {LANDLOCK_NEEDED} needed: Linux 6.7 or "
+            "later with Landlock enabled)")
+
+
 def launcher(loaded: LoadedConfig, config: McpConfig, env: Mapping[str, str]) -> tuple[str, list[str], dict[str, str]]:
     """The command line that starts ``config``'s server confined, and its environment (with ``TMPDIR``, its own
-    temporary folder)."""
+    temporary folder). Where the kernel cannot confine: the server as it is, if ``[host] allow_unconfined``, else
+    ``ConfinementError``."""
+    why = unconfinable()
+    if why is not None:
+        if not loaded.config.host.allow_unconfined:
+            raise ConfinementError(f"{why}; it is not started (set [host] allow_unconfined = true to run it "
+                                   "unconfined)")
+        return config.command or "", list(config.args), dict(env)
     temporary = Path(tempfile.mkdtemp(prefix="toolcrib-mcp-"))
     made = spec(loaded, config, temporary)
     return (sys.executable, ["-I", "-S", str(LAUNCHER), json.dumps(made), "--", config.command or "", *config.args],

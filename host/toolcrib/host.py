@@ -331,6 +331,17 @@ class Host:
     def _environment_warnings(self, env: Mapping[str, str]) -> list[Problem]:
         source = self.loaded.source
         found = []
+        confined = sorted([*(f"mcps.{ns}" for ns, c in self.loaded.config.mcps.items() if c.enabled and c.confine),
+                           *(f"packs.{ns}" for ns in self.loaded.isolated_packs())])
+        if confined:
+            from toolcrib.confinement import unconfinable
+
+            why = unconfinable()
+            if why is not None:
+                then = ("they run unconfined ([host] allow_unconfined)" if self.loaded.config.host.allow_unconfined
+                        else "they are not started")
+                found.append(Problem("warning", f"{source}: {confined[0]}", f"{why}: {', '.join(confined)} ask to "
+                                     f"be confined, and {then}"))
         workspace = self.loaded.workspace
         if not workspace.is_dir():
             found.append(Problem("warning", f"{source}: host.workspace", f"{workspace} is not a folder: every call of "
