@@ -341,3 +341,18 @@ def test_isolate_packs_third_party_isolates_every_installed_pack_but_toolcrib_s_
     kept = config_from(policy + '[packs.probe]\nisolate = false\n[packs.fs]\nisolate = true\n', tmp_path)
     assert kept.isolated_packs() == frozenset(third - {"probe"} | {"fs"})
     assert config_from('[host]\nisolate_packs = "all"\n', tmp_path).isolated_packs() == frozenset(installed)
+
+
+@pytest.mark.parametrize("isolated", [False, True])
+def test_the_pack_kit_runs_a_pack_s_tests_in_process_and_isolated(toolcrib_pack: Any, probe_pack: None,
+                                                                   isolated: bool) -> None:
+    import importlib
+
+    pack = "acme_probe" if isolated else importlib.import_module("acme_probe")  # isolated: imported only there
+    kit = toolcrib_pack(pack, namespace="probe", isolated=isolated)
+    assert kit.names == ["probe__attempt", "probe__where"]
+    where = kit.call("where").text
+    assert (where == f"pid {os.getpid()}") is (not isolated)
+    assert kit.call("attempt", what="write", target=str(kit.workspace / "a.txt")).text == "wrote it"
+    assert kit.problems() == []
+    assert ("acme_probe" in sys.modules) is (not isolated)

@@ -30,6 +30,9 @@ from toolcrib.config import LoadedConfig, McpConfig, PackConfig
 CHILD_AGENT = "pack"  # the one agent a child serves
 ISOLATED_ENV = "TOOLCRIB_ISOLATED_PACK"  # set for a child: the pack it serves (one that failed ends the child)
 _WRITTEN: dict[tuple[str, str], Path] = {}  # (namespace, child config) -> the folder its file is in
+# namespace -> "module" or "module:attr": a pack given by module rather than by entry point (the pack kit's,
+# toolcrib.testing), which its process loads by that name
+MODULES: dict[str, str] = {}
 
 
 def _toml(value: Any) -> str:
@@ -76,7 +79,8 @@ def server_config(loaded: LoadedConfig, namespace: str) -> McpConfig:
     folder = _WRITTEN[key]
     path = folder / "toolcrib.toml"
     paths = import_paths()
-    env = {"TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD": "1", "TOOLCRIB_PLUGINS": namespace, ISOLATED_ENV: namespace,
+    target = f"{namespace}={MODULES[namespace]}" if namespace in MODULES else namespace
+    env = {"TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD": "1", "TOOLCRIB_PLUGINS": target, ISOLATED_ENV: namespace,
            "PYTHONPATH": os.pathsep.join(paths)}
     # warnings only: a line on stderr per request would cost each call a write and the host a read
     return McpConfig(command=sys.executable, args=["-m", "toolcrib", "serve", "--agent", CHILD_AGENT, "--config",
@@ -85,4 +89,4 @@ def server_config(loaded: LoadedConfig, namespace: str) -> McpConfig:
                      read=[str(folder), sys.prefix, sys.base_prefix, *paths], write=[str(loaded.workspace)])
 
 
-__all__ = ["CHILD_AGENT", "ISOLATED_ENV", "child_config", "server_config"]
+__all__ = ["CHILD_AGENT", "ISOLATED_ENV", "MODULES", "child_config", "server_config"]

@@ -13,8 +13,10 @@ Importing this module imports nothing heavy: pytest loads it in every project wh
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable, Iterable, Mapping
+import typing
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,15 +28,38 @@ if TYPE_CHECKING:
     from toolcrib.view import AgentView
 
 AGENT = "tester"
+T = typing.TypeVar("T")
 
 
 class PackKit:
-    """A host around one pack, with an agent (``tester``) that sees every tool the pack offers it."""
+    """A host around one pack, with an agent (``tester``) that sees every tool the pack offers it. An isolated kit
+    (``isolated=True``) runs the pack in its own confined process, as ``[packs.<ns>] isolate = true`` does, and
+    must be closed (the fixture closes it)."""
 
-    def __init__(self, host: Host, namespace: str, workspace: Path) -> None:
+    def __init__(self, host: Host, namespace: str, workspace: Path, portal: Any = None,
+                 close: Callable[[], None] | None = None) -> None:
         self.host = host
         self.namespace = namespace
         self.workspace = workspace
+        self._portal = portal  # an isolated kit's calls run on the event loop its pack's connection lives on
+        self._close = close
+
+    def run(self, make: Callable[[], Awaitable[T]]) -> T:
+        """Run ``make()`` (a coroutine) to its end: on the kit's own loop when isolated, else on a new one."""
+        import anyio
+
+        async def awaited() -> T:
+            return await make()
+
+        if self._portal is not None:
+            return typing.cast(T, self._portal.call(awaited))
+        return anyio.run(awaited)
+
+    def close(self) -> None:
+        if self._close is not None:
+            self._close()
+            self._close = None
+        self.host.close()
 
     @property
     def view(self) -> AgentView:
@@ -50,33 +75,25 @@ class PackKit:
 
     def call(self, tool: str, /, **arguments: Any) -> ToolResult:
         """Call a tool (its own name or its full name) through the full pipeline."""
-        import anyio
-
-        return anyio.run(lambda: self.view.call(self.full_name(tool), arguments))
+        return self.run(lambda: self.view.call(self.full_name(tool), arguments))
 
     def read(self, uri: str) -> list[dict[str, Any]]:
         """Read a resource (the contents, as MCP's resources/read gives them)."""
-        import anyio
-
-        return anyio.run(lambda: self.view.read(uri))
+        return self.run(lambda: self.view.read(uri))
 
     def prompt(self, name: str, /, **arguments: Any) -> dict[str, Any]:
         """Get a prompt (its own name or its full name): ``{"description", "messages"}``."""
-        import anyio
-
-        return anyio.run(lambda: self.view.get_prompt(self.full_name(name), arguments))
+        return self.run(lambda: self.view.get_prompt(self.full_name(name), arguments))
 
     def complete(self, ref: str, argument: str, value: str = "") -> list[str]:
         """The completions of ``argument`` of a prompt (by name) or a resource template (by its URI template)."""
-        import anyio
-
         kind = {"type": "ref/resource", "uri": ref} if ":" in ref else {"type": "ref/prompt",
                                                                           "name": self.full_name(ref)}
-        return list(anyio.run(lambda: self.view.complete(kind, argument, value)))
+        return list(self.run(lambda: self.view.complete(kind, argument, value)))
 
     def problems(self) -> list[str]:
         """Everything the conformance check finds wrong with the pack; an empty list means it passes."""
-        return check_pack(self.host, self.namespace)
+        return check_pack(self.host, self.namespace, self.run)
 
 
 def make_kit(
@@ -88,9 +105,12 @@ def make_kit(
     capabilities: Iterable[str] = (),
     mode: str = "default",
     workspace: Path,
+    isolated: bool = False,
 ) -> PackKit:
     """Build a ``PackKit``: ``pack`` is the pack's module or plugin object, ``settings`` its ``[packs.<ns>]``
-    table, ``model``/``capabilities`` what the tester agent's model has (``capabilities=["vision"]``)."""
+    table, ``model``/``capabilities`` what the tester agent's model has (``capabilities=["vision"]``). With
+    ``isolated``, the pack (then a module, or ``"module:attr"``) runs in a confined process of its own, served to
+    the kit's host as ``[packs.<ns>] isolate = true`` serves it; close the kit when done."""
     from toolcrib.config import Config, LoadedConfig, check_config
     from toolcrib.errors import ConfigError
     from toolcrib.host import Host
@@ -102,7 +122,7 @@ def make_kit(
     if mode == "bypassPermissions":
         agent["allow_dangerously_skip_permissions"] = True
     data: dict[str, Any] = {"host": {"workspace": str(workspace)}, "agents": {AGENT: agent},
-                            "packs": {namespace: dict(settings or {})}}
+                            "packs": {namespace: {**dict(settings or {}), **({"isolate": True} if isolated else {})}}}
     if model is not None or capabilities:
         model = model or "test-model"
         agent["model"] = model
@@ -111,27 +131,56 @@ def make_kit(
     problems = check_config(config, "toolcrib.testing")
     if problems:
         raise ConfigError(problems)
-    loaded = LoadedConfig(config=config, source="toolcrib.testing", base_dir=workspace)
-    return PackKit(Host(loaded, plugins={namespace: pack}, autoload=False, env={}), namespace, workspace)
+    # isolated, the kit's (unwritten) config and lock must lie outside the workspace the pack's process may write
+    loaded = LoadedConfig(config=config, source="toolcrib.testing", base_dir=workspace.parent if isolated else
+                          workspace)
+    if not isolated:
+        return PackKit(Host(loaded, plugins={namespace: pack}, autoload=False, env={}), namespace, workspace)
+    import contextlib
+
+    from anyio.from_thread import start_blocking_portal
+
+    from toolcrib import isolation
+    from toolcrib.mcp.upstream import upstream_pool
+
+    module = pack if isinstance(pack, str) else getattr(pack, "__name__", None)
+    if not isinstance(module, str):
+        raise TypeError("an isolated pack kit takes the pack's module (or 'module:attr'): its process imports it")
+    isolation.MODULES[namespace] = module
+    stack = contextlib.ExitStack()
+    portal = stack.enter_context(start_blocking_portal())
+    pool = stack.enter_context(portal.wrap_async_context_manager(upstream_pool()))
+    host = Host(loaded, sources=portal.call(pool.sync, loaded), autoload=False, env={})
+    return PackKit(host, namespace, workspace, portal, stack.close)
 
 
 @pytest.fixture
-def toolcrib_pack(tmp_path: Path) -> Callable[..., PackKit]:
+def toolcrib_pack(tmp_path: Path) -> Iterator[Callable[..., PackKit]]:
     """A factory: ``toolcrib_pack(module, namespace=..., settings=..., capabilities=..., mode=...)`` builds a
     ``PackKit`` around the pack, with a fresh temporary workspace."""
     workspace = tmp_path / "workspace"
     workspace.mkdir()
 
+    made: list[PackKit] = []
+
     def make(pack: Any, **options: Any) -> PackKit:
         options.setdefault("workspace", workspace)
-        return make_kit(pack, **options)
+        kit = make_kit(pack, **options)
+        made.append(kit)
+        return kit
 
-    return make
+    yield make
+    for kit in made:
+        kit.close()
 
 
-def check_pack(host: Host, namespace: str) -> list[str]:
-    """The conformance check over one pack loaded in ``host``."""
+def check_pack(host: Host, namespace: str, run: Callable[[Callable[[], Awaitable[Any]]], Any] | None = None
+               ) -> list[str]:
+    """The conformance check over one pack loaded in ``host`` (``run`` runs a coroutine function to its end: a new
+    event loop by default)."""
     import anyio
+
+    run = run or anyio.run
 
     from toolcrib.errors import ToolDeclarationError, UnknownToolError
     from toolcrib.names import HIDDEN_CHARACTERS
@@ -183,7 +232,7 @@ def check_pack(host: Host, namespace: str) -> list[str]:
         if entry.name not in view:
             continue
         try:
-            result = anyio.run(view.call, entry.name, {"__toolcrib_conformance__": 1})
+            result = run(functools.partial(view.call, entry.name, {"__toolcrib_conformance__": 1}))
         except UnknownToolError:
             found.append(f"{entry.name}: listed but not callable")
             continue
