@@ -621,3 +621,97 @@ def test_a_one_of_body_is_one_argument_checked_before_it_is_sent(tmp_path: Path,
         assert text_of(refused) == ("Invalid arguments for poly__post_anything_one_of_primitive:\n- body: 1.5 is not "
                                     "valid under any of the given schemas")
         assert len(api.seen) == 2
+
+
+# -- how each argument is sent: styles, cookies, headers, bodies (what the mutation run asked for) --------------
+
+STYLES = {
+    "openapi": "3.0.3", "info": {"title": "Styles", "version": "1"},
+    "paths": {"/items/{ids}/{obj}/{label}": {"get": {"operationId": "styles", "parameters": [
+        {"name": "ids", "in": "path", "required": True, "schema": {"type": "array", "items": {"type": "integer"}}},
+        {"name": "obj", "in": "path", "required": True, "explode": True, "schema": {"type": "object"}},
+        {"name": "label", "in": "path", "required": True, "schema": {"type": "string"}},
+        {"name": "tags", "in": "query", "explode": False, "schema": {"type": "array", "items": {"type": "string"}}},
+        {"name": "spaced", "in": "query", "style": "spaceDelimited", "explode": False,
+         "schema": {"type": "array", "items": {"type": "string"}}},
+        {"name": "piped", "in": "query", "style": "pipeDelimited", "explode": False,
+         "schema": {"type": "array", "items": {"type": "string"}}},
+        {"name": "filter", "in": "query", "style": "deepObject", "explode": True, "schema": {"type": "object"}},
+        {"name": "flat", "in": "query", "schema": {"type": "object"}},
+        {"name": "packed", "in": "query", "explode": False, "schema": {"type": "object"}},
+        {"name": "on", "in": "query", "schema": {"type": "boolean"}},
+        {"name": "off", "in": "query", "schema": {"type": "boolean"}},
+        {"name": "n", "in": "query", "schema": {"type": "number"}},
+        {"name": "json", "in": "query", "content": {"application/json": {"schema": {"type": "object"}}}},
+        {"name": "X-Trace", "in": "header", "schema": {"type": "string"}},
+        {"name": "session", "in": "cookie", "schema": {"type": "string"}},
+        {"name": "theme", "in": "cookie", "schema": {"type": "string"}}],
+        "responses": {"204": {"description": "nothing"}}}}},
+}
+
+
+def test_every_style_of_argument_is_sent_as_the_document_says(tmp_path: Path) -> None:
+    from werkzeug.wrappers import Response
+
+    with serve(STYLES, [("/<path:rest>", ["GET"], lambda request, rest: Response(status=204))],
+               validate=False) as api:
+        host = small_host(tmp_path, api.base_url + "/", STYLES)  # a base URL's trailing slash is no part of a path
+        got = call(host, "small__styles", {
+            "ids": [1, 2], "obj": {"a": 1, "b": "x y"}, "label": "a/b", "tags": ["t1", "t2"], "spaced": ["s1", "s2"],
+            "piped": ["p1", "p2"], "filter": {"color": "red", "size": 2}, "flat": {"k": "v"}, "packed": {"k": "v"},
+            "on": True, "off": False, "n": 1.5, "json": {"a": [1, True, None], "é": "ü"},
+            "X-Trace": "t-1", "session": "s;1", "theme": "dark"})
+        assert got == {"content": [{"type": "text", "text": "HTTP 204 NO CONTENT"}], "isError": False}
+        sent = api.seen[-1]
+        assert sent["raw"].split("?")[0] == "/items/1%2C2/a%3D1%2Cb%3Dx%20y/a%2Fb"
+        from urllib.parse import parse_qsl
+
+        assert parse_qsl(sent["query"]) == [
+            ("tags", "t1,t2"), ("spaced", "s1 s2"), ("piped", "p1|p2"), ("filter[color]", "red"), ("filter[size]", "2"),
+            ("k", "v"), ("packed", "k,v"), ("on", "true"), ("off", "false"), ("n", "1.5"),
+            ("json", '{"a":[1,true,null],"é":"ü"}')]
+        assert (sent["headers"]["x-trace"], sent["headers"]["accept"]) == ("t-1", "application/json, */*;q=0.5")
+        assert sent["headers"]["cookie"] == "session=s%3B1; theme=dark"
+        for bad, field in (({"X-Trace": "a\r\nX-Evil: 1"}, "X-Trace"), ({"X-Trace": "a\nb"}, "X-Trace"),
+                           ({"X-Trace": "a\rb"}, "X-Trace")):
+            refused = call(host, "small__styles", {"ids": [1], "obj": {"a": 1}, "label": "x", **bad})
+            assert refused == {"content": [{"type": "text", "text": f"argument {field!r} cannot hold a line break: "
+                                            "it is a header"}], "isError": True}
+        empty = call(host, "small__styles", {"ids": [1], "obj": {"a": 1}, "label": ""})
+        assert empty["content"][0]["text"] == "argument 'label' cannot be '': it is a segment of the path"
+        packed_path = STYLES["paths"]["/items/{ids}/{obj}/{label}"]["get"]["parameters"][1]
+        packed_path["explode"] = False
+        host = small_host(tmp_path, api.base_url, STYLES)
+        call(host, "small__styles", {"ids": [3], "obj": {"a": 1, "b": 2}, "label": "z"})
+        assert api.seen[-1]["raw"] == "/items/3/a%2C1%2Cb%2C2/z"
+
+
+def test_credentials_of_every_form_are_scrubbed_and_a_missing_one_is_named(tmp_path: Path) -> None:
+    def echo(request: Any, petId: int) -> Any:
+        return _json({"message": f"{request.full_path} {request.headers.get('X-Key')}"}, 500)
+
+    with serve(document(), [("/pet/<int:petId>", ["GET"], echo)], prefix="/v2", validate=False) as api:
+        table = (f'base_url = "{api.base_url}"\napi_key = {{ name = "key", in = "query", value = "${{K}}" }}\n'
+                 'headers = { X-Key = "${H}" }')
+        host = host_of(tmp_path, table, env={"K": "a/b+c d", "H": "wxyz"})
+        text = text_of(call(host, "pets__getPetById", {"petId": 1}))
+        assert text == 'GET /pet/{petId} answered HTTP 500 INTERNAL SERVER ERROR: {"message":"/v2/pet/1?key=*** ***"}'
+        assert "a/b" not in text and "a%2Fb" not in text and "wxyz" not in text
+    for table, where in (('headers = { X-Key = "${NOPE}" }', "openapi.pets.headers.X-Key"),
+                         ('api_key = { name = "k", value = "${NOPE}" }', "openapi.pets.api_key.value")):
+        record = next(r for r in host_of(tmp_path, f'base_url = "http://127.0.0.1:9/v2"\n{table}').records
+                      if r.name == "pets")
+        assert record.error == f"{where} names ${{NOPE}}, which is not set"
+
+
+def test_a_redirect_to_the_base_url_s_own_query_is_followed(tmp_path: Path) -> None:
+    from werkzeug.utils import redirect
+
+    def first(request: Any) -> Any:
+        return redirect("/v2?page=2", 307) if "page" not in request.args else _json({"count": 2})
+
+    doc = dict(SMALL, paths={"": {"get": {"operationId": "root", "responses": {}}}})
+    with serve(doc, [("/v2", ["GET"], first)], validate=False) as api:
+        host = small_host(tmp_path, api.base_url + "/v2", doc)
+        assert call(host, "small__root", {})["content"] == [{"type": "text", "text": '{"count": 2}'}]
+        assert [s["raw"] for s in api.seen] == ["/v2", "/v2?page=2"]

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from secrets import token_hex
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote, quote_plus, urlencode, urlsplit
 
 from pydantic import BaseModel
 
@@ -493,7 +493,7 @@ class Credentials:
 
     def scrub(self, text: str) -> str:
         for value in (*self.headers.values(), *self.query.values()):
-            for form in {value, quote(value, safe=""), quote(value)}:
+            for form in {value, quote(value, safe=""), quote(value), quote_plus(value)}:  # as sent in a query too
                 if len(form) >= 4:
                     text = text.replace(form, "***")
         return text
