@@ -168,3 +168,70 @@ def test_a_kernel_that_cannot_confine_says_so_and_starts_nothing_unless_allowed(
     else:
         assert (record.state, record.error) == ("failed", f"cannot connect: {why}; it is not started (set [host] "
                                                           "allow_unconfined = true to run it unconfined)")
+
+
+def test_a_program_s_code_is_read_up_to_its_package_s_root(tmp_path: Path) -> None:
+    from toolcrib.confinement import code_root
+
+    outer = tmp_path / "app" / "node_modules"
+    script = outer / "@scope" / "server" / "node_modules" / "dep" / "dist" / "index.js"
+    script.parent.mkdir(parents=True)
+    script.write_text("")
+    assert code_root(script) == outer  # node resolves up the tree: the outermost node_modules
+    venv = tmp_path / "venv"
+    module = venv / "lib" / "python3.11" / "site-packages" / "server.py"
+    module.parent.mkdir(parents=True)
+    module.write_text("")
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    assert code_root(module) == venv
+    tool = tmp_path / "opt" / "tool" / "bin" / "tool"
+    tool.parent.mkdir(parents=True)
+    tool.write_text("")
+    assert code_root(tool) == tmp_path / "opt" / "tool"  # a program in bin/: its installation
+    assert code_root(tmp_path / "opt" / "tool" / "bin") == tmp_path / "opt" / "tool"
+    lone = tmp_path / "scripts" / "serve.py"
+    lone.parent.mkdir()
+    lone.write_text("")
+    assert code_root(lone) == tmp_path / "scripts"
+    assert code_root(tmp_path / "scripts") == tmp_path / "scripts"  # a folder is its own
+
+
+def test_a_confined_server_s_reach_is_its_system_its_code_and_what_the_config_adds(tmp_path: Path) -> None:
+    from toolcrib.confinement import SYSTEM, spec
+
+    (tmp_path / "srv").mkdir()
+    (tmp_path / "srv" / "main.js").write_text("")
+    (tmp_path / "data").mkdir()
+    text = """
+[mcps.x]
+command = "env"
+args = ["main.js", "--flag"]
+cwd = "srv"
+confine = true
+read = ["data"]
+write = ["out"]
+network = true
+memory_mb = 64
+cpu_seconds = 5
+open_files = 32
+processes = 7
+"""
+    loaded = config_from(text, tmp_path)
+    made = spec(loaded, loaded.config.mcps["x"], tmp_path / "tmp")
+    env_root = str(Path(shutil_which("env")).parent.parent)  # /usr/bin/env: its installation, /usr
+    assert made["read"][:len(SYSTEM)] == list(SYSTEM)
+    assert sorted(made["read"][len(SYSTEM):]) == sorted({env_root, str(tmp_path / "srv"), str(tmp_path / "data")})
+    assert made["write"] == [str(tmp_path / "tmp"), str(tmp_path / "out")]
+    assert made["network"] is True
+    assert made["limits"] == {"memory": 64 * 1024 * 1024, "cpu": 5, "files": 32, "processes": 7}
+    python = config_from(f'[mcps.p]\ncommand = "{sys.executable}"\nconfine = true\n', tmp_path)
+    made = spec(python, python.config.mcps["p"], tmp_path / "tmp")
+    assert str(Path(sys.base_prefix).resolve()) in made["read"]  # a venv's interpreter lives in its base
+
+
+def shutil_which(program: str) -> str:
+    import shutil
+
+    found = shutil.which(program)
+    assert found is not None
+    return os.path.realpath(found)
