@@ -344,12 +344,23 @@ def test_isolate_packs_third_party_isolates_every_installed_pack_but_toolcrib_s_
 
 
 @pytest.mark.parametrize("isolated", [False, True])
-def test_the_pack_kit_runs_a_pack_s_tests_in_process_and_isolated(toolcrib_pack: Any, probe_pack: None,
+def test_the_pack_kit_runs_a_pack_s_tests_in_process_and_isolated(tmp_path: Path, probe_pack: None,
                                                                    isolated: bool) -> None:
     import importlib
 
+    from toolcrib.testing import make_kit  # what the toolcrib_pack fixture makes (the plugin is off under mutmut)
+
     pack = "acme_probe" if isolated else importlib.import_module("acme_probe")  # isolated: imported only there
-    kit = toolcrib_pack(pack, namespace="probe", isolated=isolated)
+    (tmp_path / "workspace").mkdir()
+    kit = make_kit(pack, namespace="probe", isolated=isolated, workspace=tmp_path / "workspace")
+    request_close = kit.close
+    try:
+        check_kit(kit, isolated)
+    finally:
+        request_close()
+
+
+def check_kit(kit: Any, isolated: bool) -> None:
     assert kit.names == ["probe__attempt", "probe__where"]
     where = kit.call("where").text
     assert (where == f"pid {os.getpid()}") is (not isolated)
