@@ -5,6 +5,7 @@ Train Travel 3.1 YAML document from the same package on npm. Through the Python 
 from __future__ import annotations
 
 import base64
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -679,9 +680,9 @@ def test_every_style_of_argument_is_sent_as_the_document_says(tmp_path: Path) ->
                                             "it is a header"}], "isError": True}
         empty = call(host, "small__styles", {"ids": [1], "obj": {"a": 1}, "label": ""})
         assert empty["content"][0]["text"] == "argument 'label' cannot be '': it is a segment of the path"
-        packed_path = STYLES["paths"]["/items/{ids}/{obj}/{label}"]["get"]["parameters"][1]
-        packed_path["explode"] = False
-        host = small_host(tmp_path, api.base_url, STYLES)
+        packed = copy.deepcopy(STYLES)  # (the module's document stays as it is, for a test run again)
+        packed["paths"]["/items/{ids}/{obj}/{label}"]["get"]["parameters"][1]["explode"] = False
+        host = small_host(tmp_path, api.base_url, packed)
         call(host, "small__styles", {"ids": [3], "obj": {"a": 1, "b": 2}, "label": "z"})
         assert api.seen[-1]["raw"] == "/items/3/a%2C1%2Cb%2C2/z"
 
