@@ -71,6 +71,7 @@ _LIST_CHANGED = {"ToolListChangedNotification", "PromptListChangedNotification",
 
 
 MAX_PAGES = 100  # of one list from one server: a server that pages on forever is cut off there
+LISTEN_ACK_SECONDS = 5.0  # a connection waits this long for its listen stream's acknowledgment before it serves
 RESTART_DELAYS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)  # seconds before a dead server is started again, while it
 STEADY_SECONDS = 60.0  # keeps dying within this long of a start (one that served longer starts over at the first)
 
@@ -309,9 +310,8 @@ class UpstreamPool:
                     connection.tools = await _every(client.list_tools, "tools")
                     await _list_items(connection, client)
                     connection.client = client
-                    connection.ready.set()
                     connection.since = time.monotonic()
-                    await self._listen(connection, client)
+                    await self._listen(connection, client)  # sets ready once the server's changes will be heard
             except Exception as exc:  # a server that cannot start, answers garbage, or dies
                 await anyio.sleep(0.05)  # its last words on stderr are on their way
                 connection.error = _describe(exc, list(tail))
@@ -346,17 +346,31 @@ class UpstreamPool:
 
     async def _listen(self, connection: _Connection, client: Any) -> None:
         """Wait for the server's word that its lists changed: a ``subscriptions/listen`` stream on 2026-07-28 (on
-        older sessions the notifications arrive by themselves)."""
-        from mcp.client.subscriptions import ListenNotSupportedError
+        older sessions the notifications arrive by themselves). The connection is ready once the stream is
+        acknowledged, so that no change the server makes right after it is first listed goes unheard."""
+        from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
         from mcp.shared.exceptions import MCPError
 
+        async def ready_soon() -> None:  # a server that never acknowledges is ready all the same, a little later
+            with anyio.move_on_after(LISTEN_ACK_SECONDS):
+                await acknowledged.wait()
+            connection.ready.set()
+
+        acknowledged = anyio.Event()
+        self._tg.start_soon(ready_soon)
         try:
             async with client.listen(tools_list_changed=True, prompts_list_changed=True,
                                      resources_list_changed=True) as events:
+                acknowledged.set()
                 async for _ in events:
                     self._stale(connection)
-        except (ListenNotSupportedError, MCPError):
+        except SubscriptionLost:
+            if acknowledged.is_set():
+                raise  # it was listening, and the stream ended: the connection went
+        except (ListenNotSupportedError, MCPError, TimeoutError):
             pass
+        finally:
+            acknowledged.set()
         await anyio.sleep_forever()
 
     async def aclose(self) -> None:
