@@ -60,12 +60,8 @@ EVERYTHING_CALLS = {
 }
 
 
-ASKING = ["everything__trigger_elicitation_request", "everything__trigger_sampling_request",
-          "everything__trigger_url_elicitation"]
-
-
-def test_every_tool_of_server_everything_is_served_and_callable(node_servers: None, tmp_path: Path) -> None:
-    text = f"""
+# server-everything as an upstream server, and an agent that may use all of it
+EVERYTHING_CONFIG = f"""
 [mcps.everything]
 command = {json.dumps(str(NODE))}
 args = [{json.dumps(str(EVERYTHING))}]
@@ -76,6 +72,13 @@ tools = {{ allow = ["*"] }}
 resources = {{ allow = ["*"] }}
 prompts = {{ allow = ["*"] }}
 """
+
+ASKING = ["everything__trigger_elicitation_request", "everything__trigger_sampling_request",
+          "everything__trigger_url_elicitation"]
+
+
+def test_every_tool_of_server_everything_is_served_and_callable(node_servers: None, tmp_path: Path) -> None:
+    text = EVERYTHING_CONFIG
 
     async def main() -> None:
         host, pool = await _host(text, tmp_path)
@@ -209,15 +212,7 @@ def test_a_real_server_s_questions_and_sampling_reach_the_agent_s_client(node_se
     from toolcrib.mcp.adapter import build_server
     from toolcrib.mcp.state import ServingState
 
-    text = f"""
-[mcps.everything]
-command = {json.dumps(str(NODE))}
-args = [{json.dumps(str(EVERYTHING))}]
-
-[agents.a.permissions]
-mcps = {{ allow = ["everything"] }}
-tools = {{ allow = ["*"] }}
-"""
+    text = EVERYTHING_CONFIG
     asked: list[Any] = []
 
     async def on_elicit(context: Any, params: Any) -> Any:
