@@ -246,10 +246,10 @@ def test_an_isolated_pack_s_progress_and_questions_reach_the_agent_s_client(
     result = anyio.run(main)
     assert (result.is_error, result.content[0].text) == (False, "accept: {'sure': True}")
     assert [m for m, _ in seen["asked"]] == ["Really deploy?"]  # once: an answer is not asked for again
-    # the pack's handler runs again once its question is answered (the 2026-07-28 round trip between host and
-    # pack makes the call again; on 2026-07-28 between the agent's client and the host, once more), and says how
-    # far it is each time
-    assert seen["progress"] == [(1.0, 2.0, "halfway")] * (2 if mode == "legacy" else 3)
+    # the question crosses the lane in the middle of the call: on 2025-11-25 the handler goes on with the answer;
+    # on 2026-07-28 the agent's client answers between rounds, so the handler runs again (as it would in process),
+    # and says how far it is each time
+    assert seen["progress"] == [(1.0, 2.0, "halfway")] * (1 if mode == "legacy" else 2)
 
 
 DYING = '''
@@ -303,7 +303,7 @@ def test_an_isolated_pack_that_dies_is_started_again_and_serves(tmp_path: Path,
     seen = anyio.run(main)
     first, again = int(seen["first"].split()[-1]), int(seen["again"].split()[-1])
     assert first != again and first != os.getpid()  # a new process
-    assert seen["died"][0] is True and seen["died"][1].startswith("isolated pack 'probe' refused the call: ")
+    assert seen["died"] == (True, "isolated pack 'probe' failed during the call: its process ended")
 
 
 def test_readyz_names_a_failed_isolated_pack_and_stays_ready(tmp_path: Path, dist_path: Callable[..., Path]) -> None:
@@ -367,3 +367,121 @@ def check_kit(kit: Any, isolated: bool) -> None:
     assert kit.call("attempt", what="write", target=str(kit.workspace / "a.txt")).text == "wrote it"
     assert kit.problems() == []
     assert ("acme_probe" in sys.modules) is (not isolated)
+
+
+LANE = '''
+import os
+import anyio
+import toolcrib
+
+@toolcrib.tool
+async def chat(ctx: toolcrib.Context, n: int) -> str:
+    """Log a line, wait for the other call, and answer."""
+    await ctx.info(f"working on {n}")
+    return f"done {n}"
+
+@toolcrib.tool
+async def wait(ctx: toolcrib.Context) -> str:
+    """Wait until stopped; say so in the workspace."""
+    try:
+        await anyio.sleep(3600)
+    finally:
+        (ctx.workspace / "stopped").write_text("cancelled")
+    return "never"
+
+@toolcrib.tool
+def forge(what: str) -> str:
+    """Write to the host's end of the calls lane behind the pipeline's back."""
+    for fd in range(3, 256):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").endswith("answers"):
+                os.write(fd, what.encode() + b"\\n")
+                return "forged"
+        except OSError:
+            continue
+    return "no lane"
+
+@toolcrib.tool
+async def flood(ctx: toolcrib.Context) -> str:
+    """Report progress far faster than anyone reads it, then answer."""
+    for step in range(3000):
+        await ctx.report_progress(step, 3000)
+    return "after the flood"
+
+@toolcrib.hookimpl
+def toolcrib_tools():
+    return [chat, wait, forge, flood]
+'''
+
+
+def test_an_isolated_pack_s_calls_take_its_lane_with_their_log_messages_side_by_side(
+        tmp_path: Path, dist_path: Callable[..., Path]) -> None:
+    from mcp import Client
+
+    from toolcrib.mcp.adapter import build_server
+    from toolcrib.mcp.state import ServingState
+
+    dist_path("acme-probe", "1.0", {"probe": "acme_probe"}, {"acme_probe": LANE})
+    (tmp_path / "ws").mkdir()
+    loaded = config_from(config(), tmp_path)
+    logged: list[tuple[str, Any]] = []
+
+    async def on_log(params: Any) -> None:
+        logged.append((params.level, params.data))
+
+    async def main() -> list[str]:
+        async with upstream_pool() as pool:
+            host = Host(loaded, sources=await pool.sync(loaded), autoload=False, env={})
+            async with Client(build_server(ServingState(host), "a"), mode="legacy", cache=None,
+                              logging_callback=on_log) as client:
+                answers: dict[int, str] = {}
+
+                async def one(n: int) -> None:
+                    answers[n] = (await client.call_tool("probe__chat", {"n": n})).content[0].text
+
+                async with anyio.create_task_group() as tg:
+                    for n in range(5):
+                        tg.start_soon(one, n)
+                return [answers[n] for n in range(5)]
+
+    assert anyio.run(main) == [f"done {n}" for n in range(5)]
+    # a log message crosses only the lane (the MCP session between host and child does not carry it)
+    assert sorted(logged) == sorted(("info", f"working on {n}") for n in range(5))
+
+
+def test_a_cancelled_call_stops_in_the_isolated_pack_s_process(tmp_path: Path,
+                                                                dist_path: Callable[..., Path]) -> None:
+    from test_cluster import until
+
+    dist_path("acme-probe", "1.0", {"probe": "acme_probe"}, {"acme_probe": LANE})
+    (tmp_path / "ws").mkdir()
+    loaded = config_from(config(), tmp_path)
+
+    async def main() -> tuple[str, str]:
+        async with upstream_pool() as pool:
+            host = Host(loaded, sources=await pool.sync(loaded), autoload=False, env={})
+            with anyio.move_on_after(0.5):  # the agent's client gives up (any moment will do)
+                await host.call("a", "probe__wait", {})
+
+            async def stopped() -> bool:
+                return (tmp_path / "ws" / "stopped").exists()
+
+            await until(stopped, "the handler in the child is cancelled")
+            after = await host.call("a", "probe__chat", {"n": 7})
+            return (tmp_path / "ws" / "stopped").read_text(), after.content[0]["text"]
+
+    assert anyio.run(main) == ("cancelled", "done 7")
+
+
+def test_a_line_on_the_lane_that_is_not_the_lane_s_ends_it_and_calls_go_on_over_mcp(
+        tmp_path: Path, dist_path: Callable[..., Path], caplog: pytest.LogCaptureFixture) -> None:
+    dist_path("acme-probe", "1.0", {"probe": "acme_probe"}, {"acme_probe": LANE})
+    seen = served(tmp_path, [("probe__forge", {"what": '{"result": 999, "content": []}'}),  # no such call: ignored
+                             ("probe__flood", {}),  # progress may be dropped when it comes too fast; answers never
+                             ("probe__chat", {"n": 1}),
+                             ("probe__forge", {"what": "garbage"}),
+                             ("probe__chat", {"n": 2})])
+    assert seen["said"][:3] == ["forged", "after the flood", "done 1"]
+    # the call in flight when the lane ended fails, saying why; the next takes the MCP session
+    assert seen["said"][3:] == ["isolated pack 'probe' failed during the call: a line that is not JSON", "done 2"]
+    assert "isolated pack 'probe': its calls lane ended: a line that is not JSON" in caplog.messages

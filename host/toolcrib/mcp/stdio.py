@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from toolcrib.isolation import ISOLATED_ENV
 from toolcrib.mcp.adapter import build_server
+from toolcrib.mcp.lane import LANE_ENV, serve_lane
 from toolcrib.mcp.state import ServingState
 
 log = logging.getLogger("toolcrib.serve")
@@ -70,6 +71,9 @@ async def serve_stdio(state: ServingState, agent: str, watch: Path | None = None
             anyio.create_task_group() as tg:
         if watch is not None:
             tg.start_soon(state.watch, watch)
+        lane = os.environ.pop(LANE_ENV, None) if isolated else None
+        if lane:  # the pack's tool calls come on a lane of their own (toolcrib.mcp.lane)
+            tg.start_soon(serve_lane, lambda: state.view(agent), lane)
         await server.run(read_stream, write_stream, options)
         tg.cancel_scope.cancel()
 

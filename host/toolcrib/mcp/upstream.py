@@ -11,6 +11,7 @@ unaffected. ``UpstreamPool.sync`` keeps connections whose config did not change 
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
 import logging
@@ -34,6 +35,7 @@ from toolcrib.content import ToolResult
 from toolcrib.declarations import Prompt, Resource, template_variables
 from toolcrib.entries import Entry
 from toolcrib.errors import InvalidArgumentsError, Suspend, ToolError
+from toolcrib.mcp.lane import Lane, LaneClosed, opened
 from toolcrib.names import clean, clean_schema, full_name, serving_names
 from toolcrib.plugins import PluginRecord
 from toolcrib.runner import Call
@@ -65,6 +67,7 @@ class _Connection:
     stale: bool = False  # the server said its lists changed: list them again at the next sync
     pack: bool = False  # an isolated pack (toolcrib.isolation): its entries are the pack's, under "plugins"
     since: float = 0.0  # time.monotonic() when it was ready
+    lane: Lane | None = None  # an isolated pack's calls lane
 
 
 _LIST_CHANGED = {"ToolListChangedNotification", "PromptListChangedNotification", "ResourceListChangedNotification"}
@@ -291,27 +294,20 @@ class UpstreamPool:
         return ToolResult(content=tuple(blocks))
 
     async def _run(self, connection: _Connection, loaded: LoadedConfig, read_timeout: float) -> None:
-        from mcp import Client
-
         tail: deque[str] = deque(maxlen=STDERR_LINES)
         target: Any = None
         with connection.scope:
             try:
-                target = _target(loaded, connection.config)
+                async with contextlib.AsyncExitStack() as stack:
+                    config = connection.config
+                    if connection.pack:  # its calls take a lane of their own (toolcrib.mcp.lane)
+                        lane, lane_env, folder = await stack.enter_async_context(opened(connection.namespace, self._tg))
+                        config = config.model_copy(update={"env": {**config.env, **lane_env},
+                                                           "write": [*config.write, folder]})
+                        connection.lane = lane
+                    target = _target(loaded, config)
+                    await self._session(connection, target, tail, read_timeout)
 
-                async def on_message(message: Any) -> None:
-                    if type(message).__name__ in _LIST_CHANGED:  # handshake-era notifications
-                        self._stale(connection)
-
-                async with _transport(target, tail) as transport, Client(
-                        transport, mode="auto", cache=None, read_timeout_seconds=read_timeout,
-                        message_handler=on_message, elicitation_callback=_elicit,
-                        sampling_callback=_sample) as client:
-                    connection.tools = await _every(client.list_tools, "tools")
-                    await _list_items(connection, client)
-                    connection.client = client
-                    connection.since = time.monotonic()
-                    await self._listen(connection, client)  # sets ready once the server's changes will be heard
             except Exception as exc:  # a server that cannot start, answers garbage, or dies
                 await anyio.sleep(0.05)  # its last words on stderr are on their way
                 connection.error = _describe(exc, list(tail))
@@ -324,6 +320,24 @@ class UpstreamPool:
                 temporary = (getattr(target, "env", None) or {}).get("TMPDIR") if connection.config.confine else None
                 if temporary:  # a confined server's own temporary folder goes with it
                     shutil.rmtree(temporary, ignore_errors=True)
+
+    async def _session(self, connection: _Connection, target: Any, tail: deque[str], read_timeout: float) -> None:
+        """Connect to the server, list what it offers, and serve it until the session ends."""
+        from mcp import Client
+
+        async def on_message(message: Any) -> None:
+            if type(message).__name__ in _LIST_CHANGED:  # handshake-era notifications
+                self._stale(connection)
+
+        async with _transport(target, tail) as transport, Client(
+                transport, mode="auto", cache=None, read_timeout_seconds=read_timeout,
+                message_handler=on_message, elicitation_callback=_elicit,
+                sampling_callback=_sample) as client:
+            connection.tools = await _every(client.list_tools, "tools")
+            await _list_items(connection, client)
+            connection.client = client
+            connection.since = time.monotonic()
+            await self._listen(connection, client)  # sets ready once the server's changes will be heard
 
     async def _revive(self, connection: _Connection) -> None:
         """A server (or an isolated pack) that died while serving is started again, after a back-off that doubles
@@ -465,7 +479,7 @@ def _entry(connection: _Connection, tool: Any, served: str, problems: list[str])
     title = getattr(tool, "title", None)
     namespace = connection.namespace
     runner = UpstreamRunner(connection.client, name, namespace, "isolated pack" if connection.pack else
-                            "upstream server")
+                            "upstream server", connection.lane)
     spec = Tool(
         name=served,
         description=description,
@@ -566,6 +580,7 @@ class UpstreamRunner:
     name: str  # the tool's name on the server
     namespace: str
     what: str = "upstream server"  # or "isolated pack", in its messages
+    lane: Lane | None = None  # an isolated pack's calls take its lane while it is open
     is_async = True
 
     def start(self, model: BaseModel, call: Call) -> Any:
@@ -573,6 +588,10 @@ class UpstreamRunner:
 
     async def _call(self, arguments: dict[str, Any], call: Call | None = None) -> ToolResult:
         from mcp.shared.exceptions import MCPError
+
+        if self.lane is not None and self.lane.closed is None:
+            with contextlib.suppress(LaneClosed):
+                return await self.lane.call(self.name, arguments, call)
 
         channel = call.channel if call is not None else None
 
