@@ -1,6 +1,6 @@
 """An upstream MCP server on stdio that tries to reach what it should not: one tool, ``try``, that attempts one
-thing (``what``: read, write, environ, connect, udp, allocate, spawn) and says what happened, exactly. For the
-confinement tests: the same server confined and not."""
+thing (``what``: read, write, environ, connect, udp, unix, allocate, spawn, fork) and says what happened, exactly.
+For the confinement tests: the same server confined and not."""
 
 from __future__ import annotations
 
@@ -34,6 +34,10 @@ def attempt(what: str, target: str) -> str:
             host, port = target.rsplit(":", 1)
             with socket.create_connection((host, int(port)), timeout=5):
                 return "connected"
+        if what == "unix":  # a listening Unix socket's path (a container runtime's, say)
+            with socket.socket(socket.AF_UNIX) as unix:
+                unix.connect(target)
+                return "connected"
         if what == "udp":
             socket.socket(socket.AF_INET, socket.SOCK_DGRAM).close()
             return "made a UDP socket"
@@ -43,11 +47,32 @@ def attempt(what: str, target: str) -> str:
             done = subprocess.run([sys.executable, "-c", "print('child ran')"], capture_output=True, text=True,
                                   timeout=30)
             return done.stdout.strip() or done.stderr.strip()[-200:]
+        if what == "fork":  # a fork bomb: children that leave the process group, and sleep
+            return fork_bomb()
         if what == "tmpdir":
             return os.environ.get("TMPDIR", "")
     except (OSError, MemoryError) as exc:
         return f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}"
     return f"unknown: {what}"
+
+
+def fork_bomb() -> str:
+    """Fork until refused (at most 1000); the children leave the server's process group and sleep. Says how many
+    were made, their pids, and what stopped it."""
+    import time
+
+    made: list[str] = []
+    try:
+        while len(made) < 1000:
+            pid = os.fork()
+            if pid == 0:
+                os.setsid()
+                time.sleep(3600)
+                os._exit(0)
+            made.append(str(pid))
+    except OSError as exc:
+        return f"forked {len(made)} ({' '.join(made)}), then {type(exc).__name__}: {exc.strerror}"
+    return f"forked {len(made)} ({' '.join(made)})"
 
 
 async def list_tools(ctx, params):  # type: ignore[no-untyped-def]

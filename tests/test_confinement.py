@@ -15,6 +15,7 @@ import pytest
 
 from conftest import config_from
 from toolcrib import sandbox
+from toolcrib.confinement import pids_root
 from toolcrib.host import Host
 from toolcrib.mcp.upstream import upstream_pool
 
@@ -71,21 +72,27 @@ def test_a_confined_server_cannot_read_the_config_or_the_host_s_environment_nor_
         tmp_path: Path, listener: str) -> None:
     (tmp_path / "audit.log").write_text("the audit log\n")
     outside = tmp_path / "elsewhere.txt"
+    unix = socket.socket(socket.AF_UNIX)  # a local service's socket, outside what the server may read
+    unix.bind(str(tmp_path / "service.sock"))
+    unix.listen()
     tries = [("read", str(tmp_path / "toolcrib.toml")), ("read", str(tmp_path / "audit.log")),
              ("environ", str(os.getpid())), ("connect", listener), ("udp", ""), ("write", str(outside)),
-             ("allocate", "2048"), ("spawn", ""), ("read", "/etc/hostname")]
+             ("allocate", "2048"), ("spawn", ""), ("read", "/etc/hostname"), ("unix", str(tmp_path / "service.sock"))]
     free = attempts(tmp_path, False, tries)  # the same server, unconfined, reaches all of it
     assert free[:6] == [f"read {len(config(False))} characters", "read 14 characters",
                         free[2], "connected", "made a UDP socket", "wrote it"]
     assert free[2].startswith("read ") and free[6] == "allocated 2048 MiB" and free[7] == "child ran"
+    assert free[9] == "connected"
     outside.unlink()
     boxed = attempts(tmp_path, True, tries)
+    unix.close()
     assert boxed[:7] == ["PermissionError: Permission denied", "PermissionError: Permission denied",
                          "PermissionError: Permission denied", "PermissionError: Permission denied",
                          "PermissionError: Permission denied", "PermissionError: Permission denied",
                          "MemoryError: "]  # 2 GiB past its 1 GiB of address space
     assert boxed[7] == "child ran"  # what it runs is confined as it is (and may read its own code)
     assert boxed[8].startswith("read ")  # the system's files stay readable
+    assert boxed[9] == "PermissionError: Permission denied"  # Landlock does not govern it; the filter does
     assert not outside.exists()
 
 
@@ -235,3 +242,31 @@ def shutil_which(program: str) -> str:
     found = shutil.which(program)
     assert found is not None
     return os.path.realpath(found)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for init to reap it does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def forked(said: str) -> tuple[int, list[int], str]:
+    """How many a fork bomb made, their pids, and what stopped it."""
+    head, _, why = said.partition("), then ")
+    count, _, pids = head.partition(" (")
+    return int(count.removeprefix("forked ")), [int(p) for p in pids.split()], why
+
+
+@pytest.mark.skipif(pids_root() is None, reason="counts processes per user (RLIMIT_NPROC) where no pids cgroup can be "
+                    "made, and root is not held to that")
+def test_a_confined_server_s_fork_bomb_is_stopped_at_its_processes_and_its_children_end_with_it(
+        tmp_path: Path) -> None:
+    said = attempts(tmp_path, True, [("fork", "")], extra="processes = 8")
+    count, pids, why = forked(said[0])
+    # 8 tasks in all, the server's own threads among them: the fork that would make the ninth is refused
+    assert (why, 0 < count < 8, len(pids)) == ("BlockingIOError: Resource temporarily unavailable", True, count)
+    assert [pid for pid in pids if _alive(pid)] == []  # they left its process group; its cgroup ended them
+    assert [p.name for p in pids_root().glob("toolcrib-*")] == []  # type: ignore[union-attr]

@@ -16,7 +16,9 @@ import pytest
 
 from conftest import config_from
 from toolcrib import sandbox
+from toolcrib.confinement import pids_root
 from toolcrib.host import Host
+from toolcrib.isolation import PROCESSES
 from toolcrib.mcp.upstream import upstream_pool
 
 pytestmark = pytest.mark.skipif(sandbox.landlock_abi() < 4, reason="needs Landlock ABI 4 (Linux 6.7)")
@@ -55,6 +57,9 @@ def attempt(what: str, target: str = "") -> str:
         if what == "print":
             print("junk on stdout")
             return "printed"
+        if what == "fork":
+            import probing_server
+            return probing_server.fork_bomb()
     except (OSError, MemoryError) as exc:
         return f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}"
     return "unknown"
@@ -160,6 +165,19 @@ def test_an_isolated_pack_cannot_reach_what_governs_the_host(tmp_path: Path, pro
     assert seen["said"][7].startswith("pid ")  # and it still serves
     assert not (tmp_path / "outside.txt").exists()
     assert (tmp_path / "ws" / "inside.txt").read_text() == "from the pack"
+
+
+@pytest.mark.skipif(pids_root() is None, reason="no pids cgroup can be made here: an isolated pack's processes are "
+                    "not counted")
+def test_an_isolated_pack_s_fork_bomb_is_stopped_and_its_children_end_with_its_process(
+        tmp_path: Path, probe_pack: None) -> None:
+    from test_confinement import _alive, forked
+
+    count, pids, why = forked(served(tmp_path, [("probe__attempt", {"what": "fork"})])["said"][0])
+    assert (why, 0 < count < PROCESSES, len(pids)) == ("BlockingIOError: Resource temporarily unavailable", True,
+                                                       count)
+    assert [pid for pid in pids if _alive(pid)] == []
+    assert [p.name for p in pids_root().glob("toolcrib-*")] == []  # type: ignore[union-attr]
 
 
 def test_network_true_lets_an_isolated_pack_connect(tmp_path: Path, probe_pack: None) -> None:

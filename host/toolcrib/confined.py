@@ -11,8 +11,10 @@ holds for every process the program starts, and cannot be lifted from inside:
 - **processes** (Landlock's scopes, ABI 6): no signals to processes outside, no abstract Unix sockets outside; and
   Landlock keeps a confined process from reading another's memory or environment (``/proc/<pid>/environ``);
 - **network**, unless ``network`` (Landlock ABI 4 refuses TCP connect and bind, and a seccomp filter refuses to
-  make any socket but a Unix one, UDP included, and io_uring, which could get around it);
-- **resources** (``setrlimit``): address space, CPU seconds, open files, processes.
+  make any socket, UDP and Unix ones included, and io_uring, which could get around it; anonymous socket pairs
+  stay);
+- **resources** (``setrlimit``): address space, CPU seconds, open files, processes; processes in a pids cgroup of
+  the program's own where the host can make one (``group``), so that they are counted for root too.
 
 Only the standard library: it runs before the program, with nothing of the host's imported. A spec that cannot be
 applied is fatal (exit 126, saying why on stderr): a program is never run less confined than asked.
@@ -113,7 +115,10 @@ def landlock(libc: Any, read: Sequence[str], write: Sequence[str], network: bool
 
 
 def no_sockets(libc: Any) -> None:
-    """A seccomp filter: ``socket()`` of any family but AF_UNIX fails with EACCES, ``io_uring_setup`` with EPERM."""
+    """A seccomp filter: ``socket()`` fails with EACCES, whatever the family (a Unix socket too: one could connect to
+    any listening socket's path, a container runtime's among them, which Landlock does not govern), and
+    ``io_uring_setup`` with EPERM. ``socketpair()`` stays: an anonymous pair reaches nothing (event loops wake
+    themselves with one)."""
     known = _SYSCALLS.get(platform.machine())
     if known is None:
         raise OSError(f"no seccomp filter is written for {platform.machine()}")
@@ -124,7 +129,7 @@ def no_sockets(libc: Any) -> None:
         (load, 0, 0, 4), (jump_eq, 1, 0, arch), (ret, 0, 0, allow),  # another architecture's calls: as they are
         (load, 0, 0, 0),
         (jump_eq, 0, 1, uring_nr), (ret, 0, 0, errno | 1),
-        (jump_eq, 0, 3, socket_nr), (load, 0, 0, 16), (jump_eq, 1, 0, 1), (ret, 0, 0, errno | 13),
+        (jump_eq, 0, 1, socket_nr), (ret, 0, 0, errno | 13),
         (ret, 0, 0, allow),
     ]
     filters = (_Filter * len(program))(*(_Filter(c, t, f, k) for c, t, f, k in program))
@@ -135,9 +140,23 @@ def no_sockets(libc: Any) -> None:
         raise _fail("prctl(PR_SET_SECCOMP)")
 
 
+def join_group(group: str, processes: int) -> None:
+    """Make ``group`` (a pids cgroup), let it hold ``processes`` tasks (threads count), and move into it: every
+    process the program starts is counted there, whoever its user is (``RLIMIT_NPROC`` counts per user, and not
+    for root)."""
+    os.mkdir(group, 0o755)
+    with open(os.path.join(group, "pids.max"), "w") as f:
+        f.write(str(processes))
+    with open(os.path.join(group, "cgroup.procs"), "w") as f:
+        f.write(str(os.getpid()))
+
+
 def apply(spec: dict[str, Any]) -> None:
+    limits = dict(spec.get("limits", {}))
+    if spec.get("group") and limits.get("processes") is not None:
+        join_group(spec["group"], int(limits.pop("processes")))
     for name, which in LIMITS.items():
-        value = spec.get("limits", {}).get(name)
+        value = limits.get(name)
         if value is not None:
             resource.setrlimit(which, (int(value), int(value)))
     libc = _libc()

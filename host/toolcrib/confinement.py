@@ -11,7 +11,9 @@ pack refuses to run programs that could reach one.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import shutil
 import sys
@@ -24,6 +26,7 @@ from toolcrib.config import LoadedConfig, McpConfig
 SYSTEM = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/proc/self", "/proc/cpuinfo",
           "/proc/meminfo", "/proc/stat", "/sys/fs/cgroup", "/sys/devices/system/cpu")
 LAUNCHER = Path(__file__).with_name("confined.py")
+log = logging.getLogger("toolcrib.confinement")
 
 
 class ConfinementError(ValueError):
@@ -74,7 +77,69 @@ def spec(loaded: LoadedConfig, config: McpConfig, temporary: Path) -> dict[str, 
                         "what governs the host out of its servers' reach; move it, or narrow read and write")
     limits = {"memory": config.memory_mb * 1024 * 1024 if config.memory_mb else None,
               "cpu": config.cpu_seconds, "files": config.open_files, "processes": config.processes}
-    return {"read": read, "write": write, "network": config.network, "limits": limits}
+    made: dict[str, object] = {"read": read, "write": write, "network": config.network, "limits": limits}
+    group = group_of(temporary) if config.processes else None
+    if group is not None:  # processes are counted in a group of the program's own, not per user
+        made["group"] = str(group)
+    return made
+
+
+PIDS_V1 = Path("/sys/fs/cgroup/pids")  # cgroup v1's pids hierarchy
+
+
+def pids_root() -> Path | None:
+    """Where this host can make a process-count group (the pids controller) for a confined program: beneath its own
+    group of cgroup v1's pids hierarchy, or of cgroup v2 where the pids controller is delegated to its children;
+    None where it cannot (then ``processes`` is the per-user ``RLIMIT_NPROC``, which root is not held to)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        number, controllers, path = line.split(":", 2)
+        if number == "0":
+            for mount in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
+                own = mount / path.lstrip("/")
+                try:
+                    delegated = "pids" in (own / "cgroup.subtree_control").read_text().split()
+                except OSError:
+                    continue
+                if delegated and os.access(own, os.W_OK):
+                    return own
+        elif "pids" in controllers.split(","):
+            own = PIDS_V1 / path.lstrip("/")
+            if own.is_dir() and os.access(own, os.W_OK):
+                return own
+    return None
+
+
+def group_of(temporary: Path) -> Path | None:
+    """The process-count group of the confined program whose temporary folder is ``temporary``, if one can be made
+    here (the launcher makes it, and the host ends it: ``end_group``)."""
+    root = pids_root()
+    return root / f"toolcrib-{temporary.name}" if root is not None else None
+
+
+async def end_group(temporary: Path) -> None:
+    """Kill what is left in a confined program's process-count group (a child that left its process group among
+    it), and remove the group."""
+    import signal
+
+    import anyio
+
+    group = group_of(temporary)
+    if group is None or not group.is_dir():
+        return
+    for _ in range(100):  # while the last ones die
+        try:
+            for pid in (group / "cgroup.procs").read_text().split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+            group.rmdir()
+            return
+        except OSError:
+            await anyio.sleep(0.02)
+    log.warning("the process group %s of a confined program could not be removed", group)
 
 
 def _within(path: str, root: str) -> bool:
@@ -112,4 +177,4 @@ def launcher(loaded: LoadedConfig, config: McpConfig, env: Mapping[str, str]) ->
             {**env, "TMPDIR": str(temporary)})
 
 
-__all__ = ["SYSTEM", "ConfinementError", "code_root", "launcher", "spec"]
+__all__ = ["SYSTEM", "ConfinementError", "code_root", "end_group", "group_of", "launcher", "pids_root", "spec"]

@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -318,7 +319,11 @@ class UpstreamPool:
                 connection.ready.set()
             finally:
                 temporary = (getattr(target, "env", None) or {}).get("TMPDIR") if connection.config.confine else None
-                if temporary:  # a confined server's own temporary folder goes with it
+                if temporary:  # a confined server's own temporary folder and process group go with it
+                    from toolcrib.confinement import end_group
+
+                    with anyio.CancelScope(shield=True):
+                        await end_group(Path(temporary))
                     shutil.rmtree(temporary, ignore_errors=True)
 
     async def _session(self, connection: _Connection, target: Any, tail: deque[str], read_timeout: float) -> None:
