@@ -32,6 +32,7 @@ CHILD_AGENT = "pack"  # the one agent a child serves
 # tasks (processes and threads) an isolated pack's process may have at once, where they can be counted in a group
 # of its own (``toolcrib.confinement.pids_root``); the per-user limit is not used, as it counts the user's others
 PROCESSES = 256
+START_SECONDS = 30.0  # for its process to start, import the pack and list it (one that hangs fails alone)
 ISOLATED_ENV = "TOOLCRIB_ISOLATED_PACK"  # set for a child: the pack it serves (one that failed ends the child)
 _WRITTEN: dict[tuple[str, str], Path] = {}  # (namespace, child config) -> the folder its file is in
 # namespace -> "module" or "module:attr": a pack given by module rather than by entry point (the pack kit's,
@@ -90,7 +91,7 @@ def server_config(loaded: LoadedConfig, namespace: str) -> McpConfig:
     return McpConfig(command=sys.executable, args=["-m", "toolcrib", "serve", "--agent", CHILD_AGENT, "--config",
                                                    str(path), "--no-reload", "--log-level", "warning"],
                      env=env, trusted=True, confine=True, network=pack.network,
-                     processes=PROCESSES if pids_root() is not None else None,
+                     processes=PROCESSES if pids_root() is not None else None, timeout=START_SECONDS,
                      read=[str(folder), sys.prefix, sys.base_prefix, *paths], write=[str(loaded.workspace)])
 
 
