@@ -420,18 +420,24 @@ def new(namespace: str | None, directory: Path | None, as_json: bool, name: str)
               help="mcp: tools/list objects; openai: function tools for Chat Completions; openai-responses: for the "
               "Responses API (with its tool search, by namespace, when the agent searches); anthropic: tool "
               "definitions; mcp-all: tools, resources, resource templates and prompts, as MCP lists them.")
+@click.option("--strict", is_flag=True, help="openai, openai-responses: strict function tools (OpenAI's strict mode) "
+              "where a tool's schema can be; each tool that cannot is named on stderr, with the argument and why.")
 @_guard
-def schema(agent: str | None, fmt: str) -> None:
+def schema(agent: str | None, fmt: str, strict: bool) -> None:
     """Export the tools an agent sees, as JSON for a framework that does not speak MCP (or, with mcp-all, all it is
     served).
 
     \b
-    Example: toolcrib schema --agent reader --format openai
+    Example: toolcrib schema --agent reader --format openai --strict
     """
     agent = _pick_agent(agent)
+    if strict and fmt not in ("openai", "openai-responses"):
+        raise click.UsageError("--strict is OpenAI's: use it with --format openai or openai-responses")
     with _session(agent) as (host, _):
         view = host.view(agent)
-        _echo_json(view.surface() if fmt == "mcp-all" else view.export(fmt))
+        _echo_json(view.surface() if fmt == "mcp-all" else view.export(fmt, strict=strict))
+        for name, why in (view.not_strict() if strict else {}).items():
+            click.echo(f"toolcrib: {name} is not strict: {why}", err=True)
 
 
 @main.command()

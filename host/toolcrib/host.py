@@ -305,6 +305,7 @@ class Host:
                 found.append(Problem("error", f"{entry.supplier} {entry.source!r}", f"{entry.name}: {exc}"))
                 continue
             found += _hidden_text(entry)
+            found += _recursive_schemas(entry)
         for agent, rules in sorted(self.rules.items()):
             found += self._rule_warnings(agent, rules)
         found += self._governing_warnings()
@@ -480,6 +481,22 @@ class Host:
 
 _NOUN = {"plugins": "pack", "mcps": "upstream server", "tools": "tool", "skills": "skill", "subagents": "agent",
          "resources": "resource (by name or URI)", "prompts": "prompt"}
+
+
+def _recursive_schemas(entry: Entry) -> list[Problem]:
+    """A warning for a tool whose schema holds a recursive model: it is served with the ``$ref`` that cannot be
+    inlined, which some agent frameworks do not follow (``toolcrib.schemas``)."""
+    from toolcrib.schemas import recursive
+
+    tool = entry.tool
+    found = []
+    for which, schema in (("input", tool.input_schema), ("output", tool.output_schema)):
+        names = recursive(schema) if schema is not None else []
+        if names:
+            found.append(Problem("warning", f"{entry.supplier} {entry.source!r}", (
+                f"{entry.name}: its {which} schema holds a recursive model ({', '.join(names)}), served with $ref "
+                "and $defs: some agent frameworks do not follow them (openai-agents' strict mode, llama-index)")))
+    return found
 
 
 def _hidden_text(entry: Entry) -> list[Problem]:

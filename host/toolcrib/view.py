@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
-from toolcrib import patterns, uris
+from toolcrib import patterns, schemas, uris
 from toolcrib.content import ToolResult
 from toolcrib.context import SEARCHING, Approver, AvailabilityContext, ClientChannel
 from toolcrib.declarations import Completions
@@ -34,6 +34,7 @@ from toolcrib.permissions import (
     uri_check,
 )
 from toolcrib.reach import REACH
+from toolcrib.schemas import self_contained
 from toolcrib.search import ToolIndex
 from toolcrib.tool import Tool
 
@@ -116,7 +117,7 @@ class ViewTool:
             wire["title"] = clean(tool.title)
         wire["description"] = self.description
         try:
-            wire["inputSchema"] = clean_schema(tool.input_schema)
+            wire["inputSchema"] = clean_schema(self_contained(tool.input_schema))
             output = tool.output_schema
         except Exception:
             # A tool whose schema cannot be built stays listed (listing and calling agree); a call of it is an
@@ -125,7 +126,7 @@ class ViewTool:
             wire["inputSchema"] = {"type": "object"}
             output = None
         if output is not None:
-            wire["outputSchema"] = clean_schema(output)
+            wire["outputSchema"] = clean_schema(self_contained(output))
         if tool.annotations:
             annotations = dict(tool.annotations)
             if isinstance(annotations.get("title"), str):
@@ -350,17 +351,23 @@ class AgentView:
         with collector_paused():
             return ToolIndex(self.mcp_tools, {vt.served: vt.tool.keywords for vt in self.tools if vt.tool.keywords})
 
-    def export(self, format: str = "mcp") -> list[dict[str, Any]]:
+    def export(self, format: str = "mcp", strict: bool = False) -> list[dict[str, Any]]:
         """This view's tools for a framework: ``mcp`` (the tools/list objects), ``openai`` (function tools for
-        chat completions) or ``anthropic`` (tool definitions for the Messages API)."""
+        chat completions) or ``anthropic`` (tool definitions for the Messages API). With ``strict``, OpenAI's
+        function tools are strict where their schema can be (``not_strict`` says why the others are not)."""
         tools = self.mcp_tools
         if format == "mcp":
             return [dict(t) for t in tools]
         if format == "openai":
-            return [{"type": "function", "function": {"name": t["name"], "description": t["description"],
-                                                      "parameters": t["inputSchema"]}} for t in self.listed_tools]
+            out = []
+            for t in self.listed_tools:
+                function = {"name": t["name"], "description": t["description"], "parameters": t["inputSchema"]}
+                if strict:
+                    function.update(_strict_parameters(t["inputSchema"]))
+                out.append({"type": "function", "function": function})
+            return out
         if format == "openai-responses":
-            return self._responses_tools()
+            return self._responses_tools(strict)
         if format == "anthropic":
             if not self.deferring:
                 return [{"name": t["name"], "description": t["description"], "input_schema": t["inputSchema"]}
@@ -373,13 +380,26 @@ class AgentView:
             return [ANTHROPIC_TOOL_SEARCH, *defined]
         raise ValueError(f"unknown export format {format!r}; formats: {', '.join(EXPORT_FORMATS)}")
 
-    def _responses_tools(self) -> list[dict[str, Any]]:
+    def not_strict(self) -> dict[str, str]:
+        """The listed tools whose input schema cannot be OpenAI-strict, each with the argument and why."""
+        found = {}
+        for t in self.listed_tools:
+            try:
+                schemas.strict(t["inputSchema"])
+            except schemas.NotStrict as exc:
+                found[t["name"]] = str(exc)
+        return found
+
+    def _responses_tools(self, strict: bool = False) -> list[dict[str, Any]]:
         """Function tools for OpenAI's Responses API. Deferring, the tools not listed up front are grouped by
         toolcrib namespace into its namespaces, each tool ``defer_loading``, after its own ``tool_search`` (which
         stands in for toolcrib's two search tools); a tool keeps its served name, so a call maps back to it."""
         def function(wire: dict[str, Any], deferred: bool = False) -> dict[str, Any]:
-            return {"type": "function", "name": wire["name"], "description": wire["description"],
-                    "parameters": wire["inputSchema"], "strict": False, **({"defer_loading": True} if deferred else {})}
+            made = {"type": "function", "name": wire["name"], "description": wire["description"],
+                    "parameters": wire["inputSchema"], "strict": False}
+            if strict:
+                made.update(_strict_parameters(wire["inputSchema"]))
+            return {**made, **({"defer_loading": True} if deferred else {})}
 
         if not self.deferring:
             return [function(wire) for wire in self.listed_tools]
@@ -469,3 +489,11 @@ def served_names(full_names: Sequence[str]) -> dict[str, str]:
     for name in bare:
         counts[name] = counts.get(name, 0) + 1
     return {full: short for full, short in zip(full_names, bare, strict=True) if counts[short] == 1}
+
+
+def _strict_parameters(schema: dict[str, Any]) -> dict[str, Any]:
+    """``{"parameters": ..., "strict": True}`` where ``schema`` can be OpenAI-strict, else ``{"strict": False}``."""
+    try:
+        return {"parameters": schemas.strict(schema), "strict": True}
+    except schemas.NotStrict:
+        return {"strict": False}

@@ -1,0 +1,151 @@
+"""Served schemas every agent framework reads: self-contained (no ``$defs``/``$ref`` but a recursive model's),
+nullables as type lists, the same on the wire and in every export; and OpenAI's strict mode, or why not."""
+
+from __future__ import annotations
+
+import enum
+import json
+from typing import Any, Literal
+
+import pytest
+from pydantic import BaseModel
+
+import toolcrib
+from conftest import cli, make_host
+from toolcrib.schemas import NotStrict, recursive, self_contained, strict
+
+
+class Color(enum.Enum):
+    RED = "red"
+    GREEN = "green"
+
+
+class Address(BaseModel):
+    street: str
+    city: str | None = None
+
+
+class Node(BaseModel):
+    name: str
+    children: list[Node] = []
+
+
+@toolcrib.tool
+def order(color: Color, address: Address, size: Literal["s", "m"] | None = None,
+          notes: dict[str, str] | None = None) -> str:
+    """Order something."""
+    return f"{color.value} to {address.street}"
+
+
+@toolcrib.tool
+def tree(root: Node) -> str:
+    """Walk a tree."""
+    return root.name
+
+
+@toolcrib.tool
+def plain(text: str, count: int = 1) -> str:
+    """Plain arguments."""
+    return text * count
+
+
+class Pack:
+    @toolcrib.hookimpl
+    def toolcrib_tools(self) -> list[Any]:
+        return [order, tree, plain]
+
+
+PACK = Pack()  # for the CLI (TOOLCRIB_PLUGINS names it)
+
+
+CONFIG = '[agents.a.permissions]\nplugins = { allow = ["kit"] }\ntools = { allow = ["*"] }\n'
+ADDRESS = {"properties": {"street": {"type": "string"}, "city": {"type": ["string", "null"], "default": None}},
+           "required": ["street"], "title": "Address", "type": "object"}
+ORDER = {"additionalProperties": False, "properties": {
+    "color": {"enum": ["red", "green"], "title": "Color", "type": "string"},
+    "address": ADDRESS,
+    "size": {"enum": ["s", "m", None], "type": ["string", "null"], "default": None},
+    "notes": {"additionalProperties": {"type": "string"}, "type": ["object", "null"], "default": None}},
+    "required": ["color", "address"], "type": "object"}
+NODE = {"properties": {"name": {"type": "string"}, "children": {
+    "default": [], "items": {"$ref": "#/$defs/Node"}, "type": "array"}}, "required": ["name"], "title": "Node",
+    "type": "object"}
+
+
+def test_a_pack_tool_s_served_schema_is_self_contained_with_nullables_as_type_lists() -> None:
+    host = make_host(CONFIG, {"kit": Pack()})
+    served = {t["name"]: t["inputSchema"] for t in host.view("a").mcp_tools}
+    assert served["kit__order"] == ORDER
+    # a recursive model cannot be inlined: its $ref and the one definition it needs stay
+    assert served["kit__tree"] == {"additionalProperties": False, "properties": {"root": NODE}, "required": ["root"],
+                                   "type": "object", "$defs": {"Node": NODE}}
+    # what the tool declared is as pydantic wrote it (the lock's, validation's)
+    assert "$defs" in host.catalog.entries["kit__order"].tool.input_schema
+    # every export serves the same
+    openai = {t["function"]["name"]: t["function"]["parameters"] for t in host.view("a").export("openai")}
+    anthropic = {t["name"]: t["input_schema"] for t in host.view("a").export("anthropic")}
+    assert openai == anthropic == served
+    # and a call shaped like the served schema is the one the tool takes
+    result = host.call_sync("a", "kit__order", {"color": "red", "address": {"street": "Main St", "city": None},
+                                                "size": None})
+    assert (result.is_error, result.text) == (False, "red to Main St")
+
+
+def test_check_names_a_tool_with_a_recursive_model() -> None:
+    host = make_host(CONFIG, {"kit": Pack()})
+    assert [(p.severity, p.where, p.message) for p in host.problems(env={}) if "recursive" in p.message] == [
+        ("warning", "pack 'kit'", "kit__tree: its input schema holds a recursive model (Node), served with $ref and "
+         "$defs: some agent frameworks do not follow them (openai-agents' strict mode, llama-index)")]
+
+
+def test_self_contained_inlines_draft_7_definitions_keeps_siblings_and_changes_nothing_it_need_not() -> None:
+    given = {"type": "object", "definitions": {"Unit": {"type": "string", "enum": ["c", "f"]}},
+             "properties": {"unit": {"$ref": "#/definitions/Unit", "description": "Which scale"},
+                            "$ref": {"type": "integer"},  # a property of that name is a property, not a reference
+                            "at": {"anyOf": [{"const": "now", "type": "string"}, {"type": "null"}]}}}
+    assert self_contained(given) == {"type": "object", "properties": {
+        "unit": {"type": "string", "enum": ["c", "f"], "description": "Which scale"},
+        "$ref": {"type": "integer"},
+        "at": {"type": ["string", "null"], "enum": ["now", None]}}}
+    plain_schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    assert self_contained(plain_schema) is plain_schema  # nothing to change: no copy
+    kept = {"anyOf": [{"anyOf": [{"type": "string"}, {"type": "integer"}]}, {"type": "null"}]}
+    assert self_contained(kept) is kept  # only a plain member becomes a type list
+    dangling = {"properties": {"x": {"$ref": "#/$defs/Missing"}}}
+    assert self_contained(dangling) is dangling
+    assert recursive({"$defs": {"A": {"properties": {"b": {"$ref": "#/$defs/B"}}},
+                                "B": {"properties": {"a": {"$ref": "#/$defs/A"}}}},
+                      "properties": {"a": {"$ref": "#/$defs/A"}}}) == ["A"]
+
+
+def test_strict_closes_every_object_and_makes_optional_arguments_required_and_nullable() -> None:
+    assert strict({"type": "object", "properties": {"text": {"type": "string"}, "count": {
+        "type": "integer", "default": 1}}, "required": ["text"]}) == {
+        "type": "object", "properties": {"text": {"type": "string"}, "count": {"type": ["integer", "null"]}},
+        "required": ["text", "count"], "additionalProperties": False}
+    host = make_host(CONFIG, {"kit": Pack()})
+    with pytest.raises(NotStrict) as refused:
+        strict(host.view("a").mcp_tools[0]["inputSchema"])
+    assert (refused.value.argument, refused.value.why) == (
+        "notes", "a mapping of free-form keys (a dict), which strict mode cannot describe")
+    with pytest.raises(NotStrict) as refused:
+        strict({"type": "object", "properties": {"when": {"type": "string", "oneOf": []}}})
+    assert str(refused.value) == "when: strict mode does not take 'oneOf'"
+
+
+def test_schema_strict_exports_strict_tools_and_names_each_that_cannot_be(cli_config: Any) -> None:
+    config = cli_config(CONFIG, "kit=test_schemas:PACK")
+    code, out, err = cli("schema", "--config", config, "--agent", "a", "--format", "openai", "--strict")
+    assert code == 0
+    tools = {t["function"]["name"]: t["function"] for t in json.loads(out)}
+    assert {name: tool["strict"] for name, tool in tools.items()} == {
+        "kit__order": False, "kit__tree": False, "kit__plain": True}
+    assert tools["kit__plain"]["parameters"] == {"additionalProperties": False, "properties": {
+        "text": {"type": "string"}, "count": {"type": ["integer", "null"]}}, "required": ["text", "count"],
+        "type": "object"}
+    assert err.splitlines() == [
+        "toolcrib: kit__order is not strict: notes: a mapping of free-form keys (a dict), which strict mode cannot "
+        "describe",
+        "toolcrib: kit__tree is not strict: a recursive model (Node)"]
+    code, _, err = cli("schema", "--config", config, "--agent", "a", "--format", "anthropic", "--strict")
+    assert code == 2 and "--strict is OpenAI's: use it with --format openai or openai-responses" in err
