@@ -183,37 +183,55 @@ def test_an_isolated_pack_s_fork_bomb_is_stopped_and_its_children_end_with_its_p
     assert (pids_root() / f"toolcrib-{Path(said[0]).name}").exists() is False  # type: ignore[operator]
 
 
+def _processes_of(marker: str) -> list[int]:
+    """The processes whose command line holds ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
 def test_a_pack_that_hangs_at_import_fails_alone_and_its_process_is_ended(
-        tmp_path: Path, probe_pack: None, dist_path: Callable[..., Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    from test_confinement import _alive
+        tmp_path: Path, dist_path: Callable[..., Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    import toolcrib
+    from test_cluster import until
     from toolcrib import isolation
 
     monkeypatch.setattr(isolation, "START_SECONDS", 3.0)  # rather than 30: the test waits it out
-    pid_file = tmp_path / "ws" / "stuck.pid"  # the workspace: where it may write
-    dist_path("acme-stuck", "1.0", {"stuck": "acme_stuck"},
-              {"acme_stuck": f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
-                             "time.sleep(3600)\n"})
+    dist_path("acme-stuck", "1.0", {"stuck": "acme_stuck"}, {"acme_stuck": "import time\ntime.sleep(3600)\n"})
+
+    @toolcrib.tool
+    def here() -> str:
+        """Answer from the host's process."""
+        return "here"
+
+    class InProcess:  # the host's own pack, beside the isolated one that hangs
+        @toolcrib.hookimpl
+        def toolcrib_tools(self) -> list[Any]:
+            return [here]
+
     (tmp_path / "ws").mkdir()
-    text = config() + "\n[packs.stuck]\nisolate = true\n"
-    loaded = config_from(text, tmp_path)
+    loaded = config_from('[host]\nworkspace = "ws"\n[packs.stuck]\nisolate = true\n[agents.a.permissions]\n'
+                         'plugins = { allow = ["kit", "stuck"] }\ntools = { allow = ["*"] }\n', tmp_path)
 
     async def main() -> tuple[Any, ...]:
-        from test_cluster import until
-
         async with upstream_pool() as pool:
-            host = Host(loaded, sources=await pool.sync(loaded), autoload=False, env={})
+            host = Host(loaded, sources=await pool.sync(loaded), plugins={"kit": InProcess()}, autoload=False,
+                        env={})
             stuck = next(r for r in host.records if r.name == "stuck")
-            where = await host.call("a", "probe__where", {})
+            said = (await host.call("a", "kit__here", {})).content[0]["text"]
 
             async def ended() -> bool:
-                return not _alive(int(pid_file.read_text()))
+                return _processes_of("toolcrib-pack-stuck-") == []
 
             await until(ended, "the stuck pack's process is ended while the pool serves on")
-            return (stuck.kind, stuck.state, stuck.error), where.content[0]["text"]
+            return (stuck.kind, stuck.state, stuck.error), said
 
-    stuck, where = anyio.run(main)
-    assert stuck == ("pack", "failed", "cannot connect: did not answer within 3 seconds")
-    assert where.startswith("pid ")  # every other source serves
+    assert anyio.run(main) == (("pack", "failed", "cannot connect: did not answer within 3 seconds"), "here")
 
 
 def test_network_true_lets_an_isolated_pack_connect(tmp_path: Path, probe_pack: None) -> None:
