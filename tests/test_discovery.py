@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -455,3 +456,61 @@ def test_a_source_offers_entries_of_every_kind_under_one_set_of_collision_rules(
         "error: pack 'twice': prompt name 'x' is declared 2 times; none of them is served: rename all but one",
         "error: prompt 'extra__x': offered by both pack 'extra' and pack 'again'; neither is served",
     ]
+
+
+TWICE = '''
+import toolcrib
+from pydantic import BaseModel
+
+@toolcrib.tool
+def first() -> str:
+    """The first."""
+    return "1"
+
+@toolcrib.tool
+def second() -> str:
+    """The second."""
+    return "2"
+
+@toolcrib.hookimpl
+def toolcrib_tools():
+    return [first]
+
+@toolcrib.hookimpl(specname="toolcrib_tools")
+def more_tools():
+    return [second]
+'''
+
+TWO_SETTINGS = TWICE + '''
+class A(BaseModel):
+    a: int = 1
+
+@toolcrib.hookimpl
+def toolcrib_settings_model():
+    return A
+
+@toolcrib.hookimpl(specname="toolcrib_settings_model")
+def other_settings():
+    return A
+'''
+
+
+def test_every_implementation_of_a_hook_in_one_pack_counts(dist_path: Callable[..., Path], tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import cli
+
+    dist_path("acme-twice", "1.0", {"twice": "acme_twice", "settled": "acme_settled"},
+              {"acme_twice": TWICE, "acme_settled": TWO_SETTINGS.replace("first", "third")})
+    config = tmp_path / "toolcrib.toml"
+    config.write_text('[agents.a.permissions]\nplugins = { allow = ["twice"] }\ntools = { allow = ["*"] }\n')
+    monkeypatch.setenv("TOOLCRIB_PLUGINS", "twice,settled")
+    monkeypatch.setenv("TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD", "1")
+    code, out, _ = cli("tools", "--config", str(config), "--agent", "a", "--json")
+    assert (code, [t["name"] for t in json.loads(out)]) == (0, ["twice__first", "twice__second"])
+    code, out, _ = cli("plugins", "--config", str(config), "--json")
+    records = {r["name"]: r for r in json.loads(out)}
+    assert (records["twice"]["state"], records["twice"]["tool_count"]) == ("loaded", 2)
+    # two settings models cannot both be the pack's: a load error that names the hook, and check shows it
+    assert records["settled"]["state"] == "failed"
+    assert records["settled"]["error"].endswith(
+        "2 of its implementations of toolcrib_settings_model answer, and only one answer can be taken: keep one")

@@ -369,18 +369,41 @@ class _OneImpl:
 
 
 def plugin_hooks(pm: PluginManager, hook: str) -> list[PluginHook]:
-    """Each plugin's implementation of ``hook``, in pluggy's call order (last registered first, then ``tryfirst`` /
-    ``trylast``)."""
+    """Every implementation of ``hook``, each on its own, in pluggy's call order (last registered first, then
+    ``tryfirst`` / ``trylast``): a plugin with two (``toolcrib_pre_tool_use`` and a ``specname`` alias of it) is
+    heard twice."""
     caller: pluggy.HookCaller = getattr(pm.hook, hook)
     names = {id(plugin): name for name, plugin in pm.list_name_plugin()}
-    found: dict[int, PluginHook] = {}
-    for impl in reversed(caller.get_hookimpls()):
-        if id(impl.plugin) not in found:
-            found[id(impl.plugin)] = PluginHook(names.get(id(impl.plugin), "?"), _OneImpl(caller, impl))
-    return list(found.values())
+    return [PluginHook(names.get(id(impl.plugin), "?"), _OneImpl(caller, impl))
+            for impl in reversed(caller.get_hookimpls())]
 
 
 def hooks_by_plugin(pm: PluginManager, hook: str) -> dict[str, PluginHook]:
-    """``plugin_hooks`` by plugin name: one pass, for code that visits every pack (a per-pack scan of all
-    implementations would grow with the square of the packs)."""
-    return {hook_.plugin: hook_ for hook_ in plugin_hooks(pm, hook)}
+    """``plugin_hooks`` by plugin name, one caller a plugin (for code that visits every pack: a per-pack scan of all
+    implementations would grow with the square of the packs). A plugin's several implementations of the hook all
+    count: their lists are joined, in the order they were declared (``_Together``)."""
+    grouped: dict[str, list[PluginHook]] = {}
+    for found in plugin_hooks(pm, hook):
+        grouped.setdefault(found.plugin, []).append(found)
+    return {name: hooks[0] if len(hooks) == 1 else PluginHook(name, _Together(hook, tuple(reversed(hooks))))
+            for name, hooks in grouped.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class _Together:
+    """One plugin's several implementations of one hook, answering as one: lists joined; one answer among Nones
+    that answer; two answers that cannot be joined are the plugin's error, naming the hook."""
+
+    hook: str
+    hooks: tuple[PluginHook, ...]
+
+    def __call__(self, **kwargs: Any) -> list[Any]:
+        answers = [answer for answer in (h(**kwargs) for h in self.hooks) if answer is not None]
+        if not answers:
+            return []
+        if all(isinstance(answer, list | tuple) for answer in answers):
+            return [[item for answer in answers for item in answer]]
+        if len(answers) == 1:
+            return answers
+        raise ValueError(f"{len(answers)} of its implementations of {self.hook} answer, and only one answer can be "
+                         "taken: keep one")
