@@ -45,8 +45,18 @@ def tree(root: Node) -> str:
 
 @toolcrib.tool
 def plain(text: str, count: int = 1) -> str:
-    """Plain arguments."""
+    """Plain arguments, repeated count times and joined."""
     return text * count
+
+
+@toolcrib.resource("notes://today", name="today", description="Today's notes.")
+def today() -> str:
+    return "notes"
+
+
+@toolcrib.resource("notes://archive/{year}", name="archive_by_year", description="A year's notes.")
+def archive(year: str) -> str:
+    return year
 
 
 class Pack:
@@ -54,11 +64,16 @@ class Pack:
     def toolcrib_tools(self) -> list[Any]:
         return [order, tree, plain]
 
+    @toolcrib.hookimpl
+    def toolcrib_resources(self) -> list[Any]:
+        return [today, archive]
+
 
 PACK = Pack()  # for the CLI (TOOLCRIB_PLUGINS names it)
 
 
-CONFIG = '[agents.a.permissions]\nplugins = { allow = ["kit"] }\ntools = { allow = ["*"] }\n'
+CONFIG = ('[agents.a.permissions]\nplugins = { allow = ["kit"] }\ntools = { allow = ["*"] }\n'
+          'resources = { allow = ["*"] }\n')
 ADDRESS = {"properties": {"street": {"type": "string"}, "city": {"type": ["string", "null"], "default": None}},
            "required": ["street"], "title": "Address", "type": "object"}
 ORDER = {"additionalProperties": False, "properties": {
@@ -149,3 +164,26 @@ def test_schema_strict_exports_strict_tools_and_names_each_that_cannot_be(cli_co
         "toolcrib: kit__tree is not strict: a recursive model (Node)"]
     code, _, err = cli("schema", "--config", config, "--agent", "a", "--format", "anthropic", "--strict")
     assert code == 2 and "--strict is OpenAI's: use it with --format openai or openai-responses" in err
+
+
+def test_tools_shows_real_types_in_one_quoting_style_within_the_terminal_s_width(
+        cli_config: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = cli_config(CONFIG, "kit=test_schemas:PACK")
+    monkeypatch.setenv("COLUMNS", "100")
+    code, out, _ = cli("tools", "--config", config, "--agent", "a")
+    assert (code, out.splitlines()) == (0, [
+        "kit__order(color: Color('red' | 'green'), address: Address, size: 's' | 'm' | None = None, notes: "
+        "dict[str, str] | None = None)",
+        "    Order something.",
+        "kit__plain(text: str, count: int = 1)  Plain arguments, repeated count times and joined.",
+        "kit__tree(root: Node)                  Walk a tree."])
+    monkeypatch.setenv("COLUMNS", "60")  # a description is cut to what the terminal has left
+    code, out, _ = cli("tools", "--config", config, "--agent", "a")
+    assert out.splitlines()[2] == "kit__plain(text: str, count: int = 1)  Plain arguments, r..."
+
+
+def test_resources_lines_up_its_columns(cli_config: Any) -> None:
+    code, out, _ = cli("resources", "--config", cli_config(CONFIG, "kit=test_schemas:PACK"), "--agent", "a")
+    assert (code, out.splitlines()) == (0, [
+        "notes://today           kit__today            Today's notes.",
+        "notes://archive/{year}  kit__archive_by_year  A year's notes."])

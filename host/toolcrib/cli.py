@@ -8,6 +8,7 @@ import gc
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import traceback
@@ -293,8 +294,12 @@ def _tools(host: Any, agent: str, as_json: bool, show_all: bool) -> None:
         if as_json:
             _echo_json(view.mcp_tools)
         else:
-            rows = [(signature(wire), _first_line(wire.get("description") or "")) for wire in view.mcp_tools]
-            width = min(max((len(left) for left, _ in rows), default=0), 48)
+            columns = shutil.get_terminal_size().columns  # $COLUMNS first, else the terminal's, else 80
+            signatures = [signature(wire) for wire in view.mcp_tools]
+            width = max((len(left) for left in signatures if len(left) <= 48), default=0)  # longer: own line
+            rows = [(left, _first_line(wire.get("description") or "", max(20, columns - min(len(left), width) - 2)
+                                       if len(left) <= width else max(20, columns - 4)))
+                    for left, wire in zip(signatures, view.mcp_tools, strict=True)]
             for left, description in rows:
                 if len(left) > width:  # a long signature: its description on the next line
                     click.echo(f"{left}\n    {description}")
@@ -318,7 +323,9 @@ _PY = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", 
 
 
 def signature(tool: Mapping[str, Any]) -> str:
-    """A tool as a plain signature, from its input schema: ``fs__read_file(path: str, start_line: int = 1)``."""
+    """A tool as a plain signature, from its (served, self-contained) input schema: ``fs__read_file(path: str,
+    start_line: int = 1)``, ``orders__ship(color: Color('red' | 'green') = 'red', address: Address, notes:
+    dict[str, str] | None = None)``: one quoting style (Python's), enums with their members, models by title."""
     schema = tool.get("inputSchema") or {}
     properties = schema.get("properties") or {}
     required = set(schema.get("required") or [])
@@ -335,19 +342,31 @@ def signature(tool: Mapping[str, Any]) -> str:
 def _type_of(schema: Any) -> str:
     if not isinstance(schema, dict):
         return "Any"
-    if "enum" in schema:
-        return " | ".join(json.dumps(v) for v in schema["enum"])
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        return " | ".join(_PY.get(k, str(k)) for k in kind)
-    if kind == "array" and isinstance(schema.get("items"), dict):
-        return f"list[{_type_of(schema['items'])}]"
-    if kind in _PY:
-        return _PY[kind]
-    options = schema.get("anyOf") or schema.get("oneOf")
-    if options:
-        return " | ".join(_type_of(o) for o in options)
-    return "Any"
+    kinds = schema.get("type")
+    nullable = isinstance(kinds, list) and "null" in kinds
+    if isinstance(kinds, list):
+        rest = [k for k in kinds if k != "null"]
+        kinds = rest[0] if len(rest) == 1 else rest
+    if "enum" in schema or "const" in schema:
+        values = schema["enum"] if "enum" in schema else [schema["const"]]
+        members = " | ".join(repr(v) for v in values if v is not None)
+        text = f"{schema['title']}({members})" if isinstance(schema.get("title"), str) else members
+        return f"{text} | None" if nullable or None in values else text
+    if isinstance(kinds, list):
+        text = " | ".join(_PY.get(k, str(k)) for k in kinds)
+    elif kinds == "array" and isinstance(schema.get("items"), dict):
+        text = f"list[{_type_of(schema['items'])}]"
+    elif kinds == "object" and isinstance(schema.get("title"), str) and "properties" in schema:
+        text = schema["title"]  # a model
+    elif kinds == "object" and isinstance(schema.get("additionalProperties"), dict):
+        text = f"dict[str, {_type_of(schema['additionalProperties'])}]"
+    elif kinds in _PY:
+        text = _PY[kinds]
+    elif schema.get("anyOf") or schema.get("oneOf"):
+        text = " | ".join(_type_of(o) for o in schema.get("anyOf") or schema.get("oneOf"))
+    else:
+        text = "Any"
+    return f"{text} | None" if nullable else text
 
 
 def _first_line(text: str, width: int = 100) -> str:
@@ -889,8 +908,12 @@ def resources(agent: str | None, as_json: bool) -> None:
         if as_json:
             _echo_json({"resources": view.mcp_resources, "resourceTemplates": view.mcp_templates})
             return
-        for entry in (*view.resources, *view.templates):
-            click.echo(f"{entry.uri}  {entry.name}  {_first_line(entry.item.description)}")
+        rows = [(entry.uri, entry.name, _first_line(entry.item.description))
+                for entry in (*view.resources, *view.templates)]
+        uri_width = max((len(uri) for uri, _, _ in rows), default=0)
+        name_width = max((len(name) for _, name, _ in rows), default=0)
+        for uri, name, description in rows:
+            click.echo(f"{uri:<{uri_width}}  {name:<{name_width}}  {description}".rstrip())
         if not (view.resources or view.templates):
             click.echo(f"agent {agent!r} may read no resources", err=True)
 
