@@ -362,8 +362,8 @@ def _type_of(schema: Any) -> str:
         text = f"dict[str, {_type_of(schema['additionalProperties'])}]"
     elif kinds in _PY:
         text = _PY[kinds]
-    elif schema.get("anyOf") or schema.get("oneOf"):
-        text = " | ".join(_type_of(o) for o in schema.get("anyOf") or schema.get("oneOf"))
+    elif options := schema.get("anyOf") or schema.get("oneOf"):
+        text = " | ".join(_type_of(o) for o in options)
     else:
         text = "Any"
     return f"{text} | None" if nullable else text
