@@ -1382,7 +1382,7 @@ def test_mcps_import_refuses_what_toml_cannot_hold_naming_server_and_field(tmp_p
     source.write_text(json.dumps({"mcpServers": {"srv": server}}))
     code, out, err = cli("mcps", "import", str(source))
     assert (code, out) == (1, "")
-    assert err.startswith(f"Error: {source}: mcpServers.srv.{field}: holds a lone surrogate (U+"), err
+    assert err.startswith(f"error: {source}: mcpServers.srv.{field}: holds a lone surrogate (U+"), err
 
 
 def test_mcps_import_output_always_loads(tmp_path: Path) -> None:

@@ -98,7 +98,8 @@ def test_call_takes_key_value_pairs_typed_by_the_schema(one: str) -> None:
 
 def test_call_yes_approves_asked_calls_for_scripts(one: str) -> None:
     code, out, _ = cli("call", "--config", one, "files__write", "path=a", "text=hi")
-    assert code == 1 and "needs approval (ask rule 'files__write')" in out
+    assert (code, out) == (1, "Permission denied: files__write needs approval (ask rule 'files__write'); stdin is "
+                              "not a terminal, so nobody could be asked; toolcrib call --yes approves it\n")
     code, out, err = cli("call", "--config", one, "--yes", "files__write", "path=a", "text=hi")
     assert (code, out) == (0, "wrote 2 characters to a\n")
     assert err == ("approved (--yes): Agent 'solo' wants to call files__write (ask rule 'files__write'). Allow this "
@@ -144,7 +145,7 @@ def test_config_mistakes_suggest_what_was_meant(cli_config: Any) -> None:
 def test_init_into_a_missing_folder_says_so(tmp_path: Path) -> None:
     code, _, err = cli("init", str(tmp_path / "nowhere" / "x.toml"))
     assert code == 1
-    assert err == f"Error: cannot write {tmp_path}/nowhere/x.toml: No such file or directory (create the folder " \
+    assert err == f"error: cannot write {tmp_path}/nowhere/x.toml: No such file or directory (create the folder " \
                   "first)\n"
 
 
@@ -155,7 +156,7 @@ def test_serve_on_a_port_in_use_says_so(one: str) -> None:
         port = taken.getsockname()[1]
         code, _, err = cli("serve", "--http", "--port", str(port), "--config", one)
     assert code == 1
-    assert err == f"Error: cannot listen on 127.0.0.1:{port}: Address already in use (another server is there; " \
+    assert err == f"error: cannot listen on 127.0.0.1:{port}: Address already in use (another server is there; " \
                   "pick another --port)\n"
 
 
@@ -240,11 +241,11 @@ def test_install_refuses_a_file_it_cannot_read_and_changes_nothing(one: str, tmp
     file = tmp_path / "mcp.json"
     file.write_text("{not json")
     code, _, err = cli("install", "cursor", "--config", one, "--file", str(file))
-    assert code == 1 and err.startswith(f"Error: {file}: cannot read it as JSON (")
+    assert code == 1 and err.startswith(f"error: {file}: cannot read it as JSON (")
     assert err.endswith("); nothing was changed\n") and file.read_text() == "{not json"
     file.write_text('{"mcpServers": []}')
     code, _, err = cli("install", "cursor", "--config", one, "--file", str(file))
-    assert (code, err) == (1, f'Error: {file}: expected a JSON object with an "mcpServers" object; nothing was '
+    assert (code, err) == (1, f'error: {file}: expected a JSON object with an "mcpServers" object; nothing was '
                               "changed\n")
     code, _, err = cli("install", "cursor", "--config", one, "--agent", "ghost", "--file", str(file))
     assert code == 2 and "unknown agent 'ghost'" in err

@@ -84,8 +84,8 @@ def test_only_agents_with_a_token_of_their_own_are_served(caplog: pytest.LogCapt
     messages = [r.getMessage() for r in caplog.records]
     assert "agent 'silent' is not served over HTTP: it has no token_env" in messages
     assert "agent 'nokey' is not served over HTTP: $TOK_UNSET is not set" in messages
-    assert "agent 'twin' is not served over HTTP: another agent has the same token" in messages
-    assert "agent 'writer' is not served over HTTP: another agent has the same token" in messages
+    assert "agent 'twin' is not served over HTTP: agent 'writer' has the same token" in messages
+    assert "agent 'writer' is not served over HTTP: agent 'twin' has the same token" in messages
 
 
 def test_the_right_token_gets_in() -> None:
@@ -181,6 +181,18 @@ def test_tokens_come_from_the_process_environment_by_default(monkeypatch: pytest
     monkeypatch.delenv("TOK_UNSET", raising=False)
     app = HttpApp(ServingState(make_host(CONFIG, {"files": FILES})), HttpOptions())
     assert app.credentials() == {"reader": [("TOK_READER", b"r" * 32)]}
+
+
+def test_agents_that_share_a_token_are_not_served_and_each_is_told_why(caplog: pytest.LogCaptureFixture) -> None:
+    env = {"TOK_READER": "s" * 32, "TOK_WRITER": "s" * 32}
+    app = HttpApp(ServingState(make_host(CONFIG, {"files": FILES})), HttpOptions(), env=env)
+    assert app.credentials() == {}
+    assert app.not_served == {"reader": "agent 'writer' has the same token", "writer": "agent 'reader' has the same "
+                              "token", "nokey": "$TOK_UNSET is not set", "silent": "it has no token_env",
+                              "twin": "$TOK_TWIN is not set"}
+    assert [r.getMessage() for r in caplog.records if "same token" in r.getMessage()] == [
+        "agent 'reader' is not served over HTTP: agent 'writer' has the same token",
+        "agent 'writer' is not served over HTTP: agent 'reader' has the same token"]
 
 
 def test_a_short_token_is_served_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
@@ -303,7 +315,9 @@ SERVED = "[host]\nshutdown_timeout = 2.5\n" + CONFIG  # twin and nokey have no t
 
 @pytest.mark.parametrize(("host", "stateless", "metrics", "tokens", "line"), [
     ("127.0.0.1", False, False, True, "agents: reader (1 tools), writer (4 tools); sessions"),
-    ("127.0.0.2", True, True, False, "agents: none (no agent has a token); stateless; metrics at /metrics"),
+    ("127.0.0.2", True, True, False, "agents: none (nokey: $TOK_UNSET is not set; reader: $TOK_READER is not set; "
+     "silent: it has no token_env; twin: $TOK_TWIN is not set; writer: $TOK_WRITER is not set); stateless; "
+     "metrics at /metrics"),
 ], ids=["sessions", "stateless-metrics-watched"])
 def test_serve_http_listens_announces_and_drains_in_process(
         host: str, stateless: bool, metrics: bool, tokens: bool, line: str, tmp_path: Path,

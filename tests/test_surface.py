@@ -487,9 +487,9 @@ def test_elicitation_round_trips_across_stateless_replicas(tmp_path: Path) -> No
 def test_the_cli_lists_reads_and_gets(cli_config: Any) -> None:
     config = cli_config(CONFIG, "docs=test_surface:DOCS")
     assert cli("resources", "--agent", "b", "--config", config) == (0, (
-        "docs://logo  docs__logo  The logo.\n"
-        "docs://readme  docs__readme  The project's readme.\n"
-        "docs://pages/{slug}  docs__page  A page of the docs, by its slug.\n"), "")
+        "docs://logo          docs__logo    The logo.\n"
+        "docs://readme        docs__readme  The project's readme.\n"
+        "docs://pages/{slug}  docs__page    A page of the docs, by its slug.\n"), "")
     code, out, _ = cli("resources", "--agent", "b", "--json", "--config", config)
     assert (code, json.loads(out)["resourceTemplates"]) == (0, [
         {"name": "docs__page", "uriTemplate": "docs://pages/{slug}", "description": "A page of the docs, by its slug.",
@@ -519,7 +519,7 @@ def test_the_cli_lists_reads_and_gets(cli_config: Any) -> None:
     assert cli("prompt", "--agent", "a", "docs__review", "--config", config) == (
         1, "", "error: Invalid arguments for docs__review:\n- topic: required argument is missing\n")
     code, _, err = cli("prompt", "--agent", "a", "docs__review", "--args", "[1]", "--config", config)
-    assert (code, err.splitlines()[-1]) == (2, "Error: Invalid value for --args: must be a JSON object, such as "
+    assert (code, err.splitlines()[-1]) == (2, "error: Invalid value for --args: must be a JSON object, such as "
                                                "'{\"path\": \"README.md\"}'")
     assert cli("prompts", "--agent", "none", "--config", config) == (0, "", "agent 'none' may get no prompts\n")
     code, out, _ = cli("schema", "--agent", "b", "--format", "mcp-all", "--config", config)

@@ -498,7 +498,7 @@ def test_an_mcp_servers_file_becomes_mcps_tables(tmp_path: Path) -> None:
     assert sorted(loaded.config.mcps) == ["github_server", "remote", "time", "toolcrib_server"]
     (tmp_path / "bad.json").write_text('{"servers": []}')
     code, _, err = cli("mcps", "import", str(tmp_path / "bad.json"))
-    assert (code, err) == (1, f'Error: {tmp_path / "bad.json"}: expected an object with "mcpServers" (or "servers"): '
+    assert (code, err) == (1, f'error: {tmp_path / "bad.json"}: expected an object with "mcpServers" (or "servers"): '
                               '{"mcpServers": {"name": {"command": ..., "args": [...]}}}\n')
 
 

@@ -132,7 +132,34 @@ def _echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Toolcrib(click.Group):
+    """The ``toolcrib`` group: click's own errors (a bad option, a missing argument) with the one prefix every
+    toolcrib error has, ``error:`` (click writes ``Error:``)."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            result = super().main(args, prog_name, complete_var, False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            ctx = exc.ctx if isinstance(exc, click.UsageError) else None
+            if ctx is not None:
+                names = ctx.command.get_help_option_names(ctx)
+                hint = f"Try '{ctx.command_path} {max(names, key=len)}' for help.\n" if names else ""
+                click.echo(f"{ctx.get_usage()}\n{hint}", err=True, color=ctx.color)
+            click.echo(f"error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(result if isinstance(result, int) else 0)
+
+
+@click.group(cls=_Toolcrib, context_settings={"help_option_names": ["-h", "--help"]})
 @_common
 @click.version_option(package_name="toolcrib")
 def main() -> None:
@@ -782,7 +809,7 @@ def call(agent: str | None, args_json: str, as_json: bool, approve_all: bool, sa
     arguments = _json_object(args_json, "--args")
     with _session(agent) as (host, portal):
         arguments.update(_pairs(host, agent, tool, pairs))
-        approver = _yes if approve_all else _terminal_approver() if sys.stdin.isatty() else None
+        approver = _yes if approve_all else _terminal_approver() if sys.stdin.isatty() else _no_terminal
         result = _run(portal, lambda: host.call(agent, tool, arguments, approver=approver, channel=_Terminal()))
     if as_json:
         _echo_json(result.to_wire())
@@ -843,6 +870,13 @@ def _run(portal: Any, fn: Callable[[], Awaitable[Any]]) -> Any:
 async def _yes(agent: str, tool: str, args: Mapping[str, Any], message: str) -> bool:
     click.echo(f"approved (--yes): {message}", err=True)
     return True
+
+
+async def _no_terminal(agent: str, tool: str, args: Mapping[str, Any], message: str) -> Any:
+    """Outside a terminal nobody can be asked: the refusal says how to approve."""
+    from toolcrib.answers import Deny
+
+    return Deny("stdin is not a terminal, so nobody could be asked; toolcrib call --yes approves it")
 
 
 def _pairs(host: Any, agent: str, tool: str, pairs: tuple[str, ...]) -> dict[str, Any]:

@@ -666,7 +666,8 @@ class OperationRunner:
         if not 200 <= status < 300:
             text = body.decode("utf-8", "replace").strip()
             if len(text) > ERROR_BODY_CHARS:
-                text = text[:ERROR_BODY_CHARS] + f" [... {len(text) - ERROR_BODY_CHARS} more characters]"
+                left = len(text) - ERROR_BODY_CHARS
+                text = text[:ERROR_BODY_CHARS] + f" [... {left} more character{'' if left == 1 else 's'}]"
             said = f": {text}" if text else ""
             return ToolResult.error(self.secrets.scrub(f"{where} answered HTTP {status} {reason}{said}"))
         if _JSON.match(media) and body.strip():

@@ -116,6 +116,7 @@ class HttpApp:
         self.options = options
         self._env = env
         self.endpoints: dict[str, _Endpoint] = {}
+        self.not_served: dict[str, str] = {}  # agent -> why it has no endpoint (the banner says so)
         self.verifier: Verifier | None = None
         self._tg: TaskGroup | None = None
         self.ready = False  # the lifespan has set every endpoint up
@@ -248,6 +249,7 @@ class HttpApp:
         env = os.environ if self._env is None else self._env
         config = self.state.host.loaded.config
         found: dict[str, list[tuple[str, bytes]]] = {}
+        self.not_served = {}
         if not self.options.agents:
             return found
         for name in self.state.host.agents:
@@ -270,6 +272,7 @@ class HttpApp:
                     why = " and ".join(f"${v}" for v in variables) + (" is" if len(variables) == 1 else " are") + \
                         " not set"
                 log.warning("agent %r is not served over HTTP: %s", name, why)
+                self.not_served[name] = why
                 continue
             found[name] = tokens
         owners: dict[bytes, set[str]] = {}
@@ -280,7 +283,9 @@ class HttpApp:
             if len(names) > 1:
                 for name in sorted(names):
                     if name in found:
-                        log.error("agent %r is not served over HTTP: another agent has the same token", name)
+                        others = ", ".join(repr(n) for n in sorted(names - {name}))
+                        log.error("agent %r is not served over HTTP: agent %s has the same token", name, others)
+                        self.not_served[name] = f"agent {others} has the same token"
                         del found[name]
         return found
 
@@ -541,11 +546,16 @@ async def serve_http(state: ServingState, options: HttpOptions, watch: Path | No
                   "here)", file=sys.stderr, flush=True)
             return
         agents = ", ".join(f"{name} ({len(state.view(name))} tools)" for name in sorted(app.endpoints))
+        if not agents:  # why each is not: no token_env, a variable not set, a token two agents share
+            unserved = "; ".join(f"{name}: {why}" for name, why in sorted(app.not_served.items()))
+            agents = f"none ({unserved or 'no agent has a token'})"
+        elif clashes := [f"{name}: {why}" for name, why in sorted(app.not_served.items()) if "same token" in why]:
+            agents += f" (not served: {'; '.join(clashes)})"
         extras = ["stateless" if options.stateless else "sessions"]
         if state.metrics is not None:
             extras.append("metrics at /metrics")
         print(f"toolcrib: serving over HTTP at http://{options.host}:{port}/agents/<name>/mcp; agents: "
-              f"{agents or 'none (no agent has a token)'}; {'; '.join(extras)}; probes at /healthz and /readyz",
+              f"{agents}; {'; '.join(extras)}; probes at /healthz and /readyz",
               file=sys.stderr, flush=True)
 
     async with anyio.create_task_group() as tg:

@@ -83,7 +83,9 @@ def test_read_write_edit_round_trip(host: toolcrib.Host, ws: Path) -> None:
     assert ok(host, "write_file", path="docs/a.md", content="one\ntwo\nthree\n") == "created docs/a.md (14 bytes)"
     assert ok(host, "read_file", path="docs/a.md") == "one\ntwo\nthree\n"
     assert ok(host, "read_file", path="docs/a.md", start_line=2, max_lines=1) == (
-        "two\n\n[... 1 more lines; use start_line=3 to read on]")
+        "two\n\n[... 1 more line; use start_line=3 to read on]")
+    assert ok(host, "read_file", path="docs/a.md", max_lines=1) == (
+        "one\n\n[... 2 more lines; use start_line=2 to read on]")
     assert ok(host, "edit", path="docs/a.md", old_text="two", new_text="2") == "edited docs/a.md (1 replacement)"
     assert (ws / "docs/a.md").read_text() == "one\n2\nthree\n"
     assert error(host, "edit", path="docs/a.md", old_text="four", new_text="4") == (

@@ -110,7 +110,8 @@ def read_file(
         chosen += (f"\n[... truncated by fs__read_file: the file has {size} bytes and at most "
                    f"{settings.max_read_bytes} are read; use start_line={end + 1} to read on]")
     elif max_lines is not None and end < len(lines):
-        chosen += f"\n[... {len(lines) - end} more lines; use start_line={end + 1} to read on]"
+        left = len(lines) - end
+        chosen += f"\n[... {left} more line{'' if left == 1 else 's'}; use start_line={end + 1} to read on]"
     return chosen
 
 
