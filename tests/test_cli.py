@@ -294,3 +294,17 @@ def test_commands_that_report_can_report_json(tmp_path: Path) -> None:
     assert locked["tools"] == len(json.loads((tmp_path / "toolcrib.lock").read_text())["tools"]) > 0
     code, out, _ = cli("new", "--json", "acme-orders", "--directory", str(tmp_path / "pack"))
     assert (code, json.loads(out)) == (0, {"directory": str(tmp_path / "pack"), "namespace": "acme_orders"})
+
+
+def test_help_lists_each_command_with_its_whole_first_sentence_and_new_offers_no_config(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = cli("--help")
+    commands = out.split("Commands:\n", 1)[1]
+    assert code == 0 and "..." not in commands
+    assert "  serve      Serve over MCP: one agent on stdio (--agent NAME), or every agent\n" \
+           "             over HTTP (--http).\n" in commands
+    code, out, _ = cli("new", "--help")
+    assert code == 0 and "--config" not in out and "--debug" in out
+    code, _, err = cli("new", "--config", "x.toml", "acme-x")
+    assert (code, err.splitlines()[-1]) == (2, "error: No such option '--config'.")

@@ -38,6 +38,17 @@ class State:
         self.url: str | None = None  # the operator endpoint's (toolcrib approvals --url)
 
 
+def _debug_only(fn: F) -> F:
+    """``--debug`` alone, for a command that reads no config (``new``)."""
+
+    def set_debug(ctx: click.Context, _: Any, value: bool) -> None:
+        if value:
+            ctx.ensure_object(State).debug = True
+
+    return click.option("--debug", "_debug", is_flag=True, expose_value=False, callback=set_debug,
+                        help="Show tracebacks and debug logs.")(fn)
+
+
 def _common(fn: F) -> F:
     """``--config`` and ``--debug`` on every command, so they work before or after the command name."""
 
@@ -135,6 +146,21 @@ def _echo_json(value: Any) -> None:
 class _Toolcrib(click.Group):
     """The ``toolcrib`` group: click's own errors (a bad option, a missing argument) with the one prefix every
     toolcrib error has, ``error:`` (click writes ``Error:``)."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Each command with the whole first sentence of its help, wrapped (click cuts it at the width, with
+        "...")."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is None or command.hidden:
+                continue
+            text = " ".join((command.short_help or command.help or "").split("\n\n", 1)[0].split())
+            end = text.find(". ")
+            rows.append((name, text[:end + 1] if end >= 0 else text))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
@@ -431,7 +457,7 @@ def agents(as_json: bool) -> None:
 
 
 @main.command()
-@_common
+@_debug_only
 @click.option("--namespace", help="The pack's namespace (default: from NAME, without a 'toolcrib-' prefix).")
 @click.option("--directory", type=click.Path(file_okay=False, path_type=Path), help="Where (default: ./NAME).")
 @click.argument("name")
