@@ -642,14 +642,16 @@ def _who(host: Any, agent: str, name: str) -> dict[str, Any]:
               "give every replica the same $TOOLCRIB_STATE_SECRET (32+ characters).")
 @click.option("--no-reload", is_flag=True, help="Do not reload when the config file changes.")
 @click.option("--metrics", is_flag=True, help="Serve Prometheus metrics at /metrics (--http; also [host] metrics).")
+@click.option("--openapi", is_flag=True, help="Also serve each agent's tools as an OpenAPI tool server (--http): "
+              "/agents/NAME/openapi.json, and a POST /agents/NAME/tools/TOOL per tool, behind the same tokens.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Logs on stderr as text, or one JSON object per line.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True, help="The least a log line must be to be written; info shows each request.")
 @_guard
 def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: bool, allowed_hosts: tuple[str, ...],
-          allowed_origins: tuple[str, ...], stateless: bool, no_reload: bool, metrics: bool, log_format: str,
-          log_level: str) -> None:
+          allowed_origins: tuple[str, ...], stateless: bool, no_reload: bool, metrics: bool, openapi: bool,
+          log_format: str, log_level: str) -> None:
     """Serve over MCP: one agent on stdio (--agent NAME), or every agent over HTTP (--http).
 
     \b
@@ -665,6 +667,8 @@ def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: boo
 
     if http == (agent is not None):
         raise click.UsageError("give --agent NAME (stdio) or --http (every agent), not both or neither")
+    if openapi and not http:
+        raise click.UsageError("--openapi serves over HTTP: give --http")
     from toolcrib.sandbox import keep_private
 
     keep_private()  # no program a tool runs reads the tokens and secrets in this process's environment
@@ -673,7 +677,7 @@ def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: boo
     if warning is not None:
         click.echo(f"warning: {warning}", err=True)
     options = HttpOptions(host=bind, port=port, allow_remote=allow_remote, allowed_hosts=list(allowed_hosts),
-                          allowed_origins=list(allowed_origins), stateless=stateless)
+                          allowed_origins=list(allowed_origins), stateless=stateless, openapi=openapi)
     if http:
         check_bind(options)
         _check_port(bind, port)

@@ -77,6 +77,7 @@ class HttpOptions:
     stateless: bool = False
     agents: bool = True  # serve the agents' endpoints (toolcrib console: the operator's console only)
     console: bool = False  # serve the console even without [operator] console = true (toolcrib console)
+    openapi: bool = False  # serve each agent's view as an OpenAPI tool server too (toolcrib.mcp.openapi_face)
 
     def security(self) -> TransportSecuritySettings:
         hosts = ["127.0.0.1", "127.0.0.1:*", "localhost", "localhost:*", "[::1]", "[::1]:*"]
@@ -133,6 +134,10 @@ class HttpApp:
                   Route("/readyz", endpoint=self._readyz, methods=["GET", "HEAD"])]
         if metrics is not None:
             routes.append(Route("/metrics", endpoint=self._metrics, methods=["GET"]))
+        if options.openapi:  # each agent's view as an OpenAPI tool server too (toolcrib.mcp.openapi_face)
+            from toolcrib.mcp.openapi_face import routes as openapi_routes
+
+            routes += openapi_routes(self)
         self.operator = self._operator_endpoint()
         self.console: Any = None
         if self.operator is not None:
@@ -368,37 +373,42 @@ class HttpApp:
     # -- one request --------------------------------------------------------------------------------------------
 
     async def _agent_endpoint(self, scope: Scope, receive: Receive, send: Send) -> None:
+        found = await self.authenticate(scope)
+        if isinstance(found, Response):
+            await found(scope, receive, send)
+            return
+        endpoint, identity = found
+        if identity.kind == "oauth":  # the SDK binds a session to the principal that opened it
+            scope["user"] = AuthenticatedUser(AccessToken(
+                token="", client_id=identity.client or "", scopes=sorted(identity.scopes), subject=identity.subject,
+                claims={"iss": identity.issuer}))
+        scope[IDENTITY] = identity
+        await endpoint.app(scope, body_within(receive, BODY_SECONDS), send)
+
+    async def authenticate(self, scope: Scope) -> tuple[_Endpoint, Identity] | Response:
+        """The endpoint of the path's agent and who the request's bearer token says it is, or the refusal to send
+        (401, or 403 for an OAuth token without the agent's scopes): the same for every route of an agent."""
         agent = scope["path_params"]["agent"]
         endpoint = self.endpoints.get(agent)
         headers = {k.lower(): v for k, v in ((k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"])}
         supplied = bearer_token(headers.get("authorization", ""))
         query = scope.get("query_string", b"").decode("latin-1")
         if _token_in_query(query):
-            await _unauthorized("invalid_request", "tokens are accepted only in the Authorization header",
-                                self._metadata_url(scope, headers, agent))(scope, receive, send)
-            return
+            return _unauthorized("invalid_request", "tokens are accepted only in the Authorization header",
+                                 self._metadata_url(scope, headers, agent))
         if supplied is None:
-            await _unauthorized(None, "this endpoint needs Authorization: Bearer <the agent's token>",
-                                self._metadata_url(scope, headers, agent))(scope, receive, send)
-            return
+            return _unauthorized(None, "this endpoint needs Authorization: Bearer <the agent's token>",
+                                 self._metadata_url(scope, headers, agent))
         identity = await self._identify(endpoint, supplied.encode("latin-1"))
         if identity is None or endpoint is None:
-            await _unauthorized("invalid_token", "the token is not valid for this endpoint",
-                                self._metadata_url(scope, headers, agent))(scope, receive, send)
-            return
+            return _unauthorized("invalid_token", "the token is not valid for this endpoint",
+                                 self._metadata_url(scope, headers, agent))
         if identity.kind == "oauth":
             assert endpoint.identity is not None
             missing = [scope_ for scope_ in endpoint.identity.scopes if scope_ not in identity.scopes]
             if missing:
-                await _forbidden(endpoint.identity.scopes, self._metadata_url(scope, headers, agent))(
-                    scope, receive, send)
-                return
-            # the SDK binds a session to the principal that opened it (client, issuer, subject)
-            scope["user"] = AuthenticatedUser(AccessToken(
-                token="", client_id=identity.client or "", scopes=sorted(identity.scopes), subject=identity.subject,
-                claims={"iss": identity.issuer}))
-        scope[IDENTITY] = identity
-        await endpoint.app(scope, body_within(receive, BODY_SECONDS), send)
+                return _forbidden(endpoint.identity.scopes, self._metadata_url(scope, headers, agent))
+        return endpoint, identity
 
     async def _identify(self, endpoint: _Endpoint | None, supplied: bytes) -> Identity | None:
         """Who the token says the request is: one of the agent's static tokens (every one compared, so timing says
@@ -552,6 +562,8 @@ async def serve_http(state: ServingState, options: HttpOptions, watch: Path | No
         elif clashes := [f"{name}: {why}" for name, why in sorted(app.not_served.items()) if "same token" in why]:
             agents += f" (not served: {'; '.join(clashes)})"
         extras = ["stateless" if options.stateless else "sessions"]
+        if options.openapi:
+            extras.append("OpenAPI tool servers at /agents/<name>/openapi.json")
         if state.metrics is not None:
             extras.append("metrics at /metrics")
         print(f"toolcrib: serving over HTTP at http://{options.host}:{port}/agents/<name>/mcp; agents: "
