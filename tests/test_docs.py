@@ -204,7 +204,8 @@ def test_console_sessions_in_the_docs_run_as_shown(doc: str, tmp_path: Path) -> 
     pytest.importorskip("toolcrib_fs", reason="the docs' sessions use the first-party packs")
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLCRIB_")}
     # exactly the packs the quickstart installs, whatever else the test environment has
-    env.update({"TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD": "1", "TOOLCRIB_PLUGINS": "fs,media,shell,web"})
+    env.update({"TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD": "1", "TOOLCRIB_PLUGINS": "fs,media,shell,web",
+                "COLUMNS": "120"})  # `toolcrib tools` fits its lines to the terminal: as wide as shown
     bin_dir = str(Path(sys.executable).parent)
     env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
     for command, expected in _sessions(DOCS / doc):

@@ -350,7 +350,7 @@ def _tools(host: Any, agent: str, as_json: bool, show_all: bool) -> None:
             columns = shutil.get_terminal_size().columns  # $COLUMNS first, else the terminal's, else 80
             signatures = [signature(wire) for wire in view.mcp_tools]
             width = max((len(left) for left in signatures if len(left) <= 48), default=0)  # longer: own line
-            rows = [(left, _first_line(wire.get("description") or "", max(20, columns - min(len(left), width) - 2)
+            rows = [(left, _first_line(wire.get("description") or "", max(20, columns - width - 2)
                                        if len(left) <= width else max(20, columns - 4)))
                     for left, wire in zip(signatures, view.mcp_tools, strict=True)]
             for left, description in rows:
