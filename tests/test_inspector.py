@@ -96,3 +96,13 @@ def test_inspector_over_http_with_a_token(inspector: Path, tmp_path: Path) -> No
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_the_docs_pin_the_inspector_these_tests_run() -> None:
+    """npx runs whatever Inspector it has cached unless told which: the docs name the one tested here."""
+    import re
+
+    docs = Path(__file__).parent.parent / "docs"
+    named = [(path.name, found) for path in sorted(docs.glob("*.md"))
+             for found in re.findall(r"npx @modelcontextprotocol/inspector\S*", path.read_text())]
+    assert named and {found for _, found in named} == {f"npx @modelcontextprotocol/inspector@{VERSION}"}, named

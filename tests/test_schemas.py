@@ -187,3 +187,27 @@ def test_resources_lines_up_its_columns(cli_config: Any) -> None:
     assert (code, out.splitlines()) == (0, [
         "notes://today           kit__today            Today's notes.",
         "notes://archive/{year}  kit__archive_by_year  A year's notes."])
+
+
+def test_check_hints_once_when_an_agent_sees_a_pack_s_tools_but_no_rule_gives_its_resources_or_prompts() -> None:
+    @toolcrib.prompt
+    def greet(name: str) -> str:
+        """Greet someone."""
+        return f"Hello {name}"
+
+    class WithPrompt(Pack):
+        @toolcrib.hookimpl
+        def toolcrib_prompts(self) -> list[Any]:
+            return [greet]
+
+    text = ('[agents.a.permissions]\nplugins = { allow = ["kit"] }\ntools = { allow = ["*"] }\n'
+            '[agents.b.permissions]\nplugins = { allow = ["kit"] }\ntools = { allow = ["*"] }\n'
+            'resources = { allow = ["*"] }\n')
+    host = make_host(text, {"kit": WithPrompt()})
+    hints = [(p.where, p.message) for p in host.problems(env={}) if "no rule permits" in p.message]
+    assert hints == [
+        ("toolcrib.toml: agents.a.permissions", "agent 'a' sees 'kit''s tools but none of its 2 resources and 1 prompt:"
+         ' no rule permits them (add resources = { allow = ["kit__*"] } and prompts = { allow = ["kit__*"] } if it '
+         "should have them)"),
+        ("toolcrib.toml: agents.b.permissions", "agent 'b' sees 'kit''s tools but none of its 1 prompt: no rule "
+         'permits them (add prompts = { allow = ["kit__*"] } if it should have them)')]

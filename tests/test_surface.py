@@ -626,10 +626,15 @@ prompts = { allow = ["docs__review"] }
     assert warnings == [
         "agents.bare.bare_names: docs__review, twin__review keep their full names: another of the agent's prompts has "
         "the same name without its namespace",
+        "agents.bare.permissions: agent 'bare' sees 'docs''s tools but none of its 4 resources: no rule permits them "
+        '(add resources = { allow = ["docs__*"] } if it should have them)',
         "agents.empty.permissions.resources.allow[0]: 'nothing://*' matches no installed resource (by name or URI)",
         "agents.empty.permissions.resources.allow[1]: 'docs__nothing' matches no installed resource (by name or URI)",
         "agents.empty.permissions.resources: the agent is given resources, yet sees none (`toolcrib explain --agent "
         "empty NAME` says why for each)",
+        "agents.none.permissions: agent 'none' sees 'docs''s tools but none of its 4 resources and 3 prompts: no rule "
+        'permits them (add resources = { allow = ["docs__*"] } and prompts = { allow = ["docs__*"] } if it should '
+        "have them)",
     ]
     view = host.view("bare")
     assert [p["name"] for p in view.mcp_prompts] == ["many", "docs__review", "show_logo", "twin__review"]

@@ -308,6 +308,7 @@ class Host:
             found += _recursive_schemas(entry)
         for agent, rules in sorted(self.rules.items()):
             found += self._rule_warnings(agent, rules)
+            found += self._unpermitted_items(agent)
         found += self._governing_warnings()
         from toolcrib.default_plugins.hooks import program_path
 
@@ -402,6 +403,32 @@ class Host:
                     found.append(Problem("warning", f"{self.loaded.source}: mcps.{name}.args", (
                         f"upstream server {name!r} is given the folder {folder}, which holds what governs the host: "
                         f"{', '.join(reached)}; toolcrib cannot keep another program from changing it")))
+        return found
+
+    def _unpermitted_items(self, agent: str) -> list[Problem]:
+        """A hint for each source whose tools the agent sees and whose resources or prompts it does not, having no
+        ``resources`` (or ``prompts``) rule at all: an operator who allows a pack's tools often means its resources
+        and prompts too, and without such a rule the agent gets none."""
+        view = self.view(agent)
+        permissions = self.loaded.config.agents[agent].permissions
+        ruled = {kind for kind in ("resources", "prompts")  # a kind with a rule is the rule's to decide
+                 if permissions is not None and getattr(permissions, kind) is not None}
+        seen = {vt.entry.namespace for vt in view.tools} - {RESERVED_NAMESPACE}  # the host's own follow its config
+        has = {(e.namespace, kind) for kind, entries in (("resources", (*view.resources, *view.templates)),
+                                                         ("prompts", view.prompts)) for e in entries}
+        found = []
+        for namespace in sorted(seen):
+            missing = []
+            for kind, entries in (("resources", self.catalog.resources), ("prompts", self.catalog.prompts)):
+                offered = sum(1 for e in entries.values() if e.namespace == namespace)
+                if offered and kind not in ruled and (namespace, kind) not in has:
+                    noun = kind[:-1] if offered == 1 else kind
+                    missing.append((kind, f"{offered} {noun}"))
+            if missing:
+                rules = " and ".join(f'{kind} = {{ allow = ["{namespace}__*"] }}' for kind, _ in missing)
+                found.append(Problem("warning", f"{self.loaded.source}: agents.{agent}.permissions", (
+                    f"agent {agent!r} sees {namespace!r}'s tools but none of its {' and '.join(w for _, w in missing)}"
+                    f": no rule permits them (add {rules} if it should have them)")))
         return found
 
     def _rule_warnings(self, agent: str, rules: AgentRules) -> list[Problem]:
