@@ -317,3 +317,28 @@ def test_the_tiny_source_in_the_architecture_doc_serves_its_tool(tmp_path: Path)
     decision = host.explain("reader", "shout__it")
     assert [(c.name, c.passed) for c in decision.checks] == [
         ("source", True), ("tools", True), ("mode", True), ("available", True)]
+
+
+def test_each_framework_snippet_is_what_the_framework_matrix_runs() -> None:
+    """docs/frameworks.md: every line of each framework's snippet is in its script (tests/frameworks/run_*.py),
+    imports among its imports and the rest between its ``# snippet`` markers: the matrix runs what the page shows."""
+    import re
+
+    page = (DOCS / "frameworks.md").read_text()
+    scripts = {"openai-agents": "openai_agents", "pydantic-ai": "pydantic_ai", "LangChain": "langchain",
+               "FastMCP": "fastmcp", "LlamaIndex": "llama_index", "smolagents": "smolagents"}
+    sections = dict(re.findall(r"^## (.+?)\n(.*?)(?=^## |\Z)", page, flags=re.M | re.S))
+    for heading, script in scripts.items():
+        snippet = re.search(r"```python\n(.*?)```", sections[heading], flags=re.S)
+        assert snippet is not None, heading
+        source = (Path(__file__).parent / "frameworks" / f"run_{script}.py").read_text()
+        marked = source.split("    # snippet\n", 1)[1].split("    # end of snippet", 1)[0]
+        body = [line.strip() for line in marked.splitlines() if line.strip()]  # (as the page indents it, or not)
+        imported = {(module, name.strip()) for module, names in re.findall(r"^from (\S+) import (.+)$", source, re.M)
+                    for name in names.split(",")}
+        for line in (line.strip() for line in snippet.group(1).splitlines() if line.strip()):
+            if line.startswith("from "):
+                module, names = re.fullmatch(r"from (\S+) import (.+)", line).groups()  # type: ignore[union-attr]
+                assert {(module, n.strip()) for n in names.split(",")} <= imported, (heading, line)
+            else:
+                assert line in body, (heading, line)

@@ -133,10 +133,11 @@ def test_self_contained_inlines_draft_7_definitions_keeps_siblings_and_changes_n
                       "properties": {"a": {"$ref": "#/$defs/A"}}}) == ["A"]
 
 
-def test_strict_closes_every_object_and_makes_optional_arguments_required_and_nullable() -> None:
+def test_strict_closes_every_object_and_requires_every_argument_keeping_defaults_as_hints() -> None:
+    # as openai-agents' own conversion does: the model gives every argument (null would not be a valid count)
     assert strict({"type": "object", "properties": {"text": {"type": "string"}, "count": {
         "type": "integer", "default": 1}}, "required": ["text"]}) == {
-        "type": "object", "properties": {"text": {"type": "string"}, "count": {"type": ["integer", "null"]}},
+        "type": "object", "properties": {"text": {"type": "string"}, "count": {"type": "integer", "default": 1}},
         "required": ["text", "count"], "additionalProperties": False}
     host = make_host(CONFIG, {"kit": Pack()})
     with pytest.raises(NotStrict) as refused:
@@ -156,7 +157,7 @@ def test_schema_strict_exports_strict_tools_and_names_each_that_cannot_be(cli_co
     assert {name: tool["strict"] for name, tool in tools.items()} == {
         "kit__order": False, "kit__tree": False, "kit__plain": True}
     assert tools["kit__plain"]["parameters"] == {"additionalProperties": False, "properties": {
-        "text": {"type": "string"}, "count": {"type": ["integer", "null"]}}, "required": ["text", "count"],
+        "text": {"type": "string"}, "count": {"default": 1, "type": "integer"}}, "required": ["text", "count"],
         "type": "object"}
     assert err.splitlines() == [
         "toolcrib: kit__order is not strict: notes: a mapping of free-form keys (a dict), which strict mode cannot "

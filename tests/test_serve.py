@@ -551,10 +551,11 @@ TOKENS = {"TOK_READER": "reader-token-0123456789", "TOK_WRITER": "writer-token-0
           "TOK_RUNNER": "runner-token-0123456789"}
 
 
-def start_http(config_file: Path, *extra: str, env: dict[str, str] | None = None
+def start_http(config_file: Path, *extra: str, env: dict[str, str] | None = None,
+               said: str | None = "agent 'silent' is not served over HTTP: it has no token_env"
                ) -> tuple[subprocess.Popen[bytes], str, Path]:
     """Start ``toolcrib serve --http`` on a free port; its stderr goes to a file (a pipe nobody drains could
-    fill up and stall the server)."""
+    fill up and stall the server). Once it listens, its log must hold ``said`` (this module's config's)."""
     log = config_file.parent / f"serve-{time.monotonic_ns()}.log"
     with log.open("wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "toolcrib.cli", "serve", "--http", "--port", "0",
@@ -565,7 +566,7 @@ def start_http(config_file: Path, *extra: str, env: dict[str, str] | None = None
         text = log.read_text()
         match = re.search(r"at (http://127\.0\.0\.1:\d+)/agents/<name>/mcp", text)
         if match:
-            assert "agent 'silent' is not served over HTTP: it has no token_env" in text
+            assert said is None or said in text
             return proc, match.group(1), log
         time.sleep(0.05)
     proc.kill()
