@@ -10,8 +10,9 @@ taking ``null`` too). Both keep the meaning: the same values are valid. A recurs
 declared is untouched (the lock, curation and validation see it as written); only what is served is reshaped.
 
 ``strict`` goes one step further, for OpenAI's strict function calling: every object closed and every property
-required (an optional one nullable instead), or the reason a tool cannot be (a free-form mapping, a recursive
-model, a keyword strict mode refuses), naming the argument.
+required (the model gives each; an optional one keeps its default as a hint, as openai-agents' own conversion
+does), or the reason a tool cannot be (a free-form mapping, a recursive model, a keyword strict mode refuses),
+naming the argument.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ def _nullable(node: dict[str, Any]) -> dict[str, Any]:
 
 # what strict mode accepts of an object's or a value's keywords (OpenAI's structured outputs, "supported schemas")
 _STRICT_KEYS = frozenset({"type", "properties", "required", "additionalProperties", "items", "enum", "const",
-                          "anyOf", "description", "title", "$defs", "$ref", "pattern", "format", "minimum",
+                          "anyOf", "description", "title", "default", "$defs", "$ref", "pattern", "format", "minimum",
                           "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minItems", "maxItems"})
 
 
@@ -145,9 +146,9 @@ def _strict(node: Any, where: str) -> Any:
     if not isinstance(node, dict):
         return node
     for key in node:
-        if key not in _STRICT_KEYS and key != "default":
+        if key not in _STRICT_KEYS:
             raise NotStrict(where, f"strict mode does not take {key!r}")
-    out = {k: v for k, v in node.items() if k != "default"}  # a default cannot be said: the model sends a value
+    out = dict(node)
     if "anyOf" in out:
         out["anyOf"] = [_strict(member, where) for member in out["anyOf"]]
     kinds = out.get("type")
@@ -156,33 +157,15 @@ def _strict(node: Any, where: str) -> Any:
         if (isinstance(extra, dict) and extra) or extra is True or ("properties" not in out and extra is not False):
             raise NotStrict(where, "a mapping of free-form keys (a dict), which strict mode cannot describe")
         properties = out.get("properties", {})
-        required = set(out.get("required", []))
-        shaped = {}
-        for name, value in properties.items():
-            inner = _strict(value, f"{where}.{name}" if where else name)
-            if name not in required:  # optional: required, and may be null (the model's way to leave it out)
-                inner = _or_null(inner, f"{where}.{name}" if where else name)
-            shaped[name] = inner
-        out["properties"] = shaped
+        # every property required (strict mode's rule): the model gives each, an optional one its default or a
+        # value of its own, as openai-agents' own conversion does
+        out["properties"] = {name: _strict(value, f"{where}.{name}" if where else name)
+                             for name, value in properties.items()}
         out["required"] = list(properties)
         out["additionalProperties"] = False
     if "items" in out:
         out["items"] = _strict(out["items"], f"{where}[]")
     return out
-
-
-def _or_null(node: dict[str, Any], where: str) -> dict[str, Any]:
-    kinds = node.get("type")
-    if isinstance(kinds, str):
-        out = {**node, "type": [kinds, "null"]}
-        if isinstance(node.get("enum"), list) and None not in node["enum"]:
-            out["enum"] = [*node["enum"], None]
-        return out
-    if isinstance(kinds, list):
-        return node if "null" in kinds else {**node, "type": [*kinds, "null"]}
-    if "anyOf" in node:
-        return node if {"type": "null"} in node["anyOf"] else {**node, "anyOf": [*node["anyOf"], {"type": "null"}]}
-    raise NotStrict(where, "an optional argument of no one type, which strict mode cannot make nullable")
 
 
 __all__ = ["NotStrict", "recursive", "self_contained", "strict"]
