@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -308,3 +309,28 @@ def test_help_lists_each_command_with_its_whole_first_sentence_and_new_offers_no
     assert code == 0 and "--config" not in out and "--debug" in out
     code, _, err = cli("new", "--config", "x.toml", "acme-x")
     assert (code, err.splitlines()[-1]) == (2, "error: No such option '--config'.")
+
+
+def test_install_honours_xdg_and_writes_a_project_s_mcp_json_without_this_machine_s_paths(
+        one: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from toolcrib.cli import _client_file
+
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    assert _client_file("claude-desktop") == tmp_path / "xdg" / "Claude" / "claude_desktop_config.json"
+    monkeypatch.delenv("XDG_CONFIG_HOME")
+    assert _client_file("claude-desktop") == Path.home() / ".config" / "Claude" / "claude_desktop_config.json"
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert _client_file("claude-desktop") == (Path.home() / "Library" / "Application Support" / "Claude" /
+                                              "claude_desktop_config.json")
+    monkeypatch.setattr(sys, "platform", "linux")
+    # a project's .mcp.json beside the config: toolcrib from PATH (this installation's), the config by its place
+    monkeypatch.chdir(Path(one).parent)
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
+    code, out, _ = cli("install", "claude-code", "--config", one)
+    assert (code, json.loads((Path(one).parent / ".mcp.json").read_text())) == (0, {"mcpServers": {"toolcrib-solo": {
+        "command": "toolcrib", "args": ["serve", "--agent", "solo", "--config", "toolcrib.toml"]}}})
+    monkeypatch.setenv("PATH", "/nowhere")  # not on PATH: this machine's Python it is
+    code, out, _ = cli("install", "claude-code", "--config", one)
+    assert json.loads((Path(one).parent / ".mcp.json").read_text())["mcpServers"]["toolcrib-solo"]["command"] == \
+        sys.executable

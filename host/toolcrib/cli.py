@@ -1252,6 +1252,10 @@ def install(client: str, agent: str | None, name: str | None, target: Path | Non
         _echo_json({"mcpServers": {server: entry}})
         return
     file = target or _client_file(client)
+    if client == "claude-code":  # a project's file, shared: no path of this machine's Python in it, where it can be
+        portable = _portable(agent, path, file)
+        if portable is not None:
+            entry = {**portable, **({"env": env} if env else {})}
     try:
         document = json.loads(file.read_text(encoding="utf-8")) if file.exists() else {}
     except (OSError, ValueError) as exc:
@@ -1270,6 +1274,8 @@ def install(client: str, agent: str | None, name: str | None, target: Path | Non
 
 
 def _client_file(client: str) -> Path:
+    """Where the client keeps its MCP servers: the paths its documentation gives (Claude Desktop documents macOS
+    and Windows; on Linux, where it is not released, community builds read $XDG_CONFIG_HOME/Claude)."""
     home = Path.home()
     if client == "cursor":
         return home / ".cursor" / "mcp.json"
@@ -1279,7 +1285,24 @@ def _client_file(client: str) -> Path:
         return home / "Library" / "Application Support" / "Claude" / "claude_desktop_config.json"
     if sys.platform == "win32":
         return Path(os.environ.get("APPDATA", home)) / "Claude" / "claude_desktop_config.json"
-    return home / ".config" / "Claude" / "claude_desktop_config.json"
+    return Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config") / "Claude" / "claude_desktop_config.json"
+
+
+def _portable(agent: str, config: Path | None, file: Path) -> dict[str, Any] | None:
+    """A project's ``.mcp.json`` entry that names no path of this machine: ``toolcrib`` from PATH (when the one on
+    PATH is this installation's) and the config relative to the project (Claude Code starts a project's servers
+    there); None when toolcrib is not on PATH."""
+    import shutil
+
+    found = shutil.which("toolcrib")
+    if found is None or Path(found).parent != Path(sys.executable).parent:
+        return None
+    args = ["serve", "--agent", agent]
+    if config is not None:
+        project = file.resolve().parent
+        where = config.resolve()
+        args += ["--config", str(where.relative_to(project)) if where.is_relative_to(project) else str(where)]
+    return {"command": "toolcrib", "args": args}
 
 
 def _terminal_approver() -> Any:
