@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import socket
 import os
+import socket
 import sys
 import textwrap
 from pathlib import Path
