@@ -327,10 +327,10 @@ def test_install_honours_xdg_and_writes_a_project_s_mcp_json_without_this_machin
     # a project's .mcp.json beside the config: toolcrib from PATH (this installation's), the config by its place
     monkeypatch.chdir(Path(one).parent)
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
-    code, out, _ = cli("install", "claude-code", "--config", one)
+    code, _, _ = cli("install", "claude-code", "--config", one)
     assert (code, json.loads((Path(one).parent / ".mcp.json").read_text())) == (0, {"mcpServers": {"toolcrib-solo": {
         "command": "toolcrib", "args": ["serve", "--agent", "solo", "--config", "toolcrib.toml"]}}})
     monkeypatch.setenv("PATH", "/nowhere")  # not on PATH: this machine's Python it is
-    code, out, _ = cli("install", "claude-code", "--config", one)
-    assert json.loads((Path(one).parent / ".mcp.json").read_text())["mcpServers"]["toolcrib-solo"]["command"] == \
-        sys.executable
+    code, _, _ = cli("install", "claude-code", "--config", one)
+    assert (code, json.loads((Path(one).parent / ".mcp.json").read_text())["mcpServers"]["toolcrib-solo"][
+        "command"]) == (0, sys.executable)
