@@ -165,6 +165,7 @@ def test_smolagents_calls_through_mcpadapt_and_passes_an_error_on_as_text(served
     seen = seen_by("smolagents", served)
     assert seen["tools"] == TOOLS
     # the served nullables (type lists) reach it as they are: no anyOf for mcpadapt to type as a string
+    # (and no "nullable": its own bug, smolagents holds the defaulted argument required)
     assert seen["order"]["size"] == {"enum": ["s", "m", None], "type": ["string", "null"], "default": None,
                                      "description": "see tool description"}
     assert seen["order"]["address"]["properties"] == ORDER["properties"]["address"]["properties"]
