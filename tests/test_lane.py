@@ -1,0 +1,214 @@
+"""The host's end of an isolated pack's calls lane (toolcrib.mcp.lane), on real pipes, with this test as the child:
+every line a child may write, well formed or not, and what the host answers. (tests/test_isolation.py runs the lane
+end to end, with a real pack in a real confined child.)"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import toolcrib
+from conftest import make_host
+from toolcrib.content import ToolResult
+from toolcrib.mcp.lane import Lane
+from toolcrib.runner import Call
+
+
+class Child:
+    """The child's end: lines written to the host, and the host's lines read back."""
+
+    def __init__(self, read_fd: int, write_fd: int) -> None:
+        self.read_fd, self.write_fd = read_fd, write_fd
+        self._buffer = b""
+
+    def say(self, message: Any) -> None:
+        data = (message if isinstance(message, bytes) else json.dumps(message).encode()) + b"\n"
+        while data:
+            data = data[os.write(self.write_fd, data):]
+
+    async def hear(self) -> dict[str, Any]:
+        while b"\n" not in self._buffer:
+            await anyio.wait_readable(self.read_fd)
+            self._buffer += os.read(self.read_fd, 1 << 20)
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        heard: dict[str, Any] = json.loads(line)
+        return heard
+
+
+@asynccontextmanager
+async def lane() -> AsyncIterator[tuple[Lane, Child]]:
+    to_child_read, to_child_write = os.pipe()
+    from_child_read, from_child_write = os.pipe()
+    os.set_blocking(to_child_read, False)
+    host = Lane(from_child_read, to_child_write, "probe")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(host.run)
+        try:
+            yield host, Child(to_child_read, from_child_write)
+        finally:
+            host.stop()
+            tg.cancel_scope.cancel()
+            for fd in (to_child_read, from_child_write):
+                os.close(fd)
+
+
+class Client:
+    """The agent's client as the host's pipeline hands it to a call (a front end's channel): what it was told."""
+
+    def __init__(self, sample: bool = True) -> None:
+        self.told: list[tuple[Any, ...]] = []
+        if sample:
+            self.sample = self._sample
+
+    async def progress(self, progress: float, total: float | None, message: str | None) -> None:
+        self.told.append(("progress", progress, total, message))
+
+    async def log(self, level: str, message: str, logger: str | None) -> None:
+        self.told.append(("log", level, message, logger))
+
+    async def elicit(self, message: str, schema: dict[str, Any]) -> dict[str, Any]:
+        self.told.append(("elicit", message))
+        return {"action": "accept", "content": {"sure": True}}
+
+    async def _sample(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.told.append(("sample", request["messages"][0]["content"]["text"]))
+        return {"role": "assistant", "content": {"type": "text", "text": "a model's answer"}, "model": "m"}
+
+
+@toolcrib.tool
+def probe() -> str:
+    """A tool to make a call of."""
+    return "unused"
+
+
+class Probe:
+    @toolcrib.hookimpl
+    def toolcrib_tools(self) -> list[Any]:
+        return [probe]
+
+
+def a_call(client: Client | None, tmp_path: Path) -> Call:
+    view = make_host('[agents.a.permissions]\nplugins = { allow = ["kit"] }\ntools = { allow = ["*"] }\n',
+                     {"kit": Probe()}).view("a")
+    return Call(view, "kit__probe", {}, channel=client, tool=view.lookup("kit__probe"), workspace=tmp_path)
+
+
+def test_a_call_its_asks_and_its_result_cross_and_bad_asks_are_dropped_or_refused(tmp_path: Path) -> None:
+    client = Client()
+
+    async def main() -> tuple[Any, ...]:
+        async with lane() as (host, child):
+            got: list[Any] = []
+
+            async def calling() -> None:
+                got.append(await host.call("probe", {"a": 1}, a_call(client, tmp_path)))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(calling)
+                sent = await child.hear()
+                number = sent["call"]
+                for args in ([1, 2, "half"], [1, "x", 7], ["one", 2, "m"], [1, 2]):  # the last three: dropped
+                    child.say({"ask": 0, "call": number, "what": "progress", "args": args})
+                child.say({"ask": 0, "call": number, "what": "log", "args": ["info", "hello", "pack.log"]})
+                child.say({"ask": 0, "call": number, "what": "log", "args": ["info", 5, None]})  # dropped
+                answers = []
+                for k, what, args in ((1, "elicit", ["Sure?", {"type": "object"}]), (2, "sample", [{"messages": [
+                        {"role": "user", "content": {"type": "text", "text": "hi"}}], "maxTokens": 5}]),
+                        (3, "elicit", ["no schema"]), (4, "sample", ["not a request"]), (5, "steal", []),
+                        (6, "elicit", "not a list")):
+                    child.say({"ask": k, "call": number, "what": what, "args": args})
+                    answers.append(await child.hear())
+                child.say({"result": number, "content": [{"type": "text", "text": "done"}],
+                           "structuredContent": {"n": 1}, "isError": False})
+            return sent, answers, got[0]
+
+    sent, answers, result = anyio.run(main)
+    assert sent == {"call": 1, "tool": "probe", "arguments": {"a": 1}}
+    assert client.told == [("progress", 1.0, 2.0, "half"), ("progress", 1.0, None, None),
+                           ("log", "info", "hello", "pack.log"), ("elicit", "Sure?"), ("sample", "hi")]
+    assert answers == [
+        {"answer": 1, "value": {"action": "accept", "content": {"sure": True}}},
+        {"answer": 2, "value": {"role": "assistant", "content": {"type": "text", "text": "a model's answer"},
+                                "model": "m"}},
+        {"answer": 3, "error": "the lane does not carry 'elicit'"},
+        {"answer": 4, "error": "the lane does not carry 'sample'"},
+        {"answer": 5, "error": "the lane does not carry 'steal'"},
+        {"answer": 6, "error": "the lane does not carry 'elicit'"}]
+    assert result == ToolResult(content=({"type": "text", "text": "done"},), structured_content={"n": 1})
+
+
+def test_a_call_with_no_client_or_no_model_is_answered_so(tmp_path: Path) -> None:
+    async def asked(call: Call | None, what: str, args: list[Any]) -> dict[str, Any]:
+        async with lane() as (host, child):
+            heard: list[dict[str, Any]] = []
+
+            async def calling() -> None:
+                await host.call("probe", {}, call)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(calling)
+                number = (await child.hear())["call"]
+                child.say({"ask": 9, "call": number, "what": what, "args": args})
+                heard.append(await child.hear())
+                child.say({"result": number, "content": []})
+            return heard[0]
+
+    request = [{"messages": [], "maxTokens": 1}]
+    assert anyio.run(asked, None, "sample", request) == {
+        "answer": 9, "error": "nobody can be asked here (the call has no client)"}
+    assert anyio.run(asked, a_call(Client(sample=False), tmp_path), "sample", request) == {
+        "answer": 9, "error": "This needs the client's model, and the client offers none (it does not support MCP "
+                              "sampling)."}
+
+
+@pytest.mark.parametrize(("answer", "said"), [
+    ({"error": "no such tool"}, "isolated pack 'probe' refused the call: no such tool"),
+    ({"content": "not a list"}, "isolated pack 'probe' answered with a malformed result: Input should be a valid list"),
+])
+def test_a_refusal_or_a_malformed_result_is_the_call_s_error(answer: dict[str, Any], said: str) -> None:
+    async def main() -> str:
+        async with lane() as (host, child):
+            failed: list[str] = []
+
+            async def calling() -> None:
+                try:
+                    await host.call("probe", {}, None)
+                except toolcrib.ToolError as exc:
+                    failed.append(str(exc))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(calling)
+                number = (await child.hear())["call"]
+                child.say({"result": number, **answer})
+            return failed[0]
+
+    assert anyio.run(main) == said
+
+
+def test_a_long_message_is_written_whole_and_the_next_waits_for_it() -> None:
+    async def main() -> list[dict[str, Any]]:
+        async with lane() as (host, child):
+            big = "x" * (1 << 20)  # far past what a pipe holds: the host waits for room, mid-message
+
+            async def calling(arguments: dict[str, Any]) -> None:
+                with anyio.move_on_after(30):  # (never answered: cancelled once read)
+                    await host.call("probe", arguments, None)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(calling, {"big": big})
+                await anyio.sleep(0.05)  # the first is half written
+                tg.start_soon(calling, {"small": 1})
+                heard = [await child.hear(), await child.hear()]
+                tg.cancel_scope.cancel()
+            return heard
+
+    first, second = anyio.run(main)
+    assert (first["call"], len(first["arguments"]["big"]), second) == (
+        1, 1 << 20, {"call": 2, "tool": "probe", "arguments": {"small": 1}})
