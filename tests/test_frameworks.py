@@ -137,9 +137,11 @@ def test_langchain_tools_take_the_served_schemas_and_report_an_error_as_an_error
     assert (seen["resource"], seen["prompt"]) == ("buy milk", "Say hello to Ada.")
 
 
-def test_fastmcp_s_client_lists_calls_and_raises_on_an_error(served: dict[str, Any]) -> None:
+def test_fastmcp_s_client_and_a_mounted_proxy_list_call_and_raise_on_an_error(served: dict[str, Any]) -> None:
     seen = seen_by("fastmcp", served)
     assert (seen["tools"], seen["order"]) == (TOOLS, ORDER)
+    # proxied by a FastMCP server and mounted in another under "tc": the agent's tools, and no more
+    assert seen["mounted"] == {"tools": [f"tc_{name}" for name in TOOLS], "call": "hi hi"}
     assert (seen["call"], seen["nested"]) == ("hi hi", "green any size to Main St")
     assert seen["error"] == "ToolError: refused: no"
     assert (seen["resource"], seen["prompt"]) == ("buy milk", "Say hello to Ada.")
