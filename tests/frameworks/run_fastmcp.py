@@ -7,9 +7,9 @@ import json
 import sys
 
 from fastmcp import Client, FastMCP
-from fastmcp.server import create_proxy
 from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 from fastmcp.exceptions import ToolError
+from fastmcp.server import create_proxy
 
 
 async def observe(client):
