@@ -250,3 +250,22 @@ def test_a_real_server_s_questions_and_sampling_reach_the_agent_s_client(node_se
     assert "User provided the requested information!" in elicited and "Ann Example" in elicited
     assert ("sample", "Resource trigger-sampling-request context: say hi") in asked
     assert '"text": "sampled words"' in sampled and '"model": "the-agent-s-model"' in sampled
+
+
+def test_an_llm_toolbox_not_configured_is_listed_with_why_and_logs_nothing(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("llm_tools_sqlite", reason="the test extras install the real llm plugins")
+    from conftest import cli
+
+    config = tmp_path / "toolcrib.toml"
+    config.write_text('[packs.llm]\nplugins = ["llm-tools-quickjs", "llm-tools-sqlite"]\n')
+    code, out, err = cli("plugins", "--config", str(config))
+    lines = out.splitlines()
+    sqlite = next(i for i, line in enumerate(lines) if line.startswith("llm-tools-sqlite "))
+    assert (code, lines[sqlite].split()[:4], lines[sqlite + 1]) == (
+        0, ["llm-tools-sqlite", "llm", "not", "served"], "    note: toolbox SQLite not configured: to serve it, add "
+        "[packs.llm.toolboxes.SQLite] with its constructor's arguments")
+    quickjs = next(i for i, line in enumerate(lines) if line.startswith("llm-tools-quickjs "))
+    assert lines[quickjs + 1] == ("    note: toolbox QuickJS not configured: to serve it, add "
+                                  "[packs.llm.toolboxes.QuickJS] with its constructor's arguments")
+    assert "registers the toolbox" not in err + capfd.readouterr().err  # no INFO line on every command

@@ -25,7 +25,7 @@ from toolcrib.errors import (
 from toolcrib.hookspecs import hookimpl, hookspec
 from toolcrib.host import Host
 from toolcrib.runner import Call, PythonRunner, Runner
-from toolcrib.tool import Tool, get_tool, tool
+from toolcrib.tool import Tool, Unserved, get_tool, tool
 
 __all__ = [
     "Allow",
@@ -56,6 +56,7 @@ __all__ = [
     "UnknownPromptError",
     "UnknownResourceError",
     "UnknownToolError",
+    "Unserved",
     "__version__",
     "get_prompt",
     "get_resource",

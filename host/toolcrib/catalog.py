@@ -25,7 +25,7 @@ from toolcrib.errors import Problem, ToolError, contained
 from toolcrib.names import RESERVED_NAMESPACE, full_name, tool_name_problem
 from toolcrib.plugins import PluginHook, PluginManager, PluginRecord, hooks_by_plugin
 from toolcrib.sources import Offer
-from toolcrib.tool import Tool, get_tool
+from toolcrib.tool import Tool, Unserved, get_tool
 
 log = logging.getLogger("toolcrib.catalog")
 
@@ -102,6 +102,7 @@ def build_catalog(
         catalog.packs.append(source)
         catalog.settings[record.name] = source.settings
         entries, served_for = _origins(record, offer.entries, catalog, taken)
+        served_for += _unserved(record, source.unserved, {r.name: r for r in served_for}, taken)
         origins += [(record, origin) for origin in served_for]
         record.tool_count = sum(1 for entry in entries if entry.kind == "tool")
         staged += entries
@@ -148,6 +149,7 @@ class PackSource:
     lazy: bool = False
     problems: list[Problem] = field(default_factory=list)
     settings: Any = None
+    unserved: list[Unserved] = field(default_factory=list)  # plugins its tools hook said it does not serve
     _offer: Offer | None = None
 
     @property
@@ -233,6 +235,30 @@ def _origins(pack: PluginRecord, entries: list[Entry], catalog: Catalog,
                                                   version=version, entry_point=f"served by pack {pack.name!r}")
         record.tool_count += 1
     return kept, list(found.values())
+
+
+def _unserved(pack: PluginRecord, unserved: list[Unserved], serving: dict[str, PluginRecord],
+              taken: set[str]) -> list[PluginRecord]:
+    """A record for each installed plugin the pack said it does not serve (``toolcrib.Unserved``), its reason as
+    the record's note; a plugin some of whose tools the pack serves all the same gets the note on its record."""
+    from importlib import metadata
+
+    found: dict[str, PluginRecord] = {}
+    for item in unserved:
+        if item.origin in taken:
+            continue
+        record = serving.get(item.origin) or found.get(item.origin)
+        if record is not None:
+            record.error = f"{record.error}; {item.why}" if record.error else item.why
+            continue
+        try:
+            version: str | None = metadata.version(item.origin)
+        except (metadata.PackageNotFoundError, ValueError):
+            version = None
+        found[item.origin] = PluginRecord(name=item.origin, kind=pack.name, state="not served",
+                                          distribution=item.origin, version=version,
+                                          entry_point=f"offered to pack {pack.name!r}", error=item.why)
+    return list(found.values())
 
 
 def _place(entries: list[Entry], catalog: Catalog) -> None:
@@ -349,6 +375,9 @@ def _collect(hook: PluginHook | None, what: _Declared, record: PluginRecord, set
             catalog.problems.append(_pack_problem(record, record.error or ""))
             return []
         for i, item in enumerate(items):
+            if isinstance(item, Unserved) and what.hook == "tools" and isinstance(catalog, PackSource):
+                catalog.unserved.append(item)
+                continue
             spec = what.get(item)
             if spec is None:
                 catalog.problems.append(_pack_problem(

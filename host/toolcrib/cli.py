@@ -222,8 +222,8 @@ def plugins(as_json: bool) -> None:
     click.echo("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())
     for row, record in zip(rows, records, strict=True):
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-        if record["error"]:
-            click.echo(f"    error: {record['error']}")
+        if record["error"]:  # why it failed; for one that serves (or is not served), what it said of itself
+            click.echo(f"    {'error' if record['state'] == 'failed' else 'note'}: {record['error']}")
 
 
 @main.command()

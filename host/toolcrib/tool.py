@@ -54,6 +54,16 @@ INPUT_CONFIG = ConfigDict(extra="forbid", allow_inf_nan=False)
 _OPTION_KEYS = ("annotations", "is_available", "timeout", "title", "rule_subject", "describe", "keywords")
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Unserved:
+    """An item of ``toolcrib_tools``: an installed plugin whose tools the pack could serve and does not, and why
+    (``Unserved("llm-tools-sqlite", "toolbox SQLite not configured: add [packs.llm.toolboxes.SQLite]")``).
+    ``toolcrib plugins`` lists it beside the pack, in state ``not served``, with the reason."""
+
+    origin: str
+    why: str
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Tool:
     """A declared tool: everything the host needs, fixed at declaration.

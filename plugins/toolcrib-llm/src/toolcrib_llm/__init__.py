@@ -166,9 +166,10 @@ def toolcrib_tools(settings: Settings | None) -> list[Any]:
             continue
         if inspect.isclass(thing) and issubclass(thing, llm.Toolbox):
             toolboxes.add(thing.__name__)
-            if thing.__name__ not in settings.toolboxes:
-                log.info("llm plugin %r registers the toolbox %s; to serve it, add [packs.llm.toolboxes.%s] with its "
-                         "constructor's arguments", plugin_name, thing.__name__, thing.__name__)
+            if thing.__name__ not in settings.toolboxes:  # `toolcrib plugins` says so, beside the pack
+                served.append(toolcrib.Unserved(plugin_name, f"toolbox {thing.__name__} not configured: to serve it, "
+                                                f"add [packs.llm.toolboxes.{thing.__name__}] with its constructor's "
+                                                "arguments"))
                 continue
             box = _toolbox(thing, settings.toolboxes[thing.__name__])
             served += [dataclasses.replace(t, origin=plugin_name) for t in box]
