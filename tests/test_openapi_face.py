@@ -72,9 +72,14 @@ def test_a_call_goes_through_the_pipeline_and_its_answer_is_what_the_document_sa
                                          headers={**bearer("r" * 32), **JSON})
             judged(document, not_json)
             seen.append((not_json.status_code, not_json.json()))
+            huge = await client.post("/agents/reader/tools/files__read", content=b'{"path": "' + b"x" * (5 << 20) +
+                                     b'"}', headers={**bearer("r" * 32), **JSON})
+            seen.append((huge.status_code, huge.json()))
             return seen
 
-    ok, wrong_type, missing, not_json = anyio.run(main)
+    ok, wrong_type, missing, not_json, huge = anyio.run(main)
+    assert huge == (413, {"content": [{"type": "text", "text": "the request body is larger than 4 MiB"}],
+                          "isError": True})
     assert ok == (200, {"content": [{"type": "text", "text": "contents of notes.txt"}], "isError": False})
     assert wrong_type == (400, {"content": [{"type": "text", "text": (
         "Invalid arguments for files__read:\n- path: Input should be a valid string (got 7)")}], "isError": True})

@@ -7,8 +7,8 @@ document):
 
 Behind the agent's own tokens (or OAuth identity), as its MCP endpoint is; through the same call pipeline, limits
 and audit. The answer is MCP's ``CallToolResult`` as JSON (``content``, ``structuredContent`` where the tool
-declares an output schema, ``isError``): 200, or 400 for an error result. A tool the agent does not see answers as
-a path that does not exist: 404 ``Not Found``.
+declares an output schema, ``isError``): 200, or 400 for an error result (413 for a body past 4 MiB). A tool the
+agent does not see answers as a path that does not exist: 404 ``Not Found``.
 """
 
 from __future__ import annotations
@@ -90,7 +90,11 @@ class _Face:
         name = request.path_params["tool"]
         if view.lookup(name) is None:
             return _not_found()
-        body = await _body(request)
+        try:
+            body = await _body(request)
+        except _TooLarge:
+            return JSONResponse(_error(f"the request body is larger than {MAX_BODY_BYTES // (1024 * 1024)} MiB"),
+                                status_code=413)
         if not isinstance(body, dict):
             return JSONResponse(_error("the request body must be a JSON object: the tool's arguments, by name"),
                                 status_code=400)
@@ -101,15 +105,20 @@ class _Face:
         return JSONResponse(result.to_wire(), status_code=400 if result.is_error else 200)
 
 
+class _TooLarge(Exception):
+    pass
+
+
 async def _body(request: Request) -> Any:
+    """The JSON body (``{}`` for none), None for one that is not JSON; ``_TooLarge`` past ``MAX_BODY_BYTES``."""
+    from toolcrib.mcp.operator import capped_body
+
     size = request.headers.get("content-length")
-    if size is not None and (not size.isdigit() or int(size) > MAX_BODY_BYTES):
-        return None
-    data = b""
-    async for chunk in request.stream():
-        data += chunk
-        if len(data) > MAX_BODY_BYTES:
-            return None
+    if size is not None and size.isdigit() and int(size) > MAX_BODY_BYTES:
+        raise _TooLarge
+    data = await capped_body(request, MAX_BODY_BYTES)
+    if data is None:
+        raise _TooLarge
     try:
         return json.loads(data) if data.strip() else {}
     except ValueError:

@@ -180,16 +180,24 @@ def _reachable(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[
 MAX_FORM_BYTES = 4096  # a form anyone may post (a link's, the console's sign-in) is this small, or refused
 
 
+async def capped_body(request: Request, limit: int) -> bytes | None:
+    """The request's body, or None once it is past ``limit`` bytes (read no further)."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            return None
+    return bytes(body)
+
+
 async def small_form(request: Request) -> dict[str, str] | None:
     """A urlencoded form of at most ``MAX_FORM_BYTES`` (first value of each field), or None for anything else:
     forms that anyone may post are read without spooling uploads or reading a large body."""
     if request.headers.get("content-type", "").split(";")[0].strip() != "application/x-www-form-urlencoded":
         return None
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_FORM_BYTES:
-            return None
+    body = await capped_body(request, MAX_FORM_BYTES)
+    if body is None:
+        return None
     try:
         fields = urllib.parse.parse_qs(body.decode(), keep_blank_values=True, max_num_fields=20)
     except (UnicodeDecodeError, ValueError):
