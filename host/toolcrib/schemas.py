@@ -24,6 +24,7 @@ _ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains"
 _MANY = ("anyOf", "oneOf", "allOf", "prefixItems")  # ... a list of schemas
 _NAMED = ("properties", "patternProperties", "dependentSchemas")  # ... schemas by name
 _DEFS = ("$defs", "definitions")
+_SCHEMA_KEYS = frozenset(_ONE + _MANY + _NAMED)  # the keywords whose values hold schemas
 
 
 def self_contained(schema: Any, recursive: list[str] | None = None) -> Any:
@@ -73,15 +74,15 @@ def _shape(node: Any, defs: dict[str, Any], stack: tuple[str, ...], kept: dict[s
         return {**target, **siblings} if isinstance(target, dict) else node
     out: dict[str, Any] | None = None
     for key, value in node.items():
-        if key in _DEFS and not stack:
-            continue  # the root's definitions: dropped by the caller
+        if key not in _SCHEMA_KEYS:
+            continue  # data (type, enum, default, ...), or the root's definitions (dropped by the caller)
         new = _shape_value(key, value, defs, stack, kept)
         if new is not value:
             if out is None:
                 out = dict(node)
             out[key] = new
     result = out if out is not None else node
-    return _nullable(result)
+    return _nullable(result) if "anyOf" in result else result
 
 
 def _shape_value(key: str, value: Any, defs: dict[str, Any], stack: tuple[str, ...], kept: dict[str, Any]) -> Any:

@@ -162,6 +162,21 @@ class Tool:
             return wrapped
         return schema
 
+    @cached_property
+    def served_input_schema(self) -> dict[str, Any]:
+        """The input schema as agents are served it (``toolcrib.schemas.self_contained``), made once a tool."""
+        from toolcrib.schemas import self_contained
+
+        served: dict[str, Any] = self_contained(self.input_schema)
+        return served
+
+    @cached_property
+    def served_output_schema(self) -> dict[str, Any] | None:
+        from toolcrib.schemas import self_contained
+
+        output = self.output_schema
+        return None if output is None else self_contained(output)
+
     def prepare(self) -> None:
         """Build the input model and both schemas now; ``ToolDeclarationError`` says what is wrong."""
         try:

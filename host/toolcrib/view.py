@@ -34,7 +34,6 @@ from toolcrib.permissions import (
     uri_check,
 )
 from toolcrib.reach import REACH
-from toolcrib.schemas import self_contained
 from toolcrib.search import ToolIndex
 from toolcrib.tool import Tool
 
@@ -117,8 +116,8 @@ class ViewTool:
             wire["title"] = clean(tool.title)
         wire["description"] = self.description
         try:
-            wire["inputSchema"] = clean_schema(self_contained(tool.input_schema))
-            output = tool.output_schema
+            wire["inputSchema"] = clean_schema(tool.served_input_schema)
+            output = tool.served_output_schema
         except Exception:
             # A tool whose schema cannot be built stays listed (listing and calling agree); a call of it is an
             # error result, and `toolcrib check` reports it.
@@ -126,7 +125,7 @@ class ViewTool:
             wire["inputSchema"] = {"type": "object"}
             output = None
         if output is not None:
-            wire["outputSchema"] = clean_schema(self_contained(output))
+            wire["outputSchema"] = clean_schema(output)
         if tool.annotations:
             annotations = dict(tool.annotations)
             if isinstance(annotations.get("title"), str):
