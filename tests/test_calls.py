@@ -794,8 +794,11 @@ def test_a_json_schema_tool_gets_its_arguments_as_a_dict_and_bad_ones_named_by_f
     register = toolcrib.tool("register", "Register a person.", ADDRESS_SCHEMA,
                              lambda args: f"{type(args).__name__} {sorted(args.items())}")
     host = make_host(CONFIG, {"kit": Pack(register)})
-    assert host.view("a").mcp_tools[0]["inputSchema"] == {  # served self-contained: its $ref inlined
-        "$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object", "properties": {
+    # served self-contained: its $ref inlined; a schema naming its dialect keeps its $defs as given (SEP-1613)
+    assert host.view("a").mcp_tools[0]["inputSchema"] == {
+        "$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+        "$defs": {"address": {"type": "object", "properties": {"street": {"type": "string"}}, "required": ["street"]}},
+        "properties": {
             "name": {"type": "string", "minLength": 1},
             "address": {"type": "object", "properties": {"street": {"type": "string"}}, "required": ["street"]}},
         "required": ["name"], "additionalProperties": False}

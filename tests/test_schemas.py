@@ -122,6 +122,9 @@ def test_self_contained_inlines_draft_7_definitions_keeps_siblings_and_changes_n
         "unit": {"type": "string", "enum": ["c", "f"], "description": "Which scale"},
         "$ref": {"type": "integer"},
         "at": {"type": ["string", "null"], "enum": ["now", None]}}}
+    declared = {"$schema": "http://json-schema.org/draft-07/schema#", **given}  # a document naming its dialect
+    assert self_contained(declared) == {"$schema": "http://json-schema.org/draft-07/schema#", **self_contained(given),
+                                        "definitions": given["definitions"]}  # keeps its definitions (SEP-1613)
     plain_schema = {"type": "object", "properties": {"a": {"type": "string"}}}
     assert self_contained(plain_schema) is plain_schema  # nothing to change: no copy
     kept = {"anyOf": [{"anyOf": [{"type": "string"}, {"type": "integer"}]}, {"type": "null"}]}

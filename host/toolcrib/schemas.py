@@ -5,7 +5,9 @@ mode gives up on a schema with ``$ref``; llama-index turns an enum under ``$defs
 (smolagents) types every ``anyOf`` as a string. So what toolcrib serves, on every transport and in every export,
 is ``self_contained``: each local ``$ref`` (``#/$defs/X``, ``#/definitions/X``) replaced by what it names, and a
 nullable ``anyOf: [X, {"type": "null"}]`` of a plain ``X`` written ``type: [X's type, "null"]`` (its ``enum``
-taking ``null`` too). Both keep the meaning: the same values are valid. A recursive model cannot be inlined: its
+taking ``null`` too). Both keep the meaning: the same values are valid. A schema that names its dialect
+(``$schema``, a JSON Schema document a tool was given) keeps its ``$defs`` beside the inlined references, as MCP
+asks servers to preserve 2020-12 keywords (SEP-1613, checked by the official conformance suite). A recursive model cannot be inlined: its
 ``$ref`` and the ``$defs`` it needs stay, and ``recursive`` names them for ``toolcrib check``. What a tool
 declared is untouched (the lock, curation and validation see it as written); only what is served is reshaped.
 
@@ -42,6 +44,8 @@ def self_contained(schema: Any, recursive: list[str] | None = None) -> Any:
     shaped = _shape(schema, defs, (), kept)
     if not defs and shaped is schema:
         return schema
+    if "$schema" in schema:  # a JSON Schema document naming its dialect keeps its definitions as given (SEP-1613)
+        return shaped
     out = {k: v for k, v in shaped.items() if k not in _DEFS}
     done: set[str] = set()
     while set(kept) - done:  # what a recursive reference still points at, itself shaped (which may keep more)
