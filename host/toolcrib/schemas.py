@@ -7,9 +7,10 @@ is ``self_contained``: each local ``$ref`` (``#/$defs/X``, ``#/definitions/X``) 
 nullable ``anyOf: [X, {"type": "null"}]`` of a plain ``X`` written ``type: [X's type, "null"]`` (its ``enum``
 taking ``null`` too). Both keep the meaning: the same values are valid. A schema that names its dialect
 (``$schema``, a JSON Schema document a tool was given) keeps its ``$defs`` beside the inlined references, as MCP
-asks servers to preserve 2020-12 keywords (SEP-1613, checked by the official conformance suite). A recursive model cannot be inlined: its
-``$ref`` and the ``$defs`` it needs stay, and ``recursive`` names them for ``toolcrib check``. What a tool
-declared is untouched (the lock, curation and validation see it as written); only what is served is reshaped.
+asks servers to preserve 2020-12 keywords (SEP-1613, checked by the official conformance suite). A recursive
+model cannot be inlined: its ``$ref`` and the ``$defs`` it needs stay, and ``recursive`` names them for ``toolcrib
+check``. What a tool declared is untouched (the lock, curation and validation see it as written); only what is
+served is reshaped.
 
 ``strict`` goes one step further, for OpenAI's strict function calling: every object closed and every property
 required (the model gives each; an optional one keeps its default as a hint, as openai-agents' own conversion
