@@ -557,3 +557,54 @@ def test_a_line_on_the_lane_that_is_not_the_lane_s_ends_it_and_calls_go_on_over_
     # the call in flight when the lane ended fails, saying why; the next takes the MCP session
     assert seen["said"][3:] == ["isolated pack 'probe' failed during the call: a line that is not JSON", "done 2"]
     assert "isolated pack 'probe': its calls lane ended: a line that is not JSON" in caplog.messages
+
+
+STUCK = '''
+import os, time
+import toolcrib
+
+@toolcrib.tool
+def alive() -> str:
+    """Say so."""
+    return f"alive in {os.getpid()}"
+
+@toolcrib.tool
+def stuck() -> str:
+    """Never return (a thread nothing can stop)."""
+    while True:
+        time.sleep(0.01)
+
+@toolcrib.hookimpl
+def toolcrib_tools():
+    return [alive, stuck]
+'''
+
+
+def test_an_isolated_pack_s_call_that_outlives_its_time_ends_its_process(tmp_path: Path,
+                                                                         dist_path: Callable[..., Path]) -> None:
+    from test_cluster import until
+    from toolcrib.mcp.state import serving_state
+
+    dist_path("acme-probe", "1.0", {"probe": "acme_probe"}, {"acme_probe": STUCK})
+    (tmp_path / "ws").mkdir()
+    path = tmp_path / "toolcrib.toml"
+    path.write_text(config().replace("[host]\n", "[host]\ncall_timeout = 1\n"))
+
+    async def main() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with serving_state(path) as state:
+            seen["first"] = (await state.host.call("a", "probe__alive", {})).content[0]["text"]
+            seen["stuck"] = (await state.host.call("a", "probe__stuck", {})).content[0]["text"]
+
+            async def serving_again() -> bool:
+                answer = await state.host.call("a", "probe__alive", {})
+                seen["again"] = answer.content[0]["text"]
+                return not answer.is_error and seen["again"] != seen["first"]
+
+            await until(serving_again, "the pack serves again, from a new process")
+        return seen
+
+    seen = anyio.run(main)
+    assert seen["stuck"] == "Tool probe__stuck timed out after 1 second and was stopped."
+    first, again = int(seen["first"].split()[-1]), int(seen["again"].split()[-1])
+    assert first != again and not os.path.exists(f"/proc/{first}")  # the process that held the thread is gone

@@ -29,7 +29,8 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -144,6 +145,9 @@ class Lane:
         self._calls: dict[int, tuple[MemoryObjectSendStream[dict[str, Any]], list[dict[str, Any]]]] = {}
         self.closed: str | None = None  # why it ended, once it has
         self._scope = anyio.CancelScope()
+        # called with the tool's name when a call outlives its time (the pool then ends the process: a handler
+        # that overran may hold a thread nothing can stop, and its process starts again)
+        self.on_timeout: Callable[[str], None] | None = None
 
     def stop(self) -> None:
         """End the lane (its process's session ended): calls on it fail, and its pipes close."""
@@ -183,9 +187,13 @@ class Lane:
             self.closed = str(exc)
             log.warning("isolated pack %r: its calls lane ended: %s", self.namespace, exc)
 
-    async def call(self, tool: str, arguments: dict[str, Any], call: Call | None) -> ToolResult:
+    async def call(self, tool: str, arguments: dict[str, Any], call: Call | None,
+                   timeout: float | None = None) -> ToolResult:
+        """Call ``tool`` in the child; ``timeout``: the seconds the pipeline gives it (a call cancelled after
+        them overran, and ``on_timeout`` hears of it)."""
         if self.closed is not None:
             raise LaneClosed(self.closed)
+        begun = time.monotonic()
         number = next(self._numbers)
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](64)
         answer: list[dict[str, Any]] = []
@@ -205,6 +213,9 @@ class Lane:
             if not done and self.closed is None:  # cancelled, timed out, or suspended: the child stops too
                 with anyio.CancelScope(shield=True), contextlib.suppress(LaneClosed):
                     await self._pipes.send({"cancel": number})
+                overran = timeout is not None and time.monotonic() - begun >= timeout
+                if overran and self.on_timeout is not None:
+                    self.on_timeout(tool)
 
     def _result(self, message: dict[str, Any]) -> ToolResult:
         import mcp_types as types

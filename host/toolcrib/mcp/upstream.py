@@ -305,6 +305,7 @@ class UpstreamPool:
                         lane, lane_env, folder = await stack.enter_async_context(opened(connection.namespace, self._tg))
                         config = config.model_copy(update={"env": {**config.env, **lane_env},
                                                            "write": [*config.write, folder]})
+                        lane.on_timeout = lambda tool: self._overran(connection, tool)
                         connection.lane = lane
                     target = _target(loaded, config)
                     await self._session(connection, target, tail, read_timeout)
@@ -356,6 +357,18 @@ class UpstreamPool:
         await anyio.sleep(RESTART_DELAYS[step])
         if self.changed is not None and self._connections.get(namespace) is connection:
             await self.changed()
+
+    def _overran(self, connection: _Connection, tool: str) -> None:
+        """An isolated pack's call outlived its time: its process is ended (a sync handler's thread cannot be
+        stopped from outside, and would hold on), and started again after its back-off, as one that died is."""
+        if self._connections.get(connection.namespace) is not connection or connection.client is None:
+            return
+        log.warning("isolated pack %r: the call of %s outlived its time; its process is ended and started again",
+                    connection.namespace, tool)
+        connection.error = f"ended: the call of {tool} outlived its time"
+        connection.client = None
+        connection.scope.cancel()
+        self._tg.start_soon(self._revive, connection)
 
     def _stale(self, connection: _Connection) -> None:
         log.info("upstream server %r says its lists changed", connection.namespace)
@@ -595,8 +608,9 @@ class UpstreamRunner:
         from mcp.shared.exceptions import MCPError
 
         if self.lane is not None and self.lane.closed is None:
+            timeout = call.tool.timeout if call is not None and call.tool is not None else None
             with contextlib.suppress(LaneClosed):
-                return await self.lane.call(self.name, arguments, call)
+                return await self.lane.call(self.name, arguments, call, timeout)
 
         channel = call.channel if call is not None else None
 
