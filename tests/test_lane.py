@@ -33,12 +33,15 @@ class Child:
         while data:
             data = data[os.write(self.write_fd, data):]
 
-    async def hear(self) -> dict[str, Any]:
+    async def hear_line(self) -> bytes:
         while b"\n" not in self._buffer:
             await anyio.wait_readable(self.read_fd)
             self._buffer += os.read(self.read_fd, 1 << 20)
         line, self._buffer = self._buffer.split(b"\n", 1)
-        heard: dict[str, Any] = json.loads(line)
+        return line
+
+    async def hear(self) -> dict[str, Any]:
+        heard: dict[str, Any] = json.loads(await self.hear_line())
         return heard
 
 
@@ -212,3 +215,27 @@ def test_a_long_message_is_written_whole_and_the_next_waits_for_it() -> None:
     first, second = anyio.run(main)
     assert (first["call"], len(first["arguments"]["big"]), second) == (
         1, 1 << 20, {"call": 2, "tool": "probe", "arguments": {"small": 1}})
+
+
+def test_lines_are_compact_utf_8_a_result_keeps_its_blocks_wire_keys_and_a_non_object_ends_the_lane() -> None:
+    async def main() -> tuple[Any, ...]:
+        async with lane() as (host, child):
+            got: list[Any] = []
+
+            async def calling() -> None:
+                got.append(await host.call("probe", {"city": "Zürich"}, None))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(calling)
+                line = await child.hear_line()
+                child.say({"result": 1, "content": [{"type": "text", "text": "x", "_meta": {"k": 1}}]})
+            child.say(b"[1, 2]")  # JSON, and not an object
+            with anyio.fail_after(30):  # (a hang guard)
+                while host.closed is None:
+                    await anyio.sleep(0.01)
+            return line, got[0], host.closed
+
+    line, result, closed = anyio.run(main)
+    assert line == '{"call":1,"tool":"probe","arguments":{"city":"Zürich"}}'.encode()
+    assert result.content == ({"type": "text", "text": "x", "_meta": {"k": 1}},)
+    assert closed == "a line that is not a JSON object"
