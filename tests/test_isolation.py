@@ -609,3 +609,20 @@ def test_an_isolated_pack_s_call_that_outlives_its_time_ends_its_process(tmp_pat
     assert seen["stuck"] == "Tool probe__stuck timed out after 1 second and was stopped."
     first, again = int(seen["first"].split()[-1]), int(seen["again"].split()[-1])
     assert first != again and not os.path.exists(f"/proc/{first}")  # the process that held the thread is gone
+
+
+def test_check_warns_where_an_isolated_pack_s_processes_cannot_be_counted(
+        tmp_path: Path, probe_pack: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from toolcrib import confinement
+
+    def warnings() -> list[str]:
+        host = Host(config_from(config(), tmp_path), plugins={}, autoload=False, env={})
+        return [p.message for p in host.problems(env={}) if "cannot be counted" in p.message]
+
+    if pids_root() is not None:  # here (root, with cgroup v1's pids hierarchy) they are counted
+        assert warnings() == []
+    # a host that cannot make a pids cgroup cannot be made here: its probe is made to say so
+    monkeypatch.setattr(confinement, "pids_root", lambda: None)
+    assert warnings() == ["probe: an isolated pack's processes cannot be counted here (no pids cgroup this host may "
+                          "make: run it as root, or give it a cgroup v2 group with the pids controller delegated), so "
+                          "a fork bomb in one is not stopped"]

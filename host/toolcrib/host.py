@@ -335,6 +335,7 @@ class Host:
         found = []
         confined = sorted([*(f"mcps.{ns}" for ns, c in self.loaded.config.mcps.items() if c.enabled and c.confine),
                            *(f"packs.{ns}" for ns in self.loaded.isolated_packs())])
+        why = None
         if confined:
             from toolcrib.confinement import unconfinable
 
@@ -344,6 +345,15 @@ class Host:
                         else "they are not started")
                 found.append(Problem("warning", f"{source}: {confined[0]}", f"{why}: {', '.join(confined)} ask to "
                                      f"be confined, and {then}"))
+        isolated = sorted(self.loaded.isolated_packs())
+        if isolated and why is None:
+            from toolcrib.confinement import pids_root
+
+            if pids_root() is None:
+                found.append(Problem("warning", f"{source}: packs.{isolated[0]}", (
+                    f"{', '.join(isolated)}: an isolated pack's processes cannot be counted here (no pids cgroup "
+                    "this host may make: run it as root, or give it a cgroup v2 group with the pids controller "
+                    "delegated), so a fork bomb in one is not stopped")))
         workspace = self.loaded.workspace
         if not workspace.is_dir():
             found.append(Problem("warning", f"{source}: host.workspace", f"{workspace} is not a folder: every call of "
