@@ -270,3 +270,13 @@ def test_a_confined_server_s_fork_bomb_is_stopped_at_its_processes_and_its_child
     assert (why, 0 < count < 8, len(pids)) == ("BlockingIOError: Resource temporarily unavailable", True, count)
     assert [pid for pid in pids if _alive(pid)] == []  # they left its process group; its cgroup ended them
     assert (pids_root() / f"toolcrib-{Path(said[0]).name}").exists() is False  # type: ignore[operator]
+
+
+def test_ending_a_group_that_was_never_made_is_quick_and_quiet(tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    from toolcrib.confinement import end_group, group_of
+
+    temporary = tmp_path / "toolcrib-mcp-never"
+    assert group_of(temporary) == (pids_root() / "toolcrib-toolcrib-mcp-never" if pids_root() else None)
+    anyio.run(end_group, temporary)  # no such group: nothing to kill, nothing to remove, nothing said
+    assert [r.getMessage() for r in caplog.records if "process group" in r.getMessage()] == []
