@@ -3,7 +3,6 @@ nullables as type lists, the same on the wire and in every export; and OpenAI's 
 
 from __future__ import annotations
 
-import enum
 import json
 from typing import Any, Literal
 
@@ -12,17 +11,8 @@ from pydantic import BaseModel
 
 import toolcrib
 from conftest import cli, make_host
+from framework_pack import Address, Color
 from toolcrib.schemas import NotStrict, recursive, self_contained, strict
-
-
-class Color(enum.Enum):
-    RED = "red"
-    GREEN = "green"
-
-
-class Address(BaseModel):
-    street: str
-    city: str | None = None
 
 
 class Node(BaseModel):
