@@ -9,9 +9,10 @@ same permissions, pipeline, curation, lock and audit as any source. The child is
 (``toolcrib.confinement``): it reads the system, the Python it runs on and the folders it imports from; it writes
 only its temporary folder and the workspace; no network unless ``network = true``.
 
-A handler's progress, questions (elicitation) and requests for a model's turn (sampling) reach the agent's client
-as an upstream server's do (``toolcrib.mcp.upstream``: ``CALLING``); its log messages, ``subagent`` and ``server``
-do not cross yet, and availability checks see the child's one agent, not the caller: the limits of this first form.
+Its tool calls take a calls lane of their own (``toolcrib.mcp.lane``): a handler's progress, log messages,
+questions (elicitation) and requests for a model's turn (sampling) reach the agent's client through the call's own
+channel. ``subagent``, ``server`` and ``remember`` do not cross yet, and availability checks see the child's one
+agent, not the caller: the limits of this form.
 """
 
 from __future__ import annotations

@@ -122,7 +122,7 @@ class HttpApp:
         self._tg: TaskGroup | None = None
         self.ready = False  # the lifespan has set every endpoint up
         self.draining: Callable[[], bool] = lambda: False  # the server is shutting down (serve_http says)
-        self._origin_guard = TransportSecurityMiddleware(options.security())  # Host and Origin, as for agents
+        self.origin_guard = TransportSecurityMiddleware(options.security())  # Host and Origin, as for agents
         metrics = state.metrics
         if metrics is not None:
             metrics.watch(sessions=self.sessions)
@@ -153,7 +153,7 @@ class HttpApp:
         except ImportError as exc:  # jinja2, which renders its pages
             raise ServeError(f"[operator] console = true needs the console's templates: pip install "
                              f"'toolcrib[console]' ({exc})") from None
-        return Console(self.state, operator.desk, operator.token, self._origin_guard, operator.who)
+        return Console(self.state, operator.desk, operator.token, self.origin_guard, operator.who)
 
     def _operator_endpoint(self) -> OperatorEndpoint | None:
         """The operator endpoint (``[operator]``), when its token is set: approvals that agents send an operator
@@ -181,7 +181,7 @@ class HttpApp:
         store = self.state.store
         desk = Desk(link_key(token)) if store is None else RedisDesk(store, link_key(token))
         self.state.open_desk(desk)
-        return OperatorEndpoint(desk, operator, token, self._origin_guard, self.state.keep,
+        return OperatorEndpoint(desk, operator, token, self.origin_guard, self.state.keep,
                                 self._operator_identity if operator.identity is not None else None)
 
     async def _operator_identity(self, token: str) -> str | None:
@@ -231,7 +231,7 @@ class HttpApp:
         assert metrics is not None
         variable = self.state.host.loaded.config.host.metrics_token_env
         if variable is None:  # open to whoever reaches it: as the agent endpoints, a DNS-rebinding page reads nothing
-            refused = await self._origin_guard.validate_request(request)
+            refused = await self.origin_guard.validate_request(request)
             if refused is not None:
                 return refused
         else:  # behind its token, which no page has: a scraper may come by any address

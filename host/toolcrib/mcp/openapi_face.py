@@ -65,7 +65,7 @@ class _Face:
         self.app = app
 
     async def _view(self, request: Request, post: bool = False) -> tuple[AgentView, Any] | Response:
-        refused = await self.app._origin_guard.validate_request(request, is_post=post)
+        refused = await self.app.origin_guard.validate_request(request, is_post=post)
         if refused is not None:
             return refused
         found = await self.app.authenticate(request.scope)

@@ -309,7 +309,6 @@ class UpstreamPool:
                         connection.lane = lane
                     target = _target(loaded, config)
                     await self._session(connection, target, tail, read_timeout)
-
             except Exception as exc:  # a server that cannot start, answers garbage, or dies
                 await anyio.sleep(0.05)  # its last words on stderr are on their way
                 connection.error = _describe(exc, list(tail))
