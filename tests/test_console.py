@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import subprocess
+import time
 from html import unescape
 from pathlib import Path
 from typing import Any
@@ -406,6 +407,12 @@ def test_in_a_browser_an_operator_signs_in_sees_why_a_tool_is_hidden_and_approve
         shot("sources")
         assert answer_in_the_page("approve", "prod") == (False, "deployed to prod")
         assert driver.find_element(By.ID, "done").text == "approved"
+        # Nothing waits now: the page looks in the background and stays put (a page that replaced itself on a timer
+        # cancelled the operator's own navigation when the two crossed).
+        driver.execute_script("window.stayed = 'yes';")
+        time.sleep(1.6)  # three of its looks
+        assert driver.execute_script("return window.stayed;") == "yes"
+        assert driver.find_elements(By.ID, "none") != []
         assert answer_in_the_page("deny", "staging") == (
             True, "Permission denied: t__deploy needs approval (ask rule 't__deploy'), and the operator (token "
             "$TOK_OP, in the console) denied it.")

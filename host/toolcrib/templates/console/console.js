@@ -1,5 +1,6 @@
 // The console's live parts: the feed page appends each decision as the server sends it (written as text, never
-// as HTML), and the approvals page looks again while nothing waits, so a new call appears within a second.
+// as HTML), and the approvals page looks in the background while nothing waits, so a new call appears within a
+// second.
 "use strict";
 document.addEventListener("DOMContentLoaded", () => {
   const page = document.body.dataset.page;
@@ -39,6 +40,21 @@ document.addEventListener("DOMContentLoaded", () => {
     };
   }
   if (page === "approvals" && document.getElementById("none")) {
-    setTimeout(() => location.replace(location.href), 500);  // (keeps what the last answer did)
+    // Look for a waiting call in the background and load the page again only when there is one: a page that
+    // replaced itself on a timer would cancel the operator's own navigation (a click on another page) when
+    // the two crossed.
+    const look = async () => {
+      try {
+        const answer = await fetch(location.href, {cache: "no-store", credentials: "same-origin"});
+        if (answer.ok && (await answer.text()).includes('<section class="approval"')) {
+          location.replace(location.href);  // (keeps what the last answer did)
+          return;
+        }
+      } catch (e) {
+        // the server is away for a moment: look again
+      }
+      setTimeout(look, 500);
+    };
+    setTimeout(look, 500);
   }
 });
