@@ -626,3 +626,188 @@ def test_check_warns_where_an_isolated_pack_s_processes_cannot_be_counted(
     assert warnings() == ["probe: an isolated pack's processes cannot be counted here (no pids cgroup this host may "
                           "make: run it as root, or give it a cgroup v2 group with the pids controller delegated), so "
                           "a fork bomb in one is not stopped"]
+
+
+CHECKED = '''
+import pydantic
+import toolcrib
+
+READ = {"readOnlyHint": True}  # plan mode (the agent reader's) shows them
+
+def sees(ctx):
+    return "vision" in ctx.capabilities or f"{ctx.model} cannot see"
+
+def written_for(ctx):
+    return f"Look at an image, for {ctx.agent} on {ctx.model} in {ctx.mode} mode ({ctx.settings.greeting})"
+
+@toolcrib.tool(is_available=sees, describe=written_for, annotations=READ)
+def look(path: str) -> str:
+    """Look at an image."""
+    return "seen"
+
+def raises(ctx):
+    raise ValueError(f"nothing for {ctx.agent}")
+
+@toolcrib.tool(is_available=raises, annotations=READ)
+def broken() -> str:
+    """Never available."""
+    return "never"
+
+def beside_other(ctx):
+    return ctx.permits("plugins", "other") or "only beside the pack other"
+
+@toolcrib.tool(is_available=beside_other, annotations=READ)
+def combined() -> str:
+    """Only for agents that also have other."""
+    return "combined"
+
+@toolcrib.tool(is_available=lambda ctx: 42, annotations=READ)
+def odd() -> str:
+    """Its check returns a number."""
+    return "odd"
+
+@toolcrib.tool(annotations=READ)
+def plain() -> str:
+    """Always there."""
+    return "plain"
+
+@toolcrib.resource("checked://pictures", is_available=sees)
+def pictures() -> str:
+    return "pictures"
+
+@toolcrib.prompt(is_available=lambda ctx: ctx.mode != "plan" or "not in plan mode")
+def review() -> str:
+    """Review something."""
+    return "review it"
+
+class Settings(pydantic.BaseModel):
+    greeting: str = "hello"
+
+@toolcrib.hookimpl
+def toolcrib_settings_model():
+    return Settings
+
+@toolcrib.hookimpl
+def toolcrib_tools():
+    return [look, broken, combined, odd, plain]
+
+@toolcrib.hookimpl
+def toolcrib_resources():
+    return [pictures]
+
+@toolcrib.hookimpl
+def toolcrib_prompts():
+    return [review]
+'''
+
+
+def checked_config(isolate: bool) -> str:
+    rules = ('plugins = {{ allow = [{packs}] }}\ntools = {{ allow = ["*"] }}\nresources = {{ allow = ["*"] }}\n'
+             'prompts = {{ allow = ["*"] }}\n')
+    return (f'[host]\nworkspace = "ws"\n[models.qwen-vl]\nvision = true\n[models.text-model]\nvision = false\n'
+            f'[packs.checked]\nisolate = {"true" if isolate else "false"}\ngreeting = "ahoy"\n'
+            '[agents.seer]\nmodel = "qwen-vl"\n[agents.seer.permissions]\n' + rules.format(packs='"checked", "other"')
+            + '[agents.reader]\nmodel = "text-model"\nmode = "plan"\n[agents.reader.permissions]\n'
+            + rules.format(packs='"checked"'))
+
+
+def checked_views(tmp_path: Path, isolate: bool) -> dict[str, Any]:
+    (tmp_path / "ws").mkdir(parents=True)
+    loaded = config_from(checked_config(isolate), tmp_path)
+
+    async def main() -> dict[str, Any]:
+        async with upstream_pool() as pool:
+            sources = await pool.sync(loaded)
+            # in process: the installed pack, found by its entry point
+            host = Host(loaded, sources=sources, autoload=not isolate, env={})
+            seen: dict[str, Any] = {}
+            for agent in ("seer", "reader"):
+                view = host.view(agent)
+                seen[agent] = {
+                    "tools": {t["name"]: t["description"] for t in view.mcp_tools},
+                    "hidden": {name: host.explain(agent, name).reason  # type: ignore[union-attr]
+                               for name in ("checked__look", "checked__broken", "checked__combined", "checked__odd")
+                               if name not in {t["name"] for t in view.mcp_tools}},
+                    "resources": [r["uri"] for r in view.mcp_resources],
+                    "prompts": [p["name"] for p in view.mcp_prompts],
+                }
+            seen["call"] = (await host.call("seer", "checked__look", {"path": "a.png"})).content[0]["text"]
+            return seen
+
+    return anyio.run(main)
+
+
+def test_an_isolated_pack_s_checks_and_descriptions_answer_for_the_calling_agent_as_in_process(
+        tmp_path: Path, dist_path: Callable[..., Path]) -> None:
+    """Its process serves one agent of its own; the host asks it, for each of its agents, what the pack's
+    ``is_available`` and ``describe`` say (with that agent's model, capabilities, mode and rules), and gets what the
+    same pack in process says, word for word."""
+    dist_path("acme-checked", "1.0", {"checked": "acme_checked"}, {"acme_checked": CHECKED})
+    isolated = checked_views(tmp_path / "isolated", True)
+    assert isolated["seer"] == {
+        "tools": {"checked__combined": "Only for agents that also have other.",
+                  "checked__look": "Look at an image, for seer on qwen-vl in default mode (ahoy)",
+                  "checked__plain": "Always there."},
+        "hidden": {"checked__broken": "is_available raised ValueError: nothing for seer (hidden: fail closed)",
+                   "checked__odd": "is_available returned 42; expected True, False or a reason (hidden: fail closed)"},
+        "resources": ["checked://pictures"], "prompts": ["checked__review"]}
+    assert isolated["reader"] == {
+        "tools": {"checked__plain": "Always there."},
+        "hidden": {"checked__look": "not available: text-model cannot see",
+                   "checked__broken": "is_available raised ValueError: nothing for reader (hidden: fail closed)",
+                   "checked__combined": "not available: only beside the pack other",
+                   "checked__odd": "is_available returned 42; expected True, False or a reason (hidden: fail closed)"},
+        "resources": [], "prompts": []}
+    assert isolated["call"] == "seen"
+    assert "acme_checked" not in sys.modules
+    assert checked_views(tmp_path / "in-process", False) == isolated
+
+
+HANGS = '''
+import time
+import toolcrib
+
+@toolcrib.tool(is_available=lambda ctx: time.sleep(3600))
+def a_stuck() -> str:
+    """Its check never answers."""
+    return "stuck"
+
+@toolcrib.tool(is_available=lambda ctx: True)
+def b_after() -> str:
+    """Checked after the one that hangs (checks run in the order of their names)."""
+    return "after"
+
+@toolcrib.tool
+def plain() -> str:
+    """Not checked."""
+    return "plain"
+
+@toolcrib.hookimpl
+def toolcrib_tools():
+    return [a_stuck, b_after, plain]
+'''
+
+
+def test_an_isolated_pack_s_check_that_hangs_hides_its_tools_in_time_and_the_rest_is_served(
+        tmp_path: Path, dist_path: Callable[..., Path]) -> None:
+    """A check that never returns holds the isolated pack's checking thread: its tool, and the pack's checked tools
+    after it, are hidden within ``[host] availability_timeout`` (fail closed), in the words a check in process gets;
+    the pack's other tools and its calls are served."""
+    dist_path("acme-hangs", "1.0", {"hangs": "acme_hangs"}, {"acme_hangs": HANGS})
+    (tmp_path / "ws").mkdir()
+    loaded = config_from('[host]\nworkspace = "ws"\navailability_timeout = 1\n[packs.hangs]\nisolate = true\n'
+                         '[agents.a.permissions]\nplugins = { allow = ["hangs"] }\ntools = { allow = ["*"] }\n',
+                         tmp_path)
+
+    async def main() -> tuple[list[str], dict[str, str], str]:
+        async with upstream_pool() as pool:
+            host = Host(loaded, sources=await pool.sync(loaded), autoload=False, env={})
+            names = sorted(t.name for t in host.view("a").tools)
+            why = {n: host.explain("a", n).reason for n in ("hangs__a_stuck", "hangs__b_after")}  # type: ignore[union-attr]
+            return names, why, (await host.call("a", "hangs__plain", {})).content[0]["text"]
+
+    names, why, said = anyio.run(main)
+    assert names == ["hangs__plain"]
+    waited = "is_available gave no answer within 1 seconds (hidden: fail closed; [host] availability_timeout)"
+    assert why == {"hangs__a_stuck": waited, "hangs__b_after": waited}
+    assert said == "plain"

@@ -218,6 +218,12 @@ class Host:
                     self._views[key] = view
         return view
 
+    def forget_views(self) -> None:
+        """Build each view afresh at its next use: for a process that changed its catalog in place (an isolated
+        pack's, whose checks the host asks for: ``toolcrib.mcp.checks.defer_checks``)."""
+        with self._lock:
+            self._views.clear()
+
     def explain(self, agent: str, name: str, lacking: frozenset[str] = frozenset()) -> Decision | None:
         """Every check of the one decision for this agent and a tool, prompt or resource (by full name, or a
         resource by its URI: a fixed one's, a template's own, or one that fits a template); None when no source

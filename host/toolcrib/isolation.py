@@ -11,8 +11,9 @@ only its temporary folder and the workspace; no network unless ``network = true`
 
 Its tool calls take a calls lane of their own (``toolcrib.mcp.lane``): a handler's progress, log messages,
 questions (elicitation) and requests for a model's turn (sampling) reach the agent's client through the call's own
-channel. ``subagent``, ``server`` and ``remember`` do not cross yet, and availability checks see the child's one
-agent, not the caller: the limits of this form.
+channel. Its availability checks and ``describe`` run in the child for the agent whose view the host builds, asked
+over a line of their own (``toolcrib.mcp.checks``). ``subagent``, ``server``, ``remember`` and a call's
+``permits`` do not cross yet (they answer for the child's one agent): the limits of this form.
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ from toolcrib.content import ToolResult
 from toolcrib.errors import Suspend, ToolError, UnknownToolError
 
 if TYPE_CHECKING:
+    from toolcrib.mcp.checks import CheckLine
     from toolcrib.runner import Call
     from toolcrib.view import AgentView
 
@@ -148,10 +149,13 @@ class Lane:
         # called with the tool's name when a call outlives its time (the pool then ends the process: a handler
         # that overran may hold a thread nothing can stop, and its process starts again)
         self.on_timeout: Callable[[str], None] | None = None
+        self.checks: CheckLine | None = None  # its availability checks' line (toolcrib.mcp.checks), beside it
 
     def stop(self) -> None:
         """End the lane (its process's session ended): calls on it fail, and its pipes close."""
         self.closed = self.closed or "its process ended"
+        if self.checks is not None:
+            self.checks.closed = True  # later questions fail at once (its ends close with the lane's folder)
         self._scope.cancel()
         for stream, _ in list(self._calls.values()):
             stream.close()
@@ -286,17 +290,23 @@ async def opened(namespace: str, tg: anyio.abc.TaskGroup) -> AsyncIterator[tuple
     Named pipes rather than inherited descriptors: the SDK's stdio client starts the child with only stdin, stdout
     and stderr. The host holds each pipe open for reading and writing, so neither end ever waits for the other to
     open it; the child's end closes with the child, and the pool ends the lane with the child's session."""
+    from toolcrib.mcp.checks import CHECKS_ENV, CheckLine
+
     folder = tempfile.mkdtemp(prefix=f"toolcrib-lane-{namespace}-")
-    to_child, from_child = os.path.join(folder, "calls"), os.path.join(folder, "answers")
-    os.mkfifo(to_child, 0o600)
-    os.mkfifo(from_child, 0o600)
-    lane = Lane(os.open(from_child, os.O_RDWR | os.O_NONBLOCK), os.open(to_child, os.O_RDWR | os.O_NONBLOCK),
-                namespace)
+    pipes = {name: os.path.join(folder, name) for name in ("calls", "answers", "questions", "checked")}
+    for path in pipes.values():
+        os.mkfifo(path, 0o600)
+    ends = {name: os.open(path, os.O_RDWR | os.O_NONBLOCK) for name, path in pipes.items()}
+    lane = Lane(ends["answers"], ends["calls"], namespace)
+    lane.checks = CheckLine(ends["checked"], ends["questions"], namespace)  # its checks, asked synchronously
     tg.start_soon(lane.run)
     try:
-        yield lane, {LANE_ENV: f"{to_child}{os.pathsep}{from_child}"}, folder
+        yield lane, {LANE_ENV: f"{pipes['calls']}{os.pathsep}{pipes['answers']}",
+                     CHECKS_ENV: f"{pipes['questions']}{os.pathsep}{pipes['checked']}"}, folder
     finally:
         lane.stop()
+        with anyio.CancelScope(shield=True):  # (after a question still in flight, which ends within its time)
+            await anyio.to_thread.run_sync(lane.checks.close)
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from toolcrib.isolation import ISOLATED_ENV
 from toolcrib.mcp.adapter import build_server
+from toolcrib.mcp.checks import CHECKS_ENV, follow_checks, serve_checks
 from toolcrib.mcp.lane import LANE_ENV, serve_lane
 from toolcrib.mcp.state import ServingState
 
@@ -50,14 +51,17 @@ async def serve_stdio(state: ServingState, agent: str, watch: Path | None = None
     nothing a pack prints at import reaches the wire); without it they are claimed here. With ``watch``, the config
     file is reloaded when it changes (and on SIGHUP). ``announce`` says on stderr what is served.
     """
-    view = state.view(agent)  # an unknown agent fails here, before any protocol
     isolated = os.environ.get(ISOLATED_ENV)
+    checks = os.environ.pop(CHECKS_ENV, None) if isolated else None
     if isolated:  # the process of an isolated pack (toolcrib.isolation): a pack that failed ends it, saying why
         record = next((r for r in state.host.records if r.name == isolated and r.kind == "pack"), None)
         if record is None or record.state != "loaded":
             why = record.error if record is not None else "no installed distribution offers it"
             print(f"toolcrib: the isolated pack {isolated!r} failed: {why}", file=sys.stderr, flush=True)
             return  # before any protocol: the host's client sees the process end, and these last words
+        if checks:  # its availability checks run for the host's agents, asked over a line of their own
+            serve_checks(follow_checks(state, agent), checks)
+    view = state.view(agent)  # an unknown agent fails here, before any protocol
     if announce:
         print(f"toolcrib: serving agent {agent!r} over stdio ({len(view)} tools, "
               f"{len(view.resources) + len(view.templates)} resources, {len(view.prompts)} prompts); an MCP client "

@@ -36,6 +36,7 @@ from toolcrib.content import ToolResult
 from toolcrib.declarations import Prompt, Resource, template_variables
 from toolcrib.entries import Entry
 from toolcrib.errors import InvalidArgumentsError, Suspend, ToolError
+from toolcrib.mcp.checks import CheckLine, remote_check, remote_describe
 from toolcrib.mcp.lane import Lane, LaneClosed, opened
 from toolcrib.names import clean, clean_schema, full_name, serving_names
 from toolcrib.plugins import PluginRecord
@@ -69,6 +70,21 @@ class _Connection:
     pack: bool = False  # an isolated pack (toolcrib.isolation): its entries are the pack's, under "plugins"
     since: float = 0.0  # time.monotonic() when it was ready
     lane: Lane | None = None  # an isolated pack's calls lane
+    # an isolated pack's: which of its items have their own is_available or describe (kind -> listed name -> what),
+    # asked of its process for each agent (toolcrib.mcp.checks), each within check_seconds
+    checks: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    check_seconds: float = 5.0
+
+    def check_line(self) -> CheckLine | None:
+        """The checks line of its process while it runs (an isolated pack's)."""
+        lane = self.lane
+        return lane.checks if lane is not None and lane.closed is None else None
+
+    def own_check(self, kind: str, key: str) -> Any:
+        """The ``is_available`` of an isolated pack's item that has one: its process asked, for each agent."""
+        if "is_available" not in self.checks.get(kind, {}).get(key, ()):
+            return None
+        return remote_check(self.check_line, kind, key, lambda: self.check_seconds)
 
 
 _LIST_CHANGED = {"ToolListChangedNotification", "PromptListChangedNotification", "ResourceListChangedNotification"}
@@ -306,6 +322,7 @@ class UpstreamPool:
                         config = config.model_copy(update={"env": {**config.env, **lane_env},
                                                            "write": [*config.write, folder]})
                         lane.on_timeout = lambda tool: self._overran(connection, tool)
+                        connection.check_seconds = loaded.config.host.availability_timeout
                         connection.lane = lane
                     target = _target(loaded, config)
                     await self._session(connection, target, tail, read_timeout)
@@ -340,6 +357,9 @@ class UpstreamPool:
                 sampling_callback=_sample) as client:
             connection.tools = await _every(client.list_tools, "tools")
             await _list_items(connection, client)
+            line = connection.check_line()
+            if line is not None:  # an isolated pack's: which checks its process runs for each agent
+                connection.checks = await anyio.to_thread.run_sync(line.inventory, connection.check_seconds)
             connection.client = client
             connection.since = time.monotonic()
             await self._listen(connection, client)  # sets ready once the server's changes will be heard
@@ -497,11 +517,16 @@ def _entry(connection: _Connection, tool: Any, served: str, problems: list[str])
     namespace = connection.namespace
     runner = UpstreamRunner(connection.client, name, namespace, "isolated pack" if connection.pack else
                             "upstream server", connection.lane)
+    describe = None
+    if "describe" in connection.checks.get("tool", {}).get(name, ()):
+        describe = remote_describe(connection.check_line, name, description, lambda: connection.check_seconds)
     spec = Tool(
         name=served,
         description=description,
         runner=runner,
         annotations=annotations,
+        is_available=connection.own_check("tool", name),
+        describe=describe,
         arguments=tuple(input_schema.get("properties", {})),
         title=clean(title) if isinstance(title, str) and title else annotations.get("title"),
         make_input=lambda: _ANY_ARGUMENTS,
@@ -732,7 +757,7 @@ def _resource(connection: _Connection, name: str, uri: str, declared: Any,
                     runner=_Passthrough(lambda call: read(call.name)),
                     mime_type=clean(declared.mime_type) if declared.mime_type else None,
                     title=clean(title) if title else None, parameters=parameters, complete=completions,
-                    passthrough=True)
+                    passthrough=True, is_available=connection.own_check("resource", uri))
 
 
 def _prompt(connection: _Connection, declared: Any, served: str, problems: list[str]) -> Prompt | None:
@@ -765,7 +790,7 @@ def _prompt(connection: _Connection, declared: Any, served: str, problems: list[
     return Prompt(name=served, description=clean(declared.description or "") or f"The prompt {name} of the upstream "
                   "server.", runner=_Passthrough(lambda call: get(call.arguments)), arguments=tuple(arguments),
                   title=clean(title) if title else None, complete=completions, passthrough=True,
-                  source_name=name if served != name else None)
+                  source_name=name if served != name else None, is_available=connection.own_check("prompt", name))
 
 
 @dataclass(frozen=True, slots=True)
