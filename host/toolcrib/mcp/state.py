@@ -136,6 +136,9 @@ class ServingState:
         self.seal = StateSeal(keys)  # seals 2026-07-28 round-trip states
         self.once: Once = MemoryOnce()  # where the approvals they carry are used up (with [cluster]: on Redis)
         self._make_host = make_host
+        # one reload at a time, each built after the last one's swap: two at once (an upstream server that says its
+        # lists changed twice) could swap in the one built from the older listing last
+        self._reloading = anyio.Lock()
         # per agent and the scopes its requests' tokens lack: what a listener may hear is what its token may read
         self._buses: dict[tuple[str, frozenset[str]], InMemorySubscriptionBus] = {}
         self._listeners: dict[tuple[str, frozenset[str]], ListenHandler] = {}
@@ -296,7 +299,8 @@ class ServingState:
         """Load the config again; on success swap hosts and notify agents whose list changed. With ``[cluster]``,
         the other replicas are told to reload too (unless ``announce`` is false: the reload one of them asked
         for), so that a changed config file is followed at once everywhere it has arrived."""
-        done = await self._reload()
+        async with self._reloading:
+            done = await self._reload()
         if self.metrics is not None and self._make_host is not None:
             self.metrics.reloads.labels("ok" if done else "rejected").inc()
         if done and announce and self.fanout is not None:
