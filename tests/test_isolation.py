@@ -274,11 +274,18 @@ import toolcrib
 
 @toolcrib.tool
 async def confirm(ctx: toolcrib.Context, what: str) -> str:
-    """Report progress, then ask the user to confirm."""
+    """Open a ticket once, report progress, then ask the user to confirm."""
+    async def open_ticket():
+        with open(ctx.workspace / "tickets", "a") as f:
+            f.write("opened\\n")
+        return len((ctx.workspace / "tickets").read_text().splitlines())
+
+    ticket = await ctx.remember("ticket", open_ticket)
     await ctx.report_progress(1, 2, "halfway")
     answer = await ctx.elicit(f"Really {what}?", {"type": "object", "properties": {"sure": {"type": "boolean"}},
                                                   "required": ["sure"]})
-    return f"{answer.action}: {answer.content}"
+    return (f"{answer.action}: {answer.content}, ticket {ticket} for {ctx.agent}, time "
+            f"{ctx.permits('mcps', 'time')}, other {ctx.permits('mcps', 'other')}")
 
 @toolcrib.hookimpl
 def toolcrib_tools():
@@ -296,7 +303,8 @@ def test_an_isolated_pack_s_progress_and_questions_reach_the_agent_s_client(
 
     dist_path("acme-probe", "1.0", {"probe": "acme_probe"}, {"acme_probe": ASKING})
     (tmp_path / "ws").mkdir()
-    loaded = config_from(config(), tmp_path)
+    loaded = config_from(config().replace('[agents.a.permissions]\n', '[agents.a.permissions]\n'
+                                          'mcps = { allow = ["time"] }\n'), tmp_path)
     seen: dict[str, Any] = {"progress": [], "asked": []}
 
     async def on_elicit(context: Any, params: Any) -> Any:
@@ -316,8 +324,12 @@ def test_an_isolated_pack_s_progress_and_questions_reach_the_agent_s_client(
                 return await client.call_tool("probe__confirm", {"what": "deploy"}, progress_callback=progressed)
 
     result = anyio.run(main)
-    assert (result.is_error, result.content[0].text) == (False, "accept: {'sure': True}")
+    # the handler's ctx is the calling agent's: its name, and what its rules permit (not the child's own agent's)
+    assert (result.is_error, result.content[0].text) == (
+        False, "accept: {'sure': True}, ticket 1 for a, time True, other False")
     assert [m for m, _ in seen["asked"]] == ["Really deploy?"]  # once: an answer is not asked for again
+    # remembered across rounds: the ticket is opened once, however often the handler runs
+    assert (tmp_path / "ws" / "tickets").read_text() == "opened\n"
     # the question crosses the lane in the middle of the call: on 2025-11-25 the handler goes on with the answer;
     # on 2026-07-28 the agent's client answers between rounds, so the handler runs again (as it would in process),
     # and says how far it is each time

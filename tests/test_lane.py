@@ -133,7 +133,7 @@ def test_a_call_its_asks_and_its_result_cross_and_bad_asks_are_dropped_or_refuse
             return sent, answers, got[0]
 
     sent, answers, result = anyio.run(main)
-    assert sent == {"call": 1, "tool": "probe", "arguments": {"a": 1}}
+    assert sent == {"call": 1, "tool": "probe", "arguments": {"a": 1}, "agent": "a"}  # the calling agent, for ctx
     assert client.told == [("progress", 1.0, 2.0, "half"), ("progress", 1.0, None, None),
                            ("log", "info", "hello", "pack.log"), ("elicit", "Sure?"), ("sample", "hi")]
     assert answers == [
@@ -214,7 +214,7 @@ def test_a_long_message_is_written_whole_and_the_next_waits_for_it() -> None:
 
     first, second = anyio.run(main)
     assert (first["call"], len(first["arguments"]["big"]), second) == (
-        1, 1 << 20, {"call": 2, "tool": "probe", "arguments": {"small": 1}})
+        1, 1 << 20, {"call": 2, "tool": "probe", "arguments": {"small": 1}, "agent": None})
 
 
 def test_lines_are_compact_utf_8_a_result_keeps_its_blocks_wire_keys_and_a_non_object_ends_the_lane() -> None:
@@ -236,6 +236,103 @@ def test_lines_are_compact_utf_8_a_result_keeps_its_blocks_wire_keys_and_a_non_o
             return line, got[0], host.closed
 
     line, result, closed = anyio.run(main)
-    assert line == '{"call":1,"tool":"probe","arguments":{"city":"Zürich"}}'.encode()
+    assert line == '{"call":1,"tool":"probe","arguments":{"city":"Zürich"},"agent":null}'.encode()
     assert result.content == ({"type": "text", "text": "x", "_meta": {"k": 1}},)
     assert closed == "a line that is not a JSON object"
+
+
+class Remembering(Client):
+    """A front end that makes one call several times (MCP 2026-07-28): what earlier rounds recorded, by kind."""
+
+    def __init__(self, recorded: dict[str, Any]) -> None:
+        super().__init__()
+        self.recorded = recorded
+
+    async def remember(self, kind: str, compute: Any) -> Any:
+        if kind in self.recorded:
+            return self.recorded[kind]
+        self.recorded[kind] = value = await compute()
+        self.told.append(("recorded", kind, value))
+        return value
+
+
+@pytest.mark.parametrize("client", ["none", "plain", "stored", "computes", "ends"])
+def test_remember_takes_what_the_front_end_recorded_or_has_the_child_compute_it(tmp_path: Path,
+                                                                                  client: str) -> None:
+    front = {"none": None, "plain": Client(), "stored": Remembering({"ticket": 7}),
+             "computes": Remembering({}), "ends": Remembering({})}[client]
+
+    async def main() -> list[dict[str, Any]]:
+        async with lane() as (host, child):
+            heard: list[dict[str, Any]] = []
+
+            async def calling() -> None:
+                await host.call("probe", {}, a_call(front, tmp_path) if front is not None else None)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(calling)
+                number = (await child.hear())["call"]
+                child.say({"ask": 1, "call": number, "what": "remember", "args": ["ticket"]})
+                heard.append(await child.hear())
+                if client in ("computes", "ends"):  # while it computes, its progress still crosses
+                    child.say({"ask": 0, "call": number, "what": "progress", "args": [1, 2, "computing"]})
+                    if client == "computes":
+                        child.say({"ask": 0, "call": number, "what": "remembered", "args": [{"n": 42}]})
+                if client != "ends":
+                    child.say({"ask": 0, "call": number, "what": "remembered", "args": ["unasked"]})  # dropped
+                child.say({"result": number, "content": []})
+            return heard
+
+    heard = anyio.run(main)
+    expected = {"none": {"compute": True}, "plain": {"compute": True}, "stored": {"stored": 7},
+                "computes": {"compute": True}, "ends": {"compute": True}}[client]
+    assert heard == [{"answer": 1, "value": expected}]
+    if client == "computes":
+        assert front.told == [("progress", 1.0, 2.0, "computing"), ("recorded", "ticket", {"n": 42})]  # type: ignore
+    if client == "ends":  # the call's result came before the value: nothing is recorded
+        assert (front.told, front.recorded) == ([("progress", 1.0, 2.0, "computing")], {})  # type: ignore
+
+
+def test_permits_questions_are_answered_for_the_call_s_agent_in_the_chain_it_was_made_in(tmp_path: Path) -> None:
+    from toolcrib.context import CHAIN
+    from toolcrib.mcp.lane import _Pipes
+
+    config = ('[agents.a.permissions]\nplugins = { allow = ["kit"] }\ntools = { allow = ["*"] }\n'
+              'subagents = { allow = ["b", "c"] }\n[agents.b]\n[agents.c]\n')
+    view = make_host(config, {"kit": Probe()}).view("a")
+    call = Call(view, "kit__probe", {}, channel=Client(), tool=view.lookup("kit__probe"), workspace=tmp_path)
+
+    async def main() -> list[Any]:
+        asks_read, asks_write = os.pipe()
+        told_read, told_write = os.pipe()
+        async with lane() as (host, child):
+            host.permits_line = _Pipes(asks_read, told_write)  # before its run starts: it answers them
+            heard: list[Any] = []
+            async with anyio.create_task_group() as tg:
+
+                async def calling() -> None:
+                    CHAIN.set(("c", "a"))  # a sub-agent run of c's: c is back along the chain, never permitted
+                    await host.call("probe", {}, call)
+
+                tg.start_soon(calling)
+                number = (await child.hear())["call"]
+                asker = Child(told_read, asks_write)
+                for m, (call_number, dimension, name) in enumerate([
+                        (number, "subagents", "b"), (number, "subagents", "c"), (number, "plugins", "kit"),
+                        (number, "plugins", "other"), (number + 1, "plugins", "kit"), (number, 5, "kit"),
+                        ("1", "plugins", "kit")], 1):
+                    asker.say({"permits": m, "call": call_number, "dimension": dimension, "name": name})
+                    heard.append(await asker.hear())
+                child.say({"result": number, "content": []})
+                await anyio.sleep(0.05)
+                asker.say({"permits": 8, "call": number, "dimension": "plugins", "name": "kit"})  # it has ended
+                heard.append(await asker.hear())
+                tg.cancel_scope.cancel()
+        for fd in (asks_write, told_read):
+            os.close(fd)
+        return heard
+
+    assert anyio.run(main) == [{"permitted": 1, "value": True}, {"permitted": 2, "value": False},
+                               {"permitted": 3, "value": True}, {"permitted": 4, "value": False},
+                               {"permitted": 5, "value": False}, {"permitted": 6, "value": False},
+                               {"permitted": 7, "value": False}, {"permitted": 8, "value": False}]

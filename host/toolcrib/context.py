@@ -65,6 +65,10 @@ class ClientChannel(Protocol):
     taking MCP's ``sampling/createMessage`` params and answering its result, both as wire dicts (camelCase).
     Sub-agents run on it; ``Context.sample`` reaches it. And ``async def remember(kind, compute)``, for a front end
     that makes one call several times (``Context.remember``).
+
+    A front end that runs a call for an agent whose view it does not have (an isolated pack's process, which runs
+    its calls in a view of its own: ``toolcrib.mcp.lane``) names that agent in ``calling_agent`` and answers
+    ``permits(dimension, name) -> bool`` for it.
     """
 
     async def progress(self, progress: float, total: float | None, message: str | None) -> None: ...
@@ -203,6 +207,9 @@ class Context:
         """Whether this call's agent may have ``name`` of ``dimension``: ``"skills"`` (a skill), ``"subagents"``
         (another agent to hand a task to; never itself, nor one of the chain of runs that led here), ``"mcps"``
         (an upstream server), ``"plugins"`` (a pack)."""
+        asked = getattr(self._channel, "permits", None)
+        if asked is not None:  # the caller's own rules, where they are not this process's (an isolated pack)
+            return bool(asked(dimension, name))
         reach = self._reach
         return reach is not None and reach.permits(self, dimension, name)
 

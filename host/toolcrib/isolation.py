@@ -11,9 +11,10 @@ only its temporary folder and the workspace; no network unless ``network = true`
 
 Its tool calls take a calls lane of their own (``toolcrib.mcp.lane``): a handler's progress, log messages,
 questions (elicitation) and requests for a model's turn (sampling) reach the agent's client through the call's own
-channel. Its availability checks and ``describe`` run in the child for the agent whose view the host builds, asked
-over a line of their own (``toolcrib.mcp.checks``). ``subagent``, ``server``, ``remember`` and a call's
-``permits`` do not cross yet (they answer for the child's one agent): the limits of this form.
+channel, and so do a call's ``remember`` and ``permits`` (answered for the calling agent, whose name the handler's
+``ctx.agent`` is). Its availability checks and ``describe`` run in the child for the agent whose view the host
+builds, asked over a line of their own (``toolcrib.mcp.checks``). ``subagent`` and ``server`` do not cross yet
+(they answer None, as for an agent not permitted them): the limits of this form.
 """
 
 from __future__ import annotations

@@ -101,7 +101,8 @@ class Call:
         if self._context is None:
             entry = self.tool.entry if self.tool is not None else self.entry
             assert entry is not None and self.workspace is not None
-            self._context = Context(agent=self.view.agent, tool=entry.name, settings=entry.settings,
+            agent = getattr(self.channel, "calling_agent", None) or self.view.agent  # (an isolated pack's caller)
+            self._context = Context(agent=agent, tool=entry.name, settings=entry.settings,
                                     workspace=self.workspace,
                                     logger=logging.getLogger(f"toolcrib.pack.{entry.namespace}"),
                                     _channel=self.channel, _view=self.view, _approver=self.approver,

@@ -9,10 +9,17 @@ user (elicitation) and a turn of the client's model (sampling) reach the calling
 own channel for the call, so a question the agent's client must answer between rounds (MCP 2026-07-28) ends the
 child's run of the call, and the host makes it again once the answer is in, as it does a pack's in its own process.
 
-Lines, host to child: ``{"call": n, "tool": name, "arguments": {...}}``; ``{"cancel": n}``; ``{"answer": k,
-"value": ...}`` or ``{"answer": k, "error": text}`` (to the child's ask ``k``). Child to host: ``{"result": n,
-"content": [...], "structuredContent": ..., "isError": bool}`` or ``{"result": n, "error": text}``; ``{"ask": k,
-"call": n, "what": "progress" | "log" | "elicit" | "sample", "args": [...]}`` (progress and log need no answer).
+Lines, host to child: ``{"call": n, "tool": name, "arguments": {...}, "agent": the calling agent}``; ``{"cancel":
+n}``; ``{"answer": k, "value": ...}`` or ``{"answer": k, "error": text}`` (to the child's ask ``k``). Child to host:
+``{"result": n, "content": [...], "structuredContent": ..., "isError": bool}`` or ``{"result": n, "error": text}``;
+``{"ask": k, "call": n, "what": "progress" | "log" | "elicit" | "sample" | "remember" | "remembered", "args":
+[...]}`` (progress, log and remembered need no answer). ``Context.remember(kind, compute)`` asks ``remember``: the
+answer is ``{"stored": value}`` (what an earlier round of the call recorded) or ``{"compute": true}``, and then the
+child computes and says ``remembered`` with the value, which the host's front end records.
+
+``Context.permits`` is synchronous, so its question takes a pipe pair of its own, read by the host as it comes:
+``{"permits": m, "call": n, "dimension": d, "name": x}``, answered ``{"permitted": m, "value": bool}`` for the
+call's agent (in the chain of runs it was called in).
 
 The child is not trusted to be well formed: a line that is not an object of these shapes, or longer than
 ``MAX_LINE_BYTES``, ends the lane (its calls then fail, and later calls take the MCP session), and a result is
@@ -22,6 +29,7 @@ validated as MCP's ``CallToolResult`` before the host uses it.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import itertools
 import json
@@ -29,6 +37,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -55,6 +64,10 @@ _CHUNK = 256 * 1024
 
 class LaneClosed(Exception):
     """The lane ended (the child died, or wrote something that is not the lane's)."""
+
+
+class _Ended(Exception):
+    """A call's lines ended while the host waited for one of them."""
 
 
 class _Pipes:
@@ -144,12 +157,15 @@ class Lane:
         self._numbers = itertools.count(1)
         # call number -> what the child asks during it (progress beyond the buffer is dropped), and its answer
         self._calls: dict[int, tuple[MemoryObjectSendStream[dict[str, Any]], list[dict[str, Any]]]] = {}
+        # call number -> its call and the context it was made in (the chain of runs), for its ``permits`` questions
+        self._callers: dict[int, tuple[Call | None, contextvars.Context]] = {}
         self.closed: str | None = None  # why it ended, once it has
         self._scope = anyio.CancelScope()
         # called with the tool's name when a call outlives its time (the pool then ends the process: a handler
         # that overran may hold a thread nothing can stop, and its process starts again)
         self.on_timeout: Callable[[str], None] | None = None
         self.checks: CheckLine | None = None  # its availability checks' line (toolcrib.mcp.checks), beside it
+        self.permits_line: _Pipes | None = None  # where its handlers' ``permits`` questions come, if they may
 
     def stop(self) -> None:
         """End the lane (its process's session ended): calls on it fail, and its pipes close."""
@@ -160,12 +176,18 @@ class Lane:
         for stream, _ in list(self._calls.values()):
             stream.close()
         self._pipes.close()
+        if self.permits_line is not None:
+            self.permits_line.close()
 
     async def run(self) -> None:
         """Read the child's lines until the lane ends; each goes to the call it names."""
         try:
             with self._scope:
-                await self._read()
+                async with anyio.create_task_group() as tg:
+                    if self.permits_line is not None:
+                        tg.start_soon(self.answer_permits, self.permits_line)
+                    await self._read()
+                    tg.cancel_scope.cancel()
         finally:
             self.stop()
 
@@ -202,18 +224,21 @@ class Lane:
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](64)
         answer: list[dict[str, Any]] = []
         self._calls[number] = (send, answer)
+        self._callers[number] = (call, contextvars.copy_context())
         done = False
         try:
-            await self._pipes.send({"call": number, "tool": tool, "arguments": arguments})
+            await self._pipes.send({"call": number, "tool": tool, "arguments": arguments,
+                                    "agent": call.agent if call is not None else None})
             async with receive:
                 async for message in receive:
-                    await self._asked(message, call)
+                    await self._asked(message, call, receive)
             done = True
             if answer:
                 return self._result(answer[0])
             raise ToolError(f"isolated pack {self.namespace!r} failed during the call: {self.closed}")
         finally:
             del self._calls[number]
+            del self._callers[number]
             if not done and self.closed is None:  # cancelled, timed out, or suspended: the child stops too
                 with anyio.CancelScope(shield=True), contextlib.suppress(LaneClosed):
                     await self._pipes.send({"cancel": number})
@@ -237,11 +262,35 @@ class Lane:
             content=tuple(block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content),
             structured_content=result.structured_content, is_error=bool(result.is_error))
 
-    async def _asked(self, message: dict[str, Any], call: Call | None) -> None:
+    def permits(self, number: Any, dimension: Any, name: Any) -> bool:
+        """The answer to a ``permits`` question of call ``number``'s handler: its agent's rules decide, in the
+        chain of runs the call was made in (False for a call that is not running, or a malformed question)."""
+        call, made_in = self._callers.get(number, (None, None)) if isinstance(number, int) else (None, None)
+        if call is None or made_in is None or not isinstance(dimension, str) or not isinstance(name, str):
+            return False
+        return bool(made_in.copy().run(call.context().permits, dimension, name))
+
+    async def answer_permits(self, pipes: _Pipes) -> None:
+        """Answer the child's ``permits`` questions as they come (its asking thread waits for each)."""
+        try:
+            async for line in pipes.lines():
+                message = _message(line)
+                value = self.permits(message.get("call"), message.get("dimension"), message.get("name"))
+                await pipes.send({"permitted": message.get("permits"), "value": value})
+        except LaneClosed as exc:
+            log.warning("isolated pack %r: its permits line ended: %s", self.namespace, exc)
+
+    async def _asked(self, message: dict[str, Any], call: Call | None,
+                     receive: Any = None) -> None:
         what, args, ask = message.get("what"), message.get("args"), message.get("ask")
         channel = call.channel if call is not None else None
         if not isinstance(args, list):
             args = []
+        if what == "remember":
+            await self._remember(ask, args, call, receive)
+            return
+        if what == "remembered":
+            return  # (one that no computing waits for: nothing to record)
         if what == "progress":
             if channel is not None and len(args) == 3 and all(isinstance(a, int | float) for a in args[:1]):
                 await channel.progress(float(args[0]), _number(args[1]), _text(args[2]))
@@ -258,6 +307,33 @@ class Lane:
             raise  # the agent's client answers first; the finally of ``call`` stops the child's run
         else:
             await self._pipes.send({"answer": ask, "value": value})
+
+    async def _remember(self, ask: Any, args: list[Any], call: Call | None, receive: Any) -> None:
+        """``Context.remember`` in the child: what the call's front end recorded of that kind, or the child
+        computes it (its ``remembered`` value is recorded). The call's other asks go on while it computes."""
+        remember = getattr(call.channel, "remember", None) if call is not None else None
+        if remember is None or receive is None or len(args) != 1 or not isinstance(args[0], str):
+            await self._pipes.send({"answer": ask, "value": {"compute": True}})
+            return
+        computed = False
+
+        async def compute() -> Any:
+            nonlocal computed
+            computed = True
+            await self._pipes.send({"answer": ask, "value": {"compute": True}})
+            async for message in receive:
+                if message.get("what") == "remembered":
+                    said = message.get("args")
+                    return said[0] if isinstance(said, list) and said else None
+                await self._asked(message, call, receive)
+            raise _Ended  # the call ended (its result came) before it computed
+
+        try:
+            value = await remember(args[0], compute)
+        except _Ended:
+            return
+        if not computed:
+            await self._pipes.send({"answer": ask, "value": {"stored": value}})
 
     async def _answer(self, what: Any, args: list[Any], call: Call | None) -> Any:
         if call is None:
@@ -293,15 +369,17 @@ async def opened(namespace: str, tg: anyio.abc.TaskGroup) -> AsyncIterator[tuple
     from toolcrib.mcp.checks import CHECKS_ENV, CheckLine
 
     folder = tempfile.mkdtemp(prefix=f"toolcrib-lane-{namespace}-")
-    pipes = {name: os.path.join(folder, name) for name in ("calls", "answers", "questions", "checked")}
+    names = ("calls", "answers", "permits", "permitted", "questions", "checked")
+    pipes = {name: os.path.join(folder, name) for name in names}
     for path in pipes.values():
         os.mkfifo(path, 0o600)
     ends = {name: os.open(path, os.O_RDWR | os.O_NONBLOCK) for name, path in pipes.items()}
     lane = Lane(ends["answers"], ends["calls"], namespace)
     lane.checks = CheckLine(ends["checked"], ends["questions"], namespace)  # its checks, asked synchronously
+    lane.permits_line = _Pipes(ends["permits"], ends["permitted"])
     tg.start_soon(lane.run)
     try:
-        yield lane, {LANE_ENV: f"{pipes['calls']}{os.pathsep}{pipes['answers']}",
+        yield lane, {LANE_ENV: os.pathsep.join(pipes[name] for name in names[:4]),
                      CHECKS_ENV: f"{pipes['questions']}{os.pathsep}{pipes['checked']}"}, folder
     finally:
         lane.stop()
@@ -314,10 +392,23 @@ async def opened(namespace: str, tg: anyio.abc.TaskGroup) -> AsyncIterator[tuple
 
 
 class _ChildChannel:
-    """What a call's ``Context`` reaches in the child: the host, over the lane."""
+    """What a call's ``Context`` reaches in the child: the host, over the lane. ``calling_agent`` is the agent the
+    host calls for (the ``ctx.agent`` of the pack's handler), whose rules ``permits`` asks."""
 
-    def __init__(self, serving: _Serving, number: int) -> None:
+    def __init__(self, serving: _Serving, number: int, agent: str | None) -> None:
         self._serving, self._number = serving, number
+        self.calling_agent = agent
+
+    def permits(self, dimension: str, name: str) -> bool:
+        return self._serving.permits(self._number, dimension, name)
+
+    async def remember(self, kind: str, compute: Callable[[], Any]) -> Any:
+        answer = await self._serving.ask(self._number, "remember", [kind])
+        if isinstance(answer, dict) and "stored" in answer:
+            return answer["stored"]
+        value = await compute()
+        await self._serving.pipes.send({"ask": 0, "call": self._number, "what": "remembered", "args": [value]})
+        return value
 
     async def progress(self, progress: float, total: float | None, message: str | None) -> None:
         await self._serving.pipes.send({"ask": 0, "call": self._number, "what": "progress",
@@ -337,11 +428,42 @@ class _ChildChannel:
 
 
 class _Serving:
-    def __init__(self, pipes: _Pipes) -> None:
+    def __init__(self, pipes: _Pipes, permits: tuple[int, int] | None = None) -> None:
         self.pipes = pipes
         self._asks = itertools.count(1)
         self._waiting: dict[int, MemoryObjectSendStream[dict[str, Any]]] = {}
         self.running: dict[int, anyio.CancelScope] = {}
+        self._permits = permits  # (write, read) ends of the permits pipes, blocking: asked from any thread
+        self._permits_buffer = b""
+        self._permits_asked = itertools.count(1)
+        self._permits_lock = threading.Lock()
+
+    def permits(self, number: int, dimension: str, name: str) -> bool:
+        """The host's answer for call ``number``'s agent (False when the host cannot be asked)."""
+        if self._permits is None:
+            return False
+        out, into = self._permits
+        with self._permits_lock:
+            m = next(self._permits_asked)
+            data = json.dumps({"permits": m, "call": number, "dimension": str(dimension), "name": str(name)},
+                              separators=(",", ":")).encode() + b"\n"
+            try:
+                while data:
+                    data = data[os.write(out, data):]
+                while True:
+                    end = self._permits_buffer.find(b"\n")
+                    if end < 0:
+                        chunk = os.read(into, 65536)
+                        if not chunk:
+                            return False
+                        self._permits_buffer += chunk
+                        continue
+                    line, self._permits_buffer = self._permits_buffer[:end], self._permits_buffer[end + 1:]
+                    answer = json.loads(line)
+                    if isinstance(answer, dict) and answer.get("permitted") == m:
+                        return answer.get("value") is True
+            except (OSError, ValueError):
+                return False
 
     async def ask(self, number: int, what: str, args: list[Any]) -> Any:
         ask = next(self._asks)
@@ -369,15 +491,17 @@ class _Serving:
 async def serve_lane(view_of: Any, named: str) -> None:
     """The child's end (``named``: ``LANE_ENV``'s value): run each call the host sends through ``view_of()``'s
     pipeline, until the host closes the lane."""
-    calls, answers = named.split(os.pathsep)
+    calls, answers, *asks = named.split(os.pathsep)
     pipes = _Pipes(os.open(calls, os.O_RDONLY | os.O_NONBLOCK), os.open(answers, os.O_WRONLY | os.O_NONBLOCK))
-    serving = _Serving(pipes)
+    permits = (os.open(asks[0], os.O_WRONLY), os.open(asks[1], os.O_RDONLY)) if len(asks) == 2 else None
+    serving = _Serving(pipes, permits)
 
-    async def run(number: int, tool: str, arguments: dict[str, Any], scope: anyio.CancelScope) -> None:
+    async def run(number: int, tool: str, arguments: dict[str, Any], scope: anyio.CancelScope,
+                  agent: str | None) -> None:
         with scope:  # cancelled by the host: no answer
             try:
                 view: AgentView = view_of()
-                result = await view.call(tool, arguments, channel=_ChildChannel(serving, number))
+                result = await view.call(tool, arguments, channel=_ChildChannel(serving, number, agent))
                 answer: dict[str, Any] = {"result": number, **result.to_wire()}
             except (ToolError, UnknownToolError) as exc:  # the host's view said it was there
                 answer = {"result": number, "error": str(exc)}
@@ -402,14 +526,18 @@ async def serve_lane(view_of: Any, named: str) -> None:
                 elif isinstance(message.get("call"), int) and isinstance(message.get("tool"), str):
                     scope = anyio.CancelScope()
                     serving.running[message["call"]] = scope
-                    arguments = message.get("arguments")
+                    arguments, agent = message.get("arguments"), message.get("agent")
                     tg.start_soon(run, message["call"], message["tool"],
-                                  arguments if isinstance(arguments, dict) else {}, scope)
+                                  arguments if isinstance(arguments, dict) else {}, scope,
+                                  agent if isinstance(agent, str) else None)
             tg.cancel_scope.cancel()  # the host closed the lane: nothing is left to answer to
     except LaneClosed as exc:
         log.warning("the calls lane ended: %s", exc)
     finally:
         pipes.close()
+        for fd in permits or ():
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 __all__ = ["LANE_ENV", "Lane", "LaneClosed", "opened", "serve_lane"]
