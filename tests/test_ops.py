@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -305,3 +309,26 @@ def test_the_metrics_token_is_read_from_the_environment_when_none_is_given(monke
                 return good.status_code, bad.status_code
 
     assert anyio.run(main) == (200, 401)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags", [[], ["--log-requests"], ["--log-level", "debug"]])
+def test_serve_logs_a_line_per_request_only_when_asked(tmp_path: Path, flags: list[str]) -> None:
+    """A line per request is off by default (it cost 15-20% of a busy HTTP server's throughput); ``--log-requests``
+    or ``--log-level debug`` writes it."""
+    config = tmp_path / "toolcrib.toml"
+    config.write_text('[agents.a]\n')
+    lines = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLCRIB_")}
+    done = subprocess.run([sys.executable, "-m", "toolcrib.cli", "serve", "--agent", "a", "--config", str(config),
+                           "--no-reload", *flags], input="".join(json.dumps(m) + "\n" for m in lines),
+                          capture_output=True, text=True, timeout=120,
+                          env={**env, "TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [a["id"] for a in answers] == [1, 2]
+    logged = [line.split(" ok ")[0] for line in done.stderr.splitlines() if "toolcrib.requests" in line]
+    expected = ["INFO toolcrib.requests: a initialize", "INFO toolcrib.requests: a tools/list"]
+    assert logged == (expected if flags else [])

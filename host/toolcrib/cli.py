@@ -647,11 +647,12 @@ def _who(host: Any, agent: str, name: str) -> dict[str, Any]:
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Logs on stderr as text, or one JSON object per line.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
-              show_default=True, help="The least a log line must be to be written; info shows each request.")
+              show_default=True, help="The least a log line must be to be written.")
+@click.option("--log-requests", is_flag=True, help="Also log one line per request (at info; debug logs them too).")
 @_guard
 def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: bool, allowed_hosts: tuple[str, ...],
           allowed_origins: tuple[str, ...], stateless: bool, no_reload: bool, metrics: bool, openapi: bool,
-          log_format: str, log_level: str) -> None:
+          log_format: str, log_level: str, log_requests: bool) -> None:
     """Serve over MCP: one agent on stdio (--agent NAME), or every agent over HTTP (--http).
 
     \b
@@ -684,7 +685,7 @@ def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: boo
     path = find_config(click.get_current_context().ensure_object(State).config)
     watch = None if no_reload or path is None else path
     debug = click.get_current_context().ensure_object(State).debug
-    configure_logging("debug" if debug else log_level, log_format)
+    configure_logging("debug" if debug else log_level, log_format, log_requests)
     keeping = http and (metrics or load_config(path).config.host.metrics)
     kept = Metrics() if keeping else None
     # stdio: the wire is claimed before any pack is imported, so that nothing a pack prints reaches it

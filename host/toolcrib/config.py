@@ -81,7 +81,8 @@ class HostConfig(_Strict):
                                             "when stopped, before it closes them")
     http_session_idle: PositiveFloat = Field(1800.0, description="seconds an HTTP session may sit idle before it "
                                              "is closed")
-    http_max_sessions: PositiveInt = Field(256, description="open HTTP sessions per agent; more are refused (503); "
+    # the SDK's own default (each idle session holds about 40 KiB here: 10,000 are about 400 MiB)
+    http_max_sessions: PositiveInt = Field(10_000, description="open HTTP sessions per agent; more are refused (503); "
                                            "with [cluster], in the whole fleet")
     http_stream_seconds: PositiveFloat | None = Field(None, description="close a 2025-11-25 call's SSE stream after "
                                                       "this many seconds while the call runs on: the client "

