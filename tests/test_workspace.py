@@ -257,3 +257,28 @@ def test_a_chain_of_as_many_links_as_the_kernel_follows_is_named_whole(tmp_path:
         previous = link
     assert (tmp_path / f"link{_MAX_LINKS - 1}").read_text() == ""  # the kernel does follow them all
     assert names_of(previous) == {str(tmp_path / "real.toml"), *(str(tmp_path / f"link{i}") for i in range(_MAX_LINKS))}
+
+
+def test_root_of_keeps_one_root_a_workspace_until_something_more_is_protected(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(workspace, "_PROTECTED", {})
+    monkeypatch.setattr(workspace, "_CODE", {})
+    monkeypatch.setattr(workspace, "_ROOTS", {})
+    (tmp_path / "ws").mkdir()
+    first = workspace.root_of(tmp_path / "ws")
+    assert workspace.root_of(tmp_path / "ws") is first
+    assert first.write_bytes(("keep.toml",), b"x") is False
+    workspace.protect({tmp_path / "ws" / "keep.toml": "a config file"})  # a Root made before knows nothing of it
+    again = workspace.root_of(tmp_path / "ws")
+    assert again is not first
+    assert refused(again.write_bytes, ("keep.toml",), b"y") == (
+        "keep.toml: is protected: changing it would change how the host governs its agents (a config file is there); "
+        "no tool may change it")
+    workspace.protect_code({tmp_path / "ws" / "hooks": "hook 'h'"})
+    assert refused(workspace.root_of(tmp_path / "ws").write_bytes, ("hooks", "json.py"), b"").startswith(
+        "hooks/json.py: ")
+    others = [tmp_path / f"w{i}" for i in range(workspace.MAX_ROOTS)]
+    for folder in others:
+        folder.mkdir()
+        workspace.root_of(folder)
+    assert len(workspace._ROOTS) <= workspace.MAX_ROOTS  # a bounded cache: the oldest go

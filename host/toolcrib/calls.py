@@ -58,6 +58,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("toolcrib.calls")
 
+# A sync handler declared ``inline`` runs on the event loop, saving the worker thread's hop (about 100-150 us a
+# call here). The guard: a run that holds the loop longer than INLINE_SECONDS sends that tool's next
+# INLINE_COOLDOWN calls to worker threads, then it is tried inline again. So an inline tool blocks the loop past the
+# bound at most once in every INLINE_COOLDOWN + 1 of its calls. The bound is the interpreter's switch interval
+# (sys.getswitchinterval()): as long as a handler in a worker thread may hold the GIL, and so the loop, anyway.
+INLINE_SECONDS = 0.005
+INLINE_COOLDOWN = 100
+
 
 class _Nothing(BaseModel):
     """The validated parameters of what takes none (and of an upstream server's passthrough)."""
@@ -115,6 +123,8 @@ class Pipeline:
                         if (found := compile_limits(name, agent.limits))}
         self._book: Limiter = limits if limits is not None else LimitBook()
         self._limits_for: dict[tuple[str, str], list[Limit]] = {}
+        self._off_loop: dict[str, int] = {}  # inline tool -> calls left in worker threads (its last run was slow)
+        self._slow: set[str] = set()  # inline tools that were sent off the loop at least once
 
     @property
     def limiter(self) -> anyio.CapacityLimiter:
@@ -462,6 +472,10 @@ class Pipeline:
                     value = await runner.start(model, call)
                 if scope.cancelled_caught:
                     return ToolResult.error(f"Tool {vt.name} timed out after {_seconds(timeout)} and was stopped.")
+            elif getattr(runner, "inline", False) and self._on_loop(vt.name):
+                work = runner.start(model, call)
+                value = await self._inline(call, vt.name, work if call.lease is None
+                                           else functools.partial(_leased, call.lease, work))
             else:
                 # A thread cannot be stopped: on a timeout (or the client cancelling) the call returns at once and
                 # the handler is told through ctx.cancelled, so a long one can stop and free its worker.
@@ -675,6 +689,41 @@ class Pipeline:
             raise InvalidArgumentsError(format_validation_error(entry.name, exc, model).replace(
                 "Invalid arguments for", f"Invalid {what} for")) from None
 
+    def _on_loop(self, name: str) -> bool:
+        """Whether an inline handler of ``name`` runs on the loop this time (not while its guard holds it off)."""
+        left = self._off_loop.get(name)
+        if left is None:
+            return True
+        if left <= 1:
+            del self._off_loop[name]
+        else:
+            self._off_loop[name] = left - 1
+        return False
+
+    async def _inline(self, call: Call, name: str, work: Callable[[], Any]) -> Any:
+        """Run a sync handler declared inline on the event loop, timed: one that held it past ``INLINE_SECONDS``
+        goes to worker threads for its next ``INLINE_COOLDOWN`` calls. What it asked of its client (progress, log
+        messages) is sent once it returns, in order."""
+        ctx = call._context
+        held: list[Any] = []
+        if ctx is not None:
+            ctx._held = held
+        started = time.perf_counter()
+        try:
+            return work()
+        finally:
+            took = time.perf_counter() - started
+            if ctx is not None:
+                ctx._held = None
+            if took > INLINE_SECONDS:
+                self._off_loop[name] = INLINE_COOLDOWN
+                level = logging.DEBUG if name in self._slow else logging.WARNING  # (warned once a tool)
+                self._slow.add(name)
+                log.log(level, "%s runs inline and held the event loop for %.1f ms (more than %g ms): its next %d "
+                        "calls run in worker threads", name, took * 1000, INLINE_SECONDS * 1000, INLINE_COOLDOWN)
+            for message in held:
+                await message
+
     async def _invoke(self, call: Call, model: BaseModel) -> Any:
         """Run a resource's or prompt's runner under the call timeout; whatever it raises is its own failure."""
         entry = call.entry
@@ -686,6 +735,8 @@ class Pipeline:
                 work = runner.start(model, call)
                 if runner.is_async:
                     return await work
+                if getattr(runner, "inline", False) and self._on_loop(entry.name):
+                    return await self._inline(call, entry.name, work)
                 return await anyio.to_thread.run_sync(work, limiter=self.limiter, abandon_on_cancel=True)
         except TimeoutError:
             raise ToolError(f"{what} {entry.name} timed out after {_seconds(self.call_timeout)}.") from None

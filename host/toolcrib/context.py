@@ -121,6 +121,8 @@ class Context:
     _cancelled: bool = field(default=False, repr=False)  # set from the event loop, read by the handler's thread
     _rules: Any = field(default=None, repr=False)  # the call's argument rules (permissions.CallRules), if any
     _call: Any = field(default=None, repr=False)  # the call (toolcrib.runner.Call), for what ``note`` adds
+    # while a sync handler runs inline on the event loop: what it asked of its client, sent once it returns
+    _held: list[Awaitable[None]] | None = field(default=None, repr=False)
 
     def note(self, **fields: Any) -> None:
         """Add ``fields`` to this call's audit record, under ``"notes"`` (JSON values): what the tool found or
@@ -289,6 +291,9 @@ class Context:
 
     def _dispatch(self, make: Callable[[], Awaitable[None]]) -> Awaitable[None]:
         if threading.get_ident() == self._loop_thread:
+            if self._held is not None:  # a sync handler on the loop (inline): sent in order once it returns
+                self._held.append(make())
+                return _DONE
             return make()
 
         async def run() -> None:

@@ -39,7 +39,7 @@ from toolcrib.errors import ToolDeclarationError
 from toolcrib.fastschema import json_schema_of
 from toolcrib.names import SOURCE_NAME_KEY, tool_name_problem
 from toolcrib.runner import PythonRunner, Runner
-from toolcrib.tool import _caller_locals, _check_is_available, _hints, _is_async, _signature_fields
+from toolcrib.tool import _caller_locals, _check_inline, _check_is_available, _hints, _is_async, _signature_fields
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -173,7 +173,7 @@ class Resource:
 @overload
 def resource(uri: str, /, *, name: str | None = None, description: str | None = None, mime_type: str | None = None,
              title: str | None = None, is_available: Callable[[AvailabilityContext], Any] | None = None,
-             complete: Mapping[str, Completer] | None = None) -> Callable[[F], F]: ...
+             complete: Mapping[str, Completer] | None = None, inline: bool = False) -> Callable[[F], F]: ...
 
 
 @overload
@@ -184,7 +184,7 @@ def resource(uri: str, /, **options: Any) -> Callable[[F], F]:
     """Declare a resource at ``uri`` (a template when it holds ``{parameters}``, which are then the function's).
     The function returns the content: ``str`` (text), ``bytes`` (binary), a dict, list or pydantic model (JSON),
     or ``toolcrib.EmbeddedResource`` items for several contents."""
-    known = {"name", "description", "mime_type", "title", "is_available", "complete"}
+    known = {"name", "description", "mime_type", "title", "is_available", "complete", "inline"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise ToolDeclarationError(f"resource() got unknown option(s) {', '.join(unknown)}; it takes "
@@ -221,7 +221,9 @@ def resource(uri: str, /, **options: Any) -> Callable[[F], F]:
             _check_is_available(name, is_available)
         spec = Resource(
             name=name, uri=uri, description=description.strip(),
-            runner=PythonRunner(fn, is_async=_is_async(fn), context_param=context_param),
+            runner=PythonRunner(fn, is_async=_is_async(fn), context_param=context_param,
+                                inline=_check_inline(f"resource {name!r}", options.get("inline", False),
+                                                     _is_async(fn))),
             mime_type=options.get("mime_type"), title=options.get("title"), parameters=variables,
             is_available=is_available, complete=_check_completions(name, options.get("complete"), variables),
             make_model=(lambda: _model(name, fields)) if fields else None)
@@ -351,13 +353,13 @@ def prompt(fn: F, /) -> F: ...
 @overload
 def prompt(*, name: str | None = None, description: str | None = None, title: str | None = None,
            is_available: Callable[[AvailabilityContext], Any] | None = None,
-           complete: Mapping[str, Completer] | None = None) -> Callable[[F], F]: ...
+           complete: Mapping[str, Completer] | None = None, inline: bool = False) -> Callable[[F], F]: ...
 
 
 def prompt(fn: Any = None, /, **options: Any) -> Any:
     """Declare a prompt (bare or with options). The function returns the prompt: a ``str`` (one user message), a
     ``toolcrib.Message``, or a list of them."""
-    known = {"name", "description", "title", "is_available", "complete"}
+    known = {"name", "description", "title", "is_available", "complete", "inline"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise ToolDeclarationError(f"prompt() got unknown option(s) {', '.join(unknown)}; it takes "
@@ -386,7 +388,9 @@ def prompt(fn: Any = None, /, **options: Any) -> Any:
         if is_available is not None:
             _check_is_available(name, is_available)
         spec = Prompt(name=name, description=description.strip(),
-                      runner=PythonRunner(fn, is_async=_is_async(fn), context_param=context_param),
+                      runner=PythonRunner(fn, is_async=_is_async(fn), context_param=context_param,
+                                          inline=_check_inline(f"prompt {name!r}", options.get("inline", False),
+                                                               _is_async(fn))),
                       arguments=arguments, title=options.get("title"), is_available=is_available,
                       complete=_check_completions(name, options.get("complete"), tuple(fields)),
                       make_model=lambda: model)

@@ -129,6 +129,9 @@ class PythonRunner:
     is_async: bool = False
     convention: Convention = "keywords"
     context_param: str | None = None
+    # a sync handler its author declared quick (``inline=True``): run on the event loop rather than in a worker
+    # thread, under the pipeline's guard (``toolcrib.calls.INLINE_SECONDS``)
+    inline: bool = False
 
     def start(self, model: BaseModel, call: Call) -> Any:
         if self.context_param is None and self.convention == "keywords":  # the common case, first

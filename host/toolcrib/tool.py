@@ -51,7 +51,7 @@ ANNOTATION_KEYS: Mapping[str, type] = {
 # Arguments come from a model: unknown keys and NaN/Infinity are refused rather than silently accepted.
 INPUT_CONFIG = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-_OPTION_KEYS = ("annotations", "is_available", "timeout", "title", "rule_subject", "describe", "keywords")
+_OPTION_KEYS = ("annotations", "is_available", "timeout", "title", "rule_subject", "describe", "keywords", "inline")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -210,6 +210,7 @@ def tool(
     rule_subject: str | Sequence[str] | None = None,
     describe: Callable[[AvailabilityContext], str] | None = None,
     keywords: Sequence[str] | None = None,
+    inline: bool = False,
 ) -> Callable[[F], F]: ...
 
 
@@ -225,6 +226,7 @@ def tool(
     rule_subject: str | Sequence[str] | None = None,
     describe: Callable[[AvailabilityContext], str] | None = None,
     keywords: Sequence[str] | None = None,
+    inline: bool = False,
 ) -> Callable[[F], F]: ...
 
 
@@ -425,6 +427,7 @@ def _build(
     if keywords is not None and (isinstance(keywords, str) or not isinstance(keywords, Sequence)
                                  or not all(isinstance(k, str) for k in keywords)):
         raise ToolDeclarationError(f"tool {name!r}: keywords is a list of words, not {keywords!r}")
+    inline = _check_inline(f"tool {name!r}", options.get("inline", False), _is_async(handler))
     return Tool(
         name=name,
         description=description.strip(),
@@ -432,7 +435,7 @@ def _build(
         arguments=arguments,
         make_input=make_input,
         return_annotation=return_annotation,
-        runner=PythonRunner(handler, _is_async(handler), convention, context_param),
+        runner=PythonRunner(handler, _is_async(handler), convention, context_param, inline),
         annotations=types.MappingProxyType(annotations),
         is_available=is_available,
         timeout=float(timeout) if timeout is not None else None,
@@ -485,6 +488,16 @@ def _check_annotations(name: str, annotations: Any) -> dict[str, Any]:
             )
         result[key] = value
     return result
+
+
+def _check_inline(what: str, inline: Any, is_async: bool) -> bool:
+    """``inline``: a bool, for a sync handler (an async one runs on the event loop already)."""
+    if not isinstance(inline, bool):
+        raise ToolDeclarationError(f"{what}: inline must be True or False, not {inline!r}")
+    if inline and is_async:
+        raise ToolDeclarationError(f"{what}: inline is for a sync handler; an async one runs on the event loop "
+                                   "already")
+    return inline
 
 
 def _check_is_available(name: str, check: Any, option: str = "is_available") -> None:

@@ -38,7 +38,9 @@ _DRIVE = re.compile(r"[A-Za-z]:")
 
 _PROTECTED: dict[str, str] = {}  # every absolute name of a protected path -> what it is ("the config file")
 _CODE: dict[str, str] = {}  # folders Python imports modules from -> whose: no Python code below them may change
-_PROTECTED_LOCK = threading.Lock()
+_PROTECTED_LOCK = threading.RLock()  # (re-entered: root_of makes a Root, which reads them, under it)
+_ROOTS: dict[str, Root] = {}  # workspace -> its Root while what is protected stays the same (root_of)
+MAX_ROOTS = 64
 _MAX_LINKS = 40  # as the kernel's own limit on links followed in one lookup
 # What Python would import or run from a folder on its module path: sources, bytecode (in __pycache__ too),
 # extension modules and path configuration files.
@@ -85,6 +87,7 @@ def protect(paths: Mapping[Path, str] | Mapping[str, str]) -> None:
     with _PROTECTED_LOCK:
         for name, what in found:
             _PROTECTED.setdefault(name, what)
+        _ROOTS.clear()  # each Root holds the protected paths it may meet: made again
 
 
 def protect_code(folders: Mapping[Path, str] | Mapping[str, str]) -> None:
@@ -96,6 +99,7 @@ def protect_code(folders: Mapping[Path, str] | Mapping[str, str]) -> None:
     with _PROTECTED_LOCK:
         for name, what in found:
             _CODE.setdefault(name, what)
+        _ROOTS.clear()
 
 
 def protected() -> Mapping[str, str]:
@@ -189,6 +193,22 @@ def _why(exc: OSError, name: str, dirfd: int) -> OSError:
         except OSError:
             pass
     return exc
+
+
+def root_of(workspace: Path) -> Root:
+    """``Root(workspace)``, made once a workspace while what is protected stays the same (a file tool's every call
+    would otherwise resolve the workspace and sift the protected paths again: about 8 us). The workspace is resolved
+    when first met: a link swapped under its name later keeps serving where it led then."""
+    key = os.fspath(workspace)
+    found = _ROOTS.get(key)
+    if found is None:
+        with _PROTECTED_LOCK:  # (protect() clears the roots under the same lock: none made before it is kept)
+            found = _ROOTS.get(key)
+            if found is None:
+                if len(_ROOTS) >= MAX_ROOTS:
+                    _ROOTS.clear()
+                found = _ROOTS[key] = Root(workspace)
+    return found
 
 
 class Root:

@@ -13,7 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 import toolcrib
 from toolcrib import Context, ToolError
-from toolcrib.workspace import PathError, Root, display, parts_of, read_at
+from toolcrib.workspace import PathError, Root, display, parts_of, read_at, root_of
 from toolcrib_fs.walk import Budget, compile_glob, walk
 
 __all__ = ["Settings", "toolcrib_settings_model", "toolcrib_tools"]
@@ -49,7 +49,7 @@ class Settings(BaseModel):
 
 
 def _root(ctx: Context) -> Root:
-    return Root(ctx.workspace)
+    return root_of(ctx.workspace)
 
 
 def _settings(ctx: Context) -> Settings:
@@ -78,15 +78,19 @@ def _is_binary(data: bytes) -> bool:
 
 READ_ONLY = {"readOnlyHint": True, "idempotentHint": True, "openWorldHint": False}
 WRITES = {"destructiveHint": True, "openWorldHint": False}
+# Run on the host's event loop rather than in a worker thread (inline): each does a few system calls on one regular
+# file or none (never a FIFO or device: toolcrib.workspace opens without blocking), and read_file reads at most
+# max_read_bytes. A write (synced to disk), a listing or a search can take long, and keeps its worker thread.
+QUICK = True
 
 
-@toolcrib.tool(annotations=READ_ONLY)
+@toolcrib.tool(annotations=READ_ONLY, inline=QUICK)
 def cwd(ctx: Context) -> str:
     """Return the workspace root: the directory every path of the fs tools is relative to."""
     return str(ctx.workspace)
 
 
-@toolcrib.tool(annotations=READ_ONLY, rule_subject="path")
+@toolcrib.tool(annotations=READ_ONLY, rule_subject="path", inline=QUICK)
 def read_file(
     path: Path_,
     ctx: Context,
@@ -103,6 +107,8 @@ def read_file(
         return f"[{display(parts)} is a binary file of {size} bytes; it is not shown as text]"
     truncated = len(data) > settings.max_read_bytes
     text = data[: settings.max_read_bytes].decode("utf-8", errors="replace")
+    if start_line == 1 and max_lines is None and not truncated:
+        return text  # the whole file (its lines, joined again, are the text): no need to split it
     lines = text.splitlines(keepends=True)
     end = len(lines) if max_lines is None else min(len(lines), start_line - 1 + max_lines)
     chosen = "".join(lines[start_line - 1:end])
@@ -276,7 +282,7 @@ def ls(
     return {"path": display(parts), "entries": entries, "truncated": truncated}
 
 
-@toolcrib.tool(annotations=READ_ONLY, rule_subject="path")
+@toolcrib.tool(annotations=READ_ONLY, rule_subject="path", inline=QUICK)
 def exist(path: Path_, ctx: Context) -> dict[str, Any]:
     """Say whether a path exists in the workspace, and what it is (file, directory, symlink, other)."""
     parts = parts_of(path)
