@@ -96,7 +96,8 @@ class BenchPack:
         self.tools = [toolcrib.tool(annotations={"readOnlyHint": True})(_add_tool(name)) for name in names(n)]
         self.tools += extra or []
         self.resources = [toolcrib.resource(f"bench://doc/{i}", mime_type="text/plain")(_doc(i)) for i in range(n)]
-        self.prompts = [toolcrib.prompt(_prompt(name)) for name in PROMPTS]
+        # quick and never waiting, as the low-level peer's inline formatting: declared inline (no worker thread)
+        self.prompts = [toolcrib.prompt(inline=True)(_prompt(name)) for name in PROMPTS]
 
     @toolcrib.hookimpl
     def toolcrib_tools(self) -> list[Any]:

@@ -1,4 +1,4 @@
-"""The adapter's fast paths (tools/list and plain tools/call answered without the SDK's generic shaping) put on
+"""The adapter's fast paths (tools/list, plain tools/call and prompts/get answered without the SDK's generic shaping) put on
 the wire exactly what the SDK's own path puts there, byte for byte after JSON parsing, in both protocol eras.
 
 Each request goes as a JSON-RPC message into two real servers built for the same agent: one as served, one with
@@ -72,6 +72,31 @@ def hand_built() -> toolcrib.ToolResult:
     return toolcrib.ToolResult(content=({"type": "text", "txt": "typo"},))
 
 
+@toolcrib.prompt(inline=True)
+def greet(name: str, times: int = 1) -> str:
+    """Greet someone."""
+    return f"Say hello to {name}" + "!" * times
+
+
+@toolcrib.prompt
+def shown() -> list[toolcrib.Message]:
+    """A picture, then a question."""
+    return [toolcrib.Message("user", toolcrib.Image(b"\x89PNG\r\n\x1a\n", "image/png")),
+            toolcrib.Message("assistant", "What is in it?")]
+
+
+@toolcrib.prompt
+def broken() -> str:
+    """Fail."""
+    raise RuntimeError("/secret/path exploded")
+
+
+class Prompts:
+    @toolcrib.hookimpl
+    def toolcrib_prompts(self) -> list[Any]:
+        return [greet, shown, broken]
+
+
 class Garble:
     @toolcrib.hookimpl
     def toolcrib_post_tool_use(self, agent: str, tool: str, arguments: Any,
@@ -84,8 +109,9 @@ class Garble:
 CONFIG = """
 [agents.a]
 [agents.a.permissions]
-plugins = { allow = ["w", "garble"] }
+plugins = { allow = ["w", "garble", "p"] }
 tools = { deny = ["w__total_hidden"] }
+prompts = { allow = ["*"] }
 """
 
 REQUESTS: list[tuple[str, dict[str, Any] | None]] = [
@@ -105,12 +131,21 @@ REQUESTS: list[tuple[str, dict[str, Any] | None]] = [
     ("tools/call", {"name": 7, "arguments": {}}),
     ("tools/call", {"arguments": {}}),
     ("tools/call", {"name": "w__text", "arguments": {"word": "hi"}, "task": {"ttl": 5}}),
+    ("prompts/get", {"name": "p__greet", "arguments": {"name": "Ada", "times": "3"}}),
+    ("prompts/get", {"name": "p__greet", "arguments": {"name": "Ada"}}),
+    ("prompts/get", {"name": "p__greet", "arguments": {"times": "x"}}),
+    ("prompts/get", {"name": "p__greet", "arguments": {"name": 5}}),
+    ("prompts/get", {"name": "p__shown"}),
+    ("prompts/get", {"name": "p__broken", "arguments": {}}),
+    ("prompts/get", {"name": "p__nope"}),
+    ("prompts/get", {"name": "p__greet", "arguments": {"name": "Ada"}, "extra": 1}),
+    ("prompts/get", {"arguments": {}}),
 ]
 
 
 def _servers() -> tuple[Any, Any]:
     state = ServingState(make_host(CONFIG, {"w": Pack(text, order, total, picture, missing, crash, garbled, hand_built),
-                                            "garble": Garble()}))
+                                            "garble": Garble(), "p": Prompts()}))
     fast = build_server(state, "a")
     plain = build_server(state, "a")
     plain.middleware.clear()
@@ -176,6 +211,16 @@ def test_fast_paths_answer_exactly_like_the_sdk(modern: bool) -> None:
     assert by_id[13]["result"]["content"] == [
         {"type": "text", "text": "Tool w__hand_built returned a result that cannot be sent (it does not match its "
                                  "declared output, or is not JSON); the host's log has the details."}]
+    assert by_id[17]["result"]["messages"] == [{"role": "user", "content": {"type": "text",
+                                                                             "text": "Say hello to Ada!!!"}}]
+    assert by_id[17]["result"]["description"] == "Greet someone."
+    assert by_id[19]["error"] == {"code": -32602, "message": "Invalid arguments for p__greet:\n- name: required "
+                                  "argument is missing\n- times: Input should be a valid integer, unable to parse "
+                                  "string as an integer (got 'x')"}
+    assert by_id[21]["result"]["messages"][0]["content"] == {"type": "image", "data": "iVBORw0KGgo=",
+                                                            "mimeType": "image/png"}
+    assert by_id[22]["error"] == {"code": -32603, "message": "Prompt p__broken failed with an internal error; the "
+                                                             "host's log has the details."}
 
 
 def test_the_identity_stamp_is_the_sdks_and_owned_by_the_caller() -> None:

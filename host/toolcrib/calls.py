@@ -731,12 +731,12 @@ class Pipeline:
         runner = entry.item.runner
         what = "Resource" if call.kind == "resource" else "Prompt"
         try:
+            if not runner.is_async and getattr(runner, "inline", False) and self._on_loop(entry.name):
+                return await self._inline(call, entry.name, runner.start(model, call))  # (no timer: it cannot stop)
             with anyio.fail_after(self.call_timeout):
                 work = runner.start(model, call)
                 if runner.is_async:
                     return await work
-                if getattr(runner, "inline", False) and self._on_loop(entry.name):
-                    return await self._inline(call, entry.name, work)
                 return await anyio.to_thread.run_sync(work, limiter=self.limiter, abandon_on_cancel=True)
         except TimeoutError:
             raise ToolError(f"{what} {entry.name} timed out after {_seconds(self.call_timeout)}.") from None

@@ -399,16 +399,21 @@ class _Handlers:
         return legacy
 
     async def fast_paths(self, ctx: ServerRequestContext[Any, Any], call_next: Any) -> Any:
-        """tools/list and plain tools/call without the SDK's generic work around them.
+        """tools/list, plain tools/call and plain prompts/get without the SDK's generic work around them.
 
         tools/list comes from the view's cached wire list, never validated again (about a third of a 1000-tool
-        list's cost). A tools/call holding only a name and arguments skips the SDK's request and result models:
-        its result is toolcrib's own wire dict, and only content that is not plain text is shaped by the SDK.
-        Anything unusual (a cursor, approval answers, a request before the handshake, a malformed call, a task)
-        goes the SDK's way. tests/test_wire.py holds both paths to the same bytes."""
+        list's cost). A tools/call (or a prompts/get, with string arguments) holding only a name and arguments skips
+        the SDK's request and result models: its result is toolcrib's own wire dict, and only content that is not
+        plain text is shaped by the SDK. Anything unusual (a cursor, approval answers, a request before the
+        handshake, a malformed call, a task) goes the SDK's way. tests/test_wire.py holds both paths to the same
+        bytes."""
         method, params = ctx.method, ctx.params
         if method == "tools/call":
             if not _plain_call(params):
+                return await call_next(ctx)
+        elif method == "prompts/get":
+            if params is None or not _plain_call(params) or not all(
+                    type(v) is str for v in (params.get("arguments") or {}).values()):
                 return await call_next(ctx)
         elif method != "tools/list" or (params and set(params) - {"_meta"}):
             return await call_next(ctx)
@@ -424,6 +429,15 @@ class _Handlers:
                 return {"tools": self.tools_of(ctx)}
             return {**self.listing(ctx), "_meta": {SERVER_INFO_META_KEY: self.stamp}}
         assert params is not None
+        if method == "prompts/get":
+            result = await self.prompt(ctx, params["name"], params.get("arguments"))
+            if not all(message["content"].get("type") == "text" for message in result["messages"]):
+                result = serialize_server_result(method, version, result)
+            if modern:
+                result["_meta"] = {SERVER_INFO_META_KEY: self.stamp}
+            else:
+                result.pop("resultType", None)
+            return result
         result = await self.call(ctx, params["name"], params.get("arguments"), None, None)
         if not isinstance(result, dict):  # an approval round-trip (2026-07-28): the SDK's own shaping
             result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -499,8 +513,11 @@ class _Handlers:
         return {"prompts": self.view_of(ctx).mcp_prompts, **_UNCACHED}
 
     async def get_prompt(self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams) -> Any:
+        return await self.prompt(ctx, params.name, params.arguments)
+
+    async def prompt(self, ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, str] | None) -> Any:
         try:
-            answer = await self.view_of(ctx).get_prompt(params.name, params.arguments, channel=_Channel(ctx))
+            answer = await self.view_of(ctx).get_prompt(name, arguments, channel=_Channel(ctx))
         except UnknownPromptError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
         except InvalidArgumentsError as exc:
