@@ -1,5 +1,6 @@
-"""The adapter's fast paths (tools/list, plain tools/call and prompts/get answered without the SDK's generic shaping) put on
-the wire exactly what the SDK's own path puts there, byte for byte after JSON parsing, in both protocol eras.
+"""The adapter's fast paths (tools/list, plain tools/call and prompts/get answered without the SDK's generic
+shaping) put on the wire exactly what the SDK's own path puts there, byte for byte after JSON parsing, in both
+protocol eras.
 
 Each request goes as a JSON-RPC message into two real servers built for the same agent: one as served, one with
 toolcrib's middleware removed, so every request takes the SDK's path. Their replies must be equal.
