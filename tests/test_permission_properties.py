@@ -444,3 +444,56 @@ def test_a_specifier_against_a_huge_adversarial_argument_is_answered() -> None:
     rule = patterns.parse("tools", "shell__exec(*rm*-rf*)")
     assert rule.matches_subject("rm" * 500_000) is False
     assert rule.matches_subject("rm" * 500_000 + " -rf /") is True
+
+
+# -- compiled specifiers (patterns.Specifiers) against the patterns one by one ---------------------------------------
+
+_PIECES = st.sampled_from(["a", "b", "ab", "ba", "/", "docs/", ".md", "rm -rf", "é"])
+_SPECIFIER = st.lists(st.one_of(_PIECES, st.just("*")), min_size=1, max_size=5).map("".join)
+_SUBJECT = st.lists(_PIECES, max_size=6).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(specifiers=st.lists(_SPECIFIER, min_size=1, max_size=12), subject=_SUBJECT)
+@example(specifiers=["a*", "ab*", "*b", "a*b", "*a*"], subject="ab")
+@example(specifiers=["*", "ab"], subject="ab")
+@example(specifiers=["ab*ab", "a*"], subject="ab")  # a prefix found whose glob does not match: the next one does
+def test_compiled_specifiers_find_the_first_pattern_that_matches_as_one_by_one(specifiers: list[str],
+                                                                               subject: str) -> None:
+    from toolcrib import patterns
+
+    parsed = tuple(patterns.parse("tools", f"fs__write({s})") for s in specifiers)
+    expected = next((i for i, p in enumerate(parsed) if p.matches_subject(subject)), None)
+    assert patterns.Specifiers(parsed).first(subject) == expected
+    assert fnmatchcase(subject, specifiers[expected].replace("[", "[[]")) if expected is not None else True
+
+
+@settings(max_examples=300, deadline=None)
+@given(deny=st.lists(_SPECIFIER, max_size=6), allow=st.lists(_SPECIFIER, max_size=6),
+       subjects=st.lists(st.one_of(st.none(), _SUBJECT), min_size=2, max_size=2))
+def test_call_rules_decide_as_the_patterns_one_by_one(deny: list[str], allow: list[str],
+                                                      subjects: list[str | None]) -> None:
+    from toolcrib import patterns
+    from toolcrib.permissions import CallRules
+
+    rules = CallRules(subjects=("source", "destination"), deny=tuple(patterns.parse("tools", f"t({s})") for s in deny),
+                      allow=tuple(patterns.parse("tools", f"t({s})") for s in allow), ask=())
+    arguments = {k: v for k, v in zip(("source", "destination"), subjects, strict=True) if v is not None}
+    values = rules.values(arguments)
+
+    def one_by_one() -> tuple[str, Any, str | None]:  # CallRules.check as it read before it was compiled
+        for pattern in rules.deny:
+            if not values:
+                return "deny", pattern, None
+            for name, text in values:
+                if pattern.matches_subject(text):
+                    return "deny", pattern, name
+        if rules.allow:
+            if not values:
+                return "deny", None, None
+            for name, text in values:
+                if not any(p.matches_subject(text) for p in rules.allow):
+                    return "deny", None, name
+        return "ok", None, None
+
+    assert rules.check(arguments) == one_by_one()

@@ -90,6 +90,71 @@ class Glob:
         return True
 
 
+class Specifiers:
+    """The specifiers of several patterns compiled together: ``first(subject)`` is the index of the first pattern
+    (in order) whose specifier matches ``subject``, or None. Exact specifiers are one dict look-up, prefixes
+    (``docs/*``) and suffixes (``*.md``) one per distinct length, so the cost grows with those lengths rather than
+    with the number of patterns; the other globs (``*rm -rf*``) are tried one by one (each in linear time), none
+    after a pattern already found, and only when the subject holds the longest piece of one of them."""
+
+    __slots__ = ("_exact", "_general", "_prefixes", "_screen", "_suffixes")
+
+    def __init__(self, patterns: tuple[Pattern, ...]) -> None:
+        exact: dict[str, int] = {}
+        prefixes: dict[int, dict[str, list[tuple[int, Glob]]]] = {}
+        suffixes: dict[int, dict[str, int]] = {}
+        general: list[tuple[int, Glob]] = []
+        for index, pattern in enumerate(patterns):
+            glob = pattern._spec_glob
+            if pattern.specifier is None:
+                continue  # (no specifier: nothing to match a subject against)
+            if glob is None:
+                exact.setdefault(pattern.specifier, index)
+            elif glob.first:  # a prefix, then maybe more: the prefix finds it, the glob confirms
+                prefixes.setdefault(len(glob.first), {}).setdefault(glob.first, []).append((index, glob))
+            elif glob.last and not glob.middle:
+                suffixes.setdefault(len(glob.last), {}).setdefault(glob.last, index)
+            else:
+                general.append((index, glob))
+        self._exact = exact
+        self._prefixes = tuple(sorted(prefixes.items()))
+        self._suffixes = tuple(sorted(suffixes.items()))
+        self._general = tuple(general)
+        # The others match only where their longest piece is found: one search for any of those pieces (literals,
+        # so it never backtracks) spares trying them one by one on a subject that holds none.
+        pieces = {max((glob.first, *glob.middle, glob.last), key=len) for _, glob in general}
+        self._screen = re.compile("|".join(sorted(map(re.escape, pieces), key=len, reverse=True))) \
+            if pieces and "" not in pieces else None
+
+    def first(self, subject: str) -> int | None:
+        best = self._exact.get(subject)
+        size = len(subject)
+        for length, table in self._prefixes:
+            if length > size:
+                break
+            found = table.get(subject[:length])
+            if found is not None:
+                for index, glob in found:
+                    if best is not None and index >= best:
+                        break
+                    if glob.matches(subject):
+                        best = index
+                        break
+        for length, ends in self._suffixes:
+            if length > size:
+                break
+            ending = ends.get(subject[size - length:])
+            if ending is not None and (best is None or ending < best):
+                best = ending
+        if self._general and (self._screen is None or self._screen.search(subject) is not None):
+            for index, glob in self._general:
+                if best is not None and index >= best:
+                    break
+                if glob.matches(subject):
+                    return index
+        return best
+
+
 SELECTORS = {
     "@writes": "every tool not annotated read-only (readOnlyHint), as the host trusts its annotations",
     "@destructive": "every tool that may destroy (not read-only, and not destructiveHint = false)",

@@ -24,7 +24,7 @@ from toolcrib import patterns, uris
 from toolcrib.config import AgentConfig, LoadedConfig
 from toolcrib.context import AvailabilityContext
 from toolcrib.entries import RULE_DIMENSION, SUPPLIERS, Entry
-from toolcrib.patterns import SELECTORS, Pattern
+from toolcrib.patterns import SELECTORS, Pattern, Specifiers
 from toolcrib.sandbox import Unconfinable
 
 log = logging.getLogger("toolcrib.permissions")
@@ -161,6 +161,13 @@ class CallRules:
     deny: tuple[Pattern, ...]
     ask: tuple[Pattern, ...]
     approve: tuple[Pattern, ...] = ()
+    # allow and deny compiled together (patterns.Specifiers): hundreds of them cost a call a few look-ups
+    _allow: Specifiers = field(init=False, repr=False, compare=False)
+    _deny: Specifiers = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_allow", Specifiers(self.allow))
+        object.__setattr__(self, "_deny", Specifiers(self.deny))
 
     def values(self, arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
         """(argument, text) of each subject present in ``arguments``, as rules match it."""
@@ -187,17 +194,21 @@ class CallRules:
         be checked: it fails closed (a deny denies, an allow permits nothing, an ask asks, an approve does not
         approve)."""
         values = self.values(arguments)
-        for pattern in self.deny:
+        if self.deny:
             if not values:
-                return "deny", pattern, None
+                return "deny", self.deny[0], None
+            first: tuple[int, str] | None = None  # the first deny pattern that matches a subject, and that subject
             for name, text in values:
-                if pattern.matches_subject(text):
-                    return "deny", pattern, name
+                index = self._deny.first(text)
+                if index is not None and (first is None or index < first[0]):
+                    first = (index, name)
+            if first is not None:
+                return "deny", self.deny[first[0]], first[1]
         if self.allow:
             if not values:
                 return "deny", None, None
             for name, text in values:
-                if not any(p.matches_subject(text) for p in self.allow):
+                if self._allow.first(text) is None:
                     return "deny", None, name
         for pattern in self.ask:
             if pattern.specifier is None or not values:
