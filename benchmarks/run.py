@@ -19,6 +19,7 @@ import compileall
 import contextlib
 import datetime
 import gc
+import json
 import os
 import platform
 import socket
@@ -378,6 +379,15 @@ async def identity(args: argparse.Namespace) -> list[Row]:
 # -- operations: what metrics, request logs and traces cost ----------------------------------------------------------
 
 
+LONG_LIVED_HOOK = """
+import json, sys
+for line in sys.stdin:
+    call = json.loads(line)
+    print("{}" if call["arguments"].get("a") != 13 else json.dumps({"decision": "deny", "message": "not 13"}),
+          flush=True)
+"""
+
+
 async def operations(args: argparse.Namespace) -> list[Row]:
     """An in-memory call (2026-07-28) with each of what an operator can switch on, against the same call without."""
     import io
@@ -396,8 +406,13 @@ async def operations(args: argparse.Namespace) -> list[Row]:
     with tempfile.TemporaryDirectory() as tmp:
         audited = f'[host]\naudit_log = "{tmp}/audit.jsonl"\n'
         hooked = '[[hooks.pre_tool_use]]\ncommand = ["true"]\ntools = ["other__*"]\n'
+        Path(tmp, "resident.py").write_text(LONG_LIVED_HOOK)
+        matching = '[[hooks.pre_tool_use]]\ncommand = ["true"]\ntools = ["math__*"]\n'
+        long_lived = (f'[[hooks.pre_tool_use]]\ncommand = [{json.dumps(sys.executable)}, '
+                      f'{json.dumps(str(Path(tmp, "resident.py")))}]\ntools = ["math__*"]\nprocess = "long-lived"\n')
         async with contextlib.AsyncExitStack() as stack:
-            servers = {"plain": server(), "audit": server(audited), "hook": server(hooked)}
+            servers = {"plain": server(), "audit": server(audited), "hook": server(hooked),
+                       "per-call hook": server(matching), "long-lived hook": server(long_lived)}
             clients = {n: await stack.enter_async_context(Client(s, cache=None)) for n, s in servers.items()}
             ops = {n: (lambda c=c: c.call_tool("math__add", {"a": 2, "b": 3})) for n, c in clients.items()}
             result = await interleaved(ops, calls, args.rounds, mean=True)
@@ -406,6 +421,11 @@ async def operations(args: argparse.Namespace) -> list[Row]:
                  "hook": peers.toolcrib_host(10, config=hooked).view(peers.AGENT)}
         api = await interleaved({n: (lambda v=v: v.call("math__add", {"a": 2, "b": 3})) for n, v in views.items()},
                                 calls * 10, args.rounds, mean=True)
+    for name, label in (("per-call hook", "a matching command hook run per call (`true`)"),
+                        ("long-lived hook", "a matching long-lived command hook (a Python script)")):
+        MEASURED[f"ops {name}"] = result[name] / result["plain"]
+        rows.append([f"call with {label}", fmt(result[name]), fmt(result["plain"]),
+                     ratio(result[name], result["plain"])])
     for name, label in (("audit", "an audit log"), ("hook", "a command hook that matches no call")):
         MEASURED[f"ops {name}"] = result[name] / result["plain"]
         MEASURED[f"ops {name} api"] = api[name] / api["plain"]
@@ -828,6 +848,8 @@ def _goals() -> list[Row]:
         ("100 concurrent 100 ms async calls", "<= 150 ms", MEASURED.get("slow_async"), 0.150, "s"),
         ("MCP call with an audit log vs without", "<= 1.30x", MEASURED.get("ops audit"), 1.3, "x"),
         ("MCP call with a command hook matching no call vs without", "<= 1.05x", MEASURED.get("ops hook"), 1.05, "x"),
+        ("MCP call with a matching long-lived command hook vs without", "<= 1.20x", MEASURED.get("ops long-lived hook"),
+         1.20, "x"),
         ("MCP call with metrics on (no trace exporter) vs without", "<= 1.05x", MEASURED.get("ops metrics"), 1.05,
          "x"),
         ("Python API call vs a bare pydantic-validated call", "<= 3.00x", MEASURED.get("api ratio"), 3.0, "x"),

@@ -141,7 +141,10 @@ def test_a_missing_program_refuses_the_call_and_check_says_so(tmp_path: Path) ->
      "error: toolcrib.toml: hooks.pre_tool_use[0].agents[0]: 'a-b' is not a valid pattern: agent names: letters, "
      "digits and '_' and '*'"),
     ('command = ["x"]\nshell = true', "error: toolcrib.toml: hooks.pre_tool_use[0].shell: unknown key 'shell'; "
-                                      "expected one of: command, tools, agents, timeout, env, pass_env, out_of_reach"),
+                                      "expected one of: command, tools, agents, timeout, env, pass_env, out_of_reach, "
+                                      "process"),
+    ('command = ["x"]\nprocess = "forever"', "error: toolcrib.toml: hooks.pre_tool_use[0].process: expected one "
+                                            "of 'per-call' or 'long-lived', got a string ('forever')"),
 ])
 def test_bad_hook_tables_are_config_errors(hook: str, error: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -531,3 +534,153 @@ def test_run_hook_ends_what_the_program_started_and_reaps_it_when_the_call_is_ca
             break
         time.sleep(0.05)
     assert _dead(child)
+
+
+# -- process = "long-lived": one process answers every call, a JSON line each ---------------------------------------
+
+RESIDENT = r'''
+import json, os, sys, time
+for line in sys.stdin:
+    call = json.loads(line)
+    args = call["arguments"]
+    with open("seen.log", "a") as log:
+        log.write(f"{os.getpid()} {call['tool']} {args.get('path')}\n")
+    path = args.get("path", "")
+    if path == "die":
+        sys.exit(1)
+    if path == "slow":
+        time.sleep(30)
+    if path == "garbage":
+        print("yes please", flush=True)
+        continue
+    if path == "huge":
+        print("x" * (2 * 1024 * 1024), flush=True)
+        continue
+    if path.startswith("/"):
+        answer = {"decision": "deny", "message": f"absolute paths are refused ({path})"}
+    elif call["tool"] == "files__rm":
+        answer = {"decision": "block", "reason": "rm is never allowed here"}
+    elif path == "redact":
+        answer = {"decision": "allow", "updated_input": {**args, "text": "[x]"}}
+    else:
+        answer = {}
+    print(json.dumps(answer) if answer or path != "empty" else "", flush=True)
+'''
+
+RESIDENT_CONFIG = """
+[[hooks.pre_tool_use]]
+command = [{python}, "resident.py"]
+tools = ["files__*"]
+process = "long-lived"
+timeout = 2
+
+[agents.writer]
+[agents.writer.permissions]
+plugins = {{ allow = ["files"] }}
+tools = {{ allow = ["*"] }}
+"""
+
+
+def test_a_long_lived_hook_answers_every_call_from_one_process_and_is_started_again_when_it_dies(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "resident.py").write_text(RESIDENT)
+    host = make_host(RESIDENT_CONFIG.format(python=json.dumps(sys.executable)), {"files": FILES}, base_dir=tmp_path)
+    caplog.set_level(logging.INFO, logger="toolcrib.hooks")
+    asked = [("files__read", {"path": "a"}), ("files__write", {"path": "/etc/x", "text": "y"}),
+             ("files__rm", {"path": "a"}), ("files__write", {"path": "redact", "text": "my SECRET"}),
+             ("files__read", {"path": "empty"}), ("files__read", {"path": "garbage"}), ("files__read", {"path": "b"}),
+             ("files__read", {"path": "die"}), ("files__read", {"path": "c"}), ("files__read", {"path": "slow"}),
+             ("files__read", {"path": "huge"}), ("files__read", {"path": "d"})]
+
+    async def main() -> list[tuple[bool, str]]:
+        said = []
+        for tool, arguments in asked:
+            result = await host.view("writer").call(tool, arguments)
+            said.append((result.is_error, result.text))
+        host.close()
+        return said
+
+    said = anyio.run(main)
+    assert said == [(False, "contents of a"), (True, "absolute paths are refused (/etc/x)"),
+                    (True, "rm is never allowed here"), (False, "wrote 3 characters to redact"),
+                    (False, "contents of empty"), (True, FAILED), (False, "contents of b"),
+                    (True, FAILED), (False, "contents of c"), (True, FAILED), (True, FAILED), (False, "contents of d")]
+    seen = [line.split(" ", 1) for line in (tmp_path / "seen.log").read_text().splitlines()]
+    pids = [int(pid) for pid, _ in seen]
+    assert [what for _, what in seen] == [f"{tool} {args['path']}" for tool, args in asked]
+    # one process until it died, the next until it gave no answer in time, one that wrote too much, and a fourth
+    runs = [pids[:8], pids[8:10], pids[10:11], pids[11:]]
+    assert [len(set(run)) for run in runs] == [1, 1, 1, 1]
+    assert len({run[0] for run in runs}) == 4
+    messages = [r.getMessage() for r in caplog.records if r.name == "toolcrib.hooks"]
+    started = [m for m in messages if m.startswith("hooks.pre_tool_use[0]: started its long-lived process ")]
+    assert started == [f"hooks.pre_tool_use[0]: started its long-lived process {run[0]} ({sys.executable})"
+                       for run in runs]
+    refused = [m for m in messages if m.endswith("the call is refused")]
+    assert refused == [
+        "hooks.pre_tool_use[0] answered 'yes please', which is not a JSON object; the call is refused",
+        f"hooks.pre_tool_use[0] cannot run {sys.executable!r}: its process ended (its output closed); the call is "
+        "refused",
+        f"hooks.pre_tool_use[0] ({sys.executable}) gave no answer within 2 seconds; the call is refused",
+        f"hooks.pre_tool_use[0] wrote more than {1024 * 1024} bytes to stdout, which is no answer; the call is "
+        "refused"]
+    for pid in set(pids):  # every process it started has ended (the last one with the host)
+        for _ in range(100):
+            if not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z":
+                break
+            time.sleep(0.05)
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
+def test_long_lived_and_per_call_programs_give_the_same_answers(tmp_path: Path) -> None:
+    (tmp_path / "policy.py").write_text(POLICY)
+    (tmp_path / "resident.py").write_text(
+        "import json, subprocess, sys\n"
+        "for line in sys.stdin:\n"  # the per-call policy, run per line: its answers as a long-lived hook's
+        "    done = subprocess.run([sys.executable, 'policy.py'], input=line, capture_output=True, text=True)\n"
+        "    answer = done.stdout.strip() or '{}'\n"
+        "    if done.returncode == 2:\n"
+        "        answer = json.dumps({'decision': 'block', 'reason': done.stderr.strip()})\n"
+        "    print(answer, flush=True)\n")
+    per_call = CONFIG.format(python=json.dumps(sys.executable))
+    long_lived = per_call.replace('"policy.py"]\ntools = ["files__*"]', '"resident.py"]\ntools = ["files__*"]\n'
+                                  'process = "long-lived"', 1)
+    assert long_lived != per_call
+    answers = []
+    for config in (per_call, long_lived):
+        host = make_host(config, {"files": FILES}, base_dir=tmp_path)
+
+        async def main(host: Any = host) -> list[tuple[bool, str]]:
+            said = []
+            for tool, arguments in [("files__read", {"path": "x"}), ("files__rm", {"path": "x"}),
+                                    ("files__write", {"path": "/etc/x", "text": "y"}),
+                                    ("files__write", {"path": "a", "text": "my SECRET"})]:
+                result = await host.view("writer").call(tool, arguments)
+                said.append((result.is_error, result.text))
+            host.close()
+            return said
+
+        answers.append(anyio.run(main))
+    assert answers[0] == answers[1] == [(False, "contents of x"), (True, "rm is never allowed here; move files to "
+                                                                          "trash/ instead"),
+                                        (True, "absolute paths are refused"), (False, "wrote 6 characters to a")]
+
+
+def test_the_operator_guide_s_long_lived_hook_works_as_written(tmp_path: Path) -> None:
+    import re
+
+    guide = (Path(__file__).parent.parent / "docs" / "operators.md").read_text()
+    script = re.search(r'`process = "long-lived"`.*?```python\n(.+?)```', guide, re.S)
+    assert script is not None
+    (tmp_path / "resident.py").write_text(script.group(1))
+    host = make_host(RESIDENT_CONFIG.format(python=json.dumps(sys.executable)), {"files": FILES}, base_dir=tmp_path)
+
+    async def main() -> list[tuple[bool, str]]:
+        said = []
+        for text in ("my SECRET", "nothing to hide"):
+            result = await host.view("writer").call("files__write", {"path": "a", "text": text})
+            said.append((result.is_error, result.text))
+        host.close()
+        return said
+
+    assert anyio.run(main) == [(True, "no secrets in files"), (False, "wrote 15 characters to a")]

@@ -341,6 +341,10 @@ class CommandHook(_Strict):
     out_of_reach: bool = Field(False, description="the operator vouches that what the command runs is out of every "
                                "agent's reach: needed for a command whose code toolcrib cannot locate (a shell "
                                "string, python -c) while the hook's working directory lies in the workspace")
+    process: Literal["per-call", "long-lived"] = Field(
+        "per-call", description="per-call: the program runs once a call (the call on stdin, the answer on stdout and "
+        "its exit status); long-lived: one process answers every call, the call as one JSON line on its stdin and "
+        "the answer as one JSON line on its stdout, started again if it dies")
 
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
         """What the program gets of ``env`` (the host's): ``HOOK_BASE_ENV``, ``pass_env``, then its own ``env``."""

@@ -32,6 +32,13 @@ that ends with the reason).
 Anything else (another exit status, stdout that is not such an answer, no answer within ``timeout``) refuses
 the call, or withholds its result: a policy that cannot answer never lets a call through. (Claude Code lets a call
 through when a hook fails with another status; toolcrib does not.) The hooks run in the order they are written.
+
+With ``process = "long-lived"`` one process answers every call of its hook, one at a time: the call as one JSON
+line on its stdin, the answer as one line on its stdout (a JSON object, as a per-call program writes; an empty line
+or ``{}`` decides nothing; the refusal a per-call program gives with exit 2 is ``{"decision": "block", "reason":
+...}``). What it writes on stderr goes to the host's. A process that dies, writes a line that is not an answer, or
+gives none within ``timeout`` fails that call as above, and is ended; the next call starts it again. A process is
+started at a hook's first call, and ended with the host that started it (a reload makes new ones).
 """
 
 from __future__ import annotations
@@ -42,11 +49,13 @@ import logging
 import os
 import shutil
 import signal
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from toolcrib import patterns
 from toolcrib.answers import Allow, Ask, Deny
@@ -116,6 +125,105 @@ def program_path(program: str, base_dir: Path) -> str | None:
     return found
 
 
+class _LongLived:
+    """The one process of a ``process = "long-lived"`` hook: a JSON line in, a JSON line out, one call at a time. Its
+    pipes are plain descriptors waited on by whichever event loop asks (so it serves every loop of a process), and
+    ``close`` ends it at once, from anywhere."""
+
+    def __init__(self, hook: _Hook) -> None:
+        self.hook = hook
+        self._process: subprocess.Popen[bytes] | None = None
+        self._buffer = b""
+        self._loop: Any = None  # the event loop its lock belongs to
+        self._lock: anyio.Lock | None = None
+        self._busy = False  # a call is reading or writing its pipes: close() then only kills it
+
+    async def ask(self, call: Mapping[str, Any]) -> tuple[int, bytes, bytes]:
+        """(0, its answer line, b"") as ``run_hook`` answers; ``TimeoutError`` or ``OSError`` (it could not start,
+        or died) as ``run_hook`` raises them: the process is ended then, and the next call starts another."""
+        loop = anyio.lowlevel.current_token()
+        if self._loop != loop:
+            self._loop, self._lock = loop, anyio.Lock()
+        assert self._lock is not None
+        async with self._lock:
+            self._busy = True
+            try:
+                with anyio.fail_after(self.hook.timeout):
+                    if self._process is None or self._process.poll() is not None:
+                        self._start()
+                    assert self._process is not None
+                    await self._send(json.dumps(call).encode() + b"\n")
+                    line = await self._line()
+            except BaseException:
+                self._busy = False
+                self.close()  # died, out of time or cancelled: a late answer must not be read as the next call's
+                raise
+            self._busy = False
+            if line is None:  # longer than an answer may be: refused as too long, and the process ended
+                self.close()
+                return 0, b"x" * (MAX_ANSWER_BYTES + 1), b""
+            return 0, line, b""
+
+    def _start(self) -> None:
+        self.close()
+        hook = self.hook
+        self._process = subprocess.Popen(hook.command, cwd=hook.cwd, env=dict(hook.env), stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, start_new_session=True)
+        assert self._process.stdin is not None and self._process.stdout is not None
+        os.set_blocking(self._process.stdin.fileno(), False)
+        os.set_blocking(self._process.stdout.fileno(), False)
+        log.info("%s: started its long-lived process %s (%s)", hook.where, self._process.pid, hook.command[0])
+
+    async def _send(self, data: bytes) -> None:
+        assert self._process is not None and self._process.stdin is not None
+        fd, view = self._process.stdin.fileno(), memoryview(data)
+        while view:
+            try:
+                view = view[os.write(fd, view):]
+            except BlockingIOError:
+                await anyio.wait_writable(fd)
+            except BrokenPipeError:
+                raise OSError("its process ended (its input is closed)") from None
+
+    async def _line(self) -> bytes | None:
+        """Its next line; None for one longer than an answer may be."""
+        assert self._process is not None and self._process.stdout is not None
+        fd = self._process.stdout.fileno()
+        while True:
+            end = self._buffer.find(b"\n")
+            if end >= 0 and end <= MAX_ANSWER_BYTES:
+                line, self._buffer = self._buffer[:end], self._buffer[end + 1:]
+                return line
+            if len(self._buffer) > MAX_ANSWER_BYTES:
+                return None
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                await anyio.wait_readable(fd)
+                continue
+            if not chunk:
+                raise OSError("its process ended (its output closed)")
+            self._buffer += chunk
+
+    def close(self) -> None:
+        """End the process and everything it started (its process group); its pipes are closed and it is reaped,
+        unless a call is reading them (that call's end does it)."""
+        process = self._process
+        if process is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        if self._busy:
+            return
+        self._process, self._buffer = None, b""
+        for pipe in (process.stdin, process.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=5)  # (killed: it goes at once)
+
+
 class _Hook:
     def __init__(self, where: str, config: CommandHook, base_dir: Path, workspace: Path) -> None:
         self.where = where
@@ -127,6 +235,7 @@ class _Hook:
         self.agents = tuple(patterns.parse("subagents", p) for p in config.agents)
         self.env = config.environment(os.environ)
         self.refusal = unlocated(where, config.command, base_dir, self.env, workspace, config.out_of_reach)
+        self.long_lived = _LongLived(self) if config.process == "long-lived" else None
 
     def matches(self, agent: str, tool: str) -> bool:
         return any(p.matches(tool) for p in self.tools) and any(p.matches(agent) for p in self.agents)
@@ -138,8 +247,11 @@ class _Hook:
             log.error("%s; %s", self.refusal, self._failing)
             return "refuse", None
         try:
-            returncode, out, err = await run_hook(self.command, json.dumps(call).encode(), cwd=self.cwd,
-                                                  env=self.env, timeout=self.timeout)
+            if self.long_lived is not None:
+                returncode, out, err = await self.long_lived.ask(call)
+            else:
+                returncode, out, err = await run_hook(self.command, json.dumps(call).encode(), cwd=self.cwd,
+                                                      env=self.env, timeout=self.timeout)
         except TimeoutError:
             log.error("%s (%s) gave no answer within %g seconds; %s", self.where, self.command[0], self.timeout,
                       self._failing)
@@ -247,6 +359,12 @@ class CommandHooks:
     def __init__(self, loaded: LoadedConfig) -> None:
         self.pre = _Programs(loaded, "pre_tool_use", loaded.config.hooks.pre_tool_use)
         self.post = _Programs(loaded, "post_tool_use", loaded.config.hooks.post_tool_use)
+
+    def close(self) -> None:
+        """End the long-lived hook processes (the host closes, or a reload replaced it)."""
+        for hook in (*self.pre.hooks, *self.post.hooks):
+            if hook.long_lived is not None:
+                hook.long_lived.close()
 
     def wants(self, hook: str, agent: str, tool: str) -> bool:
         """Whether any of the programs of ``hook`` sees this agent's calls of this tool (else the pipeline does not
