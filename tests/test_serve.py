@@ -796,3 +796,54 @@ def test_http_accepts_an_allowed_host_and_only_that(config_file: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("wire", ["pipe", "file"])
+def test_stdio_refuses_a_line_too_long_answers_a_last_line_without_newline_and_leaves_the_pipe_blocking(
+        config_file: Path, tmp_path: Path, wire: str) -> None:
+    """Over a pipe the wire is read and written on the event loop (non-blocking, put back when serving ends); from a
+    file by a thread. Both read lines alike: one over MAX_LINE_BYTES is refused without being held, and the last
+    line needs no newline."""
+    from toolcrib.mcp.stdio import MAX_LINE_BYTES
+
+    def request(request_id: int, **params: Any) -> str:
+        return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params})
+
+    text = "".join([
+        json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}) + "\n",
+        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n",
+        request(2, name="misc__add", arguments={"a": 1, "b": "x" * (MAX_LINE_BYTES + 10)}) + "\n",  # too long
+        request(3, name="misc__add", arguments={"a": 1, "b": 2}) + "\n",
+        request(4, name="misc__add", arguments={"a": 1, "b": "y" * (MAX_LINE_BYTES - 300)}) + "\n",  # it fits
+        request(5, name="misc__add", arguments={"a": 2, "b": 2}),  # the last, with no newline
+    ])
+    command = [sys.executable, "-m", "toolcrib.cli", "serve", "--agent", "reader", "--config", str(config_file)]
+    if wire == "file":
+        (tmp_path / "requests.jsonl").write_text(text)
+        with (tmp_path / "requests.jsonl").open("rb") as given:
+            proc = subprocess.run(command, stdin=given, capture_output=True, env=subprocess_env(), timeout=120)
+        out = proc.stdout.decode()
+    else:
+        read_end, write_end = os.pipe()  # the server's stdout: a pipe of this test's, to see its mode afterwards
+        with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=write_end, stderr=subprocess.DEVNULL,
+                              env=subprocess_env()) as server:
+            assert server.stdin is not None
+            server.stdin.write(text.encode())
+            server.stdin.close()
+            server.wait(60)  # (its few answers fit in the pipe)
+        assert os.get_blocking(write_end)  # the server made it non-blocking while serving, and put it back
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as answers:
+            out = answers.read().decode()
+    replies = [json.loads(line) for line in out.splitlines()]
+    anonymous = [r["error"] for r in replies if r.get("id") is None]
+    by_id = {r["id"]: r for r in replies if r.get("id") is not None}
+    assert anonymous == [{"code": -32600, "message": f"Request too large: a message may be at most {MAX_LINE_BYTES} "
+                                                     "bytes"}]
+    assert sorted(by_id) == [1, 3, 4, 5]
+    assert by_id[3]["result"]["content"] == [{"type": "text", "text": "3"}]
+    assert by_id[4]["result"]["content"] == [{"type": "text", "text": "Invalid arguments for misc__add: the "
+                                              "arguments are larger than the limit of 1048576 bytes"}]  # (read whole)
+    assert by_id[5]["result"]["content"] == [{"type": "text", "text": "4"}]

@@ -7,6 +7,12 @@ closes stdin the requests already read are still answered before the session end
 serve`` gets every answer). Like the SDK's, it points fd 0 at the null device and fd 1 at stderr while serving,
 so a handler's stray ``print`` (or a child process's output) cannot corrupt the wire; the CLI does so before
 any pack is imported.
+
+Where the wire is a pipe or a socket (as an MCP client starts a server), it is read and written on the event loop,
+non-blocking, with no thread hop per message (the SDK's transport takes one each way); its blocking mode is put
+back when serving ends. A terminal or a file (``toolcrib serve < requests.jsonl``) is read by a thread of its own
+and written through a worker thread, as the SDK does: a terminal is shared with the shell, which must not find it
+non-blocking, and a file cannot be waited on.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import sys
 import threading
 from collections.abc import AsyncIterator
@@ -100,16 +107,23 @@ async def stdio_transport(
     unanswered: set[types.RequestId] = set()  # requests read and not yet answered (open-ended ones excluded)
     asked_client = False
 
+    in_fd, out_fd = _pollable(stdin), _pollable(stdout)
+    stdout.flush()  # (nothing written through the file object is left behind what is written to its descriptor)
+
     async def write(message: types.JSONRPCMessage) -> None:
         data = message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
         async with write_lock:
-            await anyio.to_thread.run_sync(_write_all, stdout, data)
+            if out_fd is not None:
+                await _write_fd(out_fd, data)
+            else:
+                await anyio.to_thread.run_sync(_write_all, stdout, data)
 
-    # Lines are read by a daemon thread of its own: one blocked on a stdin that never closes must not keep the
-    # process from exiting when the operator stops it.
     lines_send, lines = anyio.create_memory_object_stream[bytes | None](1)
-    threading.Thread(target=_read_lines, args=(stdin, lines_send, anyio.lowlevel.current_token()),
-                     name="toolcrib-stdin", daemon=True).start()
+    if in_fd is None:
+        # Lines are read by a daemon thread of its own: one blocked on a stdin that never closes must not keep the
+        # process from exiting when the operator stops it.
+        threading.Thread(target=_read_lines, args=(stdin, lines_send, anyio.lowlevel.current_token()),
+                         name="toolcrib-stdin", daemon=True).start()
 
     async def reader() -> None:
         async with to_server_send, lines:
@@ -155,7 +169,13 @@ async def stdio_transport(
 
     async def read_until_cancelled() -> None:
         with reading:
-            await reader()
+            if in_fd is not None:
+                async with anyio.create_task_group() as lines_tg:
+                    lines_tg.start_soon(_read_fd_lines, in_fd, lines_send)
+                    await reader()
+                    lines_tg.cancel_scope.cancel()
+            else:
+                await reader()
 
     try:
         async with anyio.create_task_group() as tg:
@@ -165,6 +185,10 @@ async def stdio_transport(
                 yield to_server, from_server
             reading.cancel()
     finally:
+        for fd in (in_fd, out_fd):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.set_blocking(fd, True)
         if restore is not None:
             restore()
 
@@ -186,6 +210,69 @@ def _invalid(line: bytes, exc: ValidationError) -> types.JSONRPCError:
 
 def _error(request_id: Any, code: int, message: str) -> types.JSONRPCError:
     return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=message))
+
+
+def _pollable(stream: BinaryIO) -> int | None:
+    """The descriptor of ``stream``, made non-blocking, when it is a pipe or a socket; else None."""
+    try:
+        fd = stream.fileno()
+        kind = os.fstat(fd).st_mode
+    except (OSError, ValueError, AttributeError):  # (io.UnsupportedOperation is an OSError and a ValueError)
+        return None
+    if not (stat.S_ISFIFO(kind) or stat.S_ISSOCK(kind)):
+        return None
+    os.set_blocking(fd, False)
+    return fd
+
+
+async def _write_fd(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to a non-blocking descriptor, waiting while the pipe is full."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            await anyio.wait_writable(fd)
+
+
+async def _read_fd_lines(fd: int, send: Any) -> None:
+    """Read a non-blocking descriptor line by line into ``send`` (None for a line over ``MAX_LINE_BYTES``, which is
+    skipped without being held), until end of input; then ``send`` is closed."""
+    async with send:
+        buffer = bytearray()
+        searched = 0  # the buffer holds no newline before this
+        skipping = False  # the rest of a line too long is being skipped
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                await anyio.wait_readable(fd)
+                continue
+            except OSError:
+                return
+            if not chunk:  # end of input: a last line without its newline counts, as readline reads it
+                if buffer and not skipping:
+                    await send.send(bytes(buffer))
+                return
+            buffer += chunk
+            while True:
+                end = buffer.find(b"\n", searched)
+                if end < 0:
+                    searched = len(buffer)
+                    if len(buffer) > MAX_LINE_BYTES:
+                        if not skipping:
+                            await send.send(None)
+                        skipping, buffer, searched = True, bytearray(), 0
+                    break
+                line = bytes(buffer[:end + 1])
+                del buffer[:end + 1]
+                searched = 0
+                if skipping:
+                    skipping = False
+                elif len(line) > MAX_LINE_BYTES + 1:
+                    await send.send(None)
+                else:
+                    await send.send(line)
 
 
 def _write_all(stream: BinaryIO, data: bytes) -> None:
