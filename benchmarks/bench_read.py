@@ -17,6 +17,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -112,14 +113,15 @@ def report(label: str, found: dict[str, list[float]]) -> None:
           f"{min(ratios):.2f}-{max(ratios):.2f}x) |")
 
 
-async def in_memory(workspace: Path, calls: int, rounds: int) -> None:
+@contextlib.asynccontextmanager
+async def memory_clients(workspace: Path) -> AsyncIterator[dict[str, Any]]:
     async with contextlib.AsyncExitStack() as stack:
-        clients = {peer: await stack.enter_async_context(Client(build(workspace), cache=None))
-                   for peer, build in BUILDERS.items()}
-        report("fs__read_file, 10 KB, in memory", await measure(clients, calls, rounds))
+        yield {peer: await stack.enter_async_context(Client(build(workspace), cache=None))
+               for peer, build in BUILDERS.items()}
 
 
-async def stdio(workspace: Path, calls: int, rounds: int) -> None:
+@contextlib.asynccontextmanager
+async def stdio_clients(workspace: Path) -> AsyncIterator[dict[str, Any]]:
     from mcp.client.stdio import stdio_client
 
     async with contextlib.AsyncExitStack() as stack:
@@ -128,6 +130,16 @@ async def stdio(workspace: Path, calls: int, rounds: int) -> None:
             params = StdioServerParameters(command=sys.executable, args=[__file__, "serve", peer, str(workspace)],
                                            env={**os.environ, "TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD": "1"})
             clients[peer] = await stack.enter_async_context(Client(stdio_client(params), cache=None))
+        yield clients
+
+
+async def in_memory(workspace: Path, calls: int, rounds: int) -> None:
+    async with memory_clients(workspace) as clients:
+        report("fs__read_file, 10 KB, in memory", await measure(clients, calls, rounds))
+
+
+async def stdio(workspace: Path, calls: int, rounds: int) -> None:
+    async with stdio_clients(workspace) as clients:
         report("fs__read_file, 10 KB, stdio", await measure(clients, calls, rounds))
 
 

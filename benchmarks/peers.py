@@ -290,7 +290,7 @@ def main() -> None:
             import uvicorn
 
             app = server.streamable_http_app() if peer == "mcpserver" else server.http_app(path="/mcp")
-            uvicorn.run(app, host="127.0.0.1", port=port, log_level="error")
+            uvicorn.run(bearer_checked(app), host="127.0.0.1", port=port, log_level="error")
         return
     if transport == "stdio":
         from mcp.server import NotificationOptions
@@ -304,8 +304,27 @@ def main() -> None:
         return
     import uvicorn
 
-    uvicorn.run(server.streamable_http_app(streamable_http_path="/mcp"), host="127.0.0.1", port=port,
-                log_level="error")
+    uvicorn.run(bearer_checked(server.streamable_http_app(streamable_http_path="/mcp")), host="127.0.0.1", port=port,
+                log_level="error", lifespan="on")
+
+
+def bearer_checked(app: Any) -> Any:
+    """``app`` behind the check toolcrib makes of every request (``Authorization: Bearer $BENCH_TOKEN``, compared
+    in constant time; 401 otherwise), so that both sides of an HTTP row check a token."""
+    import hmac
+
+    expected = f"Bearer {os.environ['BENCH_TOKEN']}".encode() if os.environ.get("BENCH_TOKEN") else None
+
+    async def checked(scope: Any, receive: Any, send: Any) -> None:
+        if expected is not None and scope["type"] == "http":
+            given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+            if not hmac.compare_digest(given, expected):
+                await send({"type": "http.response.start", "status": 401, "headers": []})
+                await send({"type": "http.response.body", "body": b""})
+                return
+        await app(scope, receive, send)
+
+    return checked
 
 
 if __name__ == "__main__":
