@@ -114,8 +114,11 @@ rebuilt from prebuilt `Tool` objects on each list; "as shipped" keeps the SDK's 
 **FastMCP** build schemas from decorated functions and validate arguments with pydantic; FastMCP's default
 adds its schema-dereferencing middleware, "no dereferencing" turns it off (`dereference_schemas=False`). Every
 side declares the same output schema, so every client does the same validation. A sync prompt function runs in
-a worker thread on toolcrib, MCPServer and FastMCP (as their sync tools do); the low-level peer formats its prompt
-inline. Over HTTP toolcrib checks a bearer token on every request; the peers check none. All servers and clients
+a worker thread on MCPServer and FastMCP (as their sync tools do); toolcrib's pack declares it `inline` (it runs
+on the event loop), as the low-level peer formats its prompt inline. Over HTTP every side checks a bearer token on
+every request (the peers behind a small ASGI check, compared in constant time, as toolcrib compares), served by
+uvicorn with no access log; toolcrib as shipped (`toolcrib serve --http`, no request lines by default); the
+throughput clients are plain HTTP, one connection each, every answer checked. All servers and clients
 of a table stay alive through its rounds, frozen out of the garbage collector's scans (`gc.freeze`), so that
 each peer's times are its own work and not a collection of every peer's heap."""
 
