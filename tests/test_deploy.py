@@ -146,7 +146,7 @@ def _behind_nginx(tmp_path: Path, config_text: str, *extra: str,
 @pytest.fixture
 def behind_nginx(tmp_path: Path) -> Iterator[tuple[str, list[Any], Path]]:
     with _behind_nginx(tmp_path, '[host]\nshutdown_timeout = 3\n' + CONFIG, "--stateless", "--metrics",
-                       "--log-format", "json") as found:
+                       "--log-format", "json", "--log-requests") as found:  # (a line per request: who served what)
         yield found
 
 
