@@ -5,6 +5,7 @@ child, every line a child may write, well formed or not; and the child's end wit
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -272,3 +273,71 @@ def test_the_child_runs_the_pack_s_own_checks_with_the_host_s_context(tmp_path: 
         os.close(to_child)
         os.close(from_child)
     assert not thread.is_alive()
+
+
+def test_a_question_that_comes_while_a_check_waits_for_permits_is_answered_after_it(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The host gave up on a check that asked ``permits`` and asks anew: the child answers the new question once the
+    first check has its answer. What crosses of a context that is not well formed is made safe; what a check
+    returns is sent as the host reads it; the line's end is logged."""
+    from toolcrib.sandbox import Unconfinable
+
+    def seen(ctx: AvailabilityContext) -> Any:
+        return f"{ctx.model!r} {ctx.mode} {sorted(ctx.capabilities)} {ctx.permits('plugins', 'other')}"
+
+    deferred = Deferred({("tool", "look"): (Item(seen), None),
+                         ("tool", "locked"): (Item(lambda ctx: Unconfinable("reaches the config")), None),
+                         ("tool", "long"): (Item(lambda ctx: list(range(1000))), None)})
+    questions, answers = tmp_path / "questions", tmp_path / "answers"
+    os.mkfifo(questions)
+    os.mkfifo(answers)
+    to_child, from_child = os.open(questions, os.O_RDWR), os.open(answers, os.O_RDWR)
+    caplog.set_level(logging.WARNING, logger="toolcrib.checks")
+    thread = serve_checks(deferred, f"{questions}{os.pathsep}{answers}")
+
+    def say(message: dict[str, Any]) -> None:
+        os.write(to_child, json.dumps(message).encode() + b"\n")
+
+    odd = {"agent": "seer", "model": 5, "capabilities": "vision", "workspace": 7}
+    try:
+        say({"ask": 1, "what": "is_available", "kind": "tool", "key": "look", "context": odd})
+        assert read_line(from_child) == {"permits": 1, "ask": 1, "dimension": "plugins", "name": "other"}
+        say({"ask": 2, "what": "is_available", "kind": "tool", "key": "locked", "context": odd})  # (it gave up)
+        say({"permitted": 1, "value": True})
+        assert read_line(from_child) == {"answer": 1, "value": "None default [] True"}
+        assert read_line(from_child) == {"answer": 2, "value": "reaches the config", "unconfinable": True}
+        say({"ask": 3, "what": "is_available", "kind": "tool", "key": "long", "context": odd})
+        long = read_line(from_child)
+        assert long == {"answer": 3, "value": repr(list(range(1000)))[:200], "unexpected": True}
+        say({"ask": "4", "what": "is_available", "kind": "tool", "key": "look", "context": odd})
+        assert read_line(from_child) == {"answer": "4", "raised": "LookupError", "message": "no is_available for "
+                                                                                          "'look'"}
+    finally:
+        os.write(to_child, b"[1]\n")  # not an object: the line ends
+        thread.join(5)
+        os.close(to_child)
+        os.close(from_child)
+    assert not thread.is_alive()
+    assert [r.getMessage() for r in caplog.records] == ["the checks line ended: a line that is not a JSON object"]
+
+
+def test_describe_answers_permits_from_the_agent_s_rules_and_logs_why_it_fell_back(
+        child: Child, caplog: pytest.LogCaptureFixture) -> None:
+    def script(m: dict[str, Any]) -> list[bytes | dict[str, Any]]:
+        if m.get("what") == "describe" and m["ask"] == 1:
+            return [{"permits": 1, "ask": 1, "dimension": "plugins", "name": "other"}]
+        if m.get("permitted") == 1:
+            return [{"answer": 1, "value": f"with other: {m['value']}"}]
+        return [{"answer": m["ask"], "raised": "KeyError", "message": "'x'"}]
+
+    child.run(script)
+    caplog.set_level(logging.WARNING, logger="toolcrib.checks")
+    describe = remote_describe(lambda: child.line, "look", "Listed.", lambda: 5.0)
+    assert [describe(CTX), describe(CTX)] == ["with other: True", "Listed."]
+    assert [r.getMessage() for r in caplog.records] == [
+        "describe of isolated tool look for agent 'seer' failed (KeyError: 'x'); its listed description is served"]
+    gone = remote_describe(lambda: None, "look", "Listed.", lambda: 5.0)
+    assert gone(CTX) == "Listed."
+    assert caplog.records[-1].getMessage() == (
+        "describe of isolated tool look for agent 'seer' failed (ProcessEnded: the isolated pack's process is not "
+        "running); its listed description is served")

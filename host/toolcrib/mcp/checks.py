@@ -337,7 +337,8 @@ def serve_checks(deferred: Deferred, named: str) -> threading.Thread:
             return {"answer": number, "raised": "LookupError", "message": f"no {what} for {message.get('key')!r}"}
         ctx = AvailabilityContext(
             agent=str(given.get("agent")), model=given.get("model") if isinstance(given.get("model"), str) else None,
-            capabilities=frozenset(c for c in given.get("capabilities") or () if isinstance(c, str)),
+            capabilities=frozenset(c for c in given.get("capabilities") or () if isinstance(c, str))
+            if isinstance(given.get("capabilities"), list) else frozenset(),
             settings=found[1], mode=str(given.get("mode") or "default"),  # type: ignore[index]
             workspace=Path(given["workspace"]) if isinstance(given.get("workspace"), str) else None,
             _permits=permits_for(number))
