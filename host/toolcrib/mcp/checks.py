@@ -73,8 +73,9 @@ class _Returned:
         return self.text
 
 
-class _Lines:
-    """Lines from one pipe end, read with a deadline (``None``: wait as long as it takes)."""
+class Lines:
+    """JSON lines from one pipe end, read with a deadline (``None``: wait as long as it takes), from any thread;
+    ``write_line`` is their other half."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
@@ -94,8 +95,7 @@ class _Lines:
             if len(self._buffer) > MAX_LINE_BYTES:
                 self._buffer = b""
                 raise ValueError(f"a line longer than {MAX_LINE_BYTES} bytes")
-            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not select.select([self.fd], [], [], wait)[0]:
+            if not _ready(self.fd, select.POLLIN, deadline):
                 return None
             try:
                 chunk = os.read(self.fd, 65536)
@@ -106,12 +106,20 @@ class _Lines:
             self._buffer += chunk
 
 
-def _write(fd: int, message: dict[str, Any], deadline: float | None) -> bool:
+def _ready(fd: int, event: int, deadline: float | None) -> bool:
+    """Whether ``fd`` is ready for ``event`` (``select.POLLIN`` or ``POLLOUT``) by the deadline (poll, not select:
+    a serving host's descriptors run past select's 1024)."""
+    poller = select.poll()
+    poller.register(fd, event)
+    wait = None if deadline is None else max(0.0, deadline - time.monotonic()) * 1000
+    return bool(poller.poll(wait))
+
+
+def write_line(fd: int, message: dict[str, Any], deadline: float | None) -> bool:
     """Write one line whole; False if the pipe had no room for it by the deadline."""
     data = memoryview(json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n")
     while data:
-        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if not select.select([], [fd], [], wait)[1]:
+        if not _ready(fd, select.POLLOUT, deadline):
             return False
         try:
             data = data[os.write(fd, data):]
@@ -135,7 +143,7 @@ class CheckLine:
     def __init__(self, read_fd: int, write_fd: int, namespace: str) -> None:
         os.set_blocking(read_fd, False)
         os.set_blocking(write_fd, False)
-        self._lines, self._write_fd = _Lines(read_fd), write_fd
+        self._lines, self._write_fd = Lines(read_fd), write_fd
         self._fds: tuple[int, ...] = (read_fd, write_fd)
         self.namespace = namespace
         self._numbers = itertools.count(1)
@@ -158,22 +166,22 @@ class CheckLine:
         deadline = time.monotonic() + seconds
         if not self._lock.acquire(timeout=seconds):
             raise _raised("TimeoutError", f"isolated pack {self.namespace!r} is still answering an earlier "
-                                              f"question after {seconds:g} seconds")
+                                          f"question after {seconds:g} seconds")
         try:
             if self.closed:
                 raise _raised("ProcessEnded", f"isolated pack {self.namespace!r}: its process ended")
             number = next(self._numbers)
-            if not _write(self._write_fd, {"ask": number, **question}, deadline):
+            if not write_line(self._write_fd, {"ask": number, **question}, deadline):
                 raise _raised("TimeoutError", f"isolated pack {self.namespace!r} takes no question")
             while True:
                 try:
                     message = self._lines.read(deadline)
                 except (ValueError, EOFError) as exc:
                     raise _raised("BrokenLine", f"isolated pack {self.namespace!r} answered out of turn: "
-                                                    f"{exc}") from None
+                                                f"{exc}") from None
                 if message is None:
                     raise _raised("TimeoutError", f"isolated pack {self.namespace!r} gave no answer within "
-                                                      f"{seconds:g} seconds")
+                                                  f"{seconds:g} seconds")
                 if message.get("answer") == number:
                     if "raised" in message:
                         raise _raised(str(message["raised"]), str(message.get("message", ""))[:1000])
@@ -182,7 +190,7 @@ class CheckLine:
                     dimension, name = message.get("dimension"), message.get("name")
                     value = (permits is not None and isinstance(dimension, str) and isinstance(name, str)
                              and permits(dimension, name))
-                    _write(self._write_fd, {"permitted": message["permits"], "value": bool(value)}, deadline)
+                    write_line(self._write_fd, {"permitted": message["permits"], "value": bool(value)}, deadline)
                 # else: an answer to a question that timed out, or noise: dropped
         finally:
             self._lock.release()
@@ -304,7 +312,7 @@ def serve_checks(deferred: Deferred, named: str) -> threading.Thread:
     """The child's end (``named``: "<questions pipe>:<answers pipe>"): a thread that answers the host's questions
     with the pack's own checks, until the host closes the line."""
     questions, answers = named.split(os.pathsep)
-    lines = _Lines(os.open(questions, os.O_RDONLY))
+    lines = Lines(os.open(questions, os.O_RDONLY))
     out = os.open(answers, os.O_WRONLY)
     waiting: collections.deque[dict[str, Any]] = collections.deque()  # questions read while a check asked
 
@@ -313,7 +321,7 @@ def serve_checks(deferred: Deferred, named: str) -> threading.Thread:
 
         def permits(dimension: str, name: str) -> bool:
             m = next(asked)
-            _write(out, {"permits": m, "ask": number, "dimension": str(dimension), "name": str(name)}, None)
+            write_line(out, {"permits": m, "ask": number, "dimension": str(dimension), "name": str(name)}, None)
             while True:
                 message = lines.read(None)
                 if message is None:
@@ -358,7 +366,7 @@ def serve_checks(deferred: Deferred, named: str) -> threading.Thread:
             while True:
                 message = waiting.popleft() if waiting else lines.read(None)
                 if message is not None and "ask" in message:
-                    _write(out, answer(message), None)
+                    write_line(out, answer(message), None)
         except (EOFError, ValueError, OSError) as exc:
             log.warning("the checks line ended: %s", exc)
 
@@ -367,5 +375,5 @@ def serve_checks(deferred: Deferred, named: str) -> threading.Thread:
     return thread
 
 
-__all__ = ["CHECKS_ENV", "CheckFailed", "CheckLine", "Deferred", "defer_checks", "follow_checks", "remote_check",
-           "remote_describe", "serve_checks"]
+__all__ = ["CHECKS_ENV", "CheckFailed", "CheckLine", "Deferred", "Lines", "defer_checks", "follow_checks",
+           "remote_check", "remote_describe", "serve_checks", "write_line"]

@@ -49,9 +49,9 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from toolcrib.content import ToolResult
 from toolcrib.errors import Suspend, ToolError, UnknownToolError
+from toolcrib.mcp.checks import CHECKS_ENV, CheckLine, Lines, write_line
 
 if TYPE_CHECKING:
-    from toolcrib.mcp.checks import CheckLine
     from toolcrib.runner import Call
     from toolcrib.view import AgentView
 
@@ -366,8 +366,6 @@ async def opened(namespace: str, tg: anyio.abc.TaskGroup) -> AsyncIterator[tuple
     Named pipes rather than inherited descriptors: the SDK's stdio client starts the child with only stdin, stdout
     and stderr. The host holds each pipe open for reading and writing, so neither end ever waits for the other to
     open it; the child's end closes with the child, and the pool ends the lane with the child's session."""
-    from toolcrib.mcp.checks import CHECKS_ENV, CheckLine
-
     folder = tempfile.mkdtemp(prefix=f"toolcrib-lane-{namespace}-")
     names = ("calls", "answers", "permits", "permitted", "questions", "checked")
     pipes = {name: os.path.join(folder, name) for name in names}
@@ -433,8 +431,8 @@ class _Serving:
         self._asks = itertools.count(1)
         self._waiting: dict[int, MemoryObjectSendStream[dict[str, Any]]] = {}
         self.running: dict[int, anyio.CancelScope] = {}
-        self._permits = permits  # (write, read) ends of the permits pipes, blocking: asked from any thread
-        self._permits_buffer = b""
+        # (write end, read lines) of the permits pipes, blocking: asked from any thread, one question at a time
+        self._permits = (permits[0], Lines(permits[1])) if permits is not None else None
         self._permits_asked = itertools.count(1)
         self._permits_lock = threading.Lock()
 
@@ -442,27 +440,16 @@ class _Serving:
         """The host's answer for call ``number``'s agent (False when the host cannot be asked)."""
         if self._permits is None:
             return False
-        out, into = self._permits
+        out, lines = self._permits
         with self._permits_lock:
             m = next(self._permits_asked)
-            data = json.dumps({"permits": m, "call": number, "dimension": str(dimension), "name": str(name)},
-                              separators=(",", ":")).encode() + b"\n"
             try:
-                while data:
-                    data = data[os.write(out, data):]
+                write_line(out, {"permits": m, "call": number, "dimension": str(dimension), "name": str(name)}, None)
                 while True:
-                    end = self._permits_buffer.find(b"\n")
-                    if end < 0:
-                        chunk = os.read(into, 65536)
-                        if not chunk:
-                            return False
-                        self._permits_buffer += chunk
-                        continue
-                    line, self._permits_buffer = self._permits_buffer[:end], self._permits_buffer[end + 1:]
-                    answer = json.loads(line)
-                    if isinstance(answer, dict) and answer.get("permitted") == m:
+                    answer = lines.read(None)
+                    if answer is not None and answer.get("permitted") == m:
                         return answer.get("value") is True
-            except (OSError, ValueError):
+            except (OSError, ValueError, EOFError):
                 return False
 
     async def ask(self, number: int, what: str, args: list[Any]) -> Any:
