@@ -150,7 +150,7 @@ def test_an_inline_handler_that_held_the_loop_too_long_runs_in_threads_for_a_whi
         "(more than 5 ms): its next 3 calls run in worker threads")
 
 
-def test_an_inline_handler_s_failure_is_its_own_and_the_guard_still_times_it() -> None:
+def test_an_inline_handler_s_tool_error_is_its_result() -> None:
     @toolcrib.tool(inline=True)
     def fails() -> str:
         """Raise."""
