@@ -172,6 +172,7 @@ class AgentView:
                  templates: tuple[Entry, ...] = (), prompts: tuple[tuple[str, Entry], ...] = ()) -> None:
         self.rules = rules
         self.tools = tools
+        self._header_schemas: dict[str, dict[str, Any] | None] = {}  # header_schema's answers, asked per tool
         self._by_name: Mapping[str, ViewTool] = {**{vt.name: vt for vt in tools}, **{vt.served: vt for vt in tools}}
         self._pipeline = pipeline
         self.services = services
@@ -293,6 +294,22 @@ class AgentView:
                 if vt.name in VIEW_PROXIES:
                     wire["annotations"] = {**wire.get("annotations", {}), **self._reached_annotations()}
             return wires
+
+    @cached_property
+    def _wires(self) -> dict[str, dict[str, Any]]:
+        return {wire["name"]: wire for wire in self.mcp_tools}
+
+    def header_schema(self, name: str) -> dict[str, Any] | None:
+        """The input schema of a tool of this view (by any name a call may use) when it routes arguments into
+        ``Mcp-Param-*`` headers (``x-mcp-header``), as tools/list shows it; None for any other tool, and for a tool
+        the view does not have (there is nothing to check a call's headers against)."""
+        vt = self.lookup(name)
+        if vt is None:
+            return None
+        if vt.served not in self._header_schemas:
+            schema = self._wires[vt.served]["inputSchema"]
+            self._header_schemas[vt.served] = schema if _mentions(schema, "x-mcp-header") else None
+        return self._header_schemas[vt.served]
 
     def _reached_annotations(self) -> dict[str, bool]:
         reached = [vt for vt in self.tools if vt.name not in SEARCHING]
@@ -488,6 +505,15 @@ def served_names(full_names: Sequence[str]) -> dict[str, str]:
     for name in bare:
         counts[name] = counts.get(name, 0) + 1
     return {full: short for full, short in zip(full_names, bare, strict=True) if counts[short] == 1}
+
+
+def _mentions(value: Any, key: str) -> bool:
+    """Whether ``key`` is a key of any object within a JSON value."""
+    if isinstance(value, dict):
+        return key in value or any(_mentions(item, key) for item in value.values())
+    if isinstance(value, list):
+        return any(_mentions(item, key) for item in value)
+    return False
 
 
 def _strict_parameters(schema: dict[str, Any]) -> dict[str, Any]:

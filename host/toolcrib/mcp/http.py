@@ -49,9 +49,10 @@ from toolcrib.approvals import Desk, link_key
 from toolcrib.config import IdentityConfig
 from toolcrib.errors import ToolcribError
 from toolcrib.mcp.adapter import build_server
+from toolcrib.mcp.exchange import answer, is_modern
 from toolcrib.mcp.oauth import IDENTITY, Identity, Verifier, bearer_token, claims_match, identity_of
 from toolcrib.mcp.operator import OperatorEndpoint
-from toolcrib.mcp.sdk import open_session_ids, open_sessions
+from toolcrib.mcp.sdk import lifespan_state_of, open_session_ids, open_sessions
 from toolcrib.mcp.sessions import SessionManager
 from toolcrib.mcp.state import ServingState
 
@@ -106,6 +107,7 @@ class _Endpoint:
     identity: IdentityConfig | None
     manager: StreamableHTTPSessionManager
     app: StreamableHTTPASGIApp
+    server: Any  # the agent's MCP server (toolcrib.mcp.adapter.build_server)
     stop: anyio.CancelScope | None = None
 
 
@@ -122,6 +124,7 @@ class HttpApp:
         self._tg: TaskGroup | None = None
         self.ready = False  # the lifespan has set every endpoint up
         self.draining: Callable[[], bool] = lambda: False  # the server is shutting down (serve_http says)
+        self.answers_modern = True  # 2026-07-28 POSTs answered by toolcrib.mcp.exchange (False: all by the SDK's entry)
         self.origin_guard = TransportSecurityMiddleware(options.security())  # Host and Origin, as for agents
         metrics = state.metrics
         if metrics is not None:
@@ -315,8 +318,9 @@ class HttpApp:
         for name, tokens in wanted.items():
             if name not in self.endpoints:
                 host = self.state.host.loaded.config.host
+                server = build_server(self.state, name)
                 options: dict[str, Any] = dict(
-                    app=build_server(self.state, name), security_settings=self.options.security(),
+                    app=server, security_settings=self.options.security(),
                     max_request_body_size=MAX_BODY_BYTES, session_idle_timeout=host.http_session_idle,
                     max_sessions=host.http_max_sessions)
                 manager = StreamableHTTPSessionManager(stateless=True, **options) if self.options.stateless else \
@@ -324,7 +328,7 @@ class HttpApp:
                                    connected=functools.partial(self.state.remember_session, name),
                                    disconnected=functools.partial(self.state.forget_session, name), **options)
                 identity = config.agents[name].identity if config.oauth is not None else None
-                endpoint = _Endpoint(name, tokens, identity, manager, StreamableHTTPASGIApp(manager))
+                endpoint = _Endpoint(name, tokens, identity, manager, StreamableHTTPASGIApp(manager), server)
                 endpoint.stop = await self._tg.start(self._run_manager, manager)
                 self.endpoints[name] = endpoint
 
@@ -383,7 +387,18 @@ class HttpApp:
                 token="", client_id=identity.client or "", scopes=sorted(identity.scopes), subject=identity.subject,
                 claims={"iss": identity.issuer}))
         scope[IDENTITY] = identity
-        await endpoint.app(scope, body_within(receive, BODY_SECONDS), send)
+        receive = body_within(receive, BODY_SECONDS)
+        if self.answers_modern and is_modern(scope):  # toolcrib.mcp.exchange, or the SDK's entry for the unusual
+            await answer(endpoint.server, lifespan_state_of(endpoint.manager), self.origin_guard, MAX_BODY_BYTES,
+                         self._input_schema, endpoint.app, scope, receive, send)
+            return
+        await endpoint.app(scope, receive, send)
+
+    def _input_schema(self, scope: Scope, name: str) -> Any:
+        """A tool's input schema in the view of the request's caller (its agent, and the scopes its token lacks),
+        when it routes arguments into headers; None when there is nothing to check."""
+        identity: Identity = scope[IDENTITY]
+        return self.state.view(scope["path_params"]["agent"], identity.lacking).header_schema(name)
 
     async def authenticate(self, scope: Scope) -> tuple[_Endpoint, Identity] | Response:
         """The endpoint of the path's agent and who the request's bearer token says it is, or the refusal to send

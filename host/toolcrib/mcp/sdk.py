@@ -15,7 +15,9 @@ pyproject.toml (``mcp>=2.3,<2.4``) is raised knowingly.
   ``_session_creation_lock``, ``_task_group``, ``_lifespan_state``): ``toolcrib.mcp.sessions.SessionManager``
   replaces the stateful path to give each session its own event store and to take up sessions another replica
   opened; the manager has no seam for either (its one ``event_store`` is shared by every session, whose stream
-  ids are their own request ids, and a session lives only where it was made).
+  ids are their own request ids, and a session lives only where it was made). ``_lifespan_state`` is also what
+  ``toolcrib.mcp.exchange`` hands the SDK's ``serve_one`` when it answers a 2026-07-28 request itself, as the
+  manager's own entry does.
 """
 
 from __future__ import annotations
@@ -44,3 +46,8 @@ def open_sessions(manager: Any) -> int:
 def open_session_ids(manager: Any) -> list[str]:
     """The ids of the sessions a ``StreamableHTTPSessionManager`` holds open."""
     return list(getattr(manager, "_server_instances", {}))
+
+
+def lifespan_state_of(manager: Any) -> Any:
+    """What a running ``StreamableHTTPSessionManager``'s server lifespan yielded (its handlers' lifespan context)."""
+    return getattr(manager, "_lifespan_state", None)

@@ -1,0 +1,349 @@
+"""2026-07-28 POSTs answered by toolcrib.mcp.exchange put on the wire exactly what the SDK's own HTTP entry puts
+there: the same status, the same content type, the same message (or events), for requests it answers and for the
+ones it hands over. Each request goes through two real HTTP apps built for the same agents (through httpx's ASGI
+transport): one as served, one with ``answers_modern`` off, so every request takes the SDK's entry.
+
+Then what only this path does on its own: a client that goes ends its call, a long call keeps its stream alive, and
+``Mcp-Param-*`` headers are checked against the schema of the tool as the caller sees it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
+
+import toolcrib
+from conftest import make_host
+from packs import Pack
+from test_wire import REQUESTS, Garble, Prompts, crash, garbled, hand_built, missing, order, picture, text, total
+from toolcrib.mcp import exchange
+from toolcrib.mcp.http import MAX_BODY_BYTES, HttpApp, HttpOptions
+from toolcrib.mcp.state import ServingState
+
+seen: dict[str, Any] = {}
+
+
+@toolcrib.tool
+async def slow(seconds: float, ctx: toolcrib.Context) -> str:
+    """Report progress, log, sleep."""
+    await ctx.report_progress(1, 2, "half")
+    await ctx.info("halfway")
+    await anyio.sleep(seconds)
+    return "done"
+
+
+@toolcrib.tool
+async def hang() -> str:
+    """Wait until cancelled, and say so."""
+    seen["started"].set()
+    try:
+        await anyio.sleep_forever()
+    finally:
+        seen["ended"] = "cancelled"
+    return "never"
+
+
+@toolcrib.tool
+async def quiet(seconds: float) -> str:
+    """Sleep without a word."""
+    await anyio.sleep(seconds)
+    return "slept"
+
+
+def _route(arguments: dict[str, Any]) -> str:
+    return f"routed to {arguments['region']}"
+
+
+routed = toolcrib.tool("route", "Route by region.", {
+    "type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}},
+    "required": ["region"]}, _route)
+
+CONFIG = """
+[agents.a]
+token_env = "TOK_A"
+[agents.a.permissions]
+plugins = { allow = ["w", "garble", "p", "s"] }
+tools = { deny = ["w__total_hidden"] }
+prompts = { allow = ["*"] }
+resources = { allow = ["*"] }
+
+[agents.b]
+token_env = "TOK_B"
+[agents.b.permissions]
+plugins = { allow = ["w"] }
+tools = { allow = ["w__text"] }
+"""
+TOKENS = {"TOK_A": "a" * 32, "TOK_B": "b" * 32}
+META = {PROTOCOL_VERSION_META_KEY: "2026-07-28", CLIENT_INFO_META_KEY: {"name": "t", "version": "1"},
+        CLIENT_CAPABILITIES_META_KEY: {}}
+
+
+@asynccontextmanager
+async def apps() -> AsyncIterator[tuple[httpx2.AsyncClient, httpx2.AsyncClient, HttpApp]]:
+    """Two apps for the same host: toolcrib's path, and the SDK's entry for everything."""
+    state = ServingState(make_host(CONFIG, {
+        "w": Pack(text, order, total, picture, missing, crash, garbled, hand_built), "garble": Garble(),
+        "p": Prompts(), "s": Pack(slow, hang, quiet, routed)}))
+    ours, theirs = HttpApp(state, HttpOptions(), env=TOKENS), HttpApp(state, HttpOptions(), env=TOKENS)
+    theirs.answers_modern = False
+    async with ours.app.router.lifespan_context(ours.app), theirs.app.router.lifespan_context(theirs.app):
+        clients = [httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1:8000",
+                                      timeout=30) for app in (ours, theirs)]
+        async with clients[0], clients[1]:
+            yield clients[0], clients[1], ours
+
+
+def headers(method: str, name: str | None = None, agent: str = "a", **extra: str) -> dict[str, str]:
+    found = {"Authorization": f"Bearer {TOKENS['TOK_' + agent.upper()]}", "Content-Type": "application/json",
+             "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2026-07-28",
+             "Mcp-Method": method}
+    if name is not None:
+        found["Mcp-Name"] = name
+    return {**found, **extra}
+
+
+def request(request_id: int, method: str, params: dict[str, Any] | None, meta: dict[str, Any] | None = None
+            ) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": method,
+            "params": {**(params or {}), "_meta": {**META, **(meta or {})}}}
+
+
+def reply(response: httpx2.Response) -> tuple[int, str, Any]:
+    """Status, content type, and the message (JSON) or the events (a stream of them), as a client reads them."""
+    kind = response.headers.get("content-type", "")
+    if kind.startswith("text/event-stream"):
+        body = [line for line in response.text.split("\r\n") if line.startswith("data: ")]
+        return response.status_code, kind, [json.loads(line[6:]) for line in body]
+    try:
+        return response.status_code, kind, response.json()
+    except ValueError:
+        return response.status_code, kind, response.text
+
+
+def _name(params: dict[str, Any] | None) -> str | None:
+    name = (params or {}).get("name")
+    return name if isinstance(name, str) else None
+
+
+def test_every_request_of_the_wire_tests_gets_the_sdks_answer_word_for_word() -> None:
+    async def main() -> list[tuple[Any, Any]]:
+        pairs = []
+        async with apps() as (ours, theirs, _):
+            for i, (method, params) in enumerate(REQUESTS):
+                message, sent = request(i + 1, method, params), headers(method, _name(params))
+                got = [reply(await client.post("/agents/a/mcp", json=message, headers=sent))
+                       for client in (ours, theirs)]
+                pairs.append((got[0], got[1]))
+        return pairs
+
+    pairs = anyio.run(main)
+    for ours, theirs in pairs:
+        assert ours == theirs
+    by_id = {message["id"]: (status, message) for status, _, message in (ours for ours, _ in pairs)}
+    # anchors, so that equality cannot hold by both sides being broken alike
+    assert by_id[3][1]["result"]["content"] == [{"type": "text", "text": "hello"}]
+    assert by_id[10] == (400, {"jsonrpc": "2.0", "id": 10, "error": {"code": -32602,
+                                                                     "message": "Unknown tool: w__nope"}})
+    assert by_id[8][0] == 200 and by_id[8][1]["result"]["isError"] is True
+
+
+UNUSUAL: list[tuple[str, bytes | dict[str, Any] | list[Any], dict[str, str]]] = [
+    ("not JSON", b"{nope", headers("tools/call", "w__text")),
+    ("a batch", [request(1, "tools/list", None)], headers("tools/list")),
+    ("a notification", {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}},
+     headers("notifications/cancelled")),
+    ("a method header that disagrees", request(1, "tools/list", None), headers("tools/call")),
+    ("a name header that disagrees", request(1, "tools/call", {"name": "w__text", "arguments": {"word": "x"}}),
+     headers("tools/call", "w__order")),
+    ("no envelope", {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}, headers("tools/list")),
+    ("a version this SDK does not serve", request(1, "tools/list", None),
+     headers("tools/list", **{"MCP-Protocol-Version": "2099-01-01"})),
+    ("an Accept without events", request(1, "tools/list", None), headers("tools/list", Accept="application/json")),
+    ("a Content-Type not JSON", request(1, "tools/list", None),
+     headers("tools/list", **{"Content-Type": "text/plain"})),
+    ("a foreign Origin", request(1, "tools/list", None), headers("tools/list", Origin="https://evil.example")),
+    ("an id that is no id", {**request(1, "tools/list", None), "id": True}, headers("tools/list")),
+    ("an extra envelope key", {**request(1, "tools/list", None), "extra": 1}, headers("tools/list")),
+    ("params that are a list", {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": [1]},
+     headers("tools/list")),
+    ("an unknown method", request(1, "nope/nope", None), headers("nope/nope")),
+    ("a ping", request(1, "ping", None), headers("ping")),
+    ("resources/list", request(1, "resources/list", None), headers("resources/list")),
+    ("a hidden tool", request(1, "tools/call", {"name": "w__order", "arguments": {"order_id": 1}}),
+     headers("tools/call", "w__order", agent="b")),
+    ("a hidden tool's header", request(1, "tools/call", {"name": "s__route", "arguments": {"region": "eu"}}),
+     headers("tools/call", "s__route", agent="b", **{"Mcp-Param-Region": "us"})),  # unknown, not a mismatch
+]
+
+
+STATUS = {"a notification": 202, "an Accept without events": 406, "a foreign Origin": 403, "an unknown method": 404,
+          "a ping": 404, "an extra envelope key": 200, "resources/list": 200}  # 400 for the others
+
+
+@pytest.mark.parametrize(("what", "body", "sent"), UNUSUAL, ids=[case[0] for case in UNUSUAL])
+def test_what_this_path_hands_over_or_answers_gets_the_sdks_answer(
+        what: str, body: bytes | dict[str, Any] | list[Any], sent: dict[str, str]) -> None:
+    agent = "b" if sent["Authorization"].endswith("b" * 32) else "a"
+
+    async def main() -> list[tuple[int, str, Any]]:
+        async with apps() as (ours, theirs, _):
+            content = body if isinstance(body, bytes) else json.dumps(body).encode()
+            return [reply(await client.post(f"/agents/{agent}/mcp", content=content, headers=sent))
+                    for client in (ours, theirs)]
+
+    ours, theirs = anyio.run(main)
+    assert ours == theirs
+    assert ours[0] == STATUS.get(what, 400)
+
+
+def test_a_body_over_the_cap_is_refused_as_the_sdk_refuses_it() -> None:
+    big = request(1, "tools/call", {"name": "w__text", "arguments": {"word": "x" * MAX_BODY_BYTES}})
+
+    async def main() -> list[tuple[int, str, Any]]:
+        async with apps() as (ours, theirs, _):
+            content = json.dumps(big).encode()
+            found = []
+            for client in (ours, theirs):
+                found.append(reply(await client.post("/agents/a/mcp", content=content,
+                                                     headers=headers("tools/call", "w__text"))))
+
+                async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: the cap is met while reading
+                    for start in range(0, len(content), 1 << 20):
+                        yield content[start:start + (1 << 20)]
+
+                found.append(reply(await client.post("/agents/a/mcp", content=chunks(),
+                                                     headers=headers("tools/call", "w__text"))))
+            return found
+
+    found = anyio.run(main)
+    assert found == [(413, "", "Request body too large")] * 4  # the SDK's word (its Response sets no type)
+
+
+def test_progress_and_log_messages_turn_the_answer_into_the_sdks_stream_of_events() -> None:
+    message = request(1, "tools/call", {"name": "s__slow", "arguments": {"seconds": 0}}, {"progressToken": "p1"})
+
+    async def main() -> list[tuple[int, str, Any]]:
+        async with apps() as (ours, theirs, _):
+            return [reply(await client.post("/agents/a/mcp", json=message, headers=headers("tools/call", "s__slow")))
+                    for client in (ours, theirs)]
+
+    ours, theirs = anyio.run(main)
+    assert ours == theirs
+    status, kind, events = ours
+    assert (status, kind) == (200, "text/event-stream")
+    assert events[0] == {"jsonrpc": "2.0", "method": "notifications/progress",
+                         "params": {"progressToken": "p1", "progress": 1.0, "total": 2.0, "message": "half"}}
+    assert events[-1]["id"] == 1 and events[-1]["result"]["content"] == [{"type": "text", "text": "done"}]
+
+
+def test_without_notifications_a_call_is_answered_as_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    """... by this path: the SDK's entry is out of reach here."""
+    from mcp.server import streamable_http_manager
+
+    async def refuse(*args: Any) -> None:
+        raise AssertionError("the SDK's entry answered")
+
+    monkeypatch.setattr(streamable_http_manager, "handle_modern_request", refuse)
+
+    async def main() -> httpx2.Response:
+        async with apps() as (ours, _, _):
+            return await ours.post("/agents/a/mcp", json=request(5, "tools/call", {"name": "w__total",
+                                   "arguments": {"a": 2, "b": 3}}), headers=headers("tools/call", "w__total"))
+
+    response = anyio.run(main)
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    assert response.headers["content-length"] == str(len(response.content))
+    body = response.json()
+    assert (body["id"], body["result"]["content"], body["result"]["isError"]) == (
+        5, [{"type": "text", "text": "5"}], False)
+
+
+def test_a_call_whose_client_goes_is_cancelled_and_answered_with_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On 2026-07-28 a client cancels by closing the response: the watcher that starts beside a call that runs on
+    hears it and ends the call."""
+    monkeypatch.setattr(exchange, "WATCH_AFTER", 0.01)
+    sent: list[Any] = []
+
+    async def main() -> None:
+        seen.clear()
+        seen["started"] = anyio.Event()
+        gone = anyio.Event()
+        state = ServingState(make_host(CONFIG, {"s": Pack(slow, hang, quiet, routed)}))
+        app = HttpApp(state, HttpOptions(), env=TOKENS)
+        body = json.dumps(request(1, "tools/call", {"name": "s__hang", "arguments": {}})).encode()
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def receive() -> dict[str, Any]:
+            if messages:
+                return messages.pop()
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                 "scheme": "http", "path": "/agents/a/mcp", "raw_path": b"/agents/a/mcp", "query_string": b"",
+                 "root_path": "", "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8000),
+                 "headers": [(k.lower().encode(), v.encode()) for k, v in
+                             {**headers("tools/call", "s__hang"), "Host": "127.0.0.1:8000"}.items()]}
+        async with app.app.router.lifespan_context(app.app), anyio.create_task_group() as tg:
+            tg.start_soon(app, scope, receive, send)
+            await seen["started"].wait()
+            await anyio.sleep(0.05)  # past WATCH_AFTER: the watcher listens
+            gone.set()
+            with anyio.fail_after(10):
+                while "ended" not in seen:
+                    await anyio.sleep(0.01)
+
+    anyio.run(main)
+    assert seen["ended"] == "cancelled"
+    assert sent == []  # nobody to answer
+
+
+def test_a_long_silent_call_keeps_its_stream_alive_with_pings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(exchange, "WATCH_AFTER", 0.01)
+    monkeypatch.setattr(exchange, "PING_SECONDS", 0.05)
+
+    async def main() -> httpx2.Response:
+        async with apps() as (ours, _, _):
+            return await ours.post("/agents/a/mcp", json=request(2, "tools/call", {
+                "name": "s__quiet", "arguments": {"seconds": 0.3}}), headers=headers("tools/call", "s__quiet"))
+
+    response = anyio.run(main)
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "text/event-stream"
+    text = response.text
+    assert text.startswith(": ping\r\n\r\n")
+    assert text.count(": ping\r\n\r\n") >= 2
+    final = json.loads(text.rsplit("data: ", 1)[1])
+    assert final["id"] == 2 and final["result"]["content"] == [{"type": "text", "text": "slept"}]
+
+
+@pytest.mark.parametrize(("sent", "expected"), [
+    ({"Mcp-Param-Region": "eu"}, (200, "routed to eu")),
+    ({}, (400, "Mcp-Param-Region header is missing but the request body's 'region' argument is present")),
+    ({"Mcp-Param-Region": "us"}, (400, "Mcp-Param-Region header does not match the request body's 'region' "
+                                       "argument")),
+], ids=["agrees", "missing", "disagrees"])
+def test_param_headers_are_checked_against_the_callers_tool(sent: dict[str, str], expected: tuple[int, str]) -> None:
+    message = request(3, "tools/call", {"name": "s__route", "arguments": {"region": "eu"}})
+
+    async def main() -> list[tuple[int, str, Any]]:
+        async with apps() as (ours, theirs, _):
+            return [reply(await client.post("/agents/a/mcp", json=message,
+                                            headers=headers("tools/call", "s__route", **sent)))
+                    for client in (ours, theirs)]
+
+    ours, theirs = anyio.run(main)
+    assert ours == theirs
+    status, _, body = ours
+    said = body["result"]["content"][0]["text"] if status == 200 else body["error"]["message"]
+    assert (status, said) == expected
