@@ -30,7 +30,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -84,12 +84,14 @@ async def interleaved(ops: dict[str, Callable[[], Awaitable[Any]]], iterations: 
                       mean: bool = False) -> dict[str, float]:
     """The median over rounds of each op's per-round median (``mean``: its per-round mean, which counts work done
     off the call's path, such as the audit log's writer thread, that a median leaves out); the ops take turns
-    within every round."""
+    within every round, each round starting one further on (the first of a round pays for what came before it:
+    in a mean, the collection of what the last round left)."""
     per_round: dict[str, list[float]] = {name: [] for name in ops}
     of = _mean_of if mean else _median_of
-    for _ in range(rounds):
-        for name, op in ops.items():
-            per_round[name].append(await of(op, iterations))
+    names = list(ops)
+    for turn in range(rounds):
+        for name in names[turn % len(names):] + names[:turn % len(names)]:
+            per_round[name].append(await of(ops[name], iterations))
     return {name: statistics.median(values) for name, values in per_round.items()}
 
 
@@ -139,12 +141,20 @@ async def _clients(n: int, mode: str) -> AsyncIterator[dict[str, Client]]:
             clients[peer] = client
         # Every peer's servers and clients stay alive for the interleaved rounds: frozen, they are not what the
         # collector scans in each measured operation (else the heap of all peers together taxes whoever allocates).
-        gc.collect()
-        gc.freeze()
-        try:
+        with _frozen():
             yield clients
-        finally:
-            gc.unfreeze()
+
+
+@contextlib.contextmanager
+def _frozen() -> Iterator[None]:
+    """What is alive now out of the collector's scans while measuring: every peer's servers and clients stay alive
+    for the interleaved rounds, and would otherwise tax whoever allocates when the collector runs."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _server_side(samples: list[float]) -> Any:
@@ -525,27 +535,36 @@ async def operations(args: argparse.Namespace) -> list[Row]:
         matching = '[[hooks.pre_tool_use]]\ncommand = ["true"]\ntools = ["math__*"]\n'
         long_lived = (f'[[hooks.pre_tool_use]]\ncommand = [{json.dumps(sys.executable)}, '
                       f'{json.dumps(str(Path(tmp, "resident.py")))}]\ntools = ["math__*"]\nprocess = "long-lived"\n')
-        async with contextlib.AsyncExitStack() as stack:
-            servers = {"plain": server(), "audit": server(audited), "hook": server(hooked),
-                       "per-call hook": server(matching), "long-lived hook": server(long_lived)}
-            clients = {n: await stack.enter_async_context(Client(s, cache=None)) for n, s in servers.items()}
-            ops = {n: (lambda c=c: c.call_tool("math__add", {"a": 2, "b": 3})) for n, c in clients.items()}
-            result = await interleaved(ops, calls, args.rounds, mean=True)
+        result: dict[str, float] = {}
+        plain_of: dict[str, float] = {}  # the call without, measured in the same group
+        # Two groups: the hooks that start processes (a process per call, or one that lives) apart from the rest, so
+        # that what starting and reaping them costs the machine is not counted in a neighbour's means.
+        for group in ({"plain": server(), "audit": server(audited), "hook": server(hooked)},
+                      {"plain": server(), "per-call hook": server(matching), "long-lived hook": server(long_lived)}):
+            async with contextlib.AsyncExitStack() as stack:
+                clients = {n: await stack.enter_async_context(Client(s, cache=None)) for n, s in group.items()}
+                ops = {n: (lambda c=c: c.call_tool("math__add", {"a": 2, "b": 3})) for n, c in clients.items()}
+                with _frozen():
+                    found = await interleaved(ops, calls, args.rounds, mean=True)
+            plain = found.pop("plain")
+            result.update(found)
+            plain_of.update(dict.fromkeys(found, plain))
         views = {"plain": peers.toolcrib_host(10).view(peers.AGENT),
                  "audit": peers.toolcrib_host(10, config=audited).view(peers.AGENT),
                  "hook": peers.toolcrib_host(10, config=hooked).view(peers.AGENT)}
-        api = await interleaved({n: (lambda v=v: v.call("math__add", {"a": 2, "b": 3})) for n, v in views.items()},
-                                calls * 10, args.rounds, mean=True)
+        with _frozen():
+            api = await interleaved({n: (lambda v=v: v.call("math__add", {"a": 2, "b": 3}))
+                                     for n, v in views.items()}, calls * 10, args.rounds, mean=True)
     for name, label in (("per-call hook", "a matching command hook run per call (`true`)"),
                         ("long-lived hook", "a matching long-lived command hook (a Python script)")):
-        MEASURED[f"ops {name}"] = result[name] / result["plain"]
-        rows.append([f"call with {label}", fmt(result[name]), fmt(result["plain"]),
-                     ratio(result[name], result["plain"])])
+        MEASURED[f"ops {name}"] = result[name] / plain_of[name]
+        rows.append([f"call with {label}", fmt(result[name]), fmt(plain_of[name]),
+                     ratio(result[name], plain_of[name])])
     for name, label in (("audit", "an audit log"), ("hook", "a command hook that matches no call")):
-        MEASURED[f"ops {name}"] = result[name] / result["plain"]
+        MEASURED[f"ops {name}"] = result[name] / plain_of[name]
         MEASURED[f"ops {name} api"] = api[name] / api["plain"]
-        rows.append([f"call with {label}", fmt(result[name]), fmt(result["plain"]),
-                     ratio(result[name], result["plain"])])
+        rows.append([f"call with {label}", fmt(result[name]), fmt(plain_of[name]),
+                     ratio(result[name], plain_of[name])])
         rows.append([f"Python API call with {label} (a loop that never waits)", fmt(api[name]), fmt(api["plain"]),
                      ratio(api[name], api["plain"])])
     requests_log.propagate = False
