@@ -16,6 +16,7 @@ capped at ``MAX_BODY_BYTES``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import hmac
@@ -25,7 +26,6 @@ import math
 import os
 import re
 import sys
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -247,6 +247,14 @@ class HttpApp:
         return Response(body, media_type=content_type)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # An agent's endpoint is most of what comes: straight to it, without Starlette's router and middleware
+        # around it (its other routes, the probes and metrics, go the usual way)
+        if scope["type"] == "http" and not scope.get("root_path"):
+            found = _AGENT_PATH.fullmatch(scope["path"])
+            if found is not None:
+                scope["path_params"] = {"agent": found[1]}
+                await self._agent_endpoint(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
     # -- which agents are served -----------------------------------------------------------------------------
@@ -483,6 +491,7 @@ class HttpApp:
 METADATA_PATH = "/.well-known/oauth-protected-resource"
 _HOST = re.compile(r"[A-Za-z0-9.\-]+(:[0-9]{1,5})?|\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?")
 _AGENT = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_AGENT_PATH = re.compile(r"/agents/([^/]+)/mcp")  # Starlette's route "/agents/{agent}/mcp", as it matches
 
 
 class _Asgi:
@@ -538,15 +547,19 @@ def body_within(receive: Receive, seconds: float) -> Receive:
         if whole:
             return await receive()
         if deadline is None:
-            deadline = time.monotonic() + seconds
-        with anyio.move_on_after(deadline - time.monotonic()):
-            message = await receive()
-            if message["type"] != "http.request" or not message.get("more_body", False):
-                whole = True
-            return message
-        log.warning("a request body did not come whole within %g seconds; the request is ended", seconds)
-        whole = True
-        return {"type": "http.disconnect"}
+            deadline = asyncio.get_running_loop().time() + seconds
+        # asyncio's own deadline (uvicorn serves on asyncio): 6 us where an anyio cancel scope takes 10, on every
+        # request's way
+        try:
+            async with asyncio.timeout_at(deadline):
+                message = await receive()
+        except TimeoutError:
+            log.warning("a request body did not come whole within %g seconds; the request is ended", seconds)
+            whole = True
+            return {"type": "http.disconnect"}
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            whole = True
+        return message
 
     return within
 
