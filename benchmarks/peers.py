@@ -7,6 +7,9 @@ bundled high-level server (MCPServer) and FastMCP from decorated functions, Fast
 ("fastmcp") and once without its default schema-dereferencing middleware ("fastmcp-bare"). Every side declares
 the same output schema, so every client does the same validation.
 
+toolcrib's side (its pack, host and server) lives in bench_pack.py, imported only by toolcrib's builders: a peer's
+process never imports toolcrib, so that its start is its own.
+
 Also a small CLI, so the wire and cold benchmarks can start each peer as a process of its own:
 
     python benchmarks/peers.py PEER {stdio,http} N [PORT]
@@ -18,7 +21,6 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from pathlib import Path
 from typing import Any
 
 from typing_extensions import TypedDict
@@ -27,7 +29,6 @@ os.environ.setdefault("FASTMCP_LOG_LEVEL", "ERROR")
 os.environ.setdefault("FASTMCP_SHOW_SERVER_BANNER", "false")
 warnings.simplefilter("ignore")
 
-import toolcrib  # noqa: E402
 
 IN_SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
              "required": ["a", "b"], "additionalProperties": False}
@@ -88,30 +89,6 @@ def _prompt(name: str) -> Any:
     return fn
 
 
-class BenchPack:
-    """A toolcrib pack with ``add`` and fillers (and, for concurrency, 100 ms tools), N resources and the
-    prompts."""
-
-    def __init__(self, n: int, extra: list[Any] | None = None) -> None:
-        self.tools = [toolcrib.tool(annotations={"readOnlyHint": True})(_add_tool(name)) for name in names(n)]
-        self.tools += extra or []
-        self.resources = [toolcrib.resource(f"bench://doc/{i}", mime_type="text/plain")(_doc(i)) for i in range(n)]
-        # quick and never waiting, as the low-level peer's inline formatting: declared inline (no worker thread)
-        self.prompts = [toolcrib.prompt(inline=True)(_prompt(name)) for name in PROMPTS]
-
-    @toolcrib.hookimpl
-    def toolcrib_tools(self) -> list[Any]:
-        return self.tools
-
-    @toolcrib.hookimpl
-    def toolcrib_resources(self) -> list[Any]:
-        return self.resources
-
-    @toolcrib.hookimpl
-    def toolcrib_prompts(self) -> list[Any]:
-        return self.prompts
-
-
 CONFIG = f"""
 [agents.{AGENT}]
 [agents.{AGENT}.permissions]
@@ -122,12 +99,11 @@ prompts = {{ allow = ["*"] }}
 """
 
 
-def toolcrib_host(n: int, extra: list[Any] | None = None, config: str = "", **options: Any) -> toolcrib.Host:
+def toolcrib_host(n: int, extra: list[Any] | None = None, config: str = "", **options: Any) -> Any:
     """The bench pack's host; ``config`` is TOML put before the agent's (``[host]`` keys, hooks)."""
-    from toolcrib.config import parse_config
+    from bench_pack import toolcrib_host as host
 
-    return toolcrib.Host(parse_config(config + CONFIG, "bench", Path.cwd()), plugins={"math": BenchPack(n, extra)},
-                         autoload=False, env={}, **options)
+    return host(n, extra, config, **options)
 
 
 def toolcrib_server(n: int, config: str = "", **options: Any) -> Any:

@@ -252,7 +252,13 @@ def cold(args: argparse.Namespace) -> list[Row]:
             for key, value in found[peer].items():
                 MEASURED[f"cold {n} {key}|{peer}"] = value
         mine, theirs = found["toolcrib"], found["lowlevel"]
+        started = anyio.run(_process_starts, n, runs)
+        for peer, value in started.items():
+            MEASURED[f"cold {n} start|{peer}"] = value
         rows += [
+            [f"{n} tools: process start to the first tools/list answered (stdio, the SDK's client)",
+             fmt(started["toolcrib"]), fmt(started["lowlevel"]), ratio(started["toolcrib"], started["lowlevel"]),
+             "the interpreter, imports (the mcp SDK's on both sides), discovery and the view, the handshake"],
             [f"{n} tools: first tools/list, fresh process", fmt(mine["first"]), fmt(theirs["first"]),
              ratio(mine["first"], theirs["first"]), f"{mine['first'] / mine['warm']:.1f}x toolcrib's warm list"],
             [f"{n} tools: warm tools/list, same process", fmt(mine["warm"]), fmt(theirs["warm"]),
@@ -264,6 +270,24 @@ def cold(args: argparse.Namespace) -> list[Row]:
              ratio(mine["rss_mb"], theirs["rss_mb"]), ""],
         ]
     return rows
+
+
+async def _process_starts(n: int, runs: int) -> dict[str, float]:
+    """From starting a server process over stdio to its first tools/list's answer, as an MCP client sees a server
+    start (the median of ``runs``, the two sides taking turns): toolcrib's ``serve --agent`` with the bench pack
+    of ``n`` tools, and the low-level peer's process (which never imports toolcrib)."""
+    found: dict[str, list[float]] = {"toolcrib": [], "lowlevel": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        config = _config_file(Path(tmp))
+        for _ in range(runs):
+            for peer, values in found.items():
+                params = _stdio_params(peer, config, n)
+                started = time.perf_counter()
+                async with Client(params, cache=None) as client:
+                    listed = await client.list_tools()
+                    values.append(time.perf_counter() - started)
+                assert len(listed.tools) == n, (peer, len(listed.tools))
+    return {peer: statistics.median(values) for peer, values in found.items()}
 
 
 # -- MCP, over the wire --------------------------------------------------------------------------------------------
@@ -294,12 +318,12 @@ def _config_file(directory: Path) -> Path:
     return path
 
 
-def _stdio_params(peer: str, config: Path) -> StdioServerParameters:
+def _stdio_params(peer: str, config: Path, n: int = 10) -> StdioServerParameters:
     if peer == "toolcrib":
         args = ["-m", "toolcrib.cli", "serve", "--agent", peers.AGENT, "--config", str(config), "--no-reload"]
     else:
-        args = [str(HERE / "peers.py"), peer, "stdio", "10"]
-    return StdioServerParameters(command=sys.executable, args=args, env=_env())
+        args = [str(HERE / "peers.py"), peer, "stdio", str(n)]
+    return StdioServerParameters(command=sys.executable, args=args, env=_env(BENCH_TOOLS=str(n)))
 
 
 @contextlib.contextmanager
@@ -790,6 +814,8 @@ def tool_search(args: argparse.Namespace) -> list[Row]:
     namespaces), and in the worst case (the bench pack's 10,000 alike descriptions, where every query word that
     is in them matches every tool); the index's build against the view's own; the first tools/list of an agent
     that searches."""
+    import bench_pack
+
     import toolcrib
     from toolcrib.config import parse_config
     from toolcrib.search import ToolIndex
@@ -845,7 +871,7 @@ def tool_search(args: argparse.Namespace) -> list[Row]:
     worst_p50, worst_p95 = _percentiles(lambda q: view.search(q, 5), SEARCH_QUERIES, 5 if args.quick else 50)
     searching = toolcrib.Host(parse_config(peers.CONFIG.replace(
         f"[agents.{peers.AGENT}]\n", f"[agents.{peers.AGENT}]\ntool_search = {{ listed = [] }}\n"), "bench",
-        Path.cwd()), plugins={"math": peers.BenchPack(n)}, autoload=False, env={}).view(peers.AGENT)
+        Path.cwd()), plugins={"math": bench_pack.BenchPack(n)}, autoload=False, env={}).view(peers.AGENT)
     first = estimated_tokens(searching.listed_tools)
     MEASURED["search first list"] = first
     return [
@@ -1048,6 +1074,8 @@ def _goals() -> list[Row]:
          "best a server part costing nothing would reach", "-", floor, 1.0, "x"),
         ("tools/list of 1000 tools vs the low-level server without middleware, warm", "<= 0.70x",
          peer_ratio(listing, "lowlevel"), 0.7, "x"),
+        *((f"process start to the first tools/list answered, {n:,} tools, vs the low-level server", "<= 1.00x",
+           peer_ratio(f"cold {n} start", "lowlevel"), 1.0, "x") for n in (1000, 10_000)),
         ("first tools/list of 10,000 tools vs the low-level server's first", "<= 1.00x",
          peer_ratio("cold 10000 first", "lowlevel"), 1.0, "x"),
         ("first tools/list of 10,000 tools vs toolcrib's warm list", "<= 3.00x",

@@ -661,7 +661,6 @@ def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: boo
     import anyio
 
     from toolcrib.config import find_config, load_config
-    from toolcrib.mcp.http import HttpOptions, check_bind, serve_http
     from toolcrib.mcp.state import serving_state, state_keys, stateless_warning
     from toolcrib.mcp.stdio import claim_stdio, serve_stdio
     from toolcrib.observe import Metrics, configure_logging
@@ -677,9 +676,11 @@ def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: boo
     warning = stateless_warning(stateless)
     if warning is not None:
         click.echo(f"warning: {warning}", err=True)
-    options = HttpOptions(host=bind, port=port, allow_remote=allow_remote, allowed_hosts=list(allowed_hosts),
-                          allowed_origins=list(allowed_origins), stateless=stateless, openapi=openapi)
-    if http:
+    if http:  # (imported only here: a stdio server starts without uvicorn, Starlette and the rest of HTTP)
+        from toolcrib.mcp.http import HttpOptions, check_bind, serve_http
+
+        options = HttpOptions(host=bind, port=port, allow_remote=allow_remote, allowed_hosts=list(allowed_hosts),
+                              allowed_origins=list(allowed_origins), stateless=stateless, openapi=openapi)
         check_bind(options)
         _check_port(bind, port)
     path = find_config(click.get_current_context().ensure_object(State).config)
