@@ -347,3 +347,27 @@ def test_param_headers_are_checked_against_the_callers_tool(sent: dict[str, str]
     status, _, body = ours
     said = body["result"]["content"][0]["text"] if status == 200 else body["error"]["message"]
     assert (status, said) == expected
+
+
+@pytest.mark.parametrize(("tool", "arguments"), [("w__text", {"word": "hi"}), ("w__crash", {}),
+                                                 ("w__nope", {})], ids=["answered", "a tool error", "refused"])
+def test_what_a_request_puts_on_its_connections_exit_stack_is_closed(tool: str, arguments: dict[str, Any]) -> None:
+    """However the request ends, what was registered on its connection's exit stack runs after it (the SDK's
+    serve_one closes that stack; this path closes it without the shielded scope when the request ended well)."""
+    from toolcrib.mcp.sdk import connection_of
+
+    closed: list[str] = []
+
+    async def registering(ctx: Any, call_next: Any) -> Any:
+        connection_of(ctx.session).exit_stack.callback(closed.append, ctx.method)
+        return await call_next(ctx)
+
+    async def main() -> int:
+        async with apps() as (ours, _, app):
+            app.endpoints["a"].server.middleware.insert(0, registering)
+            response = await ours.post("/agents/a/mcp", json=request(1, "tools/call", {
+                "name": tool, "arguments": arguments}), headers=headers("tools/call", tool))
+            return response.status_code
+
+    status = anyio.run(main)
+    assert (status, closed) == (400 if tool == "w__nope" else 200, ["tools/call"])

@@ -4,8 +4,9 @@ A 2026-07-28 POST is one JSON-RPC request in and one response out. Around each, 
 (``handle_modern_request``) makes a Starlette request, a pydantic model of the envelope, a listing of every tool
 (to check ``Mcp-Param-*`` headers against the called one's schema: a whole tools/list per call), and a task group
 of two tasks with a memory stream, standing ready for a stream of events. This path answers the same request with
-the same checks, made with the SDK's own functions, and hands it to the SDK's own ``serve_one`` (so handlers,
-middleware, validation and the mapping of errors stay the SDK's). What it does differently:
+the same checks, made with the SDK's own functions, and hands it to the SDK's own request runner
+(``ServerRunner``, as its ``serve_one`` does), so that handlers, middleware, validation and the mapping of errors
+stay the SDK's. What it does differently:
 
 - the body is read and parsed once; the envelope is checked by hand, as strictly as the SDK's model;
 - ``Mcp-Param-*`` headers are checked against the called tool's schema in the caller's own view (a lookup): a
@@ -34,7 +35,7 @@ from typing import Any
 import anyio
 from mcp.server.connection import Connection
 from mcp.server.lowlevel.server import Server
-from mcp.server.runner import modern_error_data, serve_one
+from mcp.server.runner import ServerRunner, aclose_shielded, modern_error_data
 from mcp.server.streamable_http import check_accept_headers
 from mcp.server.transport_security import TransportSecurityMiddleware
 from mcp.shared.exceptions import NoBackChannelError
@@ -123,8 +124,23 @@ async def answer(server: Server[Any], lifespan_state: Any, guard: TransportSecur
                          TransportContext(kind="streamable-http", can_send_request=False, headers=headers),
                          ServerMessageMetadata(request_context=request))
     connection = Connection.from_envelope(route.protocol_version, route.client_info, route.client_capabilities)
-    await exchange.run(serve_one(server, exchange, method, params, connection=connection,
-                                 lifespan_state=lifespan_state))
+    await exchange.run(_serve_one(server, exchange, method, params, connection, lifespan_state))
+
+
+async def _serve_one(server: Server[Any], exchange: _Exchange, method: str, params: Mapping[str, Any] | None,
+                     connection: Connection, lifespan_state: Any) -> dict[str, Any]:
+    """The SDK's ``serve_one``, but for how the connection's exit stack is closed: the SDK closes it in a shielded,
+    bounded scope after every request (10 us of a 100 us request); here that scope is kept for a request that
+    failed or was cancelled, and a request that ended well closes the stack plainly (nothing toolcrib serves
+    registers anything on it; whatever does is still closed, in order)."""
+    runner = ServerRunner(server, connection, lifespan_state)
+    try:
+        result = await runner.on_request(exchange, method, params)
+    except BaseException:
+        await aclose_shielded(connection)
+        raise
+    await connection.exit_stack.aclose()
+    return result
 
 
 def _request_of(body: bytes) -> dict[str, Any] | None:
@@ -200,10 +216,17 @@ class _Exchange:
         self.progress_token = progress_token
         self.transport = transport
         self.message_metadata = metadata
-        self.cancel_requested = anyio.Event()
+        self._cancel_requested: anyio.Event | None = None
         self._streaming = False  # text/event-stream is committed
         self._lock: anyio.Lock | None = None  # made when a second task may send (the watcher)
         self._gone = False  # the client left
+
+    @property
+    def cancel_requested(self) -> anyio.Event:
+        """Never set (a 2026-07-28 client cancels by leaving, and the watcher ends the call): made when asked."""
+        if self._cancel_requested is None:
+            self._cancel_requested = anyio.Event()
+        return self._cancel_requested
 
     async def send_raw_request(self, method: str, params: Mapping[str, Any] | None, opts: Any = None) -> Any:
         raise NoBackChannelError(method)
