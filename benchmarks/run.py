@@ -15,6 +15,7 @@ names and --json), start-up.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import compileall
 import contextlib
 import datetime
@@ -120,9 +121,10 @@ a worker thread on MCPServer and FastMCP (as their sync tools do); toolcrib's pa
 on the event loop), as the low-level peer formats its prompt inline. Over HTTP every side checks a bearer token on
 every request (the peers behind a small ASGI check, compared in constant time, as toolcrib compares), served by
 uvicorn with no access log; toolcrib as shipped (`toolcrib serve --http`, no request lines by default); the
-throughput clients are plain HTTP, one connection each, every answer checked. All servers and clients
-of a table stay alive through its rounds, frozen out of the garbage collector's scans (`gc.freeze`), so that
-each peer's times are its own work and not a collection of every peer's heap."""
+throughput clients are kept-alive HTTP/1.1 connections, one each, that write a request made once and read the
+answer by its Content-Length with no HTTP library (so that the client is not what runs out first), every answer
+checked. All servers and clients of a table stay alive through its rounds, frozen out of the garbage collector's
+scans (`gc.freeze`), so that each peer's times are its own work and not a collection of every peer's heap."""
 
 
 def _peer_names() -> list[str]:
@@ -435,38 +437,59 @@ def _modern_call(peer: str, n: int) -> bytes:
 
 async def _throughputs(urls: dict[str, str], clients_n: int, seconds: float, rounds: int) -> dict[str, float]:
     """Calls answered per second with ``clients_n`` clients calling at once for ``seconds``, each peer in turn, the
-    median of ``rounds``. The clients are plain HTTP (one connection each, the body written once), so that the
-    servers, not the SDK's client, are what is measured; every answer is checked."""
-    import httpx2
+    median of ``rounds``. Each client is one kept-alive HTTP/1.1 connection writing a request made once and reading
+    the answer with no HTTP library (an HTTP library's own work per request was what a 2-core machine ran out of,
+    so that every server above its pace read alike); every answer is checked."""
+    from urllib.parse import urlsplit
 
-    headers = {"Authorization": f"Bearer {BENCH_TOKEN}", "Content-Type": "application/json",
-               "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2026-07-28",
-               "Mcp-Method": "tools/call"}
     found: dict[str, list[float]] = {peer: [] for peer in urls}
     done: list[int] = []
 
-    async def client(http: Any, peer: str, url: str, body: bytes, end: float) -> None:
-        named = {**headers, "Mcp-Name": _add(peer)}
-        while time.perf_counter() < end:
-            answer = await http.post(url, content=body, headers=named)
-            assert answer.status_code == 200 and '"structuredContent":{"result":5}' in answer.text.replace(" ", ""), \
-                (peer, answer.text[:300])
-            done.append(1)
+    async def client(peer: str, url: str, connected: list[int], go: asyncio.Event, end: list[float]) -> None:
+        where = urlsplit(url)
+        body = _modern_call(peer, 1)
+        request = (f"POST {where.path} HTTP/1.1\r\nHost: {where.netloc}\r\nAuthorization: Bearer {BENCH_TOKEN}\r\n"
+                   "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+                   f"MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: {_add(peer)}\r\n"
+                   f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+        reader, writer = await asyncio.open_connection(where.hostname, where.port)
+        try:
+            await _answer(reader, writer, request, peer)  # connected and answered once before the clock starts
+            connected.append(1)
+            await go.wait()
+            while time.perf_counter() < end[0]:
+                await _answer(reader, writer, request, peer)
+                done.append(1)
+        finally:
+            writer.close()
 
     for _ in range(rounds):
         for peer, url in urls.items():
-            body = _modern_call(peer, 1)
             done.clear()
-            async with contextlib.AsyncExitStack() as stack:
-                https = [await stack.enter_async_context(httpx2.AsyncClient(timeout=60)) for _ in range(clients_n)]
-                for http in https:
-                    await http.post(url, content=body, headers={**headers, "Mcp-Name": _add(peer)})  # (connected)
+            connected: list[int] = []
+            go = asyncio.Event()
+            end = [0.0]
+            async with anyio.create_task_group() as tg:
+                for _ in range(clients_n):
+                    tg.start_soon(client, peer, url, connected, go, end)
+                while len(connected) < clients_n:
+                    await anyio.sleep(0.01)
                 started = time.perf_counter()
-                async with anyio.create_task_group() as tg:
-                    for http in https:
-                        tg.start_soon(client, http, peer, url, body, started + seconds)
-                found[peer].append(len(done) / (time.perf_counter() - started))
+                end[0] = started + seconds
+                go.set()
+            found[peer].append(len(done) / (time.perf_counter() - started))
     return {peer: statistics.median(values) for peer, values in found.items()}
+
+
+async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes, peer: str) -> None:
+    """One request on a kept-alive connection, and its answer read whole (by its Content-Length) and checked."""
+    writer.write(request)
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    answer = await reader.readexactly(length)
+    assert head.startswith(b"HTTP/1.1 200") and b'"structuredContent":{"result":5}' in answer.replace(b" ", b""), \
+        (peer, head[:200], answer[:300])
 
 
 def _throughput_row(label: str, result: dict[str, float]) -> Row:
