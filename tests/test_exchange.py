@@ -371,3 +371,74 @@ def test_what_a_request_puts_on_its_connections_exit_stack_is_closed(tool: str, 
 
     status = anyio.run(main)
     assert (status, closed) == (400 if tool == "w__nope" else 200, ["tools/call"])
+
+
+async def _raw(app: HttpApp, body: bytes, sent_headers: dict[str, str]) -> list[dict[str, Any]]:
+    """One request straight into the ASGI app, with headers as given (an HTTP client would mend some of them)."""
+    sent: list[dict[str, Any]] = []
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop()
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/agents/a/mcp", "raw_path": b"/agents/a/mcp", "query_string": b"", "root_path": "",
+             "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8000),
+             "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in sent_headers.items()]}
+    with anyio.fail_after(10):
+        await app(scope, receive, send)
+    return sent
+
+
+@pytest.mark.parametrize("length", ["\u00b2", "9" * 5000, "-1", "12a", " 12"])
+def test_a_content_length_that_is_no_number_gets_the_sdks_answer(length: str) -> None:
+    body = json.dumps(request(1, "tools/call", {"name": "w__text", "arguments": {"word": "hi"}})).encode()
+    sent_headers = {**headers("tools/call", "w__text"), "Host": "127.0.0.1:8000", "Content-Length": length}
+
+    async def main() -> list[list[dict[str, Any]]]:
+        async with apps() as (_, _, ours):
+            theirs = ours  # the same app with its exchange off: the SDK's entry
+            found = [await _raw(ours, body, sent_headers)]
+            theirs.answers_modern = False
+            found.append(await _raw(theirs, body, sent_headers))
+            return found
+
+    ours, theirs = anyio.run(main)
+    assert ours == theirs
+    assert ours[0]["status"] == 200 and b'"text":"hi"' in ours[-1]["body"]  # the SDK reads the body regardless
+
+
+def test_a_notification_after_the_answer_is_dropped() -> None:
+    """What a handler leaves behind may notify after the call answered: nothing more goes onto that response."""
+    from mcp.shared.message import ServerMessageMetadata
+    from mcp.shared.transport_context import TransportContext
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    async def main() -> None:
+        done = exchange._Exchange(send, receive, 7, "tok", TransportContext(kind="streamable-http",
+                                  can_send_request=False), ServerMessageMetadata())
+
+        async def call() -> dict[str, Any]:
+            return {"content": []}
+
+        await done.run(call())
+        await done.progress(1.0, None, "late")
+        await done.notify("notifications/message", {"level": "info", "data": "late"})
+
+    anyio.run(main)
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+    assert json.loads(sent[1]["body"]) == {"jsonrpc": "2.0", "id": 7, "result": {"content": []}}

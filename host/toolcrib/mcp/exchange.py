@@ -88,8 +88,8 @@ async def answer(server: Server[Any], lifespan_state: Any, guard: TransportSecur
     has_json, has_sse = check_accept_headers(request)
     headers = request.headers
     declared = headers.get("content-length")
-    if not (has_json and has_sse) or (declared is not None and (not declared.isdigit() or int(declared) > max_body)):
-        await sdk(scope, receive, send)
+    if not (has_json and has_sse) or (declared is not None and not _within(declared, max_body)):
+        await sdk(scope, receive, send)  # (a length that is no number or too long: the SDK's word on it)
         return
     chunks: list[bytes] = []
     size = 0
@@ -141,6 +141,11 @@ async def _serve_one(server: Server[Any], exchange: _Exchange, method: str, para
         raise
     await connection.exit_stack.aclose()
     return result
+
+
+def _within(declared: str, max_body: int) -> bool:
+    """Whether a Content-Length is a number of ASCII digits no greater than ``max_body``."""
+    return declared.isascii() and declared.isdigit() and len(declared) <= 12 and int(declared) <= max_body
 
 
 def _request_of(body: bytes) -> dict[str, Any] | None:
@@ -219,7 +224,7 @@ class _Exchange:
         self._cancel_requested: anyio.Event | None = None
         self._streaming = False  # text/event-stream is committed
         self._lock: anyio.Lock | None = None  # made when a second task may send (the watcher)
-        self._gone = False  # the client left
+        self._gone = False  # the client left, or the answer is written: nothing more goes onto the response
 
     @property
     def cancel_requested(self) -> anyio.Event:
@@ -292,6 +297,7 @@ class _Exchange:
             await self._stream(_event(reply), last=True)
         else:
             await _write_json(self._send, reply, status)
+        self._gone = True  # a notification sent after the answer (by a task the handler left behind) is dropped
 
     async def _watch(self, scope: anyio.CancelScope) -> None:
         """Beside a call that runs on: end it when its client goes, and keep its stream alive."""
