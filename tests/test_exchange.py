@@ -84,19 +84,42 @@ META = {PROTOCOL_VERSION_META_KEY: "2026-07-28", CLIENT_INFO_META_KEY: {"name": 
         CLIENT_CAPABILITIES_META_KEY: {}}
 
 
+HANDED: list[str] = []  # the requests toolcrib's app handed to the SDK's entry (by method header), in order
+
+
 @asynccontextmanager
-async def apps() -> AsyncIterator[tuple[httpx2.AsyncClient, httpx2.AsyncClient, HttpApp]]:
-    """Two apps for the same host: toolcrib's path, and the SDK's entry for everything."""
-    state = ServingState(make_host(CONFIG, {
+async def apps(before: str = "", base_dir: Any = None
+               ) -> AsyncIterator[tuple[httpx2.AsyncClient, httpx2.AsyncClient, HttpApp]]:
+    """Two apps for the same host: toolcrib's path, and the SDK's entry for everything. What the first hands to
+    the SDK's entry is written down in ``HANDED``."""
+    state = ServingState(make_host(before + CONFIG, {
         "w": Pack(text, order, total, picture, missing, crash, garbled, hand_built), "garble": Garble(),
-        "p": Prompts(), "s": Pack(slow, hang, quiet, routed)}))
+        "p": Prompts(), "s": Pack(slow, hang, quiet, routed, sampler)}, base_dir))
     ours, theirs = HttpApp(state, HttpOptions(), env=TOKENS), HttpApp(state, HttpOptions(), env=TOKENS)
     theirs.answers_modern = False
+    HANDED.clear()
     async with ours.app.router.lifespan_context(ours.app), theirs.app.router.lifespan_context(theirs.app):
+        for endpoint in ours.endpoints.values():
+            endpoint.app = _recording(endpoint.app)
         clients = [httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1:8000",
                                       timeout=30) for app in (ours, theirs)]
         async with clients[0], clients[1]:
             yield clients[0], clients[1], ours
+
+
+def _recording(sdk: Any) -> Any:
+    async def handed(scope: Any, receive: Any, send: Any) -> None:
+        HANDED.append(dict(scope["headers"]).get(b"mcp-method", b"?").decode())
+        await sdk(scope, receive, send)
+
+    return handed
+
+
+@toolcrib.tool
+async def sampler(ctx: toolcrib.Context) -> str:
+    """Ask the client's model."""
+    reply = await ctx.sample([{"role": "user", "content": {"type": "text", "text": "hi"}}])
+    return str(reply)
 
 
 def headers(method: str, name: str | None = None, agent: str = "a", **extra: str) -> dict[str, str]:
@@ -145,6 +168,9 @@ def test_every_request_of_the_wire_tests_gets_the_sdks_answer_word_for_word() ->
     pairs = anyio.run(main)
     for ours, theirs in pairs:
         assert ours == theirs
+    # every one answered by toolcrib's path (the errors from the SDK's request runner) but the call whose name is
+    # no string: it has no Mcp-Name header to match, and the SDK's header check refuses it
+    assert HANDED == ["tools/call"]
     by_id = {message["id"]: (status, message) for status, _, message in (ours for ours, _ in pairs)}
     # anchors, so that equality cannot hold by both sides being broken alike
     assert by_id[3][1]["result"]["content"] == [{"type": "text", "text": "hello"}]
@@ -182,6 +208,7 @@ UNUSUAL: list[tuple[str, bytes | dict[str, Any] | list[Any], dict[str, str]]] = 
 ]
 
 
+ANSWERED = {"an unknown method", "a ping", "resources/list", "a hidden tool", "a hidden tool's header"}  # by ours
 STATUS = {"a notification": 202, "an Accept without events": 406, "a foreign Origin": 403, "an unknown method": 404,
           "a ping": 404, "an extra envelope key": 200, "resources/list": 200}  # 400 for the others
 
@@ -200,6 +227,7 @@ def test_what_this_path_hands_over_or_answers_gets_the_sdks_answer(
     ours, theirs = anyio.run(main)
     assert ours == theirs
     assert ours[0] == STATUS.get(what, 400)
+    assert ([] if what in ANSWERED else [sent["Mcp-Method"]]) == HANDED
 
 
 def test_a_body_over_the_cap_is_refused_as_the_sdk_refuses_it() -> None:
@@ -223,6 +251,7 @@ def test_a_body_over_the_cap_is_refused_as_the_sdk_refuses_it() -> None:
 
     found = anyio.run(main)
     assert found == [(413, "", "Request body too large")] * 4  # the SDK's word (its Response sets no type)
+    assert HANDED == ["tools/call", "tools/call"]
 
 
 def test_progress_and_log_messages_turn_the_answer_into_the_sdks_stream_of_events() -> None:
@@ -442,3 +471,100 @@ def test_a_notification_after_the_answer_is_dropped() -> None:
     anyio.run(main)
     assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
     assert json.loads(sent[1]["body"]) == {"jsonrpc": "2.0", "id": 7, "result": {"content": []}}
+
+
+def _sized(size: int) -> bytes:
+    """A call of w__text whose body is exactly ``size`` bytes: its word is ``size - _bare()`` x's."""
+    message = request(1, "tools/call", {"name": "w__text", "arguments": {"word": "x" * (size - _bare())}})
+    body = json.dumps(message).encode()
+    assert len(body) == size
+    return body
+
+
+def _bare() -> int:
+    return len(json.dumps(request(1, "tools/call", {"name": "w__text", "arguments": {"word": ""}})).encode())
+
+
+@pytest.mark.parametrize(("size", "chunks", "length", "handed"), [
+    (MAX_BODY_BYTES, 1, True, []),
+    (MAX_BODY_BYTES, 3, False, []),
+    (MAX_BODY_BYTES + 1, 3, False, ["tools/call"]),
+    (MAX_BODY_BYTES + 1, 1, True, ["tools/call"]),
+    (600, 4, False, []),
+], ids=["at-the-cap", "at-the-cap-in-parts", "over-in-parts", "over-by-length", "small-in-parts"])
+def test_a_body_up_to_the_cap_is_answered_here_whole_or_in_parts(size: int, chunks: int, length: bool,
+                                                                  handed: list[str]) -> None:
+    """The cap is the SDK's (4 MiB, inclusive); a body that comes in several messages (the first without a
+    ``body`` key, as ASGI allows) is read whole."""
+    body = _sized(size)
+    step = -(-len(body) // chunks)
+    messages: list[dict[str, Any]] = [{"type": "http.request", "more_body": True}]  # no body: ASGI's default b""
+    messages += [{"type": "http.request", "body": body[i:i + step], "more_body": True}
+                 for i in range(0, len(body), step)]
+    del messages[-1]["more_body"]  # the last: no more_body, ASGI's default false
+    sent_headers = {**headers("tools/call", "w__text"), "Host": "127.0.0.1:8000"}
+    if length:
+        sent_headers["Content-Length"] = str(size)
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop(0)
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/agents/a/mcp", "raw_path": b"/agents/a/mcp", "query_string": b"", "root_path": "",
+             "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8000),
+             "headers": [(k.lower().encode(), v.encode()) for k, v in sent_headers.items()]}
+
+    async def main() -> None:
+        async with apps() as (_, _, app):
+            with anyio.fail_after(30):
+                await app(scope, receive, send)
+
+    anyio.run(main)
+    assert handed == HANDED
+    status = sent[0]["status"]
+    if size > MAX_BODY_BYTES:
+        assert (status, sent[1]["body"]) == (413, b"Request body too large")
+        return
+    reply = json.loads(sent[1]["body"])
+    word = size - _bare()
+    said = reply["result"]["content"][0]["text"]
+    assert (status, reply["id"]) == (200, 1)
+    assert said == ("x" * word if word < 1 << 20 else
+                    "Invalid arguments for w__text: the arguments are larger than the limit of 1048576 bytes")
+
+
+def test_a_call_here_acts_for_the_token_that_made_it(tmp_path: Any) -> None:
+    """The handler sees the HTTP request (the audit log records who called), and the client's capabilities (a
+    model turn is asked for, as 2026-07-28 asks: an input-required result)."""
+    before = '[host]\naudit_log = "audit.jsonl"\n'
+    with_model = request(2, "tools/call", {"name": "s__sampler", "arguments": {}})
+    with_model["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] = {"sampling": {}}
+
+    async def main() -> list[Any]:
+        async with apps(before, tmp_path) as (ours, _, app):
+            said = await ours.post("/agents/a/mcp", json=request(1, "tools/call", {
+                "name": "w__text", "arguments": {"word": "hi"}}), headers=headers("tools/call", "w__text"))
+            asked = await ours.post("/agents/a/mcp", json=with_model, headers=headers("tools/call", "s__sampler"))
+            refused = await ours.post("/agents/a/mcp", json=request(3, "tools/call", {
+                "name": "s__sampler", "arguments": {}}), headers=headers("tools/call", "s__sampler"))
+            app.state.host.close()  # the audit log written out
+            return [said.json(), asked.json(), refused.json()]
+
+    said, asked, refused = anyio.run(main)
+    assert HANDED == []
+    assert said["result"]["content"] == [{"type": "text", "text": "hi"}]
+    records = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert [(r["tool"], r["identity"]) for r in records] == [
+        ("w__text", {"kind": "token", "credential": "$TOK_A"}), ("s__sampler", {"kind": "token",
+                                                                               "credential": "$TOK_A"})]
+    assert asked["result"]["resultType"] == "input_required"
+    assert refused["result"]["content"] == [{"type": "text", "text": "This needs the client's model, and the client "
+                                                                      "offers none (it does not support MCP "
+                                                                      "sampling)."}]
