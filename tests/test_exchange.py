@@ -137,8 +137,13 @@ def request(request_id: int, method: str, params: dict[str, Any] | None, meta: d
             "params": {**(params or {}), "_meta": {**META, **(meta or {})}}}
 
 
-def reply(response: httpx2.Response) -> tuple[int, str, Any]:
-    """Status, content type, and the message (JSON) or the events (a stream of them), as a client reads them."""
+def reply(response: httpx2.Response) -> tuple[int, str, Any, bytes]:
+    """Status, content type, the message (JSON) or the events (a stream of them) as a client reads them, and the
+    bytes themselves (this path writes what the SDK writes, to the byte)."""
+    return (*_read(response), response.content)
+
+
+def _read(response: httpx2.Response) -> tuple[int, str, Any]:
     kind = response.headers.get("content-type", "")
     if kind.startswith("text/event-stream"):
         body = [line for line in response.text.split("\r\n") if line.startswith("data: ")]
@@ -171,7 +176,7 @@ def test_every_request_of_the_wire_tests_gets_the_sdks_answer_word_for_word() ->
     # every one answered by toolcrib's path (the errors from the SDK's request runner) but the call whose name is
     # no string: it has no Mcp-Name header to match, and the SDK's header check refuses it
     assert HANDED == ["tools/call"]
-    by_id = {message["id"]: (status, message) for status, _, message in (ours for ours, _ in pairs)}
+    by_id = {message["id"]: (status, message) for status, _, message, _ in (ours for ours, _ in pairs)}
     # anchors, so that equality cannot hold by both sides being broken alike
     assert by_id[3][1]["result"]["content"] == [{"type": "text", "text": "hello"}]
     assert by_id[10] == (400, {"jsonrpc": "2.0", "id": 10, "error": {"code": -32602,
@@ -205,10 +210,15 @@ UNUSUAL: list[tuple[str, bytes | dict[str, Any] | list[Any], dict[str, str]]] = 
      headers("tools/call", "w__order", agent="b")),
     ("a hidden tool's header", request(1, "tools/call", {"name": "s__route", "arguments": {"region": "eu"}}),
      headers("tools/call", "s__route", agent="b", **{"Mcp-Param-Region": "us"})),  # unknown, not a mismatch
+    ("arguments that are a list", request(1, "tools/call", {"name": "s__route", "arguments": ["eu"]}),
+     headers("tools/call", "s__route", **{"Mcp-Param-Region": "eu"})),
+    ("a header without its argument", request(1, "tools/call", {"name": "s__route", "arguments": {}}),
+     headers("tools/call", "s__route", **{"Mcp-Param-Region": "eu"})),
 ]
 
 
-ANSWERED = {"an unknown method", "a ping", "resources/list", "a hidden tool", "a hidden tool's header"}  # by ours
+ANSWERED = {"an unknown method", "a ping", "resources/list", "a hidden tool", "a hidden tool's header",
+            "arguments that are a list", "a header without its argument"}  # by toolcrib's path
 STATUS = {"a notification": 202, "an Accept without events": 406, "a foreign Origin": 403, "an unknown method": 404,
           "a ping": 404, "an extra envelope key": 200, "resources/list": 200}  # 400 for the others
 
@@ -250,7 +260,7 @@ def test_a_body_over_the_cap_is_refused_as_the_sdk_refuses_it() -> None:
             return found
 
     found = anyio.run(main)
-    assert found == [(413, "", "Request body too large")] * 4  # the SDK's word (its Response sets no type)
+    assert found == [(413, "", "Request body too large", b"Request body too large")] * 4  # the SDK's word
     assert HANDED == ["tools/call", "tools/call"]
 
 
@@ -264,7 +274,7 @@ def test_progress_and_log_messages_turn_the_answer_into_the_sdks_stream_of_event
 
     ours, theirs = anyio.run(main)
     assert ours == theirs
-    status, kind, events = ours
+    status, kind, events, _ = ours
     assert (status, kind) == (200, "text/event-stream")
     assert events[0] == {"jsonrpc": "2.0", "method": "notifications/progress",
                          "params": {"progressToken": "p1", "progress": 1.0, "total": 2.0, "message": "half"}}
@@ -373,7 +383,7 @@ def test_param_headers_are_checked_against_the_callers_tool(sent: dict[str, str]
 
     ours, theirs = anyio.run(main)
     assert ours == theirs
-    status, _, body = ours
+    status, _, body, _ = ours
     said = body["result"]["content"][0]["text"] if status == 200 else body["error"]["message"]
     assert (status, said) == expected
 
@@ -568,3 +578,79 @@ def test_a_call_here_acts_for_the_token_that_made_it(tmp_path: Any) -> None:
     assert refused["result"]["content"] == [{"type": "text", "text": "This needs the client's model, and the client "
                                                                       "offers none (it does not support MCP "
                                                                       "sampling)."}]
+
+
+@pytest.mark.parametrize(("length", "handed", "status"), [
+    ("5000000", ["tools/call"], 413),  # says more than the cap, whatever comes: the SDK's 413
+    ("000000000600", [], 200),  # twelve digits: read here
+    ("0000000000600", ["tools/call"], 200),  # more: the SDK reads it
+], ids=["over-the-cap", "twelve-digits", "thirteen-digits"])
+def test_the_declared_length_decides_before_the_body_is_read(length: str, handed: list[str], status: int) -> None:
+    body = _sized(600)
+    sent_headers = {**headers("tools/call", "w__text"), "Host": "127.0.0.1:8000", "Content-Length": length}
+
+    async def main() -> list[dict[str, Any]]:
+        async with apps() as (_, _, app):
+            return await _raw(app, body, sent_headers)
+
+    sent = anyio.run(main)
+    assert (sent[0]["status"], HANDED) == (status, handed)
+
+
+def test_a_routing_header_sent_twice_is_refused_by_the_sdks_word() -> None:
+    message = json.dumps(request(1, "tools/call", {"name": "w__text", "arguments": {"word": "x"}})).encode()
+    sent = [*headers("tools/call", "w__text").items(), ("Mcp-Method", "tools/call")]
+
+    async def main() -> list[tuple[int, str, Any, bytes]]:
+        async with apps() as (ours, theirs, _):
+            return [reply(await client.post("/agents/a/mcp", content=message, headers=sent))
+                    for client in (ours, theirs)]
+
+    ours, theirs = anyio.run(main)
+    assert ours == theirs
+    assert (ours[0], ours[2]["error"]["message"], HANDED) == (400, "mcp-method header appears more than once",
+                                                              ["tools/call"])
+
+
+def test_subscriptions_listen_is_the_sdks_stream() -> None:
+    body = json.dumps(request(1, "subscriptions/listen", {"notifications": {"toolsListChanged": True}})).encode()
+    sent_headers = {**headers("subscriptions/listen"), "Host": "127.0.0.1:8000"}
+
+    async def main() -> None:
+        async with apps() as (_, _, app):
+            with anyio.move_on_after(0.5):  # a stream that lasts: what matters is who took it
+                await _raw(app, body, sent_headers)
+
+    anyio.run(main)
+    assert HANDED == ["subscriptions/listen"]
+
+
+def test_a_response_the_client_stopped_reading_gets_nothing_more() -> None:
+    """A write that fails (the client went) ends what this request writes: no more events, no answer."""
+    from mcp.shared.message import ServerMessageMetadata
+    from mcp.shared.transport_context import TransportContext
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        if message["type"] == "http.response.body":
+            raise OSError("the connection is gone")
+
+    async def receive() -> dict[str, Any]:
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    async def main() -> None:
+        going = exchange._Exchange(send, receive, 7, "tok", TransportContext(kind="streamable-http",
+                                   can_send_request=False), ServerMessageMetadata())
+
+        async def call() -> dict[str, Any]:
+            await going.progress(0.5, None, "half")  # the stream is committed; its first event fails
+            await going.progress(1.0, None, "all")
+            return {"content": []}
+
+        await going.run(call())
+
+    anyio.run(main)
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]

@@ -50,6 +50,7 @@ from mcp.shared.inbound import (
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from mcp.shared.message import ServerMessageMetadata
 from mcp.shared.transport_context import TransportContext
+from mcp_types import ErrorData
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
@@ -180,10 +181,8 @@ def _param_headers_refused(schema_of: SchemaOf, scope: Scope, params: Mapping[st
     refused = validate_mcp_param_headers(schema, arguments, headers)
     if refused is None:
         return None
-    error = {"code": refused.code, "message": refused.message}
-    if refused.data is not None:
-        error["data"] = refused.data
-    return ERROR_CODE_HTTP_STATUS.get(refused.code, 400), error
+    error = ErrorData(code=refused.code, message=refused.message, data=refused.data)  # as the SDK writes it
+    return ERROR_CODE_HTTP_STATUS.get(refused.code, 400), error.model_dump(mode="json", exclude_none=True)
 
 
 def replayed(chunks: list[bytes], more: bool, receive: Receive) -> Receive:
