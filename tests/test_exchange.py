@@ -412,14 +412,16 @@ def test_what_a_request_puts_on_its_connections_exit_stack_is_closed(tool: str, 
     assert (status, closed) == (400 if tool == "w__nope" else 200, ["tools/call"])
 
 
-async def _raw(app: HttpApp, body: bytes, sent_headers: dict[str, str]) -> list[dict[str, Any]]:
-    """One request straight into the ASGI app, with headers as given (an HTTP client would mend some of them)."""
+async def _raw(app: HttpApp, body: bytes | list[dict[str, Any]], sent_headers: dict[str, str]
+               ) -> list[dict[str, Any]]:
+    """One request straight into the ASGI app, its body as given (bytes, or the messages that carry it) and its
+    headers as given (an HTTP client would mend some of them)."""
     sent: list[dict[str, Any]] = []
-    messages = [{"type": "http.request", "body": body, "more_body": False}]
+    messages = list(body) if isinstance(body, list) else [{"type": "http.request", "body": body, "more_body": False}]
 
     async def receive() -> dict[str, Any]:
         if messages:
-            return messages.pop()
+            return messages.pop(0)
         await anyio.sleep_forever()
         raise AssertionError
 
@@ -430,7 +432,7 @@ async def _raw(app: HttpApp, body: bytes, sent_headers: dict[str, str]) -> list[
              "path": "/agents/a/mcp", "raw_path": b"/agents/a/mcp", "query_string": b"", "root_path": "",
              "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8000),
              "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in sent_headers.items()]}
-    with anyio.fail_after(10):
+    with anyio.fail_after(30):
         await app(scope, receive, send)
     return sent
 
@@ -453,23 +455,28 @@ def test_a_content_length_that_is_no_number_gets_the_sdks_answer(length: str) ->
     assert ours[0]["status"] == 200 and b'"text":"hi"' in ours[-1]["body"]  # the SDK reads the body regardless
 
 
-def test_a_notification_after_the_answer_is_dropped() -> None:
-    """What a handler leaves behind may notify after the call answered: nothing more goes onto that response."""
+def _exchange(send: Any) -> Any:
+    """A request's exchange on its own, writing with ``send``; its client never leaves."""
     from mcp.shared.message import ServerMessageMetadata
     from mcp.shared.transport_context import TransportContext
-
-    sent: list[dict[str, Any]] = []
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
 
     async def receive() -> dict[str, Any]:
         await anyio.sleep_forever()
         raise AssertionError
 
+    return exchange._Exchange(send, receive, 7, "tok", TransportContext(kind="streamable-http",
+                              can_send_request=False), ServerMessageMetadata())
+
+
+def test_a_notification_after_the_answer_is_dropped() -> None:
+    """What a handler leaves behind may notify after the call answered: nothing more goes onto that response."""
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
     async def main() -> None:
-        done = exchange._Exchange(send, receive, 7, "tok", TransportContext(kind="streamable-http",
-                                  can_send_request=False), ServerMessageMetadata())
+        done = _exchange(send)
 
         async def call() -> dict[str, Any]:
             return {"content": []}
@@ -515,28 +522,12 @@ def test_a_body_up_to_the_cap_is_answered_here_whole_or_in_parts(size: int, chun
     sent_headers = {**headers("tools/call", "w__text"), "Host": "127.0.0.1:8000"}
     if length:
         sent_headers["Content-Length"] = str(size)
-    sent: list[dict[str, Any]] = []
 
-    async def receive() -> dict[str, Any]:
-        if messages:
-            return messages.pop(0)
-        await anyio.sleep_forever()
-        raise AssertionError
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-             "path": "/agents/a/mcp", "raw_path": b"/agents/a/mcp", "query_string": b"", "root_path": "",
-             "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8000),
-             "headers": [(k.lower().encode(), v.encode()) for k, v in sent_headers.items()]}
-
-    async def main() -> None:
+    async def main() -> list[dict[str, Any]]:
         async with apps() as (_, _, app):
-            with anyio.fail_after(30):
-                await app(scope, receive, send)
+            return await _raw(app, messages, sent_headers)
 
-    anyio.run(main)
+    sent = anyio.run(main)
     assert handed == HANDED
     status = sent[0]["status"]
     if size > MAX_BODY_BYTES:
@@ -627,9 +618,6 @@ def test_subscriptions_listen_is_the_sdks_stream() -> None:
 
 def test_a_response_the_client_stopped_reading_gets_nothing_more() -> None:
     """A write that fails (the client went) ends what this request writes: no more events, no answer."""
-    from mcp.shared.message import ServerMessageMetadata
-    from mcp.shared.transport_context import TransportContext
-
     sent: list[dict[str, Any]] = []
 
     async def send(message: dict[str, Any]) -> None:
@@ -637,13 +625,8 @@ def test_a_response_the_client_stopped_reading_gets_nothing_more() -> None:
         if message["type"] == "http.response.body":
             raise OSError("the connection is gone")
 
-    async def receive() -> dict[str, Any]:
-        await anyio.sleep_forever()
-        raise AssertionError
-
     async def main() -> None:
-        going = exchange._Exchange(send, receive, 7, "tok", TransportContext(kind="streamable-http",
-                                   can_send_request=False), ServerMessageMetadata())
+        going = _exchange(send)
 
         async def call() -> dict[str, Any]:
             await going.progress(0.5, None, "half")  # the stream is committed; its first event fails
