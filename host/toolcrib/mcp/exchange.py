@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -54,8 +53,6 @@ from mcp_types import ErrorData
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
-
-log = logging.getLogger("toolcrib.serve")
 
 WATCH_AFTER = 0.05  # seconds a call runs before a watcher looks for its client leaving (a shorter one ends anyway)
 PING_SECONDS = 15.0  # a stream's keep-alive comment, as the SDK's entry sends it (behind a proxy's idle timeout)

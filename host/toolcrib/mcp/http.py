@@ -398,11 +398,11 @@ class HttpApp:
         receive = body_within(receive, BODY_SECONDS)
         if self.answers_modern and is_modern(scope):  # toolcrib.mcp.exchange, or the SDK's entry for the unusual
             await answer(endpoint.server, lifespan_state_of(endpoint.manager), self.origin_guard, MAX_BODY_BYTES,
-                         self._input_schema, endpoint.app, scope, receive, send)
+                         self._header_schema, endpoint.app, scope, receive, send)
             return
         await endpoint.app(scope, receive, send)
 
-    def _input_schema(self, scope: Scope, name: str) -> Any:
+    def _header_schema(self, scope: Scope, name: str) -> Any:
         """A tool's input schema in the view of the request's caller (its agent, and the scopes its token lacks),
         when it routes arguments into headers; None when there is nothing to check."""
         identity: Identity = scope[IDENTITY]

@@ -16,7 +16,7 @@ pyproject.toml (``mcp>=2.3,<2.4``) is raised knowingly.
   replaces the stateful path to give each session its own event store and to take up sessions another replica
   opened; the manager has no seam for either (its one ``event_store`` is shared by every session, whose stream
   ids are their own request ids, and a session lives only where it was made). ``_lifespan_state`` is also what
-  ``toolcrib.mcp.exchange`` hands the SDK's ``serve_one`` when it answers a 2026-07-28 request itself, as the
+  ``toolcrib.mcp.exchange`` hands the SDK's ``ServerRunner`` when it answers a 2026-07-28 request itself, as the
   manager's own entry does.
 """
 
