@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import types
 from typing import Annotated, Literal
 
 import pytest
@@ -392,3 +393,62 @@ def test_a_resource_and_a_prompt_carry_their_runners_as_a_tool_does() -> None:
     assert resource is not None and prompt is not None
     assert resource.runner == toolcrib.PythonRunner(day, is_async=False, context_param="ctx")
     assert prompt.runner == toolcrib.PythonRunner(ask, is_async=True)
+
+
+_STRINGS = '''
+from __future__ import annotations
+
+import toolcrib
+
+Query = {kind}
+
+
+@toolcrib.tool
+def find(q: Query, limit: int = 3) -> Query:
+    """Find."""
+    return q
+'''
+
+
+def test_string_annotations_resolve_in_their_own_module_every_time() -> None:
+    """Under ``from __future__ import annotations`` every annotation is a string, typing's to evaluate; toolcrib
+    reuses what typing compiles of a text, never what it evaluated to: the same text names each module's own type,
+    and a name bound again between two declarations is read again."""
+    found = []
+    for kind in ("int", "str", "int"):
+        module = types.ModuleType(f"strings_{kind}")
+        exec(_STRINGS.format(kind=kind), module.__dict__)
+        spec = get_tool(module.find)
+        assert spec is not None
+        found.append(spec.input_schema["properties"]["q"])
+        assert spec.input_schema == {
+            "additionalProperties": False,
+            "properties": {"q": {"type": "integer" if kind == "int" else "string"},
+                           "limit": {"default": 3, "type": "integer"}},
+            "required": ["q"],
+            "type": "object",
+        }
+    assert found == [{"type": "integer"}, {"type": "string"}, {"type": "integer"}]
+
+    class Local(BaseModel):  # a type local to the declaring function: found through its locals, as typing does
+        city: str
+
+    def near(where: Local) -> str:
+        """Near."""
+        return where.city
+
+    assert tool(near) is near
+    spec = get_tool(near)
+    assert spec is not None and spec.input_schema["properties"]["where"] == {"$ref": "#/$defs/Local"}
+
+
+def test_an_annotation_that_names_nothing_is_refused_with_typings_reason() -> None:
+    def lost(q: Missing) -> str:  # type: ignore[name-defined]  # noqa: F821
+        """Lost."""
+        return q
+
+    with _fails("tool 'lost': cannot resolve the type annotations of "
+                "test_an_annotation_that_names_nothing_is_refused_with_typings_reason"
+                ".<locals>.lost: name 'Missing' is not defined; define the types at module level"):
+        tool(lost)
+

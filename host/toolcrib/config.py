@@ -7,7 +7,6 @@ Found as ``--config PATH``, else ``$TOOLCRIB_CONFIG``, else ``./toolcrib.toml``,
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import hashlib
 import json
@@ -1048,6 +1047,8 @@ def _line_of(path: list[str | int], tables: list[tuple[int, list[str], bool]], t
 def did_you_mean(given: str, known: Iterable[str], cutoff: float = 0.6) -> str | None:
     """The one of ``known`` that ``given`` nearly spells (a typo), if any; names that share a long prefix (tool
     names with their namespace) want a higher ``cutoff``."""
+    import difflib  # only a mistake is looked up: no start pays for the import
+
     close = difflib.get_close_matches(given, list(known), n=1, cutoff=cutoff)
     return close[0] if close else None
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import collections
 import re
-import sqlite3
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -61,6 +60,8 @@ class ToolIndex:
         keywords = keywords or {}
         self._by_name = {tool["name"]: i for i, tool in enumerate(self.tools)}
         self._lock = threading.Lock()
+        import sqlite3  # imported by the first index (tool search on), not by every start
+
         self._db = sqlite3.connect(":memory:", check_same_thread=False)
         self._db.execute("CREATE VIRTUAL TABLE tools USING fts5(name, keywords, description, arguments, "
                          "tokenize = 'porter unicode61')")

@@ -22,14 +22,16 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import anyio
 import anyio.to_thread
-import jwt
 
 from toolcrib.config import IdentityConfig, LoadedConfig, OAuthConfig
+
+if TYPE_CHECKING:
+    import jwt  # imported where a key is read or a token verified: PyJWT brings cryptography, ~40 ms of a start
 
 log = logging.getLogger("toolcrib.serve")
 
@@ -229,6 +231,8 @@ class Keys:
         except Exception as exc:  # an unreachable issuer, a slow one or a bad document: keep the keys known so far
             log.error("the OAuth issuer's keys could not be %s: %s", "read" if self.file else "fetched", exc)
             return
+        import jwt
+
         found: dict[str | None, tuple[jwt.PyJWK, str | None]] = {}
         for data in document.get("keys") or []:
             if not isinstance(data, dict) or data.get("use") not in (None, "sig") or "d" in data:
@@ -341,6 +345,8 @@ class Verifier:
         return found
 
     async def _verify(self, token: str) -> dict[str, Any] | None:
+        import jwt
+
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
