@@ -247,7 +247,7 @@ def cold(args: argparse.Namespace) -> list[Row]:
     for n, runs in ((1000, 3), (10_000, 3)) if not args.quick else ((1000, 1),):
         found: dict[str, dict[str, float]] = {}
         for peer in ("toolcrib", "lowlevel"):
-            samples = [json.loads(subprocess.run([sys.executable, str(HERE / "peers.py"), peer, "cold", str(n)],
+            samples = [json.loads(subprocess.run([sys.executable, "-m", "peers", peer, "cold", str(n)],
                                                  env=_env(), check=True, capture_output=True, text=True).stdout)
                        for _ in range(runs)]
             found[peer] = {key: statistics.median(s[key] for s in samples) for key in samples[0]}
@@ -324,7 +324,7 @@ def _stdio_params(peer: str, config: Path, n: int = 10) -> StdioServerParameters
     if peer == "toolcrib":
         args = ["-m", "toolcrib.cli", "serve", "--agent", peers.AGENT, "--config", str(config), "--no-reload"]
     else:
-        args = [str(HERE / "peers.py"), peer, "stdio", str(n)]
+        args = ["-m", "peers", peer, "stdio", str(n)]  # -m: from its bytecode, as toolcrib imports it
     return StdioServerParameters(command=sys.executable, args=args, env=_env(BENCH_TOOLS=str(n)))
 
 
@@ -336,7 +336,7 @@ def _http_server(peer: str, config: Path) -> Any:
                "--no-reload"]
         url = f"http://127.0.0.1:{port}/agents/{peers.AGENT}/mcp"
     else:
-        cmd = [sys.executable, str(HERE / "peers.py"), peer, "http", "10", str(port)]
+        cmd = [sys.executable, "-m", "peers", peer, "http", "10", str(port)]
         url = f"http://127.0.0.1:{port}/mcp"
     proc = subprocess.Popen(cmd, env=_env(BENCH_TOKEN=BENCH_TOKEN), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -1168,6 +1168,16 @@ def _versions() -> str:
     return ", ".join(found)
 
 
+def _byte_compiled() -> None:
+    """toolcrib's modules and its packs' byte-compiled before anything is measured, as pip compiles what it
+    installs: the benchmarks' install is editable, which pip does not compile, and under $PYTHONDONTWRITEBYTECODE
+    nothing caches them, so every toolcrib process started would compile its own source (~0.2 s of a start that
+    no peer pays: the SDK's modules come compiled from their wheels)."""
+    for folder in (HERE.parent / "host", *sorted((HERE.parent / "plugins").glob("*/src"))):
+        compileall.compile_dir(folder, quiet=2)
+    compileall.compile_dir(HERE, maxlevels=0, quiet=2)  # the peers and the bench pack, each side's process imports
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="few iterations: proves the harness works")
@@ -1179,6 +1189,7 @@ def main() -> None:
     parser.add_argument("--emit", type=Path, help=argparse.SUPPRESS)  # one run's tables as JSON (a run of --runs)
     args = parser.parse_args()
     args.rounds = args.rounds or (2 if args.quick else 5)
+    _byte_compiled()
     if args.emit:
         args.emit.write_text(json.dumps(_measure_all(args)))
         return
