@@ -452,3 +452,14 @@ def test_an_annotation_that_names_nothing_is_refused_with_typings_reason() -> No
                 ".<locals>.lost: name 'Missing' is not defined; define the types at module level"):
         tool(lost)
 
+
+    def broken(q: str) -> str:
+        """Broken."""
+        return q
+
+    broken.__annotations__ = {"q": "list[", "return": "str"}  # what no module could hold, but a tool may be given
+    with _fails("tool 'broken': cannot resolve the type annotations of "
+                "test_an_annotation_that_names_nothing_is_refused_with_typings_reason"
+                ".<locals>.broken: Forward reference must be an expression -- got 'list['; define the types at "
+                "module level"):
+        tool(broken)
