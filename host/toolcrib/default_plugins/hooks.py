@@ -63,6 +63,7 @@ from toolcrib.config import CommandHook, LoadedConfig
 from toolcrib.content import ToolResult
 from toolcrib.governing import unlocated
 from toolcrib.hookspecs import hookimpl
+from toolcrib.pipes import write_all
 
 log = logging.getLogger("toolcrib.hooks")
 
@@ -176,14 +177,10 @@ class _LongLived:
 
     async def _send(self, data: bytes) -> None:
         assert self._process is not None and self._process.stdin is not None
-        fd, view = self._process.stdin.fileno(), memoryview(data)
-        while view:
-            try:
-                view = view[os.write(fd, view):]
-            except BlockingIOError:
-                await anyio.wait_writable(fd)
-            except BrokenPipeError:
-                raise OSError("its process ended (its input is closed)") from None
+        try:
+            await write_all(self._process.stdin.fileno(), data)
+        except BrokenPipeError:
+            raise OSError("its process ended (its input is closed)") from None
 
     async def _line(self) -> bytes | None:
         """Its next line; None for one longer than an answer may be."""

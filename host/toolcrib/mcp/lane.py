@@ -50,6 +50,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from toolcrib.content import ToolResult
 from toolcrib.errors import Suspend, ToolError, UnknownToolError
 from toolcrib.mcp.checks import CHECKS_ENV, CheckLine, Lines, write_line
+from toolcrib.pipes import write_all
 
 if TYPE_CHECKING:
     from toolcrib.runner import Call
@@ -91,9 +92,9 @@ class _Pipes:
             return
         self._busy = busy = anyio.Event()
         try:
-            while data:
-                await anyio.wait_writable(self.write_fd)
-                data = self._write(data)
+            await write_all(self.write_fd, data)
+        except OSError as exc:  # the other end is gone
+            raise LaneClosed(os.strerror(exc.errno or errno.EPIPE)) from None
         finally:
             self._busy = None
             busy.set()

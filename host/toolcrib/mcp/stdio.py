@@ -42,6 +42,7 @@ from toolcrib.mcp.adapter import build_server
 from toolcrib.mcp.checks import CHECKS_ENV, follow_checks, serve_checks
 from toolcrib.mcp.lane import LANE_ENV, serve_lane
 from toolcrib.mcp.state import ServingState
+from toolcrib.pipes import write_all
 
 log = logging.getLogger("toolcrib.serve")
 
@@ -114,7 +115,7 @@ async def stdio_transport(
         data = message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
         async with write_lock:
             if out_fd is not None:
-                await _write_fd(out_fd, data)
+                await write_all(out_fd, data)
             else:
                 await anyio.to_thread.run_sync(_write_all, stdout, data)
 
@@ -223,16 +224,6 @@ def _pollable(stream: BinaryIO) -> int | None:
         return None
     os.set_blocking(fd, False)
     return fd
-
-
-async def _write_fd(fd: int, data: bytes) -> None:
-    """Write all of ``data`` to a non-blocking descriptor, waiting while the pipe is full."""
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[os.write(fd, view):]
-        except BlockingIOError:
-            await anyio.wait_writable(fd)
 
 
 async def _read_fd_lines(fd: int, send: Any) -> None:
