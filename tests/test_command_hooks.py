@@ -680,3 +680,34 @@ def test_the_operator_guide_s_long_lived_hook_works_as_written(tmp_path: Path) -
         return said
 
     assert anyio.run(main) == [(True, "no secrets in files"), (False, "wrote 15 characters to a")]
+
+
+DEAF = r'''
+import json, os, sys, time
+sys.stdin.readline()
+os.close(0)  # no more questions: its input is closed before the answer is out, so the next write finds it so
+print(json.dumps({}), flush=True)
+time.sleep(30)
+'''
+
+
+def test_a_long_lived_hook_that_stops_reading_refuses_the_call_it_cannot_be_asked_and_is_started_again(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "resident.py").write_text(DEAF)
+    host = make_host(RESIDENT_CONFIG.format(python=json.dumps(sys.executable)), {"files": FILES}, base_dir=tmp_path)
+    caplog.set_level(logging.INFO, logger="toolcrib.hooks")
+
+    async def main() -> list[tuple[bool, str]]:
+        said = []
+        for path in ("a", "b", "c"):
+            result = await host.view("writer").call("files__read", {"path": path})
+            said.append((result.is_error, result.text))
+        host.close()
+        return said
+
+    assert anyio.run(main) == [(False, "contents of a"), (True, FAILED), (False, "contents of c")]
+    messages = [r.getMessage() for r in caplog.records if r.name == "toolcrib.hooks"]
+    assert [m for m in messages if m.endswith("the call is refused")] == [
+        f"hooks.pre_tool_use[0] cannot run {sys.executable!r}: its process ended (its input is closed); the call is "
+        "refused"]
+    assert len([m for m in messages if m.startswith("hooks.pre_tool_use[0]: started its long-lived process ")]) == 2
