@@ -205,3 +205,25 @@ def test_check_hints_once_when_an_agent_sees_a_pack_s_tools_but_no_rule_gives_it
          "should have them)"),
         ("toolcrib.toml: agents.b.permissions", "agent 'b' sees 'kit''s tools but none of its 1 prompt: no rule "
          'permits them (add prompts = { allow = ["kit__*"] } if it should have them)')]
+
+
+def test_clean_schema_copies_only_what_it_cleans_and_names_every_hidden_place() -> None:
+    from toolcrib.names import clean_schema
+
+    plain = {"type": "object", "properties": {"a": {"type": "integer", "title": "A"}}, "required": ["a"]}
+    assert clean_schema(plain) is plain and clean_schema(plain, []) is plain  # nothing to clean: no copy
+    prose = {"type": "object", "title": "Q\u200b",
+             "properties": {"a": {"description": "an \x1b[31ma\x1b[0m\u202e", "enum": ["x"]}, "b": {"type": "string"}},
+             "examples": [{"a": "x\u200b"}]}
+    cleaned = clean_schema(prose)
+    assert cleaned == {"type": "object", "title": "Q",
+                       "properties": {"a": {"description": "an a", "enum": ["x"]}, "b": {"type": "string"}},
+                       "examples": [{"a": "x"}]}
+    assert list(cleaned) == list(prose) and list(cleaned["properties"]) == ["a", "b"]  # the order kept
+    assert cleaned["properties"]["b"] is prose["properties"]["b"]  # what needed nothing is shared, not copied
+    assert prose["title"] == "Q\u200b"  # the schema given is never changed
+    hidden: list[str] = []
+    meaning = {"properties": {"mo\u200bde": {"enum": ["on", "o\u202eff"]}}, "required": ["mo\u200bde"]}
+    assert clean_schema(meaning, hidden, "inputSchema") is meaning  # meaning cannot be cleaned: only reported
+    assert hidden == ["inputSchema.properties.mo\u200bde", "inputSchema.properties.mo\u200bde.enum[1]",
+                      "inputSchema.required[0]"]

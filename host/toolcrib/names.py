@@ -51,25 +51,29 @@ def clean_schema(schema: Any, hidden: list[str] | None = None, where: str = "") 
             hidden.append(where or "(schema)")
         return schema
     if isinstance(schema, list):
-        items = [clean_schema(item, hidden, f"{where}[{i}]") for i, item in enumerate(schema)]
+        items = [clean_schema(item, hidden, f"{where}[{i}]" if hidden is not None else "")
+                 for i, item in enumerate(schema)]
         return schema if all(a is b for a, b in zip(items, schema, strict=True)) else items
     if not isinstance(schema, dict):
         return schema
-    cleaned = {}
-    changed = False
+    cleaned = None  # a copy, made at the first value that changes
     for key, value in schema.items():
-        place = f"{where}.{key}" if where else str(key)
-        if hidden is not None and isinstance(key, str) and HIDDEN_CHARACTERS.search(key):
-            hidden.append(place)
+        place = ""  # where a hidden character is, named only for a caller that collects them
+        if hidden is not None:
+            place = f"{where}.{key}" if where else str(key)
+            if isinstance(key, str) and HIDDEN_CHARACTERS.search(key):
+                hidden.append(place)
         if key in _PROSE_KEYS and isinstance(value, str):
             new = clean(value)
         elif key == "examples":
             new = _clean_strings(value)
         else:
             new = clean_schema(value, hidden, place)
-        changed = changed or new is not value
-        cleaned[key] = new
-    return cleaned if changed else schema
+        if new is not value:
+            if cleaned is None:
+                cleaned = dict(schema)
+            cleaned[key] = new
+    return schema if cleaned is None else cleaned
 
 
 def _clean_strings(value: Any) -> Any:
