@@ -230,10 +230,10 @@ def cold(peer: str, n: int) -> dict[str, float]:
     from mcp import Client
 
     if peer == "toolcrib":  # its modules imported before the clock, as the SDK's are for every peer
-        import bench_pack  # noqa: F401
+        import importlib
 
-        import toolcrib.mcp.adapter
-        import toolcrib.mcp.state  # noqa: F401
+        for module in ("bench_pack", "toolcrib.mcp.adapter", "toolcrib.mcp.state"):
+            importlib.import_module(module)
 
     async def lists() -> dict[str, float]:
         start = time.perf_counter()

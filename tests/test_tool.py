@@ -413,7 +413,7 @@ def find(q: Query, limit: int = 3) -> Query:
 def test_string_annotations_resolve_in_their_own_module_every_time() -> None:
     """Under ``from __future__ import annotations`` every annotation is a string, typing's to evaluate; toolcrib
     reuses what typing compiles of a text, never what it evaluated to: the same text names each module's own type,
-    and a name bound again between two declarations is read again."""
+    however often it named another before."""
     found = []
     for kind in ("int", "str", "int"):
         module = types.ModuleType(f"strings_{kind}")
@@ -451,7 +451,6 @@ def test_an_annotation_that_names_nothing_is_refused_with_typings_reason() -> No
                 "test_an_annotation_that_names_nothing_is_refused_with_typings_reason"
                 ".<locals>.lost: name 'Missing' is not defined; define the types at module level"):
         tool(lost)
-
 
     def broken(q: str) -> str:
         """Broken."""
