@@ -104,7 +104,7 @@ async def answer(server: Server[Any], lifespan_state: Any, guard: TransportSecur
         if not message.get("more_body", False):
             break
     body = b"".join(chunks)
-    decoded = _request_of(body)
+    decoded = one_request(body)
     route = None
     if decoded is not None and find_duplicated_routing_header(headers.items()) is None:
         found = classify_inbound_request(decoded, headers=dict(headers))
@@ -146,7 +146,7 @@ def _within(declared: str, max_body: int) -> bool:
     return declared.isascii() and declared.isdigit() and len(declared) <= 12 and int(declared) <= max_body
 
 
-def _request_of(body: bytes) -> dict[str, Any] | None:
+def one_request(body: bytes) -> dict[str, Any] | None:
     """The body as one JSON-RPC request this path answers, or None (the SDK's entry answers the rest)."""
     try:
         decoded = json.loads(body)

@@ -36,7 +36,7 @@ import mcp_types as types
 from anyio.abc import TaskGroup, TaskStatus
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
 from mcp.server.connection import Connection
-from mcp.server.runner import serve_connection
+from mcp.server.runner import ServerRunner, aclose_shielded
 from mcp.server.streamable_http import (
     GET_STREAM_KEY,
     LAST_EVENT_ID_HEADER,
@@ -53,6 +53,7 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from toolcrib.context import LOG_LEVELS
+from toolcrib.mcp.session_posts import Session, SessionTransport
 
 log = logging.getLogger("toolcrib.serve")
 
@@ -233,6 +234,7 @@ class SessionManager(StreamableHTTPSessionManager):
         self._owners: dict[str, str] = {}  # the principal each session here is bound to
         self._events: dict[str, Any] = {}  # each session's event store (some can be closed)
         self._connections: dict[str, Connection] = {}
+        self.answers_in_posts = True  # False: every request of a session takes the SDK's path (for tests)
 
     async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.lower(): v for k, v in scope["headers"]}
@@ -342,9 +344,9 @@ class SessionManager(StreamableHTTPSessionManager):
             raise RuntimeError("the session manager is not running")
         return tasks
 
-    def _transport(self, sid: str, owner: str, newest_event: str = "") -> StreamableHTTPServerTransport:
+    def _transport(self, sid: str, owner: str, newest_event: str = "") -> SessionTransport:
         events = self.sessions.events(self.agent, sid, newest_event)
-        transport = StreamableHTTPServerTransport(
+        transport = SessionTransport(
             mcp_session_id=sid, is_json_response_enabled=self.json_response, event_store=events,
             security_settings=self.security_settings, retry_interval=self.retry_interval,
             idle_timeout=self.session_idle_timeout)
@@ -353,7 +355,7 @@ class SessionManager(StreamableHTTPSessionManager):
         self._events[sid] = events
         return transport
 
-    async def _run(self, sid: str, transport: StreamableHTTPServerTransport,
+    async def _run(self, sid: str, transport: SessionTransport,
                    taken: tuple[SessionRecord, types.InitializeRequestParams] | None, connections: list[Connection],
                    *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve one session until it ends: new (its handshake to come), or ``taken`` up from its record."""
@@ -372,10 +374,15 @@ class SessionManager(StreamableHTTPSessionManager):
             self._connected(connection)
             task_status.started()
             idle = transport.idle_scope or anyio.CancelScope()
+            runner = ServerRunner(self.app, connection, self._lifespan_state)
+            session = Session(connection, runner, dispatcher)
             try:
                 with idle:
-                    await serve_connection(self.app, dispatcher, connection=connection,
-                                           lifespan_state=self._lifespan_state)
+                    try:  # the SDK's ``serve_connection``, with the session's runner answering in POSTs too
+                        await dispatcher.run(runner.on_request, runner.on_notify,
+                                             task_status=_Running(transport, session, self.answers_in_posts))
+                    finally:
+                        await aclose_shielded(connection)
             except Exception:
                 log.exception("agent %r: a session failed", self.agent)
             finally:
@@ -430,6 +437,20 @@ def _negotiated(scope: Scope, version: str) -> None:
     header = b"mcp-protocol-version"
     if any(k == header and v != version.encode() for k, v in scope["headers"]):
         scope["headers"] = [(k, v) for k, v in scope["headers"] if k != header] + [(header, version.encode())]
+
+
+class _Running:
+    """Told by the session's dispatcher that it runs (it can carry requests to the client): from then on the
+    session's plain requests are answered in their POSTs (``toolcrib.mcp.session_posts``)."""
+
+    def __init__(self, transport: SessionTransport, session: Session, answers: bool) -> None:
+        self._transport = transport
+        self._session = session
+        self._answers = answers
+
+    def started(self, value: None = None) -> None:
+        if self._answers:
+            self._transport.session = self._session
 
 
 class _Answer:

@@ -1,0 +1,432 @@
+"""Requests of a 2025-11-25 session answered in their POSTs (toolcrib.mcp.session_posts) put on the wire exactly what
+the SDK's stateful transport puts there: the same status, head and stream of events, event ids included, for the
+requests this path answers and for the ones it hands over. Each request goes through two real HTTP apps built for
+the same agents (through httpx's ASGI transport), each with a session opened alike: one as served, one whose
+sessions answer every request through the SDK's transport (``answers_in_posts`` off).
+
+Then what a session's request does beyond one answer: a request to the client, a cancellation, the session's end,
+a client that leaves and comes back, a long silent call and polling."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp.server.streamable_http import StreamableHTTPServerTransport
+
+from conftest import make_host
+from packs import Pack
+from test_exchange import CONFIG, TOKENS, hang, quiet, sampler, seen, slow
+from test_wire import REQUESTS, Garble, Prompts, crash, garbled, hand_built, missing, order, picture, text, total
+from toolcrib.mcp import session_posts
+from toolcrib.mcp.http import HttpApp, HttpOptions
+from toolcrib.mcp.sessions import SessionManager
+from toolcrib.mcp.state import ServingState
+
+PATH = "/agents/a/mcp"
+INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {"sampling": {}, "elicitation": {}},
+    "clientInfo": {"name": "t", "version": "1"}}}
+
+HANDED: list[tuple[str, str]] = []  # (session id, method) of each POST the SDK's transport answered, in order
+
+
+@pytest.fixture(autouse=True)
+def _recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    sdk = StreamableHTTPServerTransport._handle_post_request
+
+    async def handed(self: Any, scope: Any, request: Any, receive: Any, send: Any) -> None:
+        try:
+            method = json.loads(await request.body()).get("method", "?")
+        except (ValueError, AttributeError):
+            method = "?"
+        HANDED.append((self.mcp_session_id, method))
+        await sdk(self, scope, request, receive, send)
+
+    monkeypatch.setattr(StreamableHTTPServerTransport, "_handle_post_request", handed)
+    HANDED.clear()
+
+
+def base(agent: str = "a", **extra: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKENS['TOK_' + agent.upper()]}", "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream", **extra}
+
+
+class Side:
+    """One app's client and the session it opened."""
+
+    def __init__(self, client: httpx2.AsyncClient, app: HttpApp) -> None:
+        self.client = client
+        self.app = app
+        self.sid = ""
+        self.opened = 0
+
+    async def open(self, agent: str = "a") -> None:
+        opened = await self.client.post(f"/agents/{agent}/mcp", json=INITIALIZE, headers=base(agent))
+        assert opened.status_code == 200, opened.text
+        self.sid = opened.headers["mcp-session-id"]
+        done = await self.client.post(f"/agents/{agent}/mcp", json={
+            "jsonrpc": "2.0", "method": "notifications/initialized"}, headers=self.headers(agent=agent))
+        assert done.status_code == 202
+        assert self.handed() == ["initialize", "notifications/initialized"]  # the SDK's path opens a session
+        self.opened = len(HANDED)
+
+    def headers(self, agent: str = "a", **extra: str) -> dict[str, str]:
+        return base(agent, **{"MCP-Session-Id": self.sid, "MCP-Protocol-Version": "2025-11-25", **extra})
+
+    async def post(self, body: bytes | dict[str, Any] | list[Any], agent: str = "a", **extra: str
+                   ) -> httpx2.Response:
+        content = body if isinstance(body, bytes) else json.dumps(body).encode()
+        return await self.client.post(f"/agents/{agent}/mcp", content=content, headers=self.headers(agent, **extra))
+
+    def handed(self) -> list[str]:
+        """The methods of this session's POSTs the SDK's transport answered, since it was opened."""
+        return [method for sid, method in HANDED[self.opened:] if sid == self.sid]
+
+
+@asynccontextmanager
+async def apps(agent: str = "a", before: str = "") -> AsyncIterator[tuple[Side, Side]]:
+    """Two apps for the same host, each with a session of ``agent`` open: toolcrib's path, and the SDK's
+    transport for every request."""
+    state = ServingState(make_host(before + CONFIG, {
+        "w": Pack(text, order, total, picture, missing, crash, garbled, hand_built), "garble": Garble(),
+        "p": Prompts(), "s": Pack(slow, hang, quiet, sampler)}))
+    ours, theirs = HttpApp(state, HttpOptions(), env=TOKENS), HttpApp(state, HttpOptions(), env=TOKENS)
+    async with ours.app.router.lifespan_context(ours.app), theirs.app.router.lifespan_context(theirs.app):
+        for endpoint in theirs.endpoints.values():
+            assert isinstance(endpoint.manager, SessionManager)
+            endpoint.manager.answers_in_posts = False
+        clients = [httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1:8000",
+                                      timeout=30) for app in (ours, theirs)]
+        async with clients[0], clients[1]:
+            sides = Side(clients[0], ours), Side(clients[1], theirs)
+            for side in sides:
+                await side.open(agent)
+            yield sides
+
+
+def wire(response: httpx2.Response, sid: str) -> tuple[int, list[tuple[str, str]], bytes]:
+    """Status, head and body, with the session's id put as ``SID`` (the two sessions' ids differ)."""
+    head = [(k, v.replace(sid, "SID")) for k, v in response.headers.multi_items() if k != "content-length"]
+    return response.status_code, head, response.content.replace(sid.encode(), b"SID")
+
+
+def events(response: httpx2.Response) -> list[dict[str, str]]:
+    found = []
+    for block in response.text.split("\r\n\r\n"):
+        fields: dict[str, str] = {}
+        for line in block.split("\r\n"):
+            name, _, value = line.partition(": ")
+            if line:
+                fields[name] = value  # a comment line (a ping) under ""
+        if fields:
+            found.append(fields)
+    return found
+
+
+def call(request_id: int | str, name: Any, arguments: Any = None, **params: Any) -> dict[str, Any]:
+    found: dict[str, Any] = {"name": name, **params}
+    if arguments is not None:
+        found["arguments"] = arguments
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": found}
+
+
+def test_every_request_of_the_wire_tests_gets_the_sdks_stream_to_the_byte() -> None:
+    async def main() -> list[tuple[Any, Any]]:
+        pairs = []
+        async with apps() as (ours, theirs):
+            for i, (method, params) in enumerate(REQUESTS):
+                message: dict[str, Any] = {"jsonrpc": "2.0", "id": i + 1, "method": method}
+                if params is not None:
+                    message["params"] = params
+                got = [wire(await side.post(message), side.sid) for side in (ours, theirs)]
+                pairs.append((got[0], got[1]))
+            assert ours.handed() == []  # every request answered in its POST
+            assert theirs.handed() == [method for method, _ in REQUESTS]
+        return pairs
+
+    pairs = anyio.run(main)
+    for ours, theirs in pairs:
+        assert ours == theirs
+    # anchors, so that equality cannot hold by both sides being broken alike
+    status, head, body = pairs[2][0]
+    assert (status, dict(head)["content-type"], dict(head)["mcp-session-id"]) == (
+        200, "text/event-stream", "SID")
+    # the initialize POST's stream stored events 1 and 2; each request's stream is two more
+    assert body == (b'id: 7\r\ndata: \r\nretry: 1000\r\n\r\nid: 8\r\nevent: message\r\ndata: {"jsonrpc":"2.0",'
+                    b'"id":3,"result":{"content":[{"type":"text","text":"hello"}],"isError":false}}\r\n\r\n')
+    assert b'"id":10,"error":{"code":-32602,"message":"Unknown tool: w__nope"}' in pairs[9][0][2]
+
+
+UNUSUAL: list[tuple[str, bytes | dict[str, Any] | list[Any], dict[str, str]]] = [
+    ("not JSON", b"{nope", {}),
+    ("a batch", [call(1, "w__text", {"word": "x"})], {}),
+    ("a notification", {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 99}}, {}),
+    ("a response", {"jsonrpc": "2.0", "id": 99, "result": {}}, {}),
+    ("a second initialize", INITIALIZE, {}),
+    ("an Accept without events", call(1, "w__text", {"word": "x"}), {"Accept": "application/json"}),
+    ("a Content-Type not JSON", call(1, "w__text", {"word": "x"}), {"Content-Type": "text/plain"}),
+    ("a foreign Origin", call(1, "w__text", {"word": "x"}), {"Origin": "https://evil.example"}),
+    ("another session", call(1, "w__text", {"word": "x"}), {"MCP-Session-Id": "f" * 32}),
+    ("an id that is no id", {**call(1, "w__text", {"word": "x"}), "id": True}, {}),
+    ("a null id", {**call(1, "w__text", {"word": "x"}), "id": None}, {}),
+    ("an extra envelope key", {**call(1, "w__text", {"word": "x"}), "extra": 1}, {}),
+    ("params that are a list", {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": [1]}, {}),
+    ("null params", {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": None}, {}),
+    ("an unknown method", {"jsonrpc": "2.0", "id": 1, "method": "nope/nope"}, {}),
+    ("a ping", {"jsonrpc": "2.0", "id": "p", "method": "ping"}, {}),
+    ("a string id", call("s-1", "w__text", {"word": "x"}), {}),
+    ("an older protocol version", call(1, "w__text", {"word": "x"}), {"MCP-Protocol-Version": "2025-06-18"}),
+    ("a hidden tool", call(1, "w__order", {"order_id": 1}), {}),
+]
+ANSWERED = {"null params", "an unknown method", "a ping", "a string id", "an older protocol version",
+            "a hidden tool"}  # by this path (the others by the SDK's transport, or before it)
+BEFORE = {"a foreign Origin", "another session", "a Content-Type not JSON"}  # refused before either path
+
+
+@pytest.mark.parametrize(("what", "body", "extra"), UNUSUAL, ids=[case[0] for case in UNUSUAL])
+def test_what_this_path_hands_over_or_answers_gets_the_sdks_answer(
+        what: str, body: bytes | dict[str, Any] | list[Any], extra: dict[str, str]) -> None:
+    agent = "b" if what == "a hidden tool" else "a"
+
+    async def main() -> tuple[Any, Any, list[str]]:
+        async with apps(agent) as (ours, theirs):
+            got = [wire(await side.post(body, agent, **extra), side.sid) for side in (ours, theirs)]
+            return got[0], got[1], ours.handed()
+
+    ours, theirs, handed = anyio.run(main)
+    assert ours == theirs
+    if what in BEFORE or what in ANSWERED:
+        assert handed == []
+    else:
+        assert handed == [body.get("method", "?") if isinstance(body, dict) else "?"]
+    expected = {"a notification": 202, "a response": 202, "an id that is no id": 202, "a null id": 202,
+                "an Accept without events": 406, "a foreign Origin": 403, "another session": 404}
+    assert ours[0] == expected.get(what, 200 if what in ANSWERED | {"an extra envelope key", "a second initialize"}
+                                   else 400)
+
+
+def test_progress_and_log_messages_are_the_sdks_events_with_their_ids() -> None:
+    message = call(1, "s__slow", {"seconds": 0}, _meta={"progressToken": "p1"})
+
+    async def main() -> list[Any]:
+        async with apps() as (ours, theirs):
+            found = [wire(await side.post(message), side.sid) for side in (ours, theirs)]
+            assert ours.handed() == []
+            return found
+
+    ours, theirs = anyio.run(main)
+    assert ours == theirs
+    assert ours[2].count(b"\r\n\r\n") == 4  # priming, progress, log, answer
+    assert b'id: 4\r\nevent: message\r\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":' \
+           b'{"progressToken":"p1","progress":1,"total":2,"message":"half"}}' in ours[2]
+
+
+def test_a_request_to_the_client_goes_out_on_the_calls_stream_and_its_answer_comes_back() -> None:
+    """Sampling asked by a call answered in its POST: the request to the client is an event of the call's stream
+    (routed by the session's dispatcher), the client's answer a POST of its own, the call's answer uses it."""
+
+    async def main() -> tuple[list[dict[str, str]], list[str]]:
+        async with apps() as (ours, _):
+            answered: dict[str, Any] = {}
+            async with anyio.create_task_group() as tg:
+
+                async def calling() -> None:
+                    answered["call"] = await ours.post(call(4, "s__sampler", {}))
+
+                tg.start_soon(calling)
+                with anyio.fail_after(10):
+                    while not (asked := [m for m in session_requests(ours) if m.get("method")]):
+                        await anyio.sleep(0.01)
+                reply = {"jsonrpc": "2.0", "id": asked[0]["id"], "result": {
+                    "role": "assistant", "model": "m", "content": {"type": "text", "text": "sampled"}}}
+                assert (await ours.post(reply)).status_code == 202
+            return events(answered["call"]), ours.handed()
+
+    found, handed = anyio.run(main)
+    assert handed == ["?"]  # the client's answer (a response: no method) took the SDK's path
+    messages = [json.loads(e["data"]) for e in found if e.get("data")]
+    assert messages[0]["method"] == "sampling/createMessage"
+    assert messages[0]["params"]["messages"] == [{"role": "user", "content": {"type": "text", "text": "hi"}}]
+    assert messages[-1]["id"] == 4 and "sampled" in messages[-1]["result"]["content"][0]["text"]
+    assert [e["id"] for e in found] == ["3", "4", "5"]  # priming, the request, the answer: each stored
+
+
+def session_requests(side: Side) -> list[dict[str, Any]]:
+    """What the session's event store holds so far (the requests to the client among them)."""
+    manager = side.app.endpoints["a"].manager
+    assert isinstance(manager, SessionManager)
+    store = manager._events[side.sid]
+    return [message.model_dump(by_alias=True, exclude_unset=True) for _, _, message in store._events
+            if message is not None]
+
+
+
+def test_a_cancelled_call_ends_and_its_stream_ends_with_the_sdks_error() -> None:
+    async def cancelled(side: Side) -> tuple[Any, str]:
+        seen.clear()
+        seen["started"] = anyio.Event()
+        answered: dict[str, httpx2.Response] = {}
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+
+                async def calling() -> None:
+                    answered["call"] = await side.post(call(9, "s__hang", {}))
+
+                tg.start_soon(calling)
+                await seen["started"].wait()
+                notice = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}}
+                assert (await side.post(notice)).status_code == 202
+        return wire(answered["call"], side.sid), seen["ended"]
+
+    async def main() -> tuple[Any, Any, list[str]]:
+        async with apps() as (ours, theirs):
+            return await cancelled(ours), await cancelled(theirs), ours.handed()
+
+    ours, theirs, handed = anyio.run(main)
+    assert ours == theirs
+    assert handed == ["notifications/cancelled"]  # the call itself was answered in its POST
+    (status, _, body), ended = ours
+    assert (status, ended) == (200, "cancelled")
+    assert body == (b'id: 3\r\ndata: \r\nretry: 1000\r\n\r\nid: 4\r\nevent: message\r\ndata: {"jsonrpc":"2.0",'
+                    b'"id":9,"error":{"code":-32800,"message":"Request cancelled"}}\r\n\r\n')
+
+
+def test_the_sessions_end_ends_its_calls() -> None:
+    async def ended(side: Side) -> tuple[Any, int, str]:
+        seen.clear()
+        seen["started"] = anyio.Event()
+        answered: dict[str, httpx2.Response] = {}
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+
+                async def calling() -> None:
+                    answered["call"] = await side.post(call(9, "s__hang", {}))
+
+                tg.start_soon(calling)
+                await seen["started"].wait()
+                await anyio.sleep(session_posts.WATCH_AFTER * 2)  # its stream is open on both paths
+                deleted = await side.client.delete(PATH, headers=side.headers())
+        return wire(answered["call"], side.sid), deleted.status_code, seen.get("ended", "running")
+
+    async def main() -> tuple[Any, Any]:
+        async with apps() as (ours, theirs):
+            return await ended(ours), await ended(theirs)
+
+    ours, theirs = anyio.run(main)
+    assert ours == theirs
+    (status, _, body), deleted, call_ended = ours
+    assert (status, body, deleted, call_ended) == (200, b"id: 3\r\ndata: \r\nretry: 1000\r\n\r\n", 200, "cancelled")
+
+
+def test_a_long_silent_call_opens_its_stream_then_keeps_it_alive(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(session_posts, "WATCH_AFTER", 0.01)
+    monkeypatch.setattr(session_posts, "PING_SECONDS", 0.05)
+
+    async def main() -> httpx2.Response:
+        async with apps() as (ours, _):
+            return await ours.post(call(2, "s__quiet", {"seconds": 0.3}))
+
+    response = anyio.run(main)
+    found = events(response)
+    assert found[0] == {"id": "3", "data": "", "retry": "1000"}
+    pings = [e for e in found[1:-1] if list(e) == [""]]
+    assert len(pings) >= 2 and all(e[""].startswith("ping - ") for e in pings) and len(pings) == len(found) - 2
+    assert found[-1]["id"] == "4"
+    assert json.loads(found[-1]["data"])["result"]["content"] == [{"type": "text", "text": "slept"}]
+
+
+def test_a_client_that_leaves_comes_back_for_the_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On this protocol a client that loses its stream has not cancelled: the call goes on, and its answer waits in
+    the session's events for a ``Last-Event-ID``."""
+    monkeypatch.setattr(session_posts, "WATCH_AFTER", 0.01)
+    sent: list[dict[str, Any]] = []
+
+    async def main() -> httpx2.Response:
+        async with apps() as (ours, _):
+            gone = anyio.Event()
+            body = json.dumps(call(5, "s__quiet", {"seconds": 0.2})).encode()
+            messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+            async def receive() -> dict[str, Any]:
+                if messages:
+                    return messages.pop()
+                await gone.wait()
+                return {"type": "http.disconnect"}
+
+            async def send(message: dict[str, Any]) -> None:
+                sent.append(message)
+                if message["type"] == "http.response.body":
+                    gone.set()  # the client leaves once the stream is open
+
+            scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                     "scheme": "http", "path": PATH, "raw_path": PATH.encode(), "query_string": b"", "root_path": "",
+                     "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8000),
+                     "headers": [(k.lower().encode(), v.encode()) for k, v in
+                                 {**ours.headers(), "Host": "127.0.0.1:8000"}.items()]}
+            with anyio.fail_after(10):
+                await ours.app(scope, receive, send)  # returns when the call has ended
+            return await ours.client.get(PATH, headers=ours.headers(**{"Last-Event-ID": "3"}))
+
+    resumed = anyio.run(main)
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]  # nothing after it left
+    assert sent[1]["body"] == b"id: 3\r\ndata: \r\nretry: 1000\r\n\r\n"
+    found = events(resumed)
+    assert [e["id"] for e in found] == ["4"]
+    assert json.loads(found[0]["data"]) == {"jsonrpc": "2.0", "id": 5, "result": {
+        "content": [{"type": "text", "text": "slept"}], "isError": False}}
+
+
+def test_a_stream_closed_for_polling_is_the_sdks_and_the_rest_is_resumed() -> None:
+    """``[host] http_stream_seconds``: the call's stream ends after that long (its priming event only); the client
+    asks for the rest with its ``Last-Event-ID``."""
+
+    async def polled(side: Side) -> tuple[Any, Any]:
+        first = await side.post(call(6, "s__quiet", {"seconds": 0.3}))
+        rest = await side.client.get(PATH, headers=side.headers(**{"Last-Event-ID": "3"}))
+        return wire(first, side.sid), wire(rest, side.sid)
+
+    async def main() -> tuple[Any, Any]:
+        async with apps(before="[host]\nhttp_stream_seconds = 0.1\n") as (ours, theirs):
+            return await polled(ours), await polled(theirs)
+
+    ours, theirs = anyio.run(main)
+    assert ours[0] == theirs[0]
+    assert ours[0][2] == b"id: 3\r\ndata: \r\nretry: 1000\r\n\r\n"
+    assert ours[1] == theirs[1]
+    assert ours[1][2] == (b'id: 4\r\nevent: message\r\ndata: {"jsonrpc":"2.0","id":6,"result":{"content":[{"type":'
+                          b'"text","text":"slept"}],"isError":false}}\r\n\r\n')
+
+
+def test_the_transports_own_close_of_a_calls_stream_ends_it_once_and_the_call_goes_on() -> None:
+    """``close_sse_stream(request_id)``, the transport's public way to end a request's stream (it closes both ends
+    it registered), ends this path's stream as the SDK's: the priming event, then nothing; the answer is stored."""
+
+    async def main() -> tuple[Any, list[dict[str, Any]]]:
+        async with apps() as (ours, _):
+            answered: dict[str, httpx2.Response] = {}
+            manager = ours.app.endpoints["a"].manager
+            assert isinstance(manager, SessionManager)
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as tg:
+
+                    async def calling() -> None:
+                        answered["call"] = await ours.post(call(8, "s__quiet", {"seconds": 0.2}))
+
+                    tg.start_soon(calling)
+                    while "8" not in manager._server_instances[ours.sid]._request_streams:
+                        await anyio.sleep(0.005)
+                    manager._server_instances[ours.sid].close_sse_stream("8")
+                while not any(m.get("id") == 8 for m in session_requests(ours)):
+                    await anyio.sleep(0.01)
+            return wire(answered["call"], ours.sid), session_requests(ours)
+
+    (status, _, body), stored = anyio.run(main)
+    assert (status, body) == (200, b"id: 3\r\ndata: \r\nretry: 1000\r\n\r\n")
+    assert stored[-1] == {"jsonrpc": "2.0", "id": 8, "result": {"content": [{"type": "text", "text": "slept"}],
+                                                                 "isError": False}}
