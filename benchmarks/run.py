@@ -120,7 +120,10 @@ side declares the same output schema, so every client does the same validation. 
 a worker thread on MCPServer and FastMCP (as their sync tools do); toolcrib's pack declares it `inline` (it runs
 on the event loop), as the low-level peer formats its prompt inline. Over HTTP every side checks a bearer token on
 every request (the peers behind a small ASGI check, compared in constant time, as toolcrib compares), served by
-uvicorn with no access log; toolcrib as shipped (`toolcrib serve --http`, no request lines by default); the
+uvicorn with no access log; toolcrib as shipped (`toolcrib serve --http`, no request lines by default). On a
+2025-11-25 session toolcrib answers a call that sends nothing before its answer as one JSON body, as the SDK's
+JSON-response mode does (a call that sends something gets a stream of events); the peers keep their transports'
+default, a stream of events for every answer; the 2025-11-25 row's client is the SDK's, which reads either. The
 throughput clients are kept-alive HTTP/1.1 connections, one each, that write a request made once and read the
 answer by its Content-Length with no HTTP library (so that the client is not what runs out first), every answer
 checked. All servers and clients of a table stay alive through its rounds, frozen out of the garbage collector's

@@ -725,7 +725,10 @@ INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
 
 
 def sse_messages(text: str) -> list[Any]:
-    """The JSON-RPC messages of an SSE body (priming events, whose data is empty, left out)."""
+    """The JSON-RPC messages of an answer on a session: one JSON body (an answer that came first), or the data of
+    a stream of events (priming events, whose data is empty, left out)."""
+    if text.startswith("{"):
+        return [json.loads(text)]
     return [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:") and line[5:].strip()]
 
 
@@ -1176,8 +1179,8 @@ def test_a_session_used_on_any_replica_stays_alive_and_speaks_its_negotiated_ver
         tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """Each request on a session (on whichever replica) keeps its record from expiring (at most every tenth of the
     idle time); a request whose MCP-Protocol-Version header names an older version than the session negotiated
-    still gets the negotiated version's stream (a priming event that says when to retry); an unknown session id
-    is refused and logged."""
+    still gets the negotiated version's stream (a call that streams opens it with a priming event that says when to
+    retry); an unknown session id is refused and logged."""
     text, first, second = two_config_files(tmp_path, redis_url, monkeypatch, cluster='key_prefix = "alive:"\n')
     for path in (first, second):
         path.write_text("[host]\nhttp_session_idle = 2\n" + text + '[agents.a]\ntoken_env = "TOK_A"\n')
@@ -1193,7 +1196,11 @@ def test_a_session_used_on_any_replica_stays_alive_and_speaks_its_negotiated_ver
                 listed = sse_messages((await post(replica, listing, session)).text)[0]
                 assert [t["name"] for t in listed["result"]["tools"]][:2] == ["t__hold", "t__hold_sync"], listed
                 ttls.append(await redis_command(redis_url, "PTTL", key))
-            older = await two.post("/agents/a/mcp", json=listing, headers={
+            GATES["older"] = asyncio.Event()
+            GATES["older"].set()
+            talking = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {  # a call that streams
+                "name": "t__hold_talking", "arguments": {"tag": "older"}, "_meta": {"progressToken": "o"}}}
+            older = await two.post("/agents/a/mcp", json=talking, headers={
                 **MCP_HEADERS, "mcp-session-id": session, "mcp-protocol-version": "2025-03-26"})
             unknown = await post(two, listing, "0" * 32)
             return ttls, older.text, unknown.status_code
@@ -1203,7 +1210,7 @@ def test_a_session_used_on_any_replica_stays_alive_and_speaks_its_negotiated_ver
     assert all(1500 < ttl <= 2000 for ttl in ttls), ttls  # refreshed by each request, not 2 s after the first
     events = sse_events(older)
     assert (events[0]["data"], events[0]["retry"]) == ("", "1000")
-    assert [t["name"] for t in json.loads(events[1]["data"])["result"]["tools"]][:1] == ["t__hold"]
+    assert json.loads(events[-1]["data"])["result"]["content"] == [{"type": "text", "text": "held older"}]
     assert unknown == 404
     assert "agent 'a': a request for an unknown or expired session (or another principal's) was refused" in [
         r.getMessage() for r in caplog.records]

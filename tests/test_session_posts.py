@@ -1,17 +1,19 @@
 """Requests of a 2025-11-25 session answered in their POSTs (toolcrib.mcp.session_posts) put on the wire exactly what
-the SDK's stateful transport puts there: the same status, head and stream of events, event ids included, for the
-requests this path answers and for the ones it hands over. Each request goes through two real HTTP apps built for
+the SDK's stateful transport puts there: an answer that comes first is the body the SDK's JSON-response mode
+writes, anything else the stream of events of its streaming mode (the same head and events, event ids included),
+and what this path hands over is the SDK's own answer. Each request goes through three real HTTP apps built for
 the same agents (through httpx's ASGI transport), each with a session opened alike: one as served, one whose
-sessions answer every request through the SDK's transport (``answers_in_posts`` off).
+sessions answer every request through the SDK's transport (``answers_in_posts`` off), and one whose sessions are
+in the SDK's JSON-response mode.
 
 Then what a session's request does beyond one answer: a request to the client, a cancellation, the session's end,
 a client that leaves and comes back, a long silent call and polling."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -89,25 +91,35 @@ class Side:
         return [method for sid, method in HANDED[self.opened:] if sid == self.sid]
 
 
-@asynccontextmanager
+@contextlib.asynccontextmanager
 async def apps(agent: str = "a", before: str = "") -> AsyncIterator[tuple[Side, Side]]:
     """Two apps for the same host, each with a session of ``agent`` open: toolcrib's path, and the SDK's
-    transport for every request."""
+    transport for every request (``json_apps``: a third, in the SDK's JSON-response mode)."""
+    async with json_apps(agent, before) as (ours, theirs, _):
+        yield ours, theirs
+
+
+@contextlib.asynccontextmanager
+async def json_apps(agent: str = "a", before: str = "") -> AsyncIterator[tuple[Side, Side, Side]]:
     state = ServingState(make_host(before + CONFIG, {
         "w": Pack(text, order, total, picture, missing, crash, garbled, hand_built), "garble": Garble(),
         "p": Prompts(), "s": Pack(slow, hang, quiet, sampler)}))
-    ours, theirs = HttpApp(state, HttpOptions(), env=TOKENS), HttpApp(state, HttpOptions(), env=TOKENS)
-    async with ours.app.router.lifespan_context(ours.app), theirs.app.router.lifespan_context(theirs.app):
-        for endpoint in theirs.endpoints.values():
+    built = [HttpApp(state, HttpOptions(), env=TOKENS) for _ in range(3)]
+    async with contextlib.AsyncExitStack() as stack:
+        for app in built:
+            await stack.enter_async_context(app.app.router.lifespan_context(app.app))
+        for endpoint in [*built[1].endpoints.values(), *built[2].endpoints.values()]:
             assert isinstance(endpoint.manager, SessionManager)
             endpoint.manager.answers_in_posts = False
-        clients = [httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1:8000",
-                                      timeout=30) for app in (ours, theirs)]
-        async with clients[0], clients[1]:
-            sides = Side(clients[0], ours), Side(clients[1], theirs)
-            for side in sides:
-                await side.open(agent)
-            yield sides
+        for endpoint in built[2].endpoints.values():
+            endpoint.manager.json_response = True
+        sides = []
+        for app in built:
+            client = await stack.enter_async_context(httpx2.AsyncClient(
+                transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1:8000", timeout=30))
+            sides.append(Side(client, app))
+            await sides[-1].open(agent)
+        yield sides[0], sides[1], sides[2]
 
 
 def wire(response: httpx2.Response, sid: str) -> tuple[int, list[tuple[str, str]], bytes]:
@@ -136,31 +148,34 @@ def call(request_id: int | str, name: Any, arguments: Any = None, **params: Any)
     return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": found}
 
 
-def test_every_request_of_the_wire_tests_gets_the_sdks_stream_to_the_byte() -> None:
-    async def main() -> list[tuple[Any, Any]]:
-        pairs = []
-        async with apps() as (ours, theirs):
+def test_every_request_of_the_wire_tests_gets_the_sdks_answer_to_the_byte() -> None:
+    """Each answered at once: the body the SDK's JSON-response mode writes, and the message its streaming mode
+    puts last in its stream."""
+
+    async def main() -> list[tuple[Any, ...]]:
+        found = []
+        async with json_apps() as sides:
             for i, (method, params) in enumerate(REQUESTS):
                 message: dict[str, Any] = {"jsonrpc": "2.0", "id": i + 1, "method": method}
                 if params is not None:
                     message["params"] = params
-                got = [wire(await side.post(message), side.sid) for side in (ours, theirs)]
-                pairs.append((got[0], got[1]))
+                found.append(tuple([await side.post(message) for side in sides]))
+            ours, theirs, plain = sides
             assert ours.handed() == []  # every request answered in its POST
-            assert theirs.handed() == [method for method, _ in REQUESTS]
-        return pairs
+            assert theirs.handed() == plain.handed() == [method for method, _ in REQUESTS]
+            assert [m.get("id") for m in session_requests(ours)] == [0]  # initialize's: nothing kept of an answer
+            return [(wire(o, ours.sid), wire(p, plain.sid), o, t) for o, t, p in found]
 
-    pairs = anyio.run(main)
-    for ours, theirs in pairs:
-        assert ours == theirs
+    found = anyio.run(main)
+    for ours, plain, response, streamed in found:
+        assert ours == plain
+        assert response.headers["content-length"] == str(len(response.content))
+        assert response.json() == json.loads(events(streamed)[-1]["data"])  # what the stream would have said
     # anchors, so that equality cannot hold by both sides being broken alike
-    status, head, body = pairs[2][0]
-    assert (status, dict(head)["content-type"], dict(head)["mcp-session-id"]) == (
-        200, "text/event-stream", "SID")
-    # the initialize POST's stream stored events 1 and 2; each request's stream is two more
-    assert body == (b'id: 7\r\ndata: \r\nretry: 1000\r\n\r\nid: 8\r\nevent: message\r\ndata: {"jsonrpc":"2.0",'
-                    b'"id":3,"result":{"content":[{"type":"text","text":"hello"}],"isError":false}}\r\n\r\n')
-    assert b'"id":10,"error":{"code":-32602,"message":"Unknown tool: w__nope"}' in pairs[9][0][2]
+    status, head, body = found[2][0]
+    assert (status, head) == (200, [("content-type", "application/json"), ("mcp-session-id", "SID")])
+    assert body == b'{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"hello"}],"isError":false}}'
+    assert found[9][0][2] == b'{"jsonrpc":"2.0","id":10,"error":{"code":-32602,"message":"Unknown tool: w__nope"}}'
 
 
 UNUSUAL: list[tuple[str, bytes | dict[str, Any] | list[Any], dict[str, str]]] = [
@@ -192,15 +207,16 @@ BEFORE = {"a foreign Origin", "another session", "a Content-Type not JSON"}  # r
 @pytest.mark.parametrize(("what", "body", "extra"), UNUSUAL, ids=[case[0] for case in UNUSUAL])
 def test_what_this_path_hands_over_or_answers_gets_the_sdks_answer(
         what: str, body: bytes | dict[str, Any] | list[Any], extra: dict[str, str]) -> None:
+    """What this path answers, as the SDK's JSON-response mode; what it hands over, as the SDK's streaming mode."""
     agent = "b" if what == "a hidden tool" else "a"
 
-    async def main() -> tuple[Any, Any, list[str]]:
-        async with apps(agent) as (ours, theirs):
-            got = [wire(await side.post(body, agent, **extra), side.sid) for side in (ours, theirs)]
-            return got[0], got[1], ours.handed()
+    async def main() -> tuple[Any, Any, Any, list[str]]:
+        async with json_apps(agent) as sides:
+            got = [wire(await side.post(body, agent, **extra), side.sid) for side in sides]
+            return got[0], got[1], got[2], sides[0].handed()
 
-    ours, theirs, handed = anyio.run(main)
-    assert ours == theirs
+    ours, theirs, plain, handed = anyio.run(main)
+    assert ours == (plain if what in ANSWERED else theirs)
     if what in BEFORE or what in ANSWERED:
         assert handed == []
     else:
@@ -280,6 +296,7 @@ def test_a_cancelled_call_ends_and_its_stream_ends_with_the_sdks_error() -> None
 
                 tg.start_soon(calling)
                 await seen["started"].wait()
+                await anyio.sleep(session_posts.WATCH_AFTER * 2)  # its stream is open on both paths
                 notice = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}}
                 assert (await side.post(notice)).status_code == 202
         return wire(answered["call"], side.sid), seen["ended"]
@@ -295,6 +312,35 @@ def test_a_cancelled_call_ends_and_its_stream_ends_with_the_sdks_error() -> None
     assert (status, ended) == (200, "cancelled")
     assert body == (b'id: 3\r\ndata: \r\nretry: 1000\r\n\r\nid: 4\r\nevent: message\r\ndata: {"jsonrpc":"2.0",'
                     b'"id":9,"error":{"code":-32800,"message":"Request cancelled"}}\r\n\r\n')
+
+
+def test_a_call_cancelled_before_its_stream_opened_gets_the_sdks_json_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(session_posts, "WATCH_AFTER", 30.0)  # no stream opens while the test runs
+
+    async def cancelled(side: Side) -> Any:
+        seen.clear()
+        seen["started"] = anyio.Event()
+        answered: dict[str, httpx2.Response] = {}
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+
+                async def calling() -> None:
+                    answered["call"] = await side.post(call("c", "s__hang", {}))
+
+                tg.start_soon(calling)
+                await seen["started"].wait()
+                notice = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "c"}}
+                assert (await side.post(notice)).status_code == 202
+        return wire(answered["call"], side.sid)
+
+    async def main() -> tuple[Any, Any, str]:
+        async with json_apps() as (ours, _, plain):
+            return await cancelled(ours), await cancelled(plain), seen["ended"]
+
+    ours, plain, ended = anyio.run(main)
+    assert ours == plain
+    assert (ours[0], ours[2], ended) == (
+        200, b'{"jsonrpc":"2.0","id":"c","error":{"code":-32800,"message":"Request cancelled"}}', "cancelled")
 
 
 def test_the_sessions_end_ends_its_calls() -> None:

@@ -8,12 +8,14 @@ its POST came in, as ``toolcrib.mcp.exchange`` answers a 2026-07-28 one: with th
 (handlers, middleware, validation and the mapping of errors stay the SDK's) and dispatcher, and what the SDK's
 answer has:
 
-- the same stream of events: a priming event (stored in the session's event store before the request runs, with
-  the time to retry), each notification of the request stored and sent with its event id, the answer last (stored
-  too); a client that loses the stream resumes it with ``Last-Event-ID`` as before;
-- the events go out when the request answers or sends something; one that runs ``WATCH_AFTER`` seconds without
-  either has its stream opened then with the priming event, and from ``PING_SECONDS`` on kept alive with a comment
-  line, as sse-starlette's is;
+- an answer that comes before anything else is sent is one ``application/json`` body, as the SDK's JSON-response
+  mode writes it (the protocol lets a server answer a request either way, and a client must take both): a client
+  reads it in a fraction of the time it takes to read a stream of events, and there is no stream to resume;
+- otherwise the SDK's stream of events: a request that sends something (progress, a log message, a request to the
+  client) or runs ``WATCH_AFTER`` seconds opens it with a priming event (stored in the session's events, with
+  the time to retry), then each message of the request stored and sent with its event id, the answer last; a
+  client that loses the stream resumes it with ``Last-Event-ID``; from ``PING_SECONDS`` on a silent stream is kept
+  alive with a comment line, as sse-starlette's is;
 - requests to the client (elicitation, sampling, roots) go out through the session's dispatcher onto this request's
   stream, and their answers come back as before (a POST of their own);
 - the request is registered with the dispatcher as its own in-flight ones are, so ``notifications/cancelled`` ends
@@ -24,7 +26,8 @@ answer has:
 Anything else goes to the SDK's own path, body and all (Starlette keeps the body read): ``initialize``, a
 notification or a response, a batch, a body that is not one well-formed request, an ``Accept``, ``Content-Type`` or
 session header the transport refuses, a session not initialized yet, a request id already in flight, JSON-response
-mode. tests/test_session_posts.py holds both paths to the same events.
+mode. tests/test_session_posts.py holds this path to the SDK's bytes: its JSON answers to those of the SDK's
+JSON-response mode, its streams to those of its streaming mode.
 """
 
 from __future__ import annotations
@@ -142,11 +145,10 @@ class _Answer:
         self.progress_token = progress_token_from_params(self._params)
         self._stream_id = str(self.request_id)
         self._primed = primed
-        self._head = b""  # the priming event, written with the first thing written
         self._cancel_requested: anyio.Event | None = None
         self._closed = False  # the handler is done: it sends nothing more
-        self._started = False  # the response's head is sent
-        self._gone = False  # the stream ended (answered, closed for polling, or the client left)
+        self._started = False  # the response is a stream of events, opened
+        self._gone = False  # the response ended (answered, closed for polling, or the client left)
         self._session_ended = False
         self._lock = asyncio.Lock()  # the handler's task, the watcher and the transport's router may each write
         self._scope = anyio.CancelScope()
@@ -174,6 +176,7 @@ class _Answer:
     async def send_raw_request(self, method: str, params: Mapping[str, Any] | None, opts: Any = None) -> Any:
         if self._closed:
             raise NoBackChannelError(method)
+        await self._open()  # the priming event is stored before the router stores the request
         return await self._session.dispatcher.send_raw_request(method, params, opts,
                                                                _related_request_id=self.request_id)
 
@@ -200,8 +203,11 @@ class _Answer:
     # -- what the transport's router and its callbacks reach ---------------------------------------------------
 
     async def send(self, item: EventMessage) -> None:
-        """A message the session's router sends on this request's stream (a request to the client), stored."""
+        """A message the session's router sends on this request's stream (a request to the client), stored. (The
+        stream is open already when the message came through ``send_raw_request``; one routed here some other
+        way opens it, its priming event stored after the message.)"""
         last = isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError)
+        await self._open()
         await self._write(_event(item.message, item.event_id), last)
 
     def close(self) -> None:
@@ -216,26 +222,23 @@ class _Answer:
         self._scope.cancel()
 
     async def close_stream(self) -> None:
-        """End this request's stream (its priming event sent first): the client polls for the rest."""
+        """End this request's stream (opened first, so that the client has a priming event to come back with):
+        the client polls for the rest."""
+        await self._open()
         await self._write(b"", last=True)
 
     async def _close_standalone(self) -> None:
         self._owner.close_standalone_sse_stream()
 
     async def _unanswered(self) -> None:
-        await self._out(types.JSONRPCError(jsonrpc="2.0", id=self.request_id, error=types.ErrorData(
-            code=REQUEST_CANCELLED, message="Request cancelled")), last=True)
+        await self._finish(types.JSONRPCError(jsonrpc="2.0", id=self.request_id, error=types.ErrorData(
+            code=REQUEST_CANCELLED, message="Request cancelled")))
 
     # -- the request -----------------------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Run the request here and write its stream, as the dispatcher and the transport would."""
+        """Run the request here and write its answer, as the dispatcher and the transport would."""
         owner, dispatcher = self._owner, self._session.dispatcher
-        if self._primed:
-            assert owner._event_store is not None
-            priming = await owner._event_store.store_event(self._stream_id, None)
-            self._head = f"id: {priming}\r\ndata: \r\nretry: {owner._retry_interval}\r\n\r\n".encode() \
-                if owner._retry_interval is not None else f"id: {priming}\r\ndata: \r\n\r\n".encode()
         key = coerce_request_id(self.request_id)
         dispatcher._in_flight[key] = in_flight = _InFlight(scope=self._scope, dctx=self)  # type: ignore[arg-type]
         owner._request_streams[self._stream_id] = (self, self)  # type: ignore[assignment]
@@ -275,43 +278,78 @@ class _Answer:
         if reply is None or self.cancel_requested.is_set():
             await self._unanswered()  # the 2025-era wire ends a cancelled request's stream with an error
         else:
+            await self._finish(reply)
+
+    async def _finish(self, reply: types.JSONRPCMessage) -> None:
+        """The answer: onto the stream if it is open, else as one JSON body (as the SDK's JSON-response mode has
+        it: status 200, errors included)."""
+        if self._started:
             await self._out(reply, last=True)
+            return
+        body = reply.model_dump_json(by_alias=True, exclude_unset=True).encode()
+        async with self._lock:
+            if self._gone:
+                return
+            self._gone = True
+            await self._send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-type", b"application/json"), (b"mcp-session-id", self._session_id()),
+                (b"content-length", str(len(body)).encode())]})
+            await self._send({"type": "http.response.body", "body": body})
 
     async def _out(self, message: types.JSONRPCMessage, last: bool = False) -> None:
-        """Store one message of this request's stream, then write it with its event id."""
+        """One message of this request's stream: opened first, the message stored, then written with its id."""
+        await self._open()
         events = self._owner._event_store
         event_id = await events.store_event(self._stream_id, message) if events is not None else None
         await self._write(_event(message, event_id), last)
 
+    async def _open(self) -> None:
+        """Make the response a stream of events, as the SDK's transport opens one: its head, then the priming
+        event, stored before anything else of the request is. Shielded: a watcher ended while it opens the stream
+        must not leave a head without its first event."""
+        async with self._lock:
+            if self._started:
+                return
+            self._started = True
+            with anyio.CancelScope(shield=True):
+                head = b""
+                events, retry = self._owner._event_store, self._owner._retry_interval
+                if self._primed and events is not None:
+                    priming = await events.store_event(self._stream_id, None)
+                    head = f"id: {priming}\r\ndata: \r\n".encode() + (
+                        f"retry: {retry}\r\n".encode() if retry is not None else b"") + b"\r\n"
+                if self._gone:
+                    return
+                try:
+                    await self._send({"type": "http.response.start", "status": 200, "headers": [
+                        (b"cache-control", b"no-cache, no-transform"), (b"connection", b"keep-alive"),
+                        (b"content-type", b"text/event-stream"), (b"mcp-session-id", self._session_id()),
+                        (b"x-accel-buffering", b"no")]})
+                    if head:
+                        await self._send({"type": "http.response.body", "body": head, "more_body": True})
+                except OSError:  # the client left
+                    self._gone = True
+
     async def _write(self, data: bytes, last: bool = False) -> None:
-        """Write onto the response, its head and priming event first. Nothing is written once the stream ended
-        (what is sent after is stored, for a client that comes back)."""
+        """Write onto the open stream. Nothing is written once it ended (what is sent after is stored, for a
+        client that comes back)."""
         async with self._lock:
             if self._gone:
                 return
-            if self._started and not data and not last:
-                return
             try:
-                if not self._started:
-                    self._started = True
-                    await self._send({"type": "http.response.start", "status": 200, "headers": self._headers()})
-                    data = self._head + data
                 await self._send({"type": "http.response.body", "body": data, "more_body": not last})
             except OSError:  # the client left while we wrote
                 self._gone = True
             if last:
                 self._gone = True
 
-    def _headers(self) -> list[tuple[bytes, bytes]]:
-        """The head sse-starlette's response has, for this session."""
-        return [(b"cache-control", b"no-cache, no-transform"), (b"connection", b"keep-alive"),
-                (b"content-type", b"text/event-stream"),
-                (b"mcp-session-id", str(self._owner.mcp_session_id).encode()), (b"x-accel-buffering", b"no")]
+    def _session_id(self) -> bytes:
+        return str(self._owner.mcp_session_id).encode()
 
     async def _watch(self) -> None:
         """Beside a request that runs on: open its stream (so the client can resume it), keep it alive, and stop
         writing when the client leaves (the request goes on)."""
-        await self._write(b"")
+        await self._open()
         waited = WATCH_AFTER
         while not self._gone:
             with anyio.move_on_after(max(PING_SECONDS - waited, 0.0)):
