@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -417,10 +418,14 @@ def test_a_client_that_leaves_comes_back_for_the_answer(monkeypatch: pytest.Monk
                                  {**ours.headers(), "Host": "127.0.0.1:8000"}.items()]}
             with anyio.fail_after(10):
                 await ours.app(scope, receive, send)  # returns when the call has ended
-            return await ours.client.get(PATH, headers=ours.headers(**{"Last-Event-ID": "3"}))
+                return await ours.client.get(PATH, headers=ours.headers(**{"Last-Event-ID": "3"}))
 
     resumed = anyio.run(main)
     assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]  # nothing after it left
+    sid = dict(sent[0]["headers"])[b"mcp-session-id"]
+    assert (sent[0]["status"], sent[0]["headers"]) == (200, [  # sse-starlette's head, names as ASGI wants them
+        (b"cache-control", b"no-cache, no-transform"), (b"connection", b"keep-alive"),
+        (b"content-type", b"text/event-stream"), (b"mcp-session-id", sid), (b"x-accel-buffering", b"no")])
     assert sent[1]["body"] == b"id: 3\r\ndata: \r\nretry: 1000\r\n\r\n"
     found = events(resumed)
     assert [e["id"] for e in found] == ["4"]
@@ -433,8 +438,9 @@ def test_a_stream_closed_for_polling_is_the_sdks_and_the_rest_is_resumed() -> No
     asks for the rest with its ``Last-Event-ID``."""
 
     async def polled(side: Side) -> tuple[Any, Any]:
-        first = await side.post(call(6, "s__quiet", {"seconds": 0.3}))
-        rest = await side.client.get(PATH, headers=side.headers(**{"Last-Event-ID": "3"}))
+        with anyio.fail_after(10):
+            first = await side.post(call(6, "s__quiet", {"seconds": 0.3}))
+            rest = await side.client.get(PATH, headers=side.headers(**{"Last-Event-ID": "3"}))
         return wire(first, side.sid), wire(rest, side.sid)
 
     async def main() -> tuple[Any, Any]:
@@ -476,3 +482,108 @@ def test_the_transports_own_close_of_a_calls_stream_ends_it_once_and_the_call_go
     assert (status, body) == (200, b"id: 3\r\ndata: \r\nretry: 1000\r\n\r\n")
     assert stored[-1] == {"jsonrpc": "2.0", "id": 8, "result": {"content": [{"type": "text", "text": "slept"}],
                                                                  "isError": False}}
+
+
+async def raw_post(side: Side, body: dict[str, Any], **extra: str) -> list[dict[str, Any]]:
+    """One POST into ``side``'s app as ASGI messages, and what it sent back, as sent."""
+    sent: list[dict[str, Any]] = []
+    messages = [{"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop()
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": PATH, "raw_path": PATH.encode(), "query_string": b"", "root_path": "",
+             "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8000),
+             "headers": [(k.lower().encode(), v.encode()) for k, v in
+                         {**side.headers(**extra), "Host": "127.0.0.1:8000"}.items()]}
+    with anyio.fail_after(10):
+        await side.app(scope, receive, send)
+    return sent
+
+
+def test_an_answer_is_one_json_body_with_its_length_and_the_request_leaves_nothing_behind() -> None:
+    async def main() -> tuple[list[dict[str, Any]], str, Any]:
+        async with apps() as (ours, _):
+            sent = await raw_post(ours, call(11, "w__text", {"word": "hi"}))
+            transport = ours.app.endpoints["a"].manager._server_instances[ours.sid]
+            left = (dict(transport._request_streams), dict(transport.session.dispatcher._in_flight))
+            return sent, ours.sid, left
+
+    sent, sid, left = anyio.run(main)
+    body = b'{"jsonrpc":"2.0","id":11,"result":{"content":[{"type":"text","text":"hi"}],"isError":false}}'
+    assert sent == [{"type": "http.response.start", "status": 200, "headers": [
+        (b"content-type", b"application/json"), (b"mcp-session-id", sid.encode()),
+        (b"content-length", str(len(body)).encode())]}, {"type": "http.response.body", "body": body}]
+    assert left == ({}, {})  # its place on the transport's router and in the dispatcher's table given back
+
+
+def test_a_request_whose_id_is_in_flight_takes_the_sdks_path() -> None:
+    async def main() -> tuple[list[str], dict[str, Any]]:
+        seen.clear()
+        seen["started"] = anyio.Event()
+        async with apps() as (ours, _):
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(ours.post, call(12, "s__hang", {}))
+                    await seen["started"].wait()
+                    again = await ours.post({"jsonrpc": "2.0", "id": 12, "method": "tools/list"})
+                    tg.cancel_scope.cancel()
+            return ours.handed(), {"status": again.status_code, "type": again.headers["content-type"]}
+
+    handed, again = anyio.run(main)
+    assert handed == ["tools/list"]  # the second request with id 12; the first was answered in its POST
+    assert again == {"status": 200, "type": "text/event-stream"}
+
+
+def test_a_client_that_names_no_version_gets_the_sdks_stream_without_a_priming_event() -> None:
+    """Without an ``MCP-Protocol-Version`` header a request speaks the default version (2025-03-26), whose clients
+    cannot read a priming event: none is sent (nor a way to close the stream for polling)."""
+    message = call(1, "s__slow", {"seconds": 0}, _meta={"progressToken": "p1"})
+
+    async def main() -> list[Any]:
+        async with apps() as (ours, theirs):
+            found = []
+            for side in (ours, theirs):
+                headers = side.headers()
+                del headers["MCP-Protocol-Version"]
+                found.append(wire(await side.client.post(PATH, json=message, headers=headers), side.sid))
+            assert ours.handed() == []
+            return found
+
+    ours, theirs = anyio.run(main)
+    assert ours == theirs
+    assert ours[2].startswith(b'id: 3\r\nevent: message\r\ndata: {"jsonrpc":"2.0","method":"notifications/progress"')
+
+
+def test_a_handler_that_fails_unmapped_is_answered_as_the_sdks_dispatcher_answers(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """An exception the SDK maps to no error (none of toolcrib's handlers lets one out): code 0 and its text,
+    and the traceback logged."""
+    from mcp.server.runner import ServerRunner
+
+    given = ServerRunner._on_request
+
+    async def failing(self: Any, dctx: Any, method: str, params: Any) -> Any:
+        if method == "tools/call" and (params or {}).get("name") == "boom":
+            raise RuntimeError("it broke")
+        return await given(self, dctx, method, params)
+
+    monkeypatch.setattr(ServerRunner, "_on_request", failing)
+
+    async def main() -> list[Any]:
+        async with json_apps() as (ours, _, plain):
+            return [wire(await side.post(call(13, "boom", {})), side.sid) for side in (ours, plain)]
+
+    with caplog.at_level(logging.ERROR, logger="toolcrib.serve"):
+        ours, plain = anyio.run(main)
+    assert ours == plain
+    assert ours[2] == b'{"jsonrpc":"2.0","id":13,"error":{"code":0,"message":"it broke"}}'
+    logged = [r.getMessage() for r in caplog.records if r.name == "toolcrib.serve"]
+    assert logged == ["handler for 'tools/call' raised"]

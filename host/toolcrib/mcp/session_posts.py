@@ -47,6 +47,7 @@ from mcp.server.streamable_http import (
     MCP_SESSION_ID_HEADER,
     REQUEST_CANCELLED,
     EventMessage,
+    EventStore,
     StreamableHTTPServerTransport,
     check_accept_headers,
 )
@@ -97,9 +98,9 @@ class SessionTransport(StreamableHTTPServerTransport):
 
     async def _answer_of(self, request: Request, receive: Receive, send: Send) -> _Answer | None:
         """The answer this path gives the POST, or None: the SDK's path answers it."""
-        session = self.session
-        if session is None or self.is_json_response_enabled or not session.connection.initialize_accepted:
-            return None
+        session, events = self.session, self._event_store
+        if session is None or events is None or self.is_json_response_enabled:
+            return None  # (toolcrib's sessions all keep their events)
         headers = request.headers
         has_json, has_sse = check_accept_headers(request)
         if not (has_json and has_sse and self._check_content_type(request)) or \
@@ -112,20 +113,17 @@ class SessionTransport(StreamableHTTPServerTransport):
         decoded = one_request(body)
         if decoded is None or decoded["method"] == "initialize":
             return None
-        request_id = decoded["id"]
-        if str(request_id) in self._request_streams or \
-                coerce_request_id(request_id) in session.dispatcher._in_flight:
+        if str(decoded["id"]) in self._request_streams:  # (from its POST until its stream ends, on either path)
             return None  # an id already in flight: what the SDK does with it is the SDK's
         version = headers.get(MCP_PROTOCOL_VERSION_HEADER, types.DEFAULT_NEGOTIATED_VERSION)
-        primed = self._event_store is not None and is_version_at_least(version, "2025-11-25")
-        return _Answer(self, session, request, receive, send, decoded, primed)
+        return _Answer(self, session, events, request, receive, send, decoded,
+                       primed=is_version_at_least(version, "2025-11-25"))
 
 
-def _event(message: types.JSONRPCMessage, event_id: str | None) -> bytes:
+def _event(message: types.JSONRPCMessage, event_id: str) -> bytes:
     """One message as sse-starlette writes it (``ServerSentEvent.encode``)."""
     data = message.model_dump_json(by_alias=True, exclude_unset=True)
-    head = f"id: {event_id}\r\n" if event_id is not None else ""
-    return f"{head}event: message\r\ndata: {data}\r\n\r\n".encode()
+    return f"id: {event_id}\r\nevent: message\r\ndata: {data}\r\n\r\n".encode()
 
 
 class _Answer:
@@ -133,10 +131,11 @@ class _Answer:
 
     transport = _TRANSPORT
 
-    def __init__(self, owner: SessionTransport, session: Session, request: Request, receive: Receive, send: Send,
-                 decoded: dict[str, Any], primed: bool) -> None:
+    def __init__(self, owner: SessionTransport, session: Session, events: EventStore, request: Request,
+                 receive: Receive, send: Send, decoded: dict[str, Any], *, primed: bool) -> None:
         self._owner = owner
         self._session = session
+        self._events = events
         self._receive = receive
         self._send = send
         self.request_id: int | str = decoded["id"]
@@ -144,7 +143,7 @@ class _Answer:
         self._params: Mapping[str, Any] | None = decoded.get("params")
         self.progress_token = progress_token_from_params(self._params)
         self._stream_id = str(self.request_id)
-        self._primed = primed
+        self._primed = primed  # a client of 2025-11-25 or later: its stream opens with a priming event
         self._cancel_requested: anyio.Event | None = None
         self._closed = False  # the handler is done: it sends nothing more
         self._started = False  # the response is a stream of events, opened
@@ -153,12 +152,10 @@ class _Answer:
         self._lock = asyncio.Lock()  # the handler's task, the watcher and the transport's router may each write
         self._scope = anyio.CancelScope()
         self._closing: asyncio.Task[None] | None = None
-        close = close_all = None
-        if primed:
-            close, close_all = self.close_stream, self._close_standalone
-        self.message_metadata = ServerMessageMetadata(
-            request_context=request, close_sse_stream=close, close_standalone_sse_stream=close_all,
-            on_request_unanswered=self._unanswered, can_send_request=True)
+        # what toolcrib's handlers read of it: the HTTP request, and how to close the call's stream for polling
+        # (only a client that got a priming event can come back)
+        self.message_metadata = ServerMessageMetadata(request_context=request,
+                                                      close_sse_stream=self.close_stream if primed else None)
 
     # -- the dispatch context -------------------------------------------------------------------------------------
 
@@ -184,11 +181,8 @@ class _Answer:
         if self._closed:
             log.debug("dropped %s: its request is answered", method)
             return
-        if params is not None:
-            message = types.JSONRPCNotification(jsonrpc="2.0", method=method, params=dict(params))
-        else:
-            message = types.JSONRPCNotification(jsonrpc="2.0", method=method)
-        await self._out(message)
+        unset = {} if params is None else {"params": dict(params)}  # no ``"params": null`` (JSON-RPC forbids it)
+        await self._out(types.JSONRPCNotification(jsonrpc="2.0", method=method, **unset))
 
     async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
         if self.progress_token is None:
@@ -203,12 +197,12 @@ class _Answer:
     # -- what the transport's router and its callbacks reach ---------------------------------------------------
 
     async def send(self, item: EventMessage) -> None:
-        """A message the session's router sends on this request's stream (a request to the client), stored. (The
-        stream is open already when the message came through ``send_raw_request``; one routed here some other
-        way opens it, its priming event stored after the message.)"""
-        last = isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError)
+        """A message the session's router sends on this request's stream (a request to the client, or the
+        courtesy cancel of one), stored: never the answer, which is this request's own. (The stream is open
+        already when the message came through ``send_raw_request``; one routed here some other way opens it, its
+        priming event stored after the message.)"""
         await self._open()
-        await self._write(_event(item.message, item.event_id), last)
+        await self._write(_event(item.message, str(item.event_id)))
 
     def close(self) -> None:
         """The transport's ``close_sse_stream`` for this request: end the stream (the request goes on). Called
@@ -226,9 +220,6 @@ class _Answer:
         the client polls for the rest."""
         await self._open()
         await self._write(b"", last=True)
-
-    async def _close_standalone(self) -> None:
-        self._owner.close_standalone_sse_stream()
 
     async def _unanswered(self) -> None:
         await self._finish(types.JSONRPCError(jsonrpc="2.0", id=self.request_id, error=types.ErrorData(
@@ -299,9 +290,7 @@ class _Answer:
     async def _out(self, message: types.JSONRPCMessage, last: bool = False) -> None:
         """One message of this request's stream: opened first, the message stored, then written with its id."""
         await self._open()
-        events = self._owner._event_store
-        event_id = await events.store_event(self._stream_id, message) if events is not None else None
-        await self._write(_event(message, event_id), last)
+        await self._write(_event(message, await self._events.store_event(self._stream_id, message)), last)
 
     async def _open(self) -> None:
         """Make the response a stream of events, as the SDK's transport opens one: its head, then the priming
@@ -313,11 +302,9 @@ class _Answer:
             self._started = True
             with anyio.CancelScope(shield=True):
                 head = b""
-                events, retry = self._owner._event_store, self._owner._retry_interval
-                if self._primed and events is not None:
-                    priming = await events.store_event(self._stream_id, None)
-                    head = f"id: {priming}\r\ndata: \r\n".encode() + (
-                        f"retry: {retry}\r\n".encode() if retry is not None else b"") + b"\r\n"
+                if self._primed:  # (toolcrib's sessions all say when to retry)
+                    priming = await self._events.store_event(self._stream_id, None)
+                    head = f"id: {priming}\r\ndata: \r\nretry: {self._owner._retry_interval}\r\n\r\n".encode()
                 if self._gone:
                     return
                 try:
