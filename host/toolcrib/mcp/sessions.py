@@ -18,7 +18,8 @@ The SDK's session manager keeps a session in the process that made it and keeps 
   last opened (``listening``), so a client hears each change once, whichever replicas hold its session.
 
 A ``DELETE`` ends the session everywhere. Without ``[cluster]`` (``LocalSessions``) a session lives in its replica,
-as with the SDK.
+as with the SDK. Each session's plain requests are answered in their own POSTs (``toolcrib.mcp.session_posts``),
+with the session's connection, runner and dispatcher.
 """
 
 from __future__ import annotations
