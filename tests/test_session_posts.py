@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -284,33 +284,46 @@ def session_requests(side: Side) -> list[dict[str, Any]]:
 
 
 
+async def while_hanging(side: Side, request_id: int | str, then: Callable[[], Awaitable[Any]], *,
+                        opened: bool = True) -> tuple[Any, Any, str]:
+    """Call ``s__hang`` on ``side`` and, once it runs (and, if ``opened``, its stream is open on both paths),
+    ``then()``: the call's answer (``wire``), what ``then`` gave, and whether the call ended."""
+    seen.clear()
+    seen["started"] = anyio.Event()
+    answered: dict[str, httpx2.Response] = {}
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+
+            async def calling() -> None:
+                answered["call"] = await side.post(call(request_id, "s__hang", {}))
+
+            tg.start_soon(calling)
+            await seen["started"].wait()
+            if opened:
+                await anyio.sleep(session_posts.WATCH_AFTER * 2)
+            given = await then()
+    return wire(answered["call"], side.sid), given, seen.get("ended", "running")
+
+
+def cancelling(side: Side, request_id: int | str) -> Callable[[], Awaitable[int]]:
+    async def cancel() -> int:
+        notice = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": request_id}}
+        return (await side.post(notice)).status_code
+
+    return cancel
+
+
 def test_a_cancelled_call_ends_and_its_stream_ends_with_the_sdks_error() -> None:
-    async def cancelled(side: Side) -> tuple[Any, str]:
-        seen.clear()
-        seen["started"] = anyio.Event()
-        answered: dict[str, httpx2.Response] = {}
-        with anyio.fail_after(10):
-            async with anyio.create_task_group() as tg:
-
-                async def calling() -> None:
-                    answered["call"] = await side.post(call(9, "s__hang", {}))
-
-                tg.start_soon(calling)
-                await seen["started"].wait()
-                await anyio.sleep(session_posts.WATCH_AFTER * 2)  # its stream is open on both paths
-                notice = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}}
-                assert (await side.post(notice)).status_code == 202
-        return wire(answered["call"], side.sid), seen["ended"]
-
     async def main() -> tuple[Any, Any, list[str]]:
         async with apps() as (ours, theirs):
-            return await cancelled(ours), await cancelled(theirs), ours.handed()
+            found = [await while_hanging(side, 9, cancelling(side, 9)) for side in (ours, theirs)]
+            return found[0], found[1], ours.handed()
 
     ours, theirs, handed = anyio.run(main)
     assert ours == theirs
     assert handed == ["notifications/cancelled"]  # the call itself was answered in its POST
-    (status, _, body), ended = ours
-    assert (status, ended) == (200, "cancelled")
+    (status, _, body), notified, ended = ours
+    assert (status, notified, ended) == (200, 202, "cancelled")
     assert body == (b'id: 3\r\ndata: \r\nretry: 1000\r\n\r\nid: 4\r\nevent: message\r\ndata: {"jsonrpc":"2.0",'
                     b'"id":9,"error":{"code":-32800,"message":"Request cancelled"}}\r\n\r\n')
 
@@ -318,57 +331,33 @@ def test_a_cancelled_call_ends_and_its_stream_ends_with_the_sdks_error() -> None
 def test_a_call_cancelled_before_its_stream_opened_gets_the_sdks_json_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(session_posts, "WATCH_AFTER", 30.0)  # no stream opens while the test runs
 
-    async def cancelled(side: Side) -> Any:
-        seen.clear()
-        seen["started"] = anyio.Event()
-        answered: dict[str, httpx2.Response] = {}
-        with anyio.fail_after(10):
-            async with anyio.create_task_group() as tg:
-
-                async def calling() -> None:
-                    answered["call"] = await side.post(call("c", "s__hang", {}))
-
-                tg.start_soon(calling)
-                await seen["started"].wait()
-                notice = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "c"}}
-                assert (await side.post(notice)).status_code == 202
-        return wire(answered["call"], side.sid)
-
-    async def main() -> tuple[Any, Any, str]:
+    async def main() -> list[Any]:
         async with json_apps() as (ours, _, plain):
-            return await cancelled(ours), await cancelled(plain), seen["ended"]
+            return [await while_hanging(side, "c", cancelling(side, "c"), opened=False) for side in (ours, plain)]
 
-    ours, plain, ended = anyio.run(main)
+    ours, plain = anyio.run(main)
     assert ours == plain
-    assert (ours[0], ours[2], ended) == (
-        200, b'{"jsonrpc":"2.0","id":"c","error":{"code":-32800,"message":"Request cancelled"}}', "cancelled")
+    (status, _, body), notified, ended = ours
+    assert (status, body, notified, ended) == (
+        200, b'{"jsonrpc":"2.0","id":"c","error":{"code":-32800,"message":"Request cancelled"}}', 202, "cancelled")
 
 
 def test_the_sessions_end_ends_its_calls() -> None:
-    async def ended(side: Side) -> tuple[Any, int, str]:
-        seen.clear()
-        seen["started"] = anyio.Event()
-        answered: dict[str, httpx2.Response] = {}
-        with anyio.fail_after(10):
-            async with anyio.create_task_group() as tg:
+    async def main() -> list[Any]:
+        async with apps() as sides:
 
-                async def calling() -> None:
-                    answered["call"] = await side.post(call(9, "s__hang", {}))
+            def deleting(side: Side) -> Callable[[], Awaitable[int]]:
+                async def delete() -> int:
+                    return (await side.client.delete(PATH, headers=side.headers())).status_code
 
-                tg.start_soon(calling)
-                await seen["started"].wait()
-                await anyio.sleep(session_posts.WATCH_AFTER * 2)  # its stream is open on both paths
-                deleted = await side.client.delete(PATH, headers=side.headers())
-        return wire(answered["call"], side.sid), deleted.status_code, seen.get("ended", "running")
+                return delete
 
-    async def main() -> tuple[Any, Any]:
-        async with apps() as (ours, theirs):
-            return await ended(ours), await ended(theirs)
+            return [await while_hanging(side, 9, deleting(side)) for side in sides]
 
     ours, theirs = anyio.run(main)
     assert ours == theirs
-    (status, _, body), deleted, call_ended = ours
-    assert (status, body, deleted, call_ended) == (200, b"id: 3\r\ndata: \r\nretry: 1000\r\n\r\n", 200, "cancelled")
+    (status, _, body), deleted, ended = ours
+    assert (status, body, deleted, ended) == (200, b"id: 3\r\ndata: \r\nretry: 1000\r\n\r\n", 200, "cancelled")
 
 
 def test_a_long_silent_call_opens_its_stream_then_keeps_it_alive(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -411,13 +400,8 @@ def test_a_client_that_leaves_comes_back_for_the_answer(monkeypatch: pytest.Monk
                 if message["type"] == "http.response.body":
                     gone.set()  # the client leaves once the stream is open
 
-            scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-                     "scheme": "http", "path": PATH, "raw_path": PATH.encode(), "query_string": b"", "root_path": "",
-                     "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8000),
-                     "headers": [(k.lower().encode(), v.encode()) for k, v in
-                                 {**ours.headers(), "Host": "127.0.0.1:8000"}.items()]}
             with anyio.fail_after(10):
-                await ours.app(scope, receive, send)  # returns when the call has ended
+                await ours.app(post_scope(ours), receive, send)  # returns when the call has ended
                 return await ours.client.get(PATH, headers=ours.headers(**{"Last-Event-ID": "3"}))
 
     resumed = anyio.run(main)
@@ -498,14 +482,18 @@ async def raw_post(side: Side, body: dict[str, Any], **extra: str) -> list[dict[
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-             "path": PATH, "raw_path": PATH.encode(), "query_string": b"", "root_path": "",
-             "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8000),
-             "headers": [(k.lower().encode(), v.encode()) for k, v in
-                         {**side.headers(**extra), "Host": "127.0.0.1:8000"}.items()]}
     with anyio.fail_after(10):
-        await side.app(scope, receive, send)
+        await side.app(post_scope(side, **extra), receive, send)
     return sent
+
+
+def post_scope(side: Side, **extra: str) -> dict[str, Any]:
+    """The ASGI scope of a POST on ``side``'s session."""
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+            "path": PATH, "raw_path": PATH.encode(), "query_string": b"", "root_path": "",
+            "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8000),
+            "headers": [(k.lower().encode(), v.encode()) for k, v in
+                        {**side.headers(**extra), "Host": "127.0.0.1:8000"}.items()]}
 
 
 def test_an_answer_is_one_json_body_with_its_length_and_the_request_leaves_nothing_behind() -> None:

@@ -182,6 +182,16 @@ def _param_headers_refused(schema_of: SchemaOf, scope: Scope, params: Mapping[st
     return ERROR_CODE_HTTP_STATUS.get(refused.code, 400), error.model_dump(mode="json", exclude_none=True)
 
 
+def progress_params(token: int | str, progress: float, total: float | None, message: str | None) -> dict[str, Any]:
+    """A progress notification's params, as the SDK's dispatch contexts make them (what is not given left out)."""
+    params: dict[str, Any] = {"progressToken": token, "progress": progress}
+    if total is not None:
+        params["total"] = total
+    if message is not None:
+        params["message"] = message
+    return params
+
+
 def replayed(chunks: list[bytes], more: bool, receive: Receive) -> Receive:
     """``receive`` giving the body read so far once more (as one message), then whatever comes after it."""
     pending: list[Message] = [{"type": "http.request", "body": b"".join(chunks), "more_body": more}]
@@ -239,14 +249,8 @@ class _Exchange:
         await self._stream(_event(message))
 
     async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
-        if self.progress_token is None:
-            return
-        params: dict[str, Any] = {"progressToken": self.progress_token, "progress": progress}
-        if total is not None:
-            params["total"] = total
-        if message is not None:
-            params["message"] = message
-        await self.notify("notifications/progress", params)
+        if self.progress_token is not None:
+            await self.notify("notifications/progress", progress_params(self.progress_token, progress, total, message))
 
     async def _stream(self, data: bytes, last: bool = False) -> None:
         """One event (or ping) onto the response, committing it to a stream of events first."""

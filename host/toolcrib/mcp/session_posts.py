@@ -66,7 +66,7 @@ from mcp_types.version import is_version_at_least
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from toolcrib.mcp.exchange import PING_SECONDS, WATCH_AFTER, one_request
+from toolcrib.mcp.exchange import PING_SECONDS, WATCH_AFTER, one_request, progress_params
 
 log = logging.getLogger("toolcrib.serve")
 
@@ -185,14 +185,8 @@ class _Answer:
         await self._out(types.JSONRPCNotification(jsonrpc="2.0", method=method, **unset))
 
     async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
-        if self.progress_token is None:
-            return
-        params: dict[str, Any] = {"progressToken": self.progress_token, "progress": progress}
-        if total is not None:
-            params["total"] = total
-        if message is not None:
-            params["message"] = message
-        await self.notify("notifications/progress", params)
+        if self.progress_token is not None:
+            await self.notify("notifications/progress", progress_params(self.progress_token, progress, total, message))
 
     # -- what the transport's router and its callbacks reach ---------------------------------------------------
 
