@@ -37,7 +37,7 @@ import mcp_types as types
 from anyio.abc import TaskGroup, TaskStatus
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
 from mcp.server.connection import Connection
-from mcp.server.runner import ServerRunner, aclose_shielded
+from mcp.server.runner import ServerRunner, serve_connection
 from mcp.server.streamable_http import (
     GET_STREAM_KEY,
     LAST_EVENT_ID_HEADER,
@@ -375,15 +375,13 @@ class SessionManager(StreamableHTTPSessionManager):
             self._connected(connection)
             task_status.started()
             idle = transport.idle_scope or anyio.CancelScope()
-            runner = ServerRunner(self.app, connection, self._lifespan_state)
-            session = Session(connection, runner, dispatcher)
+            # a runner holds no state of its own (it reads the connection's): the POSTs' and the loop's serve alike
+            session = Session(connection, ServerRunner(self.app, connection, self._lifespan_state), dispatcher)
             try:
                 with idle:
-                    try:  # the SDK's ``serve_connection``, with the session's runner answering in POSTs too
-                        await dispatcher.run(runner.on_request, runner.on_notify,
-                                             task_status=_Running(transport, session, self.answers_in_posts))
-                    finally:
-                        await aclose_shielded(connection)
+                    await serve_connection(self.app, dispatcher, connection=connection,
+                                           lifespan_state=self._lifespan_state,
+                                           task_status=_Running(transport, session, self.answers_in_posts))
             except Exception:
                 log.exception("agent %r: a session failed", self.agent)
             finally:
