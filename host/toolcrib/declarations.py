@@ -38,8 +38,8 @@ from toolcrib.context import AvailabilityContext
 from toolcrib.errors import ToolDeclarationError
 from toolcrib.fastschema import json_schema_of
 from toolcrib.names import SOURCE_NAME_KEY, tool_name_problem
-from toolcrib.runner import PythonRunner, Runner
-from toolcrib.tool import _caller_locals, _check_inline, _check_is_available, _hints, _is_async, _signature_fields
+from toolcrib.runner import Runner
+from toolcrib.tool import _caller_locals, _check_is_available, _hints, _python_runner, _signature_fields
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -221,9 +221,7 @@ def resource(uri: str, /, **options: Any) -> Callable[[F], F]:
             _check_is_available(name, is_available)
         spec = Resource(
             name=name, uri=uri, description=description.strip(),
-            runner=PythonRunner(fn, is_async=_is_async(fn), context_param=context_param,
-                                inline=_check_inline(f"resource {name!r}", options.get("inline", False),
-                                                     _is_async(fn))),
+            runner=_python_runner(f"resource {name!r}", fn, options.get("inline", False), context_param),
             mime_type=options.get("mime_type"), title=options.get("title"), parameters=variables,
             is_available=is_available, complete=_check_completions(name, options.get("complete"), variables),
             make_model=(lambda: _model(name, fields)) if fields else None)
@@ -388,9 +386,7 @@ def prompt(fn: Any = None, /, **options: Any) -> Any:
         if is_available is not None:
             _check_is_available(name, is_available)
         spec = Prompt(name=name, description=description.strip(),
-                      runner=PythonRunner(fn, is_async=_is_async(fn), context_param=context_param,
-                                          inline=_check_inline(f"prompt {name!r}", options.get("inline", False),
-                                                               _is_async(fn))),
+                      runner=_python_runner(f"prompt {name!r}", fn, options.get("inline", False), context_param),
                       arguments=arguments, title=options.get("title"), is_available=is_available,
                       complete=_check_completions(name, options.get("complete"), tuple(fields)),
                       make_model=lambda: model)
