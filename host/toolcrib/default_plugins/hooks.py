@@ -144,7 +144,7 @@ class _LongLived:
         or died) as ``run_hook`` raises them: the process is ended then, and the next call starts another."""
         loop = anyio.lowlevel.current_token()
         if self._loop != loop:
-            self._loop, self._lock = loop, anyio.Lock()
+            self._loop, self._lock = loop, anyio.Lock(fast_acquire=True)
         assert self._lock is not None
         async with self._lock:
             self._busy = True
