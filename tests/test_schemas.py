@@ -222,6 +222,9 @@ def test_clean_schema_copies_only_what_it_cleans_and_names_every_hidden_place() 
     assert list(cleaned) == list(prose) and list(cleaned["properties"]) == ["a", "b"]  # the order kept
     assert cleaned["properties"]["b"] is prose["properties"]["b"]  # what needed nothing is shared, not copied
     assert prose["title"] == "Q\u200b"  # the schema given is never changed
+    either = {"anyOf": [{"type": "string", "description": "s\u200b"}, {"type": "null"}], "default": None}
+    assert clean_schema(either) == {"anyOf": [{"type": "string", "description": "s"}, {"type": "null"}],
+                                    "default": None}  # prose in a list of schemas, among plain values
     hidden: list[str] = []
     meaning = {"properties": {"mo\u200bde": {"enum": ["on", "o\u202eff"]}}, "required": ["mo\u200bde"]}
     assert clean_schema(meaning, hidden, "inputSchema") is meaning  # meaning cannot be cleaned: only reported

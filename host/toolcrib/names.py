@@ -41,6 +41,9 @@ def clean(text: str) -> str:
     return HIDDEN_CHARACTERS.sub("", ANSI_SEQUENCES.sub("", text))
 
 
+_DATA = frozenset({str, int, float, bool, type(None)})  # JSON values with no schema in them
+
+
 def clean_schema(schema: Any, hidden: list[str] | None = None, where: str = "") -> Any:
     """A JSON Schema whose prose (description, title, $comment, examples) is ``clean``: ``schema`` itself when
     nothing needs cleaning (the usual case: no copy is made), else a copy. A hidden character anywhere else (a
@@ -51,6 +54,8 @@ def clean_schema(schema: Any, hidden: list[str] | None = None, where: str = "") 
             hidden.append(where or "(schema)")
         return schema
     if isinstance(schema, list):
+        if hidden is None and all(type(item) in _DATA for item in schema):
+            return schema  # ("required", "enum", "type" lists)
         items = [clean_schema(item, hidden, f"{where}[{i}]" if hidden is not None else "")
                  for i, item in enumerate(schema)]
         return schema if all(a is b for a, b in zip(items, schema, strict=True)) else items
@@ -67,6 +72,8 @@ def clean_schema(schema: Any, hidden: list[str] | None = None, where: str = "") 
             new = clean(value)
         elif key == "examples":
             new = _clean_strings(value)
+        elif hidden is None and type(value) in _DATA:
+            continue  # a value that is not prose stays as it is; only a caller that collects looks inside it
         else:
             new = clean_schema(value, hidden, place)
         if new is not value:
