@@ -514,3 +514,48 @@ def test_every_implementation_of_a_hook_in_one_pack_counts(dist_path: Callable[.
     assert records["settled"]["state"] == "failed"
     assert records["settled"]["error"].endswith(
         "2 of its implementations of toolcrib_settings_model answer, and only one answer can be taken: keep one")
+
+
+_METADATA = {
+    "plain": "Metadata-Version: 2.1\nName: a-b\nVersion: 1.0\n\nName: not-this\nVersion: 9\n",
+    "crlf": "Metadata-Version: 2.1\r\nName: crlf\r\nVersion: 2.0\r\n\r\nbody\r\n",
+    "a folded license first": "Metadata-Version: 2.1\nLicense: MIT\n        and more\nName: x\nVersion: 2\n\nx\n",
+    "a folded name": "Metadata-Version: 2.1\nName: x\n  y\nVersion: 1\n",
+    "lowercase keys": "metadata-version: 2.1\nname: low\nversion: 3\n",
+    "the first of two": "Name: first\nName: second\nVersion: 1\nVersion: 2\n",
+    "no blank line, no newline": "Name: x\nVersion: 1",
+    "no version": "Metadata-Version: 2.1\nName: x\n\n",
+    "a description with no blank line": "Name: x\nVersion: 1\nThe description: starts here\nName: y\n",
+    "spaces and tabs": "Name:\t  spaced  \nVersion:1.0\n",
+    "a space before the colon": "Version: 1\nName : x\nName: y\n",
+    "a carriage return alone": "Name: x\rVersion: 1\n",
+    "empty": "",
+}
+
+
+@pytest.mark.parametrize("case", sorted(_METADATA))
+def test_a_packs_name_and_version_are_read_as_its_metadata_gives_them(case: str, tmp_path: Path) -> None:
+    """Discovery reads a distribution's Name and Version from its metadata's header lines, not the whole file (a
+    package's README makes that 0.5-2 ms): always what ``dist.metadata`` says, whatever the file holds."""
+    import importlib.metadata
+    import warnings
+
+    from toolcrib.plugins import name_and_version
+
+    (tmp_path / "METADATA").write_bytes(_METADATA[case].encode())
+    dist = importlib.metadata.PathDistribution(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # a missing key is None, with a warning, in 3.11-3.13
+        assert name_and_version(dist) == (dist.metadata["Name"], dist.metadata["Version"])
+    if case == "plain":
+        assert name_and_version(dist) == ("a-b", "1.0")
+
+
+def test_every_installed_distribution_is_named_as_its_metadata_names_it() -> None:
+    import importlib.metadata
+
+    from toolcrib.plugins import name_and_version
+
+    dists = list(importlib.metadata.distributions())
+    assert len(dists) > 50
+    assert [name_and_version(d) for d in dists] == [(d.metadata["Name"], d.metadata["Version"]) for d in dists]

@@ -536,8 +536,10 @@ class LoadedConfig:
             return frozenset(named)
         import importlib.metadata
 
+        from toolcrib.plugins import name_and_version
+
         for point in importlib.metadata.entry_points(group="toolcrib"):  # what is installed, none of it imported
-            dist = point.dist.name if point.dist is not None else ""
+            dist = name_and_version(point.dist)[0] if point.dist is not None else ""
             ours = dist in FIRST_PARTY and point.name != "llm"  # the llm pack runs llm plugins, others' code
             kept = point.name in packs and "isolate" in packs[point.name].model_fields_set and \
                 not packs[point.name].isolate
