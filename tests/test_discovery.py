@@ -540,7 +540,7 @@ def test_a_packs_name_and_version_are_read_as_its_metadata_gives_them(case: str,
     import importlib.metadata
     import warnings
 
-    from toolcrib.plugins import name_and_version
+    from toolcrib.dists import name_and_version
 
     (tmp_path / "METADATA").write_bytes(_METADATA[case].encode())
     dist = importlib.metadata.PathDistribution(tmp_path)
@@ -554,7 +554,7 @@ def test_a_packs_name_and_version_are_read_as_its_metadata_gives_them(case: str,
 def test_every_installed_distribution_is_named_as_its_metadata_names_it() -> None:
     import importlib.metadata
 
-    from toolcrib.plugins import name_and_version
+    from toolcrib.dists import name_and_version
 
     dists = list(importlib.metadata.distributions())
     assert len(dists) > 50

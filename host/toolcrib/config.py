@@ -536,7 +536,7 @@ class LoadedConfig:
             return frozenset(named)
         import importlib.metadata
 
-        from toolcrib.plugins import name_and_version
+        from toolcrib.dists import name_and_version
 
         for point in importlib.metadata.entry_points(group="toolcrib"):  # what is installed, none of it imported
             dist = name_and_version(point.dist)[0] if point.dist is not None else ""

@@ -13,10 +13,9 @@ import importlib.metadata
 import inspect
 import logging
 import os
-import re
 import sys
 import traceback
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import FunctionType, MethodType, ModuleType
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 import pluggy
 
 from toolcrib import hookspecs
+from toolcrib.dists import name_and_version
 from toolcrib.errors import contained
 from toolcrib.folders import FolderError, FolderPack
 from toolcrib.names import RESERVED_NAMESPACE, namespace_problem
@@ -247,45 +247,6 @@ def _load_entry_points(
     if obj is not None:
         _register(pm, record, obj)
     return record
-
-
-def name_and_version(dist: importlib.metadata.Distribution) -> tuple[str | None, str | None]:
-    """A distribution's ``Name`` and ``Version`` as ``dist.metadata`` gives them, read from its metadata's headers
-    alone: ``dist.metadata`` parses the whole file, long description and all (0.5-2 ms for a package with a
-    README). Headers that are not plain (``Name`` or ``Version`` folded, a line that is no header) are the standard
-    library's to read."""
-    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO")
-    found: dict[str, str] = {}
-    key = ""
-    for line in _lines(text or ""):
-        if not line:  # the blank line that ends the headers
-            break
-        if line[0] in " \t" and key not in ("name", "version"):
-            continue  # another header's continuation (a long License or Summary)
-        key, colon, value = line.partition(":")
-        key = key.lower()
-        if not colon or _HEADER_NAME.fullmatch(key) is None or "\r" in value:
-            found.clear()  # not a header we can read as the parser would
-            break
-        found.setdefault(key, value.lstrip(" \t"))
-    if "name" in found and "version" in found:
-        return found["name"], found["version"]
-    metadata = dist.metadata
-    return metadata["Name"], metadata["Version"]
-
-
-def _lines(text: str) -> Iterator[str]:
-    """The lines of ``text`` (``\n`` or ``\r\n`` ended) one at a time, so that the headers are read without
-    splitting the description after them."""
-    start = 0
-    while start < len(text):
-        end = text.find("\n", start)
-        end = len(text) if end < 0 else end
-        yield text[start:end].removesuffix("\r")
-        start = end + 1
-
-
-_HEADER_NAME = re.compile(r"[\041-\071\073-\176]+")  # what the email parser takes for a header's name
 
 
 def _import_target(target: str) -> Any:
