@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import Field, TypeAdapter
@@ -80,3 +81,79 @@ def test_a_written_output_schema_is_pydantics(fields: dict[str, Any], total: boo
     written = fastschema.output_schema(shape)
     if written is not None:
         assert written == json_schema_of(TypeAdapter(shape), "serialization")
+
+
+_ROWS = '''
+{future}
+import typing
+import typing_extensions
+from typing import Generic, TypeVar
+
+Alias = list[int]
+str = bytes  # a module name shadows a builtin, as eval sees it
+T = TypeVar("T")
+
+
+class Plain({kind}):
+    id: int
+    name: str
+
+
+class Aliased({kind}):
+    ids: Alias
+
+
+class Child(Plain):
+    extra: float
+
+
+class Partial({kind}, total=False):
+    maybe: int
+
+
+class Wrapped({kind}):
+    later: typing_extensions.NotRequired[int]
+
+
+class Boxed({kind}, Generic[T]):
+    value: T
+'''
+
+
+@pytest.mark.parametrize("kind", ["typing.TypedDict", "typing_extensions.TypedDict"])
+@pytest.mark.parametrize("future", ["from __future__ import annotations", ""])
+def test_typed_dict_fields_are_read_as_typing_reads_them(kind: str, future: str) -> None:
+    """A TypedDict's fields that are classes or name one are read by name (a fifth of what typing's evaluation
+    costs): always what ``typing.get_type_hints`` answers, in the class's own module and across modules; anything
+    else is typing's own answer."""
+    import sys
+    import types
+    import typing
+
+    from toolcrib.fastschema import _typed_dict_hints
+
+    module = types.ModuleType(f"rows_{len(future)}_{kind.split('.')[0]}")
+    sys.modules[module.__name__] = module
+    try:
+        # compiled apart from this file's own `from __future__ import annotations`, which exec would pass on
+        exec(compile(_ROWS.format(future=future, kind=kind), module.__name__, "exec", dont_inherit=True),
+             module.__dict__)
+        other = types.ModuleType(module.__name__ + "_other")
+        sys.modules[other.__name__] = other
+        exec(compile(f"{future}\nfrom {module.__name__} import Plain\nint = float\nclass Elsewhere(Plain):\n"
+                     "    more: str\n", other.__name__, "exec", dont_inherit=True), other.__dict__)
+        read_by_name = []
+        for cls in (module.Plain, module.Aliased, module.Child, module.Partial, module.Wrapped, module.Boxed,
+                    other.Elsewhere):
+            expected = typing.get_type_hints(cls, include_extras=True)
+            found = _typed_dict_hints(cls)
+            if found is not None:
+                assert found == expected, cls.__name__
+                read_by_name.append(cls.__name__)
+        assert read_by_name == ["Plain", "Child", "Partial", "Elsewhere"]
+        assert _typed_dict_hints(module.Plain) == {"id": int, "name": bytes}
+        # a field is looked up in the subclass's module first, then where it was declared
+        assert _typed_dict_hints(other.Elsewhere) == {"id": float if future else int, "name": bytes, "more": str}
+    finally:
+        sys.modules.pop(module.__name__, None)
+        sys.modules.pop(module.__name__ + "_other", None)

@@ -466,7 +466,7 @@ def test_an_annotation_that_names_nothing_is_refused_with_typings_reason() -> No
 
 
 _SHAPES = '''
-from __future__ import annotations
+{future}
 import typing
 from typing import Any, Generic, Protocol
 
@@ -489,12 +489,14 @@ def none_text(a: int) -> None: ...
 def varargs(a: int, *rest: int, b: int = 2, **more: int) -> int: ...
 def posonly(a: int, /, b: int = 3) -> int: ...
 def unannotated(a, b: int = 1): ...
+{here}
 def local(a: Here) -> Here: ...  # noqa: F821
 def dotted(a: typing.Any) -> typing.List[int]: ...
 '''
 
 
-def test_plain_signatures_are_read_as_typing_and_inspect_read_them() -> None:
+@pytest.mark.parametrize("future", [True, False])
+def test_plain_signatures_are_read_as_typing_and_inspect_read_them(future: bool) -> None:
     """Declarations read a plain function's parameters from its code and its class-naming annotations by name (a
     fifth of what inspect and typing cost): the same answers as ``inspect.signature`` and ``typing.get_type_hints``
     give, shadowing, aliases, locals and what typing refuses included; anything else is typing's own answer."""
@@ -503,7 +505,9 @@ def test_plain_signatures_are_read_as_typing_and_inspect_read_them() -> None:
 
     tool_module = sys.modules["toolcrib.tool"]
     module = types.ModuleType("shapes")
-    exec(_SHAPES, module.__dict__)
+    source = _SHAPES.format(future="from __future__ import annotations" if future else "",
+                            here="" if future else "Here = int")  # (eager: defined before it is named)
+    exec(compile(source, "shapes", "exec", dont_inherit=True), module.__dict__)  # not this file's __future__
     here = {"Here": int}
     read_by_name = []
     for name in ("plain", "shadowed", "aliased", "nonsense", "generic", "protocol", "none_text", "varargs", "posonly",

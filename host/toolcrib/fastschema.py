@@ -10,11 +10,15 @@ arguments is built when the tool is first called. ``tests/test_fastschema.py`` h
 
 from __future__ import annotations
 
+import builtins
+import inspect
 import json
+import keyword
 import math
+import sys
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import typing_extensions
@@ -56,7 +60,9 @@ def output_schema(annotation: Any) -> dict[str, Any] | None:
     if not typing_extensions.is_typeddict(annotation):
         return None
     try:
-        hints = typing.get_type_hints(annotation, include_extras=True)
+        hints = _typed_dict_hints(annotation)
+        if hints is None:
+            hints = typing.get_type_hints(annotation, include_extras=True)
         properties = {name: _schema(hint) for name, hint in hints.items()}
     except (_Unsupported, NameError, TypeError):
         return None
@@ -66,6 +72,56 @@ def output_schema(annotation: Any) -> dict[str, Any] | None:
         result["required"] = required
     result["type"] = "object"
     return result
+
+
+def _typed_dict_hints(annotation: Any) -> dict[str, Any] | None:
+    """What ``typing.get_type_hints(annotation, include_extras=True)`` answers for a TypedDict whose every field is a
+    class or names one (``result: int``, with or without ``from __future__ import annotations``), read without
+    evaluating anything; None for any other. typing evaluates a field's reference with the class's module as locals
+    and the module the reference was made in as globals."""
+    if annotation.__mro__[1:] != (dict, object):
+        return None
+    own = getattr(sys.modules.get(annotation.__module__), "__dict__", None)
+    hints: dict[str, Any] = {}
+    for name, value in inspect.get_annotations(annotation).items():
+        if isinstance(value, typing.ForwardRef):
+            made_in = getattr(sys.modules.get(value.__forward_module__ or ""), "__dict__", None)
+            if own is None or made_in is None:
+                return None
+            value = plain_hint(value.__forward_arg__, (own, made_in))
+        elif not isinstance(value, type):
+            return None
+        else:
+            value = plain_hint(value, ())
+        if value is None:
+            return None
+        hints[name] = value
+    return hints
+
+
+_MISSING = object()
+
+
+def plain_hint(annotation: Any, scopes: Sequence[Mapping[str, Any]]) -> type | None:
+    """What typing evaluates ``annotation`` to when it is a class or the name of one, the name looked up as ``eval``
+    looks it up (in each scope in turn, then in the last one's builtins); None for anything else (typing's to
+    evaluate). typing returns such a class unchanged, but for the two it refuses as plain types (``Generic``,
+    ``Protocol``), left to it to refuse."""
+    if type(annotation) is str:
+        if not annotation.isidentifier() or keyword.iskeyword(annotation) or not scopes:
+            return None
+        for scope in scopes:
+            found = scope.get(annotation, _MISSING)
+            if found is not _MISSING:
+                break
+        else:
+            given = scopes[-1].get("__builtins__", builtins)  # eval's builtins: a module's dict, or the module
+            table = given.__dict__ if isinstance(given, types.ModuleType) else given
+            found = table.get(annotation, _MISSING) if isinstance(table, dict) else _MISSING
+        annotation = found
+    if not isinstance(annotation, type) or annotation is typing.Generic or annotation is typing.Protocol:
+        return None
+    return annotation
 
 
 def _schema(annotation: Any) -> dict[str, Any]:

@@ -12,12 +12,10 @@ a message that says the fix::
 
 from __future__ import annotations
 
-import builtins
 import dataclasses
 import functools
 import inspect
 import json
-import keyword
 import sys
 import types
 import typing
@@ -566,36 +564,20 @@ def _hints(fn: Callable[..., Any], name: str, localns: Mapping[str, Any] | None)
         ) from exc
 
 
-_MISSING = object()
-
-
 def _plain_hints(target: Any, localns: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """What ``typing.get_type_hints`` answers for a plain function whose every annotation is a class or the name of
     one (``a: int``, ``-> Sum``, with or without ``from __future__ import annotations``: most tools), read without
-    evaluating anything; None for any other, which typing then evaluates. A name is looked up where ``eval`` looks
-    (the declaring code's locals, the function's globals, their builtins); typing returns such a class unchanged,
-    except the two it refuses as plain types (``Generic``, ``Protocol``), left to it to refuse."""
+    evaluating anything (``fastschema.plain_hint``: the declaring code's locals, the function's globals, their
+    builtins); None for any other, which typing then evaluates."""
     if type(target) is not types.FunctionType or hasattr(target, "__wrapped__"):
         return None
-    globalns = target.__globals__
-    given = globalns.get("__builtins__", builtins)  # eval's builtins: a module's dict, or the module
-    builtin = getattr(given, "__dict__", given) if isinstance(given, types.ModuleType) else given
-    if not isinstance(builtin, dict):
-        return None
+    scopes = (target.__globals__,) if localns is None else (localns, target.__globals__)
     hints: dict[str, Any] = {}
     for key, value in target.__annotations__.items():
-        if type(value) is str:
-            if not value.isidentifier() or keyword.iskeyword(value):
-                return None
-            found = localns.get(value, _MISSING) if localns is not None else _MISSING
-            if found is _MISSING:
-                found = globalns.get(value, _MISSING)
-            if found is _MISSING:
-                found = builtin.get(value, _MISSING)
-            value = found
-        if not isinstance(value, type) or value is typing.Generic or value is typing.Protocol:
+        hint = fastschema.plain_hint(value, scopes)
+        if hint is None:
             return None
-        hints[key] = value
+        hints[key] = hint
     return hints
 
 
