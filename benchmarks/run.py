@@ -921,6 +921,21 @@ def _time_command(cmd: list[str], env: dict[str, str], runs: int) -> float:
     return statistics.median(samples)
 
 
+def _in_turns(base: tuple[list[str], dict[str, str]], other: tuple[list[str], dict[str, str]], runs: int,
+              count: int) -> tuple[float, float, float]:
+    """The two commands' medians, run in turns, and the marginal cost of each of ``count`` things ``other`` has
+    more: the median of the paired differences over ``count``. Taken in turns, a machine that speeds up or slows
+    down over the minutes weighs on both alike (apart, one slow minute for the baseline once made 200 packs
+    disabled in config cost 1.4 ms each)."""
+    first: list[float] = []
+    second: list[float] = []
+    for _ in range(runs):
+        first.append(_time_command(*base, 1))
+        second.append(_time_command(*other, 1))
+    marginal = statistics.median(b - a for a, b in zip(first, second, strict=True)) / count
+    return statistics.median(first), statistics.median(second), marginal
+
+
 def _site(root: Path, packs: int) -> Path:
     """A path entry with ``packs`` installed packs of 10 tools (real dist-info folders, as pip leaves them)."""
     site = root / f"site{packs}"
@@ -958,28 +973,28 @@ def discovery(args: argparse.Namespace) -> list[Row]:
         config.write_text(peers.CONFIG)
         base_env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLCRIB_")}
         cmd = [sys.executable, "-m", "toolcrib.cli", "tools", "--agent", peers.AGENT, "--config", str(config)]
-        empty = _time_command(cmd, base_env, runs)
-        empty_json = _time_command([*cmd, "--json"], base_env, runs)
-        rows += [["toolcrib tools, 0 extra packs", fmt(empty), ""],
-                 ["toolcrib tools --json, 0 extra packs", fmt(empty_json), ""]]
+        as_json = [*cmd, "--json"]
         for packs in counts:
             env = {**base_env, "PYTHONPATH": str(_site(Path(tmp), packs))}
-            full = _time_command(cmd, env, runs)
-            marginal = (full - empty) / packs
+            empty, full, marginal = _in_turns((cmd, base_env), (cmd, env), runs, packs)
             MEASURED[f"per pack {packs}"] = marginal
+            if packs == counts[0]:
+                rows.append(["toolcrib tools, 0 extra packs", fmt(empty), ""])
             rows.append([f"toolcrib tools, {packs} packs of 10 tools", fmt(full), f"{fmt(marginal)} per pack"])
             if packs == counts[0]:
-                full_json = _time_command([*cmd, "--json"], env, runs)
-                MEASURED["per pack json"] = (full_json - empty_json) / packs
-                rows.append([f"toolcrib tools --json, {packs} packs of 10 tools", fmt(full_json),
-                             f"{fmt(MEASURED['per pack json'])} per pack"])
+                empty_json, full_json, MEASURED["per pack json"] = _in_turns((as_json, base_env), (as_json, env),
+                                                                            runs, packs)
+                rows += [["toolcrib tools --json, 0 extra packs", fmt(empty_json), ""],
+                         [f"toolcrib tools --json, {packs} packs of 10 tools", fmt(full_json),
+                          f"{fmt(MEASURED['per pack json'])} per pack"]]
                 disabled = Path(tmp) / "disabled.toml"
                 disabled.write_text(peers.CONFIG + "".join(f"\n[packs.bp{i:04d}]\nenabled = false\n"
                                                            for i in range(packs)))
-                off = _time_command([sys.executable, "-m", "toolcrib.cli", "tools", "--agent", peers.AGENT,
-                                     "--config", str(disabled)], env, runs)
+                off_cmd = [sys.executable, "-m", "toolcrib.cli", "tools", "--agent", peers.AGENT, "--config",
+                           str(disabled)]
+                _, off, off_marginal = _in_turns((cmd, base_env), (off_cmd, env), runs, packs)
                 rows.append([f"toolcrib tools, {packs} packs disabled in config", fmt(off),
-                             f"{fmt((off - empty) / packs)} per pack"])
+                             f"{fmt(off_marginal)} per pack"])
     return rows
 
 
