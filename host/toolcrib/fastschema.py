@@ -89,9 +89,7 @@ def _typed_dict_hints(annotation: Any) -> dict[str, Any] | None:
             if own is None or made_in is None:
                 return None
             value = plain_hint(value.__forward_arg__, (own, made_in))
-        elif not isinstance(value, type):
-            return None
-        else:
+        else:  # a class (a text with no scope to look in is no hint)
             value = plain_hint(value, ())
         if value is None:
             return None
