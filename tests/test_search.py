@@ -492,3 +492,69 @@ def test_a_word_in_half_of_the_names_still_ranks_beside_others() -> None:
                                                                     "ns__alpha_two"]
     assert [t["name"] for t in index.search("ns three", 5)] == ["ns__beta_three"]  # "ns" is in every name
     assert len(index.search("ns", 5)) == 4  # alone, it is the query
+
+
+def test_the_ranking_is_fts5s_own_bm25_on_every_labelled_query() -> None:
+    """The index adds up each word's scores, asked of FTS5 once a word (FTS5 computes ``bm25()`` for every tool a
+    query of common words matches): the same tools, in the same order, with the same scores, as FTS5 ranks a query
+    of all the words (a tie in list order, as FTS5 breaks it; a word twice counts twice). On the 262 labelled
+    queries of benchmarks/catalog and some unusual ones, over the catalog and copies of it under other namespaces
+    (ties), keywords, and text that is not ASCII; and where a word is in most tools (its idf floored)."""
+    catalog = ROOT / "benchmarks" / "catalog"
+    real = json.loads((catalog / "tools.json").read_text())["tools"]
+    tools = [{**tool, "name": tool["name"].replace("__", f"{copy or ''}__", 1)} for copy in range(3) for tool in real]
+    tools += [{"name": "x__getWeather", "description": "Résumé parsing — naïve façade; 東京 files, FILES, c++ x² v2.0",
+               "inputSchema": {"properties": {"cityName": {"description": "Ünïcode city\u2019s name"}, "q": {}}}},
+              {"name": "x__file_files", "description": "file files filed filing", "inputSchema": {}}]
+    keywords = {"x__file_files": ["archive", "Zip-files"], tools[0]["name"]: ["weather forecast"]}
+    queries = [line.split("\t")[0] for line in (catalog / "queries.tsv").read_text().splitlines()
+               if line and not line.startswith("#")]
+    queries += ["file files", "resume facade", "naïve", "東京", "x² v2", "city name", "zip archive", "weather", "c"]
+    assert _compared_with_fts5(tools, keywords, queries) >= 260
+    alike = [{"name": f"y__tool{i}", "description": "Common words." + " rare" * (i % 3 == 0), "inputSchema": {}}
+             for i in range(9)]
+    assert _compared_with_fts5(alike, {}, ["common", "common rare", "words rare rare"]) == 3
+
+
+def _compared_with_fts5(tools: list[dict[str, Any]], keywords: dict[str, list[str]], queries: list[str]) -> int:
+    """How many queries found something, each ranked by the index as by FTS5's ``bm25()`` over the same texts."""
+    import sqlite3
+
+    from toolcrib.search import STOP_WORDS, WEIGHTS
+
+    reference = sqlite3.connect(":memory:")
+    reference.execute("CREATE VIRTUAL TABLE tools USING fts5(name, keywords, description, arguments, "
+                      "tokenize = 'porter unicode61')")
+    reference.executemany("INSERT INTO tools VALUES (?, ?, ?, ?)", [(
+        " ".join(words(tool["name"])), " ".join(keywords.get(tool["name"], ())), tool.get("description") or "",
+        " ".join(" ".join([*words(name), schema.get("description", "")])
+                 for name, schema in tool["inputSchema"].get("properties", {}).items()))
+        for tool in tools])
+    weights = ", ".join(map(str, WEIGHTS))
+    index = ToolIndex(tools, keywords)
+    compared = 0
+    for query in queries:
+        terms = [term for term in words(query) if len(term) > 1 and term not in STOP_WORDS]
+        ours = index._ranked(terms, 10)
+        theirs = reference.execute(f"SELECT rowid - 1, -bm25(tools, {weights}) FROM tools WHERE tools MATCH ? "
+                                   f"ORDER BY bm25(tools, {weights}), rowid LIMIT 10",
+                                   (" OR ".join(f'"{term}"' for term in terms),)).fetchall() if terms else []
+        assert [row for row, _ in ours] == [row for row, _ in theirs], query
+        assert [score for _, score in ours] == pytest.approx([score for _, score in theirs], rel=1e-12), query
+        compared += bool(theirs)
+    return compared
+
+
+def test_the_scores_kept_of_the_words_asked_are_bounded_and_a_search_finds_the_same_after_they_go(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import toolcrib.search
+
+    index = _index(*[(f"x__tool{i}", "Read a file." if i % 2 else "Write a file, or a page.") for i in range(10)])
+    assert [t["name"] for t in index.search("write page", 3)] == ["x__tool0", "x__tool2", "x__tool4"]
+    assert sorted(index._postings) == ["page", "write"] and index._kept == 10  # five tools each
+    assert [t["name"] for t in index.search("read file", 2)] == ["x__tool1", "x__tool3"]
+    assert index._kept == 25  # "file" is in all ten, "read" in five
+    monkeypatch.setattr(toolcrib.search, "MAX_KEPT", 12)
+    assert [t["name"] for t in index.search("page", 2)] == ["x__tool0", "x__tool2"]  # kept: nothing asked of FTS5
+    assert [t["name"] for t in index.search("files", 1)] == ["x__tool1"]  # "files": 10 more would be 35: anew
+    assert sorted(index._postings) == ["files"] and index._kept == 10
