@@ -558,3 +558,7 @@ def test_the_scores_kept_of_the_words_asked_are_bounded_and_a_search_finds_the_s
     assert [t["name"] for t in index.search("page", 2)] == ["x__tool0", "x__tool2"]  # kept: nothing asked of FTS5
     assert [t["name"] for t in index.search("files", 1)] == ["x__tool1"]  # "files": 10 more would be 35: anew
     assert sorted(index._postings) == ["files"] and index._kept == 10
+    monkeypatch.setattr(toolcrib.search, "MAX_WORDS", 3)
+    assert index.search("nothing") == index.search("nowhere") == [] and len(index._postings) == 3  # none, kept
+    assert [t["name"] for t in index.search("write", 1)] == ["x__tool0"]  # a fourth word: anew
+    assert sorted(index._postings) == ["write"] and index._kept == 5

@@ -31,7 +31,8 @@ WEIGHTS = (2.0, 4.0, 1.0, 0.5)  # BM25 weight of the name, the keywords, the des
 MAX_QUERY_CHARS = 1000
 REGEX_SECONDS = 0.25  # what one /regex/ search may take over every name
 MAX_REPETITIONS = 2  # unbounded repetitions a /regex/ may have: ``fs__.*file.*`` is fine, ``a*a*a*...b`` is not
-MAX_KEPT = 1_000_000  # postings (a tool and a score, 12 bytes) an index keeps of the words it was asked: then anew
+MAX_KEPT = 1_000_000  # postings (a tool and a score, 12 bytes) an index keeps of the words it was asked, and
+MAX_WORDS = 20_000  # words (a word in no tool is kept too, with none): past either, it starts anew
 
 _SPLIT = re.compile(r"[\W_]+|(?<=[a-z0-9])(?=[A-Z])")
 _SEPARATORS = re.compile(r"[\W_]+")
@@ -126,12 +127,15 @@ class ToolIndex:
         """The tools a word is in, in list order, and its BM25 score in each: FTS5's ``bm25()`` for a query of that
         one word (stemmed by FTS5 as the index is: "files" finds "file")."""
         posting = self._postings.get(term)
-        if posting is None:
-            with self._lock:
+        if posting is not None:
+            return posting
+        with self._lock:
+            posting = self._postings.get(term)  # another thread's search may have asked for it meanwhile
+            if posting is None:
                 rows = self._db.execute(f"SELECT rowid, bm25(tools, {', '.join(map(str, WEIGHTS))}) FROM tools "
                                         "WHERE tools MATCH ?", (f'"{term}"',)).fetchall()
                 posting = array("i", [row for row, _ in rows]), array("d", [-score for _, score in rows])
-                if self._kept + len(rows) > MAX_KEPT:  # the agent's words: what is kept is bounded
+                if self._kept + len(rows) > MAX_KEPT or len(self._postings) >= MAX_WORDS:  # the agent's words
                     self._postings.clear()
                     self._kept = 0
                 self._postings[term] = posting
