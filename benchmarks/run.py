@@ -833,9 +833,29 @@ def _percentiles(search: Callable[[str], Any], queries: list[str], rounds: int,
     return samples[len(samples) // 2], samples[int(len(samples) * 0.95)]
 
 
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+def _held_by(build: Callable[[], Any]) -> tuple[int, int | None]:
+    """The bytes of Python objects that what ``build`` returns holds (tracemalloc), and of SQLite's allocator
+    (``sqlite3_memory_used`` of the library Python's sqlite3 is linked to; None where it is not found). The
+    resident set says little here: freed memory of earlier work is reused."""
+    import ctypes
+    import sqlite3  # noqa: F401  (maps the library)
+    import tracemalloc
+
+    used = None
+    with open("/proc/self/maps") as maps:  # the very library _sqlite3 uses, not another copy of SQLite
+        library = next((line.split()[-1] for line in maps if "libsqlite3" in line.split()[-1]), None)
+    if library is not None:
+        used = ctypes.CDLL(library).sqlite3_memory_used
+        used.restype = ctypes.c_int64
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0], used() if used else 0
+    kept = build()
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - before[0], (used() - before[1]) if used else None
+    tracemalloc.stop()
+    del kept
+    return held
 
 
 def tool_search(args: argparse.Namespace) -> list[Row]:
@@ -868,14 +888,19 @@ def tool_search(args: argparse.Namespace) -> list[Row]:
         peer_found = "FastMCP's BM25: " + quality(_fastmcp_search(tools))
     n = 1000 if args.quick else 10_000
     many = copies(tools, n)
-    gc.collect()
-    before = _rss()
     index = ToolIndex(many)
     index.search("x", 1)
     texts = [q for q, _ in queries]
     first: list[float] = []  # the first round: most words asked for the first time (each word's scores are kept)
     p50, p95 = _percentiles(lambda q: index.search(q, 5), texts, 1 if args.quick else 5, first)
-    per_tool = (_rss() - before) / n
+
+    def searched() -> ToolIndex:  # (timed apart: tracemalloc slows what it traces)
+        fresh = ToolIndex(many)
+        for query in texts:
+            fresh.search(query, 5)
+        return fresh
+
+    python, sqlite = _held_by(searched)
     peer_speed = "FastMCP not installed"
     if peers.fastmcp_available():
         peer_speed = "FastMCP's BM25: {} / {}".format(*map(fmt, _percentiles(_fastmcp_search(many), texts[::10], 1)))
@@ -887,9 +912,10 @@ def tool_search(args: argparse.Namespace) -> list[Row]:
             [f"tool search, {n} tools from many packs: a search, p50 / p95 of the first round (a fresh index: each "
              "word's scores are asked of FTS5 at its first search)",
              f"{fmt(first[len(first) // 2])} / {fmt(first[int(len(first) * 0.95)])}", ""],
-            [f"tool search, {n} tools from many packs: memory of the index after those searches",
-             f"{per_tool / 1024:.2f} KiB per tool", "resident set growth, SQLite's memory and the scores kept "
-             "included"]]
+            [f"tool search, {n} tools from many packs: memory of the index after a round of the queries",
+             f"{(python + (sqlite or 0)) / n / 1024:.2f} KiB per tool", f"Python's {python / n / 1024:.2f} KiB (the "
+             "scores kept included), SQLite's " + (f"{sqlite / n / 1024:.2f} KiB" if sqlite is not None else
+                                                   "not found")]]
     builds, indexes = [], []
     for _ in range(1 if args.quick else 3):  # best of three of each: a collection of the cyclic GC adds 100 ms
         host = peers.toolcrib_host(n)
