@@ -828,9 +828,13 @@ def _percentiles(search: Callable[[str], Any], queries: list[str], rounds: int,
             search(query)
             samples.append(time.perf_counter() - started)
         if round_ == 0 and first is not None:
-            first += sorted(samples)
-    samples.sort()
-    return samples[len(samples) // 2], samples[int(len(samples) * 0.95)]
+            first += samples
+    return _p50_p95(samples)
+
+
+def _p50_p95(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return ordered[len(ordered) // 2], ordered[int(len(ordered) * 0.95)]
 
 
 def _held_by(build: Callable[[], Any]) -> tuple[int, int | None]:
@@ -892,7 +896,8 @@ def tool_search(args: argparse.Namespace) -> list[Row]:
     index.search("x", 1)
     texts = [q for q, _ in queries]
     first: list[float] = []  # the first round: most words asked for the first time (each word's scores are kept)
-    p50, p95 = _percentiles(lambda q: index.search(q, 5), texts, 1 if args.quick else 5, first)
+    rounds = 1 if args.quick else 5
+    p50, p95 = _percentiles(lambda q: index.search(q, 5), texts, rounds, first)
 
     def searched() -> ToolIndex:  # (timed apart: tracemalloc slows what it traces)
         fresh = ToolIndex(many)
@@ -908,10 +913,10 @@ def tool_search(args: argparse.Namespace) -> list[Row]:
     rows = [[f"tool search quality, {len(tools)} real tools, {len(queries)} labelled queries: recall@5 / MRR@10 "
              f"(and on the {len(held_out)} queries the weights were not chosen on)", found, peer_found],
             [f"tool search, {n} tools from many packs: a search, p50 / p95 over the labelled queries, "
-             f"{1 if args.quick else 5} rounds", f"{fmt(p50)} / {fmt(p95)}", peer_speed],
+             f"{rounds} round{'s' * (rounds > 1)}", f"{fmt(p50)} / {fmt(p95)}", peer_speed],
             [f"tool search, {n} tools from many packs: a search, p50 / p95 of the first round (a fresh index: each "
              "word's scores are asked of FTS5 at its first search)",
-             f"{fmt(first[len(first) // 2])} / {fmt(first[int(len(first) * 0.95)])}", ""],
+             "{} / {}".format(*map(fmt, _p50_p95(first))), ""],
             [f"tool search, {n} tools from many packs: memory of the index after a round of the queries",
              f"{(python + (sqlite or 0)) / n / 1024:.2f} KiB per tool", f"Python's {python / n / 1024:.2f} KiB (the "
              "scores kept included), SQLite's " + (f"{sqlite / n / 1024:.2f} KiB" if sqlite is not None else
