@@ -207,3 +207,35 @@ prefix = "> "
     assert ("llm toolbox Needy is not served: it cannot be set up with {} (TypeError: missing a required argument: "
             "'token')") in ran.stderr
     assert "[packs.llm.toolboxes.Ghost]: no installed llm plugin registers a toolbox of that name" in ran.stderr
+
+
+DISCOVERY_SCRIPT = """
+import sys, toolcrib
+host = toolcrib.Host.from_config("toolcrib.toml")
+print(sorted(t["name"] for t in host.view("a").mcp_tools))
+print(sorted(name for name in ("openai", "llm.default_plugins.openai_models") if name in sys.modules))
+"""
+
+
+def test_discovery_loads_llms_plugins_of_tools_but_not_its_openai_models(env: dict[str, str],
+                                                                          tmp_path: Path) -> None:
+    """llm's own loader imports its OpenAI models module (and openai: ~0.6 s of every toolcrib start), which
+    registers no tool; the pack loads the plugins without it. A plugin that cannot be imported (whatever it raises)
+    costs only its own tools, as does a name in $LLM_LOAD_PLUGINS that is not installed."""
+    site = Path(env["PYTHONPATH"])
+    (site / "llm_tools_broken.py").write_text("raise SystemExit('broken at import')\n")
+    info = site / "llm_tools_broken-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: llm-tools-broken\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[llm]\nllm_tools_broken = llm_tools_broken\n")
+    env = {**env, "LLM_LOAD_PLUGINS": "llm-tools-broken, llm-tools-demo,,llm-tools-absent"}
+    ran = subprocess.run([sys.executable, "-c", DISCOVERY_SCRIPT], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines() == [
+        "['llm__add_numbers', 'llm__llm_version', 'llm__raw_echo', 'llm__yell']",
+        "[]",  # neither imported
+    ]
+    assert "llm plugin 'llm_tools_broken' (llm-tools-broken) cannot be loaded; its tools are not served" in ran.stderr
+    assert "SystemExit: broken at import" in ran.stderr
+    assert "$LLM_LOAD_PLUGINS names 'llm-tools-absent', which is not installed" in ran.stderr

@@ -6,14 +6,18 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import functools
+import importlib
 import inspect
 import logging
+import os
 import types
+from importlib import metadata
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 import toolcrib
+from toolcrib.errors import contained
 
 __all__ = ["Settings", "toolcrib_settings_model", "toolcrib_tools"]
 
@@ -37,13 +41,10 @@ def registered() -> list[tuple[str, Any]]:
     """(llm plugin name, what it registered) for every ``register_tools`` implementation, each called on its own
     (rather than through ``llm.get_tools()``, which renames a duplicate name silently). A plugin's name is the one
     ``llm plugins`` prints: its distribution's (``llm-tools-simpleeval``), or the module of one of llm's own."""
-    from llm.plugins import load_plugins, pm
-
-    load_plugins()
-    distributions = {id(plugin): dist.metadata["Name"] for plugin, dist in pm.list_plugin_distinfo()}
+    pm, names = _tool_plugins()
     found: list[tuple[str, Any]] = []
     for plugin in pm.get_plugins():
-        plugin_name = distributions.get(id(plugin)) or pm.get_name(plugin) or "?"
+        plugin_name = names.get(id(plugin)) or pm.get_name(plugin) or "?"
         for impl in pm.hook.register_tools.get_hookimpls():
             if impl.plugin is not plugin:
                 continue
@@ -53,6 +54,52 @@ def registered() -> list[tuple[str, Any]]:
 
             impl.function(register=register)
     return found
+
+
+LLM_OWN_TOOLS = "llm.default_plugins.default_tools"  # llm's own plugin of tools (llm_version, llm_time)
+
+
+@functools.cache
+def _tool_plugins() -> tuple[Any, dict[int, str]]:
+    """llm's plugins as ``llm.load_plugins`` finds them (every ``llm`` entry point, or only those of the
+    distributions $LLM_LOAD_PLUGINS names, then llm's own tools), in a plugin manager of this pack's own, with each
+    plugin's distribution name: once per process, as llm loads them. llm's own manager would also import its OpenAI
+    models module, which registers models and no tool, and whose import of ``openai`` cost every toolcrib process
+    that discovers this pack about 0.6 s; it is left to llm (a sub-agent's model loads it). A plugin that cannot be
+    imported is left out, named in the log; the others are served."""
+    import pluggy
+    from llm import hookspecs
+
+    pm = pluggy.PluginManager("llm")
+    pm.add_hookspecs(hookspecs)
+    names: dict[int, str] = {}
+    chosen = os.environ.get("LLM_LOAD_PLUGINS")
+    if chosen is None:
+        distributions = list(metadata.distributions())
+    else:
+        distributions = []
+        for wanted in filter(None, (name.strip() for name in chosen.split(","))):
+            try:
+                distributions.append(metadata.distribution(wanted))
+            except metadata.PackageNotFoundError:
+                log.warning("$LLM_LOAD_PLUGINS names %r, which is not installed", wanted)
+    for distribution in distributions:
+        for entry_point in distribution.entry_points:
+            if entry_point.group != "llm" or pm.get_plugin(entry_point.name) is not None:
+                continue  # (two distributions, one plugin name: the first, as pluggy's own loader keeps it)
+            dist_name = distribution.metadata["Name"]
+            try:
+                plugin = entry_point.load()
+                pm.register(plugin, name=entry_point.name)
+            except BaseException as exc:  # (SystemExit included: one plugin's failure is its own)
+                if not contained(exc):
+                    raise
+                log.error("llm plugin %r (%s) cannot be loaded; its tools are not served", entry_point.name,
+                          dist_name, exc_info=exc)
+                continue
+            names[id(plugin)] = dist_name
+    pm.register(importlib.import_module(LLM_OWN_TOOLS), LLM_OWN_TOOLS)
+    return pm, names
 
 
 def _copy(fn: Any, name: str) -> Any:
