@@ -2,7 +2,7 @@
 (confined to the workspace, binary sniffing, line selection); the SDK's low-level server (no middleware) serves a
 hand-written ``read_file`` that resolves the path, checks it stays in the workspace and reads it inline in its async
 handler. In memory (the SDK's client on the same loop) and over stdio (each server a process of its own), medians
-of interleaved rounds, ratio toolcrib / low-level.
+of rounds in which the two take turns of 20 calls, ratio toolcrib / low-level.
 
     .venv/bin/python benchmarks/bench_read.py [--calls N] [--rounds N] [--no-stdio]
     python benchmarks/bench_read.py serve {toolcrib,lowlevel} WORKSPACE     # a stdio server (used by the above)
@@ -82,27 +82,37 @@ BUILDERS = {"toolcrib": toolcrib_server, "lowlevel": lowlevel_server}
 TOOL = {"toolcrib": "fs__read_file", "lowlevel": "read_file"}
 
 
-async def median_call(client: Any, peer: str, calls: int) -> float:
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        result = await client.call_tool(TOOL[peer], {"path": "notes.txt"})
-        times.append(time.perf_counter() - start)
-        assert result.content[0].text == TEXT, result
-    return statistics.median(times)
+async def timed_call(client: Any, peer: str) -> float:
+    start = time.perf_counter()
+    result = await client.call_tool(TOOL[peer], {"path": "notes.txt"})
+    took = time.perf_counter() - start
+    assert result.content[0].text == TEXT, result
+    return took
+
+
+TURN = 20  # calls a side makes in a row before the other's turn (as run.py's tables take turns)
 
 
 async def measure(clients: dict[str, Any], calls: int, rounds: int) -> dict[str, list[float]]:
+    """Each side's median call in every round, the sides taking turns of ``TURN`` calls (what the machine does
+    meanwhile falls on both alike), each round starting with the other side."""
     import gc
 
     for peer, client in clients.items():
-        await median_call(client, peer, 20)  # warm
+        for _ in range(20):
+            await timed_call(client, peer)  # warm
     gc.collect()
     gc.freeze()  # what is alive now is no collection's work (as run.py does): each side's times are its own
     found: dict[str, list[float]] = {peer: [] for peer in clients}
-    for _ in range(rounds):
-        for peer, client in clients.items():
-            found[peer].append(await median_call(client, peer, calls))
+    for turn in range(rounds):
+        order = list(clients)[turn % len(clients):] + list(clients)[:turn % len(clients)]
+        times: dict[str, list[float]] = {peer: [] for peer in order}
+        for done in range(0, calls, TURN):
+            for peer in order:
+                for _ in range(min(TURN, calls - done)):
+                    times[peer].append(await timed_call(clients[peer], peer))
+        for peer, values in times.items():
+            found[peer].append(statistics.median(values))
     return found
 
 

@@ -63,16 +63,6 @@ def ratio(a: float, b: float | None) -> str:
     return f"{a / b:.2f}x" if b else "-"
 
 
-async def _median_of(op: Callable[[], Awaitable[Any]], iterations: int) -> float:
-    samples = []
-    clock = time.perf_counter
-    for _ in range(iterations):
-        start = clock()
-        await op()
-        samples.append(clock() - start)
-    return statistics.median(samples)
-
-
 async def _mean_of(op: Callable[[], Awaitable[Any]], iterations: int) -> float:
     clock = time.perf_counter
     start = clock()
@@ -81,18 +71,45 @@ async def _mean_of(op: Callable[[], Awaitable[Any]], iterations: int) -> float:
     return (clock() - start) / iterations
 
 
+TURN = 20  # calls an op makes in a row before the next op's turn
+
+
+async def _medians_in_turns(ops: dict[str, Callable[[], Awaitable[Any]]], order: list[str],
+                            iterations: int) -> dict[str, float]:
+    """Each op's median over ``iterations`` calls, the ops taking turns of ``TURN`` calls: what the machine does
+    meanwhile (another process, a change of clock speed) falls on every op alike, where blocks of all of an op's
+    calls would each meet it at a different time (two identical servers measured in such blocks differed by up to
+    10%; in turns of 20 calls, by 1-2%). A turn of several calls keeps each op's own code and data in the caches,
+    as a server busy with its own calls has them (turns of one call made each peer pay for the others' misses)."""
+    samples: dict[str, list[float]] = {name: [] for name in order}
+    clock = time.perf_counter
+    turn = [(ops[name], samples[name].append) for name in order]
+    for done in range(0, iterations, TURN):
+        for op, keep in turn:
+            for _ in range(min(TURN, iterations - done)):
+                start = clock()
+                await op()
+                keep(clock() - start)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
 async def interleaved(ops: dict[str, Callable[[], Awaitable[Any]]], iterations: int, rounds: int,
                       mean: bool = False) -> dict[str, float]:
-    """The median over rounds of each op's per-round median (``mean``: its per-round mean, which counts work done
-    off the call's path, such as the audit log's writer thread, that a median leaves out); the ops take turns
-    within every round, each round starting one further on (the first of a round pays for what came before it:
-    in a mean, the collection of what the last round left)."""
+    """The median over rounds of each op's per-round median, the ops taking turns call by call, each round
+    starting one further on. ``mean``: each op's per-round mean over a block of its own calls instead, which counts
+    work done off the call's path (such as the audit log's writer thread) in the op that caused it, not in the
+    op that happens to run next; the first of a round pays for what came before it (the collection of what the
+    last round left)."""
     per_round: dict[str, list[float]] = {name: [] for name in ops}
-    of = _mean_of if mean else _median_of
     names = list(ops)
     for turn in range(rounds):
-        for name in names[turn % len(names):] + names[:turn % len(names)]:
-            per_round[name].append(await of(ops[name], iterations))
+        order = names[turn % len(names):] + names[:turn % len(names)]
+        if mean:
+            for name in order:
+                per_round[name].append(await _mean_of(ops[name], iterations))
+        else:
+            for name, value in (await _medians_in_turns(ops, order, iterations)).items():
+                per_round[name].append(value)
     return {name: statistics.median(values) for name, values in per_round.items()}
 
 
@@ -587,15 +604,18 @@ async def operations(args: argparse.Namespace) -> list[Row]:
                       f'{json.dumps(str(Path(tmp, "resident.py")))}]\ntools = ["math__*"]\nprocess = "long-lived"\n')
         result: dict[str, float] = {}
         plain_of: dict[str, float] = {}  # the call without, measured in the same group
-        # Two groups: the hooks that start processes (a process per call, or one that lives) apart from the rest, so
-        # that what starting and reaping them costs the machine is not counted in a neighbour's means.
-        for group in ({"plain": server(), "audit": server(audited), "hook": server(hooked)},
-                      {"plain": server(), "per-call hook": server(matching), "long-lived hook": server(long_lived)}):
+        # Three groups, each with its own call without: what works off the call's path (the audit log's writer
+        # thread; starting and reaping a process per call) in means over blocks of its own calls, each apart so
+        # that its work is not counted in a neighbour's means; the rest in medians, call by call.
+        for group, mean in (({"plain": server(), "audit": server(audited)}, True),
+                            ({"plain": server(), "per-call hook": server(matching)}, True),
+                            ({"plain": server(), "hook": server(hooked), "long-lived hook": server(long_lived)},
+                             False)):
             async with contextlib.AsyncExitStack() as stack:
                 clients = {n: await stack.enter_async_context(Client(s, cache=None)) for n, s in group.items()}
                 ops = {n: (lambda c=c: c.call_tool("math__add", {"a": 2, "b": 3})) for n, c in clients.items()}
                 with _frozen():
-                    found = await interleaved(ops, calls, args.rounds, mean=True)
+                    found = await interleaved(ops, calls, args.rounds, mean=mean)
             plain = found.pop("plain")
             result.update(found)
             plain_of.update(dict.fromkeys(found, plain))
@@ -1263,9 +1283,10 @@ def main() -> None:
         "# Benchmarks",
         f"Run on {datetime.date.today()}: {platform.system()} {platform.machine()} ({cpu}), {os.cpu_count()} cores, "
         f"Python {platform.python_version()}; {_versions()}. Load average (1 min) {load_before[0]:.2f} before the "
-        f"run and {load_after[0]:.2f} after it. Each MCP number is the median over {args.rounds} "
-        "interleaved rounds of the per-round median; ratios are toolcrib's time over the peer's (below 1.00x: "
-        "toolcrib is faster). Reproduce with `benchmarks/run.sh`.",
+        f"run and {load_after[0]:.2f} after it. Each MCP number is the median over {args.rounds} rounds of the "
+        f"per-round median, the peers taking turns of {TURN} calls (so that what the machine does meanwhile falls on "
+        "each alike); ratios are toolcrib's time over the peer's (below 1.00x: toolcrib is faster). Reproduce with "
+        "`benchmarks/run.sh`.",
         "## Goals",
         f"Measured in {len(runs)} whole run{'s' if len(runs) > 1 else ''}; the values are the first run's, and a "
         "row marked *noisy* differed by more than 20% in another (its value there is given).",
