@@ -1,11 +1,21 @@
-"""Writing to a non-blocking pipe from the event loop: what the stdio transport, an isolated pack's calls lane and a
-long-lived hook process share."""
+"""Pipes to and from other processes, from the event loop: writing, which the stdio transport, an isolated pack's
+calls lane and a long-lived hook process share, and reading an answer expected soon (a long-lived hook's)."""
 
 from __future__ import annotations
 
 import os
+import time
 
 import anyio
+import anyio.lowlevel
+
+# How long a reader that expects an answer soon (another process's, to what it just wrote) looks for it between
+# turns of the event loop before it sleeps until the pipe is readable. Waking a process that slept costs: a line to
+# a Python process answering at once, and its answer back, took 62-88 us asleep and 11 us awake (the median of
+# 2,500, on the 2-core machine of docs/benchmarks.md); and what runs after a wake-up runs slower.
+SPIN_SECONDS = 200e-6
+# Looking for it takes a CPU the other process may need: only where there is another one.
+SPINS = len(os.sched_getaffinity(0)) > 1 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) > 1
 
 
 async def write_all(fd: int, data: bytes | memoryview) -> None:
@@ -20,4 +30,25 @@ async def write_all(fd: int, data: bytes | memoryview) -> None:
             await anyio.wait_writable(fd)
 
 
-__all__ = ["write_all"]
+async def read_answer(fd: int, size: int) -> bytes:
+    """Up to ``size`` bytes from the non-blocking descriptor ``fd``, where another process's answer to what was
+    just written to it is expected soon: looked for for up to ``SPIN_SECONDS`` between turns of the event loop
+    (every other task runs meanwhile; the process stays awake), then waited for asleep. ``b""`` at end of input;
+    an ``OSError`` is the caller's."""
+    deadline = 0.0
+    while True:
+        try:
+            return os.read(fd, size)
+        except BlockingIOError:
+            pass
+        if SPINS:
+            now = time.perf_counter()
+            if not deadline:
+                deadline = now + SPIN_SECONDS
+            if now < deadline:
+                await anyio.lowlevel.checkpoint()
+                continue
+        await anyio.wait_readable(fd)
+
+
+__all__ = ["SPINS", "SPIN_SECONDS", "read_answer", "write_all"]

@@ -63,7 +63,7 @@ from toolcrib.config import CommandHook, LoadedConfig
 from toolcrib.content import ToolResult
 from toolcrib.governing import unlocated
 from toolcrib.hookspecs import hookimpl
-from toolcrib.pipes import write_all
+from toolcrib.pipes import read_answer, write_all
 
 log = logging.getLogger("toolcrib.hooks")
 
@@ -193,11 +193,7 @@ class _LongLived:
                 return line
             if len(self._buffer) > MAX_ANSWER_BYTES:
                 return None
-            try:
-                chunk = os.read(fd, 65536)
-            except BlockingIOError:
-                await anyio.wait_readable(fd)
-                continue
+            chunk = await read_answer(fd, 65536)
             if not chunk:
                 raise OSError("its process ended (its output closed)")
             self._buffer += chunk
