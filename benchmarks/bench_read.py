@@ -16,13 +16,13 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 from mcp import Client, StdioServerParameters
+from turns import medians_in_turns
 
 TEXT = "".join(f"line {i:04d}: the quick brown fox jumps over the lazy dog, again and again\n" for i in range(142))
 CONFIG = """
@@ -82,37 +82,31 @@ BUILDERS = {"toolcrib": toolcrib_server, "lowlevel": lowlevel_server}
 TOOL = {"toolcrib": "fs__read_file", "lowlevel": "read_file"}
 
 
-async def timed_call(client: Any, peer: str) -> float:
-    start = time.perf_counter()
-    result = await client.call_tool(TOOL[peer], {"path": "notes.txt"})
-    took = time.perf_counter() - start
-    assert result.content[0].text == TEXT, result
-    return took
+def call_of(client: Any, peer: str) -> Any:
+    return lambda: client.call_tool(TOOL[peer], {"path": "notes.txt"})
 
 
-TURN = 20  # calls a side makes in a row before the other's turn (as run.py's tables take turns)
+def _checked(peer: str, result: Any) -> None:
+    assert result.content[0].text == TEXT, (peer, result)
 
 
 async def measure(clients: dict[str, Any], calls: int, rounds: int) -> dict[str, list[float]]:
-    """Each side's median call in every round, the sides taking turns of ``TURN`` calls (what the machine does
-    meanwhile falls on both alike), each round starting with the other side."""
+    """Each side's median call in every round, the sides taking turns of 20 calls (``turns.medians_in_turns``:
+    what the machine does meanwhile falls on both alike), each round starting with the other side."""
     import gc
 
-    for peer, client in clients.items():
+    ops = {peer: call_of(client, peer) for peer, client in clients.items()}
+    for peer, op in ops.items():
         for _ in range(20):
-            await timed_call(client, peer)  # warm
+            _checked(peer, await op())  # warm
     gc.collect()
     gc.freeze()  # what is alive now is no collection's work (as run.py does): each side's times are its own
     found: dict[str, list[float]] = {peer: [] for peer in clients}
+    names = list(clients)
     for turn in range(rounds):
-        order = list(clients)[turn % len(clients):] + list(clients)[:turn % len(clients)]
-        times: dict[str, list[float]] = {peer: [] for peer in order}
-        for done in range(0, calls, TURN):
-            for peer in order:
-                for _ in range(min(TURN, calls - done)):
-                    times[peer].append(await timed_call(clients[peer], peer))
-        for peer, values in times.items():
-            found[peer].append(statistics.median(values))
+        order = names[turn % len(names):] + names[:turn % len(names)]
+        for peer, median in (await medians_in_turns(ops, order, calls, _checked)).items():
+            found[peer].append(median)
     return found
 
 

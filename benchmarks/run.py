@@ -42,6 +42,7 @@ sys.path.insert(0, str(HERE))
 import anyio  # noqa: E402
 import peers  # noqa: E402
 from mcp import Client, StdioServerParameters  # noqa: E402
+from turns import TURN, medians_in_turns  # noqa: E402
 
 Row = list[str]
 
@@ -71,35 +72,13 @@ async def _mean_of(op: Callable[[], Awaitable[Any]], iterations: int) -> float:
     return (clock() - start) / iterations
 
 
-TURN = 20  # calls an op makes in a row before the next op's turn
-
-
-async def _medians_in_turns(ops: dict[str, Callable[[], Awaitable[Any]]], order: list[str],
-                            iterations: int) -> dict[str, float]:
-    """Each op's median over ``iterations`` calls, the ops taking turns of ``TURN`` calls: what the machine does
-    meanwhile (another process, a change of clock speed) falls on every op alike, where blocks of all of an op's
-    calls would each meet it at a different time (two identical servers measured in such blocks differed by up to
-    10%; in turns of 20 calls, by 1-2%). A turn of several calls keeps each op's own code and data in the caches,
-    as a server busy with its own calls has them (turns of one call made each peer pay for the others' misses)."""
-    samples: dict[str, list[float]] = {name: [] for name in order}
-    clock = time.perf_counter
-    turn = [(ops[name], samples[name].append) for name in order]
-    for done in range(0, iterations, TURN):
-        for op, keep in turn:
-            for _ in range(min(TURN, iterations - done)):
-                start = clock()
-                await op()
-                keep(clock() - start)
-    return {name: statistics.median(values) for name, values in samples.items()}
-
-
 async def interleaved(ops: dict[str, Callable[[], Awaitable[Any]]], iterations: int, rounds: int,
                       mean: bool = False) -> dict[str, float]:
-    """The median over rounds of each op's per-round median, the ops taking turns call by call, each round
-    starting one further on. ``mean``: each op's per-round mean over a block of its own calls instead, which counts
-    work done off the call's path (such as the audit log's writer thread) in the op that caused it, not in the
-    op that happens to run next; the first of a round pays for what came before it (the collection of what the
-    last round left)."""
+    """The median over rounds of each op's per-round median, the ops taking turns of ``TURN`` calls
+    (``turns.medians_in_turns``), each round starting one further on. ``mean``: each op's per-round mean over a
+    block of its own calls instead, which counts work done off the call's path (such as the audit log's writer
+    thread) in the op that caused it, not in the op that happens to run next; the first of a round pays for what
+    came before it (the collection of what the last round left)."""
     per_round: dict[str, list[float]] = {name: [] for name in ops}
     names = list(ops)
     for turn in range(rounds):
@@ -108,7 +87,7 @@ async def interleaved(ops: dict[str, Callable[[], Awaitable[Any]]], iterations: 
             for name in order:
                 per_round[name].append(await _mean_of(ops[name], iterations))
         else:
-            for name, value in (await _medians_in_turns(ops, order, iterations)).items():
+            for name, value in (await medians_in_turns(ops, order, iterations)).items():
                 per_round[name].append(value)
     return {name: statistics.median(values) for name, values in per_round.items()}
 
@@ -606,7 +585,7 @@ async def operations(args: argparse.Namespace) -> list[Row]:
         plain_of: dict[str, float] = {}  # the call without, measured in the same group
         # Three groups, each with its own call without: what works off the call's path (the audit log's writer
         # thread; starting and reaping a process per call) in means over blocks of its own calls, each apart so
-        # that its work is not counted in a neighbour's means; the rest in medians, call by call.
+        # that its work is not counted in a neighbour's means; the rest in medians, in turns.
         for group, mean in (({"plain": server(), "audit": server(audited)}, True),
                             ({"plain": server(), "per-call hook": server(matching)}, True),
                             ({"plain": server(), "hook": server(hooked), "long-lived hook": server(long_lived)},
