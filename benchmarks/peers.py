@@ -234,6 +234,7 @@ def cold(peer: str, n: int) -> dict[str, float]:
 
         for module in ("bench_pack", "toolcrib.mcp.adapter", "toolcrib.mcp.state"):
             importlib.import_module(module)
+        _serving_process()
 
     async def lists() -> dict[str, float]:
         start = time.perf_counter()
@@ -251,6 +252,14 @@ def cold(peer: str, n: int) -> dict[str, float]:
         return {"build": build, "first": first, "warm": warm, "rss_mb": rss}
 
     return anyio.run(lists)
+
+
+def _serving_process() -> None:
+    """A process that serves toolcrib until it exits, as `toolcrib serve` does it: what the builds leave alive is
+    frozen out of the garbage collector's scans (``toolcrib.view.freeze_builds``)."""
+    from toolcrib.view import freeze_builds
+
+    freeze_builds()
 
 
 def _peak_mb() -> float:
@@ -278,6 +287,8 @@ def main() -> None:
 
         print(json.dumps(cold(peer, n)))
         return
+    if peer == "toolcrib":
+        _serving_process()
     server = BUILDERS[peer](n)
     if peer in ("mcpserver", "fastmcp", "fastmcp-bare"):
         if transport == "stdio":

@@ -1280,6 +1280,9 @@ def main() -> None:
         "reads it in its async handler. Both read the same 10 KB text file.",
         _table(["measure", "toolcrib", "SDK low-level, no middleware", "ratio"], tables["realistic"]),
         "## Cold: a fresh process (toolcrib and the SDK's low-level server without middleware)",
+        "toolcrib's process is one that serves until it exits, as `toolcrib serve` runs: what its builds leave alive "
+        "is frozen out of the garbage collector's scans (`toolcrib.view.freeze_builds`); the low-level server's "
+        "process builds its `Tool` models with the collector as Python leaves it.",
         _table(["measure", "toolcrib", "SDK low-level", "ratio", "note"], cold_rows),
         "## Python API",
         _table(["measure", "toolcrib", "floor", "ratio"], api_rows),

@@ -5,7 +5,8 @@ from __future__ import annotations
 import gc
 import json
 import sys
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -370,6 +371,87 @@ def test_building_a_view_and_its_wire_list_leave_the_collector_as_they_found_it(
     assert [t["name"] for t in view.mcp_tools] == ["p__ping"]
     assert seen == [False]  # paused while the view was built
     assert gc.isenabled()
+
+
+_PING_CONFIG = "[agents.a]\n[agents.a.permissions]\nplugins = { allow = ['p'] }\ntools = { allow = ['*'] }\n"
+
+
+def _ping_host() -> Host:
+    @toolcrib.tool
+    def ping() -> str:
+        """Answer pong."""
+        return "pong"
+
+    return make_host(_PING_CONFIG, {"p": Pack(ping)})
+
+
+@pytest.fixture
+def freezing() -> Iterator[None]:
+    """This process freezes its builds, as the ``toolcrib`` command does (and thaws everything afterwards)."""
+    from toolcrib import view
+
+    view.freeze_builds()
+    try:
+        yield
+    finally:
+        view.freeze_builds(False)
+        gc.unfreeze()
+
+
+def _scanned(obj: object) -> bool:
+    """Whether the cyclic collector still scans ``obj``: ``gc.get_objects`` lists no frozen object."""
+    return any(found is obj for found in gc.get_objects())
+
+
+def test_a_process_that_freezes_its_builds_never_scans_its_host_or_views_again(freezing: None) -> None:
+    host = _ping_host()
+    view = host.view("a")
+    wires = view.mcp_tools
+    assert [w["name"] for w in wires] == ["p__ping"]
+    assert (_scanned(host.catalog.entries), _scanned(view), _scanned(wires)) == (False, False, False)
+    assert gc.isenabled()
+    assert anyio.run(view.call, "p__ping", {}).text == "pong"
+
+
+def test_builds_are_not_frozen_unless_the_process_says_so() -> None:
+    host = _ping_host()
+    view = host.view("a")
+    assert (_scanned(host.catalog.entries), _scanned(view), _scanned(view.mcp_tools)) == (True, True, True)
+
+
+def test_a_reload_lets_the_collector_take_the_replaced_host_where_builds_are_frozen(freezing: None) -> None:
+    """A frozen host that a reload replaced would never be collected (a host and its views hold each other), and
+    each reload would keep one more: the reload thaws, collects once and freezes again."""
+    from toolcrib.mcp.state import ServingState
+
+    first = _ping_host()
+    state = ServingState(first, make_host=_ping_host)
+    assert [w["name"] for w in state.view("a").mcp_tools] == ["p__ping"]
+    replaced = weakref.ref(first)
+    del first
+    assert anyio.run(state.reload) is True
+    assert replaced() is None
+    assert not _scanned(state.host.catalog.entries)  # the new one is frozen in its turn
+    assert [w["name"] for w in state.view("a").mcp_tools] == ["p__ping"]
+
+
+def test_the_toolcrib_command_freezes_its_builds_and_in_process_callers_do_not(
+        monkeypatch: pytest.MonkeyPatch, freezing: None) -> None:
+    from importlib.metadata import entry_points
+
+    from click.testing import CliRunner
+
+    from toolcrib import cli, view
+
+    (script,) = [ep for ep in entry_points(group="console_scripts") if ep.name == "toolcrib"]
+    assert script.value == "toolcrib.cli:run"
+    view.freeze_builds(False)
+    assert CliRunner().invoke(cli.main, ["--version"]).exit_code == 0
+    assert view._freezing is False
+    monkeypatch.setattr(sys, "argv", ["toolcrib", "--version"])
+    with pytest.raises(SystemExit) as exited:
+        cli.run()
+    assert (exited.value.code, view._freezing) == (0, True)
 
 
 def test_every_supplier_of_tools_is_a_source(tmp_path: Path) -> None:

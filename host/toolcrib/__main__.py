@@ -1,5 +1,5 @@
 """``python -m toolcrib``: the ``toolcrib`` command (an isolated pack's process is started this way)."""
 
-from toolcrib.cli import main
+from toolcrib.cli import run
 
-main()
+run()

@@ -23,6 +23,7 @@ import click
 
 from toolcrib.config import DEFAULT_FILE, find_config
 from toolcrib.errors import ConfigError, ToolcribError, ToolError, watch_interrupts
+from toolcrib.view import freeze_builds
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -1318,5 +1319,14 @@ def _terminal_approver() -> Any:
     return approver
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The ``toolcrib`` command as a process of its own (the console script, ``python -m toolcrib``): what it builds
+    lives until the process exits or reloads, so it is frozen out of the garbage collector's scans
+    (``toolcrib.view.freeze_builds``). In-process callers (click's test runner) call ``main``, which leaves the
+    collector as it is."""
+    freeze_builds()
     main()
+
+
+if __name__ == "__main__":
+    run()

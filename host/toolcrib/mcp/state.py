@@ -36,7 +36,7 @@ from toolcrib.mcp.sdk import connection_of
 from toolcrib.mcp.sessions import SUBSCRIPTIONS, LocalSessions, Sessions, shared_state
 from toolcrib.observe import Metrics
 from toolcrib.uris import normalize
-from toolcrib.view import AgentView
+from toolcrib.view import AgentView, collect_replaced
 
 if TYPE_CHECKING:
     from toolcrib.cluster import Fanout, Store
@@ -301,6 +301,8 @@ class ServingState:
         for), so that a changed config file is followed at once everywhere it has arrived."""
         async with self._reloading:
             done = await self._reload()
+            if done:
+                collect_replaced()  # the replaced host's cycles, where builds are frozen (toolcrib serve)
         if self.metrics is not None and self._make_host is not None:
             self.metrics.reloads.labels("ok" if done else "rejected").inc()
         if done and announce and self.fanout is not None:
