@@ -637,3 +637,28 @@ def test_a_response_the_client_stopped_reading_gets_nothing_more() -> None:
 
     anyio.run(main)
     assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+
+
+@pytest.mark.parametrize("gone_at", ["http.response.start", "http.response.body"])
+def test_a_json_answer_whose_client_left_ends_quietly(gone_at: str) -> None:
+    """An ASGI server may raise ``OSError`` for a write to a connection that closed (uvicorn drops it): the
+    answer's write ends the request, with nothing more written and nothing raised into the server."""
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        if message["type"] == gone_at:
+            raise OSError("the connection is closed")
+
+    async def main() -> None:
+        going = _exchange(send)
+
+        async def call() -> dict[str, Any]:
+            return {"content": []}
+
+        await going.run(call())
+        await going.progress(1.0, None, "after")  # nothing more goes onto that response
+
+    anyio.run(main)
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"][
+        :2 if gone_at == "http.response.body" else 1]

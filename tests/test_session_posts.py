@@ -469,8 +469,10 @@ def test_the_transports_own_close_of_a_calls_stream_ends_it_once_and_the_call_go
                                                                  "isError": False}}
 
 
-async def raw_post(side: Side, body: dict[str, Any], **extra: str) -> list[dict[str, Any]]:
-    """One POST into ``side``'s app as ASGI messages, and what it sent back, as sent."""
+async def raw_post(side: Side, body: dict[str, Any], gone_at: str = "", **extra: str) -> list[dict[str, Any]]:
+    """One POST into ``side``'s app as ASGI messages, and what it sent back, as sent. With ``gone_at`` (an ASGI
+    message type), the client has left by then: sending it raises ``OSError``, as the ASGI spec asks a server to
+    do on a closed connection."""
     sent: list[dict[str, Any]] = []
     messages = [{"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}]
 
@@ -482,6 +484,8 @@ async def raw_post(side: Side, body: dict[str, Any], **extra: str) -> list[dict[
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
+        if message["type"] == gone_at:
+            raise OSError("the connection is closed")
 
     with anyio.fail_after(10):
         await side.app(post_scope(side, **extra), receive, send)
@@ -511,6 +515,29 @@ def test_an_answer_is_one_json_body_with_its_length_and_the_request_leaves_nothi
         (b"content-type", b"application/json"), (b"mcp-session-id", sid.encode()),
         (b"content-length", str(len(body)).encode())]}, {"type": "http.response.body", "body": body}]
     assert left == ({}, {})  # its place on the transport's router and in the dispatcher's table given back
+
+
+@pytest.mark.parametrize("gone_at", ["http.response.start", "http.response.body"])
+def test_an_answer_whose_client_left_ends_quietly_and_the_session_goes_on(
+        gone_at: str, caplog: pytest.LogCaptureFixture) -> None:
+    """An ASGI server may raise ``OSError`` for a write to a connection that closed (uvicorn drops it): the request
+    ends with nothing more written, no traceback, and the session answers its next call."""
+
+    async def main() -> tuple[list[dict[str, Any]], list[dict[str, Any]], Any]:
+        async with apps() as (ours, _):
+            sent = await raw_post(ours, call(12, "w__text", {"word": "hi"}), gone_at=gone_at)
+            again = await raw_post(ours, call(13, "w__text", {"word": "again"}))
+            transport = ours.app.endpoints["a"].manager._server_instances[ours.sid]
+            return sent, again, (dict(transport._request_streams), dict(transport.session.dispatcher._in_flight))
+
+    with caplog.at_level(logging.WARNING):
+        sent, again, left = anyio.run(main)
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"][
+        :2 if gone_at == "http.response.body" else 1]
+    assert again[-1]["body"] == (b'{"jsonrpc":"2.0","id":13,"result":{"content":[{"type":"text","text":"again"}],'
+                                 b'"isError":false}}')
+    assert left == ({}, {})
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 def test_a_request_whose_id_is_in_flight_takes_the_sdks_path() -> None:

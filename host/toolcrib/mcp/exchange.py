@@ -203,10 +203,15 @@ def replayed(chunks: list[bytes], more: bool, receive: Receive) -> Receive:
 
 
 async def _write_json(send: Send, message: dict[str, Any], status: int = 200) -> None:
+    """``message`` as one JSON body. A client that left is nobody to answer: an ASGI server may raise ``OSError``
+    for a write to a closed connection (as the ASGI spec asks; uvicorn drops the write instead)."""
     body = json.dumps(message, separators=(",", ":")).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-length", str(len(body)).encode()), (b"content-type", _JSON_HEADERS)]})
-    await send({"type": "http.response.body", "body": body})
+    try:
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-length", str(len(body)).encode()), (b"content-type", _JSON_HEADERS)]})
+        await send({"type": "http.response.body", "body": body})
+    except OSError:
+        pass
 
 
 def _event(message: dict[str, Any]) -> bytes:

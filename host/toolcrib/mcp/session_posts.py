@@ -276,10 +276,13 @@ class _Answer:
             if self._gone:
                 return
             self._gone = True
-            await self._send({"type": "http.response.start", "status": 200, "headers": [
-                (b"content-type", b"application/json"), (b"mcp-session-id", self._session_id()),
-                (b"content-length", str(len(body)).encode())]})
-            await self._send({"type": "http.response.body", "body": body})
+            try:
+                await self._send({"type": "http.response.start", "status": 200, "headers": [
+                    (b"content-type", b"application/json"), (b"mcp-session-id", self._session_id()),
+                    (b"content-length", str(len(body)).encode())]})
+                await self._send({"type": "http.response.body", "body": body})
+            except OSError:  # the client left (an ASGI server may raise for a closed connection): nobody to answer
+                pass
 
     async def _out(self, message: types.JSONRPCMessage, last: bool = False) -> None:
         """One message of this request's stream: opened first, the message stored, then written with its id."""
