@@ -107,10 +107,13 @@ def toolcrib_host(n: int, extra: list[Any] | None = None, config: str = "", **op
 
 
 def toolcrib_server(n: int, config: str = "", **options: Any) -> Any:
+    """The bench pack's server, built as `toolcrib serve` builds it: the host with the served agent's lists."""
     from toolcrib.mcp.adapter import build_server
-    from toolcrib.mcp.state import ServingState
+    from toolcrib.mcp.state import ServingState, build_lists
 
-    return build_server(ServingState(toolcrib_host(n, config=config, **options)), AGENT)
+    host = toolcrib_host(n, config=config, **options)
+    build_lists(host, [AGENT])
+    return build_server(ServingState(host), AGENT)
 
 
 def lowlevel_otel_server(n: int) -> Any:

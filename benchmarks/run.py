@@ -264,9 +264,10 @@ def cold(args: argparse.Namespace) -> list[Row]:
              ratio(mine["first"], theirs["first"]), f"{mine['first'] / mine['warm']:.1f}x toolcrib's warm list"],
             [f"{n} tools: warm tools/list, same process", fmt(mine["warm"]), fmt(theirs["warm"]),
              ratio(mine["warm"], theirs["warm"]), ""],
-            [f"{n} tools: building the server (decorating the functions)", fmt(mine["build"]),
+            [f"{n} tools: building the server", fmt(mine["build"]),
              fmt(theirs["build"]), ratio(mine["build"], theirs["build"]),
-             "the low-level peer builds `Tool` models directly, with no function to inspect"],
+             "toolcrib decorates the functions, then builds the host, the agent's view and its lists (as `toolcrib "
+             "serve` does before it answers); the low-level peer builds `Tool` models directly"],
             [f"{n} tools: peak memory after both lists", f"{mine['rss_mb']:.0f} MB", f"{theirs['rss_mb']:.0f} MB",
              ratio(mine["rss_mb"], theirs["rss_mb"]), ""],
         ]
@@ -1280,9 +1281,10 @@ def main() -> None:
         "reads it in its async handler. Both read the same 10 KB text file.",
         _table(["measure", "toolcrib", "SDK low-level, no middleware", "ratio"], tables["realistic"]),
         "## Cold: a fresh process (toolcrib and the SDK's low-level server without middleware)",
-        "toolcrib's process is one that serves until it exits, as `toolcrib serve` runs: what its builds leave alive "
-        "is frozen out of the garbage collector's scans (`toolcrib.view.freeze_builds`); the low-level server's "
-        "process builds its `Tool` models with the collector as Python leaves it.",
+        "toolcrib's server is built as `toolcrib serve` builds it: the host with the served agent's lists "
+        "(`toolcrib.mcp.state.build_lists`), what the build leaves alive frozen out of the garbage collector's scans "
+        "(`toolcrib.view.freeze_builds`); the low-level server's process builds its `Tool` models with the "
+        "collector as Python leaves it. The first row, process start to the first answer, is the sum that counts.",
         _table(["measure", "toolcrib", "SDK low-level", "ratio", "note"], cold_rows),
         "## Python API",
         _table(["measure", "toolcrib", "floor", "ratio"], api_rows),

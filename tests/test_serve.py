@@ -350,6 +350,41 @@ def test_progress_and_logging_reach_the_client(mode: str) -> None:
     assert logs == ["halfway there"]
 
 
+@pytest.mark.parametrize(("serves", "built"), [(None, ["a", "b"]), (["b", "nobody"], ["b"]), ([], [])])
+def test_each_host_is_built_with_the_lists_of_the_agents_it_serves(
+        tmp_path: Path, serves: list[str] | None, built: list[str]) -> None:
+    """What ``serve`` answers first is made in the worker thread that builds the host, at start and at each reload:
+    every agent's lists over HTTP, one agent's on stdio, none for the console (or in an isolated pack's process)."""
+    from toolcrib.mcp.state import serving_state
+
+    (tmp_path / "greet").mkdir()  # a tool folder: the pack greet
+    (tmp_path / "greet" / "hello.py").write_text(
+        "import toolcrib\n\n\n@toolcrib.tool\ndef hello(name: str) -> str:\n    \"\"\"Say hello.\"\"\"\n"
+        "    return f'hello {name}'\n")
+    agent = ("[agents.{0}]\n[agents.{0}.permissions]\nplugins = {{ allow = ['greet'] }}\n"
+             "tools = {{ allow = ['*'] }}\n")
+    config = tmp_path / "toolcrib.toml"
+    config.write_text('[host]\ntool_dirs = ["greet"]\n' + agent.format("a") + agent.format("b"))
+    lists = ["mcp_prompts", "mcp_resources", "mcp_templates", "mcp_tools"]
+
+    def made(host: Any) -> dict[str, list[str]]:
+        """The views ``host`` holds, and the lists each has made (what is there before anything asked)."""
+        return {name: sorted(key for key in vars(view) if key in lists) for name, view in host._views.items()}
+
+    async def main() -> tuple[dict[str, list[str]], dict[str, list[str]], list[str]]:
+        async with serving_state(config, serves=serves) as state:
+            first = made(state.host)
+            replaced = state.host
+            assert await state.reload() and state.host is not replaced
+            return first, made(state.host), state.view("a").names
+
+    first, reloaded, names = anyio.run(main)
+    assert names == ["greet__hello"]
+    assert first == {name: lists for name in built}
+    # a reload compares every agent's lists, old and new: it builds those of the agents not served on the way
+    assert reloaded == {"a": lists, "b": lists}
+
+
 def test_reload_notifies_legacy_sessions_and_modern_listeners(tmp_path: Path) -> None:
     config = tmp_path / "toolcrib.toml"
     config.write_text(CONFIG)

@@ -690,11 +690,16 @@ def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: boo
     configure_logging("debug" if debug else log_level, log_format, log_requests)
     keeping = http and (metrics or load_config(path).config.host.metrics)
     kept = Metrics() if keeping else None
+    # The lists each host is built with: every agent's over HTTP, the one agent's on stdio, none in an isolated pack's
+    # process (its checks are taken off first, and run for the host's agents: toolcrib.mcp.checks).
+    from toolcrib.isolation import ISOLATED_ENV
+
+    serves = None if agent is None else [] if os.environ.get(ISOLATED_ENV) else [agent]
     # stdio: the wire is claimed before any pack is imported, so that nothing a pack prints reaches it
     stdin, stdout, restore = claim_stdio() if agent is not None else (None, None, None)
 
     async def run() -> None:
-        async with serving_state(path, kept) as state, anyio.create_task_group() as tg:
+        async with serving_state(path, kept, serves) as state, anyio.create_task_group() as tg:
             if agent is not None:
                 tg.start_soon(_stop_on_signal, tg.cancel_scope)
                 assert stdin is not None and stdout is not None
@@ -757,7 +762,7 @@ def console(bind: str, port: int, allow_remote: bool, allowed_hosts: tuple[str, 
     _check_port(bind, port)
 
     async def run() -> None:
-        async with serving_state(path) as state:
+        async with serving_state(path, serves=()) as state:  # (it serves no agent: their lists wait to be asked)
             await serve_http(state, options, path)
 
     with suppress(KeyboardInterrupt):  # uvicorn stops on SIGINT and SIGTERM by itself

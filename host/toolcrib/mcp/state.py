@@ -10,7 +10,7 @@ import os
 import secrets
 import signal
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,7 +36,7 @@ from toolcrib.mcp.sdk import connection_of
 from toolcrib.mcp.sessions import SUBSCRIPTIONS, LocalSessions, Sessions, shared_state
 from toolcrib.observe import Metrics
 from toolcrib.uris import normalize
-from toolcrib.view import AgentView, collect_replaced
+from toolcrib.view import AgentView, thaw_builds
 
 if TYPE_CHECKING:
     from toolcrib.cluster import Fanout, Store
@@ -49,11 +49,13 @@ SETTLE_CHECKS = 25
 
 
 @asynccontextmanager
-async def serving_state(path: Path | None, metrics: Metrics | None = None) -> AsyncIterator[ServingState]:
+async def serving_state(path: Path | None, metrics: Metrics | None = None,
+                        serves: Collection[str] | None = None) -> AsyncIterator[ServingState]:
     """The state to serve from the config at ``path``, with its upstream MCP servers connected; a reload reads
     the file again and keeps the connections whose config did not change. With ``metrics``, every host built
     reports into them. With ``[cluster]``, limits are counted on the shared store (``toolcrib.cluster``), opened
-    here for the life of the state."""
+    here for the life of the state. Each host is built with the lists of the agents it ``serves`` (every agent
+    when None; ``build_lists``)."""
     from toolcrib.cluster import Fanout, limiter
     from toolcrib.config import load_config
     from toolcrib.mcp.fleet import RedisOnce, RedisSessions
@@ -68,8 +70,13 @@ async def serving_state(path: Path | None, metrics: Metrics | None = None) -> As
             if loaded.config.cluster != cluster:
                 log.warning("%s: [cluster] changed; the change applies when serve is restarted", loaded.source)
             sources = await pool.sync(loaded)
-            return await anyio.to_thread.run_sync(functools.partial(
-                Host, loaded, sources=sources, metrics=metrics, limits=limits))
+
+            def made() -> Host:
+                host = Host(loaded, sources=sources, metrics=metrics, limits=limits)
+                build_lists(host, host.agents if serves is None else serves)
+                return host
+
+            return await anyio.to_thread.run_sync(made)
 
         state = ServingState(await build(), make_host=build)
         state.metrics = metrics
@@ -302,7 +309,7 @@ class ServingState:
         async with self._reloading:
             done = await self._reload()
             if done:
-                collect_replaced()  # the replaced host's cycles, where builds are frozen (toolcrib serve)
+                thaw_builds()  # where builds were frozen (toolcrib serve): the replaced host's cycles can go
         if self.metrics is not None and self._make_host is not None:
             self.metrics.reloads.labels("ok" if done else "rejected").inc()
         if done and announce and self.fanout is not None:
@@ -342,7 +349,7 @@ class ServingState:
             await follow()
         changed = []
         for agent in sorted(set(old.agents) | set(new.agents)):
-            differing = [name for name in ("tools", "resources", "prompts")
+            differing = [name for name in _LISTS
                          if _listed(old, agent, name) != _listed(new, agent, name)]
             if differing:
                 changed.append(agent)
@@ -393,6 +400,19 @@ _EVENTS: dict[str, type[ToolsListChanged | ResourcesListChanged | PromptsListCha
     "tools": ToolsListChanged, "resources": ResourcesListChanged, "prompts": PromptsListChanged}
 _SENDERS = {"tools": "send_tool_list_changed", "resources": "send_resource_list_changed",
             "prompts": "send_prompt_list_changed"}
+
+
+def build_lists(host: Host, agents: Iterable[str]) -> None:
+    """Build what ``agents`` list on ``host`` (their views, and the tools, resources and prompts of each), as the
+    host is built, in its worker thread: neither the first request nor a reload, which compares the lists of the
+    old host with the new one's, then builds them on the event loop, where every other request would wait. A name
+    the config does not define is passed over."""
+    for agent in agents:
+        for name in _LISTS:
+            _listed(host, agent, name)
+
+
+_LISTS = ("tools", "resources", "prompts")
 
 
 def _listed(host: Host, agent: str, name: str) -> Any:
