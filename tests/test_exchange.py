@@ -9,6 +9,7 @@ Then what only this path does on its own: a client that goes ends its call, a lo
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -45,6 +46,19 @@ async def hang() -> str:
     try:
         await anyio.sleep_forever()
     finally:
+        seen["ended"] = "cancelled"
+    return "never"
+
+
+@toolcrib.tool
+async def hang_then_say(ctx: toolcrib.Context) -> str:
+    """Wait until cancelled, then tell the client how far it came as it stops."""
+    seen["started"].set()
+    try:
+        await anyio.sleep_forever()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await ctx.report_progress(1, 1, "stopping")
         seen["ended"] = "cancelled"
     return "never"
 
@@ -304,9 +318,11 @@ def test_without_notifications_a_call_is_answered_as_json(monkeypatch: pytest.Mo
         5, [{"type": "text", "text": "5"}], False)
 
 
-def test_a_call_whose_client_goes_is_cancelled_and_answered_with_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("tool", ["s__hang", "s__hang_then_say"])
+def test_a_call_whose_client_goes_is_cancelled_and_answered_with_nothing(
+        monkeypatch: pytest.MonkeyPatch, tool: str) -> None:
     """On 2026-07-28 a client cancels by closing the response: the watcher that starts beside a call that runs on
-    hears it and ends the call."""
+    hears it and ends the call. What the handler says as it stops goes nowhere: the client is gone."""
     monkeypatch.setattr(exchange, "WATCH_AFTER", 0.01)
     sent: list[Any] = []
 
@@ -314,9 +330,9 @@ def test_a_call_whose_client_goes_is_cancelled_and_answered_with_nothing(monkeyp
         seen.clear()
         seen["started"] = anyio.Event()
         gone = anyio.Event()
-        state = ServingState(make_host(CONFIG, {"s": Pack(slow, hang, quiet, routed)}))
+        state = ServingState(make_host(CONFIG, {"s": Pack(slow, hang, hang_then_say, quiet, routed)}))
         app = HttpApp(state, HttpOptions(), env=TOKENS)
-        body = json.dumps(request(1, "tools/call", {"name": "s__hang", "arguments": {}})).encode()
+        body = json.dumps(request(1, "tools/call", {"name": tool, "arguments": {}}, {"progressToken": "p"})).encode()
         messages = [{"type": "http.request", "body": body, "more_body": False}]
 
         async def receive() -> dict[str, Any]:
@@ -332,7 +348,7 @@ def test_a_call_whose_client_goes_is_cancelled_and_answered_with_nothing(monkeyp
                  "scheme": "http", "path": "/agents/a/mcp", "raw_path": b"/agents/a/mcp", "query_string": b"",
                  "root_path": "", "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8000),
                  "headers": [(k.lower().encode(), v.encode()) for k, v in
-                             {**headers("tools/call", "s__hang"), "Host": "127.0.0.1:8000"}.items()]}
+                             {**headers("tools/call", tool), "Host": "127.0.0.1:8000"}.items()]}
         async with app.app.router.lifespan_context(app.app), anyio.create_task_group() as tg:
             tg.start_soon(app, scope, receive, send)
             await seen["started"].wait()
@@ -364,6 +380,51 @@ def test_a_long_silent_call_keeps_its_stream_alive_with_pings(monkeypatch: pytes
     assert text.count(": ping\r\n\r\n") >= 2
     final = json.loads(text.rsplit("data: ", 1)[1])
     assert final["id"] == 2 and final["result"]["content"] == [{"type": "text", "text": "slept"}]
+
+
+def test_the_first_ping_comes_ping_seconds_after_the_call_began(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watcher starts ``WATCH_AFTER`` into the call and counts that as waited: the first keep-alive goes out
+    ``PING_SECONDS`` after the call began, as the SDK's entry sends it, not that much after the watcher began."""
+    monkeypatch.setattr(exchange, "WATCH_AFTER", 0.3)
+    monkeypatch.setattr(exchange, "PING_SECONDS", 0.4)
+    written: list[tuple[float, dict[str, Any]]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        written.append((time.perf_counter(), message))
+
+    async def main() -> float:
+        going = _exchange(send)
+        began = time.perf_counter()
+        await going.run(_sleeping(1.2))
+        return began
+
+    began = anyio.run(main)
+    pings = [when - began for when, message in written if message.get("body") == b": ping\r\n\r\n"]
+    assert len(pings) >= 2
+    assert 0.4 <= pings[0] < 0.7  # (the watcher's own start would put it at 0.7)
+
+
+async def _sleeping(seconds: float) -> dict[str, Any]:
+    await anyio.sleep(seconds)
+    return {"content": []}
+
+
+def test_a_request_to_the_client_has_no_channel_on_2026_07_28() -> None:
+    """A 2026-07-28 server asks its client nothing during a call (it ends the round instead): the SDK's own error,
+    naming the request."""
+    from mcp.shared.exceptions import NoBackChannelError
+
+    async def send(message: dict[str, Any]) -> None:
+        raise AssertionError(message)
+
+    async def main() -> None:
+        await _exchange(send).send_raw_request("roots/list", None)
+
+    with pytest.raises(NoBackChannelError) as refused:
+        anyio.run(main)
+    assert (refused.value.method, refused.value.error.message) == (
+        "roots/list", "Cannot send 'roots/list': this transport context has no back-channel for server-initiated "
+        "requests.")
 
 
 @pytest.mark.parametrize(("sent", "expected"), [
@@ -662,3 +723,6 @@ def test_a_json_answer_whose_client_left_ends_quietly(gone_at: str) -> None:
     anyio.run(main)
     assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"][
         :2 if gone_at == "http.response.body" else 1]
+    body = b'{"jsonrpc":"2.0","id":7,"result":{"content":[]}}'
+    assert sent[0] == {"type": "http.response.start", "status": 200, "headers": [  # (ASGI's names: lower case)
+        (b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]}

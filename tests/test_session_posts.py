@@ -440,6 +440,22 @@ def test_a_stream_closed_for_polling_is_the_sdks_and_the_rest_is_resumed() -> No
                           b'"text","text":"slept"}],"isError":false}}\r\n\r\n')
 
 
+def test_a_stream_closed_for_polling_ends_with_an_empty_last_body_as_asgi_has_it() -> None:
+    """What the server is handed when a call's stream closes for polling: its head, the priming event, then an
+    empty body that says no more comes (ASGI's bodies are bytes, never None)."""
+
+    async def main() -> list[dict[str, Any]]:
+        async with apps(before="[host]\nhttp_stream_seconds = 0.1\n") as (ours, _):
+            return await raw_post(ours, call(6, "s__quiet", {"seconds": 0.3}))
+
+    sent = anyio.run(main)
+    assert [(m["type"], m.get("body"), m.get("more_body")) for m in sent] == [
+        ("http.response.start", None, None),
+        ("http.response.body", b"id: 3\r\ndata: \r\nretry: 1000\r\n\r\n", True),
+        ("http.response.body", b"", False)]
+    assert [name for name, _ in sent[0]["headers"]] == [name.lower() for name, _ in sent[0]["headers"]]
+
+
 def test_the_transports_own_close_of_a_calls_stream_ends_it_once_and_the_call_goes_on() -> None:
     """``close_sse_stream(request_id)``, the transport's public way to end a request's stream (it closes both ends
     it registered), ends this path's stream as the SDK's: the priming event, then nothing; the answer is stored."""

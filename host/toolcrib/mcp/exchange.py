@@ -202,7 +202,7 @@ def replayed(chunks: list[bytes], more: bool, receive: Receive) -> Receive:
     return again
 
 
-async def _write_json(send: Send, message: dict[str, Any], status: int = 200) -> None:
+async def _write_json(send: Send, message: dict[str, Any], status: int) -> None:
     """``message`` as one JSON body. A client that left is nobody to answer: an ASGI server may raise ``OSError``
     for a write to a closed connection (as the ASGI spec asks; uvicorn drops the write instead)."""
     body = json.dumps(message, separators=(",", ":")).encode()
