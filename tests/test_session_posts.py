@@ -556,6 +556,38 @@ def test_an_answer_whose_client_left_ends_quietly_and_the_session_goes_on(
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
+@pytest.mark.parametrize("failing", [1, 2])
+def test_once_a_write_fails_nothing_more_is_written_and_the_answer_is_kept(failing: int) -> None:
+    """The client left while its call's stream was written (the head's priming event, or a later event): nothing
+    more is written to it, and the answer is stored for a client that comes back with its Last-Event-ID."""
+
+    async def main() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        async with apps() as (ours, _):
+            sent: list[dict[str, Any]] = []
+            messages = [{"type": "http.request", "more_body": False, "body": json.dumps(call(
+                14, "s__slow", {"seconds": 0}, _meta={"progressToken": "p"})).encode()}]
+
+            async def receive() -> dict[str, Any]:
+                if messages:
+                    return messages.pop()
+                await anyio.sleep_forever()
+                raise AssertionError
+
+            async def send(message: dict[str, Any]) -> None:
+                sent.append(message)
+                if sum(m["type"] == "http.response.body" for m in sent) == failing:
+                    raise OSError("the connection is closed")
+
+            with anyio.fail_after(10):
+                await ours.app(post_scope(ours), receive, send)
+            return sent, session_requests(ours)
+
+    sent, stored = anyio.run(main)
+    assert [m["type"] for m in sent] == ["http.response.start", *["http.response.body"] * failing]
+    assert stored[-1] == {"jsonrpc": "2.0", "id": 14, "result": {"content": [{"type": "text", "text": "done"}],
+                                                                  "isError": False}}
+
+
 def test_a_request_whose_id_is_in_flight_takes_the_sdks_path() -> None:
     async def main() -> tuple[list[str], dict[str, Any]]:
         seen.clear()
