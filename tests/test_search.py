@@ -146,6 +146,22 @@ def _serve(config: str) -> Any:
     return build_server(ServingState(make_host(config, {"fs": toolcrib_fs})), "a")
 
 
+def test_a_served_agent_that_searches_has_its_index_built_with_the_host() -> None:
+    """``serve`` builds each host with what its agents are served first (``build_lists``): for an agent that
+    searches its tools, the index too, so that its first search does not build it on the event loop."""
+    from toolcrib.mcp.state import build_lists
+
+    plain = SEARCHING.replace('tool_search = { listed = ["fs__read_file"], results = 3 }\n', "")
+    built = []
+    for config in (SEARCHING, plain):
+        host = make_host(config, {"fs": toolcrib_fs})
+        build_lists(host, ["a", "nobody"])
+        view = host.view("a")
+        built.append(sorted(k for k in vars(view) if k in {"_index", "listed_tools", "mcp_tools", "mcp_prompts"}))
+    assert built == [["_index", "listed_tools", "mcp_prompts", "mcp_tools"], ["listed_tools", "mcp_prompts",
+                                                                              "mcp_tools"]]
+
+
 def test_an_agent_with_tool_search_lists_a_few_tools_and_finds_the_rest_which_a_session_then_lists() -> None:
     changed: list[str] = []
 

@@ -387,6 +387,13 @@ class AgentView:
         return [wire for vt, wire in zip(self.tools, self.mcp_tools, strict=True)
                 if vt.served in self.searching_names or any(p.matches(vt.name) for p in up_front)]
 
+    def prepare(self) -> None:
+        """Build now what this agent's first requests would: its lists as MCP serves them (tools, resources,
+        templates, prompts) and, where it searches its tools, the search index."""
+        _ = self.listed_tools, self.mcp_resources, self.mcp_templates, self.mcp_prompts
+        if self.searching_names:
+            _ = self._index
+
     def search(self, query: str, k: int = 5) -> list[dict[str, Any]]:
         """The ``k`` tools of this view that best match ``query``, best first, as tools/list has them: BM25 over
         served names, descriptions and arguments, a served name itself, or ``/regex/`` over served names
