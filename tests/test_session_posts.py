@@ -11,9 +11,11 @@ a client that leaves and comes back, a long silent call and polling."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -22,6 +24,7 @@ import httpx2
 import pytest
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 
+import toolcrib
 from conftest import make_host
 from packs import Pack
 from test_exchange import CONFIG, TOKENS, hang, quiet, sampler, seen, slow
@@ -100,11 +103,24 @@ async def apps(agent: str = "a", before: str = "") -> AsyncIterator[tuple[Side, 
         yield ours, theirs
 
 
+@toolcrib.tool
+async def leaves_word(ctx: toolcrib.Context) -> str:
+    """Answer at once, leaving behind a task that tells the client something once the call has answered."""
+
+    async def later() -> None:
+        await seen["answered"].wait()
+        await ctx.info("too late")
+        seen["said"].set()
+
+    seen["task"] = asyncio.get_running_loop().create_task(later())
+    return "answered"
+
+
 @contextlib.asynccontextmanager
 async def json_apps(agent: str = "a", before: str = "") -> AsyncIterator[tuple[Side, Side, Side]]:
     state = ServingState(make_host(before + CONFIG, {
         "w": Pack(text, order, total, picture, missing, crash, garbled, hand_built), "garble": Garble(),
-        "p": Prompts(), "s": Pack(slow, hang, quiet, sampler)}))
+        "p": Prompts(), "s": Pack(slow, hang, quiet, sampler, leaves_word)}))
     built = [HttpApp(state, HttpOptions(), env=TOKENS) for _ in range(3)]
     async with contextlib.AsyncExitStack() as stack:
         for app in built:
@@ -361,6 +377,38 @@ def test_the_sessions_end_ends_its_calls() -> None:
     assert (status, body, deleted, ended) == (200, b"id: 3\r\ndata: \r\nretry: 1000\r\n\r\n", 200, "cancelled")
 
 
+def test_the_first_ping_comes_ping_seconds_after_the_call_began(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watcher starts ``WATCH_AFTER`` into the call and counts that as waited: the first keep-alive goes out
+    ``PING_SECONDS`` after the call began, not that much after the watcher began."""
+    monkeypatch.setattr(session_posts, "WATCH_AFTER", 0.3)
+    monkeypatch.setattr(session_posts, "PING_SECONDS", 0.4)
+
+    async def main() -> tuple[float, list[tuple[float, dict[str, Any]]]]:
+        async with apps() as (ours, _):
+            written: list[tuple[float, dict[str, Any]]] = []
+            messages = [{"type": "http.request", "more_body": False,
+                         "body": json.dumps(call(15, "s__quiet", {"seconds": 1.2})).encode()}]
+
+            async def receive() -> dict[str, Any]:
+                if messages:
+                    return messages.pop()
+                await anyio.sleep_forever()
+                raise AssertionError
+
+            async def send(message: dict[str, Any]) -> None:
+                written.append((time.perf_counter(), message))
+
+            began = time.perf_counter()
+            with anyio.fail_after(10):
+                await ours.app(post_scope(ours), receive, send)
+            return began, written
+
+    began, written = anyio.run(main)
+    pings = [when - began for when, message in written if message.get("body", b"").startswith(b": ping - ")]
+    assert len(pings) >= 2
+    assert 0.4 <= pings[0] < 0.7  # (the watcher's own start would put it at 0.7)
+
+
 def test_a_long_silent_call_opens_its_stream_then_keeps_it_alive(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(session_posts, "WATCH_AFTER", 0.01)
     monkeypatch.setattr(session_posts, "PING_SECONDS", 0.05)
@@ -586,6 +634,29 @@ def test_once_a_write_fails_nothing_more_is_written_and_the_answer_is_kept(faili
     assert [m["type"] for m in sent] == ["http.response.start", *["http.response.body"] * failing]
     assert stored[-1] == {"jsonrpc": "2.0", "id": 14, "result": {"content": [{"type": "text", "text": "done"}],
                                                                   "isError": False}}
+
+
+def test_what_a_call_leaves_behind_says_nothing_after_its_answer(caplog: pytest.LogCaptureFixture) -> None:
+    """A task a handler left behind may notify after the call answered: nothing more goes out for that request,
+    and nothing is stored for a client that would come back for it."""
+
+    async def main() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+        seen.clear()
+        seen["answered"], seen["said"] = anyio.Event(), anyio.Event()
+        async with apps() as (ours, _):
+            sent = await raw_post(ours, call(16, "s__leaves_word", {}))
+            before = session_requests(ours)
+            seen["answered"].set()
+            with anyio.fail_after(10):
+                await seen["said"].wait()
+            return sent, before, session_requests(ours)
+
+    with caplog.at_level(logging.DEBUG, logger="toolcrib.serve"):
+        sent, before, after = anyio.run(main)
+    assert sent[-1]["body"] == (b'{"jsonrpc":"2.0","id":16,"result":{"content":[{"type":"text","text":"answered"}],'
+                                b'"isError":false}}')
+    assert after == before
+    assert "dropped notifications/message: its request is answered" in [r.getMessage() for r in caplog.records]
 
 
 def test_a_request_whose_id_is_in_flight_takes_the_sdks_path() -> None:
