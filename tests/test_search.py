@@ -158,8 +158,7 @@ def test_a_served_agent_that_searches_has_its_index_built_with_the_host() -> Non
         build_lists(host, ["a", "nobody"])
         view = host.view("a")
         built.append(sorted(k for k in vars(view) if k in {"_index", "listed_tools", "mcp_tools", "mcp_prompts"}))
-    assert built == [["_index", "listed_tools", "mcp_prompts", "mcp_tools"], ["listed_tools", "mcp_prompts",
-                                                                              "mcp_tools"]]
+    assert built == [["_index", "listed_tools", "mcp_tools"], ["listed_tools", "mcp_tools"]]
 
 
 def test_an_agent_with_tool_search_lists_a_few_tools_and_finds_the_rest_which_a_session_then_lists() -> None:

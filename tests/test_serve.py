@@ -353,8 +353,9 @@ def test_progress_and_logging_reach_the_client(mode: str) -> None:
 @pytest.mark.parametrize(("serves", "built"), [(None, ["a", "b"]), (["b", "nobody"], ["b"]), ([], [])])
 def test_each_host_is_built_with_the_lists_of_the_agents_it_serves(
         tmp_path: Path, serves: list[str] | None, built: list[str]) -> None:
-    """What ``serve`` answers first is made in the worker thread that builds the host, at start and at each reload:
-    every agent's lists over HTTP, one agent's on stdio, none for the console (or in an isolated pack's process)."""
+    """What ``serve`` answers first (tools/list) is made in the worker thread that builds the host, at start and at
+    each reload: every agent's over HTTP, one agent's on stdio, none for the console (or in an isolated pack's
+    process). The other lists wait for their first request."""
     from toolcrib.mcp.state import serving_state
 
     (tmp_path / "greet").mkdir()  # a tool folder: the pack greet
@@ -365,7 +366,7 @@ def test_each_host_is_built_with_the_lists_of_the_agents_it_serves(
              "tools = {{ allow = ['*'] }}\n")
     config = tmp_path / "toolcrib.toml"
     config.write_text('[host]\ntool_dirs = ["greet"]\n' + agent.format("a") + agent.format("b"))
-    lists = ["mcp_prompts", "mcp_resources", "mcp_templates", "mcp_tools"]
+    lists = ["listed_tools", "mcp_prompts", "mcp_resources", "mcp_templates", "mcp_tools"]
 
     def made(host: Any) -> dict[str, list[str]]:
         """The views ``host`` holds, and the lists each has made (what is there before anything asked)."""
@@ -380,9 +381,10 @@ def test_each_host_is_built_with_the_lists_of_the_agents_it_serves(
 
     first, reloaded, names = anyio.run(main)
     assert names == ["greet__hello"]
-    assert first == {name: lists for name in built}
-    # a reload compares every agent's lists, old and new: it builds those of the agents not served on the way
-    assert reloaded == {"a": lists, "b": lists}
+    assert first == {name: ["listed_tools", "mcp_tools"] for name in built}
+    # a reload compares every agent's lists, old and new: it builds the rest, and those of the agents not served, on
+    # the way (on the event loop, as before)
+    assert reloaded == {name: lists if name in built else lists[1:] for name in ("a", "b")}
 
 
 def test_reload_notifies_legacy_sessions_and_modern_listeners(tmp_path: Path) -> None:

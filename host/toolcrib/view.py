@@ -388,9 +388,10 @@ class AgentView:
                 if vt.served in self.searching_names or any(p.matches(vt.name) for p in up_front)]
 
     def prepare(self) -> None:
-        """Build now what this agent's first requests would: its lists as MCP serves them (tools, resources,
-        templates, prompts) and, where it searches its tools, the search index."""
-        _ = self.listed_tools, self.mcp_resources, self.mcp_templates, self.mcp_prompts
+        """Build now what this agent's first tools/list (and, where it searches its tools, its first search)
+        would. The other lists wait for their first request: a client asks for its tools first, and at 10,000
+        resources their list costs a quarter of a second more."""
+        _ = self.listed_tools
         if self.searching_names:
             _ = self._index
 

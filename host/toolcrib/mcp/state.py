@@ -403,10 +403,10 @@ _SENDERS = {"tools": "send_tool_list_changed", "resources": "send_resource_list_
 
 
 def build_lists(host: Host, agents: Iterable[str]) -> None:
-    """Build what ``agents`` are served on ``host`` (their views, lists and search indexes: ``AgentView.prepare``),
-    as the host is built, in its worker thread: neither the first requests nor a reload, which compares the lists
-    of the old host with the new one's, then build them on the event loop, where every other request would wait. A
-    name the config does not define is passed over."""
+    """Build what ``agents`` are served first on ``host`` (their views, tools lists and search indexes:
+    ``AgentView.prepare``), as the host is built, in its worker thread: neither the first requests nor a reload,
+    which compares the tools of the old host with the new one's, then build them on the event loop, where every
+    other request would wait. A name the config does not define is passed over."""
     for agent in agents:
         if agent in host.rules:
             host.view(agent).prepare()
