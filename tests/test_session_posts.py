@@ -383,28 +383,17 @@ def test_the_first_ping_comes_ping_seconds_after_the_call_began(monkeypatch: pyt
     monkeypatch.setattr(session_posts, "WATCH_AFTER", 0.3)
     monkeypatch.setattr(session_posts, "PING_SECONDS", 0.4)
 
-    async def main() -> tuple[float, list[tuple[float, dict[str, Any]]]]:
+    async def main() -> tuple[float, list[float], list[dict[str, Any]]]:
         async with apps() as (ours, _):
-            written: list[tuple[float, dict[str, Any]]] = []
-            messages = [{"type": "http.request", "more_body": False,
-                         "body": json.dumps(call(15, "s__quiet", {"seconds": 1.2})).encode()}]
-
-            async def receive() -> dict[str, Any]:
-                if messages:
-                    return messages.pop()
-                await anyio.sleep_forever()
-                raise AssertionError
-
-            async def send(message: dict[str, Any]) -> None:
-                written.append((time.perf_counter(), message))
-
+            times: list[float] = []
             began = time.perf_counter()
-            with anyio.fail_after(10):
-                await ours.app(post_scope(ours), receive, send)
-            return began, written
+            sent = await raw_post(ours, call(15, "s__quiet", {"seconds": 1.2}),
+                                  lambda sent: times.append(time.perf_counter()))
+            return began, times, sent
 
-    began, written = anyio.run(main)
-    pings = [when - began for when, message in written if message.get("body", b"").startswith(b": ping - ")]
+    began, times, sent = anyio.run(main)
+    pings = [when - began for when, message in zip(times, sent, strict=True)
+             if message.get("body", b"").startswith(b": ping - ")]
     assert len(pings) >= 2
     assert 0.4 <= pings[0] < 0.7  # (the watcher's own start would put it at 0.7)
 
@@ -533,10 +522,11 @@ def test_the_transports_own_close_of_a_calls_stream_ends_it_once_and_the_call_go
                                                                  "isError": False}}
 
 
-async def raw_post(side: Side, body: dict[str, Any], gone_at: str = "", **extra: str) -> list[dict[str, Any]]:
-    """One POST into ``side``'s app as ASGI messages, and what it sent back, as sent. With ``gone_at`` (an ASGI
-    message type), the client has left by then: sending it raises ``OSError``, as the ASGI spec asks a server to
-    do on a closed connection."""
+async def raw_post(side: Side, body: dict[str, Any], watch: Callable[[list[dict[str, Any]]], None] | None = None,
+                   **extra: str) -> list[dict[str, Any]]:
+    """One POST into ``side``'s app as ASGI messages, and what it sent back, as sent. ``watch`` is shown what was
+    sent so far after each message: it may note when, or raise ``OSError`` (the client has left by then, as the
+    ASGI spec has a server say of a closed connection)."""
     sent: list[dict[str, Any]] = []
     messages = [{"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}]
 
@@ -548,12 +538,22 @@ async def raw_post(side: Side, body: dict[str, Any], gone_at: str = "", **extra:
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
-        if message["type"] == gone_at:
-            raise OSError("the connection is closed")
+        if watch is not None:
+            watch(sent)
 
     with anyio.fail_after(10):
         await side.app(post_scope(side, **extra), receive, send)
     return sent
+
+
+def gone_after(test: Callable[[list[dict[str, Any]]], bool]) -> Callable[[list[dict[str, Any]]], None]:
+    """A ``raw_post`` watch: the client leaves once ``test`` holds of what was sent (that send fails)."""
+
+    def watch(sent: list[dict[str, Any]]) -> None:
+        if test(sent):
+            raise OSError("the connection is closed")
+
+    return watch
 
 
 def post_scope(side: Side, **extra: str) -> dict[str, Any]:
@@ -589,7 +589,8 @@ def test_an_answer_whose_client_left_ends_quietly_and_the_session_goes_on(
 
     async def main() -> tuple[list[dict[str, Any]], list[dict[str, Any]], Any]:
         async with apps() as (ours, _):
-            sent = await raw_post(ours, call(12, "w__text", {"word": "hi"}), gone_at=gone_at)
+            sent = await raw_post(ours, call(12, "w__text", {"word": "hi"}),
+                                  gone_after(lambda sent: sent[-1]["type"] == gone_at))
             again = await raw_post(ours, call(13, "w__text", {"word": "again"}))
             transport = ours.app.endpoints["a"].manager._server_instances[ours.sid]
             return sent, again, (dict(transport._request_streams), dict(transport.session.dispatcher._in_flight))
@@ -611,23 +612,8 @@ def test_once_a_write_fails_nothing_more_is_written_and_the_answer_is_kept(faili
 
     async def main() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         async with apps() as (ours, _):
-            sent: list[dict[str, Any]] = []
-            messages = [{"type": "http.request", "more_body": False, "body": json.dumps(call(
-                14, "s__slow", {"seconds": 0}, _meta={"progressToken": "p"})).encode()}]
-
-            async def receive() -> dict[str, Any]:
-                if messages:
-                    return messages.pop()
-                await anyio.sleep_forever()
-                raise AssertionError
-
-            async def send(message: dict[str, Any]) -> None:
-                sent.append(message)
-                if sum(m["type"] == "http.response.body" for m in sent) == failing:
-                    raise OSError("the connection is closed")
-
-            with anyio.fail_after(10):
-                await ours.app(post_scope(ours), receive, send)
+            sent = await raw_post(ours, call(14, "s__slow", {"seconds": 0}, _meta={"progressToken": "p"}), gone_after(
+                lambda sent: sum(m["type"] == "http.response.body" for m in sent) == failing))
             return sent, session_requests(ours)
 
     sent, stored = anyio.run(main)
