@@ -1106,10 +1106,11 @@ def test_what_a_client_sets_on_one_replica_holds_on_every_replica_that_holds_its
                 async with httpx2.AsyncClient(timeout=30) as other:
                     touched = await other.post(f"{two}/agents/a/mcp", json=touch, headers=headers)
                     assert sse_messages(touched.text)[0]["result"]["content"][0]["text"] == "updated"
-                async for chunk in stream.aiter_text():
-                    heard += chunk
-                    if "resources/updated" in heard:
-                        break
+                with anyio.move_on_after(HANG_GUARD):  # a hang guard: the stream's pings would keep it open forever
+                    async for chunk in stream.aiter_text():
+                        heard += chunk
+                        if "resources/updated" in heard:
+                            break
             return sse_messages(heard)
 
     heard = run(main)
