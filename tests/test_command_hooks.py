@@ -711,3 +711,34 @@ def test_a_long_lived_hook_that_stops_reading_refuses_the_call_it_cannot_be_aske
         f"hooks.pre_tool_use[0] cannot run {sys.executable!r}: its process ended (its input is closed); the call is "
         "refused"]
     assert len([m for m in messages if m.startswith("hooks.pre_tool_use[0]: started its long-lived process ")]) == 2
+
+
+NEVER_READS = r'''
+import time
+time.sleep(30)  # never reads: a call larger than the pipe holds cannot be written to it
+'''
+
+
+def test_a_long_lived_hook_that_never_reads_a_call_too_large_for_its_pipe_refuses_it_within_its_timeout(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The hook's ``timeout`` covers writing the call as well as reading the answer: a write that waits for room
+    in a full pipe gives up at the deadline (the call refused, the process ended), rather than holding the call."""
+    (tmp_path / "resident.py").write_text(NEVER_READS)
+    config = RESIDENT_CONFIG.format(python=json.dumps(sys.executable)).replace("timeout = 2", "timeout = 1")
+    host = make_host(config, {"files": FILES}, base_dir=tmp_path)
+    caplog.set_level(logging.INFO, logger="toolcrib.hooks")
+
+    async def main() -> tuple[bool, str, float]:
+        with anyio.fail_after(30):  # a hang guard: without the deadline the write would wait for good
+            begun = time.monotonic()
+            result = await host.view("writer").call("files__write", {"path": "a", "text": "x" * 300_000})
+            took = time.monotonic() - begun
+        host.close()
+        return result.is_error, result.text, took
+
+    is_error, text, took = anyio.run(main)
+    assert (is_error, text) == (True, FAILED)
+    assert took >= 1.0
+    messages = [r.getMessage() for r in caplog.records if r.name == "toolcrib.hooks"]
+    assert [m for m in messages if m.endswith("the call is refused")] == [
+        f"hooks.pre_tool_use[0] ({sys.executable}) gave no answer within 1 seconds; the call is refused"]

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -173,3 +174,31 @@ def test_a_process_with_one_cpu_never_spins() -> None:
                          check=True)
     both = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert (one.stdout, both.stdout) == ("False\n", "True\n")
+
+
+@pytest.mark.parametrize("spins", [True, False])
+def test_a_deadline_ends_the_wait_for_an_answer_or_for_room_with_timeout_error(
+        pipe: tuple[int, int], spins: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing to read, and a pipe with no room: each wait gives up at its deadline (``time.monotonic()``'s), not
+    before it; what could be written before the pipe filled was written."""
+    monkeypatch.setattr(pipes, "SPINS", spins)
+    read_fd, write_fd = pipe
+
+    async def waited(wait: Any) -> float:
+        begun = time.monotonic()
+        with anyio.fail_after(10), pytest.raises(TimeoutError):  # (a hang guard, and a timeout of its own)
+            await wait(begun + 0.2)
+        return time.monotonic() - begun
+
+    async def main() -> tuple[float, float, int]:
+        reading = await waited(lambda deadline: pipes.read_answer(read_fd, 100, deadline))
+        writing = await waited(lambda deadline: write_all(write_fd, b"x" * (1 << 20), deadline))
+        held = 0
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(read_fd, 1 << 16):
+                held += len(chunk)
+        return reading, writing, held
+
+    reading, writing, held = anyio.run(main)
+    assert 0.2 <= reading < 5 and 0.2 <= writing < 5, (reading, writing)
+    assert 0 < held < 1 << 20

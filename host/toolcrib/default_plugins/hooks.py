@@ -50,6 +50,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -149,12 +150,12 @@ class _LongLived:
         async with self._lock:
             self._busy = True
             try:
-                with anyio.fail_after(self.hook.timeout):
-                    if self._process is None or self._process.poll() is not None:
-                        self._start()
-                    assert self._process is not None
-                    await self._send(json.dumps(call).encode() + b"\n")
-                    line = await self._line()
+                deadline = time.monotonic() + self.hook.timeout  # (a number: a cancel scope costs, see pipes)
+                if self._process is None or self._process.poll() is not None:
+                    self._start()
+                assert self._process is not None
+                await self._send(json.dumps(call).encode() + b"\n", deadline)
+                line = await self._line(deadline)
             except BaseException:
                 self._busy = False
                 self.close()  # died, out of time or cancelled: a late answer must not be read as the next call's
@@ -175,14 +176,14 @@ class _LongLived:
         os.set_blocking(self._process.stdout.fileno(), False)
         log.info("%s: started its long-lived process %s (%s)", hook.where, self._process.pid, hook.command[0])
 
-    async def _send(self, data: bytes) -> None:
+    async def _send(self, data: bytes, deadline: float) -> None:
         assert self._process is not None and self._process.stdin is not None
         try:
-            await write_all(self._process.stdin.fileno(), data)
+            await write_all(self._process.stdin.fileno(), data, deadline)
         except BrokenPipeError:
             raise OSError("its process ended (its input is closed)") from None
 
-    async def _line(self) -> bytes | None:
+    async def _line(self, deadline: float) -> bytes | None:
         """Its next line; None for one longer than an answer may be."""
         assert self._process is not None and self._process.stdout is not None
         fd = self._process.stdout.fileno()
@@ -193,7 +194,7 @@ class _LongLived:
                 return line
             if len(self._buffer) > MAX_ANSWER_BYTES:
                 return None
-            chunk = await read_answer(fd, 65536)
+            chunk = await read_answer(fd, 65536, deadline)
             if not chunk:
                 raise OSError("its process ended (its output closed)")
             self._buffer += chunk
