@@ -1118,6 +1118,63 @@ def test_what_a_client_sets_on_one_replica_holds_on_every_replica_that_holds_its
                       "params": {"uri": "notes://today"}}]
 
 
+@pytest.mark.parametrize("cluster", [False, True])
+def test_a_listening_stream_hears_what_is_sent_as_soon_as_its_client_has_its_headers(
+        tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch, cluster: bool) -> None:
+    """The SDK starts the task that makes a session's listening stream (where notifications go) beside the one that
+    sends the stream's headers, and drops a notification sent before the stream exists (it is only stored, for a
+    client that comes back with an event id it never got). Here that task is held back 0.3 s, as a loaded machine
+    may hold it back for a moment (what once made the test above miss its update): the headers still wait for the
+    stream, so a resource updated as soon as the client has them reaches it."""
+    import httpx2
+    import sse_starlette.sse
+
+    given = sse_starlette.sse.EventSourceResponse.__init__
+
+    def held_back(self: Any, *args: Any, data_sender_callable: Any = None, **kwargs: Any) -> None:
+        if data_sender_callable is not None:
+            sender = data_sender_callable
+
+            async def data_sender_callable() -> None:
+                await anyio.sleep(0.3)
+                await sender()
+
+        given(self, *args, data_sender_callable=data_sender_callable, **kwargs)
+
+    monkeypatch.setattr(sse_starlette.sse.EventSourceResponse, "__init__", held_back)
+    monkeypatch.setenv("TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.setenv("TOOLCRIB_PLUGINS", "notes=packs:NOTES")
+    path = tmp_path / "toolcrib.toml"
+    path.write_text((f'[cluster]\nredis_url = "{redis_url}"\n' if cluster else "") +
+                    '[agents.a]\ntoken_env = "TOK_A"\n[agents.a.permissions]\nplugins = { allow = ["notes"] }\n'
+                    'tools = { allow = ["*"] }\nresources = { allow = ["*"] }\n')
+
+    async def main() -> list[Any]:
+        async with uvicorn_replicas([path], {"TOK_A": "a" * 32}) as (one,), httpx2.AsyncClient(timeout=30) as http:
+            opened = await http.post(f"{one}/agents/a/mcp", json=INITIALIZE, headers=MCP_HEADERS)
+            headers = {**MCP_HEADERS, "mcp-session-id": opened.headers["mcp-session-id"],
+                       "mcp-protocol-version": "2025-11-25"}
+            subscribe = {"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe",
+                         "params": {"uri": "notes://today"}}
+            assert (await http.post(f"{one}/agents/a/mcp", json=subscribe, headers=headers)).status_code == 200
+            heard = ""
+            async with http.stream("GET", f"{one}/agents/a/mcp", headers=headers) as stream:
+                touch = {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                         "params": {"name": "notes__touch_note", "arguments": {}}}
+                async with httpx2.AsyncClient(timeout=30) as other:
+                    touched = await other.post(f"{one}/agents/a/mcp", json=touch, headers=headers)
+                    assert sse_messages(touched.text)[0]["result"]["content"][0]["text"] == "updated"
+                with anyio.move_on_after(HANG_GUARD):  # a hang guard: the stream's pings would keep it open forever
+                    async for chunk in stream.aiter_text():
+                        heard += chunk
+                        if "resources/updated" in heard:
+                            break
+            return sse_messages(heard)
+
+    assert run(main) == [{"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                          "params": {"uri": "notes://today"}}]
+
+
 async def _state_of_session(replica: int, sid: str) -> tuple[set[str], str | None]:
     """What a replica's connection of a session holds of what its client set (subscriptions, log level)."""
     from toolcrib.mcp.sessions import LOG_LEVEL, SUBSCRIPTIONS

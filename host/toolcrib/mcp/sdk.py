@@ -23,12 +23,19 @@ pyproject.toml (``mcp>=2.3,<2.4``) is raised knowingly.
   ``_InFlight``) and ``send_raw_request``'s ``_related_request_id``: ``toolcrib.mcp.session_posts`` answers a
   session's plain request in its POST. It registers the request where the transport's router sends what belongs
   to a request's stream (a request to the client) and where the dispatcher finds a request to cancel, as the
-  SDK's own path does; the transport has no seam for answering a request itself.
+  SDK's own path does; the transport has no seam for answering a request itself. ``toolcrib.mcp.sessions`` also
+  reads ``_request_streams`` to hold a listening stream's headers until the stream is made
+  (``listening_stream_made``): the transport offers no way to know.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
+
+import anyio
+import anyio.lowlevel
+from mcp.server.streamable_http import GET_STREAM_KEY
 
 
 def connection_of(session: Any) -> Any:
@@ -57,3 +64,23 @@ def open_session_ids(manager: Any) -> list[str]:
 def lifespan_state_of(manager: Any) -> Any:
     """What a running ``StreamableHTTPSessionManager``'s server lifespan yielded (its handlers' lifespan context)."""
     return getattr(manager, "_lifespan_state", None)
+
+
+async def listening_stream_made(transport: Any, longest: float = 5.0) -> bool:
+    """Wait until a session's transport has made its listening stream (the one a client's GET opens, where the
+    session's notifications go), for up to ``longest`` seconds: whether it is there. The SDK makes it in a task
+    it starts beside the one that sends the stream's headers, and drops a notification that comes before it (it
+    only stores it, for a client coming back with an event id it never got); a client that has the headers may
+    at once do what makes one."""
+    streams = transport._request_streams
+    turns = 0
+    deadline = time.monotonic() + longest
+    while GET_STREAM_KEY not in streams:
+        if time.monotonic() > deadline:
+            return False
+        turns += 1
+        if turns <= 10:
+            await anyio.lowlevel.checkpoint()  # it is made at its task's first turn: most often after one of these
+        else:
+            await anyio.sleep(0.001)  # held back (a loaded machine): looked for without holding a CPU
+    return True

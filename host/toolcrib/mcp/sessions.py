@@ -54,6 +54,7 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from toolcrib.context import LOG_LEVELS
+from toolcrib.mcp.sdk import listening_stream_made
 from toolcrib.mcp.session_posts import Session, SessionTransport
 
 log = logging.getLogger("toolcrib.serve")
@@ -258,11 +259,12 @@ class SessionManager(StreamableHTTPSessionManager):
         connection = self._connections.get(sid)
         if connection is not None and connection.initialize_accepted:
             _negotiated(scope, connection.protocol_version)
-        if scope["method"] == "GET" and LAST_EVENT_ID_HEADER.encode() not in headers:
+        listening = scope["method"] == "GET" and LAST_EVENT_ID_HEADER.encode() not in headers
+        if listening:
             await self.sessions.listening(self.agent, sid)
         else:
             await self.sessions.touch(self.agent, sid)
-        answer = _Answer(send)
+        answer = _Answer(send, transport if listening else None)
         try:
             await transport.handle_request(scope, receive, answer.send)
         except Exception:
@@ -454,16 +456,22 @@ class _Running:
 
 class _Answer:
     """An ASGI ``send`` that notes how far the response got: its status (None: not started) and whether its body
-    is complete."""
+    is complete. For a client's GET (``listening``: its session's transport), the stream's headers wait until the
+    stream is there to hear what is sent once the client has them."""
 
-    def __init__(self, send: Send) -> None:
+    def __init__(self, send: Send, listening: Any = None) -> None:
         self._send = send
+        self._listening = listening
         self.status: int | None = None
         self.complete = False
 
     async def send(self, message: Message) -> None:
         if message["type"] == "http.response.start":
             self.status = message["status"]
+            if self._listening is not None and self.status == 200 and \
+                    not await listening_stream_made(self._listening):
+                log.warning("a session's listening stream was not made within 5 s; what is sent before it is "
+                            "reaches its client only if it comes back with an event id")
         elif message["type"] == "http.response.body" and not message.get("more_body", False):
             self.complete = True
         await self._send(message)
