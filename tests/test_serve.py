@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -385,6 +386,36 @@ def test_each_host_is_built_with_the_lists_of_the_agents_it_serves(
     # a reload compares every agent's lists, old and new: it builds the rest, and those of the agents not served, on
     # the way (on the event loop, as before)
     assert reloaded == {name: lists if name in built else lists[1:] for name in ("a", "b")}
+
+
+def test_a_reload_checks_the_new_host_in_a_worker_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `toolcrib check` says of the new host is logged at each reload, and found away from the event loop: it
+    builds every tool's models and schemas (about 1 ms a tool), which held the loop for 1 s at 1,000 tools."""
+    from toolcrib.config import load_config
+    from toolcrib.host import Host
+
+    config = tmp_path / "toolcrib.toml"
+    config.write_text(CONFIG)
+    checked: list[int] = []
+    problems = Host.problems
+
+    def noting(self: Host, *args: Any, **kwargs: Any) -> Any:
+        checked.append(threading.get_ident())
+        return problems(self, *args, **kwargs)
+
+    monkeypatch.setattr(Host, "problems", noting)
+
+    def make() -> Host:
+        return Host(load_config(config, {}), plugins={"files": FILES, "misc": MISC, "talk": TALK}, autoload=False,
+                    env={})
+
+    async def main() -> int:
+        state = ServingState(make(), make_host=make)
+        assert await state.reload() is True
+        return threading.get_ident()
+
+    loop_thread = anyio.run(main)
+    assert len(checked) == 1 and checked[0] != loop_thread
 
 
 def test_reload_notifies_legacy_sessions_and_modern_listeners(tmp_path: Path) -> None:

@@ -338,7 +338,9 @@ class ServingState:
                       "written?)", new.loaded.source)
             new.close()
             return False
-        problems = [p for p in new.problems() if p.severity == "error"]
+        # what `toolcrib check` says of it, in a worker thread (it builds every tool's schemas and every agent's
+        # view: seconds at 10,000 tools, which the event loop would otherwise spend away from every client)
+        problems = [p for p in await anyio.to_thread.run_sync(new.problems) if p.severity == "error"]
         for problem in problems:
             log.warning("after reload: %s", problem)
         new.pipeline.desk = self.desk
