@@ -383,9 +383,10 @@ def test_each_host_is_built_with_the_lists_of_the_agents_it_serves(
     first, reloaded, names = anyio.run(main)
     assert names == ["greet__hello"]
     assert first == {name: ["listed_tools", "mcp_tools"] for name in built}
-    # a reload compares every agent's lists, old and new: it builds the rest, and those of the agents not served, on
-    # the way (on the event loop, as before)
-    assert reloaded == {name: lists if name in built else lists[1:] for name in ("a", "b")}
+    # a reload checks the new host as `toolcrib check` does (every agent's view, in a worker thread), and compares
+    # the lists, old and new, of the agents served (building the rest of theirs on the way, on the event loop):
+    # none of an agent that is not served here and has no clients here
+    assert reloaded == {name: lists if name in built else [] for name in ("a", "b")}
 
 
 def test_a_reload_checks_the_new_host_in_a_worker_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -418,7 +419,10 @@ def test_a_reload_checks_the_new_host_in_a_worker_thread(tmp_path: Path, monkeyp
     assert len(checked) == 1 and checked[0] != loop_thread
 
 
-def test_reload_notifies_legacy_sessions_and_modern_listeners(tmp_path: Path) -> None:
+@pytest.mark.parametrize("serves", [None, ["writer"]])
+def test_reload_notifies_legacy_sessions_and_modern_listeners(tmp_path: Path, serves: list[str] | None) -> None:
+    """Both kinds of client hear that their agent's tools changed: also when the process serves other agents (as
+    built with the host), since these clients are here."""
     config = tmp_path / "toolcrib.toml"
     config.write_text(CONFIG)
     plugins = {"files": FILES, "misc": MISC, "talk": TALK}
@@ -429,6 +433,7 @@ def test_reload_notifies_legacy_sessions_and_modern_listeners(tmp_path: Path) ->
         return Host(load_config(config, {}), plugins=plugins, autoload=False, env={})
 
     s = ServingState(make(), make_host=make)
+    s.serves = serves
     notes: list[str] = []
 
     async def handler(message: Any) -> None:

@@ -79,6 +79,7 @@ async def serving_state(path: Path | None, metrics: Metrics | None = None,
             return await anyio.to_thread.run_sync(made)
 
         state = ServingState(await build(), make_host=build)
+        state.serves = serves
         state.metrics = metrics
         state.store = store
         if store is not None:  # approvals are used once in the whole fleet; updates and reloads reach every replica
@@ -160,6 +161,7 @@ class ServingState:
         self.session_ended: list[Callable[[str], Awaitable[None]]] = []  # told of a session another replica ended
         self.session_state_changed: list[Callable[[str], Awaitable[None]]] = []  # ... or whose client set something
         self.desk: Desk | None = None  # where operators answer approvals, when an operator endpoint is served
+        self.serves: Collection[str] | None = None  # the agents a process serves (None: every agent of the config)
         self.feed: Any = None  # the operator console's live feed (toolcrib.mcp.console.Feed), when it is served
 
     def open_feed(self, feed: Any) -> None:
@@ -350,7 +352,13 @@ class ServingState:
         for follow in list(self.on_reload):
             await follow()
         changed = []
-        for agent in sorted(set(old.agents) | set(new.agents)):
+        compared = set(old.agents) | set(new.agents)
+        if self.serves is not None:
+            # a process that serves some agents (stdio: one) compares those, and any other one with clients here:
+            # building every other agent's views on both hosts, on the event loop, would tell no one anything
+            told = {agent for agent, _ in self._buses} | {agent for agent, kept in self._sessions.items() if kept}
+            compared &= set(self.serves) | told
+        for agent in sorted(compared):
             differing = [name for name in _LISTS
                          if _listed(old, agent, name) != _listed(new, agent, name)]
             if differing:
