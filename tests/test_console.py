@@ -128,6 +128,33 @@ def test_only_the_operator_token_opens_the_console_and_every_form_needs_its_csrf
         and "Path=/console" in cleared
 
 
+def test_the_first_page_checks_the_config_away_from_the_event_loop(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The config check builds every tool's models and schemas (about 1 ms a tool) and every agent's view: the
+    first page has them made in a worker thread, while the agents' clients go on being served."""
+    import threading
+
+    checked: list[int] = []
+    problems = Host.problems
+
+    def noting(self: Host, *args: Any, **kwargs: Any) -> Any:
+        checked.append(threading.get_ident())
+        return problems(self, *args, **kwargs)
+
+    monkeypatch.setattr(Host, "problems", noting)
+
+    async def main() -> tuple[int, int]:
+        app = app_of(tmp_path)
+        async with app.app.router.lifespan_context(app.app), client_of(app) as http:
+            await signed_in(http)
+            page = await http.get("/console/")
+        return page.status_code, threading.get_ident()
+
+    status, loop_thread = anyio.run(main)
+    assert status == 200
+    assert checked and loop_thread not in checked  # (the serving state's start checks too, in its own thread)
+
+
 def test_the_pages_show_who_sees_what_and_why_and_the_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                                ) -> None:
     for name in ("TOK_A", "TOK_B"):  # the config check on the first page reads the process's environment

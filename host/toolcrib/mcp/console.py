@@ -23,6 +23,7 @@ from importlib import resources
 from typing import Any
 
 import anyio
+import anyio.to_thread
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp.server.transport_security import TransportSecurityMiddleware
 from starlette.requests import Request
@@ -198,14 +199,9 @@ class Console:
 
     async def _index(self, request: Request) -> Response:
         host = self.state.host
-        config = host.loaded.config
-        agents = []
-        for name in sorted(host.agents):
-            view = host.view(name)
-            agent = config.agents[name]
-            agents.append({"name": name, "mode": agent.mode, "approvals": agent.approvals, "tools": len(view.names),
-                           "searching": agent.tool_search is not None, "limits": agent.limits is not None})
-        problems = [{"severity": p.severity, "where": p.where, "message": p.message} for p in host.problems()]
+        # in a worker thread: the config check builds every tool's models and schemas (about 1 ms a tool, once) and
+        # every agent's view, which the event loop would otherwise spend away from the agents' clients
+        agents, problems = await anyio.to_thread.run_sync(_overview, host)
         return self._page("index.html", request.state.session, agents=agents, problems=problems,
                           source=host.loaded.source, pending=len(await self.desk.pending()))
 
@@ -305,6 +301,19 @@ class Console:
 
 def _event(record: dict[str, Any]) -> bytes:
     return f"data: {json.dumps(record, ensure_ascii=False, default=repr)}\n\n".encode()
+
+
+def _overview(host: Any) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """The first page's agents (each with what it may do) and the config check's problems."""
+    config = host.loaded.config
+    agents = []
+    for name in sorted(host.agents):
+        view = host.view(name)
+        agent = config.agents[name]
+        agents.append({"name": name, "mode": agent.mode, "approvals": agent.approvals, "tools": len(view.names),
+                       "searching": agent.tool_search is not None, "limits": agent.limits is not None})
+    problems = [{"severity": p.severity, "where": p.where, "message": p.message} for p in host.problems()]
+    return agents, problems
 
 
 __all__ = ["Console", "Feed"]
