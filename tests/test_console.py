@@ -128,31 +128,34 @@ def test_only_the_operator_token_opens_the_console_and_every_form_needs_its_csrf
         and "Path=/console" in cleared
 
 
-def test_the_first_page_checks_the_config_away_from_the_event_loop(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """The config check builds every tool's models and schemas (about 1 ms a tool) and every agent's view: the
-    first page has them made in a worker thread, while the agents' clients go on being served."""
+def test_the_pages_that_check_and_explain_do_it_away_from_the_event_loop(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The config check (the first page) builds every tool's models and schemas (about 1 ms a tool) and every
+    agent's view; an agent's page and the matrix explain each hidden tool: made in a worker thread, while the
+    agents' clients go on being served."""
     import threading
 
-    checked: list[int] = []
-    problems = Host.problems
+    seen: dict[str, set[int]] = {"problems": set(), "explain": set()}
+    for method in seen:
+        given = getattr(Host, method)
 
-    def noting(self: Host, *args: Any, **kwargs: Any) -> Any:
-        checked.append(threading.get_ident())
-        return problems(self, *args, **kwargs)
+        def noting(self: Host, *args: Any, _given: Any = given, _method: str = method, **kwargs: Any) -> Any:
+            seen[_method].add(threading.get_ident())
+            return _given(self, *args, **kwargs)
 
-    monkeypatch.setattr(Host, "problems", noting)
+        monkeypatch.setattr(Host, method, noting)
 
-    async def main() -> tuple[int, int]:
+    async def main() -> tuple[list[int], int]:
         app = app_of(tmp_path)
         async with app.app.router.lifespan_context(app.app), client_of(app) as http:
             await signed_in(http)
-            page = await http.get("/console/")
-        return page.status_code, threading.get_ident()
+            statuses = [(await http.get(f"/console{page}")).status_code for page in ("/", "/agents/b", "/matrix")]
+        return statuses, threading.get_ident()
 
-    status, loop_thread = anyio.run(main)
-    assert status == 200
-    assert checked and loop_thread not in checked  # (the serving state's start checks too, in its own thread)
+    statuses, loop_thread = anyio.run(main)
+    assert statuses == [200, 200, 200]
+    assert seen["problems"] and seen["explain"]  # (the serving state's start checks too, in its own thread)
+    assert loop_thread not in seen["problems"] | seen["explain"]
 
 
 def test_the_pages_show_who_sees_what_and_why_and_the_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch

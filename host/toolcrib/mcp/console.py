@@ -211,44 +211,12 @@ class Console:
         if name not in host.agents:
             return self._page("message.html", request.state.session, status=404, title="No such agent",
                               message=f"No agent is named {name!r} in this config.")
-        view = host.view(name)
-        listed = {t["name"] for t in view.listed_tools}
-        tools = [{"name": vt.name, "served": vt.served, "description": vt.description.split("\n")[0],
-                  "read_only": vt.entry.read_only, "listed": vt.served in listed} for vt in view.tools]
-        hidden = []
-        others = [n for n in sorted(host.catalog.entries) if view.lookup(n) is None]
-        for entry_name in others[:SHOWN]:
-            decision = host.explain(name, entry_name)
-            failed = [c for c in decision.checks if not c.passed] if decision is not None else []
-            hidden.append({"name": entry_name, "reason": "; ".join(c.detail for c in failed) or "held back"})
-        agent = host.loaded.config.agents[name]
-        rules = view.rules
-        skills = sorted(k for k in set(host.skills) | set(host.loaded.config.skills) if permits(rules, "skills", k))
-        subagents = sorted(a for a in host.loaded.config.agents if a != name and permits(rules, "subagents", a))
-        return self._page("agent.html", request.state.session, agent=name, config=agent, tools=tools,
-                          skills=skills, subagents=subagents,
-                          hidden=hidden, more=len(others) - len(hidden), resources=[r.name for r in view.resources],
-                          prompts=[name for name, _ in view.prompts],
-                          limits=agent.limits.model_dump(exclude_none=True) if agent.limits is not None else None,
-                          usage=host.pipeline.limit_usage(name))
+        page = await anyio.to_thread.run_sync(_agent_page, host, name)  # its view and explains: see _overview
+        return self._page("agent.html", request.state.session, **page, usage=host.pipeline.limit_usage(name))
 
     async def _matrix(self, request: Request) -> Response:
-        host = self.state.host
-        agents = sorted(host.agents)
-        rows = []
-        tools = sorted(host.catalog.entries)
-        for tool in tools[:SHOWN]:
-            cells = []
-            for agent in agents:
-                if host.view(agent).lookup(tool) is not None:
-                    cells.append({"visible": True, "reason": "visible"})
-                    continue
-                decision = host.explain(agent, tool)
-                failed = [c for c in decision.checks if not c.passed] if decision is not None else []
-                cells.append({"visible": False, "reason": "; ".join(c.detail for c in failed) or "held back"})
-            rows.append({"tool": tool, "cells": cells})
-        return self._page("matrix.html", request.state.session, agents=agents, rows=rows,
-                          more=len(tools) - len(rows))
+        agents, rows, more = await anyio.to_thread.run_sync(_matrix_rows, self.state.host)  # see _overview
+        return self._page("matrix.html", request.state.session, agents=agents, rows=rows, more=more)
 
     async def _sources(self, request: Request) -> Response:
         host = self.state.host
@@ -314,6 +282,47 @@ def _overview(host: Any) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
                        "searching": agent.tool_search is not None, "limits": agent.limits is not None})
     problems = [{"severity": p.severity, "where": p.where, "message": p.message} for p in host.problems()]
     return agents, problems
+
+
+def _agent_page(host: Any, name: str) -> dict[str, Any]:
+    """What an agent's page shows of it: the tools it sees, why it does not see the others (the first
+    ``SHOWN``), its resources, prompts, skills and the agents it may hand a task to."""
+    view = host.view(name)
+    listed = {t["name"] for t in view.listed_tools}
+    tools = [{"name": vt.name, "served": vt.served, "description": vt.description.split("\n")[0],
+              "read_only": vt.entry.read_only, "listed": vt.served in listed} for vt in view.tools]
+    hidden = []
+    others = [n for n in sorted(host.catalog.entries) if view.lookup(n) is None]
+    for entry_name in others[:SHOWN]:
+        decision = host.explain(name, entry_name)
+        failed = [c for c in decision.checks if not c.passed] if decision is not None else []
+        hidden.append({"name": entry_name, "reason": "; ".join(c.detail for c in failed) or "held back"})
+    agent = host.loaded.config.agents[name]
+    rules = view.rules
+    skills = sorted(k for k in set(host.skills) | set(host.loaded.config.skills) if permits(rules, "skills", k))
+    subagents = sorted(a for a in host.loaded.config.agents if a != name and permits(rules, "subagents", a))
+    return {"agent": name, "config": agent, "tools": tools, "skills": skills, "subagents": subagents,
+            "hidden": hidden, "more": len(others) - len(hidden), "resources": [r.name for r in view.resources],
+            "prompts": [prompt for prompt, _ in view.prompts],
+            "limits": agent.limits.model_dump(exclude_none=True) if agent.limits is not None else None}
+
+
+def _matrix_rows(host: Any) -> tuple[list[str], list[dict[str, Any]], int]:
+    """Who sees which tool (the first ``SHOWN``), and why not: the agents, the rows, and how many more tools."""
+    agents = sorted(host.agents)
+    rows = []
+    tools = sorted(host.catalog.entries)
+    for tool in tools[:SHOWN]:
+        cells = []
+        for agent in agents:
+            if host.view(agent).lookup(tool) is not None:
+                cells.append({"visible": True, "reason": "visible"})
+                continue
+            decision = host.explain(agent, tool)
+            failed = [c for c in decision.checks if not c.passed] if decision is not None else []
+            cells.append({"visible": False, "reason": "; ".join(c.detail for c in failed) or "held back"})
+        rows.append({"tool": tool, "cells": cells})
+    return agents, rows, len(tools) - len(rows)
 
 
 __all__ = ["Console", "Feed"]
