@@ -1099,19 +1099,7 @@ def test_what_a_client_sets_on_one_replica_holds_on_every_replica_that_holds_its
                     {"notes://today"}, "error")
 
             await until(followed, "replica two follows what the client set on replica one")
-            heard = ""
-            async with http.stream("GET", f"{two}/agents/a/mcp", headers=headers) as stream:
-                touch = {"jsonrpc": "2.0", "id": 4, "method": "tools/call",
-                         "params": {"name": "notes__touch_note", "arguments": {}}}
-                async with httpx2.AsyncClient(timeout=30) as other:
-                    touched = await other.post(f"{two}/agents/a/mcp", json=touch, headers=headers)
-                    assert sse_messages(touched.text)[0]["result"]["content"][0]["text"] == "updated"
-                with anyio.move_on_after(HANG_GUARD):  # a hang guard: the stream's pings would keep it open forever
-                    async for chunk in stream.aiter_text():
-                        heard += chunk
-                        if "resources/updated" in heard:
-                            break
-            return sse_messages(heard)
+            return await _touched_while_listening(http, f"{two}/agents/a/mcp", headers)
 
     heard = run(main)
     assert heard == [{"jsonrpc": "2.0", "method": "notifications/resources/updated",
@@ -1157,22 +1145,31 @@ def test_a_listening_stream_hears_what_is_sent_as_soon_as_its_client_has_its_hea
             subscribe = {"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe",
                          "params": {"uri": "notes://today"}}
             assert (await http.post(f"{one}/agents/a/mcp", json=subscribe, headers=headers)).status_code == 200
-            heard = ""
-            async with http.stream("GET", f"{one}/agents/a/mcp", headers=headers) as stream:
-                touch = {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-                         "params": {"name": "notes__touch_note", "arguments": {}}}
-                async with httpx2.AsyncClient(timeout=30) as other:
-                    touched = await other.post(f"{one}/agents/a/mcp", json=touch, headers=headers)
-                    assert sse_messages(touched.text)[0]["result"]["content"][0]["text"] == "updated"
-                with anyio.move_on_after(HANG_GUARD):  # a hang guard: the stream's pings would keep it open forever
-                    async for chunk in stream.aiter_text():
-                        heard += chunk
-                        if "resources/updated" in heard:
-                            break
-            return sse_messages(heard)
+            return await _touched_while_listening(http, f"{one}/agents/a/mcp", headers)
 
     assert run(main) == [{"jsonrpc": "2.0", "method": "notifications/resources/updated",
                           "params": {"uri": "notes://today"}}]
+
+
+async def _touched_while_listening(http: Any, endpoint: str, headers: dict[str, str]) -> list[Any]:
+    """Open the session's listening stream at ``endpoint``; as soon as its headers are in, have the notes pack
+    update notes://today (from another connection); what the stream carried until the update (or the hang guard:
+    its pings would keep it open for good)."""
+    import httpx2
+
+    heard = ""
+    async with http.stream("GET", endpoint, headers=headers) as stream:
+        touch = {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                 "params": {"name": "notes__touch_note", "arguments": {}}}
+        async with httpx2.AsyncClient(timeout=30) as other:
+            touched = await other.post(endpoint, json=touch, headers=headers)
+            assert sse_messages(touched.text)[0]["result"]["content"][0]["text"] == "updated"
+        with anyio.move_on_after(HANG_GUARD):
+            async for chunk in stream.aiter_text():
+                heard += chunk
+                if "resources/updated" in heard:
+                    break
+    return sse_messages(heard)
 
 
 async def _state_of_session(replica: int, sid: str) -> tuple[set[str], str | None]:
