@@ -467,11 +467,11 @@ class _Answer:
 
     async def send(self, message: Message) -> None:
         if message["type"] == "http.response.start":
-            self.status = message["status"]
-            if self._listening is not None and self.status == 200 and \
+            if self._listening is not None and message["status"] == 200 and \
                     not await listening_stream_made(self._listening):
                 log.warning("a session's listening stream was not made within 5 s; what is sent before it is "
                             "reaches its client only if it comes back with an event id")
+            self.status = message["status"]  # (once the headers go: what was sent, should the session end now)
         elif message["type"] == "http.response.body" and not message.get("more_body", False):
             self.complete = True
         await self._send(message)
