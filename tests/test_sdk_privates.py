@@ -87,3 +87,15 @@ def test_what_a_session_request_answered_in_its_post_relies_on_is_where_it_is() 
     assert "in_flight.dctx.cancel_requested.set()" in notify and "in_flight.scope.cancel()" in notify
     assert "_related_request_id" in inspect.signature(JSONRPCDispatcher.send_raw_request).parameters
     assert "task_status.started()" in inspect.getsource(JSONRPCDispatcher.run)
+
+
+def test_a_listening_stream_is_made_where_the_wait_for_its_headers_looks() -> None:
+    """``toolcrib.mcp.sdk.listening_stream_made`` waits for the transport's listening stream under
+    ``GET_STREAM_KEY`` in ``_request_streams``: the GET handler puts it there (else every GET would wait its 5 s)."""
+    import inspect
+
+    from mcp.server.streamable_http import GET_STREAM_KEY, StreamableHTTPServerTransport
+
+    handler = inspect.getsource(StreamableHTTPServerTransport._handle_get_request)
+    assert "self._request_streams[GET_STREAM_KEY] = anyio.create_memory_object_stream" in handler
+    assert isinstance(GET_STREAM_KEY, str)
