@@ -158,6 +158,52 @@ def test_the_pages_that_check_and_explain_do_it_away_from_the_event_loop(tmp_pat
     assert loop_thread not in seen["problems"] | seen["explain"]
 
 
+def test_an_agent_page_names_the_prompts_and_resources_it_may_use(tmp_path: Path) -> None:
+    """An agent's page lists its prompts by name (a page for an agent with prompts once failed: it read each prompt
+    as a pair)."""
+    import toolcrib
+    from packs import Pack
+
+    @toolcrib.prompt
+    def review(code: str) -> str:
+        """Ask for a review of some code."""
+        return f"Review this: {code}"
+
+    @toolcrib.resource("notes://today")
+    def today() -> str:
+        """Today's notes."""
+        return "nothing yet"
+
+    class Prompting(Pack):
+        @toolcrib.hookimpl
+        def toolcrib_prompts(self) -> list[Any]:
+            return [review]
+
+        @toolcrib.hookimpl
+        def toolcrib_resources(self) -> list[Any]:
+            return [today]
+
+    from toolcrib.mcp.http import HttpApp, HttpOptions
+    from toolcrib.mcp.state import ServingState
+
+    # agent b (its permissions are CONSOLE's last table) may use the pack p's prompts and resources too
+    text = CONSOLE.replace('plugins = { allow = ["t"] }', 'plugins = { allow = ["t", "p"] }') + \
+        'prompts = { allow = ["*"] }\nresources = { allow = ["*"] }\n'
+    state = ServingState(Host(config_from(text, tmp_path), plugins={"t": PACK, "p": Prompting()}, autoload=False,
+                              env={}))
+    app = HttpApp(state, HttpOptions(), env={**ENV, "TOK_B": "b" * 32})
+
+    async def main() -> tuple[int, str]:
+        async with app.app.router.lifespan_context(app.app), client_of(app) as http:
+            await signed_in(http)
+            page = await http.get("/console/agents/b")
+        return page.status_code, page.text
+
+    status, page = anyio.run(main)
+    assert status == 200
+    assert text_of(page, "p")[1].startswith("Resources: p__today. Prompts: p__review.")
+
+
 def test_the_pages_show_who_sees_what_and_why_and_the_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                                ) -> None:
     for name in ("TOK_A", "TOK_B"):  # the config check on the first page reads the process's environment

@@ -20,7 +20,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -34,6 +34,9 @@ from toolcrib.approvals import ANSWERED, Desk
 from toolcrib.audit import record as audit_record
 from toolcrib.mcp.operator import small_form
 from toolcrib.permissions import permits
+
+if TYPE_CHECKING:
+    from toolcrib.host import Host
 
 COOKIE = "toolcrib_console"
 SESSION_SECONDS = 12 * 3600
@@ -271,7 +274,7 @@ def _event(record: dict[str, Any]) -> bytes:
     return f"data: {json.dumps(record, ensure_ascii=False, default=repr)}\n\n".encode()
 
 
-def _overview(host: Any) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+def _overview(host: Host) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """The first page's agents (each with what it may do) and the config check's problems."""
     config = host.loaded.config
     agents = []
@@ -284,7 +287,7 @@ def _overview(host: Any) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     return agents, problems
 
 
-def _agent_page(host: Any, name: str) -> dict[str, Any]:
+def _agent_page(host: Host, name: str) -> dict[str, Any]:
     """What an agent's page shows of it: the tools it sees, why it does not see the others (the first
     ``SHOWN``), its resources, prompts, skills and the agents it may hand a task to."""
     view = host.view(name)
@@ -303,11 +306,11 @@ def _agent_page(host: Any, name: str) -> dict[str, Any]:
     subagents = sorted(a for a in host.loaded.config.agents if a != name and permits(rules, "subagents", a))
     return {"agent": name, "config": agent, "tools": tools, "skills": skills, "subagents": subagents,
             "hidden": hidden, "more": len(others) - len(hidden), "resources": [r.name for r in view.resources],
-            "prompts": [prompt for prompt, _ in view.prompts],
+            "prompts": [prompt.name for prompt in view.prompts],
             "limits": agent.limits.model_dump(exclude_none=True) if agent.limits is not None else None}
 
 
-def _matrix_rows(host: Any) -> tuple[list[str], list[dict[str, Any]], int]:
+def _matrix_rows(host: Host) -> tuple[list[str], list[dict[str, Any]], int]:
     """Who sees which tool (the first ``SHOWN``), and why not: the agents, the rows, and how many more tools."""
     agents = sorted(host.agents)
     rows = []
