@@ -93,6 +93,12 @@ def not_json() -> dict:
 
 
 @toolcrib.tool
+def mentions_nan() -> dict:
+    """Return JSON whose text names NaN and Infinity (words, not numbers)."""
+    return {"note": "NaN ≠ Infinity", "n": 1.5}
+
+
+@toolcrib.tool
 async def whoami(ctx: Context, note: str = "") -> dict:
     """Say who is calling and from where."""
     return {"agent": ctx.agent, "tool": ctx.tool, "workspace": str(ctx.workspace), "settings": ctx.settings.flavour}
@@ -169,8 +175,8 @@ def rendezvous() -> str:
     return "met"
 
 
-SHOP = Pack(lookup_order, fetch_user, exits, limited, typed_order, listing, image, mixed, huge, not_json, whoami,
-            SEARCH, hangs, hangs_sync, rendezvous, own_scope, raises_timeout, cooperative, settings=Settings)
+SHOP = Pack(lookup_order, fetch_user, exits, limited, typed_order, listing, image, mixed, huge, not_json, mentions_nan,
+            whoami, SEARCH, hangs, hangs_sync, rendezvous, own_scope, raises_timeout, cooperative, settings=Settings)
 
 CONFIG = """
 [host]
@@ -258,6 +264,9 @@ def test_results_are_normalized(host) -> None:  # type: ignore[no-untyped-def]
         {"type": "resource_link", "uri": "file:///x.txt", "name": "x.txt", "mimeType": "text/plain"},
     ], "isError": False}
     assert call(host, "shop__not_json").is_error
+    assert call(host, "shop__mentions_nan").to_wire() == {  # the words are no reason to refuse it
+        "content": [{"type": "text", "text": '{"note":"NaN ≠ Infinity","n":1.5}'}], "isError": False,
+        "structuredContent": {"note": "NaN ≠ Infinity", "n": 1.5}}
 
 
 def test_long_results_are_truncated_with_a_marker(host) -> None:  # type: ignore[no-untyped-def]

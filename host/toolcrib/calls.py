@@ -503,11 +503,8 @@ class Pipeline:
             log.error("tool %s raised (agent %r)", vt.name, call.agent, exc_info=exc)
             return ToolResult.error(f"Tool {vt.name} failed with an internal error; the host's log has the details.")
         try:
-            structured = None
-            adapter = tool.output_adapter
-            if adapter is not None:
-                structured = adapter.dump_python(adapter.validate_python(value), mode="json", by_alias=True)
-            result = normalize(value, structured)
+            check = tool.check_output
+            result = normalize(value, check(value) if check is not None else None)
         except Exception:
             log.exception("tool %s returned a value that cannot be sent (agent %r)", vt.name, call.agent)
             return ToolResult.error(f"Tool {vt.name} returned a result that cannot be sent (it does not match its "

