@@ -62,6 +62,17 @@ def typed_order(good: bool) -> Order:
     return Order(id="O-1", total=3.5) if good else {"id": "O-1"}  # type: ignore[return-value]
 
 
+class Shipment(BaseModel):
+    order_id: str = Field(alias="orderId")
+    shipped: datetime
+
+
+@toolcrib.tool
+def shipment() -> Shipment:
+    """Return a shipment (a field with an alias, a date)."""
+    return Shipment(orderId="O-1", shipped=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
+
+
 @toolcrib.tool
 def listing() -> list[int]:
     """Return a list."""
@@ -175,8 +186,9 @@ def rendezvous() -> str:
     return "met"
 
 
-SHOP = Pack(lookup_order, fetch_user, exits, limited, typed_order, listing, image, mixed, huge, not_json, mentions_nan,
-            whoami, SEARCH, hangs, hangs_sync, rendezvous, own_scope, raises_timeout, cooperative, settings=Settings)
+SHOP = Pack(lookup_order, fetch_user, exits, limited, typed_order, shipment, listing, image, mixed, huge, not_json,
+            mentions_nan, whoami, SEARCH, hangs, hangs_sync, rendezvous, own_scope, raises_timeout, cooperative,
+            settings=Settings)
 
 CONFIG = """
 [host]
@@ -253,6 +265,10 @@ def test_results_are_normalized(host) -> None:  # type: ignore[no-untyped-def]
         "isError": False,
         "structuredContent": {"id": "O-1", "total": 3.5},
     }
+    shipped = {"orderId": "O-1", "shipped": "2026-01-02T03:04:05Z"}  # by alias, as JSON (its schema says so)
+    assert call(host, "shop__shipment").to_wire() == {
+        "content": [{"type": "text", "text": json.dumps(shipped, separators=(",", ":"))}], "isError": False,
+        "structuredContent": shipped}
     bad = call(host, "shop__typed_order", {"good": False})
     assert bad.is_error and bad.text.startswith("Tool shop__typed_order returned a result that cannot be sent")
     assert call(host, "shop__listing").to_wire() == {
