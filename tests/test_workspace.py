@@ -67,6 +67,20 @@ def test_writes_and_stats(root: Root, tmp_path: Path) -> None:
     assert refused(root.read_bytes, ("x" * 300,), 10).startswith("x" * 80 + "...")
 
 
+def test_reading_stops_at_the_size_seen_when_opened(root: Root, tmp_path: Path) -> None:
+    # the size read_bytes answers and the bytes it gives agree, however the file changes meanwhile
+    with root._opened(("b.txt",)) as (fd, size):
+        (tmp_path / "ws" / "b.txt").write_text("BCD")  # grows after it was opened
+        assert (size, workspace._read_fd(fd, 100, size)) == (1, b"B")
+    assert root.read_bytes(("b.txt",), 100) == (b"BCD", 3)
+    assert root.read_bytes(("b.txt",), 2) == (b"BC", 3)
+    # a file whose size says 0 but has bytes (as those in /proc) is read to its end
+    proc = Root(f"/proc/{os.getpid()}")
+    data, size = proc.read_bytes(("status",), 1 << 20)
+    assert size == 0 and data.startswith(b"Name:\t") and f"\nPid:\t{os.getpid()}\n".encode() in data
+    assert proc.read_bytes(("status",), 5) == (b"Name:", 0)
+
+
 def test_reading_large_files_in_chunks(root: Root, tmp_path: Path) -> None:
     data = os.urandom(3 * 1024 * 1024 + 7)
     (tmp_path / "ws" / "big.bin").write_bytes(data)

@@ -310,26 +310,32 @@ class Root:
     def open_file(self, parts: tuple[str, ...]) -> Iterator[int]:
         """A descriptor of the regular file at ``parts``, opened for reading, never following a link and never
         blocking on a FIFO or device."""
+        with self._opened(parts) as (fd, _size):
+            yield fd
+
+    @contextmanager
+    def _opened(self, parts: tuple[str, ...]) -> Iterator[tuple[int, int]]:
+        """``open_file``'s descriptor and the file's size, from the one ``fstat`` that checks what it is."""
         with self.parent(parts) as (dirfd, name):
             try:
                 fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dirfd)
             except OSError as exc:
                 raise _error(exc, parts) from None
             try:
-                mode = os.fstat(fd).st_mode
-                if stat.S_ISDIR(mode):
+                st = os.fstat(fd)
+                if stat.S_ISDIR(st.st_mode):
                     raise PathError(f"{display(parts)}: is a directory")
-                if not stat.S_ISREG(mode):
+                if not stat.S_ISREG(st.st_mode):
                     raise PathError(f"{display(parts)}: not a regular file (a FIFO, socket or device)")
                 os.set_blocking(fd, True)
-                yield fd
+                yield fd, st.st_size
             finally:
                 os.close(fd)
 
     def read_bytes(self, parts: tuple[str, ...], limit: int) -> tuple[bytes, int]:
-        """Up to ``limit`` bytes of the file, and its size."""
-        with self.open_file(parts) as fd:
-            return _read_fd(fd, limit), os.fstat(fd).st_size
+        """Up to ``limit`` bytes of the file, and its size when it was opened (what is read stops there)."""
+        with self._opened(parts) as (fd, size):
+            return _read_fd(fd, limit, size), size
 
     def write_bytes(self, parts: tuple[str, ...], data: bytes, *, create_parents: bool = False,
                     overwrite: bool = True) -> bool:
@@ -460,12 +466,17 @@ def read_at(dirfd: int, name: str, limit: int) -> tuple[bytes, int] | None:
         if st.st_size > limit:
             return b"", st.st_size
         os.set_blocking(fd, True)
-        return _read_fd(fd, limit), st.st_size
+        return _read_fd(fd, limit, st.st_size), st.st_size
     finally:
         os.close(fd)
 
 
-def _read_fd(fd: int, limit: int) -> bytes:
+def _read_fd(fd: int, limit: int, size: int = 0) -> bytes:
+    """Up to ``limit`` bytes from ``fd`` to its end. ``size``, the file's size when it was opened, ends the reading
+    once that many bytes came (sparing the read that would only find the end; a file that grew since is read as
+    it was); 0 reads to the end, as a file in /proc, whose size says 0, needs."""
+    if 0 < size < limit:
+        limit = size
     chunks = []
     left = limit
     while left > 0:
