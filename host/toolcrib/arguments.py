@@ -12,6 +12,7 @@ from pydantic import ValidationError
 MAX_DEPTH = 32
 MAX_INT_BITS = 64
 _BIG = 1 << (MAX_INT_BITS - 1)
+_LOW = -_BIG  # (made once: -_BIG in the loop makes a new integer each time)
 
 
 def payload_problem(arguments: Any, limit: int) -> str | None:
@@ -25,7 +26,7 @@ def payload_problem(arguments: Any, limit: int) -> str | None:
         kind = type(value)
         if kind is str:
             left -= len(value) + len(key) + 5
-        elif kind is int and -_BIG < value < _BIG:
+        elif kind is int and _LOW < value < _BIG:
             left -= len(key) + 23
         elif kind is bool or value is None:
             left -= len(key) + 8

@@ -104,7 +104,7 @@ class Call:
             agent = getattr(self.channel, "calling_agent", None) or self.view.agent  # (an isolated pack's caller)
             self._context = Context(agent=agent, tool=entry.name, settings=entry.settings,
                                     workspace=self.workspace,
-                                    logger=logging.getLogger(f"toolcrib.pack.{entry.namespace}"),
+                                    logger=pack_logger(entry.namespace),
                                     _channel=self.channel, _view=self.view, _approver=self.approver,
                                     _rules=self.tool.call_rules if self.tool is not None else None, _call=self)
         return self._context
@@ -114,6 +114,13 @@ class Call:
         worker thread sees ``ctx.cancelled``."""
         if self._context is not None:
             self._context._cancelled = True
+
+
+@functools.lru_cache(maxsize=1024)
+def pack_logger(namespace: str) -> logging.Logger:
+    """The logger of a pack's (or a source's) handlers, ``toolcrib.pack.<namespace>``: what ``logging.getLogger``
+    answers, remembered (it takes logging's lock on every call: half a microsecond of each call's Context)."""
+    return logging.getLogger(f"toolcrib.pack.{namespace}")
 
 
 Convention = Literal["keywords", "model", "dict"]
