@@ -79,6 +79,12 @@ def test_reading_stops_at_the_size_seen_when_opened(root: Root, tmp_path: Path) 
     data, size = proc.read_bytes(("status",), 1 << 20)
     assert size == 0 and data.startswith(b"Name:\t") and f"\nPid:\t{os.getpid()}\n".encode() in data
     assert proc.read_bytes(("status",), 5) == (b"Name:", 0)
+    fd = os.open(f"/proc/{os.getpid()}", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        found = read_at(fd, "status", 1 << 20)
+    finally:
+        os.close(fd)
+    assert found is not None and found[1] == 0 and found[0].startswith(b"Name:\t")
 
 
 def test_reading_large_files_in_chunks(root: Root, tmp_path: Path) -> None:
@@ -281,6 +287,10 @@ def test_root_of_keeps_one_root_a_workspace_until_something_more_is_protected(tm
     (tmp_path / "ws").mkdir()
     first = workspace.root_of(tmp_path / "ws")
     assert workspace.root_of(tmp_path / "ws") is first
+    (tmp_path / "ws2").mkdir()
+    second = workspace.root_of(tmp_path / "ws2")  # each workspace its own root, never another's
+    assert second is not first and second.write_bytes(("only.txt",), b"2") is False
+    assert (tmp_path / "ws2" / "only.txt").read_bytes() == b"2" and not (tmp_path / "ws" / "only.txt").exists()
     assert first.write_bytes(("keep.toml",), b"x") is False
     workspace.protect({tmp_path / "ws" / "keep.toml": "a config file"})  # a Root made before knows nothing of it
     again = workspace.root_of(tmp_path / "ws")
