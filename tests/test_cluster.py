@@ -1099,7 +1099,7 @@ def test_what_a_client_sets_on_one_replica_holds_on_every_replica_that_holds_its
                     {"notes://today"}, "error")
 
             await until(followed, "replica two follows what the client set on replica one")
-            return await _touched_while_listening(http, f"{two}/agents/a/mcp", headers)
+            return await _touched_while_listening(http, f"{two}/agents/a/mcp", headers, 1)
 
     heard = run(main)
     assert heard == [{"jsonrpc": "2.0", "method": "notifications/resources/updated",
@@ -1145,20 +1145,22 @@ def test_a_listening_stream_hears_what_is_sent_as_soon_as_its_client_has_its_hea
             subscribe = {"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe",
                          "params": {"uri": "notes://today"}}
             assert (await http.post(f"{one}/agents/a/mcp", json=subscribe, headers=headers)).status_code == 200
-            return await _touched_while_listening(http, f"{one}/agents/a/mcp", headers)
+            return await _touched_while_listening(http, f"{one}/agents/a/mcp", headers, 0)
 
     assert run(main) == [{"jsonrpc": "2.0", "method": "notifications/resources/updated",
                           "params": {"uri": "notes://today"}}]
 
 
-async def _touched_while_listening(http: Any, endpoint: str, headers: dict[str, str]) -> list[Any]:
-    """Open the session's listening stream at ``endpoint``; as soon as its headers are in, have the notes pack
-    update notes://today (from another connection); what the stream carried until the update (or the hang guard:
-    its pings would keep it open for good)."""
+async def _touched_while_listening(http: Any, endpoint: str, headers: dict[str, str], replica: int) -> list[Any]:
+    """Open the session's listening stream at ``endpoint`` (on ``replica``); once it is open there, have the notes
+    pack update notes://today (from another connection); what the stream carried until the update (or the hang
+    guard: its pings would keep it open for good)."""
     import httpx2
 
     heard = ""
     async with http.stream("GET", endpoint, headers=headers) as stream:
+        sid = headers["mcp-session-id"]
+        await until(lambda: _listening_there(replica, "a", sid), "the listening stream is open on the replica")
         touch = {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
                  "params": {"name": "notes__touch_note", "arguments": {}}}
         async with httpx2.AsyncClient(timeout=30) as other:
@@ -1170,6 +1172,20 @@ async def _touched_while_listening(http: Any, endpoint: str, headers: dict[str, 
                 if "resources/updated" in heard:
                     break
     return sse_messages(heard)
+
+
+async def _listening_there(replica: int, agent: str, sid: str) -> bool:
+    """Whether a replica's transport of a session has its listening stream. The SDK makes it in a task started
+    beside the response, so a client holding the response's headers may be ahead of it; a notification sent in
+    between has no stream to go to (a test that updates at once then hears nothing, now and then)."""
+    from mcp.server.streamable_http import GET_STREAM_KEY
+
+    from toolcrib.mcp.fleet import session_digest
+
+    app = SERVED[replica].session_ended[0].__self__  # the HTTP app, which follows sessions other replicas end
+    return any(GET_STREAM_KEY in manager._server_instances[found]._request_streams
+               for manager, found in app._sessions_of(session_digest(agent, sid))
+               if found in manager._server_instances)
 
 
 async def _state_of_session(replica: int, sid: str) -> tuple[set[str], str | None]:
