@@ -819,7 +819,8 @@ def test_a_session_one_replica_opened_is_served_by_another_and_a_delete_ends_it_
 @asynccontextmanager
 async def uvicorn_replicas(paths: list[Path], env: dict[str, str]) -> AsyncIterator[list[str]]:
     """One replica per config file, each a real uvicorn server on a loopback port in this process (so the test's
-    gates reach their tools): their base URLs. ``SERVED`` holds their serving states meanwhile."""
+    gates reach their tools): their base URLs. ``SERVED`` holds their serving states meanwhile, ``APPS`` their
+    HTTP apps."""
     import uvicorn
 
     from toolcrib.mcp.http import HttpApp, HttpOptions
@@ -832,8 +833,9 @@ async def uvicorn_replicas(paths: list[Path], env: dict[str, str]) -> AsyncItera
         stack.callback(lambda: [signal.signal(sig, handler) for sig, handler in handlers.items()])
         states = [await stack.enter_async_context(serving_state(path)) for path in paths]
         SERVED[:] = states
-        servers = [uvicorn.Server(uvicorn.Config(HttpApp(state, HttpOptions(), env=env), host="127.0.0.1", port=0,
-                                                 log_level="warning", lifespan="on")) for state in states]
+        APPS[:] = [HttpApp(state, HttpOptions(), env=env) for state in states]
+        servers = [uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
+                   for app in APPS]
         async with anyio.create_task_group() as tg:
             for server in servers:
                 tg.start_soon(server.serve)
@@ -846,6 +848,7 @@ async def uvicorn_replicas(paths: list[Path], env: dict[str, str]) -> AsyncItera
 
 
 SERVED: list[Any] = []
+APPS: list[Any] = []
 
 
 async def _started(server: Any) -> bool:
@@ -1182,9 +1185,8 @@ async def _listening_there(replica: int, agent: str, sid: str) -> bool:
 
     from toolcrib.mcp.fleet import session_digest
 
-    app = SERVED[replica].session_ended[0].__self__  # the HTTP app, which follows sessions other replicas end
     return any(GET_STREAM_KEY in manager._server_instances[found]._request_streams
-               for manager, found in app._sessions_of(session_digest(agent, sid))
+               for manager, found in APPS[replica]._sessions_of(session_digest(agent, sid))
                if found in manager._server_instances)
 
 

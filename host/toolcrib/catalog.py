@@ -24,6 +24,7 @@ from toolcrib.entries import RULE_DIMENSION, SUPPLIERS, Entry
 from toolcrib.errors import Problem, ToolError, contained
 from toolcrib.names import RESERVED_NAMESPACE, full_name, tool_name_problem
 from toolcrib.plugins import PluginHook, PluginManager, PluginRecord, hooks_by_plugin
+from toolcrib.runner import pack_logger
 from toolcrib.sources import Offer
 from toolcrib.tool import Tool, Unserved, get_tool
 
@@ -199,7 +200,7 @@ def _warnings_of(record: PluginRecord, catalog: _Problems) -> Iterator[None]:
             catalog.problems.append(_pack_problem(record, log_record.getMessage(), "warning"))
         return True
 
-    logger = logging.getLogger(f"toolcrib.pack.{record.name}")
+    logger = pack_logger(record.name)
     logger.addFilter(collect)
     try:
         yield
