@@ -647,3 +647,20 @@ def test_every_installed_distribution_is_named_as_its_metadata_names_it() -> Non
     dists = list(importlib.metadata.distributions())
     assert len(dists) > 50
     assert [name_and_version(d) for d in dists] == [(d.metadata["Name"], d.metadata["Version"]) for d in dists]
+
+
+def test_what_a_pack_logs_as_a_warning_while_collected_is_a_check_warning() -> None:
+    """A pack says something is off in its settings by logging a warning on ``toolcrib.pack.<namespace>``:
+    ``toolcrib check`` (the catalog's problems) shows it as a warning about the pack; info lines are not."""
+    import logging
+
+    class Warny(Pack):
+        @toolcrib.hookimpl
+        def toolcrib_tools(self) -> list[Any]:
+            logging.getLogger("toolcrib.pack.warny").info("collecting")
+            logging.getLogger("toolcrib.pack.warny").warning("no API key set: %s is offline", "search")
+            return list(self.tools)
+
+    host = make_host('[agents.a.permissions]\nplugins = { allow = ["*"] }\n', {"warny": Warny(FILES.tools[0])})
+    assert [str(p) for p in host.catalog.problems] == [
+        "warning: pack 'warny': no API key set: search is offline"]
