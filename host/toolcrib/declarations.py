@@ -33,6 +33,7 @@ from urllib.parse import unquote
 
 from pydantic import BaseModel, ConfigDict, create_model
 
+from toolcrib import fastschema
 from toolcrib.content import CONTENT_CLASSES, EmbeddedResource, Text, dumps
 from toolcrib.context import AvailabilityContext
 from toolcrib.errors import ToolDeclarationError
@@ -378,8 +379,12 @@ def prompt(fn: Any = None, /, **options: Any) -> Any:
                                        "description='...'")
         hints = _hints(fn, name, localns)
         fields, context_param = _signature_fields(fn, name, hints)
-        model = _model(name, fields)
-        schema = json_schema_of(model, "validation")
+        # plain arguments: their schema written directly, the model built at the first get (as a tool's at its first
+        # call); any other: the model now, and its schema
+        schema, model = fastschema.input_schema(fields), None
+        if schema is None:
+            model = _model(name, fields)
+            schema = json_schema_of(model, "validation")
         required = set(schema.get("required", ()))
         arguments = tuple((arg, schema["properties"][arg].get("description"), arg in required) for arg in fields)
         is_available = options.get("is_available")
@@ -389,7 +394,7 @@ def prompt(fn: Any = None, /, **options: Any) -> Any:
                       runner=_python_runner(f"prompt {name!r}", fn, options.get("inline", False), context_param),
                       arguments=arguments, title=options.get("title"), is_available=is_available,
                       complete=_check_completions(name, options.get("complete"), tuple(fields)),
-                      make_model=lambda: model)
+                      make_model=(lambda: model) if model is not None else lambda: _model(name, fields))
         setattr(fn, PROMPT_ATTRIBUTE, spec)
         return fn
 

@@ -18,6 +18,7 @@ import math
 import sys
 import types
 import typing
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -56,9 +57,13 @@ def input_schema(fields: Mapping[str, tuple[Any, Any]]) -> dict[str, Any] | None
 
 
 def output_schema(annotation: Any) -> dict[str, Any] | None:
-    """The output schema of a tool returning a TypedDict of plain fields, or None."""
+    """The output schema of a tool returning a TypedDict of plain fields, or None. Written once a TypedDict: the
+    tools of a pack that return the same one share their schema (read, never changed, as every schema here)."""
     if not typing_extensions.is_typeddict(annotation):
         return None
+    known = _OUTPUT_SCHEMAS.get(annotation)
+    if known is not None:
+        return known
     try:
         hints = _typed_dict_hints(annotation)
         if hints is None:
@@ -71,7 +76,12 @@ def output_schema(annotation: Any) -> dict[str, Any] | None:
     if required:
         result["required"] = required
     result["type"] = "object"
+    _OUTPUT_SCHEMAS[annotation] = result
     return result
+
+
+# a TypedDict's output schema, once written (a class that goes, such as a reloaded module's, takes its entry along)
+_OUTPUT_SCHEMAS: weakref.WeakKeyDictionary[type, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
 def _typed_dict_hints(annotation: Any) -> dict[str, Any] | None:
