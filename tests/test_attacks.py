@@ -1227,6 +1227,41 @@ def test_a_resource_denied_by_uri_stays_denied_however_the_uri_is_spelt(uri: str
         "'docs://pages/internal'"))
 
 
+# (a template's URI, a resource's URI): rules written in other spellings of docs://pages/internal and docs://secret
+RULE_SPELLINGS = [("docs://pages/%69nternal", "docs://%73ecret"), ("DOCS://pages/internal", "DOCS://secret"),
+                  ("docs://pages/./internal", "dOcS://%73%65cret"), ("docs://pages/intro/../internal", "Docs://secret"),
+                  ("Docs://pages/%2e/internal", "docs://%73ecret")]
+
+
+@pytest.mark.parametrize(("internal", "secret"), RULE_SPELLINGS,
+                         ids=[f"spelling{i}" for i in range(len(RULE_SPELLINGS))])
+def test_an_exact_uri_in_a_rule_means_that_resource_however_it_is_spelt(internal: str, secret: str) -> None:
+    """A rule's URI without a '*' is matched in its normal form too, as a glob and every URI a client sends are:
+    ``deny = ["DOCS://pages/internal"]`` hid nothing (the exact pattern kept its spelling while the URI read was
+    normalised), and an allow written so let nothing through. Messages quote the rule as written."""
+    state = uri_state(f"""
+[agents.g.permissions]
+plugins = {{ allow = ["*"] }}
+resources = {{ deny = ["{internal}"] }}
+
+[agents.h.permissions]
+plugins = {{ allow = ["*"] }}
+resources = {{ allow = ["{secret}"] }}
+""")
+    assert state.host.view("g").resource("docs://pages/internal") is None
+    assert state.host.view("g").resource("docs://pages/intro") is not None
+    decision = state.host.explain("g", "docs://pages/internal")
+    assert decision is not None and (decision.visible, decision.checks[-1].detail) == (False, (
+        "'docs://pages/internal' fits the template 'docs://pages/{slug}'; denied by "
+        f"agents.g.permissions.resources.deny {internal!r}"))
+    assert [entry.name for entry in state.host.view("h").resources] == ["docs__secret"]
+    decision = state.host.explain("h", "docs://secret")
+    assert decision is not None and decision.visible
+    scoped = uri_state(STAFF_PAGES.replace('"docs://pages/in*"', f'"{internal}"'))
+    assert scoped.host.view("s", frozenset({"staff"})).resource("docs://pages/internal") is None
+    assert scoped.host.view("s").resource("docs://pages/internal") is not None
+
+
 def test_a_uri_glob_matches_the_uri_the_template_gives_for_its_decoded_parameters() -> None:
     """`orders://O%2D9001` is `orders://O-9001`; a template parameter holding an encoded '/' re-expands encoded,
     and a glob written in another spelling means the same URIs."""

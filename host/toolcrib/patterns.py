@@ -194,11 +194,14 @@ def _parse(dimension: str, text: str) -> Pattern:
     if _NAME_PATTERNS[kind].fullmatch(name) is None:
         hint = " and '*', optionally followed by '(specifier)'" if kind == "tools" else " and '*'"
         raise PatternError(f"{text!r} is not a valid pattern: {chars_rule}{hint}")
-    # A URI in a pattern is matched in its normal form, as every URI it meets is (toolcrib.uris).
+    # A URI in a pattern is matched in its normal form, as every URI it meets is (toolcrib.uris), whether the pattern
+    # is a glob or exact: its text stays as written, for the messages that quote it.
+    if kind == "resources":
+        name = uris.normalize(name)
     return Pattern(
         text=text,
         name=name,
         specifier=specifier,
-        _name_glob=Glob.of(uris.normalize(name) if kind == "resources" else name),
+        _name_glob=Glob.of(name),
         _spec_glob=Glob.of(uris.normalize(specifier)) if specifier is not None else None,
     )
