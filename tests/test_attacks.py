@@ -1296,6 +1296,26 @@ def test_argument_rules_match_a_url_in_its_normal_form(tmp_path: Path) -> None:
             "'web__fetch(https://intranet.example/*)').")), url
 
 
+@pytest.mark.parametrize("written", ["https://intranet.example/admin", "HTTPS://INTRANET.example/admin",
+                                     "https://intranet.example:443/admin", "https://%69ntranet.example./x/../admin"])
+def test_an_exact_url_in_an_argument_rule_is_matched_in_its_normal_form(tmp_path: Path, written: str) -> None:
+    """An argument rule naming one URL (no '*') means that URL however the rule or the call spells it: written in
+    another spelling it denied nothing and the fetch went out, as an exact resource URI in a rule hid nothing."""
+    import toolcrib_web
+
+    (tmp_path / "toolcrib.toml").write_text(textwrap.dedent(f"""
+        [agents.a.permissions]
+        plugins = {{ allow = ["web"] }}
+        tools = {{ deny = ["web__search", "web__download_file", "web__fetch({written})"] }}
+    """))
+    host = host_at(tmp_path / "toolcrib.toml", web=toolcrib_web)
+    for url in ("https://intranet.example/admin", "HTTPS://intranet.EXAMPLE:443/./admin"):
+        result = call(host, "a", "web__fetch", url=url)
+        assert (result.is_error, result.text) == (True, (
+            f"Permission denied: web__fetch with url={url!r} is denied by the agent's permissions (rule "
+            f"'web__fetch({written})').")), url
+
+
 # agent s: a token without scope "staff" may not read the pages whose slug starts with "in"
 STAFF_PAGES = """
 [oauth]

@@ -536,6 +536,21 @@ def test_an_argv_subject_is_matched_as_the_command_line_it_spells_and_every_subj
         "its argument).")
 
 
+def test_a_rule_and_a_subject_are_compared_in_one_spelling_an_argv_included() -> None:
+    """A specifier and the argument it meets both go through ``uris.normalize`` (a URI's spelling changes nothing):
+    a command line that reads as one is no exception, or a deny written ``FOO:bar`` would miss ``["FOO:bar"]``."""
+    host = make_host('[agents.a.permissions]\nplugins = { allow = ["cmd"] }\n'
+                     'tools = { deny = ["cmd__run(FOO:bar --x)", "cmd__run(HTTP://Example.org/*)"] }\n',
+                     {"cmd": Pack(run)})
+    assert call(host, "cmd__run", command=["FOO:bar", "--x"]).text == (
+        "Permission denied: cmd__run with command=['FOO:bar', '--x'] is denied by the agent's permissions (rule "
+        "'cmd__run(FOO:bar --x)').")
+    assert call(host, "cmd__run", command=["git", "status"], target="http://example.org:80/a").text == (
+        "Permission denied: cmd__run with target='http://example.org:80/a' is denied by the agent's permissions (rule "
+        "'cmd__run(HTTP://Example.org/*)').")
+    assert call(host, "cmd__run", command=["FOO:bar", "--y"]).text == "FOO:bar --y"
+
+
 @toolcrib.tool(rule_subject="path")
 def maybe(path: str | None = None) -> str:
     """Act on a path, or on nothing."""

@@ -36,7 +36,8 @@ class PatternError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Pattern:
-    """One compiled pattern. ``specifier`` is the text in parentheses, if any."""
+    """One compiled pattern. ``specifier`` is the text in parentheses, if any; ``name`` and ``specifier`` hold a URI
+    in its normal form (``text`` is the pattern as written)."""
 
     text: str
     name: str
@@ -194,14 +195,17 @@ def _parse(dimension: str, text: str) -> Pattern:
     if _NAME_PATTERNS[kind].fullmatch(name) is None:
         hint = " and '*', optionally followed by '(specifier)'" if kind == "tools" else " and '*'"
         raise PatternError(f"{text!r} is not a valid pattern: {chars_rule}{hint}")
-    # A URI in a pattern is matched in its normal form, as every URI it meets is (toolcrib.uris), whether the pattern
-    # is a glob or exact: its text stays as written, for the messages that quote it.
+    # A URI in a pattern (a resource's, or a URL an argument rule names) is matched in its normal form, as every URI
+    # it meets is (toolcrib.uris), whether the pattern is a glob or exact: its text stays as written, for the messages
+    # that quote it.
     if kind == "resources":
         name = uris.normalize(name)
+    if specifier is not None:
+        specifier = uris.normalize(specifier)
     return Pattern(
         text=text,
         name=name,
         specifier=specifier,
         _name_glob=Glob.of(name),
-        _spec_glob=Glob.of(uris.normalize(specifier)) if specifier is not None else None,
+        _spec_glob=Glob.of(specifier) if specifier is not None else None,
     )

@@ -176,10 +176,10 @@ class CallRules:
             value = arguments.get(name)
             if value is None:
                 continue
-            if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
-                found.append((name, shlex.join(value)))  # an argv is matched as the command line it spells
-            else:
-                found.append((name, uris.normalize(str(value))))  # a URL as rules match it: in its normal form
+            # an argv is matched as the command line it spells; any text as rules hold it (a URL in its normal form)
+            text = shlex.join(value) if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value) \
+                else str(value)
+            found.append((name, uris.normalize(text)))
         return found
 
     def to_json(self) -> dict[str, Any]:
