@@ -176,10 +176,9 @@ class CallRules:
             value = arguments.get(name)
             if value is None:
                 continue
-            # an argv is matched as the command line it spells; any text as rules hold it (a URL in its normal form)
-            text = shlex.join(value) if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value) \
-                else str(value)
-            found.append((name, uris.normalize(text)))
+            if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+                value = shlex.join(value)  # an argv is matched as the command line it spells
+            found.append((name, uris.normalize(str(value))))  # in one spelling with the rules: a URL's normal form
         return found
 
     def to_json(self) -> dict[str, Any]:
