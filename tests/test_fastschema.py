@@ -3,6 +3,7 @@ exactly the one pydantic generates (over generated signatures), and it must writ
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any, Literal, Optional
 
 import pytest
@@ -209,3 +210,51 @@ def test_a_prompts_arguments_are_the_same_written_or_from_pydantic() -> None:
         modelled.model.model_validate({"topic": "a", "count": "0"})
     with pytest.raises(ValueError, match="topic"):
         written.model.model_validate({"count": "2"})
+
+
+class Found(TypedDict):
+    count: int | None
+    note: Annotated[str, Field(description="what was\u200b found")]
+
+
+def test_the_tools_that_return_one_typed_dict_are_listed_with_one_output_schema() -> None:
+    """tools/list's output schema (served: nullables as type lists; its prose clean) is made once a TypedDict and
+    shared by the tools that return it; a list of it is wrapped, and a class of the same name has its own."""
+    import toolcrib
+    from toolcrib.tool import get_tool
+
+    def one() -> Found:
+        """One."""
+        return {"count": 1, "note": "x"}
+
+    def two(a: int) -> Found:
+        """Two."""
+        return {"count": a, "note": "x"}
+
+    def many() -> list[Found]:
+        """Many."""
+        return []
+
+    first, second, third = (get_tool(toolcrib.tool(fn)).wire_output_schema  # type: ignore[union-attr]
+                            for fn in (one, two, many))
+    wire = {"properties": {"count": {"type": ["integer", "null"]},
+                           "note": {"description": "what was found", "type": "string"}},
+            "required": ["count", "note"], "type": "object"}
+    assert first == wire
+    assert second is first
+    given = {"properties": {"n": {"type": "integer"}}, "type": "object"}  # as an upstream server gives it
+    assert dataclasses.replace(get_tool(one), given_output_schema=given).wire_output_schema == given  # type: ignore[arg-type]
+    assert third == {"properties": {"result": {"items": {**wire, "title": "Found"}, "type": "array"}},
+                     "required": ["result"], "type": "object"}
+
+    class Found2(TypedDict):
+        count: str
+
+    Found2.__name__ = Found2.__qualname__ = "Found"
+
+    def other() -> Found2:
+        """Other."""
+        return {"count": "1"}
+
+    assert get_tool(toolcrib.tool(other)).wire_output_schema == {  # type: ignore[union-attr]
+        "properties": {"count": {"type": "string"}}, "required": ["count"], "type": "object"}

@@ -14,7 +14,7 @@ from toolcrib.answers import Deny
 from toolcrib.content import ToolResult
 from toolcrib.context import CHAIN, CONVERSATION
 from toolcrib.errors import Suspend, ToolError, UnknownToolError
-from toolcrib.names import clean, clean_schema
+from toolcrib.names import clean
 from toolcrib.permissions import Named, check_availability, decide
 
 if TYPE_CHECKING:
@@ -169,7 +169,7 @@ class Server:
     async def tools(self) -> list[dict[str, Any]]:
         """Its tools this agent may call: name (the server's own), description, input schema."""
         return [{"name": e.tool.name, "description": clean(e.tool.description),
-                 "inputSchema": clean_schema(e.tool.served_input_schema)} for e in await self._visible()]
+                 "inputSchema": e.tool.wire_input_schema} for e in await self._visible()]
 
     async def call(self, tool: str, arguments: Mapping[str, Any] | None) -> ToolResult:
         """Call one of its tools through this agent's pipeline (its argument and ``ask`` rules, hooks, audit);

@@ -20,6 +20,7 @@ import sys
 import types
 import typing
 import warnings
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from typing import Any, TypeVar, overload
@@ -33,7 +34,7 @@ from toolcrib.content import CONTENT_CLASSES, ToolResult
 from toolcrib.context import AvailabilityContext, Context
 from toolcrib.errors import ToolDeclarationError
 from toolcrib.fastschema import json_schema_of
-from toolcrib.names import tool_name_problem
+from toolcrib.names import clean_schema, tool_name_problem
 from toolcrib.runner import Convention, PythonRunner, Runner
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -188,6 +189,27 @@ class Tool:
         output = self.output_schema
         return None if output is None else self_contained(output)
 
+    @cached_property
+    def wire_input_schema(self) -> dict[str, Any]:
+        """The input schema as tools/list shows it: served, its prose ``names.clean``."""
+        wire: dict[str, Any] = clean_schema(self.served_input_schema)
+        return wire
+
+    @cached_property
+    def wire_output_schema(self) -> dict[str, Any] | None:
+        """The output schema as tools/list shows it (served, its prose clean), None without structured output. The
+        tools that return one TypedDict share it: it is a function of the class alone, made once a class (a pack's
+        tools mostly return one result type; it was 8 us a tool at 10,000 tools)."""
+        annotation = self.return_annotation
+        shared = self.given_output_schema is None and typing_extensions.is_typeddict(annotation)
+        if shared and (known := _WIRE_OUTPUTS.get(annotation)) is not None:
+            return known
+        output = self.served_output_schema
+        wire = None if output is None else clean_schema(output)
+        if shared and wire is not None:
+            _WIRE_OUTPUTS[annotation] = wire
+        return wire
+
     def prepare(self) -> None:
         """Build the input model and both schemas now; ``ToolDeclarationError`` says what is wrong."""
         try:
@@ -199,6 +221,10 @@ class Tool:
 
     def __repr__(self) -> str:
         return f"<Tool {self.name}>"
+
+
+# a TypedDict's output schema as tools/list shows it (Tool.wire_output_schema), kept while the class lives
+_WIRE_OUTPUTS: weakref.WeakKeyDictionary[type, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
 # -- the decorator -------------------------------------------------------------------------------------------

@@ -147,8 +147,8 @@ class ViewTool:
             wire["title"] = clean(tool.title)
         wire["description"] = self.description
         try:
-            wire["inputSchema"] = clean_schema(tool.served_input_schema)
-            output = tool.served_output_schema
+            wire["inputSchema"] = tool.wire_input_schema
+            output = tool.wire_output_schema
         except Exception:
             # A tool whose schema cannot be built stays listed (listing and calling agree); a call of it is an
             # error result, and `toolcrib check` reports it.
@@ -156,7 +156,7 @@ class ViewTool:
             wire["inputSchema"] = {"type": "object"}
             output = None
         if output is not None:
-            wire["outputSchema"] = clean_schema(output)
+            wire["outputSchema"] = output
         if tool.annotations:
             annotations = dict(tool.annotations)
             if isinstance(annotations.get("title"), str):
