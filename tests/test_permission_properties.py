@@ -468,6 +468,35 @@ def test_compiled_specifiers_find_the_first_pattern_that_matches_as_one_by_one(s
     assert fnmatchcase(subject, specifiers[expected].replace("[", "[[]")) if expected is not None else True
 
 
+def test_compiled_specifiers_pass_over_a_pattern_without_one() -> None:
+    """A bare tool pattern among specifiers names no subject: the ones after it are still found, by their index."""
+    from toolcrib import patterns
+
+    parsed = tuple(patterns.parse("tools", text) for text in ("fs__write", "fs__write(docs/*)", "fs__write(*.md)"))
+    compiled = patterns.Specifiers(parsed)
+    assert [compiled.first(s) for s in ("docs/a", "notes.md", "fs__write", "")] == [1, 2, None, None]
+
+
+def test_a_glob_is_tried_only_on_a_subject_that_holds_its_longest_piece(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The screen in front of the general globs: a subject that holds none of their longest pieces ("aaaa" of
+    ``*zz*aaaa*``, "b" of ``*b*``) reaches no glob, even one holding the shorter piece "zz"; a subject that holds
+    one is tried against them in order, and matched as before."""
+    from toolcrib import patterns
+
+    compiled = patterns.Specifiers((patterns.parse("tools", "t(*zz*aaaa*)"), patterns.parse("tools", "t(*b*)")))
+    tried: list[tuple[str, str]] = []
+    matches = patterns.Glob.matches
+
+    def counted(glob: patterns.Glob, text: str) -> bool:
+        tried.append(("*".join((glob.first, *glob.middle, glob.last)), text))
+        return matches(glob, text)
+
+    monkeypatch.setattr(patterns.Glob, "matches", counted)
+    assert [compiled.first(s) for s in ("zz", "xx", "aaaazz", "zzaaaa", "zb")] == [None, None, None, 0, 1]
+    assert tried == [("*zz*aaaa*", "aaaazz"), ("*b*", "aaaazz"), ("*zz*aaaa*", "zzaaaa"), ("*zz*aaaa*", "zb"),
+                     ("*b*", "zb")]
+
+
 @settings(max_examples=300, deadline=None)
 @given(deny=st.lists(_SPECIFIER, max_size=6), allow=st.lists(_SPECIFIER, max_size=6),
        subjects=st.lists(st.one_of(st.none(), _SUBJECT), min_size=2, max_size=2))

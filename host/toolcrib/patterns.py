@@ -122,10 +122,10 @@ class Specifiers:
         self._suffixes = tuple(sorted(suffixes.items()))
         self._general = tuple(general)
         # The others match only where their longest piece is found: one search for any of those pieces (literals,
-        # so it never backtracks) spares trying them one by one on a subject that holds none.
+        # so it never backtracks; in any order, as only whether one is found counts) spares trying them one by one
+        # on a subject that holds none.
         pieces = {max((glob.first, *glob.middle, glob.last), key=len) for _, glob in general}
-        self._screen = re.compile("|".join(sorted(map(re.escape, pieces), key=len, reverse=True))) \
-            if pieces and "" not in pieces else None
+        self._screen = re.compile("|".join(map(re.escape, pieces))) if pieces and "" not in pieces else None
 
     def first(self, subject: str) -> int | None:
         best = self._exact.get(subject)
