@@ -123,9 +123,9 @@ class Specifiers:
         self._general = tuple(general)
         # The others match only where their longest piece is found: one search for any of those pieces (literals,
         # so it never backtracks; in any order, as only whether one is found counts) spares trying them one by one
-        # on a subject that holds none.
+        # on a subject that holds none. A glob of stars alone has an empty piece, which lets every subject through.
         pieces = {max((glob.first, *glob.middle, glob.last), key=len) for _, glob in general}
-        self._screen = re.compile("|".join(map(re.escape, pieces))) if pieces and "" not in pieces else None
+        self._screen = re.compile("|".join(map(re.escape, pieces)))
 
     def first(self, subject: str) -> int | None:
         best = self._exact.get(subject)
@@ -147,7 +147,7 @@ class Specifiers:
             ending = ends.get(subject[size - length:])
             if ending is not None and (best is None or ending < best):
                 best = ending
-        if self._general and (self._screen is None or self._screen.search(subject) is not None):
+        if self._general and self._screen.search(subject) is not None:
             for index, glob in self._general:
                 if best is not None and index >= best:
                     break
