@@ -697,6 +697,42 @@ def test_a_resource_hidden_as_unconfinable_says_so_in_its_decision() -> None:
     assert decision.checks[-1] == Check("available", False, "not available: it could reach x", "unconfinable")
 
 
+def test_check_reports_the_tools_hidden_as_unconfinable_for_each_agent_that_would_see_them() -> None:
+    """``toolcrib check``'s warning names the agents whose rules permit the tool (its check is asked for them)
+    and not the agent whose rules hide it anyway; a tool hidden for another reason is no warning."""
+    from toolcrib.sandbox import Unconfinable
+
+    @toolcrib.tool(is_available=lambda ctx: Unconfinable("its programs could reach the config"))
+    def run_it() -> str:
+        """Runs."""
+        return "ran"
+
+    @toolcrib.tool(is_available=lambda ctx: "no display")
+    def show_it() -> str:
+        """Shows."""
+        return "shown"
+
+    class Items:
+        @toolcrib.hookimpl
+        def toolcrib_tools(self) -> list[Any]:
+            return [run_it, show_it]
+
+    host = make_host("""
+        [agents.a.permissions]
+        plugins = { allow = ["p"] }
+        tools = { allow = ["*"] }
+        [agents.b.permissions]
+        plugins = { allow = ["p"] }
+        tools = { allow = ["p__*"] }
+        [agents.c.permissions]
+        plugins = { allow = ["p"] }
+        tools = { deny = ["p__run_it"] }
+    """, {"p": Items()})
+    warnings = [str(p) for p in host.problems() if p.where.startswith("tool ")]
+    assert warnings == ["warning: tool 'p__run_it': hidden from a, b: not available: its programs could reach the "
+                        "config"]
+
+
 def test_a_sub_agents_tool_list_asks_its_availability_through_the_budgeted_runner() -> None:
     """What a sub-agent is offered is checked again within the chain that runs it (a tool that describes itself
     per agent): on the availability worker, not the caller's thread, and a check that raises hides the tool

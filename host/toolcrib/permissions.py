@@ -248,7 +248,9 @@ class AgentRules:
         hidden = tuple((dimension, patterns.parse(dimension, text), scope) for scope in sorted(scopes) if scope in needs
                        for dimension in ("tools", "resources", "prompts")
                        for text in getattr(needs[scope], dimension))
-        return dataclasses.replace(self, scope_hidden=hidden, _sources={})
+        # (the copy shares source_permits' memo: what it remembers depends on the dimensions alone, which scopes
+        # leave as they are)
+        return dataclasses.replace(self, scope_hidden=hidden)
 
     @property
     def mode(self) -> str:
