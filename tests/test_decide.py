@@ -377,6 +377,8 @@ def test_a_check_after_one_that_hangs_is_still_asked_once(caplog: pytest.LogCapt
             "is_available of p__a_hangs gave no answer within 0.2 seconds for agent 'a'; the tool is hidden"]
         explained = host.explain("a", "p__c_last")
         assert explained is not None and explained.reason == "not available: not today"
+        hung = [t for t in threading.enumerate() if t.name == "toolcrib-availability"]
+        assert hung and all(t.daemon for t in hung)  # a check that never returns does not hold the process open
     finally:
         release.set()
 
