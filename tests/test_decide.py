@@ -714,11 +714,6 @@ def test_check_reports_the_tools_hidden_as_unconfinable_for_each_agent_that_woul
         """Shows."""
         return "shown"
 
-    class Items:
-        @toolcrib.hookimpl
-        def toolcrib_tools(self) -> list[Any]:
-            return [run_it, show_it]
-
     host = make_host("""
         [agents.a.permissions]
         plugins = { allow = ["p"] }
@@ -729,7 +724,7 @@ def test_check_reports_the_tools_hidden_as_unconfinable_for_each_agent_that_woul
         [agents.c.permissions]
         plugins = { allow = ["p"] }
         tools = { deny = ["p__run_it"] }
-    """, {"p": Items()})
+    """, {"p": Pack(run_it, show_it)})
     warnings = [str(p) for p in host.problems() if p.where.startswith("tool ")]
     assert warnings == ["warning: tool 'p__run_it': hidden from a, b: not available: its programs could reach the "
                         "config"]
