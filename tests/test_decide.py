@@ -134,6 +134,32 @@ def test_a_tool_the_lock_holds_back_is_hidden_first_and_the_hosts_own_tools_say_
         "source", True, "the host's own tool: it is offered by what it serves (see available)")
 
 
+def test_a_source_rule_is_asked_once_per_source_for_every_tool_it_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """There are few sources and many tools: the source check is remembered per (dimension, source, origin), so a
+    view of a pack's tools asks the ``plugins`` rule about the pack once, and once more for another plugin a tool
+    comes from. The copy a request's token makes (``lacking``) shares what was remembered."""
+    from toolcrib.permissions import DimensionRule
+
+    host = make_host('[agents.a.permissions]\nplugins = { allow = ["files", "helper"] }\ntools = { allow = ["*"] }\n',
+                     {"files": FILES})
+    asked: list[tuple[str, str]] = []
+    permits = DimensionRule.permits
+
+    def counted(rule: DimensionRule, name: str, uri: str | None = None) -> Any:
+        asked.append((rule.dimension, name))
+        return permits(rule, name, uri)
+
+    monkeypatch.setattr(DimensionRule, "permits", counted)
+    rules = host.rules["a"]
+    tools = [e for e in host.catalog.entries.values() if e.kind == "tool" and e.source == "files"]
+    borrowed = dataclasses.replace(tools[0], definition=dataclasses.replace(tools[0].tool, origin="helper"))
+    assert len(tools) > 1
+    for entry in [*tools, *tools, borrowed, borrowed]:
+        assert decide(rules, entry).visible
+    assert rules.lacking(frozenset()).source_permits("plugins", "files") == (True, rules.dimensions["plugins"].match(
+        "files"))
+    assert [name for dimension, name in asked if dimension == "plugins"] == ["files", "files", "helper"]
+
 def test_explain_names_a_missing_dimension() -> None:
     host = make_host('[agents.a.permissions]\nplugins = { allow = ["files"] }\n', {"files": FILES})
     explained = host.explain("a", "files__read")
