@@ -17,7 +17,7 @@ import pytest
 
 import toolcrib
 from conftest import cli, config_from, make_host
-from packs import FILES, Pack
+from packs import FILES, NOTES, Pack
 from toolcrib.catalog import Entry
 from toolcrib.permissions import CallRules, Check, Named, compile_rules, decide, permitted
 from toolcrib.tool import get_tool
@@ -126,6 +126,12 @@ def test_a_tool_the_lock_holds_back_is_hidden_first_and_the_hosts_own_tools_say_
         ("lock", False, "its definition changed since the lock")]
     every = decide(rules, held, detail=True, exhaustive=True)
     assert ([c.name for c in every.checks], every.visible) == (["lock", "source", "tools", "mode", "available"], False)
+    notes = make_host('[agents.a.permissions]\nplugins = { allow = ["*"] }\nresources = { allow = ["*"] }\n',
+                      {"notes": NOTES})
+    page = dataclasses.replace(notes.catalog.resources["notes__today"], held="its definition changed since the lock")
+    assert [(d.name, d.visible, d.kind) for d in (decide(notes.rules["a"], page),
+                                                  decide(notes.rules["a"], page, detail=True))] == [
+        ("notes__today", False, "resource"), ("notes__today", False, "resource")]
     # which availability checks are worth running: none for what the lock holds, none for an agent without rules
     assert (permitted(rules, host.catalog.entries["files__read"]), permitted(rules, held)) == (True, False)
     assert permitted(host.rules["b"], host.catalog.entries["files__read"]) is False
