@@ -398,8 +398,8 @@ def decide(rules: AgentRules, subject: Entry | Named, *, detail: bool = False, e
         passed, pattern = rules.source_permits(entry.dimension, entry.source, origin)
         if detail:
             of = f" (its plugin {origin!r})" if origin is not None else ""
-            word = SUPPLIERS.get(entry.supplier) if entry.supplier != "builtin" else None
-            text = (f"{word or _SOURCE_KIND[entry.dimension]} {entry.source!r}{of}: "
+            word = SUPPLIERS.get(entry.supplier) or _SOURCE_KIND[entry.dimension]  # (never "builtin" here)
+            text = (f"{word} {entry.source!r}{of}: "
                     f"{source_rule.describe(passed, pattern)}")
             checks.append(Check("source", passed, text))
     visible = passed
