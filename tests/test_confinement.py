@@ -143,6 +143,12 @@ def test_a_spec_that_cannot_be_applied_runs_nothing(tmp_path: Path) -> None:
     assert done.stderr.strip() == ("toolcrib: the program was not started, as it could not be confined: invalid "
                                    "literal for int() with base 10: 'lots'")
     assert not marker.exists()
+    gone = subprocess.run([sys.executable, "-I", "-S", str(LAUNCHER), '{"read": [], "write": [], "parent": 1}', "--",
+                           "touch", str(marker)], capture_output=True, text=True)  # started by a host that ended
+    assert (gone.returncode, gone.stderr.strip()) == (126, "toolcrib: the program was not started, as it could "
+                                                           "not be confined: the host that started it (process 1) "
+                                                           "has ended")
+    assert not marker.exists()
 
 
 @pytest.mark.parametrize("allowed", [False, True])
@@ -231,6 +237,7 @@ processes = 7
     assert made["write"] == [str(tmp_path / "tmp"), str(tmp_path / "out")]
     assert made["network"] is True
     assert made["limits"] == {"memory": 64 * 1024 * 1024, "cpu": 5, "files": 32, "processes": 7}
+    assert made["parent"] == os.getpid()  # the program ends with this host (test_isolation's host killed outright)
     python = config_from(f'[mcps.p]\ncommand = "{sys.executable}"\nconfine = true\n', tmp_path)
     made = spec(python, python.config.mcps["p"], tmp_path / "tmp")
     assert str(Path(sys.base_prefix).resolve()) in made["read"]  # a venv's interpreter lives in its base

@@ -234,6 +234,45 @@ def test_a_pack_that_hangs_at_import_fails_alone_and_its_process_is_ended(
     assert anyio.run(main) == (("pack", "failed", "cannot connect: did not answer within 3 seconds"), "here")
 
 
+def test_a_pack_stuck_at_its_import_ends_with_a_host_killed_outright(tmp_path: Path,
+                                                                     dist_path: Callable[..., Path]) -> None:
+    """A host killed outright (SIGKILL, the out-of-memory killer) never reaches its shutdown, and a pack stuck at
+    its import never reads the end of its stdin: the kernel ends the pack's process with its host."""
+    import signal
+    import subprocess
+
+    from test_cluster import until
+
+    site = dist_path("acme-stuck", "1.0", {"stuck": "acme_stuck"}, {"acme_stuck": "import time\ntime.sleep(3600)\n"})
+    (tmp_path / "ws").mkdir()
+    config = tmp_path / "toolcrib.toml"
+    config.write_text('[host]\nworkspace = "ws"\n[packs.stuck]\nisolate = true\n[agents.a.permissions]\n'
+                      'plugins = { allow = ["stuck"] }\ntools = { allow = ["*"] }\n')
+    host = subprocess.Popen([sys.executable, "-m", "toolcrib", "serve", "--agent", "a", "--config", str(config),
+                             "--no-reload"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, cwd=tmp_path / "ws",
+                            env={**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+
+    async def started() -> bool:
+        assert host.poll() is None, "the host ended before it started the pack"
+        return _processes_of("toolcrib-pack-stuck-") != []
+
+    async def ended() -> bool:
+        return _processes_of("toolcrib-pack-stuck-") == []
+
+    try:
+        anyio.run(until, started, "the host starts the isolated pack")
+        stuck = _processes_of("toolcrib-pack-stuck-")
+        host.kill()
+        host.wait()
+        anyio.run(until, ended, "the stuck pack's process ends with its host")
+    finally:
+        host.kill()
+        for pid in _processes_of("toolcrib-pack-stuck-"):  # (a failure leaves none behind for the next test)
+            os.kill(pid, signal.SIGKILL)
+    assert len(stuck) == 1
+
+
 def test_network_true_lets_an_isolated_pack_connect(tmp_path: Path, probe_pack: None) -> None:
     import socket
 

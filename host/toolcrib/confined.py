@@ -14,7 +14,8 @@ holds for every process the program starts, and cannot be lifted from inside:
   make any socket, UDP and Unix ones included, and io_uring, which could get around it; anonymous socket pairs
   stay);
 - **resources** (``setrlimit``): address space, CPU seconds, open files, processes; processes in a pids cgroup of
-  the program's own where the host can make one (``group``), so that they are counted for root too.
+  the program's own where the host can make one (``group``), so that they are counted for root too;
+- **its host** (``parent``): the program is killed when the host ends, however it ends (``PR_SET_PDEATHSIG``).
 
 Only the standard library: it runs before the program, with nothing of the host's imported. A spec that cannot be
 applied is fatal (exit 126, saying why on stderr): a program is never run less confined than asked.
@@ -27,6 +28,7 @@ import json
 import os
 import platform
 import resource
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -34,6 +36,7 @@ from typing import Any
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
 _RULE_PATH_BENEATH = 1
 _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 38, 22, 2
+_PR_SET_PDEATHSIG = 1
 EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 _DIRECTORY_WRITES = sum(1 << n for n in range(4, 13))  # remove and make: dirs, files, sockets, fifos, devices, links
 _REFER, _TRUNCATE, _IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15  # ABI 2, 3, 5
@@ -140,6 +143,17 @@ def no_sockets(libc: Any) -> None:
         raise _fail("prctl(PR_SET_SECCOMP)")
 
 
+def die_with(libc: Any, parent: int) -> None:
+    """Be killed (SIGKILL) when the host, process ``parent``, ends. A host killed outright (SIGKILL, the kernel's
+    out-of-memory killer) never reaches its shutdown, and a program that never reads its stdin's end (a pack stuck
+    at its import) would run on without it. The kernel sends the signal when the host's thread that started the
+    program ends: its event loop's, which outlives the pool of servers it started. A host already gone: not run."""
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise _fail("prctl(PR_SET_PDEATHSIG)")
+    if os.getppid() != parent:
+        raise OSError(f"the host that started it (process {parent}) has ended")
+
+
 def join_group(group: str, processes: int) -> None:
     """Make ``group`` (a pids cgroup), let it hold ``processes`` tasks (threads count), and move into it: every
     process the program starts is counted there, whoever its user is (``RLIMIT_NPROC`` counts per user, and not
@@ -152,6 +166,9 @@ def join_group(group: str, processes: int) -> None:
 
 
 def apply(spec: dict[str, Any]) -> None:
+    libc = _libc()
+    if spec.get("parent") is not None:
+        die_with(libc, int(spec["parent"]))
     limits = dict(spec.get("limits", {}))
     if spec.get("group") and limits.get("processes") is not None:
         join_group(spec["group"], int(limits.pop("processes")))
@@ -159,7 +176,6 @@ def apply(spec: dict[str, Any]) -> None:
         value = limits.get(name)
         if value is not None:
             resource.setrlimit(which, (int(value), int(value)))
-    libc = _libc()
     landlock(libc, spec["read"], spec["write"], bool(spec.get("network")))
     if not spec.get("network"):
         no_sockets(libc)

@@ -77,7 +77,8 @@ def spec(loaded: LoadedConfig, config: McpConfig, temporary: Path) -> dict[str, 
                         "what governs the host out of its servers' reach; move it, or narrow read and write")
     limits = {"memory": config.memory_mb * 1024 * 1024 if config.memory_mb else None,
               "cpu": config.cpu_seconds, "files": config.open_files, "processes": config.processes}
-    made: dict[str, object] = {"read": read, "write": write, "network": config.network, "limits": limits}
+    made: dict[str, object] = {"read": read, "write": write, "network": config.network, "limits": limits,
+                               "parent": os.getpid()}  # the host: the program ends with it (toolcrib.confined)
     group = group_of(temporary) if config.processes else None
     if group is not None:  # processes are counted in a group of the program's own, not per user
         made["group"] = str(group)
