@@ -273,6 +273,33 @@ def test_a_pack_stuck_at_its_import_ends_with_a_host_killed_outright(tmp_path: P
     assert len(stuck) == 1
 
 
+def test_a_pack_whose_code_lies_beside_the_config_is_not_started_and_says_why_once(
+        tmp_path: Path, dist_path: Callable[..., Path], caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its process may read the folders it imports from, so a pack installed beside the config is not started: its
+    record and one warning say why (and nothing about the calls lane the host made for it and closed)."""
+    import logging
+
+    dist_path("acme-near", "1.0", {"near": "acme_near"}, {"acme_near": "x = 1\n"}, where=tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "ws").mkdir()
+    loaded = config_from('[host]\nworkspace = "ws"\n[packs.near]\nisolate = true\n[agents.a.permissions]\n'
+                         'plugins = { allow = ["near"] }\ntools = { allow = ["*"] }\n', tmp_path)
+
+    async def main() -> Any:
+        async with upstream_pool() as pool:
+            host = Host(loaded, sources=await pool.sync(loaded), autoload=False, env={})
+            return next((r.kind, r.state, r.error) for r in host.records if r.name == "near")
+
+    with caplog.at_level(logging.WARNING):
+        record = anyio.run(main)
+    why = (f"a confined server may read beneath {tmp_path}, and {tmp_path / 'toolcrib.lock'} (the lock file "
+           "toolcrib.lock) is there: toolcrib keeps what governs the host out of its servers' reach; move it, or "
+           "narrow read and write")
+    assert record == ("pack", "failed", f"cannot connect: {why}")
+    assert [(r.name, r.getMessage()) for r in caplog.records] == [("toolcrib.upstream", f"isolated pack 'near': {why}")]
+
+
 def test_network_true_lets_an_isolated_pack_connect(tmp_path: Path, probe_pack: None) -> None:
     import socket
 

@@ -211,6 +211,8 @@ class Lane:
                     stream.send_nowait(message)
             self.closed = "its process ended"
         except LaneClosed as exc:
+            if self.closed is not None:
+                return  # the host ended it first (its process never started, or its session ended): its pipes closed
             self.closed = str(exc)
             log.warning("isolated pack %r: its calls lane ended: %s", self.namespace, exc)
 
@@ -279,7 +281,8 @@ class Lane:
                 value = self.permits(message.get("call"), message.get("dimension"), message.get("name"))
                 await pipes.send({"permitted": message.get("permits"), "value": value})
         except LaneClosed as exc:
-            log.warning("isolated pack %r: its permits line ended: %s", self.namespace, exc)
+            if self.closed is None:  # (else the host ended the lane, and closed this line with it)
+                log.warning("isolated pack %r: its permits line ended: %s", self.namespace, exc)
 
     async def _asked(self, message: dict[str, Any], call: Call | None,
                      receive: Any = None) -> None:

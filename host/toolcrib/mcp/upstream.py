@@ -329,7 +329,8 @@ class UpstreamPool:
             except Exception as exc:  # a server that cannot start, answers garbage, or dies
                 await anyio.sleep(0.05)  # its last words on stderr are on their way
                 connection.error = _describe(exc, list(tail))
-                log.warning("upstream server %r: %s", connection.namespace, connection.error)
+                log.warning("%s %r: %s", "isolated pack" if connection.pack else "upstream server",
+                            connection.namespace, connection.error)
                 connection.client = None
                 if connection.ready.is_set() and self._connections.get(connection.namespace) is connection:
                     self._tg.start_soon(self._revive, connection)  # it was serving, and died: start it again
