@@ -415,6 +415,27 @@ def test_a_check_after_one_that_hangs_is_still_asked_once(caplog: pytest.LogCapt
         release.set()
 
 
+def test_a_check_that_answers_within_its_time_is_waited_for(caplog: pytest.LogCaptureFixture) -> None:
+    """The whole of ``availability_timeout`` is the check's, under a second too: one that takes a moment to answer
+    is waited for, not counted as hanging."""
+    import time
+
+    def slow(ctx: toolcrib.AvailabilityContext) -> bool:
+        time.sleep(0.1)
+        return True
+
+    @toolcrib.tool(annotations={"readOnlyHint": True}, is_available=slow)
+    def pondered() -> str:
+        """Answers after a moment."""
+        return "x"
+
+    host = make_host('[host]\navailability_timeout = 0.9\n[agents.a.permissions]\nplugins = { allow = ["*"] }\n'
+                     'tools = { allow = ["*"] }\n', {"p": Pack(pondered)})
+    with caplog.at_level(logging.WARNING, logger="toolcrib.permissions"):
+        assert host.view("a").names == ["p__pondered"]
+    assert caplog.records == []
+
+
 def test_a_check_that_raises_is_logged_and_a_check_sees_the_agent_model_and_mode(
         caplog: pytest.LogCaptureFixture) -> None:
     seen: list[tuple[str, str | None, str]] = []
