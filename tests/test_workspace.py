@@ -87,6 +87,30 @@ def test_reading_stops_at_the_size_seen_when_opened(root: Root, tmp_path: Path) 
     assert found is not None and found[1] == 0 and found[0].startswith(b"Name:\t")
 
 
+def test_a_file_is_read_in_reads_of_a_mebibyte_and_none_past_its_size(root: Root, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each read asks for at most 1 MiB, and none is made past the size the file had when it was opened (no read
+    that would only find its end), through ``Root.read_bytes`` and ``read_at`` alike."""
+    data = os.urandom(3 * 1024 * 1024 + 7)
+    (tmp_path / "ws" / "big.bin").write_bytes(data)
+    asked: list[int] = []
+    read = os.read
+
+    def counted(fd: int, n: int) -> bytes:
+        asked.append(n)
+        return read(fd, n)
+
+    fd = os.open(tmp_path / "ws", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        monkeypatch.setattr(os, "read", counted)
+        got = root.read_bytes(("big.bin",), 8 << 20), read_at(fd, "big.bin", 8 << 20)
+        monkeypatch.undo()
+    finally:
+        os.close(fd)
+    assert got == ((data, len(data)), (data, len(data)))
+    assert asked == [1 << 20, 1 << 20, 1 << 20, 7] * 2
+
+
 def test_reading_large_files_in_chunks(root: Root, tmp_path: Path) -> None:
     data = os.urandom(3 * 1024 * 1024 + 7)
     (tmp_path / "ws" / "big.bin").write_bytes(data)

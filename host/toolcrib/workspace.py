@@ -471,7 +471,7 @@ def read_at(dirfd: int, name: str, limit: int) -> tuple[bytes, int] | None:
         os.close(fd)
 
 
-def _read_fd(fd: int, limit: int, size: int = 0) -> bytes:
+def _read_fd(fd: int, limit: int, size: int) -> bytes:
     """Up to ``limit`` bytes from ``fd`` to its end. ``size``, the file's size when it was opened, ends the reading
     once that many bytes came (sparing the read that would only find the end; a file that grew since is read as
     it was); 0 reads to the end, as a file in /proc, whose size says 0, needs."""
