@@ -193,6 +193,11 @@ def test_agents_that_share_a_token_are_not_served_and_each_is_told_why(caplog: p
     assert [r.getMessage() for r in caplog.records if "same token" in r.getMessage()] == [
         "agent 'reader' is not served over HTTP: agent 'writer' has the same token",
         "agent 'writer' is not served over HTTP: agent 'reader' has the same token"]
+    three = HttpApp(ServingState(make_host(CONFIG, {"files": FILES})), HttpOptions(), env={**env, "TOK_TWIN": "s" * 32})
+    assert three.credentials() == {}
+    assert {name: three.not_served[name] for name in ("reader", "twin", "writer")} == {
+        "reader": "agent 'twin', 'writer' has the same token", "twin": "agent 'reader', 'writer' has the same token",
+        "writer": "agent 'reader', 'twin' has the same token"}
 
 
 def test_a_short_token_is_served_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
