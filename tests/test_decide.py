@@ -166,6 +166,7 @@ def test_a_source_rule_is_asked_once_per_source_for_every_tool_it_serves(monkeyp
         "files"))
     assert [name for dimension, name in asked if dimension == "plugins"] == ["files", "files", "helper"]
 
+
 def test_explain_names_a_missing_dimension() -> None:
     host = make_host('[agents.a.permissions]\nplugins = { allow = ["files"] }\n', {"files": FILES})
     explained = host.explain("a", "files__read")

@@ -116,6 +116,8 @@ class _Pipes:
                 continue
             if len(self._buffer) > MAX_LINE_BYTES:
                 raise LaneClosed(f"a line longer than {MAX_LINE_BYTES} bytes")
+            if self.read_fd < 0:
+                return  # closed at this end (the host ended the lane, a pack never started too): no more lines
             try:
                 chunk = os.read(self.read_fd, _CHUNK)
             except BlockingIOError:
@@ -211,8 +213,6 @@ class Lane:
                     stream.send_nowait(message)
             self.closed = "its process ended"
         except LaneClosed as exc:
-            if self.closed is not None:
-                return  # the host ended it first (its process never started, or its session ended): its pipes closed
             self.closed = str(exc)
             log.warning("isolated pack %r: its calls lane ended: %s", self.namespace, exc)
 
@@ -281,8 +281,7 @@ class Lane:
                 value = self.permits(message.get("call"), message.get("dimension"), message.get("name"))
                 await pipes.send({"permitted": message.get("permits"), "value": value})
         except LaneClosed as exc:
-            if self.closed is None:  # (else the host ended the lane, and closed this line with it)
-                log.warning("isolated pack %r: its permits line ended: %s", self.namespace, exc)
+            log.warning("isolated pack %r: its permits line ended: %s", self.namespace, exc)
 
     async def _asked(self, message: dict[str, Any], call: Call | None,
                      receive: Any = None) -> None:

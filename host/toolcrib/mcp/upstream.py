@@ -75,6 +75,11 @@ class _Connection:
     checks: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     check_seconds: float = 5.0
 
+    @property
+    def what(self) -> str:
+        """What it is called in messages."""
+        return "isolated pack" if self.pack else "upstream server"
+
     def check_line(self) -> CheckLine | None:
         """The checks line of its process while it runs (an isolated pack's)."""
         lane = self.lane
@@ -329,8 +334,7 @@ class UpstreamPool:
             except Exception as exc:  # a server that cannot start, answers garbage, or dies
                 await anyio.sleep(0.05)  # its last words on stderr are on their way
                 connection.error = _describe(exc, list(tail))
-                log.warning("%s %r: %s", "isolated pack" if connection.pack else "upstream server",
-                            connection.namespace, connection.error)
+                log.warning("%s %r: %s", connection.what, connection.namespace, connection.error)
                 connection.client = None
                 if connection.ready.is_set() and self._connections.get(connection.namespace) is connection:
                     self._tg.start_soon(self._revive, connection)  # it was serving, and died: start it again
@@ -516,8 +520,7 @@ def _entry(connection: _Connection, tool: Any, served: str, problems: list[str])
     description = clean(tool.description or "") or f"Tool {name} of the upstream server."
     title = getattr(tool, "title", None)
     namespace = connection.namespace
-    runner = UpstreamRunner(connection.client, name, namespace, "isolated pack" if connection.pack else
-                            "upstream server", connection.lane)
+    runner = UpstreamRunner(connection.client, name, namespace, connection.what, connection.lane)
     describe = None
     if "describe" in connection.checks.get("tool", {}).get(name, ()):
         describe = remote_describe(connection.check_line, name, description, lambda: connection.check_seconds)
