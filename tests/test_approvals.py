@@ -961,3 +961,14 @@ def test_a_small_form_is_small_urlencoded_and_utf_8(body: str, content_type: str
         return await small_form(Request(scope, receive))
 
     assert anyio.run(main) == expected
+
+
+def test_an_approval_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`toolcrib approvals approve -x...` would be read as an option (one id in 64 once failed that way)."""
+    import secrets
+
+    from toolcrib import approvals
+
+    drawn = iter(["-Xy3kq3Jx0aZ1bQe", "kq3Jx0aZ1bQe4pLm"])
+    monkeypatch.setattr(secrets, "token_urlsafe", lambda n: next(drawn))
+    assert approvals.new_id() == "kq3Jx0aZ1bQe4pLm"

@@ -34,6 +34,15 @@ WRONG_DIGEST = ("the approval's digest differs: it was shown for another call, o
                 "list the pending approvals again")
 
 
+def new_id() -> str:
+    """An approval's id: 16 URL-safe random characters (96 bits), never a leading "-", which
+    ``toolcrib approvals approve ID`` would take for an option."""
+    made = secrets.token_urlsafe(12)
+    while made.startswith("-"):
+        made = secrets.token_urlsafe(12)
+    return made
+
+
 @dataclass
 class Pending:
     """One call waiting for an operator: what the operator is shown, and what an answer must name."""
@@ -134,8 +143,7 @@ class Desk:
         if sum(p.agent == agent for p in await self.pending()) >= MAX_PENDING:  # (two at once may pass: bounded)
             raise DeskFull
         now = time.time()
-        return Pending(secrets.token_urlsafe(12), agent, principal, tool, dict(arguments), rule, call_id, version,
-                       now, now + timeout)
+        return Pending(new_id(), agent, principal, tool, dict(arguments), rule, call_id, version, now, now + timeout)
 
     async def _tell(self, pending: Pending) -> None:
         """Tell ``notify`` of a new pending approval; one that fails is logged and costs the call nothing."""
