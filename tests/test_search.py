@@ -126,6 +126,20 @@ def test_names_split_into_words_at_separators_and_humps() -> None:
     assert words("getWeatherForecast") == ["get", "weather", "forecast"]
     assert words("github.create-issue v2") == ["github", "create", "issue", "v2"]
     assert words("Über straße, 3 Äpfel") == ["über", "straße", "3", "äpfel"]  # a query in any language
+    assert words("math__tool_0042") == words("math  tool 0042") == ["math", "tool", "0042"]
+    assert words("__a_") == ["a"] and words("_") == words("") == []
+
+
+@given(st.text(alphabet="abzAZ09_-. éÉǅ", max_size=16) | st.text(max_size=16))
+@settings(max_examples=500)
+def test_a_plain_name_split_without_the_regular_expression_splits_as_it_does(text: str) -> None:
+    from toolcrib.search import _SEPARATORS, _SPLIT
+
+    if text.islower() or not any(char.isupper() for char in text):
+        expected = [w for w in _SEPARATORS.split(text.lower()) if w]
+    else:
+        expected = [w.lower() for w in _SPLIT.split(text) if w]
+    assert words(text) == expected
 
 
 # -- over MCP: [agents.<name>.tool_search] ----------------------------------------------------------------------------
