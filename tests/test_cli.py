@@ -297,6 +297,27 @@ def test_commands_that_report_can_report_json(tmp_path: Path) -> None:
     assert (code, json.loads(out)) == (0, {"directory": str(tmp_path / "pack"), "namespace": "acme_orders"})
 
 
+@toolcrib.tool(annotations={"readOnlyHint": True})
+def weigh(grams: float = 1e-05, label: str = "Ünïcode — “quoted” \\ \u2028") -> float:
+    """Weigh something: 1e-07 kg at least, Ωhm."""
+    return grams
+
+
+def test_json_output_is_the_text_json_dumps_writes_indented(cli_config: Any) -> None:
+    config = cli_config("[agents.solo]\n[agents.solo.permissions]\nplugins = { allow = [\"*\"] }\n"
+                        "tools = { allow = [\"*\"] }\n", "scale=test_cli:SCALE")
+    code, out, _ = cli("tools", "--json", "--config", str(config))
+    listed = json.loads(out)
+    assert code == 0 and [tool["name"] for tool in listed] == ["scale__weigh"]
+    assert listed[0]["inputSchema"]["properties"]["label"]["default"] == "Ünïcode — “quoted” \\ \u2028"
+    # written by pydantic-core: json.dumps's text, non-ASCII as it is, but for the spelling of a few floats
+    assert out == json.dumps(listed, indent=2, ensure_ascii=False).replace('"default": 1e-05', '"default": 0.00001') \
+        + "\n"
+
+
+SCALE = Pack(weigh)
+
+
 def test_help_lists_each_command_with_its_whole_first_sentence_and_new_offers_no_config(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "80")
