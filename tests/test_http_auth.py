@@ -196,8 +196,13 @@ def test_agents_that_share_a_token_are_not_served_and_each_is_told_why(caplog: p
     three = HttpApp(ServingState(make_host(CONFIG, {"files": FILES})), HttpOptions(), env={**env, "TOK_TWIN": "s" * 32})
     assert three.credentials() == {}
     assert {name: three.not_served[name] for name in ("reader", "twin", "writer")} == {
-        "reader": "agent 'twin', 'writer' has the same token", "twin": "agent 'reader', 'writer' has the same token",
-        "writer": "agent 'reader', 'twin' has the same token"}
+        "reader": "agents 'twin' and 'writer' have the same token",
+        "twin": "agents 'reader' and 'writer' have the same token",
+        "writer": "agents 'reader' and 'twin' have the same token"}
+    four = HttpApp(ServingState(make_host(CONFIG, {"files": FILES})), HttpOptions(),
+                   env={**env, "TOK_TWIN": "s" * 32, "TOK_UNSET": "s" * 32})
+    assert four.credentials() == {}
+    assert four.not_served["nokey"] == "agents 'reader', 'twin' and 'writer' have the same token"
 
 
 def test_a_short_token_is_served_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:

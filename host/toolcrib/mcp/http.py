@@ -299,9 +299,11 @@ class HttpApp:
             if len(names) > 1:
                 for name in sorted(names):
                     if name in found:
-                        others = ", ".join(repr(n) for n in sorted(names - {name}))
-                        log.error("agent %r is not served over HTTP: agent %s has the same token", name, others)
-                        self.not_served[name] = f"agent {others} has the same token"
+                        *most, last = [repr(n) for n in sorted(names - {name})]
+                        why = f"agents {', '.join(most)} and {last} have the same token" if most else \
+                            f"agent {last} has the same token"
+                        log.error("agent %r is not served over HTTP: %s", name, why)
+                        self.not_served[name] = why
                         del found[name]
         return found
 
