@@ -318,6 +318,15 @@ def test_json_output_is_the_text_json_dumps_writes_indented(cli_config: Any) -> 
 SCALE = Pack(weigh)
 
 
+def test_json_output_of_a_lone_surrogate_is_escaped_and_reads_back(capsys: pytest.CaptureFixture[str]) -> None:
+    from toolcrib.cli import _echo_json
+
+    value = json.loads('{"text": "half a pair: \\ud800", "ok": "é"}')  # what a JSON reader makes of the escape
+    _echo_json(value)
+    out = capsys.readouterr().out
+    assert out == '{\n  "text": "half a pair: \\ud800",\n  "ok": "\\u00e9"\n}\n' and json.loads(out) == value
+
+
 def test_help_lists_each_command_with_its_whole_first_sentence_and_new_offers_no_config(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "80")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from pydantic_core import to_json
+from pydantic_core import PydanticSerializationError, to_json
 
 from toolcrib.config import DEFAULT_FILE, find_config
 from toolcrib.errors import ConfigError, ToolcribError, ToolError, watch_interrupts
@@ -145,7 +145,11 @@ def _echo_json(value: Any) -> None:
     """``value`` as indented JSON, non-ASCII as it is. pydantic-core writes it: ``json.dumps`` writes an indent only
     with Python's pure encoder, a tenth of the speed (0.4 ms of each pack's 2 in ``toolcrib tools --json``). The
     text is the same but for how a few floats are spelt (``1e-7`` for ``1e-07``, ``0.00001`` for ``1e-05``)."""
-    click.echo(to_json(value, indent=2).decode())
+    try:
+        text = to_json(value, indent=2).decode()
+    except PydanticSerializationError:  # a lone surrogate (a JSON "\ud800" read in): escaped, it round-trips
+        text = json.dumps(value, indent=2)
+    click.echo(text)
 
 
 class _Toolcrib(click.Group):
