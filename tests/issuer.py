@@ -40,6 +40,7 @@ class Issuer:
         self.path = path  # an issuer with a path (``/realms/main``) is discovered below it, as RFC 8414 says
         self.url = self.root + path
         self.requests: list[str] = []  # the paths asked for, in order
+        self.accepts: list[str | None] = []  # and the Accept header of each
         self.jwks_text: str | None = None  # served at /jwks instead of the JWKS, when set
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
@@ -135,6 +136,7 @@ class Issuer:
 
             def do_GET(self) -> None:
                 issuer.requests.append(self.path)
+                issuer.accepts.append(self.headers.get("Accept"))
                 if self.path == f"/.well-known/oauth-authorization-server{issuer.path}" or (
                         self.path == f"{issuer.path}/.well-known/openid-configuration" and issuer.oidc):
                     self._answer(200, issuer._metadata())

@@ -210,6 +210,7 @@ def test_an_issuer_with_a_path_and_a_trailing_slash_is_discovered_below_it(tmp_p
         assert verify(v, token) is not None
     assert issuer.requests == ["/realms/X/.well-known/openid-configuration",
                                *([] if oidc else ["/.well-known/oauth-authorization-server/realms/X"]), "/jwks"]
+    assert set(issuer.accepts) == {"application/json"}  # metadata and keys alike are asked for as JSON
 
 
 def test_an_issuer_written_with_a_trailing_slash_is_discovered(tmp_path: Path) -> None:
@@ -365,6 +366,37 @@ def test_a_jwks_file_that_never_ends_is_cut_off_at_the_deadline(tmp_path: Path, 
         os.close(os.open(tmp_path / "jwks.json", os.O_WRONLY | os.O_NONBLOCK))  # the waiting thread goes
     assert [r.getMessage() for r in caplog.records][:1] == [
         "the OAuth issuer's keys could not be read: no whole answer within 0.3 seconds"]
+
+
+def test_a_jwks_file_that_runs_on_past_the_cap_is_refused_at_the_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """A named pipe that is written past the cap and never ends: the read stops at the cap and refuses it, at once,
+    rather than waiting for an end that never comes (and holding all of it) until the deadline."""
+    import os
+    import threading
+
+    monkeypatch.setattr(oauth, "MAX_JWKS_BYTES", 1000)
+    monkeypatch.setattr(oauth, "FETCH_TIMEOUT", 30.0)
+    os.mkfifo(tmp_path / "jwks.json")
+    done = threading.Event()
+
+    def write() -> None:
+        with open(tmp_path / "jwks.json", "wb") as pipe:
+            pipe.write(b" " * 1100)
+            pipe.flush()
+            done.wait()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    v = Verifier(config_from(f'[oauth]\nissuer = "{ISS}"\naudience = "{AUD}"\njwks_file = "jwks.json"\n', tmp_path))
+    try:
+        with caplog.at_level(logging.ERROR, logger="toolcrib.serve"):
+            assert anyio.run(v.keys.get, None) is None
+    finally:
+        done.set()
+        writer.join()
+    assert [r.getMessage() for r in caplog.records] == [
+        "the OAuth issuer's keys could not be read: the file is larger than 1000 bytes"]
 
 
 def test_a_jwks_file_past_the_cap_is_refused_and_one_at_it_is_read(tmp_path: Path, issuer: Issuer,
