@@ -648,7 +648,10 @@ def test_an_access_token_of_the_operator_identity_answers_and_one_that_acts_as_a
                 ops = token("ops-cli", ["ops"])
                 seen["tokens"] = [(await http.get("/operator/approvals", headers=headers)).status_code for headers in (
                     ops, token("ops-cli", ["ops"], scope="read"), token("agent-bot", ["staff"]),
-                    token("agent-bot", ["ops"]))]  # the operator's; without its scope; an agent's; both
+                    token("agent-bot", ["ops"]), token("stranger", ["staff"]))]
+                # the operator's; without its scope; an agent's; both; neither (the issuer's, with the scope)
+                nameless = issuer.sign({"groups": ["ops"], "scope": "approve", "aud": "http://127.0.0.1:8000"})
+                seen["nameless"] = await app._operator_identity(nameless)
                 login = await http.post("/console/login", data={"token": ops["Authorization"][7:]})
                 seen["console"] = login.status_code
 
@@ -670,7 +673,8 @@ def test_an_access_token_of_the_operator_identity_answers_and_one_that_acts_as_a
 
         with caplog.at_level("WARNING", logger="toolcrib.mcp.http"):
             seen = anyio.run(main)
-    assert seen["tokens"] == [200, 401, 401, 401]
+    assert seen["tokens"] == [200, 401, 401, 401, 401]
+    assert seen["nameless"] == "?, client ?"  # an operator's token that names no subject and no client
     assert "an access token that acts as agent 'a' was refused as the operator" in caplog.messages
     assert seen["console"] == 303 and seen["answer"] == 200
     result = seen["result"]
