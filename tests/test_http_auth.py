@@ -183,6 +183,27 @@ def test_tokens_come_from_the_process_environment_by_default(monkeypatch: pytest
     assert app.credentials() == {"reader": [("TOK_READER", b"r" * 32)]}
 
 
+def test_the_app_runs_its_lifespan_as_an_asgi_server_drives_it() -> None:
+    """uvicorn starts the app with a lifespan scope (no path): the agents' endpoint's shortcut past the router is for
+    HTTP requests only, and the lifespan (the session managers' task group) runs and ends."""
+    app = HttpApp(ServingState(make_host(CONFIG, {"files": FILES})), HttpOptions(), env=TOKENS)
+
+    async def main() -> list[str]:
+        asked = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+        answered: list[str] = []
+
+        async def receive() -> dict[str, Any]:
+            return asked.pop(0)
+
+        async def send(message: dict[str, Any]) -> None:
+            answered.append(message["type"])
+
+        await app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, receive, send)
+        return answered
+
+    assert anyio.run(main) == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+
+
 def test_agents_that_share_a_token_are_not_served_and_each_is_told_why(caplog: pytest.LogCaptureFixture) -> None:
     env = {"TOK_READER": "s" * 32, "TOK_WRITER": "s" * 32}
     app = HttpApp(ServingState(make_host(CONFIG, {"files": FILES})), HttpOptions(), env=env)
