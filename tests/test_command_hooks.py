@@ -14,6 +14,8 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import toolcrib
 from conftest import make_host
@@ -460,7 +462,7 @@ def test_a_hook_programs_outcome_and_what_the_log_says(tmp_path: Path, case: str
     hook = _unit(tmp_path, _script(tmp_path, "h.py", f"import json, sys\n{body}\n"),
                  "hooks.post_tool_use[1]" if case.startswith("post") else "hooks.pre_tool_use[0]")
     with caplog.at_level(logging.ERROR, logger="toolcrib"):
-        assert anyio.run(hook.run, {"tool": "t"}) == outcome
+        assert anyio.run(hook.run, b'{"tool": "t"}') == outcome
     assert [r.getMessage() for r in caplog.records] == ([message] if message else [])
 
 
@@ -471,7 +473,7 @@ def test_a_hook_that_cannot_start_times_out_or_is_refused_says_which(tmp_path: P
     shell = _unit(tmp_path, ["sh", "-c", "true"], workspace=tmp_path)
     with caplog.at_level(logging.ERROR, logger="toolcrib"):
         for hook in (missing, slow, shell):
-            assert anyio.run(hook.run, {}) == ("refuse", None)
+            assert anyio.run(hook.run, b"{}") == ("refuse", None)
     program = tmp_path / "bin" / "missing"
     assert [r.getMessage() for r in caplog.records] == [
         f"hooks.pre_tool_use[0] cannot run '{program}': [Errno 2] No such file or directory: '{program}'; the call "
@@ -742,3 +744,81 @@ def test_a_long_lived_hook_that_never_reads_a_call_too_large_for_its_pipe_refuse
     messages = [r.getMessage() for r in caplog.records if r.name == "toolcrib.hooks"]
     assert [m for m in messages if m.endswith("the call is refused")] == [
         f"hooks.pre_tool_use[0] ({sys.executable}) gave no answer within 1 seconds; the call is refused"]
+
+
+# -- the call's JSON, as a program reads it --------------------------------------------------------------------------
+
+RECORDER = r'''
+import sys
+if len(sys.argv) > 1:  # long-lived: a line per call, each let through
+    for line in sys.stdin:
+        open("calls.log", "a").write(line)
+        print("{}", flush=True)
+else:
+    open("calls.log", "a").write(sys.stdin.read() + "\n")
+'''
+
+
+@pytest.mark.parametrize("process", ["per-call", "long-lived"])
+def test_a_program_reads_the_call_as_json_dumps_writes_it_in_the_documented_order(tmp_path: Path,
+                                                                                 process: str) -> None:
+    """Byte for byte what ``json.dumps`` writes of the call's fields (a script may read it with a pattern, not a
+    parser), pre and post, with text that JSON must escape."""
+    (tmp_path / "recorder.py").write_text(RECORDER)
+    command = '[{python}, "recorder.py"' + (', "long-lived"]\nprocess = "long-lived"' if process == "long-lived"
+                                            else "]")
+    config = CLAUDE_CONFIG.replace('[{python}, "pre.py"]', command).replace('[{python}, "post.py"]', command)
+    config = config.replace('tools = ["files__read"]', 'tools = ["files__write"]')
+    host = make_host(config.format(python=json.dumps(sys.executable)), {"files": FILES}, base_dir=tmp_path)
+    arguments = {"path": "naïve \"q\"\n✓", "text": "😀 \\ tab\t"}
+
+    async def main() -> Any:
+        result = await host.view("a").call("files__write", arguments)
+        host.close()
+        return result
+
+    result = anyio.run(main)
+    assert result.text == f"wrote {len(arguments['text'])} characters to {arguments['path']}"
+    lines = (tmp_path / "calls.log").read_text().splitlines()
+    pre, post = (json.loads(line) for line in lines)
+    assert [line == json.dumps(json.loads(line)) for line in lines] == [True, True]
+    base = ["agent", "tool", "arguments", "hook_event_name", "tool_name", "tool_input", "tool_use_id", "session_id",
+            "cwd", "permission_mode"]
+    assert list(pre) == [*base, "annotations"]
+    assert list(post) == [*base, "result", "tool_response"]
+    assert pre["arguments"] == pre["tool_input"] == post["arguments"] == arguments
+    assert (pre["agent"], pre["tool"], pre["tool_name"], pre["hook_event_name"], post["hook_event_name"]) == (
+        "a", "files__write", "files__write", "PreToolUse", "PostToolUse")
+    assert pre["tool_use_id"] == pre["session_id"] == post["tool_use_id"] == post["session_id"]
+    assert pre["tool_use_id"].startswith("call_")
+    assert (pre["cwd"], pre["permission_mode"]) == (str(host.loaded.workspace), "acceptEdits")
+    assert pre["annotations"] == host.view("a").lookup("files__write").tool.annotations
+    assert post["result"] == post["tool_response"] == result.to_wire()
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+                     max_leaves=10)
+
+
+@given(agent=st.text(), tool=st.text(), cwd=st.text(), mode=st.text(), call_id=st.text(),
+       arguments=st.dictionaries(st.text(), _json, max_size=4), annotations=st.dictionaries(st.text(), _json,
+                                                                                           max_size=3),
+       result=st.dictionaries(st.text(), _json, max_size=3))
+@settings(max_examples=200, deadline=None)
+def test_the_call_s_line_is_what_json_dumps_writes_of_its_fields(agent: str, tool: str, cwd: str, mode: str,
+                                                                 call_id: str, arguments: dict[str, Any],
+                                                                 annotations: dict[str, Any],
+                                                                 result: dict[str, Any]) -> None:
+    from toolcrib.default_plugins.hooks import _Line
+
+    fields = {"agent": agent, "tool": tool, "arguments": arguments, "hook_event_name": "PreToolUse",
+              "tool_name": tool, "tool_input": arguments, "tool_use_id": call_id, "session_id": call_id, "cwd": cwd,
+              "permission_mode": mode}
+    pre, post = _Line("PreToolUse", agent, tool, cwd, mode), _Line("PostToolUse", agent, tool, cwd, mode)
+    assert pre(arguments, call_id, pre.annotations(annotations)) == json.dumps(
+        {**fields, "annotations": annotations}).encode()
+    assert pre(arguments, call_id, pre.annotations(annotations)) == json.dumps(  # (remembered: the same)
+        {**fields, "annotations": annotations}).encode()
+    assert post(arguments, call_id, post.result(result)) == json.dumps(
+        {**fields, "hook_event_name": "PostToolUse", "result": result, "tool_response": result}).encode()

@@ -140,9 +140,10 @@ class _LongLived:
         self._lock: anyio.Lock | None = None
         self._busy = False  # a call is reading or writing its pipes: close() then only kills it
 
-    async def ask(self, call: Mapping[str, Any]) -> tuple[int, bytes, bytes]:
-        """(0, its answer line, b"") as ``run_hook`` answers; ``TimeoutError`` or ``OSError`` (it could not start,
-        or died) as ``run_hook`` raises them: the process is ended then, and the next call starts another."""
+    async def ask(self, call: bytes) -> tuple[int, bytes, bytes]:
+        """(0, its answer line, b"") to the call's JSON (``call``, without the line's end) as ``run_hook`` answers;
+        ``TimeoutError`` or ``OSError`` (it could not start, or died) as ``run_hook`` raises them: the process is
+        ended then, and the next call starts another."""
         loop = anyio.lowlevel.current_token()
         if self._loop != loop:
             self._loop, self._lock = loop, anyio.Lock(fast_acquire=True)
@@ -154,7 +155,7 @@ class _LongLived:
                 if self._process is None or self._process.poll() is not None:
                     self._start()
                 assert self._process is not None
-                await self._send(json.dumps(call).encode() + b"\n", deadline)
+                await self._send(call + b"\n", deadline)
                 line = await self._line(deadline)
             except BaseException:
                 self._busy = False
@@ -234,9 +235,9 @@ class _Hook:
     def matches(self, agent: str, tool: str) -> bool:
         return any(p.matches(tool) for p in self.tools) and any(p.matches(agent) for p in self.agents)
 
-    async def run(self, call: Mapping[str, Any]) -> tuple[str, Any]:
-        """("refuse", why it is logged) when the program failed; ("exit2", its stderr); ("none", None) for no
-        answer; ("answer", the JSON object it wrote)."""
+    async def run(self, call: bytes) -> tuple[str, Any]:
+        """To the call's JSON: ("refuse", why it is logged) when the program failed; ("exit2", its stderr); ("none",
+        None) for no answer (nothing, or an empty object); ("answer", the JSON object it wrote)."""
         if self.refusal is not None:
             log.error("%s; %s", self.refusal, self._failing)
             return "refuse", None
@@ -244,8 +245,8 @@ class _Hook:
             if self.long_lived is not None:
                 returncode, out, err = await self.long_lived.ask(call)
             else:
-                returncode, out, err = await run_hook(self.command, json.dumps(call).encode(), cwd=self.cwd,
-                                                      env=self.env, timeout=self.timeout)
+                returncode, out, err = await run_hook(self.command, call, cwd=self.cwd, env=self.env,
+                                                      timeout=self.timeout)
         except TimeoutError:
             log.error("%s (%s) gave no answer within %g seconds; %s", self.where, self.command[0], self.timeout,
                       self._failing)
@@ -265,7 +266,7 @@ class _Hook:
                       stderr[:2000])
             return "refuse", None
         out = out.strip()
-        if not out:
+        if not out or out == b"{}":  # (the usual answer of a hook that lets a call through: decides nothing)
             return "none", None
         try:
             answer = json.loads(out)
@@ -335,16 +336,58 @@ class _Programs:
                       for i, hook in enumerate(hooks)]
         self.cwd = str(loaded.workspace)
         self.modes = {name: agent.mode for name, agent in loaded.config.agents.items()}
+        self._matching: dict[tuple[str, str], tuple[list[_Hook], _Line]] = {}
 
     def wants(self, agent: str, tool: str) -> bool:
         return any(hook.matches(agent, tool) for hook in self.hooks)
 
-    def event(self, name: str, agent: str, tool: str, arguments: Mapping[str, Any], call_id: str) -> dict[str, Any]:
-        """The fields both shapes of hook read. There is no conversation session in toolcrib: ``session_id`` is the
-        call's id, as ``tool_use_id`` is (the same in the call's pre and post hooks and its audit record)."""
-        return {"agent": agent, "tool": tool, "arguments": arguments, "hook_event_name": name, "tool_name": tool,
-                "tool_input": arguments, "tool_use_id": call_id, "session_id": call_id, "cwd": self.cwd,
-                "permission_mode": self.modes.get(agent, "default")}
+    def matching(self, name: str, agent: str, tool: str) -> tuple[list[_Hook], _Line]:
+        """The hooks that see this agent's calls of this tool, in order, and the writer of those calls' JSON
+        (remembered: the hooks and a view's tools never change within a host)."""
+        found = self._matching.get((agent, tool))
+        if found is None:
+            found = self._matching[(agent, tool)] = (
+                [hook for hook in self.hooks if hook.matches(agent, tool)],
+                _Line(name, agent, tool, self.cwd, self.modes.get(agent, "default")))
+        return found
+
+
+class _Line:
+    """The call's JSON a hook program reads: the fields both shapes of hook read, as ``json.dumps`` writes them (key
+    for key and byte for byte), from the parts that never change for one agent's calls of one tool, written once.
+
+    There is no conversation session in toolcrib: ``session_id`` is the call's id, as ``tool_use_id`` is (the same in
+    the call's pre and post hooks and its audit record)."""
+
+    __slots__ = ("_annotations", "_head", "_middle", "_tail")
+
+    def __init__(self, name: str, agent: str, tool: str, cwd: str, mode: str) -> None:
+        self._head = f'{{"agent": {json.dumps(agent)}, "tool": {json.dumps(tool)}, "arguments": '
+        self._middle = f', "hook_event_name": {json.dumps(name)}, "tool_name": {json.dumps(tool)}, "tool_input": '
+        self._tail = f', "cwd": {json.dumps(cwd)}, "permission_mode": {json.dumps(mode)}'
+        self._annotations: tuple[Any, str] = (None, "")
+
+    def __call__(self, arguments: Mapping[str, Any], call_id: str, extra: str) -> bytes:
+        """The line, without its end; ``extra`` is the JSON of the fields that follow (``"key": value`` pairs, each
+        after ", "), as :meth:`annotations` and :meth:`result` write them."""
+        given = json.dumps(arguments)
+        named = json.dumps(call_id)
+        return (f"{self._head}{given}{self._middle}{given}, \"tool_use_id\": {named}, \"session_id\": {named}"
+                f"{self._tail}{extra}}}").encode()
+
+    def annotations(self, annotations: Mapping[str, Any]) -> str:
+        """A pre hook's last field (remembered for the tool's own annotations, which are the same every call)."""
+        kept, text = self._annotations
+        if kept is not annotations:
+            text = f', "annotations": {json.dumps(dict(annotations))}'
+            self._annotations = (annotations, text)
+        return text
+
+    @staticmethod
+    def result(wire: Mapping[str, Any]) -> str:
+        """A post hook's last fields: the result in MCP's wire shape, in both shapes' keys."""
+        result = json.dumps(wire)
+        return f', "result": {result}, "tool_response": {result}'
 
 
 class CommandHooks:
@@ -371,11 +414,9 @@ class CommandHooks:
         current = dict(arguments)
         updated = False
         ask: Ask | None = None
-        for hook in self.pre.hooks:
-            if not hook.matches(agent, tool):
-                continue
-            call = {**self.pre.event("PreToolUse", agent, tool, current, call_id), "annotations": dict(annotations)}
-            kind, found = await hook.run(call)
+        hooks, line = self.pre.matching("PreToolUse", agent, tool)
+        for hook in hooks:
+            kind, found = await hook.run(line(current, call_id, line.annotations(annotations)))
             if kind == "refuse":
                 return Deny(FAILED)
             if kind == "exit2":
@@ -407,12 +448,9 @@ class CommandHooksWithPost(CommandHooks):
         withheld = ToolResult.error(f"The result of {tool} was withheld: a policy check failed (the host's log "
                                     "says why).")
         changed = False
-        for hook in self.post.hooks:
-            if not hook.matches(agent, tool):
-                continue
-            wire = result.to_wire()
-            kind, found = await hook.run({**self.post.event("PostToolUse", agent, tool, dict(arguments), call_id),
-                                          "result": wire, "tool_response": wire})
+        hooks, line = self.post.matching("PostToolUse", agent, tool)
+        for hook in hooks:
+            kind, found = await hook.run(line(dict(arguments), call_id, line.result(result.to_wire())))
             if kind == "refuse":
                 return withheld
             if kind == "exit2":
