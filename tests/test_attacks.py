@@ -502,11 +502,12 @@ def test_reload_refuses_an_emptied_config(tmp_path: Path) -> None:
 # -- command hooks ---------------------------------------------------------------------------------------------
 
 
-def hook_host(tmp_path: Path, script: str, timeout: float = 10) -> Host:
+def hook_host(tmp_path: Path, script: str, timeout: float = 10, process: str = "per-call") -> Host:
     (tmp_path / "hook.py").write_text(textwrap.dedent(script))
     (tmp_path / "toolcrib.toml").write_text(textwrap.dedent(f"""
         [[hooks.pre_tool_use]]
         command = [{json.dumps(sys.executable)}, "hook.py"]
+        process = "{process}"
         timeout = {timeout}
         pass_env = ["HOOK_WANTS_THIS"]
         env = {{ FIXED = "1" }}
@@ -532,12 +533,17 @@ def test_a_hook_that_answers_without_reading_its_input_is_heard(tmp_path: Path, 
         assert (result.is_error, result.text) == expected
 
 
-def test_hooks_get_a_minimal_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("process", ["per-call", "long-lived"])
+def test_hooks_get_a_minimal_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, process: str) -> None:
     for name, value in (("TOOLCRIB_STATE_SECRET", "s" * 40), ("AWS_SECRET_ACCESS_KEY", "hunter2"),
                         ("TOK_A", "t" * 32), ("HOOK_WANTS_THIS", "yes")):
         monkeypatch.setenv(name, value)
-    host = hook_host(tmp_path, "import os, sys; sys.stderr.write(' '.join(sorted(os.environ))); sys.exit(2)")
+    script = ("import os, sys; sys.stderr.write(' '.join(sorted(os.environ))); sys.exit(2)" if process == "per-call"
+              else "import json, os, sys\nfor line in sys.stdin:\n    print(json.dumps({'decision': 'block', "
+                   "'reason': ' '.join(sorted(os.environ))}), flush=True)\n")
+    host = hook_host(tmp_path, script, process=process)
     names = set(call(host, "a", "files__read", path="x").text.split())
+    host.close()
     assert {"FIXED", "HOOK_WANTS_THIS", "PATH"} <= names
     assert names <= {"FIXED", "HOOK_WANTS_THIS", "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE",
                      "TZ", "TMPDIR"}

@@ -448,16 +448,19 @@ def _script(tmp_path: Path, name: str, text: str) -> list[str]:
                                         "is refused"),
     ("not JSON", ("refuse", None), "hooks.pre_tool_use[0] answered 'yes', which is not a JSON object; the call is "
                                    "refused"),
+    ("long and not UTF-8", ("refuse", None), "hooks.pre_tool_use[0] answered '\ufffd" + "y" * 499 + "', which is "
+                                             "not a JSON object; the call is refused"),
     ("nothing", ("none", None), None),
     ("an answer", ("answer", {"decision": "allow"}), None),
     ("post, exit 3", ("refuse", None), "hooks.post_tool_use[1] exited with status 3; the result is withheld. stderr: "
                                        + "e" * 2000),
-], ids=["exit3", "exit2", "array", "text", "silent", "answer", "post-exit3"])
+], ids=["exit3", "exit2", "array", "text", "long-bytes", "silent", "answer", "post-exit3"])
 def test_a_hook_programs_outcome_and_what_the_log_says(tmp_path: Path, case: str, outcome: tuple[str, Any],
                                                        message: str | None, caplog: pytest.LogCaptureFixture) -> None:
     loud = "sys.stderr.write('e' * 2500); sys.exit({})"
     body = {"exit 3": loud.format(3), "exit 2": loud.format(2), "post, exit 3": loud.format(3),
             "not an object": "print('[1]')", "not JSON": "print('yes')", "nothing": "pass",
+            "long and not UTF-8": "sys.stdout.buffer.write(b'\\xff' + b'y' * 600)",
             "an answer": "print(json.dumps({'decision': 'allow'}))"}[case]
     hook = _unit(tmp_path, _script(tmp_path, "h.py", f"import json, sys\n{body}\n"),
                  "hooks.post_tool_use[1]" if case.startswith("post") else "hooks.pre_tool_use[0]")
@@ -822,3 +825,79 @@ def test_the_call_s_line_is_what_json_dumps_writes_of_its_fields(agent: str, too
         {**fields, "annotations": annotations}).encode()
     assert post(arguments, call_id, post.result(result)) == json.dumps(
         {**fields, "hook_event_name": "PostToolUse", "result": result, "tool_response": result}).encode()
+
+
+def test_a_post_hook_that_fails_is_logged_under_its_place_in_the_config(tmp_path: Path,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "post.py").write_text("import sys; sys.stderr.write('post says no'); sys.exit(3)")
+    host = make_host(f'[[hooks.post_tool_use]]\ncommand = [{json.dumps(sys.executable)}, "post.py"]\n'
+                     '[agents.a.permissions]\nplugins = { allow = ["files"] }\ntools = { allow = ["*"] }\n',
+                     {"files": FILES}, base_dir=tmp_path)
+    with caplog.at_level(logging.ERROR, logger="toolcrib.hooks"):
+        result = anyio.run(lambda: host.view("a").call("files__read", {"path": "x"}))
+    assert (result.is_error, result.text) == (True, "The result of files__read was withheld: a policy check failed "
+                                                    "(the host's log says why).")
+    assert [r.getMessage() for r in caplog.records] == [
+        "hooks.post_tool_use[0] exited with status 3; the result is withheld. stderr: post says no"]
+
+
+TWO_AT_ONCE = r'''
+import json, sys
+first = True
+for line in sys.stdin:
+    if first:  # two answers in one write: the first is this call's, the second waits for the next call
+        sys.stdout.write(json.dumps({"decision": "deny", "message": "first"}) + "\n"
+                         + json.dumps({"decision": "deny", "message": "second"}) + "\n")
+        sys.stdout.flush()
+        first = False
+    else:
+        print(json.dumps({"decision": "deny", "message": "later " + json.loads(line)["arguments"]["path"]}),
+              flush=True)
+'''
+
+
+def test_a_long_lived_hook_s_lines_answer_the_calls_in_order(tmp_path: Path) -> None:
+    (tmp_path / "resident.py").write_text(TWO_AT_ONCE)
+    host = make_host(RESIDENT_CONFIG.format(python=json.dumps(sys.executable)), {"files": FILES}, base_dir=tmp_path)
+
+    async def main() -> list[str]:
+        said = [(await host.view("writer").call("files__read", {"path": p})).text for p in ("a", "b", "c")]
+        host.close()
+        return said
+
+    assert anyio.run(main) == ["first", "second", "later b"]
+
+
+@pytest.mark.parametrize(("size", "expected"), [(1024 * 1024, "at the cap"), (1024 * 1024 + 1, FAILED)])
+def test_a_long_lived_answer_of_exactly_the_cap_is_heard_and_one_byte_more_is_not(tmp_path: Path, size: int,
+                                                                                  expected: str) -> None:
+    from toolcrib.default_plugins.hooks import MAX_ANSWER_BYTES
+
+    assert size - MAX_ANSWER_BYTES in (0, 1)
+    deny = '{"decision": "deny", "message": "at the cap"}'
+    (tmp_path / "resident.py").write_text(
+        "import sys\nfor line in sys.stdin:\n"
+        f"    sys.stdout.write(' ' * {size - len(deny)} + {deny!r} + '\\n')\n    sys.stdout.flush()\n")
+    host = make_host(RESIDENT_CONFIG.format(python=json.dumps(sys.executable)), {"files": FILES}, base_dir=tmp_path)
+
+    async def main() -> str:
+        result = await host.view("writer").call("files__read", {"path": "x"})
+        host.close()
+        return result.text
+
+    assert anyio.run(main) == expected
+
+
+def test_a_long_lived_hook_s_pipes_are_closed_when_it_is_ended(tmp_path: Path) -> None:
+    """Every process started, and every restart, leaves no descriptor of this process open."""
+    (tmp_path / "resident.py").write_text(RESIDENT)
+    fds = set(os.listdir("/proc/self/fd"))
+    host = make_host(RESIDENT_CONFIG.format(python=json.dumps(sys.executable)), {"files": FILES}, base_dir=tmp_path)
+
+    async def main() -> list[bool]:
+        said = [(await host.view("writer").call("files__read", {"path": p})).is_error for p in ("a", "die", "b")]
+        host.close()
+        return said
+
+    assert anyio.run(main) == [False, True, False]  # (the second process started after the first died)
+    assert set(os.listdir("/proc/self/fd")) - fds == set()
