@@ -726,3 +726,30 @@ def test_a_json_answer_whose_client_left_ends_quietly(gone_at: str) -> None:
     body = b'{"jsonrpc":"2.0","id":7,"result":{"content":[]}}'
     assert sent[0] == {"type": "http.response.start", "status": 200, "headers": [  # (ASGI's names: lower case)
         (b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]}
+
+
+def test_an_app_served_under_a_root_path_answers_its_agents_through_the_router() -> None:
+    """Behind a proxy that mounts toolcrib under a prefix (uvicorn --root-path), requests come with a root path:
+    they go through Starlette's router rather than the shortcut, and get the same answers."""
+    state = ServingState(make_host(CONFIG, {"w": Pack(text, order)}))
+    app = HttpApp(state, HttpOptions(), env=TOKENS)
+    message = request(1, "tools/call", {"name": "w__text", "arguments": {"word": "hi"}})
+
+    async def main() -> list[tuple[int, Any]]:
+        answers = []
+        async with app.app.router.lifespan_context(app.app):
+            for root in ("", "/toolcrib"):
+                async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app, root_path=root),
+                                              base_url="http://127.0.0.1:8000", timeout=30) as client:
+                    response = await client.post(f"{root}/agents/a/mcp", json=message,
+                                                 headers=headers("tools/call", "w__text"))
+                    answers.append((response.status_code, response.json()))
+                    response = await client.post(f"{root}/agents/a/mcp", json=message,
+                                                 headers={**headers("tools/call", "w__text"), "Authorization": ""})
+                    answers.append((response.status_code, response.json()))
+        return answers
+
+    plain, plain_refused, rooted, rooted_refused = anyio.run(main)
+    assert plain == rooted
+    assert plain[0] == 200 and plain[1]["result"]["content"] == [{"type": "text", "text": "hi"}]
+    assert plain_refused == rooted_refused and plain_refused[0] == 401

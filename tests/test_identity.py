@@ -21,7 +21,8 @@ import pytest
 
 from conftest import make_host
 from issuer import Issuer
-from packs import FILES
+from packs import FILES, Pack
+from test_exchange import META, routed
 from toolcrib.mcp import oauth
 from toolcrib.mcp.http import HttpApp, HttpOptions
 from toolcrib.mcp.state import ServingState
@@ -609,3 +610,40 @@ def test_oauth_and_identity_mistakes_name_the_key() -> None:
     assert problems('[oauth]\nissuer = "https://i"\naudience = "https://r"\n[agents.a.identity]\nclaims = {}\n') == [
         "error: conf.toml: agents.a.identity.claims: name at least one claim (sub, client_id, groups, ...): with "
         "none, every token the issuer signs would act as this agent"]
+
+
+def test_a_tool_hidden_by_a_lacking_scope_answers_its_routing_header_like_a_tool_that_does_not_exist(
+        issuer: Issuer) -> None:
+    """A 2026-07-28 call may carry its arguments in headers (``x-mcp-header``), which are checked against the tool's
+    schema before the call. The schema is the one the token's view has: a tool its token lacks the scope for is not
+    in it, so a mismatched header gets the answer a tool that does not exist gets, not a mismatch that tells the
+    tool is there."""
+    text = config(issuer.url).replace('tools = ["files__write"]', 'tools = ["files__write", "r__route"]').replace(
+        'plugins = { allow = ["files"] }\ntools = { allow = ["files__read", "files__write"] }',
+        'plugins = { allow = ["files", "r"] }\ntools = { allow = ["files__read", "files__write", "r__route"] }', 1)
+    assert text.count("r__route") == 2
+
+    async def call(client: httpx2.AsyncClient, token: str, name: str) -> tuple[int, Any]:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": name, "arguments": {"region": "eu"}, "_meta": META}}
+        answer = await client.post("/agents/reader/mcp", json=body, headers={
+            **HEADERS, "Authorization": f"Bearer {token}", "MCP-Protocol-Version": "2026-07-28",
+            "Mcp-Method": "tools/call", "Mcp-Name": name, "Mcp-Param-Region": "us"})
+        return answer.status_code, answer.json()
+
+    async def main() -> list[tuple[int, Any]]:
+        host = make_host(text, {"files": FILES, "r": Pack(routed)})
+        app = HttpApp(ServingState(host), HttpOptions(stateless=True), env=STATIC)
+        try:
+            async with app.app.router.lifespan_context(app.app), httpx2.AsyncClient(
+                    transport=httpx2.ASGITransport(app=app), base_url=RESOURCE, timeout=30) as client:
+                lacking, scoped = issuer.sign(READER), issuer.sign({**READER, "scope": "tools tools:write"})
+                return [await call(client, lacking, "r__route"), await call(client, lacking, "r__nothing"),
+                        await call(client, scoped, "r__route")]
+        finally:
+            host.close()
+
+    hidden, missing, seen = anyio.run(main)
+    assert seen == (400, seen[1]) and "Mcp-Param-Region header does not match" in seen[1]["error"]["message"]
+    assert hidden[0] == missing[0]
+    assert json.dumps(hidden[1]).replace("r__route", "NAME") == json.dumps(missing[1]).replace("r__nothing", "NAME")
