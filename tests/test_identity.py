@@ -401,6 +401,7 @@ def test_protected_resource_metadata_names_the_issuer_and_nothing_about_agents(i
                 answer = await client.get(path)
                 assert (answer.status_code, answer.json()) == (200, expected), path
                 assert answer.headers["cache-control"] == "public, max-age=300"
+                assert (await client.post(path, json={})).status_code == 405, path  # read-only, as RFC 9728 has it
             status, _, answer = await rpc(client, "no-such-agent", issuer.sign(READER), "tools/list")
             assert status == 401 and "resource_metadata=" in answer.headers["www-authenticate"]
         async with serving("[agents.a]\ntoken_env = 'TOK_NEW'\n") as (_, client):
