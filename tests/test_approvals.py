@@ -976,3 +976,27 @@ def test_an_approval_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch
     drawn = iter(["-Xy3kq3Jx0aZ1bQe", "kq3Jx0aZ1bQe4pLm"])
     monkeypatch.setattr(secrets, "token_urlsafe", lambda n: next(drawn))
     assert approvals.new_id() == "kq3Jx0aZ1bQe4pLm"
+
+
+def test_with_an_operator_endpoint_the_probes_and_the_agents_routes_are_still_served(tmp_path: Path) -> None:
+    """The operator's routes are added to the app's, not put in their place: the probes answer, and an agent is
+    reached through the router too (an app under a root path)."""
+    from toolcrib.mcp.http import HttpApp, HttpOptions
+    from toolcrib.mcp.state import ServingState
+
+    loaded = config_from(CONFIG.format(approvals="operator", timeout=60, operator=""), tmp_path)
+    app = HttpApp(ServingState(Host(loaded, plugins={"t": PACK}, autoload=False, env={})), HttpOptions(), env=ENV)
+
+    async def main() -> list[int]:
+        codes = []
+        async with app.app.router.lifespan_context(app.app):
+            for root in ("", "/tc"):
+                async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app, root_path=root),
+                                              base_url="http://127.0.0.1:8000", timeout=60) as http:
+                    codes += [(await http.get(f"{root}{path}")).status_code for path in ("/healthz", "/readyz")]
+                    codes.append((await http.post(f"{root}/agents/a/mcp", json=INITIALIZE,
+                                                  headers=AGENT)).status_code)
+                    codes.append((await http.get(f"{root}/operator/approvals", headers=OPERATOR)).status_code)
+        return codes
+
+    assert anyio.run(main) == [200, 200, 200, 200] * 2
