@@ -1328,3 +1328,36 @@ def test_a_replica_that_takes_a_session_up_asks_its_client_as_the_first_replica_
     message, content = run(main)
     assert message == "Agent 'a' wants to call t__ping (ask rule 't__ping'). Allow this call?"
     assert content == [{"type": "text", "text": "pong"}]
+
+
+def test_a_replica_that_takes_a_session_up_by_its_listening_stream_alone_tells_it_of_changes(
+        tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session opened on one replica whose client only listens on the second (no request there): the second
+    takes it up with the GET and keeps it as its agent's, so a reload reaches that stream."""
+    import httpx2
+
+    text, first, second = two_config_files(tmp_path, redis_url, monkeypatch, cluster='key_prefix = "listen-only:"\n')
+    for path in (first, second):
+        path.write_text(text + '[agents.a]\ntoken_env = "TOK_A"\n')
+
+    async def main() -> list[Any]:
+        async with uvicorn_replicas([first, second], {"TOK_A": "a" * 32}) as (one, two), \
+                httpx2.AsyncClient(timeout=30) as http:
+            opened = await http.post(f"{one}/agents/a/mcp", json=INITIALIZE, headers=MCP_HEADERS)
+            session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+            heard = ""
+            async with http.stream("GET", f"{two}/agents/a/mcp", headers={**MCP_HEADERS, **session}) as stream:
+                sid = session["mcp-session-id"]
+                await until(lambda: _listening_there(1, "a", sid), "the listening stream is open on replica two")
+                for path in (first, second):
+                    path.write_text(path.read_text().replace('tools = { allow = ["*"] }',
+                                                             'tools = { allow = ["t__ping"] }'))
+                assert await SERVED[1].reload() is True  # replica two reloads (and tells replica one)
+                with anyio.move_on_after(HANG_GUARD):
+                    async for chunk in stream.aiter_text():
+                        heard += chunk
+                        if "list_changed" in heard:
+                            break
+            return sse_messages(heard)
+
+    assert run(main) == [{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}]
