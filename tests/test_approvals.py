@@ -267,6 +267,59 @@ def test_the_operator_token_must_be_no_agents_and_must_be_set(tmp_path: Path,
            "denied" in caplog.messages
 
 
+
+def test_the_operator_token_is_checked_against_every_token_of_an_agent_that_rotates(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An agent with several token variables (rotation) may have none of them be the operator's; an agent whose
+    variables are not set is no clash; an operator token of exactly the minimum length is not warned of."""
+    from toolcrib.mcp.http import MIN_TOKEN_LENGTH, HttpApp, HttpOptions, ServeError
+    from toolcrib.mcp.state import ServingState
+
+    text = CONFIG.format(approvals="operator", timeout=60, operator="").replace(
+        'token_env = "TOK_A"', 'token_env = ["TOK_A_OLD", "TOK_A_NEW"]') + \
+        '[agents.quiet]\ntoken_env = "TOK_QUIET"\n[agents.none]\n'
+    state = ServingState(Host(config_from(text, tmp_path), plugins={"t": PACK}, autoload=False, env={}))
+    with pytest.raises(ServeError) as refused:
+        HttpApp(state, HttpOptions(), env={"TOK_A_OLD": "x" * 32, "TOK_A_NEW": OPERATOR_TOKEN,
+                                           "TOK_OP": OPERATOR_TOKEN})
+    assert str(refused.value) == ("the operator token ($TOK_OP) is also agent 'a''s: an agent must never answer its "
+                                  "own approvals; give the operator a token of its own")
+    for length, warned in ((MIN_TOKEN_LENGTH, []), (MIN_TOKEN_LENGTH - 1, [
+            f"the operator token is shorter than {MIN_TOKEN_LENGTH} characters; use a long random one"])):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="toolcrib.mcp.http"):  # TOK_QUIET is not set: no clash, no error
+            app = HttpApp(state, HttpOptions(), env={"TOK_A_NEW": AGENT_TOKEN, "TOK_OP": "p" * length})
+        assert app.operator is not None
+        assert [m for m in caplog.messages if "operator token" in m] == warned
+
+
+def test_without_an_env_given_the_operator_token_is_read_from_the_processs_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from toolcrib.mcp.http import HttpApp, HttpOptions
+    from toolcrib.mcp.state import ServingState
+
+    loaded = config_from(CONFIG.format(approvals="operator", timeout=60, operator=""), tmp_path)
+    state = ServingState(Host(loaded, plugins={"t": PACK}, autoload=False, env={}))
+    monkeypatch.setenv("TOK_OP", OPERATOR_TOKEN)
+    monkeypatch.setenv("TOK_A", AGENT_TOKEN)
+    app = HttpApp(state, HttpOptions())
+    assert app.operator is not None and app.operator.token == OPERATOR_TOKEN
+
+
+def test_a_console_without_its_templates_says_how_to_install_them(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from toolcrib.mcp.http import HttpApp, HttpOptions, ServeError
+    from toolcrib.mcp.state import ServingState
+
+    loaded = config_from(CONFIG.format(approvals="operator", timeout=60, operator="console = true"), tmp_path)
+    state = ServingState(Host(loaded, plugins={"t": PACK}, autoload=False, env={}))
+    monkeypatch.setitem(sys.modules, "toolcrib.mcp.console", None)  # as when jinja2 is not installed
+    with pytest.raises(ServeError) as refused:
+        HttpApp(state, HttpOptions(), env=ENV)
+    assert str(refused.value).startswith("[operator] console = true needs the console's templates: pip install "
+                                         "'toolcrib[console]' (")
+
+
 class _Hook(BaseHTTPRequestHandler):
     received: list[dict[str, Any]] = []
     paths: list[str] = []
