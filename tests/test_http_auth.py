@@ -349,9 +349,11 @@ SERVED = "[host]\nshutdown_timeout = 2.5\n" + CONFIG  # twin and nokey have no t
     ("127.0.0.2", True, True, False, "agents: none (nokey: $TOK_UNSET is not set; reader: $TOK_READER is not set; "
      "silent: it has no token_env; twin: $TOK_TWIN is not set; writer: $TOK_WRITER is not set); stateless; "
      "metrics at /metrics"),
-], ids=["sessions", "stateless-metrics-watched"])
+    ("127.0.0.1", False, False, "twin", "agents: reader (1 tools) (not served: twin: agent 'writer' has the same "
+     "token; writer: agent 'twin' has the same token); sessions"),
+], ids=["sessions", "stateless-metrics-watched", "a-token-shared"])
 def test_serve_http_listens_announces_and_drains_in_process(
-        host: str, stateless: bool, metrics: bool, tokens: bool, line: str, tmp_path: Path,
+        host: str, stateless: bool, metrics: bool, tokens: bool | str, line: str, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """``serve_http`` itself (tests/test_serve.py runs it in a subprocess, out of mutation testing's sight): it
     listens where asked, says so in one line, sends no Server header, and once told to stop answers /readyz 503."""
@@ -364,6 +366,8 @@ def test_serve_http_listens_announces_and_drains_in_process(
             monkeypatch.setenv(variable, variable[4].lower() * 32)
         else:
             monkeypatch.delenv(variable, raising=False)
+    if tokens == "twin":  # an agent that shares the writer's token: neither is served, and the banner says why
+        monkeypatch.setenv("TOK_TWIN", "w" * 32)
     _Recorded.made.clear()
     state = ServingState(make_host(SERVED, {"files": FILES}))
     if metrics:
