@@ -351,7 +351,9 @@ SERVED = "[host]\nshutdown_timeout = 2.5\n" + CONFIG  # twin and nokey have no t
      "metrics at /metrics"),
     ("127.0.0.1", False, False, "twin", "agents: reader (1 tools) (not served: twin: agent 'writer' has the same "
      "token; writer: agent 'twin' has the same token); sessions"),
-], ids=["sessions", "stateless-metrics-watched", "a-token-shared"])
+    ("127.0.0.1", True, False, "openapi", "agents: reader (1 tools), writer (4 tools); stateless; OpenAPI tool "
+     "servers at /agents/<name>/openapi.json"),
+], ids=["sessions", "stateless-metrics-watched", "a-token-shared", "openapi"])
 def test_serve_http_listens_announces_and_drains_in_process(
         host: str, stateless: bool, metrics: bool, tokens: bool | str, line: str, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -378,7 +380,8 @@ def test_serve_http_listens_announces_and_drains_in_process(
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(http_module.serve_http, state, HttpOptions(host=host, port=0, stateless=stateless),
+            tg.start_soon(http_module.serve_http, state, HttpOptions(host=host, port=0, stateless=stateless,
+                                                                     openapi=tokens == "openapi"),
                           watched if metrics else None)
             while not (_Recorded.made and _Recorded.made[0].started):
                 await anyio.sleep(0.01)
