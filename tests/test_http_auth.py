@@ -422,6 +422,39 @@ def test_serve_http_refuses_a_remote_address_before_it_listens(monkeypatch: pyte
     assert _Recorded.made == []
 
 
+@pytest.mark.parametrize(("config", "options", "line"), [
+    ('[operator]\ntoken_env = "TOK_OP"\n', {"agents": False, "console": True},
+     "toolcrib: the operator's console at http://127.0.0.1:{port}/console/ (no agent is served here)"),
+    ("", {}, "toolcrib: serving over HTTP at http://127.0.0.1:{port}/agents/<name>/mcp; agents: none (no agent has "
+             "a token); sessions; probes at /healthz and /readyz"),
+], ids=["console-only", "no-agents"])
+def test_serve_http_says_what_it_serves_when_it_serves_no_agent(
+        config: str, options: dict[str, Any], line: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``toolcrib console`` serves the console only; a config with no agent serves none: the banner says which."""
+    from toolcrib.mcp import http as http_module
+
+    monkeypatch.setattr(http_module.uvicorn, "Server", _Recorded)
+    monkeypatch.setenv("TOK_OP", "o" * 32)
+    _Recorded.made.clear()
+    state = ServingState(make_host(config, {"files": FILES}))
+
+    async def main() -> tuple[int, str]:
+        written = ""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(http_module.serve_http, state, HttpOptions(port=0, **options))
+            with anyio.fail_after(10):  # the banner comes once the server has started (a hang guard)
+                while "toolcrib: " not in written:
+                    await anyio.sleep(0.01)
+                    written += capsys.readouterr().err
+            server = _Recorded.made[0]
+            server.should_exit = True
+            return int(server.servers[0].sockets[0].getsockname()[1]), written
+
+    port, written = anyio.run(main)
+    assert [text for text in written.splitlines() if text.startswith("toolcrib: ")] == [line.format(port=port)]
+
+
 @pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics", "/.well-known/oauth-protected-resource",
                                   "/.well-known/oauth-protected-resource/agents/reader/mcp"])
 def test_probes_metrics_and_metadata_answer_get_and_head_only(path: str) -> None:
