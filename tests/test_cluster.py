@@ -1160,7 +1160,6 @@ async def _touched_while_listening(http: Any, endpoint: str, headers: dict[str, 
     guard: its pings would keep it open for good)."""
     import httpx2
 
-    heard = ""
     async with http.stream("GET", endpoint, headers=headers) as stream:
         sid = headers["mcp-session-id"]
         await until(lambda: _listening_there(replica, "a", sid), "the listening stream is open on the replica")
@@ -1169,11 +1168,18 @@ async def _touched_while_listening(http: Any, endpoint: str, headers: dict[str, 
         async with httpx2.AsyncClient(timeout=30) as other:
             touched = await other.post(endpoint, json=touch, headers=headers)
             assert sse_messages(touched.text)[0]["result"]["content"][0]["text"] == "updated"
-        with anyio.move_on_after(HANG_GUARD):
-            async for chunk in stream.aiter_text():
-                heard += chunk
-                if "resources/updated" in heard:
-                    break
+        return await _heard_until(stream, "resources/updated")
+
+
+async def _heard_until(stream: Any, marker: str) -> list[Any]:
+    """The messages a listening stream carries until one has ``marker`` in it (or the hang guard: its pings would
+    keep it open for good)."""
+    heard = ""
+    with anyio.move_on_after(HANG_GUARD):
+        async for chunk in stream.aiter_text():
+            heard += chunk
+            if marker in heard:
+                break
     return sse_messages(heard)
 
 
@@ -1345,7 +1351,6 @@ def test_a_replica_that_takes_a_session_up_by_its_listening_stream_alone_tells_i
                 httpx2.AsyncClient(timeout=30) as http:
             opened = await http.post(f"{one}/agents/a/mcp", json=INITIALIZE, headers=MCP_HEADERS)
             session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
-            heard = ""
             async with http.stream("GET", f"{two}/agents/a/mcp", headers={**MCP_HEADERS, **session}) as stream:
                 sid = session["mcp-session-id"]
                 await until(lambda: _listening_there(1, "a", sid), "the listening stream is open on replica two")
@@ -1353,11 +1358,6 @@ def test_a_replica_that_takes_a_session_up_by_its_listening_stream_alone_tells_i
                     path.write_text(path.read_text().replace('tools = { allow = ["*"] }',
                                                              'tools = { allow = ["t__ping"] }'))
                 assert await SERVED[1].reload() is True  # replica two reloads (and tells replica one)
-                with anyio.move_on_after(HANG_GUARD):
-                    async for chunk in stream.aiter_text():
-                        heard += chunk
-                        if "list_changed" in heard:
-                            break
-            return sse_messages(heard)
+                return await _heard_until(stream, "list_changed")
 
     assert run(main) == [{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}]
