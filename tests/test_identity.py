@@ -69,9 +69,9 @@ def issuer() -> Iterator[Issuer]:
 
 
 @asynccontextmanager
-async def serving(text: str, env: dict[str, str] | None = None,
-                  base_dir: Path | None = None) -> AsyncIterator[tuple[HttpApp, httpx2.AsyncClient]]:
-    host = make_host(text, {"files": FILES}, base_dir=base_dir)
+async def serving(text: str, env: dict[str, str] | None = None, base_dir: Path | None = None,
+                  packs: dict[str, Any] | None = None) -> AsyncIterator[tuple[HttpApp, httpx2.AsyncClient]]:
+    host = make_host(text, {"files": FILES, **(packs or {})}, base_dir=base_dir)
     app = HttpApp(ServingState(host), HttpOptions(stateless=True), env=STATIC if env is None else env)
     try:
         async with app.app.router.lifespan_context(app.app):
@@ -633,18 +633,12 @@ def test_a_tool_hidden_by_a_lacking_scope_answers_its_routing_header_like_a_tool
         return answer.status_code, answer.json()
 
     async def main() -> list[tuple[int, Any]]:
-        host = make_host(text, {"files": FILES, "r": Pack(routed)})
-        app = HttpApp(ServingState(host), HttpOptions(stateless=True), env=STATIC)
-        try:
-            async with app.app.router.lifespan_context(app.app), httpx2.AsyncClient(
-                    transport=httpx2.ASGITransport(app=app), base_url=RESOURCE, timeout=30) as client:
-                lacking, scoped = issuer.sign(READER), issuer.sign({**READER, "scope": "tools tools:write"})
-                return [await call(client, lacking, "r__route"), await call(client, lacking, "r__nothing"),
-                        await call(client, scoped, "r__route")]
-        finally:
-            host.close()
+        async with serving(text, packs={"r": Pack(routed)}) as (_, client):
+            lacking, scoped = issuer.sign(READER), issuer.sign({**READER, "scope": "tools tools:write"})
+            return [await call(client, lacking, "r__route"), await call(client, lacking, "r__nothing"),
+                    await call(client, scoped, "r__route")]
 
     hidden, missing, seen = anyio.run(main)
-    assert seen == (400, seen[1]) and "Mcp-Param-Region header does not match" in seen[1]["error"]["message"]
+    assert seen[0] == 400 and "Mcp-Param-Region header does not match" in seen[1]["error"]["message"]
     assert hidden[0] == missing[0]
     assert json.dumps(hidden[1]).replace("r__route", "NAME") == json.dumps(missing[1]).replace("r__nothing", "NAME")

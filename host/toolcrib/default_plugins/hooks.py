@@ -330,10 +330,14 @@ def pre_answer(answer: dict[str, Any]) -> Allow | Ask | Deny | str | None:
     return None  # an object that decides nothing (suppressOutput, systemMessage, ...)
 
 
+_EVENT_NAMES = {"pre_tool_use": "PreToolUse", "post_tool_use": "PostToolUse"}  # (hook_event_name, as Claude's)
+
+
 class _Programs:
     def __init__(self, loaded: LoadedConfig, event: str, hooks: list[CommandHook]) -> None:
         self.hooks = [_Hook(f"hooks.{event}[{i}]", hook, loaded.base_dir, loaded.workspace)
                       for i, hook in enumerate(hooks)]
+        self.event_name = _EVENT_NAMES[event]
         self.cwd = str(loaded.workspace)
         self.modes = {name: agent.mode for name, agent in loaded.config.agents.items()}
         self._matching: dict[tuple[str, str], tuple[list[_Hook], _Line]] = {}
@@ -341,14 +345,14 @@ class _Programs:
     def wants(self, agent: str, tool: str) -> bool:
         return any(hook.matches(agent, tool) for hook in self.hooks)
 
-    def matching(self, name: str, agent: str, tool: str) -> tuple[list[_Hook], _Line]:
+    def matching(self, agent: str, tool: str) -> tuple[list[_Hook], _Line]:
         """The hooks that see this agent's calls of this tool, in order, and the writer of those calls' JSON
         (remembered: the hooks and a view's tools never change within a host)."""
         found = self._matching.get((agent, tool))
         if found is None:
             found = self._matching[(agent, tool)] = (
                 [hook for hook in self.hooks if hook.matches(agent, tool)],
-                _Line(name, agent, tool, self.cwd, self.modes.get(agent, "default")))
+                _Line(self.event_name, agent, tool, self.cwd, self.modes.get(agent, "default")))
         return found
 
 
@@ -414,7 +418,7 @@ class CommandHooks:
         current = dict(arguments)
         updated = False
         ask: Ask | None = None
-        hooks, line = self.pre.matching("PreToolUse", agent, tool)
+        hooks, line = self.pre.matching(agent, tool)
         for hook in hooks:
             kind, found = await hook.run(line(current, call_id, line.annotations(annotations)))
             if kind == "refuse":
@@ -448,7 +452,7 @@ class CommandHooksWithPost(CommandHooks):
         withheld = ToolResult.error(f"The result of {tool} was withheld: a policy check failed (the host's log "
                                     "says why).")
         changed = False
-        hooks, line = self.post.matching("PostToolUse", agent, tool)
+        hooks, line = self.post.matching(agent, tool)
         for hook in hooks:
             kind, found = await hook.run(line(dict(arguments), call_id, line.result(result.to_wire())))
             if kind == "refuse":
