@@ -253,13 +253,20 @@ def cold(args: argparse.Namespace) -> list[Row]:
             for key, value in found[peer].items():
                 MEASURED[f"cold {n} {key}|{peer}"] = value
         mine, theirs = found["toolcrib"], found["lowlevel"]
-        started = anyio.run(_process_starts, n, runs)
+        starts = anyio.run(_process_starts, n, runs)
+        started = {peer: both[0] for peer, both in starts.items()}
+        called = {peer: both[1] for peer, both in starts.items()}
         for peer, value in started.items():
             MEASURED[f"cold {n} start|{peer}"] = value
+            MEASURED[f"cold {n} call|{peer}"] = called[peer]
         rows += [
-            [f"{n} tools: process start to the first tools/list answered (stdio, the SDK's client)",
+            [f"{n} tools: process start to the first tools/list answered (stdio, the SDK's client, 2026-07-28)",
              fmt(started["toolcrib"]), fmt(started["lowlevel"]), ratio(started["toolcrib"], started["lowlevel"]),
-             "the interpreter, imports (the mcp SDK's on both sides), discovery and the view, the handshake"],
+             "the interpreter, imports, discovery and the view, server/discover; toolcrib answers it and the list "
+             "while the mcp SDK is imported (`toolcrib.mcp.early`), the peer after"],
+            [f"{n} tools: process start to the first tools/call answered (the same processes)",
+             fmt(called["toolcrib"]), fmt(called["lowlevel"]), ratio(called["toolcrib"], called["lowlevel"]),
+             "all of the above, the SDK imported on both sides, then the call"],
             [f"{n} tools: first tools/list, fresh process", fmt(mine["first"]), fmt(theirs["first"]),
              ratio(mine["first"], theirs["first"]), f"{mine['first'] / mine['warm']:.1f}x toolcrib's warm list"],
             [f"{n} tools: warm tools/list, same process", fmt(mine["warm"]), fmt(theirs["warm"]),
@@ -274,11 +281,12 @@ def cold(args: argparse.Namespace) -> list[Row]:
     return rows
 
 
-async def _process_starts(n: int, runs: int) -> dict[str, float]:
-    """From starting a server process over stdio to its first tools/list's answer, as an MCP client sees a server
-    start (the median of ``runs``, the two sides taking turns): toolcrib's ``serve --agent`` with the bench pack
-    of ``n`` tools, and the low-level peer's process (which never imports toolcrib)."""
-    found: dict[str, list[float]] = {"toolcrib": [], "lowlevel": []}
+async def _process_starts(n: int, runs: int) -> dict[str, tuple[float, float]]:
+    """From starting a server process over stdio to its first tools/list's answer, and then to its first
+    tools/call's, as an MCP client sees a server start (the medians of ``runs``, the two sides taking turns):
+    toolcrib's ``serve --agent`` with the bench pack of ``n`` tools, and the low-level peer's process (which never
+    imports toolcrib)."""
+    found: dict[str, list[tuple[float, float]]] = {"toolcrib": [], "lowlevel": []}
     with tempfile.TemporaryDirectory() as tmp:
         config = _config_file(Path(tmp))
         for _ in range(runs):
@@ -287,9 +295,13 @@ async def _process_starts(n: int, runs: int) -> dict[str, float]:
                 started = time.perf_counter()
                 async with Client(params, cache=None) as client:
                     listed = await client.list_tools()
-                    values.append(time.perf_counter() - started)
+                    first_list = time.perf_counter() - started
+                    called = await client.call_tool(listed.tools[0].name, {"a": 2, "b": 3})
+                    values.append((first_list, time.perf_counter() - started))
                 assert len(listed.tools) == n, (peer, len(listed.tools))
-    return {peer: statistics.median(values) for peer, values in found.items()}
+                assert called.structured_content == {"result": 5}, (peer, called)
+    return {peer: (statistics.median(v[0] for v in values), statistics.median(v[1] for v in values))
+            for peer, values in found.items()}
 
 
 # -- MCP, over the wire --------------------------------------------------------------------------------------------

@@ -1741,7 +1741,7 @@ resources = { deny = ["docs://pages/inter*"] }
 
 def test_a_state_secret_list_rotates_and_a_bad_one_is_refused() -> None:
     from toolcrib.errors import ConfigError
-    from toolcrib.mcp.state import state_keys
+    from toolcrib.mcp.statekeys import state_keys
 
     assert state_keys({"TOOLCRIB_STATE_SECRET": f"{'n' * 32}, {'o' * 32}"}) == [b"n" * 32, b"o" * 32]
     for bad in ("short", f"{'n' * 32},short", f"{'n' * 32},{'n' * 32}"):

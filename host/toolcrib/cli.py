@@ -670,8 +670,8 @@ def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: boo
     import anyio
 
     from toolcrib.config import find_config, load_config
-    from toolcrib.mcp.state import serving_state, state_keys, stateless_warning
-    from toolcrib.mcp.stdio import claim_stdio, serve_stdio
+    from toolcrib.mcp.statekeys import state_keys, stateless_warning
+    from toolcrib.mcp.wire import claim_stdio
     from toolcrib.observe import Metrics, configure_logging
 
     if http == (agent is not None):
@@ -707,14 +707,31 @@ def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: boo
     stdin, stdout, restore = claim_stdio() if agent is not None else (None, None, None)
 
     async def run() -> None:
-        async with serving_state(path, kept, serves) as state, anyio.create_task_group() as tg:
-            if agent is not None:
-                tg.start_soon(_stop_on_signal, tg.cancel_scope)
-                assert stdin is not None and stdout is not None
-                await serve_stdio(state, agent, watch, (stdin, stdout), announce=True)
-            else:
-                await serve_http(state, options, watch)
-            tg.cancel_scope.cancel()
+        async with anyio.create_task_group() as reading:
+            started = None
+            if serves:  # stdio: the first requests of a 2026-07-28 client answered while the SDK is imported
+                from toolcrib.mcp.early import start_early
+
+                assert agent is not None and stdin is not None and stdout is not None
+                started = await start_early(path, agent, stdin, stdout, reading)
+            from toolcrib.mcp.state import serving_state
+            from toolcrib.mcp.stdio import serve_stdio
+
+            try:
+                async with serving_state(path, kept, serves, started.first if started else None) as state, \
+                        anyio.create_task_group() as tg:
+                    if agent is not None:
+                        tg.start_soon(_stop_on_signal, tg.cancel_scope)
+                        assert stdin is not None and stdout is not None
+                        await serve_stdio(state, agent, watch, started.wire if started else (stdin, stdout),
+                                          announce=started is None)
+                    else:
+                        await serve_http(state, options, watch)
+                    tg.cancel_scope.cancel()
+            finally:
+                reading.cancel_scope.cancel()
+                if started is not None:
+                    started.wire.close()
 
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:

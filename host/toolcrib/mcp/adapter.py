@@ -34,6 +34,7 @@ from toolcrib.errors import (
     UnknownResourceError,
     UnknownToolError,
 )
+from toolcrib.mcp.early import INSTRUCTIONS, UNCACHED
 from toolcrib.mcp.oauth import IDENTITY, Identity
 from toolcrib.mcp.roundtrip import (
     CONFIG_CHANGED,
@@ -65,8 +66,6 @@ MAX_STATE_CHARS = 2 * 1024 * 1024  # request state goes back and forth with ever
 
 _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 
-INSTRUCTIONS = ("Tools, resources and prompts served by toolcrib. Each tool and prompt is named "
-                "<namespace>__<name>: its pack or server, then its name.")
 
 
 class _Channel:
@@ -666,9 +665,7 @@ class _Server(Server[Any]):
         return super().server_info_stamp
 
 
-# What 2026-07-28 requires of lists and reads: nothing may be cached (they change on reload, and per agent). For the
-# handshake era the SDK sieves these keys off.
-_UNCACHED = {"resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
+_UNCACHED = UNCACHED
 
 NOTIFY = NotificationOptions(tools_changed=True, resources_changed=True, prompts_changed=True)
 

@@ -7,7 +7,6 @@ import functools
 import inspect
 import logging
 import os
-import secrets
 import signal
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Mapping, Sequence
@@ -29,17 +28,19 @@ from mcp.server.subscriptions import (
 from toolcrib.approvals import Desk
 from toolcrib.config import LoadedConfig
 from toolcrib.declarations import add_update_listener
-from toolcrib.errors import ConfigError, Problem, contained
+from toolcrib.errors import ConfigError, contained
 from toolcrib.host import Host
 from toolcrib.mcp.roundtrip import MemoryOnce, Once, StateSeal
 from toolcrib.mcp.sdk import connection_of
 from toolcrib.mcp.sessions import SUBSCRIPTIONS, LocalSessions, Sessions, shared_state
+from toolcrib.mcp.statekeys import state_keys
 from toolcrib.observe import Metrics
 from toolcrib.uris import normalize
 from toolcrib.view import AgentView, thaw_builds
 
 if TYPE_CHECKING:
     from toolcrib.cluster import Fanout, Store
+    from toolcrib.limits import LimitBook
 
 log = logging.getLogger("toolcrib.serve")
 
@@ -49,23 +50,32 @@ SETTLE_CHECKS = 25
 
 
 @asynccontextmanager
-async def serving_state(path: Path | None, metrics: Metrics | None = None,
-                        serves: Collection[str] | None = None) -> AsyncIterator[ServingState]:
+async def serving_state(path: Path | None, metrics: Metrics | None = None, serves: Collection[str] | None = None,
+                        first_host: tuple[Host, LimitBook] | None = None) -> AsyncIterator[ServingState]:
     """The state to serve from the config at ``path``, with its upstream MCP servers connected; a reload reads
     the file again and keeps the connections whose config did not change. With ``metrics``, every host built
     reports into them. With ``[cluster]``, limits are counted on the shared store (``toolcrib.cluster``), opened
     here for the life of the state. Each host is built with the lists of the agents it ``serves`` (every agent
-    when None; ``build_lists``)."""
+    when None; ``build_lists``). ``first_host`` is the first host already built, with its limits' book, from a
+    config that needs no upstream connection and no shared store (``toolcrib.mcp.early``)."""
     from toolcrib.cluster import Fanout, limiter
     from toolcrib.config import load_config
     from toolcrib.mcp.fleet import RedisOnce, RedisSessions
     from toolcrib.mcp.upstream import upstream_pool
 
-    first: list[LoadedConfig] = [await anyio.to_thread.run_sync(load_config, path)]
+    given, book = first_host if first_host is not None else (None, None)
+    first: list[LoadedConfig] = [given.loaded if given is not None else
+                                 await anyio.to_thread.run_sync(load_config, path)]
     cluster = first[0].config.cluster
-    async with upstream_pool() as pool, limiter(first[0]) as (limits, store), anyio.create_task_group() as tg:
+    async with upstream_pool() as pool, limiter(first[0], kept=book) as (limits, store), \
+            anyio.create_task_group() as tg:
 
         async def build() -> Host:
+            nonlocal given
+            if given is not None:
+                built, given = given, None
+                first.clear()
+                return built
             loaded = first.pop() if first else await anyio.to_thread.run_sync(load_config, path)
             if loaded.config.cluster != cluster:
                 log.warning("%s: [cluster] changed; the change applies when serve is restarted", loaded.source)
@@ -102,34 +112,6 @@ async def serving_state(path: Path | None, metrics: Metrics | None = None,
         finally:
             tg.cancel_scope.cancel()
             state.host.close()
-
-
-STATE_SECRET_ENV = "TOOLCRIB_STATE_SECRET"
-
-
-def state_keys(env: Mapping[str, str] | None = None) -> list[bytes]:
-    """The keys that seal what a 2026-07-28 client carries between the rounds of one call (approvals, sub-agent
-    runs): ``$TOOLCRIB_STATE_SECRET`` when set, so that replicas behind a balancer accept each other's rounds, else a
-    random key of this process. A comma-separated list rotates: the first seals, every one opens."""
-    configured = (os.environ if env is None else env).get(STATE_SECRET_ENV)
-    if configured is None:
-        return [secrets.token_bytes(32)]
-    keys = [key.strip() for key in configured.split(",")]
-    if any(len(key) < 32 for key in keys) or len(set(keys)) != len(keys):
-        raise ConfigError([Problem("error", STATE_SECRET_ENV, "must be at least 32 characters (it seals what clients "
-                                   "carry between the rounds of a call), or a comma-separated list of such secrets, "
-                                   "each once (the first seals, all open: rotation); make one with: python3 -c "
-                                   "'import secrets; print(secrets.token_urlsafe(32))'")])
-    return [key.encode() for key in keys]
-
-
-def stateless_warning(stateless: bool, env: Mapping[str, str] | None = None) -> str | None:
-    """What an operator should know before serving ``--stateless`` replicas without one shared state secret."""
-    if not stateless or (os.environ if env is None else env).get(STATE_SECRET_ENV):
-        return None
-    return (f"--stateless without ${STATE_SECRET_ENV}: if several replicas serve behind a balancer, give them all one "
-            "secret, or approvals and sub-agent runs of 2026-07-28 clients fail whenever a call's next round reaches "
-            "another replica")
 
 
 class ServingState:

@@ -17,13 +17,10 @@ non-blocking, and a file cannot be waited on.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import stat
 import sys
-import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -40,24 +37,27 @@ from pydantic import ValidationError
 from toolcrib.isolation import ISOLATED_ENV
 from toolcrib.mcp.adapter import build_server
 from toolcrib.mcp.checks import CHECKS_ENV, follow_checks, serve_checks
+from toolcrib.mcp.early import announce_serving
 from toolcrib.mcp.lane import LANE_ENV, serve_lane
 from toolcrib.mcp.state import ServingState
-from toolcrib.pipes import write_all
+from toolcrib.mcp.wire import MAX_LINE_BYTES, Wire, claim_stdio
+
+__all__ = ["MAX_LINE_BYTES", "announce_serving", "claim_stdio", "serve_stdio", "stdio_transport"]
 
 log = logging.getLogger("toolcrib.serve")
 
-MAX_LINE_BYTES = 4 * 1024 * 1024  # the same cap the SDK puts on an HTTP request body
 DRAIN_GRACE = 5.0  # seconds beyond the call timeout that answers to requests read before EOF are awaited
 _OPEN_ENDED = frozenset({"subscriptions/listen"})  # requests answered only when cancelled: never awaited
 
 
 async def serve_stdio(state: ServingState, agent: str, watch: Path | None = None,
-                      wire: tuple[BinaryIO, BinaryIO] | None = None, announce: bool = False) -> None:
+                      wire: tuple[BinaryIO, BinaryIO] | Wire | None = None, announce: bool = False) -> None:
     """Serve ``agent`` on this process's stdin/stdout until the client closes stdin.
 
     ``wire`` is stdin/stdout as ``claim_stdio`` took them (the CLI claims them before any pack is imported, so
-    nothing a pack prints at import reaches the wire); without it they are claimed here. With ``watch``, the config
-    file is reloaded when it changes (and on SIGHUP). ``announce`` says on stderr what is served.
+    nothing a pack prints at import reaches the wire), or a ``Wire`` already read (``toolcrib.mcp.early``: its
+    reader's task is the caller's); without it they are claimed here. With ``watch``, the config file is reloaded
+    when it changes (and on SIGHUP). ``announce`` says on stderr what is served.
     """
     isolated = os.environ.get(ISOLATED_ENV)
     checks = os.environ.pop(CHECKS_ENV, None) if isolated else None
@@ -71,15 +71,13 @@ async def serve_stdio(state: ServingState, agent: str, watch: Path | None = None
             serve_checks(follow_checks(state, agent), checks)
     view = state.view(agent)  # an unknown agent fails here, before any protocol
     if announce:
-        print(f"toolcrib: serving agent {agent!r} over stdio ({len(view)} tools, "
-              f"{len(view.resources) + len(view.templates)} resources, {len(view.prompts)} prompts); an MCP client "
-              "talks to it on stdin and stdout; stop it with Ctrl-C or by closing stdin (Ctrl-D)",
-              file=sys.stderr, flush=True)
+        announce_serving(agent, view)
     server = build_server(state, agent)
     options = server.create_initialization_options()
     drain = state.host.loaded.config.host.call_timeout + DRAIN_GRACE
-    stdin, stdout = wire if wire is not None else (None, None)
-    async with stdio_transport(stdin, stdout, drain=drain) as (read_stream, write_stream), \
+    read = wire if isinstance(wire, Wire) else None
+    stdin, stdout = wire if isinstance(wire, tuple) else (None, None)
+    async with stdio_transport(stdin, stdout, drain=drain, wire=read) as (read_stream, write_stream), \
             anyio.create_task_group() as tg:
         if watch is not None:
             tg.start_soon(state.watch, watch)
@@ -92,56 +90,54 @@ async def serve_stdio(state: ServingState, agent: str, watch: Path | None = None
 
 @asynccontextmanager
 async def stdio_transport(
-    stdin: BinaryIO | None = None, stdout: BinaryIO | None = None, drain: float = 60.0 + DRAIN_GRACE
+    stdin: BinaryIO | None = None, stdout: BinaryIO | None = None, drain: float = 60.0 + DRAIN_GRACE,
+    wire: Wire | None = None
 ) -> AsyncIterator[tuple[Any, Any]]:
-    """Message streams over stdin/stdout (or the given binary files, which are then not diverted).
+    """Message streams over stdin/stdout (or the given binary files, which are then not diverted; or a ``Wire``
+    someone else reads, whose pending lines come first).
 
     At end of input the server's stream stays open until every request read so far is answered, at most ``drain``
     seconds. Waiting stops early when the server asks the client something (nobody is left to answer it).
     """
     restore = None
-    if stdin is None or stdout is None:
-        stdin, stdout, restore = claim_stdio()
+    own = wire is None
+    if wire is None:
+        if stdin is None or stdout is None:
+            stdin, stdout, restore = claim_stdio()
+        wire = Wire(stdin, stdout)
     to_server_send, to_server = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     from_server, from_server_receive = anyio.create_memory_object_stream[SessionMessage](16)
     write_lock = anyio.Lock()
     unanswered: set[types.RequestId] = set()  # requests read and not yet answered (open-ended ones excluded)
     asked_client = False
 
-    in_fd, out_fd = _pollable(stdin), _pollable(stdout)
-    stdout.flush()  # (nothing written through the file object is left behind what is written to its descriptor)
-
     async def write(message: types.JSONRPCMessage) -> None:
         data = message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
         async with write_lock:
-            if out_fd is not None:
-                await write_all(out_fd, data)
-            else:
-                await anyio.to_thread.run_sync(_write_all, stdout, data)
+            await wire.write(data)
 
-    lines_send, lines = anyio.create_memory_object_stream[bytes | None](1)
-    if in_fd is None:
-        # Lines are read by a daemon thread of its own: one blocked on a stdin that never closes must not keep the
-        # process from exiting when the operator stops it.
-        threading.Thread(target=_read_lines, args=(stdin, lines_send, anyio.lowlevel.current_token()),
-                         name="toolcrib-stdin", daemon=True).start()
+    async def read(line: bytes | None) -> None:
+        if line is None:
+            await write(_error(None, types.INVALID_REQUEST,
+                               f"Request too large: a message may be at most {MAX_LINE_BYTES} bytes"))
+            return
+        if not line.strip():
+            return
+        try:
+            message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        except ValidationError as exc:
+            await write(_invalid(line, exc))
+            return
+        track_incoming(message)
+        await to_server_send.send(SessionMessage(message))
 
     async def reader() -> None:
-        async with to_server_send, lines:
-            async for line in lines:
-                if line is None:
-                    await write(_error(None, types.INVALID_REQUEST,
-                                       f"Request too large: a message may be at most {MAX_LINE_BYTES} bytes"))
-                    continue
-                if not line.strip():
-                    continue
-                try:
-                    message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-                except ValidationError as exc:
-                    await write(_invalid(line, exc))
-                    continue
-                track_incoming(message)
-                await to_server_send.send(SessionMessage(message))
+        async with to_server_send, wire.lines:
+            pending, wire.pending = wire.pending, []
+            for line in pending:
+                await read(line)
+            async for line in wire.lines:
+                await read(line)
             await finish_answering()  # end of input
 
     def track_incoming(message: types.JSONRPCMessage) -> None:
@@ -170,9 +166,9 @@ async def stdio_transport(
 
     async def read_until_cancelled() -> None:
         with reading:
-            if in_fd is not None:
+            if own:
                 async with anyio.create_task_group() as lines_tg:
-                    lines_tg.start_soon(_read_fd_lines, in_fd, lines_send)
+                    lines_tg.start_soon(wire.read)
                     await reader()
                     lines_tg.cancel_scope.cancel()
             else:
@@ -186,10 +182,8 @@ async def stdio_transport(
                 yield to_server, from_server
             reading.cancel()
     finally:
-        for fd in (in_fd, out_fd):
-            if fd is not None:
-                with contextlib.suppress(OSError):
-                    os.set_blocking(fd, True)
+        if own:
+            wire.close()
         if restore is not None:
             restore()
 
@@ -212,108 +206,3 @@ def _invalid(line: bytes, exc: ValidationError) -> types.JSONRPCError:
 def _error(request_id: Any, code: int, message: str) -> types.JSONRPCError:
     return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=message))
 
-
-def _pollable(stream: BinaryIO) -> int | None:
-    """The descriptor of ``stream``, made non-blocking, when it is a pipe or a socket; else None."""
-    try:
-        fd = stream.fileno()
-        kind = os.fstat(fd).st_mode
-    except (OSError, ValueError, AttributeError):  # (io.UnsupportedOperation is an OSError and a ValueError)
-        return None
-    if not (stat.S_ISFIFO(kind) or stat.S_ISSOCK(kind)):
-        return None
-    os.set_blocking(fd, False)
-    return fd
-
-
-async def _read_fd_lines(fd: int, send: Any) -> None:
-    """Read a non-blocking descriptor line by line into ``send`` (None for a line over ``MAX_LINE_BYTES``, which is
-    skipped without being held), until end of input; then ``send`` is closed."""
-    async with send:
-        buffer = bytearray()
-        searched = 0  # the buffer holds no newline before this
-        skipping = False  # the rest of a line too long is being skipped
-        while True:
-            try:
-                chunk = os.read(fd, 1 << 16)
-            except BlockingIOError:
-                await anyio.wait_readable(fd)
-                continue
-            except OSError:
-                return
-            if not chunk:  # end of input: a last line without its newline counts, as readline reads it
-                if buffer and not skipping:
-                    await send.send(bytes(buffer))
-                return
-            buffer += chunk
-            while True:
-                end = buffer.find(b"\n", searched)
-                if end < 0:
-                    searched = len(buffer)
-                    if len(buffer) > MAX_LINE_BYTES:
-                        if not skipping:
-                            await send.send(None)
-                        skipping, buffer, searched = True, bytearray(), 0
-                    break
-                line = bytes(buffer[:end + 1])
-                del buffer[:end + 1]
-                searched = 0
-                if skipping:
-                    skipping = False
-                elif len(line) > MAX_LINE_BYTES + 1:
-                    await send.send(None)
-                else:
-                    await send.send(line)
-
-
-def _write_all(stream: BinaryIO, data: bytes) -> None:
-    stream.write(data)
-    stream.flush()
-
-
-def _read_lines(stdin: BinaryIO, send: Any, token: Any) -> None:
-    """Read stdin line by line into ``send`` (None for a line over ``MAX_LINE_BYTES``, which is skipped without
-    being held), until end of input or until the event loop is gone."""
-    try:
-        while True:
-            line = stdin.readline(MAX_LINE_BYTES + 1)
-            if not line:
-                break
-            if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
-                _skip_line(stdin)
-                anyio.from_thread.run(send.send, None, token=token)
-                continue
-            anyio.from_thread.run(send.send, line, token=token)
-    except (anyio.BrokenResourceError, anyio.ClosedResourceError, RuntimeError, OSError, ValueError):
-        pass  # the server is gone (or stdin closed under us): nothing to read for
-    # End of input: closed on the event loop's thread, so that a reader already waiting is woken (a stream closed
-    # from another thread leaves its waiter asleep, and the server with it).
-    with contextlib.suppress(RuntimeError):
-        anyio.from_thread.run_sync(send.close, token=token)
-
-
-def _skip_line(stream: BinaryIO) -> None:
-    while True:
-        chunk = stream.readline(MAX_LINE_BYTES)
-        if not chunk or chunk.endswith(b"\n"):
-            return
-
-
-def claim_stdio() -> tuple[BinaryIO, BinaryIO, Any]:
-    """Private duplicates of fd 0/1 for the wire, and a function that puts them back; fd 0 -> /dev/null and fd 1 ->
-    stderr meanwhile, so that whatever anything in the process (or a child it starts, from any thread) writes to
-    stdout goes to stderr, never onto the wire."""
-    sys.stdout.flush()
-    wire_in = os.dup(0)
-    wire_out = os.dup(1)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    os.dup2(2, 1)
-
-    def restore() -> None:
-        sys.stdout.flush()
-        os.dup2(wire_in, 0)
-        os.dup2(wire_out, 1)
-
-    return os.fdopen(wire_in, "rb"), os.fdopen(wire_out, "wb"), restore

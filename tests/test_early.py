@@ -1,0 +1,238 @@
+"""toolcrib serve --agent: the first requests of a 2026-07-28 client answered while the MCP SDK is imported
+(toolcrib.mcp.early). Each early answer is held to the bytes the SDK's server writes for the same line, and every
+line the early answers leave reaches the SDK, in order."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+
+import toolcrib
+from conftest import config_from, make_host
+from test_serve import CONFIG, READER, config_file, subprocess_env  # noqa: F401  (config_file: a fixture)
+from toolcrib._version import __version__
+from toolcrib.limits import LimitBook
+from toolcrib.mcp.early import CLIENT_CAPABILITIES_KEY, CLIENT_INFO_KEY, PROTOCOL_KEY, EarlyAnswers, eligible
+from toolcrib.mcp.state import ServingState, serving_state
+from toolcrib.mcp.stdio import serve_stdio
+
+
+@toolcrib.tool(annotations={"readOnlyHint": True})
+def greet(name: str, times: int = 1, ratio: float = 0.5) -> str:
+    """Grüße — say "hello" </script> to someone\u2028, in tabs\tand ✓ marks."""
+    return name * times
+
+
+class Pack:
+    tools = [greet]
+
+    @toolcrib.hookimpl
+    def toolcrib_tools(self) -> list[Any]:
+        return self.tools
+
+
+AGENT_CONFIG = """
+[agents.a]
+[agents.a.permissions]
+plugins = { allow = ["*"] }
+tools = { allow = ["*"] }
+"""
+
+ENVELOPE = {PROTOCOL_KEY: "2026-07-28", CLIENT_INFO_KEY: {"name": "mcp", "version": "0.1.0"},
+            CLIENT_CAPABILITIES_KEY: {}}
+
+
+def request(request_id: Any, method: str, meta: dict[str, Any] | None = None, **params: Any) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method,
+                       "params": {"_meta": ENVELOPE if meta is None else meta, **params}},
+                      ensure_ascii=False).encode() + b"\n"
+
+
+def sdk_answers(host: Any, agent: str, lines: list[bytes]) -> list[bytes]:
+    """What the SDK's server (toolcrib's, on the SDK) writes for ``lines``, read through real pipes."""
+    in_read, in_write = os.pipe()
+    out_read, out_write = os.pipe()
+    os.write(in_write, b"".join(lines))
+    os.close(in_write)
+
+    async def main() -> None:
+        with os.fdopen(in_read, "rb") as stdin, os.fdopen(out_write, "wb") as stdout:
+            await serve_stdio(ServingState(host), agent, wire=(stdin, stdout))
+
+    anyio.run(main)
+    with os.fdopen(out_read, "rb") as out:
+        return out.read().splitlines(keepends=True)
+
+
+def host() -> Any:
+    return make_host(AGENT_CONFIG, plugins={"p": Pack()})
+
+
+CAPABILITIES = [{}, {"roots": {}}, {"roots": {"listChanged": True}}, {"roots": {"listChanged": False}},
+                {"sampling": {}, "elicitation": {}}, {"experimental": {}}]
+
+
+@pytest.mark.parametrize("request_id", [1, 0, -7, 2**63 - 1, "abc", "ünï \"quoted\"", ""])
+def test_early_answers_are_the_sdk_s_bytes(request_id: Any) -> None:
+    served = host()
+    lines = [request(request_id, "server/discover"), request(request_id, "tools/list")]
+    answers = EarlyAnswers(served.view("a"), __version__)
+    early = [answers.answer(line) for line in lines]
+    assert early == sdk_answers(served, "a", lines)
+    listed = json.loads(early[1])["result"]  # (the tool's description is the one with escapes and non-ASCII)
+    assert listed["tools"][0]["description"].startswith("Grüße — say \"hello\" </script>")
+    assert [tool["name"] for tool in listed["tools"]] == ["p__greet"]
+
+
+@pytest.mark.parametrize("capabilities", CAPABILITIES)
+@pytest.mark.parametrize("info", [{"name": "c", "version": "1"}, {"name": "c", "version": "1", "title": "C"}, None])
+def test_early_discover_of_each_plain_envelope_is_the_sdk_s(capabilities: dict[str, Any],
+                                                            info: dict[str, Any] | None) -> None:
+    served = host()
+    meta = {PROTOCOL_KEY: "2026-07-28", CLIENT_CAPABILITIES_KEY: capabilities,
+            **({CLIENT_INFO_KEY: info} if info is not None else {})}
+    lines = [request(5, "server/discover", meta), request(6, "tools/list", meta)]
+    answers = EarlyAnswers(served.view("a"), __version__)
+    early = [answers.answer(line) for line in lines]
+    assert None not in early
+    assert early == sdk_answers(served, "a", lines)
+
+
+def test_what_the_sdk_reads_past_is_read_past_alike() -> None:
+    """The JSON parser is the SDK transport's: what it takes in a line (NaN where nothing reads it, a key given
+    twice, spaces), the early answers take, and answer alike."""
+    served = host()
+    lines = [b'{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"x":NaN,'
+             b'"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}\n',
+             b'{"jsonrpc":"2.0","id":2,"id":3,"method":"tools/list","params":{"_meta":{'
+             b'"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}\n',
+             b'  { "jsonrpc" : "2.0", "id" : 4, "method" : "server/discover", "params" : { "_meta" : {'
+             b'"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}\n']
+    answers = EarlyAnswers(served.view("a"), __version__)
+    early = [answers.answer(line) for line in lines]
+    assert None not in early
+    assert early == sdk_answers(served, "a", lines)
+
+
+REFUSED = {
+    "handshake era": b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",'
+                     b'"capabilities":{},"clientInfo":{"name":"t","version":"1"}}}\n',
+    "another method": request(1, "tools/call", name="p__greet", arguments={"name": "x"}),
+    "an older version": request(1, "tools/list", {**ENVELOPE, PROTOCOL_KEY: "2025-11-25"}),
+    "no capabilities": request(1, "tools/list", {PROTOCOL_KEY: "2026-07-28"}),
+    "a cursor": request(1, "tools/list", cursor="x"),
+    "no params": b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}\n',
+    "a notification": b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n',
+    "not JSON": b"tools/list\n",
+    "a batch": b"[" + request(1, "tools/list").strip() + b"]\n",
+    "a float id": request(1.0, "tools/list"),
+    "a bool id": request(True, "tools/list"),
+    "a null id": request(None, "tools/list"),
+    "an id past int64": request(2**63, "tools/list"),
+    "another jsonrpc": request(1, "tools/list").replace(b'"2.0"', b'"1.0"', 1),
+    "a key more": request(1, "tools/list").replace(b'{"jsonrpc"', b'{"x":1,"jsonrpc"', 1),
+    "a line over the cap": None,
+    "discover, capabilities the SDK looks into": request(1, "server/discover", {
+        **ENVELOPE, CLIENT_CAPABILITIES_KEY: {"roots": {"listChanged": {}}}}),
+    "discover, a capability not an object": request(1, "server/discover", {
+        **ENVELOPE, CLIENT_CAPABILITIES_KEY: {"roots": 5}}),
+    "discover, client info not an object": request(1, "server/discover", {**ENVELOPE, CLIENT_INFO_KEY: 5}),
+    "discover, client info with icons": request(1, "server/discover", {
+        **ENVELOPE, CLIENT_INFO_KEY: {"name": "c", "version": "1", "icons": 5}}),
+    "discover, client info without a version": request(1, "server/discover", {
+        **ENVELOPE, CLIENT_INFO_KEY: {"name": "c"}}),
+    "discover, another envelope key": request(1, "server/discover", {**ENVELOPE, "progressToken": 3}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_what_is_not_plain_is_left_to_the_sdk(case: str) -> None:
+    assert EarlyAnswers(host().view("a"), __version__).answer(REFUSED[case]) is None
+
+
+def test_only_a_config_whose_host_needs_no_sdk_is_served_early(tmp_path: Path) -> None:
+    assert eligible(config_from(AGENT_CONFIG))
+    upstream = AGENT_CONFIG + '[mcps.clock]\ncommand = "python3"\n'
+    isolated = AGENT_CONFIG + "[packs.p]\nisolate = true\n"
+    cluster = AGENT_CONFIG + '[cluster]\nredis_url = "redis://127.0.0.1:6379/0"\n'
+    assert [eligible(config_from(text)) for text in (upstream, isolated, cluster)] == [False, False, False]
+
+
+def test_the_host_built_early_is_served_first_and_its_limits_book_kept_across_reloads(tmp_path: Path) -> None:
+    path = tmp_path / "toolcrib.toml"
+    path.write_text(AGENT_CONFIG)
+    early = make_host(AGENT_CONFIG, plugins={"p": Pack()})
+    book = LimitBook()
+
+    async def main() -> None:
+        async with serving_state(path, serves=["a"], first_host=(early, book)) as state:
+            assert state.host is early
+            await state.reload()
+            assert state.host is not early
+            assert state.host.pipeline._book is book
+
+    anyio.run(main)
+
+
+# -- the served process ------------------------------------------------------------------------------------------
+
+
+def serve(config: Path, agent: str, lines: list[bytes], *extra: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "toolcrib.cli", "serve", "--agent", agent, "--config", str(config),
+                           "--no-reload", *extra], input=b"".join(lines), capture_output=True,
+                          env=subprocess_env(), timeout=120)
+
+
+@pytest.mark.slow
+def test_a_piped_client_s_first_requests_are_answered_early_and_the_rest_by_the_sdk_in_order(
+        config_file: Path) -> None:  # noqa: F811
+    lines = [request(1, "server/discover"), request("two", "tools/list"),
+             request(3, "tools/call", name="misc__add", arguments={"a": 1, "b": 2}),
+             request(4, "tools/list"), request(5, "tools/call", name="files__write", arguments={})]
+    proc = serve(config_file, "reader", lines, "--log-level", "debug")
+    assert proc.returncode == 0, proc.stderr
+    replies = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["id"] for r in replies] == [1, "two", 3, 4, 5]
+    assert replies[0]["result"]["supportedVersions"] == ["2026-07-28"]
+    assert [t["name"] for t in replies[1]["result"]["tools"]] == READER
+    assert replies[2]["result"]["content"] == [{"type": "text", "text": "3"}]
+    assert replies[3]["result"] == replies[1]["result"]
+    assert replies[4]["error"] == {"code": -32602, "message": "Unknown tool: files__write"}
+    stderr = proc.stderr.decode()
+    assert "answered 2 requests while the MCP SDK was imported" in stderr
+    assert stderr.count("toolcrib: serving agent 'reader' over stdio") == 1
+
+
+@pytest.mark.slow
+def test_a_handshake_era_client_is_answered_by_the_sdk_from_its_first_line(config_file: Path) -> None:  # noqa: F811
+    lines = [REFUSED["handshake era"], b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n',
+             b'{"jsonrpc":"2.0","id":2,"method":"tools/list"}\n']
+    proc = serve(config_file, "reader", lines, "--log-level", "debug")
+    replies = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["id"] for r in replies] == [1, 2]
+    assert replies[0]["result"]["protocolVersion"] == "2025-11-25"
+    assert [t["name"] for t in replies[1]["result"]["tools"]] == READER
+    assert "answered 0 requests while the MCP SDK was imported" in proc.stderr.decode()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_the_sdk_s_client_lists_and_calls_on_a_server_started_early(config_file: Path, mode: str) -> None:  # noqa: F811
+    params = StdioServerParameters(command=sys.executable, args=["-m", "toolcrib.cli", "serve", "--agent", "reader",
+                                                                 "--config", str(config_file)],
+                                   env=subprocess_env())
+
+    async def main() -> None:
+        async with Client(params, mode=mode, cache=None) as client:
+            assert [t.name for t in (await client.list_tools()).tools] == READER
+            assert (await client.call_tool("misc__add", {"a": 1, "b": 2})).content[0].text == "3"  # type: ignore[union-attr]
+
+    anyio.run(main)
