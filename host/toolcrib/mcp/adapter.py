@@ -221,7 +221,7 @@ class _Handlers:
     def listing(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         # Wire dicts, not models: never validated twice. The extra keys are what 2026-07-28 requires (no caching:
         # lists change on reload); for the handshake era the SDK sieves them off, or the fast path leaves them out.
-        return {"tools": self.tools_of(ctx), **_UNCACHED}
+        return {"tools": self.tools_of(ctx), **UNCACHED}
 
     def tools_of(self, ctx: ServerRequestContext[Any, Any]) -> list[dict[str, Any]]:
         """The agent's tools/list: its view's listed tools and, deferring (``tool_search``), those its searches
@@ -468,12 +468,12 @@ class _Handlers:
     async def list_resources(self, ctx: ServerRequestContext[Any, Any],
                              params: types.PaginatedRequestParams | None) -> Any:
         self._one_page(ctx, params)
-        return {"resources": self.view_of(ctx).mcp_resources, **_UNCACHED}
+        return {"resources": self.view_of(ctx).mcp_resources, **UNCACHED}
 
     async def list_templates(self, ctx: ServerRequestContext[Any, Any],
                              params: types.PaginatedRequestParams | None) -> Any:
         self._one_page(ctx, params)
-        return {"resourceTemplates": self.view_of(ctx).mcp_templates, **_UNCACHED}
+        return {"resourceTemplates": self.view_of(ctx).mcp_templates, **UNCACHED}
 
     async def read_resource(self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams) -> Any:
         try:
@@ -484,7 +484,7 @@ class _Handlers:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
         except ToolError as exc:
             raise MCPError(code=types.INTERNAL_ERROR, message=str(exc)) from None
-        return {"contents": contents, **_UNCACHED}
+        return {"contents": contents, **UNCACHED}
 
     async def subscribe(self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams) -> Any:
         uri = str(params.uri)
@@ -510,7 +510,7 @@ class _Handlers:
     async def list_prompts(self, ctx: ServerRequestContext[Any, Any],
                            params: types.PaginatedRequestParams | None) -> Any:
         self._one_page(ctx, params)
-        return {"prompts": self.view_of(ctx).mcp_prompts, **_UNCACHED}
+        return {"prompts": self.view_of(ctx).mcp_prompts, **UNCACHED}
 
     async def get_prompt(self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams) -> Any:
         return await self.prompt(ctx, params.name, params.arguments)
@@ -664,8 +664,6 @@ class _Server(Server[Any]):
             return dict(server_info_stamp_source(self))
         return super().server_info_stamp
 
-
-_UNCACHED = UNCACHED
 
 NOTIFY = NotificationOptions(tools_changed=True, resources_changed=True, prompts_changed=True)
 
