@@ -4,25 +4,37 @@ line the early answers leave reaches the SDK, in order."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
 
 import toolcrib
 from conftest import config_from, make_host
 from test_serve import CONFIG, READER, config_file, subprocess_env  # noqa: F401  (config_file: a fixture)
 from toolcrib._version import __version__
 from toolcrib.limits import LimitBook
-from toolcrib.mcp.early import CLIENT_CAPABILITIES_KEY, CLIENT_INFO_KEY, PROTOCOL_KEY, EarlyAnswers, eligible
+from toolcrib.mcp.early import (
+    CLIENT_CAPABILITIES_KEY,
+    CLIENT_INFO_KEY,
+    PROTOCOL_KEY,
+    EarlyAnswers,
+    answer_early,
+    eligible,
+)
 from toolcrib.mcp.state import ServingState, serving_state
 from toolcrib.mcp.stdio import serve_stdio
+from toolcrib.mcp.wire import Wire
 
 
 @toolcrib.tool(annotations={"readOnlyHint": True})
@@ -150,12 +162,111 @@ REFUSED = {
     "discover, client info without a version": request(1, "server/discover", {
         **ENVELOPE, CLIENT_INFO_KEY: {"name": "c"}}),
     "discover, another envelope key": request(1, "server/discover", {**ENVELOPE, "progressToken": 3}),
+    "discover, a trace context not a string": request(1, "server/discover", {**ENVELOPE, "traceparent": 5}),
 }
 
 
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_what_is_not_plain_is_left_to_the_sdk(case: str) -> None:
     assert EarlyAnswers(host().view("a"), __version__).answer(REFUSED[case]) is None
+
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+TRACED = {**ENVELOPE, "traceparent": TRACEPARENT, "tracestate": "congo=t61rcWkgMzE", "baggage": "turn=7"}
+
+
+def test_a_traced_client_s_requests_are_answered_early_as_the_sdk_answers_them() -> None:
+    """The SDK's client puts a W3C trace context in every request's _meta when its process traces."""
+    served = host()
+    lines = [request(1, "server/discover", TRACED), request(2, "tools/list", TRACED)]
+    early = [EarlyAnswers(served.view("a"), __version__).answer(line) for line in lines]
+    assert None not in early
+    assert early == sdk_answers(served, "a", lines)
+
+
+@contextlib.contextmanager
+def traced() -> Iterator[Any]:
+    """A tracer provider (the OpenTelemetry SDK's, exporting to memory) for the process, as a launcher sets one up;
+    the API's own is put back after."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    previous = trace._TRACER_PROVIDER  # the API sets its provider once per process: restored for the other tests
+    trace._TRACER_PROVIDER = provider
+    try:
+        yield exporter
+    finally:
+        trace._TRACER_PROVIDER = previous
+
+
+def early_answers(served: Any, agent: str, lines: list[bytes]) -> tuple[int, list[bytes]]:
+    """How many of ``lines`` the early answers take, and what they write, through real pipes."""
+    in_read, in_write = os.pipe()
+    out_read, out_write = os.pipe()
+    os.write(in_write, b"".join(lines))
+    os.close(in_write)
+
+    async def main() -> int:
+        with os.fdopen(in_read, "rb") as stdin, os.fdopen(out_write, "wb") as stdout:
+            wire = Wire(stdin, stdout)
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(wire.read)
+                    return await answer_early(wire, EarlyAnswers(served.view(agent), __version__), anyio.Event(),
+                                              agent)
+            finally:
+                wire.close()
+
+    answered = anyio.run(main)
+    with os.fdopen(out_read, "rb") as out:
+        return answered, out.read().splitlines(keepends=True)
+
+
+def test_early_answers_leave_the_request_lines_and_spans_of_the_sdk_s_path(
+        caplog: pytest.LogCaptureFixture) -> None:
+    served = host()
+    lines = [request(1, "server/discover", TRACED), request(2, "tools/list", TRACED)]
+    caplog.set_level(logging.INFO, logger="toolcrib.requests")
+
+    def seen(answer: Any) -> tuple[list[bytes], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        caplog.clear()
+        with traced() as exporter:
+            written = answer()
+        records = [(r.getMessage().rsplit(" ", 2)[0], r.agent, r.method, r.target, r.outcome, r.session)  # type: ignore[attr-defined]
+                   for r in caplog.records if r.name == "toolcrib.requests"]
+        spans = [(s.name, s.kind.name, dict(s.attributes or {}), s.context.trace_id, s.parent and s.parent.span_id)
+                 for s in exporter.get_finished_spans() if s.instrumentation_scope.name == "toolcrib"]
+        return written, records, spans
+
+    answered: list[int] = []
+
+    def early() -> list[bytes]:
+        count, written = early_answers(served, "a", lines)
+        answered.append(count)
+        return written
+
+    mine, theirs = seen(early), seen(lambda: sdk_answers(served, "a", lines))
+    assert answered == [2]
+    assert mine == theirs
+    written, records, spans = mine
+    assert [json.loads(line)["id"] for line in written] == [1, 2]
+    assert records == [("a server/discover ok", "a", "server/discover", None, "ok", None),
+                       ("a tools/list ok", "a", "tools/list", None, "ok", None)]
+    attributes = {"mcp.method.name": "server/discover", "toolcrib.agent": "a", "toolcrib.outcome": "ok"}
+    assert spans == [("server/discover", "SERVER", attributes, 0x0af7651916cd43dd8448eb211c80319c, 0xb7ad6b7169203331),
+                     ("tools/list", "SERVER", {**attributes, "mcp.method.name": "tools/list"},
+                      0x0af7651916cd43dd8448eb211c80319c, 0xb7ad6b7169203331)]
+
+
+def test_without_a_request_log_or_a_tracer_early_answers_leave_no_line(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="toolcrib.requests")
+    assert early_answers(host(), "a", [request(1, "server/discover")])[0] == 1
+    assert [r for r in caplog.records if r.name == "toolcrib.requests"] == []
 
 
 def test_only_a_config_whose_host_needs_no_sdk_is_served_early(tmp_path: Path) -> None:
@@ -221,6 +332,29 @@ def test_a_handshake_era_client_is_answered_by_the_sdk_from_its_first_line(confi
     assert replies[0]["result"]["protocolVersion"] == "2025-11-25"
     assert [t["name"] for t in replies[1]["result"]["tools"]] == READER
     assert "answered 0 requests while the MCP SDK was imported" in proc.stderr.decode()
+
+
+@pytest.mark.slow
+def test_a_traced_sdk_client_is_answered_early(config_file: Path, tmp_path: Path) -> None:  # noqa: F811
+    """The SDK's client in a process that traces sends its trace context in every _meta: still answered early."""
+    params = StdioServerParameters(command=sys.executable, args=["-m", "toolcrib.cli", "serve", "--agent", "reader",
+                                                                 "--config", str(config_file), "--log-level", "debug"],
+                                   env=subprocess_env())
+    errors = tmp_path / "stderr.txt"
+
+    async def main() -> None:
+        with errors.open("w") as errlog:
+            async with Client(stdio_client(params, errlog=errlog), cache=None) as client:
+                assert [t.name for t in (await client.list_tools()).tools] == READER
+
+    with traced() as exporter:
+        anyio.run(main)
+    sent = [s for s in exporter.get_finished_spans() if s.name == "MCP send tools/list"]
+    assert len(sent) == 1  # (the client traced: it sent its trace context)
+    stderr = errors.read_text()
+    assert "answered 2 requests while the MCP SDK was imported" in stderr
+    assert stderr.count("toolcrib.requests: reader server/discover ok") == 1
+    assert stderr.count("toolcrib.requests: reader tools/list ok") == 1
 
 
 @pytest.mark.slow

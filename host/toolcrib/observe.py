@@ -194,6 +194,28 @@ def configure_logging(level: str, format: str, requests: bool = False) -> None:
     requests_log.setLevel(logging.NOTSET if requests or level == "debug" else logging.WARNING)
 
 
+def tracing() -> bool:
+    """Whether an OpenTelemetry SDK is set up (the API alone answers every span with a no-op)."""
+    from opentelemetry import trace
+    from opentelemetry.trace import ProxyTracerProvider
+
+    return not isinstance(trace.get_tracer_provider(), ProxyTracerProvider)
+
+
+def request_span(agent: str, method: str, name: str | None, meta: Any) -> tuple[str, Any, dict[str, str]]:
+    """A request's span, as every path that answers one makes it: its name (the method, then the tool, prompt or
+    resource it names, escaped and capped: the client's), the caller's trace it continues (a W3C ``traceparent``
+    in the request's ``_meta``; else None) and its attributes."""
+    from opentelemetry.propagate import extract
+
+    shown = printable(name) if name is not None else None
+    parent = extract(meta) if isinstance(meta, dict) and "traceparent" in meta else None
+    attributes = {"mcp.method.name": printable(method), "toolcrib.agent": agent}
+    if shown is not None:
+        attributes["gen_ai.tool.name" if method == "tools/call" else "toolcrib.item"] = shown
+    return (f"{printable(method)} {shown}" if shown else printable(method)), parent, attributes
+
+
 def log_request(agent: str, method: str, name: str | None, outcome: str, started: float,
                 session: str | None) -> None:
     """The one line a request leaves (logger ``toolcrib.requests``, level info): its agent, method, target (the

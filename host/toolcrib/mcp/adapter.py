@@ -51,7 +51,7 @@ from toolcrib.mcp.roundtrip import (
 from toolcrib.mcp.sdk import connection_of, server_info_stamp_source
 from toolcrib.mcp.sessions import LOG_LEVEL, SUBSCRIPTIONS
 from toolcrib.mcp.state import ServingState
-from toolcrib.observe import log_request, printable, requests_log
+from toolcrib.observe import log_request, request_span, requests_log, tracing
 from toolcrib.uris import normalize
 from toolcrib.view import AgentView
 
@@ -579,21 +579,12 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
     return server
 
 
-def tracing() -> bool:
-    """Whether an OpenTelemetry SDK is set up (the API alone answers every span with a no-op)."""
-    from opentelemetry import trace
-    from opentelemetry.trace import ProxyTracerProvider
-
-    return not isinstance(trace.get_tracer_provider(), ProxyTracerProvider)
-
-
 _NAMED = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 
 
 def _observer(agent: str) -> Any:
     """A span (continuing the caller's trace from ``_meta``) and a log line for each request."""
     from opentelemetry import trace
-    from opentelemetry.propagate import extract
     from opentelemetry.trace import SpanKind, StatusCode
 
     tracer = trace.get_tracer("toolcrib")
@@ -607,17 +598,10 @@ def _observer(agent: str) -> Any:
         key = _NAMED.get(method)
         name = params.get(key) if key is not None else None
         name = name if isinstance(name, str) else None
-        shown = printable(name) if name is not None else None  # the client's, in a span: escaped and capped
-        meta = params.get("_meta")
-        parent = extract(meta) if isinstance(meta, dict) and "traceparent" in meta else None
-        attributes = {"mcp.method.name": printable(method), "toolcrib.agent": agent}
-        if shown is not None:
-            attributes["gen_ai.tool.name" if method == "tools/call" else "toolcrib.item"] = shown
+        span_name, parent, attributes = request_span(agent, method, name, params.get("_meta"))
         outcome = "ok"
-        with tracer.start_as_current_span(f"{printable(method)} {shown}" if shown else printable(method),
-                                          kind=SpanKind.SERVER,
-                                          context=parent, attributes=attributes, record_exception=False,
-                                          set_status_on_exception=False) as span:
+        with tracer.start_as_current_span(span_name, kind=SpanKind.SERVER, context=parent, attributes=attributes,
+                                          record_exception=False, set_status_on_exception=False) as span:
             try:
                 result = await call_next(ctx)
             except MCPError as exc:

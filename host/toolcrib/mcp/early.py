@@ -15,9 +15,10 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import anyio
 import anyio.to_thread
@@ -29,6 +30,7 @@ from toolcrib.config import LoadedConfig, load_config
 from toolcrib.host import Host
 from toolcrib.limits import LimitBook
 from toolcrib.mcp.wire import Wire
+from toolcrib.observe import log_request, request_span, requests_log, tracing
 from toolcrib.view import AgentView
 
 log = logging.getLogger("toolcrib.serve")
@@ -40,6 +42,9 @@ PROTOCOL_KEY = "io.modelcontextprotocol/protocolVersion"
 CLIENT_INFO_KEY = "io.modelcontextprotocol/clientInfo"
 CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
 SERVER_INFO_META_KEY = "io.modelcontextprotocol/serverInfo"
+# W3C trace context, which the SDK's client puts in every request's _meta when it traces (an OpenTelemetry SDK set
+# up in its process): the SDK's server reads it only to continue the trace, as the early answers do.
+TRACE_KEYS = frozenset({"traceparent", "tracestate", "baggage"})
 
 INSTRUCTIONS = ("Tools, resources and prompts served by toolcrib. Each tool and prompt is named "
                 "<namespace>__<name>: its pack or server, then its name.")
@@ -67,6 +72,14 @@ def announce_serving(agent: str, view: AgentView) -> None:
           file=sys.stderr, flush=True)
 
 
+class Answer(NamedTuple):
+    """An early answer: its line, and the request's method and ``_meta`` (for its log line and span)."""
+
+    line: bytes
+    method: str
+    meta: dict[str, Any]
+
+
 class EarlyAnswers:
     """The answers to ``server/discover`` and ``tools/list`` of one agent's view, encoded once."""
 
@@ -79,6 +92,11 @@ class EarlyAnswers:
 
     def answer(self, line: bytes | None) -> bytes | None:
         """The answer to ``line`` (a whole line of the wire), or None for a line the SDK must read."""
+        found = self.answer_of(line)
+        return found.line if found is not None else None
+
+    def answer_of(self, line: bytes | None) -> Answer | None:
+        """``answer``, with what the request was."""
         if line is None:  # a line over the cap: the transport answers it
             return None
         try:
@@ -96,19 +114,21 @@ class EarlyAnswers:
         meta = params["_meta"]
         if type(meta) is not dict or meta.get(PROTOCOL_KEY) != VERSION or CLIENT_CAPABILITIES_KEY not in meta:
             return None
-        if message["method"] == "tools/list":
+        method = message["method"]
+        if method == "tools/list":
             result = self._tools
-        elif message["method"] == "server/discover" and _plain_envelope(meta):
+        elif method == "server/discover" and _plain_envelope(meta):
             result = self._discover
         else:
             return None
-        return b'{"jsonrpc":"2.0","id":' + to_json(request_id) + b',"result":' + result + b"}\n"
+        return Answer(b'{"jsonrpc":"2.0","id":' + to_json(request_id) + b',"result":' + result + b"}\n", method, meta)
 
 
 def _plain_envelope(meta: dict[str, Any]) -> bool:
-    """An envelope the SDK's ``server/discover`` accepts without a doubt: its three keys only, client info of
-    strings, and capabilities that are empty objects (``roots`` may say ``listChanged``)."""
-    if not meta.keys() <= {PROTOCOL_KEY, CLIENT_INFO_KEY, CLIENT_CAPABILITIES_KEY}:
+    """An envelope the SDK's ``server/discover`` accepts without a doubt: its three keys only (and a trace
+    context of strings), client info of strings, and capabilities that are empty objects (``roots`` may say
+    ``listChanged``)."""
+    if not meta.keys() <= _ENVELOPE_KEYS or not all(type(meta[key]) is str for key in TRACE_KEYS & meta.keys()):
         return False
     info = meta.get(CLIENT_INFO_KEY, {"name": "", "version": ""})
     if type(info) is not dict or not {"name", "version"} <= info.keys() <= {"name", "version", "title"} \
@@ -121,10 +141,16 @@ def _plain_envelope(meta: dict[str, Any]) -> bool:
         for key, value in capabilities.items())
 
 
-async def answer_early(wire: Wire, answers: EarlyAnswers, ready: anyio.Event) -> int:
+_ENVELOPE_KEYS = frozenset({PROTOCOL_KEY, CLIENT_INFO_KEY, CLIENT_CAPABILITIES_KEY, *TRACE_KEYS})
+
+
+async def answer_early(wire: Wire, answers: EarlyAnswers, ready: anyio.Event, agent: str) -> int:
     """Answer the wire's lines with ``answers`` until one needs the SDK (kept in ``wire.pending``, for the
-    transport to read first), the input ends, or ``ready`` is set; return how many were answered."""
+    transport to read first), the input ends, or ``ready`` is set; return how many were answered. Each answer
+    leaves the request line and span the SDK's path leaves (``toolcrib.mcp.adapter``'s observer), when those are
+    on."""
     answered = 0
+    observing: bool | None = None  # (asked once something is answered: tracing() imports OpenTelemetry's API)
     with anyio.CancelScope() as scope:
         async def stop() -> None:
             await ready.wait()
@@ -135,17 +161,36 @@ async def answer_early(wire: Wire, answers: EarlyAnswers, ready: anyio.Event) ->
             try:
                 while True:
                     line = await wire.lines.receive()  # (cancelled here, a line is never lost)
-                    answer = answers.answer(line)
+                    started, started_ns = time.perf_counter(), time.time_ns()
+                    answer = answers.answer_of(line)
                     if answer is None:
                         wire.pending.append(line)
                         break
                     with anyio.CancelScope(shield=True):
-                        await wire.write(answer)
+                        await wire.write(answer.line)
                     answered += 1
+                    if observing is None:
+                        observing = requests_log.isEnabledFor(logging.INFO) or tracing()
+                    if observing:
+                        _observed(agent, answer, started, started_ns)
             except anyio.EndOfStream:
                 pass  # (the transport reads the end of input too: the stream stays ended)
             tg.cancel_scope.cancel()
     return answered
+
+
+def _observed(agent: str, answer: Answer, started: float, started_ns: int) -> None:
+    """The request line and the span of an early answer, once it is written (as the SDK's path leaves them)."""
+    log_request(agent, answer.method, None, "ok", started, None)
+    if tracing():
+        from opentelemetry import trace
+        from opentelemetry.trace import SpanKind
+
+        name, parent, attributes = request_span(agent, answer.method, None, answer.meta)
+        span = trace.get_tracer("toolcrib").start_span(name, context=parent, kind=SpanKind.SERVER,
+                                                       attributes=attributes, start_time=started_ns)
+        span.set_attribute("toolcrib.outcome", "ok")
+        span.end()
 
 
 @dataclass
@@ -183,7 +228,7 @@ async def start_early(path: Path | None, agent: str, stdin: BinaryIO, stdout: Bi
     answered: list[int] = []
 
     async def answering() -> None:
-        answered.append(await answer_early(wire, answers, ready))
+        answered.append(await answer_early(wire, answers, ready, agent))
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(answering)
