@@ -649,14 +649,20 @@ async def operations(args: argparse.Namespace) -> list[Row]:
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
 
-    trace.set_tracer_provider(TracerProvider())  # an SDK, exporting nowhere
-    async with contextlib.AsyncExitStack() as stack:
-        servers = {"plain": server(), "traces": server()}
-        servers["plain"].middleware.clear()  # the same call without the observing middleware
-        servers["plain"].middleware.extend(m for m in servers["traces"].middleware if m.__name__ == "fast_paths")
-        clients = {n: await stack.enter_async_context(Client(s, cache=None)) for n, s in servers.items()}
-        ops = {n: (lambda c=c: c.call_tool("math__add", {"a": 2, "b": 3})) for n, c in clients.items()}
-        result = await interleaved(ops, calls, args.rounds)
+    # An SDK, exporting nowhere, for this row only: the API lets a process set its provider once, and a provider
+    # left set would have every later row's client trace (and send a trace context in every request's _meta).
+    previous = trace._TRACER_PROVIDER
+    trace._TRACER_PROVIDER = TracerProvider()
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            servers = {"plain": server(), "traces": server()}
+            servers["plain"].middleware.clear()  # the same call without the observing middleware
+            servers["plain"].middleware.extend(m for m in servers["traces"].middleware if m.__name__ == "fast_paths")
+            clients = {n: await stack.enter_async_context(Client(s, cache=None)) for n, s in servers.items()}
+            ops = {n: (lambda c=c: c.call_tool("math__add", {"a": 2, "b": 3})) for n, c in clients.items()}
+            result = await interleaved(ops, calls, args.rounds)
+    finally:
+        trace._TRACER_PROVIDER = previous
     MEASURED["ops traces"] = result["traces"] / result["plain"]
     rows.append(["call with spans (an OpenTelemetry SDK, no exporter)", fmt(result["traces"]), fmt(result["plain"]),
                  ratio(result["traces"], result["plain"])])
