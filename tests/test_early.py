@@ -31,6 +31,7 @@ from toolcrib.mcp.early import (
     EarlyAnswers,
     answer_early,
     eligible,
+    observer,
 )
 from toolcrib.mcp.state import ServingState, serving_state
 from toolcrib.mcp.stdio import serve_stdio
@@ -218,7 +219,7 @@ def early_answers(served: Any, agent: str, lines: list[bytes]) -> tuple[int, lis
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(wire.read)
                     return await answer_early(wire, EarlyAnswers(served.view(agent), __version__), anyio.Event(),
-                                              agent)
+                                              observer(agent))
             finally:
                 wire.close()
 

@@ -16,7 +16,9 @@ import importlib
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
@@ -144,13 +146,12 @@ def _plain_envelope(meta: dict[str, Any]) -> bool:
 _ENVELOPE_KEYS = frozenset({PROTOCOL_KEY, CLIENT_INFO_KEY, CLIENT_CAPABILITIES_KEY, *TRACE_KEYS})
 
 
-async def answer_early(wire: Wire, answers: EarlyAnswers, ready: anyio.Event, agent: str) -> int:
+async def answer_early(wire: Wire, answers: EarlyAnswers, ready: anyio.Event,
+                       observe: Observer | None = None) -> int:
     """Answer the wire's lines with ``answers`` until one needs the SDK (kept in ``wire.pending``, for the
-    transport to read first), the input ends, or ``ready`` is set; return how many were answered. Each answer
-    leaves the request line and span the SDK's path leaves (``toolcrib.mcp.adapter``'s observer), when those are
-    on."""
+    transport to read first), the input ends, or ``ready`` is set; return how many were answered. ``observe`` is
+    told of each answer once it is written (``observer``)."""
     answered = 0
-    observing: bool | None = None  # (asked once something is answered: tracing() imports OpenTelemetry's API)
     with anyio.CancelScope() as scope:
         async def stop() -> None:
             await ready.wait()
@@ -169,28 +170,43 @@ async def answer_early(wire: Wire, answers: EarlyAnswers, ready: anyio.Event, ag
                     with anyio.CancelScope(shield=True):
                         await wire.write(answer.line)
                     answered += 1
-                    if observing is None:
-                        observing = requests_log.isEnabledFor(logging.INFO) or tracing()
-                    if observing:
-                        _observed(agent, answer, started, started_ns)
+                    if observe is not None:
+                        observe(answer, started, started_ns)
             except anyio.EndOfStream:
                 pass  # (the transport reads the end of input too: the stream stays ended)
             tg.cancel_scope.cancel()
     return answered
 
 
-def _observed(agent: str, answer: Answer, started: float, started_ns: int) -> None:
-    """The request line and the span of an early answer, once it is written (as the SDK's path leaves them)."""
-    log_request(agent, answer.method, None, "ok", started, None)
-    if tracing():
-        from opentelemetry import trace
-        from opentelemetry.trace import SpanKind
+Observer = Callable[[Answer, float, int], None]  # an answer, when its line was read (perf_counter, time_ns)
 
+
+def observer(agent: str) -> Observer | None:
+    """What leaves an early answer's request line and span, as the SDK's path leaves them
+    (``toolcrib.mcp.adapter``'s observer); None when neither is on. Asked before the SDK's import starts on
+    another thread: asking imports OpenTelemetry's API, which that import imports too, and two threads importing
+    the same modules at once wait on each other's module locks (or fail, on an import cycle)."""
+    if not tracing():
+        return partial(_logged, agent) if requests_log.isEnabledFor(logging.INFO) else None
+    from opentelemetry import trace
+    from opentelemetry.trace import SpanKind
+
+    tracer = trace.get_tracer("toolcrib")
+    request_span(agent, "server/discover", None, {})  # (imports what reads a trace context, on this thread too)
+
+    def observe(answer: Answer, started: float, started_ns: int) -> None:
+        _logged(agent, answer, started, started_ns)
         name, parent, attributes = request_span(agent, answer.method, None, answer.meta)
-        span = trace.get_tracer("toolcrib").start_span(name, context=parent, kind=SpanKind.SERVER,
-                                                       attributes=attributes, start_time=started_ns)
+        span = tracer.start_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes,
+                                 start_time=started_ns)
         span.set_attribute("toolcrib.outcome", "ok")
         span.end()
+
+    return observe
+
+
+def _logged(agent: str, answer: Answer, started: float, started_ns: int) -> None:
+    log_request(agent, answer.method, None, "ok", started, None)
 
 
 @dataclass
@@ -224,11 +240,12 @@ async def start_early(path: Path | None, agent: str, stdin: BinaryIO, stdout: Bi
     wire = Wire(stdin, stdout)
     reading.start_soon(wire.read)
     answers = EarlyAnswers(view, __version__)
+    observe = observer(agent)
     ready = anyio.Event()
     answered: list[int] = []
 
     async def answering() -> None:
-        answered.append(await answer_early(wire, answers, ready, agent))
+        answered.append(await answer_early(wire, answers, ready, observe))
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(answering)
