@@ -52,6 +52,22 @@ class Pack:
         return self.tools
 
 
+def _filler(i: int) -> Any:
+    def fill(text: str) -> str:
+        return text
+
+    fill.__name__, fill.__doc__ = f"fill_{i:04d}", f"Filler number {i}, with a description long enough to fill a pipe."
+    return toolcrib.tool(fill)
+
+
+class Many:
+    tools = [_filler(i) for i in range(2000)]
+
+    @toolcrib.hookimpl
+    def toolcrib_tools(self) -> list[Any]:
+        return self.tools
+
+
 AGENT_CONFIG = """
 [agents.a]
 [agents.a.permissions]
@@ -93,7 +109,7 @@ CAPABILITIES = [{}, {"roots": {}}, {"roots": {"listChanged": True}}, {"roots": {
                 {"sampling": {}, "elicitation": {}}, {"experimental": {}}]
 
 
-@pytest.mark.parametrize("request_id", [1, 0, -7, 2**63 - 1, "abc", "ünï \"quoted\"", ""])
+@pytest.mark.parametrize("request_id", [1, 0, -7, 2**63 - 1, -2**63, "abc", "ünï \"quoted\"", ""])
 def test_early_answers_are_the_sdk_s_bytes(request_id: Any) -> None:
     served = host()
     lines = [request(request_id, "server/discover"), request(request_id, "tools/list")]
@@ -150,6 +166,7 @@ REFUSED = {
     "a bool id": request(True, "tools/list"),
     "a null id": request(None, "tools/list"),
     "an id past int64": request(2**63, "tools/list"),
+    "an id below int64": request(-2**63 - 1, "tools/list"),
     "another jsonrpc": request(1, "tools/list").replace(b'"2.0"', b'"1.0"', 1),
     "a key more": request(1, "tools/list").replace(b'{"jsonrpc"', b'{"x":1,"jsonrpc"', 1),
     "a line over the cap": None,
@@ -158,6 +175,7 @@ REFUSED = {
     "discover, a capability not an object": request(1, "server/discover", {
         **ENVELOPE, CLIENT_CAPABILITIES_KEY: {"roots": 5}}),
     "discover, client info not an object": request(1, "server/discover", {**ENVELOPE, CLIENT_INFO_KEY: 5}),
+    "discover, client info null": request(1, "server/discover", {**ENVELOPE, CLIENT_INFO_KEY: None}),
     "discover, client info with icons": request(1, "server/discover", {
         **ENVELOPE, CLIENT_INFO_KEY: {"name": "c", "version": "1", "icons": 5}}),
     "discover, client info without a version": request(1, "server/discover", {
@@ -207,25 +225,86 @@ def traced() -> Iterator[Any]:
 
 def early_answers(served: Any, agent: str, lines: list[bytes]) -> tuple[int, list[bytes]]:
     """How many of ``lines`` the early answers take, and what they write, through real pipes."""
+    answered, written, _ = early_run(served, agent, lines)
+    return answered, written
+
+
+def early_run(served: Any, agent: str, lines: list[bytes]) -> tuple[int, list[bytes], list[bytes | None]]:
+    """``early_answers``, and the lines they left pending for the SDK."""
     in_read, in_write = os.pipe()
     out_read, out_write = os.pipe()
     os.write(in_write, b"".join(lines))
     os.close(in_write)
 
-    async def main() -> int:
+    async def main() -> tuple[int, list[bytes | None]]:
         with os.fdopen(in_read, "rb") as stdin, os.fdopen(out_write, "wb") as stdout:
             wire = Wire(stdin, stdout)
             try:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(wire.read)
-                    return await answer_early(wire, EarlyAnswers(served.view(agent), __version__), anyio.Event(),
-                                              observer(agent))
+                    answered = await answer_early(wire, EarlyAnswers(served.view(agent), __version__),
+                                                  anyio.Event(), observer(agent))
+                    tg.cancel_scope.cancel()
+                    return answered, wire.pending
             finally:
                 wire.close()
 
-    answered = anyio.run(main)
+    answered, pending = anyio.run(main)
     with os.fdopen(out_read, "rb") as out:
-        return answered, out.read().splitlines(keepends=True)
+        return answered, out.read().splitlines(keepends=True), pending
+
+
+def test_the_first_line_not_answered_early_is_left_pending_with_everything_after_it() -> None:
+    served = host()
+    call = request(3, "tools/call", name="p__greet", arguments={"name": "x"})
+    lines = [request(1, "server/discover"), request(2, "tools/list"), call, request(4, "tools/list")]
+    answered, written, pending = early_run(served, "a", lines)
+    assert answered == 2
+    assert written == sdk_answers(served, "a", lines[:2])
+    assert pending == [call]  # (the list after it stays on the wire, for the SDK's transport to read next)
+
+
+def test_an_answer_being_written_when_the_sdk_is_ready_is_written_whole() -> None:
+    """The SDK is imported while a long list is half written (the client reads slowly): the rest is written
+    before the SDK's transport writes anything, never cut short."""
+    served = make_host(AGENT_CONFIG, plugins={"p": Many()})
+    answers = EarlyAnswers(served.view("a"), __version__)
+    expected = answers.answer(request(1, "tools/list"))
+    assert expected is not None and len(expected) > 4 * 65536  # (more than a pipe holds)
+    in_read, in_write = os.pipe()
+    out_read, out_write = os.pipe()
+    os.write(in_write, request(1, "tools/list"))
+
+    async def main() -> bytes:
+        ready = anyio.Event()
+        with os.fdopen(in_read, "rb") as stdin, os.fdopen(out_write, "wb") as stdout:
+            wire = Wire(stdin, stdout)
+            os.set_blocking(out_read, False)
+            received = bytearray()
+            async with anyio.create_task_group() as tg:
+                async def answering() -> None:
+                    await answer_early(wire, answers, ready)
+                    stdout.close()  # (what the test reads ends here)
+
+                tg.start_soon(wire.read)
+                tg.start_soon(answering)
+                await anyio.wait_readable(out_read)  # the answer is being written, and the pipe is full
+                ready.set()
+                while True:
+                    try:
+                        chunk = os.read(out_read, 65536)
+                    except BlockingIOError:
+                        await anyio.wait_readable(out_read)
+                        continue
+                    if not chunk:
+                        break
+                    received += chunk
+                tg.cancel_scope.cancel()
+            os.close(in_write)
+            os.close(out_read)
+            return bytes(received)
+
+    assert anyio.run(main) == expected
 
 
 def test_early_answers_leave_the_request_lines_and_spans_of_the_sdk_s_path(
@@ -262,6 +341,25 @@ def test_early_answers_leave_the_request_lines_and_spans_of_the_sdk_s_path(
     assert spans == [("server/discover", "SERVER", attributes, 0x0af7651916cd43dd8448eb211c80319c, 0xb7ad6b7169203331),
                      ("tools/list", "SERVER", {**attributes, "mcp.method.name": "tools/list"},
                       0x0af7651916cd43dd8448eb211c80319c, 0xb7ad6b7169203331)]
+
+
+def test_early_answers_leave_the_request_lines_of_the_sdk_s_path_without_a_tracer(
+        caplog: pytest.LogCaptureFixture) -> None:
+    served = host()
+    lines = [request(1, "server/discover"), request(2, "tools/list")]
+    caplog.set_level(logging.INFO, logger="toolcrib.requests")
+
+    def logged() -> list[tuple[Any, ...]]:
+        found = [(r.getMessage().rsplit(" ", 2)[0], r.agent, r.method, r.target, r.outcome, r.session,  # type: ignore[attr-defined]
+                  type(r.duration_ms)) for r in caplog.records if r.name == "toolcrib.requests"]  # type: ignore[attr-defined]
+        caplog.clear()
+        return found
+
+    assert early_answers(served, "a", lines)[0] == 2
+    mine = logged()
+    sdk_answers(served, "a", lines)
+    assert mine == logged() == [("a server/discover ok", "a", "server/discover", None, "ok", None, float),
+                                ("a tools/list ok", "a", "tools/list", None, "ok", None, float)]
 
 
 def test_without_a_request_log_or_a_tracer_early_answers_leave_no_line(caplog: pytest.LogCaptureFixture) -> None:

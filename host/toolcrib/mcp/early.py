@@ -132,10 +132,11 @@ def _plain_envelope(meta: dict[str, Any]) -> bool:
     ``listChanged``)."""
     if not meta.keys() <= _ENVELOPE_KEYS or not all(type(meta[key]) is str for key in TRACE_KEYS & meta.keys()):
         return False
-    info = meta.get(CLIENT_INFO_KEY, {"name": "", "version": ""})
-    if type(info) is not dict or not {"name", "version"} <= info.keys() <= {"name", "version", "title"} \
-            or not all(type(value) is str for value in info.values()):
-        return False
+    if CLIENT_INFO_KEY in meta:
+        info = meta[CLIENT_INFO_KEY]
+        if type(info) is not dict or not {"name", "version"} <= info.keys() <= {"name", "version", "title"} \
+                or not all(type(value) is str for value in info.values()):
+            return False
     capabilities = meta[CLIENT_CAPABILITIES_KEY]
     return type(capabilities) is dict and all(
         value == {} or (key == "roots" and type(value) is dict and value.keys() == {"listChanged"}
