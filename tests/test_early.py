@@ -317,10 +317,14 @@ def test_early_answers_leave_the_request_lines_and_spans_of_the_sdk_s_path(
         caplog.clear()
         with traced() as exporter:
             written = answer()
+        lines = [r for r in caplog.records if r.name == "toolcrib.requests"]
         records = [(r.getMessage().rsplit(" ", 2)[0], r.agent, r.method, r.target, r.outcome, r.session)  # type: ignore[attr-defined]
-                   for r in caplog.records if r.name == "toolcrib.requests"]
+                   for r in lines]
+        finished = [s for s in exporter.get_finished_spans() if s.instrumentation_scope.name == "toolcrib"]
         spans = [(s.name, s.kind.name, dict(s.attributes or {}), s.context.trace_id, s.parent and s.parent.span_id)
-                 for s in exporter.get_finished_spans() if s.instrumentation_scope.name == "toolcrib"]
+                 for s in finished]
+        # a span starts when its request is read, before the answer is written and its line logged
+        assert [s.start_time < int(r.created * 1e9) - 1000 for s, r in zip(finished, lines, strict=True)] == [True] * 2
         return written, records, spans
 
     answered: list[int] = []
@@ -364,6 +368,7 @@ def test_early_answers_leave_the_request_lines_of_the_sdk_s_path_without_a_trace
 
 def test_without_a_request_log_or_a_tracer_early_answers_leave_no_line(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="toolcrib.requests")
+    assert observer("a") is None  # (nothing is done a request)
     assert early_answers(host(), "a", [request(1, "server/discover")])[0] == 1
     assert [r for r in caplog.records if r.name == "toolcrib.requests"] == []
 

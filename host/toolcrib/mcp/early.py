@@ -18,7 +18,6 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
@@ -187,27 +186,25 @@ def observer(agent: str) -> Observer | None:
     (``toolcrib.mcp.adapter``'s observer); None when neither is on. Asked before the SDK's import starts on
     another thread: asking imports OpenTelemetry's API, which that import imports too, and two threads importing
     the same modules at once wait on each other's module locks (or fail, on an import cycle)."""
-    if not tracing():
-        return partial(_logged, agent) if requests_log.isEnabledFor(logging.INFO) else None
+    traced = tracing()
+    if not traced and not requests_log.isEnabledFor(logging.INFO):
+        return None
     from opentelemetry import trace
+    from opentelemetry.propagate import extract  # noqa: F401  (what reads a trace context: on this thread too)
     from opentelemetry.trace import SpanKind
 
     tracer = trace.get_tracer("toolcrib")
-    request_span(agent, "server/discover", None, {})  # (imports what reads a trace context, on this thread too)
 
     def observe(answer: Answer, started: float, started_ns: int) -> None:
-        _logged(agent, answer, started, started_ns)
-        name, parent, attributes = request_span(agent, answer.method, None, answer.meta)
-        span = tracer.start_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes,
-                                 start_time=started_ns)
-        span.set_attribute("toolcrib.outcome", "ok")
-        span.end()
+        log_request(agent, answer.method, None, "ok", started, None)
+        if traced:
+            name, parent, attributes = request_span(agent, answer.method, None, answer.meta)
+            span = tracer.start_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes,
+                                     start_time=started_ns)
+            span.set_attribute("toolcrib.outcome", "ok")
+            span.end()
 
     return observe
-
-
-def _logged(agent: str, answer: Answer, started: float, started_ns: int) -> None:
-    log_request(agent, answer.method, None, "ok", started, None)
 
 
 @dataclass
