@@ -650,7 +650,11 @@ async def operations(args: argparse.Namespace) -> list[Row]:
     from opentelemetry.sdk.trace import TracerProvider
 
     # An SDK, exporting nowhere, for this row only: the API lets a process set its provider once, and a provider
-    # left set would have every later row's client trace (and send a trace context in every request's _meta).
+    # left set would have every later row's client trace (and send a trace context in every request's _meta). The
+    # MCP SDK's module-level tracer (a proxy, bound to the first provider it sees) is unbound after, for the same
+    # reason.
+    from mcp.shared import _otel
+
     previous = trace._TRACER_PROVIDER
     trace._TRACER_PROVIDER = TracerProvider()
     try:
@@ -663,6 +667,8 @@ async def operations(args: argparse.Namespace) -> list[Row]:
             result = await interleaved(ops, calls, args.rounds)
     finally:
         trace._TRACER_PROVIDER = previous
+        if isinstance(_otel._tracer, trace.ProxyTracer):
+            _otel._tracer._real_tracer = None
     MEASURED["ops traces"] = result["traces"] / result["plain"]
     rows.append(["call with spans (an OpenTelemetry SDK, no exporter)", fmt(result["traces"]), fmt(result["plain"]),
                  ratio(result["traces"], result["plain"])])

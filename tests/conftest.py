@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import os
@@ -208,3 +209,29 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def redis_url(redis_server: Any) -> str:
     redis_server.flush()
     return str(redis_server.url)
+
+
+@contextlib.contextmanager
+def traced() -> Iterator[Any]:
+    """A tracer provider (the OpenTelemetry SDK's, exporting to memory; yielded is its exporter) for the process, as
+    a launcher sets one up. After, the API's own is put back (the API lets a process set one once, so it is swapped
+    in place), and the MCP SDK's module-level tracer is unbound: a proxy binds to the first provider it sees and
+    would keep sending the client's spans (and their trace context, in every request's _meta) to this one in every
+    later test."""
+    from mcp.shared import _otel
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    previous = trace._TRACER_PROVIDER
+    trace._TRACER_PROVIDER = provider
+    try:
+        yield exporter
+    finally:
+        trace._TRACER_PROVIDER = previous
+        if isinstance(_otel._tracer, trace.ProxyTracer):
+            _otel._tracer._real_tracer = None

@@ -4,13 +4,11 @@ line the early answers leave reaches the SDK, in order."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +18,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 import toolcrib
-from conftest import config_from, make_host
+from conftest import config_from, make_host, traced
 from test_serve import CONFIG, READER, config_file, subprocess_env  # noqa: F401  (config_file: a fixture)
 from toolcrib._version import __version__
 from toolcrib.limits import LimitBook
@@ -201,26 +199,6 @@ def test_a_traced_client_s_requests_are_answered_early_as_the_sdk_answers_them()
     early = [EarlyAnswers(served.view("a"), __version__).answer(line) for line in lines]
     assert None not in early
     assert early == sdk_answers(served, "a", lines)
-
-
-@contextlib.contextmanager
-def traced() -> Iterator[Any]:
-    """A tracer provider (the OpenTelemetry SDK's, exporting to memory) for the process, as a launcher sets one up;
-    the API's own is put back after."""
-    from opentelemetry import trace
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    previous = trace._TRACER_PROVIDER  # the API sets its provider once per process: restored for the other tests
-    trace._TRACER_PROVIDER = provider
-    try:
-        yield exporter
-    finally:
-        trace._TRACER_PROVIDER = previous
 
 
 def early_answers(served: Any, agent: str, lines: list[bytes]) -> tuple[int, list[bytes]]:

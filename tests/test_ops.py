@@ -19,7 +19,7 @@ import httpx2
 import pytest
 from mcp import Client
 
-from conftest import make_host
+from conftest import make_host, traced
 from packs import FILES, MISC
 from toolcrib.mcp.adapter import build_server
 from toolcrib.mcp.http import HttpApp, HttpOptions
@@ -231,31 +231,21 @@ def test_one_log_line_per_request_in_json(caplog: pytest.LogCaptureFixture) -> N
 
 def test_spans_per_request_continue_the_callers_trace() -> None:
     from opentelemetry import trace
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.propagate import inject
 
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracer = provider.get_tracer("toolcrib")
     served = state()
-    previous = trace._TRACER_PROVIDER  # the API sets its provider once per process: restored for the other tests
-    trace._TRACER_PROVIDER = provider
-    try:
-        async def main() -> None:
-            async with Client(build_server(served, "reader"), mode="legacy", cache=None) as mcp:
-                with tracer.start_as_current_span("the agent's turn") as parent:
-                    carrier: dict[str, Any] = {}
-                    from opentelemetry.propagate import inject
 
-                    inject(carrier)
-                    await mcp.call_tool("misc__add", {"a": 1, "b": 1}, meta=carrier)
-                    assert parent.get_span_context().trace_id
+    async def main() -> None:
+        tracer = trace.get_tracer("the agent")
+        async with Client(build_server(served, "reader"), mode="legacy", cache=None) as mcp:
+            with tracer.start_as_current_span("the agent's turn") as parent:
+                carrier: dict[str, Any] = {}
+                inject(carrier)
+                await mcp.call_tool("misc__add", {"a": 1, "b": 1}, meta=carrier)
+                assert parent.get_span_context().trace_id
 
+    with traced() as exporter:
         anyio.run(main)
-    finally:
-        trace._TRACER_PROVIDER = previous
     finished = exporter.get_finished_spans()
     turn = next(s for s in finished if s.name == "the agent's turn")
     call = next(s for s in finished if s.name == "tools/call misc__add" and s.instrumentation_scope.name == "toolcrib")
