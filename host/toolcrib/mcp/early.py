@@ -187,8 +187,10 @@ def observer(agent: str) -> Observer | None:
     another thread: asking imports OpenTelemetry's API, which that import imports too, and two threads importing
     the same modules at once wait on each other's module locks (or fail, on an import cycle)."""
     traced = tracing()
-    if not traced and not requests_log.isEnabledFor(logging.INFO):
-        return None
+    if not traced:
+        if not requests_log.isEnabledFor(logging.INFO):
+            return None
+        return lambda answer, started, _started_ns: log_request(agent, answer.method, None, "ok", started, None)
     from opentelemetry import trace
     from opentelemetry.propagate import extract  # noqa: F401  (what reads a trace context: on this thread too)
     from opentelemetry.trace import SpanKind
@@ -197,12 +199,11 @@ def observer(agent: str) -> Observer | None:
 
     def observe(answer: Answer, started: float, started_ns: int) -> None:
         log_request(agent, answer.method, None, "ok", started, None)
-        if traced:
-            name, parent, attributes = request_span(agent, answer.method, None, answer.meta)
-            span = tracer.start_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes,
-                                     start_time=started_ns)
-            span.set_attribute("toolcrib.outcome", "ok")
-            span.end()
+        name, parent, attributes = request_span(agent, answer.method, None, answer.meta)
+        span = tracer.start_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes,
+                                 start_time=started_ns)
+        span.set_attribute("toolcrib.outcome", "ok")
+        span.end()
 
     return observe
 
