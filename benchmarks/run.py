@@ -646,14 +646,13 @@ async def operations(args: argparse.Namespace) -> list[Row]:
         MEASURED[f"ops {name}"] = result[name] / result["plain"]
         rows.append([f"call with {name}", fmt(result[name]), fmt(result["plain"]), ratio(result[name],
                                                                                           result["plain"])])
-    from opentelemetry import trace
-    from opentelemetry.sdk.trace import TracerProvider
-
     # An SDK, exporting nowhere, for this row only: the API lets a process set its provider once, and a provider
     # left set would have every later row's client trace (and send a trace context in every request's _meta). The
     # MCP SDK's module-level tracer (a proxy, bound to the first provider it sees) is unbound after, for the same
     # reason.
     from mcp.shared import _otel
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
 
     previous = trace._TRACER_PROVIDER
     trace._TRACER_PROVIDER = TracerProvider()

@@ -22,6 +22,7 @@ from conftest import config_from, make_host, traced
 from test_serve import CONFIG, READER, config_file, subprocess_env  # noqa: F401  (config_file: a fixture)
 from toolcrib._version import __version__
 from toolcrib.limits import LimitBook
+from toolcrib.mcp import early
 from toolcrib.mcp.early import (
     CLIENT_CAPABILITIES_KEY,
     CLIENT_INFO_KEY,
@@ -373,6 +374,41 @@ def test_the_host_built_early_is_served_first_and_its_limits_book_kept_across_re
             assert state.host.pipeline._book is book
 
     anyio.run(main)
+
+
+def test_the_sdk_is_imported_with_threads_switching_often_and_the_interval_put_back_after(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the SDK is imported in a thread, the event loop answering early gets the GIL back within
+    ``SWITCH_INTERVAL`` (not Python's 5 ms) each time a request or room in the pipe wakes it."""
+    (tmp_path / "imported_meanwhile.py").write_text("import sys\nINTERVAL = sys.getswitchinterval()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(early, "SERVING", "imported_meanwhile")
+    monkeypatch.delitem(sys.modules, "imported_meanwhile", raising=False)
+    path = tmp_path / "toolcrib.toml"
+    path.write_text(AGENT_CONFIG)
+    before = sys.getswitchinterval()
+    in_read, in_write = os.pipe()
+    out_read, out_write = os.pipe()
+    os.close(in_write)
+
+    async def main() -> None:
+        with os.fdopen(in_read, "rb") as stdin, os.fdopen(out_write, "wb") as stdout:
+            async with anyio.create_task_group() as reading:
+                started = await early.start_early(path, "a", stdin, stdout, reading)
+                reading.cancel_scope.cancel()
+            assert started is not None
+
+    anyio.run(main)
+    os.close(out_read)
+    assert sys.modules["imported_meanwhile"].INTERVAL == early.SWITCH_INTERVAL == 0.0005
+    assert sys.getswitchinterval() == before == 0.005
+    sys.setswitchinterval(0.0001)  # a process that switches more often already keeps its interval
+    lower = sys.getswitchinterval()  # (as Python keeps it: whole microseconds)
+    try:
+        with early.switching_often():
+            assert sys.getswitchinterval() == lower < early.SWITCH_INTERVAL
+    finally:
+        sys.setswitchinterval(before)
 
 
 # -- the served process ------------------------------------------------------------------------------------------

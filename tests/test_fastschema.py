@@ -14,7 +14,10 @@ from typing_extensions import TypedDict
 
 from toolcrib import fastschema
 from toolcrib.fastschema import json_schema_of
-from toolcrib.tool import _create_model
+from toolcrib.names import clean_schema
+from toolcrib.runner import PythonRunner
+from toolcrib.schemas import self_contained
+from toolcrib.tool import Tool, _create_model
 
 _LEAVES = st.sampled_from([str, int, float, bool, list, dict])
 _LITERALS = st.one_of(
@@ -50,6 +53,37 @@ def test_a_written_input_schema_is_pydantics(fields: dict[str, tuple[Any, Any]])
         return  # pydantic cannot take it: nothing to compare
     if written is not None:
         assert written == json_schema_of(model, "validation")
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fields=st.dictionaries(st.sampled_from(["a", "b", "path", "count", "mode"]), st.tuples(ANNOTATIONS, DEFAULTS),
+                              max_size=4))
+def test_a_flat_signature_s_schema_is_served_and_shown_as_written(fields: dict[str, tuple[Any, Any]]) -> None:
+    """``is_flat`` lets a tool skip inlining and cleaning its input schema: only where both would leave it as it
+    is, and the tool then serves exactly what the two passes would have made."""
+    if not fastschema.is_flat(fields):
+        return
+    written = fastschema.input_schema(fields)
+    assert written is not None
+    assert self_contained(written) is written and clean_schema(written) is written
+    spec = Tool(name="t", description="d", runner=PythonRunner(lambda **_: None, False, "keywords", None, False),
+                annotations={},
+                arguments=tuple(fields), make_input=lambda: _create_model("t", dict(fields)), signature=fields)
+    assert spec.wire_input_schema == clean_schema(self_contained(spec.input_schema)) == written
+
+
+def test_only_scalar_arguments_with_scalar_defaults_are_flat() -> None:
+    flat = [{}, {"a": (str, ...), "b": (int, 3), "c": (float, 1.5), "d": (bool, True), "e": (str, None)}]
+    not_flat = [
+        {"a": (Optional[int], None)},  # noqa: UP045 - an anyOf the served schema rewrites
+        {"a": (Annotated[str, Field(description="\u200bwhat")], ...)},  # prose to clean
+        {"a": (list[str], ...)}, {"a": (dict[str, int], ...)}, {"a": (Literal["x", "y"], "x")},
+        {"a": (str, ["x"])}, {"a": (float, float("nan"))}, {"a": (float, float("inf"))},
+        {"a": (type("Named", (str,), {}), ...)},  # a subclass is not the plain class
+        {"a": (str, ...), "b": (type(None), None)},
+    ]
+    assert [fastschema.is_flat(fields) for fields in flat] == [True, True]
+    assert [fastschema.is_flat(fields) for fields in not_flat] == [False] * len(not_flat)
 
 
 def test_the_common_signatures_are_written() -> None:

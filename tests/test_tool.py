@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 import sys
 import types
 from typing import Annotated, Literal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel, Field, ValidationError
 from typing_extensions import TypedDict
 
 import toolcrib
 from toolcrib import Context, Tool, ToolDeclarationError, tool
-from toolcrib.tool import get_tool
+from toolcrib.tool import cleandoc, get_tool
 
 
 @tool(annotations={"readOnlyHint": True})
@@ -529,3 +532,10 @@ def test_plain_signatures_are_read_as_typing_and_inspect_read_them(future: bool)
             read_by_name.append(name)
     assert read_by_name == ["plain", "shadowed", "varargs", "posonly", "unannotated", "local"]
     assert tool_module._hints(module.shadowed, "shadowed", None) == {"a": bytes, "b": int, "return": bytes}
+
+
+@settings(max_examples=500, deadline=None)
+@given(doc=st.text(alphabet=st.sampled_from(["a", "b", " ", "\t", "\n", "\r", "\x0b", "\u2028", "é"]), max_size=12))
+def test_a_docstring_is_cleaned_as_inspect_cleans_it(doc: str) -> None:
+    """The description a tool gets from its docstring: ``inspect.cleandoc``'s, also where one line is read directly."""
+    assert cleandoc(doc) == inspect.cleandoc(doc)

@@ -40,7 +40,7 @@ from toolcrib.errors import ToolDeclarationError
 from toolcrib.fastschema import json_schema_of
 from toolcrib.names import SOURCE_NAME_KEY, tool_name_problem
 from toolcrib.runner import Runner
-from toolcrib.tool import _caller_locals, _check_is_available, _hints, _python_runner, _signature_fields
+from toolcrib.tool import _caller_locals, _check_is_available, _hints, _python_runner, _signature_fields, cleandoc
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -171,6 +171,9 @@ class Resource:
         return wire
 
 
+_RESOURCE_OPTIONS = frozenset({"name", "description", "mime_type", "title", "is_available", "complete", "inline"})
+
+
 @overload
 def resource(uri: str, /, *, name: str | None = None, description: str | None = None, mime_type: str | None = None,
              title: str | None = None, is_available: Callable[[AvailabilityContext], Any] | None = None,
@@ -185,11 +188,10 @@ def resource(uri: str, /, **options: Any) -> Callable[[F], F]:
     """Declare a resource at ``uri`` (a template when it holds ``{parameters}``, which are then the function's).
     The function returns the content: ``str`` (text), ``bytes`` (binary), a dict, list or pydantic model (JSON),
     or ``toolcrib.EmbeddedResource`` items for several contents."""
-    known = {"name", "description", "mime_type", "title", "is_available", "complete", "inline"}
-    unknown = sorted(set(options) - known)
+    unknown = options.keys() - _RESOURCE_OPTIONS
     if unknown:
-        raise ToolDeclarationError(f"resource() got unknown option(s) {', '.join(unknown)}; it takes "
-                                   f"{', '.join(sorted(known))}")
+        raise ToolDeclarationError(f"resource() got unknown option(s) {', '.join(sorted(unknown))}; it takes "
+                                   f"{', '.join(sorted(_RESOURCE_OPTIONS))}")
     if not isinstance(uri, str) or _URI.fullmatch(uri) is None:
         raise ToolDeclarationError(f"resource(): {uri!r} is not a URI (scheme:rest, no spaces): "
                                    "resource('orders://{order_id}')")
@@ -203,7 +205,7 @@ def resource(uri: str, /, **options: Any) -> Callable[[F], F]:
         name = str(given)
         description = options.get("description")
         if description is None:
-            description = inspect.cleandoc(fn.__doc__) if fn.__doc__ else f"The resource {uri}."
+            description = cleandoc(fn.__doc__) if fn.__doc__ else f"The resource {uri}."
         hints = _hints(fn, name, localns)
         fields, context_param = _signature_fields(fn, name, hints)
         unsupported = [m.group(0) for m in _EXPRESSION.finditer(uri) if _VARIABLE.fullmatch(m.group(0)) is None]
@@ -373,7 +375,7 @@ def prompt(fn: Any = None, /, **options: Any) -> Any:
         name = str(given)
         description = options.get("description")
         if description is None:
-            description = inspect.cleandoc(fn.__doc__) if fn.__doc__ else ""
+            description = cleandoc(fn.__doc__) if fn.__doc__ else ""
         if not isinstance(description, str) or not description.strip():
             raise ToolDeclarationError(f"prompt {name!r} has no description: write a docstring or pass "
                                        "description='...'")

@@ -56,6 +56,18 @@ def input_schema(fields: Mapping[str, tuple[Any, Any]]) -> dict[str, Any] | None
     return result
 
 
+_SCALARS = frozenset(_PRIMITIVE) - {type(None)}
+
+
+def is_flat(fields: Mapping[str, tuple[Any, Any]]) -> bool:
+    """Whether every argument is a ``str``, ``int``, ``float`` or ``bool`` with no default or a JSON scalar one
+    (most tools): then ``input_schema`` is already as agents are served it, with nothing to inline
+    (``schemas.self_contained``) and no prose to clean (``names.clean_schema``), and both can be skipped."""
+    return all(annotation in _SCALARS and (default is ... or default is None or type(default) in (str, int, bool)
+                                           or (type(default) is float and math.isfinite(default)))
+               for annotation, default in fields.values())
+
+
 def output_schema(annotation: Any) -> dict[str, Any] | None:
     """The output schema of a tool returning a TypedDict of plain fields, or None. Written once a TypedDict: the
     tools of a pack that return the same one share their schema (read, never changed, as every schema here)."""

@@ -53,6 +53,7 @@ ANNOTATION_KEYS: Mapping[str, type] = {
 INPUT_CONFIG = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 _OPTION_KEYS = ("annotations", "is_available", "timeout", "title", "rule_subject", "describe", "keywords", "inline")
+_TOOL_KEYWORDS = frozenset({"name", "description", "schema", "handler", "extras", *_OPTION_KEYS})  # tool()'s
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -179,6 +180,8 @@ class Tool:
         """The input schema as agents are served it (``toolcrib.schemas.self_contained``), made once a tool."""
         from toolcrib.schemas import self_contained
 
+        if self._flat:
+            return self.input_schema
         served: dict[str, Any] = self_contained(self.input_schema)
         return served
 
@@ -192,8 +195,15 @@ class Tool:
     @cached_property
     def wire_input_schema(self) -> dict[str, Any]:
         """The input schema as tools/list shows it: served, its prose ``names.clean``."""
+        if self._flat:
+            return self.input_schema
         wire: dict[str, Any] = clean_schema(self.served_input_schema)
         return wire
+
+    @cached_property
+    def _flat(self) -> bool:
+        """Plain scalar arguments (``fastschema.is_flat``): the input schema is served and shown as it is."""
+        return self.given_input_schema is None and self.signature is not None and fastschema.is_flat(self.signature)
 
     @cached_property
     def wire_output_schema(self) -> dict[str, Any] | None:
@@ -280,10 +290,10 @@ def tool(
 
 def tool(*args: Any, **kwargs: Any) -> Any:
     """Declare a tool; see the module docstring for every form."""
-    unknown = sorted(set(kwargs) - {"name", "description", "schema", "handler", "extras", *_OPTION_KEYS})
+    unknown = kwargs.keys() - _TOOL_KEYWORDS
     if unknown:
         raise ToolDeclarationError(
-            f"tool() got unknown option(s) {', '.join(unknown)}; "
+            f"tool() got unknown option(s) {', '.join(sorted(unknown))}; "
             f"it takes name, description, {', '.join(_OPTION_KEYS)}"
         )
     localns = _caller_locals()
@@ -314,6 +324,13 @@ def tool(*args: Any, **kwargs: Any) -> Any:
         return _decorate(fn, kwargs, _caller_locals())
 
     return decorator
+
+
+def cleandoc(doc: str) -> str:
+    """``inspect.cleandoc(doc)``; a one-line text without tabs (most docstrings of tools) read directly."""
+    if "\n" not in doc and "\t" not in doc:
+        return doc.lstrip()  # (what cleandoc makes of one line)
+    return inspect.cleandoc(doc)
 
 
 def _caller_locals() -> Mapping[str, Any] | None:
@@ -347,7 +364,7 @@ def _decorate(fn: F, options: dict[str, Any], localns: Mapping[str, Any] | None 
     _check_name(name)
     description = options.get("description")
     if description is None:
-        description = inspect.cleandoc(fn.__doc__) if fn.__doc__ else ""
+        description = cleandoc(fn.__doc__) if fn.__doc__ else ""
     _check_description(name, description)
     hints = _hints(fn, name, localns)
     fields, context_param = _signature_fields(fn, name, hints)
@@ -562,6 +579,10 @@ def _is_async(fn: Callable[..., Any]) -> bool:
     target = fn
     while isinstance(target, functools.partial):
         target = target.func
+    if type(target) is types.FunctionType and not hasattr(target, "_is_coroutine_marker"):
+        flags = target.__code__.co_flags  # a plain function: what inspect reads of it, read directly
+        if not flags & (inspect.CO_ASYNC_GENERATOR | inspect.CO_COROUTINE):
+            return False
     if inspect.isasyncgenfunction(target):
         raise ToolDeclarationError(
             f"{_qualname(fn)} is an async generator; a tool returns its result (return it, do not yield it)"
@@ -575,6 +596,8 @@ def _is_async(fn: Callable[..., Any]) -> bool:
 def _is_context(annotation: Any) -> bool:
     if annotation is Context:
         return True
+    if type(annotation) is type:  # a plain class other than Context (most annotations)
+        return False
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
         return _is_context(typing.get_args(annotation)[0])

@@ -213,7 +213,11 @@ class AgentView:
         self.served_prompts: Mapping[str, str] = {entry.name: served for served, entry in prompts}  # full -> served
         self._prompts: Mapping[str, Entry] = {**{entry.name: entry for _, entry in prompts},
                                                   **{served: entry for served, entry in prompts}}
-        self._resources: Mapping[str, Entry] = {uris.normalize(entry.resource.uri): entry for entry in resources}
+
+    @cached_property
+    def _resources(self) -> Mapping[str, Entry]:
+        """The fixed resources by normal URI, made at the first read (a client asks for its tools first)."""
+        return {uris.normalize(entry.resource.uri): entry for entry in self.resources}
 
     # -- resources and prompts ---------------------------------------------------------------------------------
 

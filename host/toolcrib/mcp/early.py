@@ -16,7 +16,8 @@ import importlib
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
@@ -217,6 +218,26 @@ class Started:
     first: tuple[Host, LimitBook]
 
 
+SWITCH_INTERVAL = 0.0005  # seconds: how long the importing thread may keep the GIL from the answering one
+
+
+@contextmanager
+def switching_often() -> Iterator[None]:
+    """Python's thread switch interval (5 ms) made ``SWITCH_INTERVAL`` for the block, then put back. The thread
+    that imports the SDK holds the GIL between switches; the event loop, woken by a request or by room in a full
+    pipe, waits for it up to an interval each time: 5 ms more for each early answer, and for each 64 KiB of a long
+    list (0.17 s of a list of 10,000 tools)."""
+    interval = sys.getswitchinterval()
+    if interval <= SWITCH_INTERVAL:  # a process that switches as often already is left as it is
+        yield
+        return
+    sys.setswitchinterval(SWITCH_INTERVAL)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(interval)
+
+
 async def start_early(path: Path | None, agent: str, stdin: BinaryIO, stdout: BinaryIO,
                       reading: TaskGroup) -> Started | None:
     """Build the host of the config at ``path`` and serve ``agent``'s first requests while the SDK is imported;
@@ -248,7 +269,8 @@ async def start_early(path: Path | None, agent: str, stdin: BinaryIO, stdout: Bi
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(answering)
-        await anyio.to_thread.run_sync(importlib.import_module, SERVING)
+        with switching_often():
+            await anyio.to_thread.run_sync(importlib.import_module, SERVING)
         ready.set()
     log.debug("answered %d requests while the MCP SDK was imported", answered[0])
     return Started(wire, (host, book))
