@@ -828,3 +828,55 @@ def test_a_sub_agents_tool_list_asks_its_availability_through_the_budgeted_runne
     result = anyio.run(host.view("boss").call, "p__delegate_list", {})
     assert (result.is_error, result.structured_content) == (False, {"result": []})
     assert asked == [("helper", "toolcrib-availability"), ("helper", "toolcrib-availability")]
+
+
+def test_a_view_decides_its_resources_and_prompts_at_the_first_look_as_it_decides_its_tools() -> None:
+    """A client lists its tools first: building a view and its tool list decides no resource, template or prompt;
+    the first look at any decides them all, by ``decide``, once."""
+
+    @toolcrib.resource("docs://open", mime_type="text/plain")
+    def open_doc() -> str:
+        return "open"
+
+    @toolcrib.resource("docs://secret")
+    def secret_doc() -> str:
+        return "secret"
+
+    @toolcrib.resource("docs://pages/{page}")
+    def page(page: str) -> str:
+        return page
+
+    @toolcrib.prompt
+    def review(code: str) -> str:
+        """Review code."""
+        return code
+
+    class Docs:
+        @toolcrib.hookimpl
+        def toolcrib_resources(self) -> list[Any]:
+            return [open_doc, secret_doc, page]
+
+        @toolcrib.hookimpl
+        def toolcrib_prompts(self) -> list[Any]:
+            return [review]
+
+    host = make_host("""
+[agents.a.permissions]
+plugins = { allow = ["*"] }
+tools = { allow = ["*"] }
+resources = { allow = ["docs__open_doc", "docs://pages/*"] }
+prompts = { allow = ["docs__review"] }
+""", plugins={"docs": Docs(), "files": FILES})
+    view = host.view("a")
+    view.prepare()
+    assert [t["name"] for t in view.listed_tools] == [vt.name for vt in view.tools] != []
+    assert "_others" not in vars(view)
+    assert [e.name for e in view.resources] == ["docs__open_doc"]
+    assert [e.name for e in view.templates] == ["docs__page"]
+    assert [e.name for e in view.prompts] == ["docs__review"]
+    assert view.served_prompts == {"docs__review": "docs__review"}
+    assert view.resource("docs://open") is not None and view.resource("docs://secret") is None
+    assert view.prompt("docs__review") is not None
+    rules = host.rules["a"]
+    every = [*host.catalog.resources.values(), *host.catalog.prompts.values()]
+    assert sorted(e.name for e in every if decide(rules, e).visible) == ["docs__open_doc", "docs__page", "docs__review"]

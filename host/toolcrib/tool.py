@@ -581,8 +581,8 @@ def _is_async(fn: Callable[..., Any]) -> bool:
         target = target.func
     if type(target) is types.FunctionType and not hasattr(target, "_is_coroutine_marker"):
         flags = target.__code__.co_flags  # a plain function: what inspect reads of it, read directly
-        if not flags & (inspect.CO_ASYNC_GENERATOR | inspect.CO_COROUTINE):
-            return False
+        if not flags & inspect.CO_ASYNC_GENERATOR:  # (one is refused below)
+            return bool(flags & inspect.CO_COROUTINE)
     if inspect.isasyncgenfunction(target):
         raise ToolDeclarationError(
             f"{_qualname(fn)} is an async generator; a tool returns its result (return it, do not yield it)"
@@ -748,8 +748,9 @@ def _parameters(fn: Callable[..., Any], name: str) -> list[_Parameter]:
     if code.co_flags & inspect.CO_VARARGS:
         found.append((names[index], inspect.Parameter.VAR_POSITIONAL, empty, annotations.get(names[index], empty)))
         index += 1
-    found += [(arg, named, kwdefaults.get(arg, empty), annotations.get(arg, empty))
-              for arg in names[count:count + kwonly]]
+    if kwonly:
+        found += [(arg, named, kwdefaults.get(arg, empty), annotations.get(arg, empty))
+                  for arg in names[count:count + kwonly]]
     if code.co_flags & inspect.CO_VARKEYWORDS:
         found.append((names[index], inspect.Parameter.VAR_KEYWORD, empty, annotations.get(names[index], empty)))
     return found

@@ -10,10 +10,10 @@ import gc
 import json
 import logging
 import math
-from collections.abc import Awaitable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from toolcrib import patterns, schemas, uris
 from toolcrib.content import ToolResult
@@ -192,6 +192,14 @@ def _namespace_description(members: list[tuple[ViewTool, dict[str, Any]]]) -> st
 ANTHROPIC_TOOL_SEARCH = {"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"}
 
 
+class Others(NamedTuple):
+    """What a view shows besides its tools."""
+
+    resources: tuple[Entry, ...] = ()  # the fixed ones
+    templates: tuple[Entry, ...] = ()
+    prompts: tuple[tuple[str, Entry], ...] = ()  # (the name it is served under, the prompt)
+
+
 class AgentView:
     """The tools one agent sees. Immutable once built; ``call`` runs the full pipeline. ``services`` is what the
     host lends the capabilities of ``Context`` (other agents' views, lazy servers), ``reach`` how they answer."""
@@ -199,24 +207,49 @@ class AgentView:
     reach = REACH
 
     def __init__(self, rules: AgentRules, tools: tuple[ViewTool, ...], pipeline: Pipeline,
-                 services: Services | None = None, resources: tuple[Entry, ...] = (),
-                 templates: tuple[Entry, ...] = (), prompts: tuple[tuple[str, Entry], ...] = ()) -> None:
+                 services: Services | None = None, others: Callable[[], Others] = lambda: Others()) -> None:
         self.rules = rules
         self.tools = tools
         self._header_schemas: dict[str, dict[str, Any] | None] = {}  # header_schema's answers, asked per tool
         self._by_name: Mapping[str, ViewTool] = {**{vt.name: vt for vt in tools}, **{vt.served: vt for vt in tools}}
         self._pipeline = pipeline
         self.services = services
-        self.resources = resources  # the fixed ones
-        self.templates = templates
-        self.prompts = tuple(entry for _, entry in prompts)
-        self.served_prompts: Mapping[str, str] = {entry.name: served for served, entry in prompts}  # full -> served
-        self._prompts: Mapping[str, Entry] = {**{entry.name: entry for _, entry in prompts},
-                                                  **{served: entry for served, entry in prompts}}
+        self._decide_others: Callable[[], Others] | None = others
+
+    @cached_property
+    def _others(self) -> Others:
+        """The resources, templates and prompts this agent sees, decided at the first look at any of them: a
+        client asks for its tools first, and at 10,000 resources deciding them costs a tenth of a second."""
+        decide_others, self._decide_others = self._decide_others, None
+        assert decide_others is not None
+        return decide_others()
+
+    @cached_property
+    def resources(self) -> tuple[Entry, ...]:
+        """The fixed resources."""
+        return self._others.resources
+
+    @cached_property
+    def templates(self) -> tuple[Entry, ...]:
+        return self._others.templates
+
+    @cached_property
+    def prompts(self) -> tuple[Entry, ...]:
+        return tuple(entry for _, entry in self._others.prompts)
+
+    @cached_property
+    def served_prompts(self) -> Mapping[str, str]:
+        """Each prompt's name as this agent is served it, by its full name."""
+        return {entry.name: served for served, entry in self._others.prompts}
+
+    @cached_property
+    def _prompts(self) -> Mapping[str, Entry]:
+        prompts = self._others.prompts
+        return {**{entry.name: entry for _, entry in prompts}, **{served: entry for served, entry in prompts}}
 
     @cached_property
     def _resources(self) -> Mapping[str, Entry]:
-        """The fixed resources by normal URI, made at the first read (a client asks for its tools first)."""
+        """The fixed resources by normal URI."""
         return {uris.normalize(entry.resource.uri): entry for entry in self.resources}
 
     # -- resources and prompts ---------------------------------------------------------------------------------
@@ -525,19 +558,23 @@ def build_view(rules: AgentRules, entries: Iterable[Entry], pipeline: Pipeline,
     entries = list(entries)
     checked = [e for e in entries if e.is_available is not None and permitted(rules, e)]
     answers = check_availability(rules, checked) if checked else None
-    shown: dict[str, list[Entry]] = {"tool": [], "resource": [], "template": [], "prompt": []}
-    for entry in entries:
-        if decide(rules, entry, availability=answers).visible:
-            shown[entry.kind].append(entry)
-    tools = sorted(shown["tool"], key=lambda e: e.name)
-    prompts = shown["prompt"]
     bare = rules.config.bare_names
+    tools = sorted((e for e in entries if e.kind == "tool" and decide(rules, e, availability=answers).visible),
+                   key=lambda e: e.name)
     tool_names = served_names([e.name for e in tools]) if bare else {}
-    prompt_names = served_names([p.name for p in prompts]) if bare else {}
     visible = tuple(view_tool(rules, entry, pipeline.call_timeout, tool_names.get(entry.name, "")) for entry in tools)
-    return AgentView(rules, visible, pipeline, services, resources=tuple(shown["resource"]),
-                     templates=tuple(shown["template"]),
-                     prompts=tuple((prompt_names.get(p.name, p.name), p) for p in prompts))
+
+    def others() -> Others:  # decided when first looked at, with the same availability answers
+        shown: dict[str, list[Entry]] = {"resource": [], "template": [], "prompt": []}
+        for entry in entries:
+            if entry.kind != "tool" and decide(rules, entry, availability=answers).visible:
+                shown[entry.kind].append(entry)
+        prompts = shown["prompt"]
+        prompt_names = served_names([p.name for p in prompts]) if bare else {}
+        return Others(tuple(shown["resource"]), tuple(shown["template"]),
+                      tuple((prompt_names.get(p.name, p.name), p) for p in prompts))
+
+    return AgentView(rules, visible, pipeline, services, others)
 
 
 def served_names(full_names: Sequence[str]) -> dict[str, str]:

@@ -256,7 +256,6 @@ async def start_early(path: Path | None, agent: str, stdin: BinaryIO, stdout: Bi
 
     host = await anyio.to_thread.run_sync(made)
     view = host.view(agent)  # an unknown agent fails here, before any protocol
-    announce_serving(agent, view)
     wire = Wire(stdin, stdout)
     reading.start_soon(wire.read)
     answers = EarlyAnswers(view, __version__)
@@ -272,6 +271,7 @@ async def start_early(path: Path | None, agent: str, stdin: BinaryIO, stdout: Bi
         with switching_often():
             await anyio.to_thread.run_sync(importlib.import_module, SERVING)
         ready.set()
+        announce_serving(agent, view)  # (after the first answers: counting resources decides them)
     log.debug("answered %d requests while the MCP SDK was imported", answered[0])
     return Started(wire, (host, book))
 
