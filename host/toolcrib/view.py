@@ -207,22 +207,20 @@ class AgentView:
     reach = REACH
 
     def __init__(self, rules: AgentRules, tools: tuple[ViewTool, ...], pipeline: Pipeline,
-                 services: Services | None = None, others: Callable[[], Others] = lambda: Others()) -> None:
+                 services: Services | None = None, others: Callable[[], Others] = Others) -> None:
         self.rules = rules
         self.tools = tools
         self._header_schemas: dict[str, dict[str, Any] | None] = {}  # header_schema's answers, asked per tool
         self._by_name: Mapping[str, ViewTool] = {**{vt.name: vt for vt in tools}, **{vt.served: vt for vt in tools}}
         self._pipeline = pipeline
         self.services = services
-        self._decide_others: Callable[[], Others] | None = others
+        self._decide_others = others
 
     @cached_property
     def _others(self) -> Others:
         """The resources, templates and prompts this agent sees, decided at the first look at any of them: a
         client asks for its tools first, and at 10,000 resources deciding them costs a tenth of a second."""
-        decide_others, self._decide_others = self._decide_others, None
-        assert decide_others is not None
-        return decide_others()
+        return self._decide_others()
 
     @cached_property
     def resources(self) -> tuple[Entry, ...]:
