@@ -249,10 +249,53 @@ class _Handlers:
         view = self.view_of(ctx)
         arguments = arguments if arguments is not None else {}
         modern = ctx.protocol_version in _MODERN
+        earlier = None
+        journal = None
+        if modern:
+            if request_state or responses:  # a later round of a call: what the earlier ones carried
+                carried = await self._carried(view, name, arguments, ctx, responses, request_state)
+                if isinstance(carried, dict):
+                    return carried  # ended before anything ran
+                earlier, journal = carried
+            else:
+                journal = Journal([])
+        approved = earlier is not None and earlier.get("approved") is True
+        given = None if modern else _conversation(ctx.session)
+        talk = CONVERSATION.set(given) if given is not None or CONVERSATION.get() is not None else None
+        polling = self._poll(ctx)
+        had = len(given) if given is not None and name in view.searching_names else None
+        try:
+            result = await view.call(name, arguments,
+                                     approver=self._approver(ctx, name, responses, earlier is not None, approved),
+                                     channel=_Channel(ctx, journal))
+        except UnknownToolError as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+        except (ApprovalPending, SamplePending, ElicitPending) as need:
+            return self._input_required(ctx, need, name, arguments, journal, approved or _answered_yes(
+                responses, earlier))
+        finally:
+            if talk is not None:
+                CONVERSATION.reset(talk)
+            if polling is not None:
+                polling.cancel()
+        if had is not None and given is not None and len(given) > had and view.deferring:
+            try:  # a search found tools: they are listed from now on
+                await ctx.session.send_tool_list_changed()
+            except Exception:  # a connection that went: nothing to tell, and the search's result still stands
+                log.debug("could not tell agent %r's session that its tools changed", self.agent, exc_info=True)
+        wire = result.to_wire()
+        wire["resultType"] = "complete"
+        return wire
+
+    async def _carried(self, view: AgentView, name: str, arguments: dict[str, Any], ctx: ServerRequestContext[Any, Any],
+                       responses: Mapping[str, Any] | None,
+                       request_state: str | None) -> tuple[dict[str, Any] | None, Journal] | dict[str, Any]:
+        """What a 2026-07-28 round that answers earlier ones carries: (the earlier rounds' state, verified, or None;
+        the journal, with this round's answer), or the result that ends the call when they cannot be used."""
         try:
             earlier = self.state.seal.open(self.agent, name, arguments, _principal(ctx), request_state) \
-                if modern and request_state else None
-            if modern and earlier is None and responses and set(responses) & {APPROVAL_KEY, *ASKED.values()}:
+                if request_state else None
+            if earlier is None and responses and set(responses) & {APPROVAL_KEY, *ASKED.values()}:
                 raise Unverifiable  # answers to questions this call never asked: nothing to carry them on
         except Unverifiable:
             if view.lookup(name) is None:
@@ -267,40 +310,12 @@ class _Handlers:
                     raise MCPError(code=types.INVALID_PARAMS, message=str(UnknownToolError(name)))
                 log.warning("agent %r, tool %s: %s", self.agent, name, refused)
                 return _ended(refused)
-        journal = None
-        if modern:
-            events = list(earlier.get("journal", [])) if earlier is not None else []
-            asked = earlier.get("asked") if earlier is not None else None
-            answer = (responses or {}).get(ASKED[asked]) if asked in ASKED else None
-            if answer is not None:
-                events.append({asked: answer.model_dump(by_alias=True, mode="json", exclude_none=True)})
-            journal = Journal(events)
-        approved = earlier is not None and earlier.get("approved") is True
-        given = None if modern else _conversation(ctx.session)
-        talk = CONVERSATION.set(given)
-        polling = self._poll(ctx)
-        had = len(given) if given is not None and name in view.searching_names else None
-        try:
-            result = await view.call(name, arguments,
-                                     approver=self._approver(ctx, name, responses, earlier is not None, approved),
-                                     channel=_Channel(ctx, journal))
-        except UnknownToolError as exc:
-            raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
-        except (ApprovalPending, SamplePending, ElicitPending) as need:
-            return self._input_required(ctx, need, name, arguments, journal, approved or _answered_yes(
-                responses, earlier))
-        finally:
-            CONVERSATION.reset(talk)
-            if polling is not None:
-                polling.cancel()
-        if had is not None and given is not None and len(given) > had and view.deferring:
-            try:  # a search found tools: they are listed from now on
-                await ctx.session.send_tool_list_changed()
-            except Exception:  # a connection that went: nothing to tell, and the search's result still stands
-                log.debug("could not tell agent %r's session that its tools changed", self.agent, exc_info=True)
-        wire = result.to_wire()
-        wire["resultType"] = "complete"
-        return wire
+        events = list(earlier.get("journal", [])) if earlier is not None else []
+        asked = earlier.get("asked") if earlier is not None else None
+        answer = (responses or {}).get(ASKED[asked]) if asked in ASKED else None
+        if answer is not None:
+            events.append({asked: answer.model_dump(by_alias=True, mode="json", exclude_none=True)})
+        return earlier, Journal(events)
 
     def _poll(self, ctx: ServerRequestContext[Any, Any]) -> asyncio.TimerHandle | None:
         """With ``[host] http_stream_seconds``, close this call's SSE stream once it has run that long (the client
@@ -374,6 +389,8 @@ class _Handlers:
             return None
         if ctx.protocol_version in _MODERN:
             answer = (responses or {}).get(APPROVAL_KEY)
+            if answer is None and not approved:
+                return _ask_in_a_round  # (most calls: nothing made for each)
 
             async def modern(caller: str, tool: str, args: Mapping[str, Any], message: str) -> bool | None:
                 if caller != self.agent or tool != name:
@@ -671,6 +688,12 @@ def _all_text(content: list[dict[str, Any]]) -> bool:
         if block.get("type") != "text":
             return False
     return True
+
+
+async def _ask_in_a_round(_agent: str, _tool: str, _args: Mapping[str, Any], message: str) -> bool | None:
+    """The approver of a 2026-07-28 call that carries no answer and no earlier approval: the call ends with the
+    question (an input-required result), and its next round carries the answer."""
+    raise ApprovalPending(message)
 
 
 def _ended(text: str) -> dict[str, Any]:
