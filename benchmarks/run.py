@@ -564,11 +564,11 @@ def _specifiers() -> Row:
 
 
 LONG_LIVED_HOOK = """
-import json, sys
-for line in sys.stdin:
+import json, os, sys
+for line in sys.stdin.buffer:  # as docs/operators.md writes one: bytes in, one os.write out
     call = json.loads(line)
-    print("{}" if call["arguments"].get("a") != 13 else json.dumps({"decision": "deny", "message": "not 13"}),
-          flush=True)
+    answer = {} if call["arguments"].get("a") != 13 else {"decision": "deny", "message": "not 13"}
+    os.write(1, json.dumps(answer).encode() + b"\\n")
 """
 
 

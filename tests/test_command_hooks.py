@@ -718,6 +718,105 @@ def test_a_long_lived_hook_that_stops_reading_refuses_the_call_it_cannot_be_aske
     assert len([m for m in messages if m.startswith("hooks.pre_tool_use[0]: started its long-lived process ")]) == 2
 
 
+def test_a_long_lived_hook_that_died_between_calls_is_started_again_for_the_next_call(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Nothing looks at the process before a call: one that ended since the last call is found by its closed input,
+    before any of the call is written, and the call goes to a new one (not refused)."""
+    import signal
+
+    (tmp_path / "resident.py").write_text(RESIDENT)
+    host = make_host(RESIDENT_CONFIG.format(python=json.dumps(sys.executable)), {"files": FILES}, base_dir=tmp_path)
+    caplog.set_level(logging.INFO, logger="toolcrib.hooks")
+
+    async def main() -> list[tuple[bool, str]]:
+        view = host.view("writer")
+        first = await view.call("files__read", {"path": "/one"})
+        pid = int((tmp_path / "seen.log").read_text().split()[0])
+        os.kill(pid, signal.SIGKILL)
+        with anyio.fail_after(10):
+            while Path(f"/proc/{pid}/fd/0").exists():  # (its pipes closed: it is gone, or a zombie)
+                await anyio.sleep(0.01)
+        second = await view.call("files__read", {"path": "/two"})
+        host.close()
+        return [(first.is_error, first.text), (second.is_error, second.text)]
+
+    assert anyio.run(main) == [(True, "absolute paths are refused (/one)"), (True, "absolute paths are refused (/two)")]
+    pids = [int(line.split()[0]) for line in (tmp_path / "seen.log").read_text().splitlines()]
+    assert len(pids) == 2 and pids[0] != pids[1]
+    messages = [r.getMessage() for r in caplog.records if r.name == "toolcrib.hooks"]
+    assert [m for m in messages if m.endswith("the call is refused")] == []
+    assert [m for m in messages if m.startswith("hooks.pre_tool_use[0]: started its long-lived process ")] == [
+        f"hooks.pre_tool_use[0]: started its long-lived process {pid} ({sys.executable})" for pid in pids]
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_long_lived_hook_answers_calls_made_at_once_each_its_own_answer(tmp_path: Path, backend: str) -> None:
+    """Calls made at once from one loop, and from loops in two threads, take turns at the one process: each gets
+    the answer to its own line."""
+    import threading
+
+    (tmp_path / "resident.py").write_text(RESIDENT)
+    host = make_host(RESIDENT_CONFIG.format(python=json.dumps(sys.executable)), {"files": FILES}, base_dir=tmp_path)
+    view = host.view("writer")
+    said: dict[str, str] = {}
+
+    async def calls(prefix: str) -> None:
+        async def one(path: str) -> None:
+            said[path] = (await view.call("files__read", {"path": path})).text
+
+        async with anyio.create_task_group() as tg:
+            for n in range(12):
+                tg.start_soon(one, f"/{prefix}{n}")
+
+    threads = [threading.Thread(target=anyio.run, args=(calls, prefix), kwargs={"backend": backend})
+               for prefix in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    host.close()
+    expected = {f"/{prefix}{n}" for prefix in ("a", "b") for n in range(12)}
+    assert said == {path: f"absolute paths are refused ({path})" for path in expected}
+    seen = (tmp_path / "seen.log").read_text().splitlines()
+    assert len({line.split()[0] for line in seen}) == 1  # one process answered them all
+    assert sorted(line.split()[2] for line in seen) == sorted(expected)
+
+
+def test_turns_are_taken_in_order_and_a_cancelled_waiter_takes_none() -> None:
+    from toolcrib.pipes import Turns
+
+    turns = Turns()
+    order: list[str] = []
+
+    async def main() -> bool:
+        scopes = {name: anyio.CancelScope() for name in ("first", "gone", "second", "handed", "third")}
+
+        async def waiter(name: str) -> None:
+            with scopes[name]:
+                await turns.take()
+                order.append(name)
+                turns.give()
+
+        await turns.take()  # held here: the others wait, in the order they came
+        with anyio.fail_after(10):  # (a turn never handed on would hang)
+            async with anyio.create_task_group() as tg:
+                for name in scopes:
+                    tg.start_soon(waiter, name)
+                    await anyio.sleep(0.01)
+                scopes["gone"].cancel()  # cancelled while it waits: it takes nothing
+                await anyio.sleep(0.01)
+                turns.give()  # to "first", which gives it to "second", which gives it to "handed"...
+                while order != ["first", "second"]:
+                    await anyio.sleep(0)
+                scopes["handed"].cancel()  # ... cancelled as it is handed the turn: it passes the turn on
+            await turns.take()  # and it is free again: taken at once
+        turns.give()
+        return True
+
+    assert anyio.run(main)
+    assert order == ["first", "second", "third"]
+
+
 NEVER_READS = r'''
 import time
 time.sleep(30)  # never reads: a call larger than the pipe holds cannot be written to it

@@ -1,11 +1,14 @@
 """Pipes to and from other processes, from the event loop: writing, which the stdio transport, an isolated pack's
-calls lane and a long-lived hook process share, and reading an answer expected soon (a long-lived hook's)."""
+calls lane and a long-lived hook process share, reading an answer expected soon (a long-lived hook's), and taking
+turns at a process that answers one question at a time."""
 
 from __future__ import annotations
 
 import math
 import os
+import threading
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -64,4 +67,58 @@ async def _until(deadline: float, wait: Callable[[int], Awaitable[None]], fd: in
         await wait(fd)
 
 
-__all__ = ["SPINS", "SPIN_SECONDS", "read_answer", "write_all"]
+class Turns:
+    """One holder at a time, from any task, event loop or thread; the others wait, first come first served, each
+    asleep on its own loop. Taking a turn nobody holds costs one non-blocking lock (no checkpoint, no loop lookup:
+    a per-loop ``anyio.Lock`` cost 7-15 us a call on the machine of docs/benchmarks.md). ::
+
+        await turns.take()
+        try:
+            ...
+        finally:
+            turns.give()
+    """
+
+    __slots__ = ("_guard", "_held", "_waiting")
+
+    def __init__(self) -> None:
+        self._held = threading.Lock()  # held by whoever has the turn, and handed on to a waiter without a release
+        self._guard = threading.Lock()  # over the waiters and the hand-overs
+        self._waiting: deque[tuple[anyio.lowlevel.EventLoopToken, anyio.Event]] = deque()
+
+    async def take(self) -> None:
+        """Wait for the turn (cancellable while waiting: a cancelled waiter takes nothing)."""
+        if self._held.acquire(blocking=False):  # (free means nobody waits: a turn given up with waiters is handed on)
+            return
+        token, woken = anyio.lowlevel.current_token(), anyio.Event()
+        with self._guard:
+            if self._held.acquire(blocking=False):
+                return
+            self._waiting.append((token, woken))
+        try:
+            await woken.wait()
+        except BaseException:
+            with self._guard:
+                handed = (token, woken) not in self._waiting
+                if not handed:
+                    self._waiting.remove((token, woken))
+            if handed:  # it was handed the turn as it was cancelled: the next one has it
+                self.give()
+            raise
+
+    def give(self) -> None:
+        """Give the turn up: to the first waiter (woken on its own loop), or to whoever comes next."""
+        while True:
+            with self._guard:
+                if not self._waiting:
+                    self._held.release()
+                    return
+                token, woken = self._waiting.popleft()
+            try:
+                token.backend_class.run_sync_soon(woken.set, (), token.native_token)
+                return
+            except Exception:  # its loop has ended (and it with it): the next one
+                continue
+
+
+__all__ = ["SPINS", "SPIN_SECONDS", "Turns", "read_answer", "write_all"]

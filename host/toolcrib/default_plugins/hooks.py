@@ -37,8 +37,10 @@ With ``process = "long-lived"`` one process answers every call of its hook, one 
 line on its stdin, the answer as one line on its stdout (a JSON object, as a per-call program writes; an empty line
 or ``{}`` decides nothing; the refusal a per-call program gives with exit 2 is ``{"decision": "block", "reason":
 ...}``). What it writes on stderr goes to the host's. A process that dies, writes a line that is not an answer, or
-gives none within ``timeout`` fails that call as above, and is ended; the next call starts it again. A process is
-started at a hook's first call, and ended with the host that started it (a reload makes new ones).
+gives none within ``timeout`` fails that call as above, and is ended; the next call starts it again (one that ended
+between calls is found by its closed input and started again for the call). Calls made at once, from any task, loop
+or thread, take turns (``pipes.Turns``). A process is started at a hook's first call, and ended with the host that
+started it (a reload makes new ones).
 """
 
 from __future__ import annotations
@@ -52,11 +54,11 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any
 
 import anyio
-import anyio.lowlevel
 
 from toolcrib import patterns
 from toolcrib.answers import Allow, Ask, Deny
@@ -64,7 +66,7 @@ from toolcrib.config import CommandHook, LoadedConfig
 from toolcrib.content import ToolResult
 from toolcrib.governing import unlocated
 from toolcrib.hookspecs import hookimpl
-from toolcrib.pipes import read_answer, write_all
+from toolcrib.pipes import Turns, read_answer, write_all
 
 log = logging.getLogger("toolcrib.hooks")
 
@@ -129,43 +131,39 @@ def program_path(program: str, base_dir: Path) -> str | None:
 
 class _LongLived:
     """The one process of a ``process = "long-lived"`` hook: a JSON line in, a JSON line out, one call at a time. Its
-    pipes are plain descriptors waited on by whichever event loop asks (so it serves every loop of a process), and
-    ``close`` ends it at once, from anywhere."""
+    pipes are plain descriptors waited on by whichever event loop asks (so it serves every loop and thread of a
+    process, in turns), and ``close`` ends it at once, from anywhere."""
 
     def __init__(self, hook: _Hook) -> None:
         self.hook = hook
         self._process: subprocess.Popen[bytes] | None = None
         self._buffer = b""
-        self._loop: Any = None  # the event loop its lock belongs to
-        self._lock: anyio.Lock | None = None
+        self._turns = Turns()
         self._busy = False  # a call is reading or writing its pipes: close() then only kills it
 
     async def ask(self, call: bytes) -> tuple[int, bytes, bytes]:
         """(0, its answer line, b"") to the call's JSON (``call``, without the line's end) as ``run_hook`` answers;
         ``TimeoutError`` or ``OSError`` (it could not start, or died) as ``run_hook`` raises them: the process is
         ended then, and the next call starts another."""
-        loop = anyio.lowlevel.current_token()
-        if self._loop != loop:
-            self._loop, self._lock = loop, anyio.Lock(fast_acquire=True)
-        assert self._lock is not None
-        async with self._lock:
-            self._busy = True
-            try:
-                deadline = time.monotonic() + self.hook.timeout  # (a number: a cancel scope costs, see pipes)
-                if self._process is None or self._process.poll() is not None:
-                    self._start()
-                assert self._process is not None
-                await self._send(call + b"\n", deadline)
-                line = await self._line(deadline)
-            except BaseException:
-                self._busy = False
-                self.close()  # died, out of time or cancelled: a late answer must not be read as the next call's
-                raise
+        await self._turns.take()
+        self._busy = True
+        try:
+            deadline = time.monotonic() + self.hook.timeout  # (a number: a cancel scope costs, see pipes)
+            if self._process is None:
+                self._start()
+            await self._send(call + b"\n", deadline)
+            line = await self._line(deadline)
             self._busy = False
             if line is None:  # longer than an answer may be: refused as too long, and the process ended
                 self.close()
                 return 0, b"x" * (MAX_ANSWER_BYTES + 1), b""
             return 0, line, b""
+        except BaseException:
+            self._busy = False
+            self.close()  # died, out of time or cancelled: a late answer must not be read as the next call's
+            raise
+        finally:
+            self._turns.give()
 
     def _start(self) -> None:
         self.close()
@@ -178,9 +176,23 @@ class _LongLived:
         log.info("%s: started its long-lived process %s (%s)", hook.where, self._process.pid, hook.command[0])
 
     async def _send(self, data: bytes, deadline: float) -> None:
+        """Write a call. A process that ended since the last call (found by its input being closed, before any of
+        this call was written) is started again, and the call written to the new one; one that is alive but closed
+        its input fails the call, as one that ends while a call is written does."""
         assert self._process is not None and self._process.stdin is not None
+        fd = self._process.stdin.fileno()
         try:
-            await write_all(self._process.stdin.fileno(), data, deadline)
+            written = os.write(fd, data)
+        except BlockingIOError:
+            written = 0
+        except BrokenPipeError:
+            if self._process.poll() is None:
+                raise OSError("its process ended (its input is closed)") from None
+            self._start()
+            assert self._process is not None and self._process.stdin is not None
+            fd, written = self._process.stdin.fileno(), 0
+        try:
+            await write_all(fd, memoryview(data)[written:], deadline)
         except BrokenPipeError:
             raise OSError("its process ended (its input is closed)") from None
 
@@ -254,7 +266,7 @@ class _Hook:
         except OSError as exc:
             log.error("%s cannot run %r: %s; %s", self.where, self.command[0], exc, self._failing)
             return "refuse", None
-        stderr = err[:MAX_ANSWER_BYTES].decode(errors="replace").strip()
+        stderr = err[:MAX_ANSWER_BYTES].decode(errors="replace").strip() if err else ""
         if len(out) > MAX_ANSWER_BYTES:  # an answer cut short could read as no objection: it is no answer
             log.error("%s wrote more than %d bytes to stdout, which is no answer; %s", self.where, MAX_ANSWER_BYTES,
                       self._failing)
@@ -375,7 +387,7 @@ class _Line:
         """The line, without its end; ``extra`` is the JSON of the fields that follow (``"key": value`` pairs, each
         after ", "), as :meth:`annotations` and :meth:`result` write them."""
         given = json.dumps(arguments)
-        named = json.dumps(call_id)
+        named = encode_basestring_ascii(call_id)  # (what json.dumps writes for a string, without its dispatch)
         return (f"{self._head}{given}{self._middle}{given}, \"tool_use_id\": {named}, \"session_id\": {named}"
                 f"{self._tail}{extra}}}").encode()
 
