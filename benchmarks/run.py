@@ -617,11 +617,15 @@ async def operations(args: argparse.Namespace) -> list[Row]:
         with _frozen():
             api = await interleaved({n: (lambda v=v: v.call("math__add", {"a": 2, "b": 3}))
                                      for n, v in views.items()}, calls * 10, args.rounds, mean=True)
+        own = await _hook_own_part(long_lived, calls * 10, args.rounds)
     for name, label in (("per-call hook", "a matching command hook run per call (`true`)"),
                         ("long-lived hook", "a matching long-lived command hook (a Python script)")):
         MEASURED[f"ops {name}"] = result[name] / plain_of[name]
         rows.append([f"call with {label}", fmt(result[name]), fmt(plain_of[name]),
                      ratio(result[name], plain_of[name])])
+    MEASURED["ops long-lived own"] = own["hooked"] - own["plain"]
+    rows.append(["Python API call with a matching long-lived hook whose process answers at once (toolcrib's own "
+                 "part of a hook)", fmt(own["hooked"]), fmt(own["plain"]), ratio(own["hooked"], own["plain"])])
     for name, label in (("audit", "an audit log"), ("hook", "a command hook that matches no call")):
         MEASURED[f"ops {name}"] = result[name] / plain_of[name]
         MEASURED[f"ops {name} api"] = api[name] / api["plain"]
@@ -672,6 +676,27 @@ async def operations(args: argparse.Namespace) -> list[Row]:
     rows.append(["call with spans (an OpenTelemetry SDK, no exporter)", fmt(result["traces"]), fmt(result["plain"]),
                  ratio(result["traces"], result["plain"])])
     return rows
+
+
+async def _hook_own_part(config: str, calls: int, rounds: int) -> dict[str, float]:
+    """A Python API call with and without a matching long-lived hook whose process's answer is made instant (its
+    exchange replaced by ``{}`` at once): what toolcrib itself does for a hook (the call's JSON line, the policy's
+    arguments as JSON, the hook's answer read and applied), without the hook program's own time or its waking."""
+    from toolcrib.default_plugins import hooks
+
+    async def at_once(_self: Any, _call: bytes) -> tuple[int, bytes, bytes]:
+        return 0, b"{}", b""
+
+    views = {"plain": peers.toolcrib_host(10).view(peers.AGENT),
+             "hooked": peers.toolcrib_host(10, config=config).view(peers.AGENT)}
+    asked = hooks._LongLived.ask
+    hooks._LongLived.ask = at_once  # type: ignore[method-assign]
+    try:
+        with _frozen():
+            return await interleaved({n: (lambda v=v: v.call("math__add", {"a": 2, "b": 3}))
+                                      for n, v in views.items()}, calls, rounds, mean=True)
+    finally:
+        hooks._LongLived.ask = asked  # type: ignore[method-assign]
 
 
 async def cluster(args: argparse.Namespace) -> list[Row]:
@@ -1197,6 +1222,8 @@ def _goals() -> list[Row]:
         ("MCP call with a command hook matching no call vs without", "<= 1.05x", MEASURED.get("ops hook"), 1.05, "x"),
         ("MCP call with a matching long-lived command hook vs without", "<= 1.20x", MEASURED.get("ops long-lived hook"),
          1.20, "x"),
+        ("toolcrib's own part of a matching long-lived hook (its process answering at once), Python API", "-",
+         MEASURED.get("ops long-lived own"), 1.0, "s"),
         ("MCP call with metrics on (no trace exporter) vs without", "<= 1.05x", MEASURED.get("ops metrics"), 1.05,
          "x"),
         ("Python API call vs a bare pydantic-validated call", "<= 3.00x", MEASURED.get("api ratio"), 3.0, "x"),

@@ -33,6 +33,9 @@ def test_the_harness_runs_in_quick_mode(tmp_path) -> None:  # type: ignore[no-un
                 "| tool search recall@5 on the labelled queries | >= 0.90 | ",
                 "| the argument rules of a call on a tool with 250 specifiers (125 prefixes, 125 other globs) |",
                 "| call with a matching long-lived command hook (a Python script) |",
+                "| Python API call with a matching long-lived hook whose process answers at once (toolcrib's own part "
+                "of a hook) |",
+                "| toolcrib's own part of a matching long-lived hook (its process answering at once), Python API | - | ",
                 "| 250 argument specifiers on one tool, the check of a call | <= 10 us |"):
         assert row in report, row
 
