@@ -1178,7 +1178,10 @@ def _goals() -> list[Row]:
     lowlevel = MEASURED.get(f"{call}|lowlevel")
     floor = (whole - own) / lowlevel if whole and own and lowlevel else None
     goals: list[tuple[str, str, float | None, float, str]] = [
-        ("MCP call vs the low-level server without middleware", "<= 0.85x", peer_ratio(call, "lowlevel"), 0.85, "x"),
+        # (the second round's "<= 0.85x": the SDK's share of the call alone is about 0.78x, so the third round set
+        # the goal on what toolcrib controls, the server's part, in the next row)
+        ("MCP call vs the low-level server without middleware (a goal until the third round, which set it on the "
+         "server's part, next)", "-", peer_ratio(call, "lowlevel"), 0.85, "x"),
         ("the server's part of that call vs the low-level server's", "<= 0.50x",
          peer_ratio(call + ": the server's part only", "lowlevel"), 0.5, "x"),
         ("MCP call over stdio vs the low-level server", "<= 0.80x", peer_ratio("call, stdio subprocess", "lowlevel"),

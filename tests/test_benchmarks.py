@@ -28,14 +28,16 @@ def test_the_harness_runs_in_quick_mode(tmp_path) -> None:  # type: ignore[no-un
                 "| call with an audit log |", "| call with a command hook that matches no call |",
                 "| toolcrib tools --json, 20 packs of 10 tools |",
                 "| 100 concurrent 100 ms calls, sync (default: 128 worker threads) |",
-                "| MCP call vs the low-level server without middleware | <= 0.85x |",
+                "| MCP call vs the low-level server without middleware (a goal until the third round, which set it on "
+                "the server's part, next) | - | ",
                 "| tool search quality, 229 real tools, 262 labelled queries: recall@5 / MRR@10 ",
                 "| tool search recall@5 on the labelled queries | >= 0.90 | ",
                 "| the argument rules of a call on a tool with 250 specifiers (125 prefixes, 125 other globs) |",
                 "| call with a matching long-lived command hook (a Python script) |",
                 "| Python API call with a matching long-lived hook whose process answers at once (toolcrib's own part "
                 "of a hook) |",
-                "| toolcrib's own part of a matching long-lived hook (its process answering at once), Python API | - | ",
+                "| toolcrib's own part of a matching long-lived hook (its process answering at once), Python API "
+                "| - | ",
                 "| 250 argument specifiers on one tool, the check of a call | <= 10 us |"):
         assert row in report, row
 
