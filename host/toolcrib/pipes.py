@@ -10,6 +10,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -115,10 +116,19 @@ class Turns:
                     return
                 token, woken = self._waiting.popleft()
             try:
-                token.backend_class.run_sync_soon(woken.set, (), token.native_token)
+                _soon(token, woken.set)
                 return
             except Exception:  # its loop has ended (and it with it): the next one
                 continue
+
+
+def _soon(token: anyio.lowlevel.EventLoopToken, call: Callable[[], object]) -> None:
+    """Have ``token``'s event loop run ``call`` soon, from any thread, that loop's own or another's, without waiting
+    for it. anyio's own way (``AsyncBackend.run_sync_soon``) is in anyio 4.16 only, and ``from_thread.run_sync``
+    waits and refuses to run in a trio thread: asyncio's loop and trio's token each have the call that does it."""
+    native: Any = token.native_token
+    schedule = getattr(native, "call_soon_threadsafe", None) or native.run_sync_soon  # asyncio's loop | trio's token
+    schedule(call)
 
 
 __all__ = ["SPINS", "SPIN_SECONDS", "Turns", "read_answer", "write_all"]
