@@ -817,6 +817,101 @@ def test_turns_are_taken_in_order_and_a_cancelled_waiter_takes_none() -> None:
     assert order == ["first", "second", "third"]
 
 
+needs_cpus = pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                                reason="placing a process's wake-up needs Linux's CPU affinity calls and two CPUs")
+
+
+def _current_cpu() -> int:
+    import ctypes
+
+    return int(ctypes.CDLL(None).sched_getcpu())
+
+
+def _reader(**options: Any) -> Any:
+    import subprocess
+
+    return subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, **options)
+
+
+@needs_cpus
+def test_nearby_places_a_wake_up_on_this_cpu_and_then_lets_the_process_run_anywhere_again() -> None:
+    from toolcrib.pipes import Nearby
+
+    process = _reader()
+    try:
+        everywhere = os.sched_getaffinity(process.pid)
+        nearby = Nearby(process.pid)
+        allowed = nearby.wake_here()
+        here = os.sched_getaffinity(process.pid)
+        cpu = _current_cpu()  # (this thread may have moved since: the CPU is one of its own)
+        nearby.release(allowed)
+        assert allowed == everywhere and len(here) == 1 and here <= everywhere
+        assert os.sched_getaffinity(process.pid) == everywhere
+        assert cpu in everywhere
+    finally:
+        process.kill()
+        process.wait()
+
+
+@needs_cpus
+def test_nearby_leaves_a_process_kept_on_one_cpu_where_it_is_and_gives_up_on_one_that_is_gone() -> None:
+    from toolcrib.pipes import Nearby
+
+    other = max(os.sched_getaffinity(0))
+    kept = _reader(preexec_fn=lambda: os.sched_setaffinity(0, {other}))  # as `taskset -c N program` starts it
+    try:
+        nearby = Nearby(kept.pid)
+        assert nearby.wake_here() is None
+        assert os.sched_getaffinity(kept.pid) == {other}
+        assert nearby.pid == kept.pid  # (asked again at each call: it may be let run anywhere later)
+    finally:
+        kept.kill()
+        kept.wait()
+    nearby = Nearby(kept.pid)  # reaped: no such process
+    assert nearby.wake_here() is None
+    assert nearby.pid is None  # never asked again (its number may be another process's by now)
+    nearby.release({0, 1})  # and nothing is done for it
+
+
+WHERE_IT_READS = r'''
+import json, os, sys
+with open("cpus.log", "a") as log:
+    for line in sys.stdin.buffer:
+        cpu = open("/proc/self/stat").read().rsplit(")", 1)[1].split()[36]  # where it runs as it reads the line
+        log.write(f"{json.loads(line)['arguments']['path']} {cpu} {os.getpid()}\n")
+        log.flush()
+        os.write(1, b"{}\n")
+'''
+
+
+@needs_cpus
+def test_a_long_lived_hook_is_woken_on_the_cpu_of_the_call_and_left_free_to_run_anywhere(tmp_path: Path) -> None:
+    """From its second call on (at its first it may still be starting), the hook's process reads each call on the
+    CPU of the thread that wrote it, and between calls it may run on every CPU it could before."""
+    (tmp_path / "resident.py").write_text(WHERE_IT_READS)
+    host = make_host(RESIDENT_CONFIG.format(python=json.dumps(sys.executable)), {"files": FILES}, base_dir=tmp_path)
+    everywhere = sorted(os.sched_getaffinity(0))
+
+    async def main() -> list[tuple[str, int]]:
+        view = host.view("writer")
+        written: list[tuple[str, int]] = []
+        for n in range(21):
+            cpu = _current_cpu()  # (the loop's thread: it writes the line a few microseconds later)
+            assert (await view.call("files__read", {"path": f"p{n}"})).text == f"contents of p{n}"
+            written.append((f"p{n}", cpu))
+            pid = int((tmp_path / "cpus.log").read_text().split()[2])
+            assert sorted(os.sched_getaffinity(pid)) == everywhere, n  # (between calls)
+        host.close()
+        return written
+
+    written = anyio.run(main)
+    read = {path: int(cpu) for path, cpu, _ in (line.split() for line in
+                                                (tmp_path / "cpus.log").read_text().splitlines())}
+    same = [path for path, cpu in written[1:] if read[path] == cpu]
+    # Woken elsewhere, as it is without this, it reads on the other, idle CPU nearly every time; here nearly never.
+    assert len(same) >= 10, (written, read)
+
+
 NEVER_READS = r'''
 import time
 time.sleep(30)  # never reads: a call larger than the pipe holds cannot be written to it

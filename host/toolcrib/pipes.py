@@ -1,9 +1,11 @@
 """Pipes to and from other processes, from the event loop: writing, which the stdio transport, an isolated pack's
-calls lane and a long-lived hook process share, reading an answer expected soon (a long-lived hook's), and taking
-turns at a process that answers one question at a time."""
+calls lane and a long-lived hook process share, reading an answer expected soon (a long-lived hook's), waking the
+process that answers it on the writer's CPU, and taking turns at a process that answers one question at a time."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import math
 import os
 import threading
@@ -55,6 +57,66 @@ async def read_answer(fd: int, size: int, deadline: float = math.inf) -> bytes:
                 await anyio.lowlevel.checkpoint()
                 continue
         await _until(deadline, anyio.wait_readable, fd)
+
+
+class Nearby:
+    """Has the kernel wake ``pid``, a process asleep reading what this thread is about to write to it (a long-lived
+    hook), on this thread's CPU, and then lets it run on any of its CPUs again. Woken on a CPU that was idle, it
+    answers late: a line to a process that answers at once, and its answer back, took 35-40 us on the machine of
+    docs/benchmarks.md that way and 4 us woken on the writer's CPU (where the writer, looking for the answer,
+    yields to it). Only a wake-up is placed: the process is not kept on the CPU (what it does at length, and what
+    it starts, runs where the kernel puts it), and one that is kept on one CPU (``taskset``), or cannot run on this
+    one, is left as it is. ::
+
+        allowed = nearby.wake_here()
+        os.write(fd, line)
+        nearby.release(allowed)
+
+    Nothing is done with one CPU, or without Linux's calls for it."""
+
+    __slots__ = ("pid",)
+
+    def __init__(self, pid: int) -> None:
+        self.pid: int | None = pid if _current_cpu is not None else None
+
+    def wake_here(self) -> set[int] | None:
+        """Place its next wake-up on this thread's CPU; the CPUs it may run on, for ``release``, or None when it is
+        left as it was."""
+        if self.pid is None or _current_cpu is None:
+            return None
+        try:
+            allowed = os.sched_getaffinity(self.pid)
+            cpu = _current_cpu()
+            if len(allowed) < 2 or cpu not in allowed:
+                return None
+            os.sched_setaffinity(self.pid, (cpu,))
+        except OSError:  # gone (its call says so), or not ours to place: never again
+            self.pid = None
+            return None
+        return allowed
+
+    def release(self, allowed: set[int] | None) -> None:
+        """Let it run on ``allowed`` again (what ``wake_here`` answered)."""
+        if allowed is not None and self.pid is not None:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(self.pid, allowed)
+
+
+def _sched_getcpu() -> Callable[[], int] | None:
+    """libc's ``sched_getcpu`` (the CPU the calling thread runs on), where a process's CPUs can be chosen (Linux)
+    and there is more than one."""
+    if not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
+        return None
+    try:
+        current: Callable[[], int] = ctypes.CDLL(None, use_errno=True).sched_getcpu
+    except (OSError, AttributeError):
+        return None
+    current.restype = ctypes.c_int  # type: ignore[attr-defined]
+    current.argtypes = ()  # type: ignore[attr-defined]
+    return current if current() >= 0 else None
+
+
+_current_cpu = _sched_getcpu()
 
 
 async def _until(deadline: float, wait: Callable[[int], Awaitable[None]], fd: int) -> None:
@@ -131,4 +193,4 @@ def _soon(token: anyio.lowlevel.EventLoopToken, call: Callable[[], object]) -> N
     schedule(call)
 
 
-__all__ = ["SPINS", "SPIN_SECONDS", "Turns", "read_answer", "write_all"]
+__all__ = ["SPINS", "SPIN_SECONDS", "Nearby", "Turns", "read_answer", "write_all"]
