@@ -64,9 +64,9 @@ class Nearby:
     hook), on this thread's CPU, and then lets it run on any of its CPUs again. Woken on a CPU that was idle, it
     answers late: a line to a process that answers at once, and its answer back, took 35-40 us on the machine of
     docs/benchmarks.md that way and 4 us woken on the writer's CPU (where the writer, looking for the answer,
-    yields to it). Only a wake-up is placed: the process is not kept on the CPU (what it does at length, and what
-    it starts, runs where the kernel puts it), and one that is kept on one CPU (``taskset``), or cannot run on this
-    one, is left as it is. ::
+    yields to it). Only a wake-up is placed: once the line is written the process may run on every CPU it could
+    before (only a program it starts in the microseconds between keeps the one CPU), and one that is kept on one
+    CPU (``taskset``), or cannot run on this one, is left as it is. ::
 
         allowed = nearby.wake_here()
         os.write(fd, line)
