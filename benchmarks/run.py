@@ -594,6 +594,9 @@ async def operations(args: argparse.Namespace) -> list[Row]:
         matching = '[[hooks.pre_tool_use]]\ncommand = ["true"]\ntools = ["math__*"]\n'
         long_lived = (f'[[hooks.pre_tool_use]]\ncommand = [{json.dumps(sys.executable)}, '
                       f'{json.dumps(str(Path(tmp, "resident.py")))}]\ntools = ["math__*"]\nprocess = "long-lived"\n')
+        # the least any hook process can cost: a compiled program answering at once (the call's line echoed back,
+        # an object that decides nothing)
+        echoing = '[[hooks.pre_tool_use]]\ncommand = ["cat"]\ntools = ["math__*"]\nprocess = "long-lived"\n'
         result: dict[str, float] = {}
         plain_of: dict[str, float] = {}  # the call without, measured in the same group
         # Three groups, each with its own call without: what works off the call's path (the audit log's writer
@@ -601,8 +604,8 @@ async def operations(args: argparse.Namespace) -> list[Row]:
         # that its work is not counted in a neighbour's means; the rest in medians, in turns.
         for group, mean in (({"plain": server(), "audit": server(audited)}, True),
                             ({"plain": server(), "per-call hook": server(matching)}, True),
-                            ({"plain": server(), "hook": server(hooked), "long-lived hook": server(long_lived)},
-                             False)):
+                            ({"plain": server(), "hook": server(hooked), "long-lived hook": server(long_lived),
+                              "echoing hook": server(echoing)}, False)):
             async with contextlib.AsyncExitStack() as stack:
                 clients = {n: await stack.enter_async_context(Client(s, cache=None)) for n, s in group.items()}
                 ops = {n: (lambda c=c: c.call_tool("math__add", {"a": 2, "b": 3})) for n, c in clients.items()}
@@ -619,7 +622,9 @@ async def operations(args: argparse.Namespace) -> list[Row]:
                                      for n, v in views.items()}, calls * 10, args.rounds, mean=True)
         own = await _hook_own_part(long_lived, calls * 10, args.rounds)
     for name, label in (("per-call hook", "a matching command hook run per call (`true`)"),
-                        ("long-lived hook", "a matching long-lived command hook (a Python script)")):
+                        ("long-lived hook", "a matching long-lived command hook (a Python script)"),
+                        ("echoing hook", "a matching long-lived hook answering at once (`cat`: a compiled program; "
+                         "the call it echoes back decides nothing)")):
         MEASURED[f"ops {name}"] = result[name] / plain_of[name]
         rows.append([f"call with {label}", fmt(result[name]), fmt(plain_of[name]),
                      ratio(result[name], plain_of[name])])
@@ -1225,6 +1230,8 @@ def _goals() -> list[Row]:
         ("MCP call with a command hook matching no call vs without", "<= 1.05x", MEASURED.get("ops hook"), 1.05, "x"),
         ("MCP call with a matching long-lived command hook vs without", "<= 1.20x", MEASURED.get("ops long-lived hook"),
          1.20, "x"),
+        ("MCP call with a matching long-lived hook whose process answers at once (`cat`) vs without: the least a "
+         "hook process costs here", "-", MEASURED.get("ops echoing hook"), 1.20, "x"),
         ("toolcrib's own part of a matching long-lived hook (its process answering at once), Python API", "-",
          MEASURED.get("ops long-lived own"), 1.0, "s"),
         ("MCP call with metrics on (no trace exporter) vs without", "<= 1.05x", MEASURED.get("ops metrics"), 1.05,

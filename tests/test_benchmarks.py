@@ -34,6 +34,10 @@ def test_the_harness_runs_in_quick_mode(tmp_path) -> None:  # type: ignore[no-un
                 "| tool search recall@5 on the labelled queries | >= 0.90 | ",
                 "| the argument rules of a call on a tool with 250 specifiers (125 prefixes, 125 other globs) |",
                 "| call with a matching long-lived command hook (a Python script) |",
+                "| call with a matching long-lived hook answering at once (`cat`: a compiled program; the call it "
+                "echoes back decides nothing) |",
+                "| MCP call with a matching long-lived hook whose process answers at once (`cat`) vs without: the "
+                "least a hook process costs here | - | ",
                 "| Python API call with a matching long-lived hook whose process answers at once (toolcrib's own part "
                 "of a hook) |",
                 "| toolcrib's own part of a matching long-lived hook (its process answering at once), Python API "
