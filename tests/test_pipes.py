@@ -142,6 +142,38 @@ def test_looking_for_an_answer_lets_every_other_task_run(pipe: tuple[int, int],
     assert seen == sorted(seen) and len(set(seen)) > 100, seen
 
 
+def test_a_reader_not_looking_waits_asleep_at_once(pipe: tuple[int, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``look=False`` (an answer from a process woken on this thread's CPU, which runs there as this one sleeps):
+    one read before it sleeps and one when the answer is in, however many turns the loop makes meanwhile."""
+    monkeypatch.setattr(pipes, "SPINS", True)
+    monkeypatch.setattr(pipes, "SPIN_SECONDS", 60.0)
+    read_fd, write_fd = pipe
+    turns: list[int] = []
+    seen: list[int] = []
+    read = os.read
+
+    def looking(fd: int, size: int) -> bytes:
+        seen.append(len(turns))
+        return read(fd, size)
+
+    async def main() -> bytes:
+        async with anyio.create_task_group() as tg:
+            async def busy() -> None:
+                for turn in range(200):
+                    turns.append(turn)
+                    await anyio.lowlevel.checkpoint()
+                os.write(write_fd, b"done\n")
+
+            tg.start_soon(busy)
+            return await pipes.read_answer(read_fd, 100, look=False)
+
+    monkeypatch.setattr(os, "read", looking)
+    got = anyio.run(main)
+    monkeypatch.undo()
+    assert got == b"done\n"
+    assert seen == [0, 200]
+
+
 def test_a_reader_that_waits_long_sleeps_after_its_spin(pipe: tuple[int, int],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Waiting half a second for a slow answer costs the process a spin's CPU (200 us), not half a second's."""

@@ -38,18 +38,22 @@ async def write_all(fd: int, data: bytes | memoryview, deadline: float = math.in
             await _until(deadline, anyio.wait_writable, fd)
 
 
-async def read_answer(fd: int, size: int, deadline: float = math.inf) -> bytes:
+async def read_answer(fd: int, size: int, deadline: float = math.inf, look: bool = True) -> bytes:
     """Up to ``size`` bytes from the non-blocking descriptor ``fd``, where another process's answer to what was
     just written to it is expected soon: looked for for up to ``SPIN_SECONDS`` between turns of the event loop
     (every other task runs meanwhile; the process stays awake), then waited for asleep, until ``deadline``
-    (``time.monotonic()``'s; then ``TimeoutError``). ``b""`` at end of input; an ``OSError`` is the caller's."""
+    (``time.monotonic()``'s; then ``TimeoutError``). ``b""`` at end of input; an ``OSError`` is the caller's.
+
+    ``look=False`` waits asleep at once: for an answer from a process woken on this thread's CPU (``Nearby``),
+    which runs there while this thread sleeps, and wakes it there as cheaply as it would be found awake (and a
+    thread looking for it could hold the CPU it needs, where the kernel does not let a woken process in first)."""
     spin_ends = 0.0
     while True:
         try:
             return os.read(fd, size)
         except BlockingIOError:
             pass
-        if SPINS:
+        if SPINS and look:
             now = time.perf_counter()
             if not spin_ends:
                 spin_ends = now + SPIN_SECONDS
@@ -63,14 +67,15 @@ class Nearby:
     """Has the kernel wake ``pid``, a process asleep reading what this thread is about to write to it (a long-lived
     hook), on this thread's CPU, and then lets it run on any of its CPUs again. Woken on a CPU that was idle, it
     answers late: a line to a process that answers at once, and its answer back, took 35-40 us on the machine of
-    docs/benchmarks.md that way and 4 us woken on the writer's CPU (where the writer, looking for the answer,
-    yields to it). Only a wake-up is placed: once the line is written the process may run on every CPU it could
-    before (only a program it starts in the microseconds between keeps the one CPU), and one that is kept on one
-    CPU (``taskset``), or cannot run on this one, is left as it is. ::
+    docs/benchmarks.md that way and 4 us woken on the writer's CPU (where the writer then waits for the answer
+    asleep, so that the process has the CPU at once). Only a wake-up is placed: once the line is written the
+    process may run on every CPU it could before (only a program it starts in the microseconds between keeps the
+    one CPU), and one that is kept on one CPU (``taskset``), or cannot run on this one, is left as it is. ::
 
         allowed = nearby.wake_here()
-        os.write(fd, line)
+        os.write(its_input, line)
         nearby.release(allowed)
+        answer = await read_answer(its_output, 65536, deadline, look=allowed is None)
 
     Nothing is done with one CPU, or without Linux's calls for it."""
 

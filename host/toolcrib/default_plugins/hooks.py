@@ -157,12 +157,13 @@ class _LongLived:
             nearby = self._nearby
             if nearby is None:
                 await self._send(call + b"\n", deadline)
+                line = await self._line(deadline, look=True)
             else:
                 allowed = nearby.wake_here()
                 await self._send(call + b"\n", deadline)
                 if nearby is self._nearby:  # (not a process started again meanwhile)
                     nearby.release(allowed)
-            line = await self._line(deadline)
+                line = await self._line(deadline, look=allowed is None)  # (woken here: it runs as this sleeps)
             if self._nearby is None and self._process is not None:  # it has answered: it reads its calls now
                 self._nearby = Nearby(self._process.pid)
             self._busy = False
@@ -209,8 +210,8 @@ class _LongLived:
         except BrokenPipeError:
             raise OSError("its process ended (its input is closed)") from None
 
-    async def _line(self, deadline: float) -> bytes | None:
-        """Its next line; None for one longer than an answer may be."""
+    async def _line(self, deadline: float, look: bool) -> bytes | None:
+        """Its next line; None for one longer than an answer may be (``look``: as ``read_answer`` takes it)."""
         assert self._process is not None and self._process.stdout is not None
         fd = self._process.stdout.fileno()
         while True:
@@ -220,7 +221,7 @@ class _LongLived:
                 return line
             if len(self._buffer) > MAX_ANSWER_BYTES:
                 return None
-            chunk = await read_answer(fd, 65536, deadline)
+            chunk = await read_answer(fd, 65536, deadline, look)
             if not chunk:
                 raise OSError("its process ended (its output closed)")
             self._buffer += chunk
