@@ -106,45 +106,10 @@ def test_an_answer_is_read_whether_it_comes_while_looked_for_or_after_the_reader
     assert anyio.run(main) == [b"soon\n", b"late\n", b""]
 
 
-def test_looking_for_an_answer_lets_every_other_task_run(pipe: tuple[int, int],
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Another task writes the answer after 200 turns of the event loop; the reader (its spin made a minute long)
-    looks for it between those turns, not before them all (a reader that held the loop would see none of them
-    until its spin ended)."""
-    monkeypatch.setattr(pipes, "SPINS", True)
-    monkeypatch.setattr(pipes, "SPIN_SECONDS", 60.0)
-    read_fd, write_fd = pipe
-    turns: list[int] = []
-    seen: list[int] = []  # how many turns the other task had made, at each look
-    read = os.read
-
-    def looking(fd: int, size: int) -> bytes:
-        seen.append(len(turns))
-        return read(fd, size)
-
-    async def main() -> bytes:
-        async with anyio.create_task_group() as tg:
-            async def busy() -> None:
-                for turn in range(200):
-                    turns.append(turn)
-                    await anyio.lowlevel.checkpoint()
-                os.write(write_fd, b"done\n")
-
-            tg.start_soon(busy)
-            got = await pipes.read_answer(read_fd, 100)
-        return got
-
-    monkeypatch.setattr(os, "read", looking)
-    got = anyio.run(main)
-    monkeypatch.undo()
-    assert got == b"done\n"
-    assert turns == list(range(200))
-    assert seen == sorted(seen) and len(set(seen)) > 100, seen
-
-
-def test_a_reader_not_looking_waits_asleep_at_once(pipe: tuple[int, int], monkeypatch: pytest.MonkeyPatch) -> None:
-    """``look=False`` (an answer from a process woken on this thread's CPU, which runs there as this one sleeps):
-    one read before it sleeps and one when the answer is in, however many turns the loop makes meanwhile."""
+def _looks_while_another_task_turns(pipe: tuple[int, int], monkeypatch: pytest.MonkeyPatch,
+                                    look: bool) -> tuple[bytes, list[int], list[int]]:
+    """Another task writes the answer after 200 turns of the event loop while ``read_answer`` (its spin made a
+    minute long) waits for it: (what it read, the other task's turns, how many of them it had made at each read)."""
     monkeypatch.setattr(pipes, "SPINS", True)
     monkeypatch.setattr(pipes, "SPIN_SECONDS", 60.0)
     read_fd, write_fd = pipe
@@ -165,12 +130,30 @@ def test_a_reader_not_looking_waits_asleep_at_once(pipe: tuple[int, int], monkey
                 os.write(write_fd, b"done\n")
 
             tg.start_soon(busy)
-            return await pipes.read_answer(read_fd, 100, look=False)
+            return await pipes.read_answer(read_fd, 100, look=look)
 
     monkeypatch.setattr(os, "read", looking)
     got = anyio.run(main)
     monkeypatch.undo()
+    return got, turns, seen
+
+
+def test_looking_for_an_answer_lets_every_other_task_run(pipe: tuple[int, int],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader looks for the answer between the other task's turns, not before them all (a reader that held
+    the loop would see none of them until its spin ended)."""
+    got, turns, seen = _looks_while_another_task_turns(pipe, monkeypatch, look=True)
     assert got == b"done\n"
+    assert turns == list(range(200))
+    assert seen == sorted(seen) and len(set(seen)) > 100, seen
+
+
+def test_a_reader_not_looking_waits_asleep_at_once(pipe: tuple[int, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``look=False`` (an answer from a process woken on this thread's CPU, which runs there as this one sleeps):
+    one read before it sleeps and one when the answer is in, however many turns the loop makes meanwhile."""
+    got, turns, seen = _looks_while_another_task_turns(pipe, monkeypatch, look=False)
+    assert got == b"done\n"
+    assert turns == list(range(200))
     assert seen == [0, 200]
 
 
