@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import math
 import os
 import threading
@@ -82,16 +83,17 @@ class Nearby:
     __slots__ = ("pid",)
 
     def __init__(self, pid: int) -> None:
-        self.pid: int | None = pid if _current_cpu is not None else None
+        self.pid: int | None = pid if _sched_getcpu() is not None else None
 
     def wake_here(self) -> set[int] | None:
         """Place its next wake-up on this thread's CPU; the CPUs it may run on, for ``release``, or None when it is
         left as it was."""
-        if self.pid is None or _current_cpu is None:
+        current_cpu = _sched_getcpu()
+        if self.pid is None or current_cpu is None:
             return None
         try:
             allowed = os.sched_getaffinity(self.pid)
-            cpu = _current_cpu()
+            cpu = current_cpu()
             if len(allowed) < 2 or cpu not in allowed:
                 return None
             os.sched_setaffinity(self.pid, (cpu,))
@@ -107,6 +109,7 @@ class Nearby:
                 os.sched_setaffinity(self.pid, allowed)
 
 
+@functools.cache  # (looked up by the first long-lived hook, not at every start)
 def _sched_getcpu() -> Callable[[], int] | None:
     """libc's ``sched_getcpu`` (the CPU the calling thread runs on), where a process's CPUs can be chosen (Linux)
     and there is more than one."""
@@ -120,8 +123,6 @@ def _sched_getcpu() -> Callable[[], int] | None:
     current.argtypes = ()  # type: ignore[attr-defined]
     return current if current() >= 0 else None
 
-
-_current_cpu = _sched_getcpu()
 
 
 async def _until(deadline: float, wait: Callable[[int], Awaitable[None]], fd: int) -> None:

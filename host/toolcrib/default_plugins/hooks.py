@@ -155,15 +155,11 @@ class _LongLived:
             if self._process is None:
                 self._start()
             nearby = self._nearby
-            if nearby is None:
-                await self._send(call + b"\n", deadline)
-                line = await self._line(deadline, look=True)
-            else:
-                allowed = nearby.wake_here()
-                await self._send(call + b"\n", deadline)
-                if nearby is self._nearby:  # (not a process started again meanwhile)
-                    nearby.release(allowed)
-                line = await self._line(deadline, look=allowed is None)  # (woken here: it runs as this sleeps)
+            allowed = nearby.wake_here() if nearby is not None else None
+            await self._send(call + b"\n", deadline)
+            if nearby is not None and nearby is self._nearby:  # (not a process started again meanwhile)
+                nearby.release(allowed)
+            line = await self._line(deadline, look=allowed is None)  # (woken here: it runs as this sleeps)
             if self._nearby is None and self._process is not None:  # it has answered: it reads its calls now
                 self._nearby = Nearby(self._process.pid)
             self._busy = False
