@@ -1,5 +1,6 @@
 """An upstream MCP server on stdio that tries to reach what it should not: one tool, ``try``, that attempts one
-thing (``what``: read, write, environ, connect, udp, unix, allocate, spawn, fork) and says what happened, exactly.
+thing (``what``: read, write, environ, connect, udp, unix, udp32, unix32, x32, allocate, spawn, fork) and says what
+happened, exactly.
 For the confinement tests: the same server confined and not."""
 
 from __future__ import annotations
@@ -41,6 +42,25 @@ def attempt(what: str, target: str) -> str:
         if what == "udp":
             socket.socket(socket.AF_INET, socket.SOCK_DGRAM).close()
             return "made a UDP socket"
+        if what in ("udp32", "unix32"):  # the socket made through the i386 gate, then used natively
+            family = socket.AF_INET if what == "udp32" else socket.AF_UNIX
+            kind = socket.SOCK_DGRAM if what == "udp32" else socket.SOCK_STREAM
+            with socket.socket(fileno=gate32(I386_SOCKET, family, kind, 0)) as made:
+                if what == "udp32":
+                    made.sendto(b"out", ("127.0.0.1", int(target)))
+                    return "sent a UDP datagram"
+                made.connect(target)
+                return "connected"
+        if what == "x32":  # x86-64's x32 calls: the native gate, with the x32 bit in the number
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.syscall.restype = ctypes.c_long
+            made = libc.syscall(ctypes.c_long(X32 | 41), 2, 2, 0)
+            if made < 0:
+                raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+            os.close(made)
+            return "made a UDP socket"
         if what == "allocate":
             return f"allocated {len(bytearray(int(target) * 1024 * 1024)) // (1024 * 1024)} MiB"
         if what == "spawn":
@@ -54,6 +74,28 @@ def attempt(what: str, target: str) -> str:
     except (OSError, MemoryError) as exc:
         return f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}"
     return f"unknown: {what}"
+
+
+I386_SOCKET, X32 = 359, 0x40000000  # i386's own socket() number; x86-64's x32 bit
+
+
+def gate32(number: int, *arguments: int) -> int:
+    """Make system call ``number`` of i386 through its gate (``int 0x80``), as an attacker's few bytes of machine
+    code would from a 64-bit process (x86-64 only): its result, or ``OSError``."""
+    import ctypes
+    import mmap
+
+    registers = [b"\xbb", b"\xb9", b"\xba"]  # ebx, ecx, edx: the first three arguments
+    code = b"\x53\xb8" + number.to_bytes(4, "little")  # push rbx (the caller's); mov eax, number
+    for register, value in zip(registers, arguments, strict=False):
+        code += register + value.to_bytes(4, "little")
+    code += b"\xcd\x80\x5b\xc3"  # int 0x80; pop rbx; ret
+    page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    page.write(code)
+    answer = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(page)))()
+    if answer < 0:
+        raise OSError(-answer, os.strerror(-answer))
+    return int(answer)
 
 
 def fork_bomb() -> str:

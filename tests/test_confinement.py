@@ -96,6 +96,34 @@ def test_a_confined_server_cannot_read_the_config_or_the_host_s_environment_nor_
     assert not outside.exists()
 
 
+def gate_tries(tmp_path: Path) -> tuple[list[tuple[str, str]], socket.socket, socket.socket]:
+    """Sockets made through another system-call gate than the machine's own (the i386 ``int 0x80``, x86-64's x32
+    bit), then used natively: a UDP datagram to a port here, a listening Unix socket outside what may be read."""
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(str(tmp_path / "runtime.sock"))
+    unix.listen()
+    return ([("udp32", str(udp.getsockname()[1])), ("unix32", str(tmp_path / "runtime.sock")), ("x32", "")],
+            udp, unix)
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the i386 gate and x32 are x86-64's")
+def test_a_confined_server_makes_no_socket_through_another_system_call_gate(tmp_path: Path) -> None:
+    tries, udp, unix = gate_tries(tmp_path)
+    try:
+        free = attempts(tmp_path, False, tries)
+        boxed = attempts(tmp_path, True, tries)
+    finally:
+        udp.close()
+        unix.close()
+    if free[0] == "OSError: Function not implemented":
+        pytest.skip("this kernel runs no 32-bit calls (no IA32 emulation): nothing to walk past")
+    assert free[:2] == ["sent a UDP datagram", "connected"]  # the gate is open here, unconfined
+    unsupported = "OSError: Function not implemented"
+    assert boxed == [unsupported, unsupported, unsupported]  # as on a kernel without the emulation
+
+
 def test_a_confined_server_writes_only_its_own_temporary_folder_and_what_write_names(tmp_path: Path) -> None:
     (tmp_path / "out").mkdir()
     earlier = attempts(tmp_path, True, [("tmpdir", "")], 'write = ["out"]')[0]

@@ -57,6 +57,9 @@ def attempt(what: str, target: str = "") -> str:
         if what == "print":
             print("junk on stdout")
             return "printed"
+        if what in ("udp32", "unix32", "x32"):  # another system-call gate than the machine's own
+            import probing_server
+            return probing_server.attempt(what, target)
         if what == "fork":
             import probing_server
             return probing_server.fork_bomb()
@@ -167,6 +170,25 @@ def test_an_isolated_pack_cannot_reach_what_governs_the_host(tmp_path: Path, pro
     assert seen["said"][7].startswith("pid ")  # and it still serves
     assert not (tmp_path / "outside.txt").exists()
     assert (tmp_path / "ws" / "inside.txt").read_text() == "from the pack"
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the i386 gate and x32 are x86-64's")
+def test_an_isolated_pack_makes_no_socket_through_another_system_call_gate(tmp_path: Path, probe_pack: None) -> None:
+    from test_confinement import gate_tries
+
+    tries, udp, unix = gate_tries(tmp_path)
+    try:
+        seen = served(tmp_path, [("probe__attempt", {"what": what, "target": target}) for what, target in tries]
+                      + [("probe__where", {})])
+        udp.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            udp.recv(10)  # nothing came
+    finally:
+        udp.close()
+        unix.close()
+    unsupported = "OSError: Function not implemented"
+    assert seen["said"][:3] == [unsupported, unsupported, unsupported]
+    assert seen["said"][3].startswith("pid ")  # refused, not killed: it still serves
 
 
 @pytest.mark.skipif(pids_root() is None, reason="no pids cgroup can be made here: an isolated pack's processes are "

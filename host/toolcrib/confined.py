@@ -12,7 +12,7 @@ holds for every process the program starts, and cannot be lifted from inside:
   Landlock keeps a confined process from reading another's memory or environment (``/proc/<pid>/environ``);
 - **network**, unless ``network`` (Landlock ABI 4 refuses TCP connect and bind, and a seccomp filter refuses to
   make any socket, UDP and Unix ones included, and io_uring, which could get around it; anonymous socket pairs
-  stay);
+  stay; only the machine's own system-call gate is open, so a 32-bit ``int 0x80`` makes nothing either);
 - **resources** (``setrlimit``): address space, CPU seconds, open files, processes; processes in a pids cgroup of
   the program's own where the host can make one (``group``), so that they are counted for root too;
 - **its host** (``parent``): the program is killed when the host ends, however it ends (``PR_SET_PDEATHSIG``).
@@ -47,6 +47,7 @@ LIMITS = {"memory": resource.RLIMIT_AS, "cpu": resource.RLIMIT_CPU, "files": res
           "processes": resource.RLIMIT_NPROC}
 # (audit architecture, socket, io_uring_setup) by machine, for the seccomp filter
 _SYSCALLS = {"x86_64": (0xC000003E, 41, 425), "aarch64": (0xC00000B7, 198, 425)}
+_ENOSYS = 38
 
 
 class _PathBeneath(ctypes.Structure):
@@ -121,16 +122,23 @@ def no_sockets(libc: Any) -> None:
     """A seccomp filter: ``socket()`` fails with EACCES, whatever the family (a Unix socket too: one could connect to
     any listening socket's path, a container runtime's among them, which Landlock does not govern), and
     ``io_uring_setup`` with EPERM. ``socketpair()`` stays: an anonymous pair reaches nothing (event loops wake
-    themselves with one)."""
+    themselves with one).
+
+    Only the machine's own system-call gate is open. A call made through another one (the i386 gate, ``int 0x80``,
+    where the kernel emulates 32-bit programs; arm32's on aarch64) or with x86-64's x32 bit set has numbers of its
+    own, ``socketcall`` among them, that this filter does not name: every such call fails with ENOSYS, as on a
+    kernel without that emulation (libseccomp and systemd's ``SystemCallArchitectures=native`` close them too)."""
     known = _SYSCALLS.get(platform.machine())
     if known is None:
         raise OSError(f"no seccomp filter is written for {platform.machine()}")
     arch, socket_nr, uring_nr = known
-    load, jump_eq, ret = 0x20, 0x15, 0x06
+    load, jump_eq, jump_ge, ret = 0x20, 0x15, 0x35, 0x06
     allow, errno = 0x7FFF0000, 0x00050000
+    x32 = 0x40000000  # x86-64's x32 calls: the native architecture's, with this bit in the number
     program = [
-        (load, 0, 0, 4), (jump_eq, 1, 0, arch), (ret, 0, 0, allow),  # another architecture's calls: as they are
+        (load, 0, 0, 4), (jump_eq, 1, 0, arch), (ret, 0, 0, errno | _ENOSYS),  # another architecture's gate
         (load, 0, 0, 0),
+        (jump_ge, 0, 1, x32), (ret, 0, 0, errno | _ENOSYS),
         (jump_eq, 0, 1, uring_nr), (ret, 0, 0, errno | 1),
         (jump_eq, 0, 1, socket_nr), (ret, 0, 0, errno | 13),
         (ret, 0, 0, allow),
