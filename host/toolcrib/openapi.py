@@ -14,10 +14,12 @@ YAML, becomes the tool ``<namespace>__<operationId>``, called over HTTP through 
   ``{"result": ...}``, as MCP wants an object); an answer that does not match it is an error result that says so.
 - **Annotations** come from the method, which toolcrib itself sends: GET, HEAD and OPTIONS are read-only and
   idempotent, PUT and DELETE idempotent, DELETE and PUT destructive, POST not read-only and not destructive, PATCH
-  neither read-only nor idempotent. So plan mode and ``@writes`` work with no curation.
+  neither read-only nor idempotent, TRACE (which echoes the request, credentials and all) not read-only. So plan
+  mode and ``@writes`` work with no curation.
 - **Calls** go to the base URL only (every redirect hop must stay under it), through ``toolcrib.net``'s guard: the
   base URL's own host may be a private address (the operator named it), no other; its deadline and size cap. The
-  configured credentials (headers, bearer, API key) go with every call and never into a message, a log or a result.
+  configured credentials (headers, bearer, API key) go with every call and never into a message, a log or a result,
+  in any form (``Credentials.scrub_result``); names come from the document, never from an agent's keys.
   A 2xx answer's JSON is the structured content; text is text; images and audio are content blocks; other bytes an
   embedded resource. Any other status is an error result with the status and a trimmed body, never a traceback.
 - **The lock** records each operation's method, path and where its arguments go (``Runner.runs``) beside what an
@@ -27,7 +29,10 @@ YAML, becomes the tool ``<namespace>__<operationId>``, called over HTTP through 
 from __future__ import annotations
 
 import base64
+import contextlib
 import fnmatch
+import functools
+import html
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -51,8 +56,11 @@ from toolcrib.tool import Tool, _json_schema_model
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 PLACES = ("path", "query", "header", "cookie")
-# Headers the HTTP layer sets, which OpenAPI says a parameter of that name is ignored as
-_IGNORED_HEADERS = frozenset({"accept", "content-type", "authorization"})
+# Headers an argument never sets: those OpenAPI says a parameter is ignored as (the HTTP layer's), and the
+# connection's and the message's framing, which would let a value reach another host or smuggle a second request
+_IGNORED_HEADERS = frozenset({
+    "accept", "content-type", "authorization", "host", "content-length", "transfer-encoding", "connection",
+    "keep-alive", "te", "trailer", "upgrade", "proxy-connection", "proxy-authorization", "expect", "cookie"})
 ERROR_BODY_CHARS = 2000  # of an error answer's body, in its error result
 # What each method tells of the operation (toolcrib sends that method, so these are not the document's claims)
 ANNOTATIONS: dict[str, dict[str, bool]] = {
@@ -63,7 +71,8 @@ ANNOTATIONS: dict[str, dict[str, bool]] = {
     "delete": {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": True},
     "post": {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False},
     "patch": {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False},
-    "trace": {"readOnlyHint": True, "idempotentHint": True},
+    # TRACE echoes the request it is sent: what a call carries comes back, so it is no read
+    "trace": {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": True},
 }
 _JSON = re.compile(r"^application/(.+\+)?json$")
 _DROPPED_KEYS = frozenset({"discriminator", "xml", "externalDocs", "example", "nullable", "readOnly", "writeOnly"})
@@ -482,7 +491,8 @@ def _an_object(document: Mapping[str, Any], schema: Any, depth: int = 0) -> bool
 
 @dataclass(frozen=True)
 class Credentials:
-    """What goes with every call (never shown: ``scrub`` takes each value out of a message)."""
+    """What goes with every call. Never shown: ``scrub_result`` takes every form of each value (bare and with its
+    scheme, percent-, JSON-, HTML- and base64-encoded) out of whatever the API answered."""
 
     headers: Mapping[str, str]
     query: Mapping[str, str]
@@ -491,12 +501,90 @@ class Credentials:
     def provided(self) -> frozenset[tuple[str, str]]:
         return frozenset({*(("header", k.lower()) for k in self.headers), *(("query", k.lower()) for k in self.query)})
 
+    @functools.cached_property
+    def _patterns(self) -> tuple[re.Pattern[str], re.Pattern[bytes]] | None:
+        forms = sorted({f for value in _secrets(self) for f in _forms(value) if len(f) >= MIN_SECRET_FORM},
+                       key=len, reverse=True)
+        if not forms:
+            return None
+        text = "|".join(_percent_any_case(re.escape(f)) for f in forms)
+        return re.compile(text), re.compile(text.encode())
+
     def scrub(self, text: str) -> str:
-        for value in (*self.headers.values(), *self.query.values()):
-            for form in {value, quote(value, safe=""), quote(value), quote_plus(value)}:  # as sent in a query too
-                if len(form) >= 4:
-                    text = text.replace(form, "***")
-        return text
+        return text if self._patterns is None else self._patterns[0].sub("***", text)
+
+    def scrub_bytes(self, data: bytes) -> bytes:
+        return data if self._patterns is None else self._patterns[1].sub(b"***", data)
+
+    def scrub_value(self, value: Any) -> Any:
+        """A JSON value with every credential taken out of its strings, keys among them."""
+        if isinstance(value, str):
+            return self.scrub(value)
+        if isinstance(value, list):
+            return [self.scrub_value(v) for v in value]
+        if isinstance(value, dict):
+            return {self.scrub(str(k)): self.scrub_value(v) for k, v in value.items()}
+        return value
+
+    def scrub_result(self, result: ToolResult) -> ToolResult:
+        """``result`` with no credential in any block, URI or structured content; base64 data is scrubbed as the
+        bytes it carries."""
+        if self._patterns is None:
+            return result
+        content = tuple(self._block(block) for block in result.content)
+        return ToolResult(content=content, structured_content=self.scrub_value(result.structured_content),
+                          is_error=result.is_error)
+
+    def _block(self, block: Mapping[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in block.items():
+            if key in ("data", "blob") and isinstance(value, str):
+                value = base64.b64encode(self.scrub_bytes(base64.b64decode(value))).decode()
+            elif isinstance(value, Mapping):
+                value = self._block(value)
+            elif isinstance(value, str):
+                value = self.scrub(value)
+            out[key] = value
+        return out
+
+
+MIN_SECRET_FORM = 4  # shorter forms would take ordinary words out of answers
+
+
+def _secrets(credentials: Credentials) -> set[str]:
+    """Every value the operator gave, and the parts an API might quote: a header's credentials without its scheme
+    (``Bearer <token>`` -> ``<token>``), a Basic one's ``user:password`` and password."""
+    found: set[str] = set()
+    for value in (*credentials.headers.values(), *credentials.query.values()):
+        found.add(value)
+        scheme, _, rest = value.partition(" ")
+        if rest.strip():
+            found.add(rest.strip())
+            if scheme.lower() == "basic":
+                with contextlib.suppress(ValueError):
+                    pair = base64.b64decode(rest.strip(), validate=True).decode()
+                    found |= {pair, pair.partition(":")[2]}
+    return {v for v in found if v}
+
+
+def _forms(value: str) -> set[str]:
+    """The ways an answer can carry ``value``: as it is; percent-encoded (path, query, form); escaped in JSON and
+    HTML; and base64 (both alphabets) wherever it starts in the encoded bytes: the characters that only its own bytes
+    decide."""
+    forms = {value, quote(value, safe=""), quote(value), quote_plus(value), json.dumps(value)[1:-1],
+             json.dumps(value)[1:-1].replace("/", "\\/"), html.escape(value)}
+    raw = value.encode()
+    for offset in range(3):
+        encoded = base64.b64encode(b"\0" * offset + raw + b"\0" * 2)
+        first, last = -(-8 * offset // 6), (8 * (offset + len(raw)) - 6) // 6
+        core = encoded[first:last + 1].decode()
+        forms |= {core, core.replace("+", "-").replace("/", "_")}
+    return forms
+
+
+def _percent_any_case(pattern: str) -> str:
+    """A pattern in which each ``%XX`` escape matches in either case (``%2F`` and ``%2f``)."""
+    return re.sub(r"%([0-9A-F])([0-9A-F])", lambda m: f"%[{m[1]}{m[1].lower()}][{m[2]}{m[2].lower()}]", pattern)
 
 
 def credentials(config: OpenAPIConfig, where: str, env: Mapping[str, str] | None = None) -> Credentials:
@@ -534,10 +622,25 @@ def _style(parameter: Parameter, value: Any) -> list[tuple[str, str]]:
     if isinstance(value, dict):
         if parameter.style == "deepObject":
             return [(f"{name}[{k}]", _text(v)) for k, v in value.items()]
-        if parameter.explode:
+        if parameter.explode and parameter.where != "header":  # a query's or a cookie's: each key a name
             return [(str(k), _text(v)) for k, v in value.items()]
-        return [(name, ",".join(f"{k},{_text(v)}" for k, v in value.items()))]
+        pair = "=" if parameter.explode else ","  # a header's is one header, of the document's name (simple style)
+        return [(name, ",".join(f"{k}{pair}{_text(v)}" for k, v in value.items()))]
     return [(name, _text(value))]
+
+
+# RFC 9110's token: what a header's, a cookie's or (here) a query parameter's name made of an agent's key may be
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+def _header_value(parameter: Parameter, text: str) -> None:
+    """A header's value holds no line break or other control character, and nothing beyond Latin-1 (what HTTP/1.1
+    carries): a clear argument error, rather than a request split in two or refused by the HTTP client."""
+    if "\r" in text or "\n" in text:
+        raise ToolError(f"argument {parameter.argument!r} cannot hold a line break: it is a header")
+    bad = next((c for c in text if (ord(c) < 0x20 and c != "\t") or ord(c) == 0x7F or ord(c) > 0xFF), None)
+    if bad is not None:
+        raise ToolError(f"argument {parameter.argument!r} cannot hold the character U+{ord(bad):04X}: it is a header")
 
 
 def _path_value(parameter: Parameter, value: Any) -> str:
@@ -598,14 +701,14 @@ class OperationRunner:
             if parameter.where == "path":
                 path = path.replace("{" + parameter.name + "}", _path_value(parameter, value))
             elif parameter.where == "query":
-                query += _style(parameter, value)
+                query += self._named(parameter, _style(parameter, value))
             elif parameter.where == "header":
-                for name, text in _style(parameter, value):
-                    if "\r" in text or "\n" in text:
-                        raise ToolError(f"argument {parameter.argument!r} cannot hold a line break: it is a header")
+                for name, text in self._named(parameter, _style(parameter, value)):
+                    _header_value(parameter, text)
                     headers[name] = text
             elif parameter.where == "cookie":
-                cookies += [f"{name}={quote(text, safe='')}" for name, text in _style(parameter, value)]
+                cookies += [f"{name}={quote(text, safe='')}"
+                            for name, text in self._named(parameter, _style(parameter, value))]
             elif parameter.where == "body":
                 body[parameter.name] = value
             else:
@@ -620,7 +723,24 @@ class OperationRunner:
             answer = request(method, url, self.limits, body=data, headers=headers, check=self._stays)
         except ToolError as exc:
             raise ToolError(self.secrets.scrub(f"{where}: {exc}")) from None
-        return self._result(where, answer.status, answer.reason, answer.content_type, answer.body, answer.url)
+        return self.secrets.scrub_result(
+            self._result(where, answer.status, answer.reason, answer.content_type, answer.body, answer.url))
+
+    def _named(self, parameter: Parameter, pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """``pairs`` as sent, each name checked: the document's own, or an agent's key (an exploded object's), which
+        names no credential of the operator's and no header an argument never sets (a query's is percent-encoded;
+        a header's or a cookie's must be a plain token)."""
+        for name, _ in pairs:
+            if name == parameter.name or name.startswith(parameter.name + "["):
+                continue  # the document's (make() leaves out what an argument never sets)
+            if parameter.where != "query" and not _TOKEN.fullmatch(name):
+                raise ToolError(f"argument {parameter.argument!r}: {name!r} cannot be the name of a "
+                                f"{parameter.where} (letters, digits and !#$%&'*+-.^_`|~ only)")
+            if (parameter.where, name.lower()) in self.secrets.provided or (
+                    parameter.where == "header" and name.lower() in _IGNORED_HEADERS):
+                raise ToolError(f"argument {parameter.argument!r} cannot set the {parameter.where} {name!r}: "
+                                "toolcrib sets it")
+        return pairs
 
     def _body(self, value: Any, headers: dict[str, str]) -> bytes | None:
         media = self.made.media
@@ -669,10 +789,10 @@ class OperationRunner:
                 left = len(text) - ERROR_BODY_CHARS
                 text = text[:ERROR_BODY_CHARS] + f" [... {left} more character{'' if left == 1 else 's'}]"
             said = f": {text}" if text else ""
-            return ToolResult.error(self.secrets.scrub(f"{where} answered HTTP {status} {reason}{said}"))
+            return ToolResult.error(f"{where} answered HTTP {status} {reason}{said}")
         if _JSON.match(media) and body.strip():
             try:
-                value = json.loads(body)
+                value = self.secrets.scrub_value(json.loads(body))  # before its text is made: escapes differ there
             except ValueError:
                 return ToolResult.error(f"{where} answered HTTP {status} with JSON that cannot be read")
             structured = {"result": value} if self.made.wrapped else value
