@@ -164,3 +164,27 @@ def test_framing_and_credential_headers_are_no_arguments(echo: Any) -> None:
     sent = api.seen[-1]
     assert sent["query"] == "page=2&x+y=z%26w&key=q-key%2F9+8"
     assert (sent["headers"]["cookie"], sent["headers"]["x-note"]) == ("theme=dark", "é")  # Latin-1, as HTTP/1.1 carries it
+
+
+def test_a_fetched_document_does_not_choose_a_private_address_to_call(tmp_path: Path) -> None:
+    """Without ``base_url``, a fetched document's server is called, but a private address only where the operator
+    named it (the document URL's own host): a document cannot send calls, and the token, to another local port."""
+    from werkzeug.wrappers import Response
+
+    with serve(ECHO, echo_routes(), validate=False) as target:
+        elsewhere = dict(ECHO, servers=[{"url": target.base_url}])
+        here = dict(ECHO, servers=[{"url": "{origin}", "variables": {"origin": {"default": "http://ORIGIN"}}}])
+        documents = {"elsewhere.json": elsewhere, "here.json": here}
+        with serve(ECHO, [("/<name>", ["GET"], lambda request, name: Response(
+                json.dumps(documents.get(name, {"saw": name})).replace("http://ORIGIN", origin[0]), content_type="application/json"))],
+                validate=False) as source:
+            origin = [source.base_url]
+            config = (f'[openapi.echo]\ndocument_url = "{source.base_url}/elsewhere.json"\nbearer = "${{T}}"\n'
+                      f'[openapi.same]\ndocument_url = "{source.base_url}/here.json"\n{RULES}')
+            host = Host(config_from(config, tmp_path), autoload=False, plugins={}, env={"T": TOKEN})
+            refused = call(host, "echo__json", {})
+            assert refused == {"content": [{"type": "text", "text": (
+                "GET /json: 127.0.0.1 resolves to a loopback address; calls from private networks are refused (an "
+                "operator can allow them in [openapi.echo])")}], "isError": True}
+            assert target.seen == []  # nothing reached it
+            assert call(host, "same__json", {})["structuredContent"] == {"saw": "json"}  # the host the operator named

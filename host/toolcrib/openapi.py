@@ -869,10 +869,14 @@ class OpenAPISource:
         document, where = read_document(self.config, loaded)
         base_url = self._base_url(document, where)
         secrets = credentials(self.config, f"openapi.{self.name}", env)
-        parts = urlsplit(base_url)
+        named = _host_port(urlsplit(base_url))
+        if self.config.base_url is None and self.config.document_url is not None:
+            # a fetched document's server may be anywhere public; a private one only where the operator named it
+            exempt = (named,) if named == _host_port(urlsplit(self.config.document_url)) else ()
+        else:
+            exempt = (named,)  # the operator's base URL, or a server named by a document the operator keeps
         limits = WebLimits(max_bytes=self.config.max_bytes, timeout=self.config.timeout, verb="call",
-                           where=f"[openapi.{self.name}]", allowed_private_hosts=(_host_port(parts),),
-                           max_redirects=5)
+                           where=f"[openapi.{self.name}]", allowed_private_hosts=exempt, max_redirects=5)
         problems: list[str] = []
         chosen = [op for op in operations(document)
                   if selected(op, self.config.operations) and not selected(op, self.config.exclude)]
