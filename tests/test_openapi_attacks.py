@@ -188,3 +188,29 @@ def test_a_fetched_document_does_not_choose_a_private_address_to_call(tmp_path: 
                 "operator can allow them in [openapi.echo])")}], "isError": True}
             assert target.seen == []  # nothing reached it
             assert call(host, "same__json", {})["structuredContent"] == {"saw": "json"}  # the host the operator named
+
+
+def bomb(levels: int) -> str:
+    """A YAML document of a kilobyte whose aliases expand it ninefold at each level (9**levels nodes)."""
+    lines = ["openapi: 3.0.3", "info: {title: Bomb, version: '1'}", "paths: {}", "x-a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"x-a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 9)}]" for n in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    (bomb(10), "expands to more than 1,000,000 nodes through its aliases (an alias bomb?); it is not read"),
+    ("openapi: 3.0.3\nx-loop: &l [*l]\n", "refers to itself through an alias, which no JSON value can"),
+    ("openapi: 3.0.3\nx-a: &a " + "[" * 200 + "]" * 200 + "\nx-b: " + "[*a, " * 100 + "]" * 100 + "\n",
+     "nests deeper than 256 levels"),
+    ("openapi: 3.0.3\nx-deep: " + "[" * 5000 + "]" * 5000 + "\n", "is nested too deeply to be read"),
+    ('{"openapi": "3.0.3", "x": ' + "[" * 200_000 + "]" * 200_000 + "}", "is nested too deeply to be read"),
+])
+def test_a_document_that_would_expand_without_bound_fails_its_source_alone(tmp_path: Path, text: str,
+                                                                          error: str) -> None:
+    (tmp_path / "bomb.yaml").write_text(text)
+    (tmp_path / "fine.yaml").write_text(bomb(3))  # aliases that expand a little are fine
+    config = (f'[openapi.bomb]\ndocument = "bomb.yaml"\nbase_url = "http://127.0.0.1:9"\n'
+              f'[openapi.fine]\ndocument = "fine.yaml"\nbase_url = "http://127.0.0.1:9"\n{RULES}')
+    host = Host(config_from(config, tmp_path), autoload=False, plugins={}, env={})
+    records = {r.name: (r.state, r.error) for r in host.records if r.kind == "openapi"}
+    assert records == {"bomb": ("failed", f"{tmp_path / 'bomb.yaml'} {error}"), "fine": ("loaded", None)}

@@ -111,13 +111,10 @@ def parse_document(text: bytes, where: str) -> dict[str, Any]:
     """JSON, or YAML (a superset of JSON: a document that is not JSON is read as YAML, safely)."""
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise DocumentError(f"{where} is nested too deeply to be read") from None
     except ValueError:
-        import yaml  # type: ignore[import-untyped]  # PyYAML has no stubs of its own
-
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise DocumentError(f"{where} is neither JSON nor YAML: {str(exc).splitlines()[0]}") from None
+        data = _yaml(text, where)
     if not isinstance(data, dict):
         raise DocumentError(f"{where} is not an OpenAPI document (expected a mapping at its top)")
     version = data.get("openapi")
@@ -129,6 +126,64 @@ def parse_document(text: bytes, where: str) -> dict[str, Any]:
     if not isinstance(data.get("paths", {}), dict):
         raise DocumentError(f"{where}: paths must be a mapping")
     return data
+
+
+YAML_NODES = 1_000_000  # nodes a YAML document may expand to through its aliases (or 10 times its own, if more)
+YAML_DEPTH = 256  # how deeply its collections may nest, aliases followed (real documents nest a few dozen)
+
+
+def _yaml(text: bytes, where: str) -> Any:
+    """A YAML document, safely: its aliases may not expand it past ``YAML_NODES`` (an alias bomb of a kilobyte
+    would take minutes and gigabytes to walk), its collections not nest past ``YAML_DEPTH``, and it holds no cycle."""
+    import yaml  # type: ignore[import-untyped]  # PyYAML has no stubs of its own
+
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _bounded(node, where)
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        raise DocumentError(f"{where} is neither JSON nor YAML: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise DocumentError(f"{where} is nested too deeply to be read") from None
+    finally:
+        loader.dispose()
+
+
+def _bounded(root: Any, where: str) -> None:
+    """``DocumentError`` unless the node graph from ``root`` expands to a bounded tree. Each node is sized once
+    (aliases share nodes), iteratively, so neither size nor depth costs more than the graph itself."""
+    sizes: dict[int, int] = {}
+    depths: dict[int, int] = {}
+    graph = 0
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    open_: set[int] = set()
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if key in sizes:
+            continue
+        children = [] if not isinstance(node.value, list) else [
+            c for item in node.value for c in (item if isinstance(item, tuple) else (item,))]
+        if not done:
+            if key in open_:
+                raise DocumentError(f"{where} refers to itself through an alias, which no JSON value can")
+            open_.add(key)
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if id(c) not in sizes)
+            continue
+        open_.discard(key)
+        graph += 1
+        sizes[key] = 1 + sum(sizes[id(c)] for c in children)
+        depths[key] = 1 + max((depths[id(c)] for c in children), default=0)
+        if depths[key] > YAML_DEPTH:
+            raise DocumentError(f"{where} nests deeper than {YAML_DEPTH} levels")
+    limit = max(YAML_NODES, 10 * graph)
+    if sizes[id(root)] > limit:
+        raise DocumentError(f"{where} expands to more than {limit:,} nodes through its aliases (an alias bomb?); "
+                            "it is not read")
 
 
 def _host_port(url: Any) -> str:
