@@ -336,3 +336,34 @@ def test_permits_questions_are_answered_for_the_call_s_agent_in_the_chain_it_was
                                {"permitted": 3, "value": True}, {"permitted": 4, "value": False},
                                {"permitted": 5, "value": False}, {"permitted": 6, "value": False},
                                {"permitted": 7, "value": False}, {"permitted": 8, "value": False}]
+
+
+def test_a_long_line_is_read_whole_and_the_loop_serves_others_while_it_comes(tmp_path: Path) -> None:
+    """A pack that floods its lane with one long line (from a file, so that no read ever waits): the line arrives
+    whole, and another task of the loop runs while it is read, not after (a reader that never yields while bytes keep
+    coming holds every other source's calls)."""
+    from toolcrib.mcp.lane import _CHUNK, _Pipes
+
+    line = b'{"result": 1, "pad": "' + b"x" * (40 * _CHUNK) + b'"}'
+    flood = tmp_path / "flood"
+    flood.write_bytes(line + b"\n" + b'{"result": 2}\n')
+    order: list[str] = []
+
+    async def main() -> list[bytes]:
+        pipes = _Pipes(os.open(flood, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY))
+        got: list[bytes] = []
+
+        async def other() -> None:
+            order.append("another task ran")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other)  # queued behind the reader, which starts first
+            async for read in pipes.lines():
+                order.append(f"a line of {len(read)} bytes")
+                got.append(read)
+        pipes.close()
+        return got
+
+    got = anyio.run(main)
+    assert got == [line, b'{"result": 2}']
+    assert order == ["another task ran", f"a line of {len(line)} bytes", "a line of 13 bytes"]

@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
+import anyio.to_thread
 from anyio.streams.memory import MemoryObjectSendStream
 
 from toolcrib.content import ToolResult
@@ -78,7 +80,8 @@ class _Pipes:
         os.set_blocking(read_fd, False)
         os.set_blocking(write_fd, False)
         self.read_fd, self.write_fd = read_fd, write_fd
-        self._buffer = b""
+        self._buffer = bytearray()
+        self._scanned = 0  # how much of the buffer holds no line's end: each byte is looked at once
         self._busy: anyio.Event | None = None  # set while a message is half written
 
     async def send(self, message: dict[str, Any]) -> None:
@@ -108,13 +111,20 @@ class _Pipes:
             raise LaneClosed(os.strerror(exc.errno or errno.EPIPE)) from None
 
     async def lines(self) -> AsyncIterator[bytes]:
+        """Each line the other end writes, as it comes. A long line costs time linear in its length (the buffer is
+        grown in place and each byte looked at once) and gives the loop a turn at every chunk, so a flood from one
+        pack delays no other source."""
+        buffer = self._buffer
         while True:
-            end = self._buffer.find(b"\n")
+            end = buffer.find(b"\n", self._scanned)
             if end >= 0:
-                line, self._buffer = self._buffer[:end], self._buffer[end + 1:]
+                line = bytes(buffer[:end])
+                del buffer[:end + 1]
+                self._scanned = 0
                 yield line
                 continue
-            if len(self._buffer) > MAX_LINE_BYTES:
+            self._scanned = len(buffer)
+            if len(buffer) > MAX_LINE_BYTES:
                 raise LaneClosed(f"a line longer than {MAX_LINE_BYTES} bytes")
             if self.read_fd < 0:
                 return  # closed at this end (the host ended the lane, a pack never started too): no more lines
@@ -127,7 +137,9 @@ class _Pipes:
                 raise LaneClosed(os.strerror(exc.errno or errno.EPIPE)) from None
             if not chunk:
                 return
-            self._buffer += chunk
+            buffer += chunk
+            if len(chunk) == _CHUNK:
+                await anyio.lowlevel.checkpoint()  # more may be waiting: the loop's other tasks first
 
     def close(self) -> None:
         """Close both ends, once (a number closed twice could be another file's by then)."""
@@ -197,7 +209,8 @@ class Lane:
     async def _read(self) -> None:
         try:
             async for line in self._pipes.lines():
-                message = _message(line)
+                # a large line is read on a worker thread, so the loop keeps serving meanwhile
+                message = _message(line) if len(line) < _CHUNK else await anyio.to_thread.run_sync(_message, line)
                 number = message.get("result", message.get("call"))
                 waiting = self._calls.get(number) if isinstance(number, int) else None
                 if waiting is None:
