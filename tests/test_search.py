@@ -98,17 +98,7 @@ def test_one_index_per_view_and_results_as_tools_list_has_them() -> None:
 
 
 @pytest.mark.parametrize(("query", "k", "message"), [
-    ("/[unclosed/", 3, "/[unclosed/ is not a regular expression: unterminated character set at position 0"),
-    # what would make Python's regex engine backtrack for seconds or years on a long name: refused at once
-    ("/(.*)*x$/", 3, "/(.*)*x$/ repeats a group that itself repeats or alternates: such a pattern can take the "
-                     "regex engine exponential time"),
-    ("/(a|a)*$/", 3, "/(a|a)*$/ repeats a group that itself repeats or alternates: such a pattern can take the "
-                     "regex engine exponential time"),
-    ("/(?P<x>a+){2,}/", 3, "/(?P<x>a+){2,}/ repeats a group that itself repeats or alternates: such a pattern can "
-                           "take the regex engine exponential time"),
-    ("/(a)\\1/", 3, "/(a)\\1/ has a backreference: such a pattern can take the regex engine exponential time"),
-    ("/a*a*a*b/", 3, "/a*a*a*b/ repeats without bound more than 2 times: such a pattern can take the regex engine "
-                     "exponential time"),
+    ("/[unclosed/", 3, "/[unclosed/ is not a regular expression: unterminated character set at position 9"),
     ("x" * 1001, 3, "the query is longer than 1000 characters"),
     ("copy", 0, "k must be a positive integer"),
     ("copy", True, "k must be a positive integer"),
@@ -470,28 +460,24 @@ def test_a_regex_search_is_held_to_a_time_budget_over_all_the_names(monkeypatch:
         index.search("/_059/", 2)
     assert str(slow.value) == ("/_059/ took more than 0.0 s over the tool names; anchor it (^...) or make it more "
                                "specific")
+    monkeypatch.undo()
     assert [t["name"] for t in index.search("/^ns__tool_000[12]/", 2)] == ["ns__tool_0001", "ns__tool_0002"]
 
 
-RISKY = "repeats a group that itself repeats or alternates"
-MANY = "repeats without bound more than 2 times"
+@pytest.mark.parametrize("pattern", ["(a|aa)+$", "^x__(?:aa|a)+c", "(a|aa)*\\d"])
+def test_a_regex_that_would_backtrack_for_years_is_stopped_by_the_engine(monkeypatch: pytest.MonkeyPatch,
+                                                                       pattern: str) -> None:
+    """Patterns the regex engine backtracks on for years over a 64-character name (``(a|aa)+$`` tries the ways to
+    split the a's): the engine's own time limit stops them inside the match, so no search holds the host longer."""
+    from toolcrib import search
 
-
-@pytest.mark.parametrize(("pattern", "why"), [
-    ("a*b*", None), ("a*b*c*", MANY), ("a+b{1,}c*", MANY), ("a{2,5}b{3}c{1,2}d*", None), ("x{,3}y*", None),
-    (r"\d+\w+", None), (r"\d+\w+\s+", MANY), (r"\1", "has a backreference"), (r"(a)\1", "has a backreference"),
-    ("(?P<n>a)(?P=n)", "has a backreference"), (r"\(a+\)+", None), (r"\(a\)*b*", None),  # escaped: no group
-    ("[a+*]+", None), ("[]a*]+b*", None), ("[^]*]+", None), (r"[\]*]+b*c*", MANY), (r"[\]]+", None),
-    ("[abc", None), ("[a]b*c*d*", MANY),  # nothing in a class repeats; the class itself does
-    ("(ab)+", None), ("(a|b)+", RISKY), ("(a?)+", RISKY), ("(a+)?", None), ("((a)+)", None), ("((a)+)+", RISKY),
-    ("(?:a+)+", RISKY), ("(?:ab)+", None), ("(?:a|b)*c", RISKY), ("(?P<n>a+)+", RISKY), ("(?P<n>ab)+c*", None),
-    ("(?<!x)y+", None), ("(?=a)b*", None), ("(?i)ab+", None), ("(a){2,}", None), ("(a*){2,}", RISKY),
-    ("(a*){2}", RISKY), ("a|b", None), ("(a|b)?c", None), ("(a)(b)+", None), (")a+", None), ("(a", None),
-])
-def test_a_regex_is_refused_for_what_could_make_it_backtrack_without_end(pattern: str, why: str | None) -> None:
-    from toolcrib.search import _risky
-
-    assert _risky(pattern) == why
+    monkeypatch.setattr(search, "REGEX_SECONDS", 0.05)
+    index = search.ToolIndex([{"name": "x__" + "a" * 60 + "b", "description": "A tool.", "inputSchema": {}}])
+    with pytest.raises(SearchError) as slow:
+        index.search(f"/{pattern}/", 1)
+    assert str(slow.value) == (f"/{pattern}/ took more than 0.05 s over the tool names; anchor it (^...) or make it "
+                               "more specific")
+    assert [t["name"] for t in index.search("/^x__a+b$/", 1)] == ["x__" + "a" * 60 + "b"]  # one that ends at once
 
 
 def _index(*tools: tuple[str, str] | tuple[str, str, dict[str, Any]]) -> ToolIndex:

@@ -12,7 +12,7 @@ SQLite's FTS5, from the standard library: a maintained full-text engine with BM2
 sum: BM25 scores a query as the sum of its words' scores, so each word's is asked of FTS5 once per index and kept,
 and a search adds them up (FTS5 alone would compute ``bm25()`` for every tool a common word matches, every time).
 Two other lookups come first: a query that is a served name finds that tool, and ``/pattern/`` is a regular expression
-over served names (case-insensitive), in list order.
+over served names (case-insensitive), in list order, run by the ``regex`` engine under a time limit it enforces.
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ from typing import Any
 WEIGHTS = (2.0, 4.0, 1.0, 0.5)  # BM25 weight of the name, the keywords, the description, the arguments (chosen
 # on one half of benchmarks/catalog/queries.tsv, measured on the other: docs/benchmarks.md)
 MAX_QUERY_CHARS = 1000
-REGEX_SECONDS = 0.25  # what one /regex/ search may take over every name
-MAX_REPETITIONS = 2  # unbounded repetitions a /regex/ may have: ``fs__.*file.*`` is fine, ``a*a*a*...b`` is not
+REGEX_SECONDS = 0.25  # what one /regex/ search may take over every name (the regex engine holds it to that)
 MAX_KEPT = 1_000_000  # postings (a tool and a score, 12 bytes) an index keeps of the words it was asked, and
 MAX_WORDS = 20_000  # words (a word in no tool is kept too, with none): past either, it starts anew
 
@@ -147,86 +146,27 @@ class ToolIndex:
         return posting
 
     def _matching(self, pattern: str, k: int) -> list[dict[str, Any]]:
+        """The tools whose served names ``pattern`` matches, in list order. The pattern is the agent's, so it runs in
+        the ``regex`` engine, which enforces a time limit itself, inside a match (Python's ``re`` has none: one
+        pattern of bounded repetitions held the GIL for seconds): every name together gets ``REGEX_SECONDS``."""
+        import regex
+
         try:
-            compiled = re.compile(pattern, re.IGNORECASE)
-        except re.error as exc:
+            compiled = regex.compile(pattern, regex.IGNORECASE | regex.VERSION0)
+        except (regex.error, OverflowError, RecursionError) as exc:
             raise SearchError(f"/{pattern}/ is not a regular expression: {exc}") from None
-        risky = _risky(pattern)
-        if risky is not None:
-            raise SearchError(f"/{pattern}/ {risky}: such a pattern can take the regex engine exponential time")
         found: list[dict[str, Any]] = []
-        started = time.perf_counter()
-        for i, tool in enumerate(self.tools):  # each name costs little now; all of them are held to a budget too
-            if compiled.search(tool["name"]):
-                found.append(tool)
-                if len(found) == k:
-                    break
-            if i % 256 == 255 and time.perf_counter() - started > REGEX_SECONDS:
-                raise SearchError(f"/{pattern}/ took more than {REGEX_SECONDS} s over the tool names; anchor it "
-                                  "(^...) or make it more specific")
+        deadline = time.perf_counter() + REGEX_SECONDS
+        try:
+            for tool in self.tools:
+                if compiled.search(tool["name"], timeout=max(deadline - time.perf_counter(), 1e-6)):
+                    found.append(tool)
+                    if len(found) == k:
+                        break
+        except TimeoutError:
+            raise SearchError(f"/{pattern}/ took more than {REGEX_SECONDS} s over the tool names; anchor it "
+                              "(^...) or make it more specific") from None
         return found
-
-
-def _risky(pattern: str) -> str | None:
-    """Why a regular expression could make Python's ``re`` backtrack for seconds or years on a name (it has no time
-    limit, and the pattern is the agent's): a repeated group that holds a repetition or an alternation (``(a+)+``,
-    ``(.*)*``, ``(a|a)*``), a backreference, or more than ``MAX_REPETITIONS`` unbounded repetitions in all
-    (``a*a*a*b``: each one multiplies the tries). None when it has none of these."""
-    groups: list[bool] = []  # per open group: whether it holds a repetition or an alternation
-    unbounded = 0  # repetitions without an upper bound (*, +, {m,}): each multiplies what a failing match tries
-    i = 0
-    while i < len(pattern):
-        char = pattern[i]
-        if char == "\\":
-            if i + 1 < len(pattern) and pattern[i + 1].isdigit():
-                return "has a backreference"
-            i += 2
-            continue
-        if char == "[":  # a character class: nothing in it repeats or alternates
-            i = _class_end(pattern, i)
-            continue
-        if char == "(":
-            if pattern[i + 1:i + 4] == "?P=":
-                return "has a backreference"
-            groups.append(False)
-            if pattern[i + 1:i + 2] == "?":  # (?:, (?=, (?P<name>, ...: the group's kind, not a repetition
-                close = pattern.find(">", i) if pattern[i + 2:i + 4] in ("P<", "<") or (
-                    pattern[i + 2:i + 3] == "<" and pattern[i + 3:i + 4] not in ("=", "!")) else i + 2
-                i = (close if close > 0 else i + 2) + 1
-                continue
-        elif char == ")" and groups:
-            holds = groups.pop()
-            repeated = i + 1 < len(pattern) and pattern[i + 1] in "*+{"  # "?" takes it once at most
-            if repeated and holds:
-                return "repeats a group that itself repeats or alternates"
-            if groups and (holds or repeated):
-                groups[-1] = True
-        if char in "*+" or (char == "{" and re.match(r"\{\d*,\}", pattern[i:])):
-            unbounded += 1
-            if unbounded > MAX_REPETITIONS:
-                return f"repeats without bound more than {MAX_REPETITIONS} times"
-        if char in "*+?{|" and groups:
-            groups[-1] = True
-        i += 1
-    return None
-
-
-def _class_end(pattern: str, start: int) -> int:
-    """Where the character class that opens at ``start`` ends (just past its ``]``): a ``]`` first (after a ``^``)
-    is a member, and so is an escaped one."""
-    i = start + 1
-    if pattern[i:i + 1] == "^":
-        i += 1
-    if pattern[i:i + 1] == "]":
-        i += 1
-    while i < len(pattern):
-        if pattern[i] == "\\":
-            i += 2
-            continue
-        if pattern[i] == "]":
-            return i + 1
-        i += 1
-    return len(pattern)
 
 
 def _arguments(tool: dict[str, Any]) -> str:
