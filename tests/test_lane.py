@@ -367,3 +367,12 @@ def test_a_long_line_is_read_whole_and_the_loop_serves_others_while_it_comes(tmp
     got = anyio.run(main)
     assert got == [line, b'{"result": 2}']
     assert order == ["another task ran", f"a line of {len(line)} bytes", "a line of 13 bytes"]
+
+
+@pytest.mark.parametrize("line", [b"[" * 200_000 + b"]" * 200_000, b"{" * 3 + b"nope"])
+def test_a_line_nested_past_what_python_parses_is_no_json_and_ends_the_lane(line: bytes) -> None:
+    from toolcrib.mcp.lane import LaneClosed, _message
+
+    with pytest.raises(LaneClosed) as ended:
+        _message(line)
+    assert str(ended.value) == "a line that is not JSON"

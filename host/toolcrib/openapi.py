@@ -848,7 +848,7 @@ class OperationRunner:
         if _JSON.match(media) and body.strip():
             try:
                 value = self.secrets.scrub_value(json.loads(body))  # before its text is made: escapes differ there
-            except ValueError:
+            except (ValueError, RecursionError):
                 return ToolResult.error(f"{where} answered HTTP {status} with JSON that cannot be read")
             structured = {"result": value} if self.made.wrapped else value
             text = json.dumps(value, ensure_ascii=False)

@@ -292,7 +292,7 @@ class _Hook:
             return "none", None
         try:
             answer = json.loads(out)
-        except ValueError:
+        except (ValueError, RecursionError):  # (nested past what Python parses: no answer either)
             answer = None
         if not isinstance(answer, dict):
             log.error("%s answered %r, which is not a JSON object; %s", self.where,

@@ -88,7 +88,10 @@ class Lines:
             end = self._buffer.find(b"\n")
             if end >= 0:
                 line, self._buffer = self._buffer[:end], self._buffer[end + 1:]
-                message = json.loads(line)
+                try:
+                    message = json.loads(line)
+                except RecursionError:
+                    raise ValueError("a line nested too deeply to be read") from None
                 if not isinstance(message, dict):
                     raise ValueError("a line that is not a JSON object")
                 return message

@@ -247,14 +247,16 @@ class HttpApp:
         return Response(body, media_type=content_type)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # An agent's endpoint is most of what comes: straight to it, without Starlette's router and middleware
-        # around it (its other routes, the probes and metrics, go the usual way)
-        if scope["type"] == "http" and not scope.get("root_path"):
-            found = _AGENT_PATH.fullmatch(scope["path"])
-            if found is not None:
-                scope["path_params"] = {"agent": found[1]}
-                await self._agent_endpoint(scope, receive, send)
-                return
+        if scope["type"] == "http":  # every route's body, here where the app is entered, so none can miss it
+            receive = body_within(receive, BODY_SECONDS)
+            # An agent's endpoint is most of what comes: straight to it, without Starlette's router and middleware
+            # around it (its other routes, the probes and metrics, go the usual way)
+            if not scope.get("root_path"):
+                found = _AGENT_PATH.fullmatch(scope["path"])
+                if found is not None:
+                    scope["path_params"] = {"agent": found[1]}
+                    await self._agent_endpoint(scope, receive, send)
+                    return
         await self.app(scope, receive, send)
 
     # -- which agents are served -----------------------------------------------------------------------------
@@ -397,7 +399,6 @@ class HttpApp:
                 token="", client_id=identity.client or "", scopes=sorted(identity.scopes), subject=identity.subject,
                 claims={"iss": identity.issuer}))
         scope[IDENTITY] = identity
-        receive = body_within(receive, BODY_SECONDS)
         if self.answers_modern and is_modern(scope):  # toolcrib.mcp.exchange, or the SDK's entry for the unusual
             await answer(endpoint.server, lifespan_state_of(endpoint.manager), self.origin_guard, MAX_BODY_BYTES,
                          self._header_schema, endpoint.app, scope, receive, send)

@@ -153,7 +153,7 @@ class _Pipes:
 def _message(line: bytes) -> dict[str, Any]:
     try:
         message = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # (nested past what Python parses: not JSON to it either)
         raise LaneClosed("a line that is not JSON") from None
     if not isinstance(message, dict):
         raise LaneClosed("a line that is not a JSON object")

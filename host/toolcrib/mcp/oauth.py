@@ -307,7 +307,10 @@ async def _get_json(url: str) -> Any:
             body += chunk
             if len(body) > MAX_JWKS_BYTES:
                 raise ValueError(f"the answer is larger than {MAX_JWKS_BYTES} bytes")
-        return json.loads(body)
+        try:
+            return json.loads(body)
+        except RecursionError:
+            raise ValueError("the answer is nested too deeply to be read") from None
 
 
 # -- verifying -------------------------------------------------------------------------------------------------

@@ -121,7 +121,7 @@ async def _body(request: Request) -> Any:
         raise _TooLarge
     try:
         return json.loads(data) if data.strip() else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past what Python parses: as bad as any other body
         return None
 
 

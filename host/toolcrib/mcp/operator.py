@@ -92,9 +92,10 @@ class OperatorEndpoint:
         refused = await self._authorized(request, is_post=True)
         if refused is not None:
             return refused
+        data = await capped_body(request, MAX_FORM_BYTES)
         try:
-            body = json.loads(await request.body())
-        except ValueError:
+            body = json.loads(data) if data is not None else None
+        except (ValueError, RecursionError):
             body = None
         decision = body.get("decision") if isinstance(body, dict) else None
         given = body.get("digest") if isinstance(body, dict) else None
@@ -181,12 +182,18 @@ MAX_FORM_BYTES = 4096  # a form anyone may post (a link's, the console's sign-in
 
 
 async def capped_body(request: Request, limit: int) -> bytes | None:
-    """The request's body, or None once it is past ``limit`` bytes (read no further)."""
+    """The request's body, or None once it is past ``limit`` bytes (read no further) or the client has gone (a body
+    that did not come whole within ``toolcrib.mcp.http.BODY_SECONDS`` reads as that)."""
+    from starlette.requests import ClientDisconnect
+
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            return None
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                return None
+    except ClientDisconnect:
+        return None
     return bytes(body)
 
 

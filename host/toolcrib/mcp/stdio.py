@@ -198,7 +198,7 @@ def _invalid(line: bytes, exc: ValidationError) -> types.JSONRPCError:
             request_id = raw["id"]
         if isinstance(raw, list):
             return _error(None, types.INVALID_REQUEST, "Invalid request: JSON-RPC batches are not supported")
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     return _error(request_id, types.INVALID_REQUEST, "Invalid request: not a JSON-RPC 2.0 message")
 
