@@ -314,5 +314,5 @@ class _Exchange:
                 self._gone = True
                 scope.cancel()
                 return
-            waited = PING_SECONDS
+            waited = 0.0  # the next one a whole PING_SECONDS later (not at once, again and again)
             await self._stream(b": ping\r\n\r\n")

@@ -341,5 +341,5 @@ class _Answer:
                     pass
                 self._gone = True
                 return
-            waited = PING_SECONDS
+            waited = 0.0  # the next one a whole PING_SECONDS later (not at once, again and again)
             await self._write(f": ping - {datetime.now(UTC)}\r\n\r\n".encode())
