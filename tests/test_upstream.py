@@ -625,3 +625,54 @@ def test_without_a_lock_a_redefined_tool_of_an_untrusted_server_is_held_back(tmp
                 "it"]
 
     anyio.run(main_)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["changed", "strict"])
+def test_a_lazy_server_s_tools_are_locked_and_a_redefined_one_is_held_back(tmp_path: Path, mode: str) -> None:
+    """``toolcrib lock`` connects lazy servers and locks their tools too; a lazy server that redefines a tool while
+    connected is listed again (what is listed is what runs), and the lock holds the redefined tool back in either
+    mode: an agent can neither list it through toolcrib__load_mcp nor call it (the answer of a tool that does not
+    exist). A strict lock that does not know a lazy server's tools holds every one of them back."""
+    from toolcrib.mcp.state import serving_state
+
+    config = _rug_config(tmp_path, 'MUTABLE = "1"')
+    config.write_text(f'[host]\nlock = "{mode}"\n' + config.read_text().replace("env = {", "lazy = true\nenv = {"))
+    runner = CliRunner(env=cli_env())
+    assert runner.invoke(main, ["lock", "--config", str(config)]).stdout == (
+        f"locked 8 tools in {tmp_path / 'toolcrib.lock'}\n")
+    assert sorted(json.loads((tmp_path / "toolcrib.lock").read_text())["tools"])[3:] == [
+        "up__echo", "up__fails", "up__get_weather", "up__mutate", "up__now"]
+
+    async def approve(*args: Any) -> bool:
+        return True
+
+    async def tools(view: Any) -> list[str]:
+        listed = await view.call("toolcrib__load_mcp", {"server": "up"})
+        return [t["name"] for t in listed.structured_content["tools"]]
+
+    async def main_() -> None:
+        async with serving_state(config) as state:
+            view = state.view("a")
+            assert await tools(view) == ["echo", "fails", "get_weather", "mutate", "now"]
+            echo = {"server": "up", "tool_name": "echo", "arguments": {"text": "x"}}
+            assert (await view.call("toolcrib__call_mcp_tool", echo, approver=approve)).text == "x"
+            mutate = {"server": "up", "tool_name": "mutate", "arguments": {}}
+            assert (await view.call("toolcrib__call_mcp_tool", mutate, approver=approve)).text == "mutated"
+            with anyio.fail_after(30):  # the server's word that its tools changed
+                while "echo" in await tools(state.view("a")):
+                    await anyio.sleep(0.05)
+            refused = await state.view("a").call("toolcrib__call_mcp_tool", echo, approver=approve)
+            assert (refused.is_error, refused.text) == (True, "Unknown tool: up__echo")
+
+    anyio.run(main_)
+    if mode == "strict":  # a lock that knows none of the server's tools (written before it was configured)
+        locked = json.loads((tmp_path / "toolcrib.lock").read_text())
+        locked["tools"] = {k: v for k, v in locked["tools"].items() if not k.startswith("up__")}
+        (tmp_path / "toolcrib.lock").write_text(json.dumps(locked))
+
+        async def unknown() -> None:
+            async with serving_state(config) as state:
+                assert await tools(state.view("a")) == []
+
+        anyio.run(unknown)

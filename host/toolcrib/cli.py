@@ -295,9 +295,16 @@ def lock(as_json: bool) -> None:
     """
     from toolcrib import lock as definitions
 
-    with _session() as (host, _):
-        held = sorted(name for name, entry in host.catalog.entries.items() if entry.held is not None)
-        path, count = definitions.write(host.loaded, host.catalog.entries)
+    with _session() as (host, portal):
+        entries = dict(host.catalog.entries)
+        for name in host.lazy_servers:  # connected now: their tools are locked as every other source's
+            source = host.sources.get(name)
+            try:
+                entries.update({e.name: e for e in portal.call(lambda: source.pool.load(name, held=True))})
+            except Exception as exc:
+                click.echo(f"warning: the tools of lazy server {name!r} are not locked: {exc}", err=True)
+        held = sorted(name for name, entry in entries.items() if entry.held is not None)
+        path, count = definitions.write(host.loaded, entries)
     if as_json:
         _echo_json({"path": str(path), "tools": count, "accepted": held})
         return

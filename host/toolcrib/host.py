@@ -139,14 +139,7 @@ class Host:
 
     def _apply_lock(self) -> None:
         """Hold back what ``toolcrib.lock`` says changed (and, when strict, what it does not know)."""
-        loaded = self.loaded
-        locked = lock.read(loaded)
-        if locked is None:  # no lock: untrusted servers' tools stay as this process first saw them
-            held, problems = lock.held_back(lock.first_seen(loaded, self.catalog.entries), self.catalog.entries,
-                                            False, loaded.source, "first seen")
-        else:
-            held, problems = lock.held_back(locked, self.catalog.entries, loaded.config.host.lock == "strict",
-                                            str(lock.path_of(loaded)))
+        held, problems = lock.hold(self.loaded, self.catalog.entries)
         for name, why in held.items():
             entry = self.catalog.entries[name] = dataclasses.replace(self.catalog.entries[name], held=why)
             record = self.catalog.record(entry.source)

@@ -101,9 +101,9 @@ def read(loaded: LoadedConfig) -> dict[str, Any] | None:
     return tools
 
 
-# Without a lock file: (config, tool) -> the record of an untrusted upstream server's tool as this process first
-# saw it. Kept for the life of the process, across reloads.
-_FIRST_SEEN: dict[tuple[str, str], dict[str, Any]] = {}
+# Without a lock file: (config, tool, the operator's curation of it) -> the record of an untrusted upstream server's
+# tool as this process first saw it. Kept for the life of the process, across reloads.
+_FIRST_SEEN: dict[tuple[str, str, tuple[str, ...]], dict[str, Any]] = {}
 _FIRST_SEEN_LOCK = threading.Lock()
 # What a held definition is compared with, as explain and as check say it
 _SINCE = {"lock": ("since toolcrib.lock", "since the lock"),
@@ -122,7 +122,9 @@ def first_seen(loaded: LoadedConfig, entries: Mapping[str, Entry]) -> dict[str, 
         for name, entry in entries.items():
             if (entry.supplier, entry.source) not in pinned:
                 continue
-            key = (str(loaded.path or loaded.source), name)
+            # what the operator changed of it is part of the key: a change of curation is not the server's
+            curated = entry.curation.changes if entry.curation is not None else ()
+            key = (str(loaded.path or loaded.source), name, curated)
             if key not in _FIRST_SEEN:
                 try:
                     _FIRST_SEEN[key] = record(entry)
@@ -164,6 +166,16 @@ def held_back(locked: Mapping[str, Any] | None, entries: Mapping[str, Entry], st
         problems.append(Problem("error", where, f"{name} ({_from(entry)}) changed {since_lock}: "
                                 f"{', '.join(changed)}{versions}; it is held back until toolcrib lock accepts it"))
     return held, problems
+
+
+def hold(loaded: LoadedConfig, entries: Mapping[str, Entry]) -> tuple[dict[str, str], list[Problem]]:
+    """What the config's lock holds back of ``entries`` (what it says changed, and, when strict, what it does not
+    know), each with why; without a lock, what changed since this process first saw an untrusted server's tools.
+    The one answer for the catalog at a host's start and for a lazy server's tools when an agent loads them."""
+    locked = read(loaded)
+    if locked is None:
+        return held_back(first_seen(loaded, entries), entries, False, loaded.source, "first seen")
+    return held_back(locked, entries, loaded.config.host.lock == "strict", str(path_of(loaded)))
 
 
 def _from(entry: Entry) -> str:

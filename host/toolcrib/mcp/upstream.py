@@ -67,6 +67,7 @@ class _Connection:
     prompts: list[Any] = field(default_factory=list)
     listing_problems: list[str] = field(default_factory=list)
     stale: bool = False  # the server said its lists changed: list them again at the next sync
+    held: frozenset[str] = frozenset()  # a lazy server's tools the lock holds back (``UpstreamPool.load``)
     pack: bool = False  # an isolated pack (toolcrib.isolation): its entries are the pack's, under "plugins"
     since: float = 0.0  # time.monotonic() when it was ready
     lane: Lane | None = None  # an isolated pack's calls lane
@@ -274,8 +275,11 @@ class UpstreamPool:
                 record.error = "; ".join(problems)
         return sources
 
-    async def load(self, namespace: str) -> list[Entry]:
-        """Connect a lazy server (once; later calls reuse the connection) and return its tools as entries."""
+    async def load(self, namespace: str, *, held: bool = False) -> list[Entry]:
+        """Connect a lazy server (once; later calls reuse the connection) and return its tools as entries: those the
+        lock does not hold back (``toolcrib.lock.hold``: changed since the lock, or unknown to a strict one), or,
+        with ``held``, every one (what ``toolcrib lock`` records). Listed again when the server said its tools
+        changed, so what is listed is what runs."""
         loaded = self._loaded
         config = loaded.config.mcps.get(namespace) if loaded is not None else None
         if loaded is None or config is None:
@@ -294,14 +298,28 @@ class UpstreamPool:
                     connection.scope.cancel()
                     why = connection.error or f"it did not answer within {config.timeout:g} seconds"
                     raise ToolError(f"cannot connect to MCP server {namespace!r}: {why}")
+            if connection.stale and connection.client is not None:  # its tools changed: what runs is listed
+                connection.stale = False
+                try:
+                    connection.tools = await _every(connection.client.list_tools, "tools")
+                except Exception as exc:
+                    raise ToolError(f"MCP server {namespace!r} could not be listed again: {_describe(exc)}") from None
+                connection.curated_by = None
             if connection.curated_by is not loaded:  # first load, or the config was reloaded since: curate again
+                from toolcrib import lock as definitions
                 from toolcrib.curation import curate
 
                 curated, _ = curate({e.name: e for e in _entries(connection, [])}, loaded)
                 connection.entries = sorted((e for e in curated.values() if e.namespace == namespace),
                                             key=lambda e: e.name)
+                kept, problems = definitions.hold(loaded, {e.name: e for e in connection.entries})
+                for problem in problems:
+                    log.warning("%s", problem)
+                connection.held = frozenset(kept)
                 connection.curated_by = loaded
-            return connection.entries
+            if held:
+                return connection.entries
+            return [e for e in connection.entries if e.name not in connection.held]
 
     async def read(self, namespace: str, uri: str) -> ToolResult:
         await self.load(namespace)
