@@ -524,3 +524,38 @@ def test_on_trio_stale_keys_are_fetched_again_before_the_answer(issuer: Issuer) 
         assert keys._background is None and issuer.fetches == 1
 
     anyio.run(main, backend="trio")
+
+
+def test_a_remembered_token_never_outlives_its_key(issuer: Issuer) -> None:
+    """A remembered token is taken only while the very key that verified it is the one known under its id, whatever
+    the keys' generation says; and once the issuer withdraws that key and the keys are fetched again, the token is
+    refused, though it was verified (and remembered) before."""
+    from collections import OrderedDict
+
+    from toolcrib.config import OAuthConfig
+
+    config = OAuthConfig(issuer=ISS, audience=AUD, jwks_url=f"{issuer.url}/jwks", jwks_refresh=60)
+    v = Verifier.__new__(Verifier)  # (no config file: the keys are fetched from the issuer)
+    v.oauth, v.keys, v._verified = config, oauth.Keys(config), OrderedDict()
+    token = sign(issuer)
+
+    async def main() -> list[bool]:
+        said = [await v.claims(token) is not None]
+        kid, known = issuer.keys[0][0], dict(v.keys.by_id)
+        from cryptography.hazmat.primitives.asymmetric import rsa
+
+        other = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(
+            rsa.generate_private_key(public_exponent=65537, key_size=2048).public_key()))
+        v.keys.by_id = {kid: (jwt.PyJWK({**other, "kid": kid}), "RS256")}  # another key under the same id
+        said.append(await v.claims(token) is not None)
+        v.keys.by_id = known
+        said.append(await v.claims(token) is not None)
+        issuer.rotate()  # the token's key is withdrawn
+        v.keys.fetched -= 120  # the keys are due: this request is served by the known key while they are fetched
+        said.append(await v.claims(token) is not None)
+        assert v.keys._background is not None
+        await v.keys._background
+        said.append(await v.claims(token) is not None)
+        return said
+
+    assert anyio.run(main) == [True, False, True, True, False]

@@ -324,15 +324,17 @@ class Verifier:
         assert oauth is not None
         self.oauth = oauth
         self.keys = Keys(oauth, loaded.resolve(oauth.jwks_file) if oauth.jwks_file is not None else None)
-        # token -> (the keys' generation, its claims): a client sends the same token with every request until it
-        # expires, and a signature check is most of what a request costs; bounded, oldest out first
-        self._verified: OrderedDict[str, tuple[int, dict[str, Any]]] = OrderedDict()
+        # token -> (the keys' generation, its claims, the id of the key that verified it and that key as known):
+        # a client sends the same token with every request until it expires, and a signature check is most of what
+        # a request costs; bounded, oldest out first. A remembered token never outlives its key.
+        self._verified: OrderedDict[str, tuple[int, dict[str, Any], str | None, Any]] = OrderedDict()
 
     async def claims(self, token: str) -> dict[str, Any] | None:
         """The token's claims when it verifies; None (and why, logged) when it does not. A token verified before
         with the same keys is not verified again, but its expiry is checked on every use."""
         hit = self._verified.get(token)
-        if hit is not None and hit[0] == self.keys.generation and self.keys.current():
+        if hit is not None and hit[0] == self.keys.generation and self.keys.current() and \
+                self.keys.by_id.get(hit[2]) is hit[3]:  # its key still published, the very one that verified it
             claims = hit[1]
             now = time.time()
             if now > claims["exp"] + self.oauth.leeway:  # (its nbf had passed when it verified)
@@ -340,41 +342,42 @@ class Verifier:
                 log.info("access token refused: Signature has expired")
                 return None
             return claims
-        found = await self._verify(token)
+        found, key = await self._verify(token)
         if found is not None and isinstance(found.get("exp"), int | float):
-            self._verified[token] = (self.keys.generation, found)
+            self._verified[token] = (self.keys.generation, found, key.key_id, self.keys.by_id.get(key.key_id))
             if len(self._verified) > MAX_VERIFIED:
                 self._verified.popitem(last=False)
         return found
 
-    async def _verify(self, token: str) -> dict[str, Any] | None:
+    async def _verify(self, token: str) -> tuple[dict[str, Any] | None, Any]:
+        """The token's claims when it verifies, and the key (a ``PyJWK``) that verified it."""
         import jwt
 
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
-            return None  # not a JWT at all: a static token that matched no agent, most likely
+            return None, None  # not a JWT at all: a static token that matched no agent, most likely
         algorithm = header.get("alg")
         if algorithm not in self.oauth.algorithms:
             log.info("access token refused: algorithm %r is not accepted", algorithm)
-            return None
+            return None, None
         kid = header.get("kid")  # a string or absent: PyJWT refuses a header whose "kid" is anything else
         found = await self.keys.get(kid)
         if found is None:
             log.info("access token refused: no key of the issuer has id %r", kid)
-            return None
+            return None, None
         key, declared = found
         if declared is not None and declared != algorithm:
             log.info("access token refused: key %r is for %s, the token says %s", kid, declared, algorithm)
-            return None
+            return None, None
         try:
             claims: dict[str, Any] = jwt.decode(
                 token, key.key, algorithms=[algorithm], audience=self.oauth.audience, issuer=self.oauth.issuer,
                 leeway=self.oauth.leeway, options={"require": ["exp", "iss", "aud"]})
         except jwt.PyJWTError as exc:
             log.info("access token refused: %s", exc)
-            return None
-        return claims
+            return None, None
+        return claims, key
 
 
 __all__ = ["IDENTITY", "Identity", "Keys", "Verifier", "claim_values", "claims_match", "identity_of", "scopes_of"]
