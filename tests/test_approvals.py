@@ -638,7 +638,8 @@ def test_a_call_held_on_one_replica_is_listed_and_approved_on_another(tmp_path: 
     seen = anyio.run(main)
     assert seen["pending"] == ("t__deploy", {"target": "eu"}, "a", {"kind": "token", "credential": "$TOK_A"},
                                "ask rule 't__deploy'", True, True)
-    assert [re.sub(r":[\w-]{16}$", ":<id>", k) for k in seen["keys"]] == ["ap:approval:<id>", "ap:approvals"]
+    assert [re.sub(r":[\w-]{16}$", ":<id>", k) for k in seen["keys"]] == ["ap:approval:<id>", "ap:approvals",
+                                                                                 "ap:approvals:agent:a"]
     assert seen["answers"] == [200, 404]  # the first answer counts; the second finds it answered
     assert seen["result"] == (False, "deployed to eu")
     assert seen["left"] == []

@@ -43,6 +43,12 @@ def new_id() -> str:
     return made
 
 
+_TEXT, _NUMBER = (str, "a string"), ((int, float), "a number")
+_RECORD: dict[str, tuple[Any, str]] = {  # what a pending approval's record holds, and of what kind
+    "id": _TEXT, "agent": _TEXT, "tool": _TEXT, "arguments": (dict, "an object"), "rule": _TEXT, "call_id": _TEXT,
+    "version": _TEXT, "created": _NUMBER, "expires": _NUMBER}
+
+
 @dataclass
 class Pending:
     """One call waiting for an operator: what the operator is shown, and what an answer must name."""
@@ -71,9 +77,17 @@ class Pending:
                 "created": self.created, "expires": self.expires}
 
     @classmethod
-    def from_record(cls, record: dict[str, Any]) -> Pending:
-        return cls(record["id"], record["agent"], record["principal"], record["tool"], record["arguments"],
+    def from_record(cls, record: Any) -> Pending:
+        """The pending approval a shared store kept (``record``'s), or ``ValueError`` naming what is wrong with a
+        record that is not one (another writer's, or a damaged one)."""
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
+        for key, (kinds, what) in _RECORD.items():
+            if not isinstance(record.get(key), kinds) or isinstance(record.get(key), bool):
+                raise ValueError(f"its {key!r} is missing or not {what}")
+        return cls(record["id"], record["agent"], record.get("principal"), record["tool"], record["arguments"],
                    record["rule"], record["call_id"], record["version"], record["created"], record["expires"])
+
 
     def public(self) -> dict[str, Any]:
         """The JSON an operator is shown (the endpoint's list, the webhook's body)."""
@@ -140,8 +154,8 @@ class Desk:
     async def _open(self, agent: str, principal: Any, tool: str, arguments: Mapping[str, Any], rule: str,
                     call_id: str, version: str, timeout: float) -> Pending:
         """A new pending approval, unless the agent has ``MAX_PENDING`` already (``DeskFull``)."""
-        if sum(p.agent == agent for p in await self.pending()) >= MAX_PENDING:  # (two at once may pass: bounded)
-            raise DeskFull
+        if sum(p.agent == agent for p in await self.pending()) >= MAX_PENDING:  # (counted and stored with no await
+            raise DeskFull                                                     # between: one process, one loop)
         now = time.time()
         return Pending(new_id(), agent, principal, tool, dict(arguments), rule, call_id, version, now, now + timeout)
 

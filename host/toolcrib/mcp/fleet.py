@@ -20,11 +20,14 @@ from mcp.server.streamable_http import EventMessage, EventStore
 
 from toolcrib.approvals import (
     ANSWERED,
+    MAX_PENDING,
     NOT_PENDING,
     WRONG_DIGEST,
     Desk,
+    DeskFull,
     DeskUnreachable,
     Pending,
+    new_id,
 )
 from toolcrib.cluster import Fanout, Store, unreachable
 from toolcrib.mcp.roundtrip import OnceUnreachable
@@ -272,7 +275,11 @@ class RedisSessions:
             return None
         fields, newest = answer
 
-        text = {k.decode(): v.decode() for k, v in fields.items()}
+        try:
+            text = {k.decode(): v.decode() for k, v in fields.items()}
+        except UnicodeDecodeError:  # not a record toolcrib wrote: as if there were none
+            log.warning("the session record of agent %r in Redis is not one toolcrib can read; it is ignored", agent)
+            return None
         if text.get("agent") != agent:
             return None
         try:
@@ -337,6 +344,35 @@ _EVENT_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 __all__ = ["RedisEvents", "RedisOnce", "RedisSessions", "session_digest"]
 
 
+# Hold a call for an operator unless its agent has MAX_PENDING held already (on any replica): count and store in one
+# step. KEYS: the record, every pending id by expiry, the agent's; ARGV: the record, its expiry (s), its time to
+# live (ms), now (s), MAX_PENDING, its id.
+_HOLD = """
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[4])
+if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[5]) then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[6])
+redis.call('ZADD', KEYS[3], ARGV[2], ARGV[6])
+if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[3]) then
+  redis.call('PEXPIRE', KEYS[3], ARGV[3])
+end
+return 1
+"""
+
+
+def _pending(raw: bytes | str, approval_id: str) -> Pending | None:
+    """A pending approval's record as Redis holds it; None (and a warning) for one that is not one: a damaged or
+    foreign record is skipped, and the rest served."""
+    try:
+        return Pending.from_record(json.loads(raw))
+    except (ValueError, RecursionError, UnicodeDecodeError) as exc:
+        log.warning("the approval record %r in Redis is not one toolcrib can read (%s); it is skipped",
+                    approval_id, exc)
+        return None
+
+
 class RedisDesk(Desk):
     """Pending approvals every replica sees (``toolcrib.approvals``): a call held on one replica is listed, and
     answered, on any. ``<prefix>approval:<id>`` holds what the operator is shown (the arguments included) until
@@ -360,17 +396,20 @@ class RedisDesk(Desk):
     async def ask(self, agent: str, principal: Any, tool: str, arguments: Mapping[str, Any], rule: str,
                   call_id: str, version: str, timeout: float) -> tuple[bool | None, str]:
         client = self._client()
-        pending = await self._open(agent, principal, tool, arguments, rule, call_id, version, timeout)
+        now = time.time()
+        pending = Pending(new_id(), agent, principal, tool, dict(arguments), rule, call_id, version, now, now + timeout)
         key, answered = self.store.key("approval", pending.id), self.store.key("approval", pending.id, "answer")
+        mine = self.store.key("approvals", "agent", agent)  # the agent's pending ids, by expiry: what MAX_PENDING counts
         ttl = max(1, math.ceil(timeout * 1000))
-        try:
-            async with client.pipeline(transaction=True) as pipe:
-                pipe.set(key, json.dumps(pending.record(), default=repr), px=ttl)
-                pipe.zadd(self.store.key("approvals"), {pending.id: pending.expires})
-                await pipe.execute()
+        try:  # counted and stored in one step, so that replicas holding an agent's calls at once never pass the cap
+            held = await client.eval(_HOLD, 3, key, self.store.key("approvals"), mine,
+                                     json.dumps(pending.record(), default=repr), pending.expires, ttl, now,
+                                     MAX_PENDING, pending.id)
         except unreachable() as exc:
             self.store.failed(exc)
             raise DeskUnreachable from None
+        if not held:
+            raise DeskFull
         try:
             await self._tell(pending)
             while True:
@@ -392,6 +431,7 @@ class RedisDesk(Desk):
                     async with client.pipeline(transaction=False) as pipe:
                         pipe.delete(key, answered)
                         pipe.zrem(self.store.key("approvals"), pending.id)
+                        pipe.zrem(mine, pending.id)
                         await pipe.execute()
                 except unreachable() as exc:  # the records expire by themselves
                     self.store.failed(exc)
@@ -407,7 +447,8 @@ class RedisDesk(Desk):
         except unreachable() as exc:
             self.store.failed(exc)
             raise DeskUnreachable from None
-        found = [Pending.from_record(json.loads(r)) for r in records if r is not None]
+        found = [p for i, r in zip(ids, records, strict=True) if r is not None
+                 for p in [_pending(r, i)] if p is not None]
         return sorted((p for p in found if p.expires > now), key=lambda p: p.created)
 
     async def get(self, approval_id: str) -> Pending | None:
@@ -418,10 +459,8 @@ class RedisDesk(Desk):
         except unreachable() as exc:
             self.store.failed(exc)
             raise DeskUnreachable from None
-        if record is None:
-            return None
-        pending = Pending.from_record(json.loads(record))
-        return pending if pending.expires > time.time() else None
+        pending = _pending(record, approval_id) if record is not None else None
+        return pending if pending is not None and pending.expires > time.time() else None
 
     async def answer(self, approval_id: str, approve: bool, given_digest: str, by: str) -> str:
         pending = await self.get(approval_id)

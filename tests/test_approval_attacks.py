@@ -1,0 +1,115 @@
+"""What an agent, or whatever else writes to the shared store, tries on approvals out of band: more calls held than
+its cap across replicas, records that are not toolcrib's. Two desks on one real redis-server, as two replicas."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import anyio
+import pytest
+
+from toolcrib.approvals import MAX_PENDING, NOT_PENDING, DeskFull
+
+pytest.importorskip("redis")
+
+
+async def desks(redis_url: str, n: int = 2) -> tuple[list[Any], list[Any]]:
+    from toolcrib.cluster import Store
+    from toolcrib.config import ClusterConfig
+    from toolcrib.mcp.fleet import RedisDesk
+
+    stores = [Store(ClusterConfig(redis_url=redis_url, key_prefix="cap:")) for _ in range(n)]
+    for store in stores:
+        await store.open()
+    return stores, [RedisDesk(store) for store in stores]
+
+
+def test_an_agent_s_cap_of_held_calls_holds_across_replicas(redis_url: str) -> None:
+    """A burst of 60 calls of one agent, over two replicas at once: exactly ``MAX_PENDING`` are held, the rest
+    refused at once (counted and stored in one step); another agent still has its own."""
+
+    async def main() -> tuple[int, int, list[str]]:
+        stores, (one, two) = await desks(redis_url)
+        outcomes: list[str] = []
+
+        async def ask(desk: Any, agent: str, i: int) -> None:
+            try:
+                await desk.ask(agent, None, "t__deploy", {"i": i}, "ask rule", f"c{i}", "v", 2)
+            except DeskFull:
+                outcomes.append("full")
+            else:
+                outcomes.append("held")
+
+        async with anyio.create_task_group() as tg:
+            for i in range(60):
+                tg.start_soon(ask, one if i % 2 else two, "a", i)
+            await anyio.sleep(1)  # (the held ones wait their 2 s for an answer that never comes)
+            held = len([p for p in await one.pending() if p.agent == "a"])
+            tg.start_soon(ask, two, "b", 99)
+            await anyio.sleep(0.5)
+            others = [p.agent for p in await one.pending() if p.agent == "b"]
+        for store in stores:
+            await store.close()
+        return held, outcomes.count("full"), others
+
+    held, full, others = anyio.run(main)
+    assert (held, full) == (MAX_PENDING, 60 - MAX_PENDING)
+    assert others == ["b"]
+
+
+@pytest.mark.parametrize(("record", "why"), [
+    (b"not json", "Expecting value: line 1 column 1 (char 0)"),
+    (b"[1, 2]", "not a JSON object"),
+    (b'{"id": "x"}', "its 'agent' is missing or not a string"),
+    (b'{"id": "x", "agent": "a", "tool": "t", "arguments": {}, "rule": "r", "call_id": "c", "version": "v", '
+     b'"created": 1, "expires": "soon"}', "its 'expires' is missing or not a number"),
+    (b"\xff\xfe", "Expecting value: line 1 column 1 (char 0)"),
+])
+def test_a_record_in_redis_that_is_not_toolcrib_s_is_skipped_and_the_rest_served(
+        redis_url: str, caplog: pytest.LogCaptureFixture, record: bytes, why: str) -> None:
+    from test_cluster import redis_command
+
+    async def main() -> tuple[list[str], Any, Any]:
+        stores, (one, two) = await desks(redis_url)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: one.ask("a", None, "t__deploy", {}, "ask rule", "c", "v", 2))
+            await anyio.sleep(0.3)
+            await redis_command(redis_url, "SET", "cap:approval:bad", record)
+            await redis_command(redis_url, "ZADD", "cap:approvals", "9999999999", "bad")
+            listed = [p.tool for p in await two.pending()]
+            bad = await two.get("bad")
+            answered = await two.answer("bad", True, "x" * 64, "operator")
+            tg.cancel_scope.cancel()
+        for store in stores:
+            await store.close()
+        return listed, bad, answered
+
+    with caplog.at_level(logging.WARNING, "toolcrib.cluster"):
+        listed, bad, answered = anyio.run(main)
+    assert (listed, bad, answered) == (["t__deploy"], None, NOT_PENDING)
+    assert f"the approval record 'bad' in Redis is not one toolcrib can read ({why}); it is skipped" in [
+        r.getMessage() for r in caplog.records]
+
+
+def test_a_session_record_in_redis_that_is_not_utf_8_is_no_session(redis_url: str,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """A session hash whose fields are not UTF-8 (not toolcrib's): the session is not found (the client's 404 opens
+    a new one), never a 500."""
+    from test_cluster import redis_command
+    from toolcrib.cluster import Fanout
+    from toolcrib.mcp.fleet import RedisSessions, session_digest
+
+    async def main() -> Any:
+        stores, _ = await desks(redis_url, 1)
+        sessions = RedisSessions(stores[0], Fanout(stores[0]), idle=60, cap=8)
+        await redis_command(redis_url, "HSET", f"cap:session:{session_digest('a', 's1')}", "agent", b"\xff", "owner",
+                            "x")
+        found = await sessions.find("a", "s1")
+        await stores[0].close()
+        return found
+
+    with caplog.at_level(logging.WARNING, "toolcrib.cluster"):
+        assert anyio.run(main) is None
+    assert "the session record of agent 'a' in Redis is not one toolcrib can read; it is ignored" in [
+        r.getMessage() for r in caplog.records]
