@@ -4,6 +4,7 @@ its cap across replicas, records that are not toolcrib's. Two desks on one real 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -113,3 +114,22 @@ def test_a_session_record_in_redis_that_is_not_utf_8_is_no_session(redis_url: st
         assert anyio.run(main) is None
     assert "the session record of agent 'a' in Redis is not one toolcrib can read; it is ignored" in [
         r.getMessage() for r in caplog.records]
+
+
+def test_an_agent_whose_token_becomes_the_operator_s_on_a_reload_is_not_served(tmp_path: Path) -> None:
+    """The rule "the operator token is never an agent's" holds after a reload too: an agent given the operator's
+    token then is not served (it would answer its own held calls), and the others are."""
+    from conftest import config_from
+    from test_approvals import AGENT_TOKEN, CONFIG, OPERATOR_TOKEN, PACK
+    from toolcrib import Host
+    from toolcrib.mcp.http import HttpApp, HttpOptions
+    from toolcrib.mcp.state import ServingState
+
+    text = CONFIG.format(approvals="operator", timeout=60, operator="") + '[agents.b]\ntoken_env = "TOK_B"\n'
+    state = ServingState(Host(config_from(text, tmp_path), plugins={"t": PACK}, autoload=False, env={}))
+    env = {"TOK_A": AGENT_TOKEN, "TOK_B": "b" * 32, "TOK_OP": OPERATOR_TOKEN}
+    app = HttpApp(state, HttpOptions(), env=env)
+    assert sorted(app.credentials()) == ["a", "b"]
+    env["TOK_A"] = OPERATOR_TOKEN  # what the next reload reads
+    assert sorted(app.credentials()) == ["b"]
+    assert app.not_served == {"a": "its token is the operator's: an agent must never answer its own approvals"}

@@ -283,6 +283,12 @@ class HttpApp:
                     log.warning("agent %r: %s is shorter than %d characters; use a long random one",
                                 name, which, MIN_TOKEN_LENGTH)
                 tokens.append((variable, value.encode()))
+            operator = getattr(self, "operator", None)
+            if operator is not None and any(hmac.compare_digest(v, operator.token.encode()) for _, v in tokens):
+                why = "its token is the operator's: an agent must never answer its own approvals"  # (a reload's)
+                log.error("agent %r is not served over HTTP: %s", name, why)
+                self.not_served[name] = why
+                continue
             if not tokens and agent.identity is None:  # (the config refuses an identity without [oauth])
                 if not variables:
                     why = "it has no token_env"
