@@ -133,3 +133,25 @@ def test_an_agent_whose_token_becomes_the_operator_s_on_a_reload_is_not_served(t
     env["TOK_A"] = OPERATOR_TOKEN  # what the next reload reads
     assert sorted(app.credentials()) == ["b"]
     assert app.not_served == {"a": "its token is the operator's: an agent must never answer its own approvals"}
+
+
+def test_a_console_session_signed_out_on_one_replica_is_ended_on_every_one(redis_url: str) -> None:
+    """Sign-out ends the session on the server, fleet-wide: what one replica's desk records, another's reads, until
+    the session's cookie would have expired; another session stays open."""
+    import time
+
+    from test_cluster import redis_command
+
+    async def main() -> tuple[list[bool], int]:
+        stores, (one, two) = await desks(redis_url)
+        before = await two.session_ended("s" * 24)
+        await one.end_session("s" * 24, time.time() + 60)
+        seen = [before, await two.session_ended("s" * 24), await two.session_ended("t" * 24)]
+        ttl = await redis_command(redis_url, "PTTL", "cap:console:ended:" + "s" * 24)
+        for store in stores:
+            await store.close()
+        return seen, ttl
+
+    seen, ttl = anyio.run(main)
+    assert seen == [False, True, False]
+    assert 50_000 < ttl <= 60_000

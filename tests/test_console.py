@@ -82,18 +82,20 @@ def test_only_the_operator_token_opens_the_console_and_every_form_needs_its_csrf
                                                       headers={"Origin": "https://evil.example"})).status_code
             seen["content type"] = index.headers["content-type"]
             real = http.cookies["toolcrib_console"]
-            expires, who, signature = real.split(".")
-            forged = [f"9999999999.{who}.{signature}",  # a later expiry under the real signature
-                      f"{expires}.{base64.urlsafe_b64encode(b'someone').decode().rstrip('=')}.{signature}",
-                      f"{expires}.{who}.{'0' * 64}", "9999999999." + "0" * 64, "",
-                      "9" * 5000 + f".{who}.{signature}"]  # (int() of 5000 digits would raise)
+            expires, who, sid, signature = real.split(".")
+            forged = [f"9999999999.{who}.{sid}.{signature}",  # a later expiry under the real signature
+                      f"{expires}.{base64.urlsafe_b64encode(b'someone').decode().rstrip('=')}.{sid}.{signature}",
+                      f"{expires}.{who}.{'A' * 24}.{signature}",  # another session under it
+                      f"{expires}.{who}.{sid}.{'0' * 64}", "9999999999." + "0" * 64, "",
+                      "9" * 5000 + f".{who}.{sid}.{signature}"]  # (int() of 5000 digits would raise)
             seen["forged cookie"] = []
             for cookie in forged:
                 async with client_of(app) as stranger:
                     stranger.cookies.set("toolcrib_console", cookie, path="/console")
                     seen["forged cookie"].append((await stranger.get("/console/")).status_code)
             console = app.console
-            seen["csrf per session"] = console.csrf(console._session(1, "x")) != console.csrf(console._session(2, "x"))
+            seen["csrf per session"] = console.csrf(console._session(1, "x", "s" * 24)) != console.csrf(
+                console._session(1, "x", "t" * 24))
             async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app),
                                           base_url="https://127.0.0.1:8000") as tls:
                 seen["over https"] = await signed_in(tls) != ""  # its cookie is Secure (checked in signed_in)
@@ -105,6 +107,10 @@ def test_only_the_operator_token_opens_the_console_and_every_form_needs_its_csrf
             seen["logout"] = out.status_code
             seen["logout headers"] = (out.headers["location"], out.headers["set-cookie"])
             seen["after"] = (await http.get("/console/")).status_code
+            async with client_of(app) as copy:  # the signed-out cookie, kept by someone: it opens nothing
+                copy.cookies.set("toolcrib_console", real, path="/console")
+                seen["copy after sign-out"] = (await copy.get("/console/")).status_code
+                seen["feed after sign-out"] = (await copy.get("/console/feed/events")).status_code
         return seen
 
     seen = anyio.run(main)
@@ -119,7 +125,8 @@ def test_only_the_operator_token_opens_the_console_and_every_form_needs_its_csrf
     assert seen["no csrf page"] == (["Refused"], ["This form is not the console's (its CSRF token differs): open "
                                                   "the page again and resubmit."])
     assert seen["login elsewhere"] == 403  # Origin checked on the sign-in too
-    assert seen["no csrf"] == 403 and seen["foreign origin"] == 403 and seen["forged cookie"] == [303] * 6
+    assert seen["no csrf"] == 403 and seen["foreign origin"] == 403 and seen["forged cookie"] == [303] * 7
+    assert seen["copy after sign-out"] == 303 and seen["feed after sign-out"] == 303  # ended on the server
     assert seen["csrf per session"] and seen["content type"] == "text/html; charset=utf-8" and seen["over https"]
     assert seen["large form"] == 403 and seen["multipart"] == 401
     assert seen["logout"] == 303 and seen["after"] == 303
@@ -640,9 +647,9 @@ def test_a_session_cookie_is_spelled_out_and_read_back_for_every_length_of_name(
 
     console = app_of(tmp_path).console
     key = hmac.new(OPERATOR_TOKEN.encode(), b"toolcrib console sessions", hashlib.sha256).digest()
-    named = base64.urlsafe_b64encode(b"op").decode().rstrip("=")
-    assert console._session(1_900_000_000, "op") == (
-        f"1900000000.{named}." + hmac.new(key, f"session|1900000000|{named}".encode(), hashlib.sha256).hexdigest())
+    named, sid = base64.urlsafe_b64encode(b"op").decode().rstrip("="), "s" * 24
+    assert console._session(1_900_000_000, "op", sid) == (f"1900000000.{named}.{sid}." + hmac.new(
+        key, f"session|1900000000|{named}|{sid}".encode(), hashlib.sha256).hexdigest())
 
     def read(cookie: str) -> Any:
         scope = {"type": "http", "method": "GET", "path": "/console/",
@@ -651,12 +658,13 @@ def test_a_session_cookie_is_spelled_out_and_read_back_for_every_length_of_name(
 
     for who in ("a", "ab", "abc", "abcd", "the operator (token $OPERATOR)", "op abW"):  # every padding; and one
         # whose name ends in X (b3AgYWJX): only the padding is stripped
-        cookie = console._session(1_900_000_000, who)
-        assert "=" not in cookie and read(cookie) == (cookie, who)
-    far = console._session(999_999_999_999, "op")  # twelve digits: the most an expiry may have
-    assert read(far) == (far, "op")
-    assert read(console._session(1_000_000_000_000, "op")) is None  # thirteen
-    assert read(console._session(1_000_000_000, "op")) is None  # 2001: expired
+        cookie = console._session(1_900_000_000, who, sid)
+        assert "=" not in cookie and read(cookie) == (cookie, who, sid, 1_900_000_000)
+    far = console._session(999_999_999_999, "op", sid)  # twelve digits: the most an expiry may have
+    assert read(far) == (far, "op", sid, 999_999_999_999)
+    assert read(console._session(1_000_000_000_000, "op", sid)) is None  # thirteen
+    assert read(console._session(1_000_000_000, "op", sid)) is None  # 2001: expired
+    assert read(console._session(1_900_000_000, "op", "s" * 23)) is None  # not a session id of the console's
 
 
 def test_the_sign_in_page_and_every_redirect_and_refusal_carry_the_console_s_headers(tmp_path: Path) -> None:

@@ -123,6 +123,7 @@ class Desk:
 
     def __init__(self, link_key: bytes | None = None) -> None:
         self._pending: dict[str, Pending] = {}
+        self._ended: dict[str, float] = {}  # console sessions signed out -> until when their cookie would be good
         self.link_key = link_key  # signs the links a webhook is sent (None: no links)
         self.notify: list[Callable[[Pending], Awaitable[None]]] = []  # told of each new pending approval
 
@@ -130,6 +131,15 @@ class Desk:
         """What waits now, oldest first (an expired one is gone)."""
         now = time.time()
         return [p for p in self._pending.values() if p.expires > now]
+
+    async def end_session(self, session_id: str, until: float) -> None:
+        """A console session signed out: its cookie opens nothing from now on (it would have until ``until``)."""
+        now = time.time()
+        self._ended = {k: v for k, v in self._ended.items() if v > now}
+        self._ended[session_id] = until
+
+    async def session_ended(self, session_id: str) -> bool:
+        return self._ended.get(session_id, 0.0) > time.time()
 
     async def get(self, approval_id: str) -> Pending | None:
         found = self._pending.get(approval_id)

@@ -17,6 +17,8 @@ import hashlib
 import hmac
 import itertools
 import json
+import re
+import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
@@ -30,7 +32,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 
-from toolcrib.approvals import ANSWERED, Desk
+from toolcrib.approvals import ANSWERED, Desk, DeskUnreachable
 from toolcrib.audit import record as audit_record
 from toolcrib.mcp.operator import small_form
 from toolcrib.permissions import permits
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 
 COOKIE = "toolcrib_console"
 SESSION_SECONDS = 12 * 3600
+_SESSION_ID = re.compile(r"[A-Za-z0-9_-]{24}")  # a session's random id (18 bytes), named in its cookie
 FEED_KEPT = 200  # decisions the feed shows a page that opens
 SHOWN = 500  # tools a page explains (each hidden one costs an explain): the first ones, by name
 # (Referrer-Policy no-referrer would make the browser send "Origin: null" with the console's own form posts)
@@ -126,25 +129,28 @@ class Console:
 
     # -- who may look ------------------------------------------------------------------------------------------
 
-    def _session(self, expires: int, who: str) -> str:
+    def _session(self, expires: int, who: str, session_id: str) -> str:
         named = base64.urlsafe_b64encode(who.encode()).decode().rstrip("=")
-        signature = hmac.new(self._key, f"session|{expires}|{named}".encode(), hashlib.sha256).hexdigest()
-        return f"{expires}.{named}.{signature}"
+        signature = hmac.new(self._key, f"session|{expires}|{named}|{session_id}".encode(), hashlib.sha256).hexdigest()
+        return f"{expires}.{named}.{session_id}.{signature}"
 
-    def _signed_in(self, request: Request) -> tuple[str, str] | None:
-        """The request's session cookie and who signed in with it, if it is one this console signed and it has not
-        expired."""
+    def _signed_in(self, request: Request) -> tuple[str, str, str, int] | None:
+        """The request's session cookie, who signed in with it, its session's id and expiry, if it is one this
+        console signed and it has not expired (whether it was signed out is the desk's to say)."""
         cookie = request.cookies.get(COOKIE, "")
         expires, _, rest = cookie.partition(".")
-        named, _, _ = rest.partition(".")
+        named, _, rest = rest.partition(".")
+        session_id, _, _ = rest.partition(".")
         if not (expires.isascii() and expires.isdigit()) or len(expires) > 12 or int(expires) < time.time():
             return None  # (int() of thousands of digits raises, and so does int("²"), which isdigit() lets by)
+        if not _SESSION_ID.fullmatch(session_id):
+            return None
         try:
             who = base64.urlsafe_b64decode(named + "=" * (-len(named) % 4)).decode()
         except ValueError:
             return None
-        signed = hmac.compare_digest(cookie.encode(), self._session(int(expires), who).encode())
-        return (cookie, who) if signed else None
+        signed = hmac.compare_digest(cookie.encode(), self._session(int(expires), who, session_id).encode())
+        return (cookie, who, session_id, int(expires)) if signed else None
 
     def csrf(self, session: str) -> str:
         return hmac.new(self._key, f"csrf|{session}".encode(), hashlib.sha256).hexdigest()
@@ -155,9 +161,15 @@ class Console:
             if refused is not None:
                 return refused
             signed_in = self._signed_in(request)
-            if signed_in is None:
+            try:
+                ended = signed_in is None or await self.desk.session_ended(signed_in[2])
+            except DeskUnreachable:  # whether it was signed out cannot be known: nothing opens (fail closed)
+                return self._page("message.html", None, status=503, title="Unavailable",
+                                  message="The shared store (Redis) does not answer: the console opens again when "
+                                          "it does.")
+            if signed_in is None or ended:
                 return RedirectResponse("/console/login", status_code=303, headers=HEADERS)
-            session, request.state.who = signed_in
+            session, request.state.who, request.state.session_id, request.state.expires = signed_in
             if request.method == "POST":
                 form = await small_form(request)
                 request.state.form = form or {}
@@ -184,11 +196,20 @@ class Console:
                               message="That is not the operator token; an agent's token never opens the console.")
         expires = int(time.time()) + SESSION_SECONDS
         response = RedirectResponse("/console/", status_code=303, headers=HEADERS)
-        response.set_cookie(COOKIE, self._session(expires, who), max_age=SESSION_SECONDS, path="/console",
+        session = self._session(expires, who, secrets.token_urlsafe(18))
+        response.set_cookie(COOKIE, session, max_age=SESSION_SECONDS, path="/console",
                             httponly=True, samesite="strict", secure=request.url.scheme == "https")
         return response
 
     async def _logout(self, request: Request) -> Response:
+        """Sign out: the session ends on the server (on every replica, with ``[cluster]``), not only in this
+        browser, so a copy of its cookie opens nothing either."""
+        try:
+            await self.desk.end_session(request.state.session_id, request.state.expires)
+        except DeskUnreachable:
+            return self._page("message.html", request.state.session, status=503, title="Not signed out",
+                              message="The shared store (Redis) does not answer, so the session could not be ended "
+                                      "everywhere: sign out again when it does.")
         response = RedirectResponse("/console/login", status_code=303, headers=HEADERS)
         response.delete_cookie(COOKIE, path="/console")
         return response

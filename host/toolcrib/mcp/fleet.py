@@ -436,6 +436,22 @@ class RedisDesk(Desk):
                 except unreachable() as exc:  # the records expire by themselves
                     self.store.failed(exc)
 
+    async def end_session(self, session_id: str, until: float) -> None:
+        """Signed out on every replica: ``<prefix>console:ended:<id>`` until the cookie would have expired."""
+        ttl = max(1, math.ceil((until - time.time()) * 1000))
+        try:
+            await self._client().set(self.store.key("console", "ended", session_id), "1", px=ttl)
+        except unreachable() as exc:
+            self.store.failed(exc)
+            raise DeskUnreachable from None
+
+    async def session_ended(self, session_id: str) -> bool:
+        try:
+            return bool(await self._client().exists(self.store.key("console", "ended", session_id)))
+        except unreachable() as exc:
+            self.store.failed(exc)
+            raise DeskUnreachable from None
+
     async def pending(self) -> list[Pending]:
         client = self._client()
         index = self.store.key("approvals")
