@@ -155,3 +155,52 @@ def test_a_console_session_signed_out_on_one_replica_is_ended_on_every_one(redis
     seen, ttl = anyio.run(main)
     assert seen == [False, True, False]
     assert 50_000 < ttl <= 60_000
+
+
+HIDDEN = "run\u202e\U000e0041\u200b\x9b\u00a0\ufe0f\u3164"  # bidi, tag, zero-width, C1, no-break, variation, filler
+MARKED = ("run\u27e8U+202E\u27e9\u27e8U+E0041\u27e9\u27e8U+200B\u27e9\u27e8U+009B\u27e9\u27e8U+00A0\u27e9"
+          "\u27e8U+FE0F\u27e9\u27e8U+3164\u27e9")
+
+
+def test_what_an_operator_is_shown_marks_every_character_that_would_not_show_as_itself() -> None:
+    from toolcrib.names import clean, shown
+
+    assert shown(HIDDEN) == MARKED
+    assert shown("run") != shown("run\u200b") != shown("run\u200c")  # what differs looks different
+    assert shown("\u27e8U+200B\u27e9") == "\u27e8U+27E8\u27e9U+200B\u27e9"  # a mark typed as text is no mark
+    assert shown("línea 1\nzweite Zeile: 東京 🙂") == "línea 1\nzweite Zeile: 東京 🙂"  # the rest as it is
+    # texts an agent reads: every one of these is taken out
+    assert clean("a\u00adb\u2028c\u2029d\u180ee\ufe0ff\U000e0100g\u115fh\u3164i\uffa0j\x85k\x9bl") == "abcdefghijkl"
+
+
+def test_the_console_and_a_link_s_page_show_a_held_call_s_hidden_characters_marked(tmp_path: Path) -> None:
+    import re
+
+    from test_console import app_of, client_of, signed_in
+    from test_approvals import open_session
+    from test_cluster import until
+    from toolcrib.approvals import Pending
+    from toolcrib.mcp.operator import _describe
+
+    async def main() -> str:
+        app = app_of(tmp_path)
+        async with app.app.router.lifespan_context(app.app), client_of(app) as http, \
+                anyio.create_task_group() as tg:
+            await signed_in(http)
+            call = await open_session(http)
+            tg.start_soon(call, "t__deploy", {"target": HIDDEN})
+
+            async def listed() -> bool:
+                return "approval-" in (await http.get("/console/approvals")).text
+
+            await until(listed, "the console lists the call")
+            page = (await http.get("/console/approvals")).text
+            tg.cancel_scope.cancel()
+        return page
+
+    page = anyio.run(main)
+    arguments = re.search(r'<pre class="arguments">(.*?)</pre>', page, re.S).group(1)
+    assert arguments == '{\n  &#34;target&#34;: &#34;' + MARKED + '&#34;\n}'
+    assert not any(c in page for c in "\u202e\U000e0041\u200b\x9b\ufe0f\u3164")
+    link = _describe(Pending("id", "a", None, "t__deploy", {"target": HIDDEN}, "ask rule", "c", "v", 0, 1))
+    assert "&quot;target&quot;: &quot;" + MARKED + "&quot;" in link and "\u202e" not in link

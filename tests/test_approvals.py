@@ -561,7 +561,7 @@ def test_a_framework_client_without_elicitation_has_its_call_approved_with_toolc
         async with http, Client(streamable_http_client(f"{base}/agents/a/mcp", http_client=http)) as client, \
                 anyio.create_task_group() as tg:
             async def held() -> None:
-                result = await client.call_tool("t__deploy", {"target": "prod"})
+                result = await client.call_tool("t__deploy", {"target": "prod\u202e\x9b"})  # hidden: marked
                 seen["result"] = (result.is_error, result.content[0].text)  # type: ignore[union-attr]
 
             tg.start_soon(held)
@@ -586,13 +586,13 @@ def test_a_framework_client_without_elicitation_has_its_call_approved_with_toolc
     lines = seen["listed"].splitlines()
     assert re.fullmatch(r"[\w-]+  agent a \(\$TOK_A\) calls t__deploy \(ask rule 't__deploy'\), expires "
                         r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", lines[0]), lines
-    assert lines[1] == '  arguments: {"target": "prod"}'
+    assert lines[1] == '  arguments: {"target": "prod\u27e8U+202E\u27e9\u27e8U+009B\u27e9"}'  # ⟨U+202E⟩: not as it is
     assert re.fullmatch(r"  call call_[0-9a-f]+, digest [0-9a-f]{16}", lines[2])
     assert (seen["approved"].returncode, seen["approved"].stdout) == (
-        0, 'approved: t__deploy for agent a {"target": "prod"}\n')
+        0, 'approved: t__deploy for agent a {"target": "prod\u27e8U+202E\u27e9\u27e8U+009B\u27e9"}\n')
     assert (seen["again"].returncode, seen["again"].stderr) == (
         1, f"error: no call waits for approval {lines[0].split()[0]!r} (`toolcrib approvals` lists them)\n")
-    assert seen["result"] == (False, "deployed to prod")
+    assert seen["result"] == (False, "deployed to prod\u202e\x9b")
 
 
 # -- across replicas: the pending approvals on Redis ([cluster]) ------------------------------------------------

@@ -1168,15 +1168,15 @@ def approvals(ctx: click.Context, url: str | None, as_json: bool) -> None:
         return
     if not pending:
         click.echo("no call is waiting for an approval")
-    from toolcrib.names import clean
+    from toolcrib.names import shown
 
-    for item in pending:  # (what a caller chose, such as an OAuth subject, is shown without terminal escapes)
+    for item in pending:  # what a caller chose is shown marked, never as terminal escapes or invisible characters
         who = item["principal"] or {}
-        by = f" ({clean(str(who.get('credential') or who.get('subject')))})" if who else ""
-        click.echo(clean(f"{item['id']}  agent {item['agent']}") + by + clean(
-            f" calls {item['tool']} ({item['rule']}), expires {item['expires']}"))
-        click.echo(f"  arguments: {json.dumps(item['arguments'], ensure_ascii=False)}")
-        click.echo(f"  call {item['call_id']}, digest {item['digest'][:16]}")
+        by = f" ({str(who.get('credential') or who.get('subject'))})" if who else ""
+        click.echo(shown(f"{item['id']}  agent {item['agent']}{by} calls {item['tool']} ({item['rule']}), "
+                         f"expires {item['expires']}"))
+        click.echo(shown(f"  arguments: {json.dumps(item['arguments'], ensure_ascii=False)}"))
+        click.echo(shown(f"  call {item['call_id']}, digest {item['digest'][:16]}"))
 
 
 def _answer(approval_id: str, decision: str) -> None:
@@ -1187,9 +1187,11 @@ def _answer(approval_id: str, decision: str) -> None:
         raise _OperatorError(f"no call waits for approval {approval_id!r} (`toolcrib approvals` lists them)")
     _operator_request(url, "POST", f"/operator/approvals/{approval_id}",
                       {"decision": decision, "digest": item["digest"]})
+    from toolcrib.names import shown
+
     done = "approved" if decision == "approve" else "denied"
-    click.echo(f"{done}: {item['tool']} for agent {item['agent']} "
-               f"{json.dumps(item['arguments'], ensure_ascii=False)}")
+    click.echo(shown(f"{done}: {item['tool']} for agent {item['agent']} "
+                     f"{json.dumps(item['arguments'], ensure_ascii=False)}"))
 
 
 @approvals.command("approve")

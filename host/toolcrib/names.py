@@ -20,10 +20,13 @@ AGENT_NAME_RULE = (
     "agent names are 1-64 characters: a letter first, then letters, digits and single underscores"
 )
 
-# Control characters other than newline and tab, zero-width and direction-changing characters, and Unicode tag
+# Control characters other than newline and tab (C0 and C1), zero-width, joining and direction-changing characters,
+# line and paragraph separators, soft hyphens, fillers that draw nothing, variation selectors and Unicode tag
 # characters: ways to hide text in a description that the model reads and a person reviewing it does not.
-HIDDEN_CHARACTERS = re.compile("[\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
-                               "\U000e0000-\U000e007f]")
+HIDDEN_CHARACTERS = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u2028-\u202e"
+    "\u2060-\u2064\u2066-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb\U0001d173-\U0001d17a\U000e0000-\U000e007f"
+    "\U000e0100-\U000e01ef]")
 
 # Terminal escape sequences (colours, cursor moves, window titles): removed whole, not only their ESC.
 ANSI_SEQUENCES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
@@ -31,6 +34,26 @@ ANSI_SEQUENCES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\
 # JSON Schema keys whose string values are prose for the reader; every other string in a schema is used for
 # something (a property name, an enum value, a pattern), and cleaning it would change what the schema means.
 _PROSE_KEYS = frozenset({"description", "title", "$comment", "examples"})
+
+
+# What an operator is shown marked rather than as it is: every character that draws nothing or changes how the rest
+# is drawn (besides HIDDEN_CHARACTERS: other format, private-use and unassigned characters, spaces other than the
+# space), and the mark's own bracket, so that a text cannot pass for one with a mark in it.
+_UNSHOWN_CATEGORIES = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"))
+MARK = "\u27e8U+{:04X}\u27e9"  # ⟨U+202E⟩
+
+
+def shown(text: str) -> str:
+    """``text`` as an operator is shown it before approving anything (the console, a link's page, ``toolcrib
+    approvals``): each character that would not show as itself, a newline aside, as a visible mark (``⟨U+202E⟩``),
+    so that two texts that differ look different. Nothing is removed."""
+    if text.isascii() and text.isprintable():
+        return text
+    import unicodedata
+
+    return "".join(MARK.format(ord(c)) if c != "\n" and (
+        c == "\u27e8" or (c != " " and unicodedata.category(c) in _UNSHOWN_CATEGORIES) or HIDDEN_CHARACTERS.match(c))
+        else c for c in text)
 
 
 def clean(text: str) -> str:

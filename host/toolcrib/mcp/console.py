@@ -250,8 +250,11 @@ class Console:
         return self._page("sources.html", request.state.session, records=records, held=held)
 
     async def _approvals(self, request: Request) -> Response:
-        pending = [dict(p.public(), arguments=json.dumps(p.arguments, indent=2, ensure_ascii=False),
-                        principal=json.dumps(p.principal) if p.principal else "-")
+        from toolcrib.names import shown  # what would not show as itself is marked: what differs looks different
+
+        pending = [dict(p.public(), agent=shown(p.agent), tool=shown(p.tool), rule=shown(p.rule),
+                        arguments=shown(json.dumps(p.arguments, indent=2, ensure_ascii=False)),
+                        principal=shown(json.dumps(p.principal, ensure_ascii=False)) if p.principal else "-")
                    for p in await self.desk.pending()]
         return self._page("approvals.html", request.state.session, pending=pending,
                           message=request.query_params.get("done", ""))

@@ -213,10 +213,14 @@ async def small_form(request: Request) -> dict[str, str] | None:
 
 
 def _describe(pending: Pending) -> str:
+    """The call a link answers, as the operator is shown it: escaped, every character that would not show as
+    itself marked (``toolcrib.names.shown``)."""
+    from toolcrib.names import shown
+
     rows = [("Agent", pending.agent), ("Who", json.dumps(pending.principal) if pending.principal else "-"),
             ("Tool", pending.tool), ("Arguments", json.dumps(pending.arguments, indent=2, ensure_ascii=False)),
             ("Asked by", pending.rule), ("Call", pending.call_id or "-"), ("Expires", pending.public()["expires"])]
-    cells = "".join(f"<tr><th>{name}</th><td><pre>{html.escape(value)}</pre></td></tr>" for name, value in rows)
+    cells = "".join(f"<tr><th>{name}</th><td><pre>{html.escape(shown(value))}</pre></td></tr>" for name, value in rows)
     return f"<table>{cells}</table>"
 
 
