@@ -86,11 +86,12 @@ def whole(schema: dict[str, Any]) -> bool:
 def toolcrib_tools(path: Path) -> tuple[list[dict[str, Any]], dict[str, str]]:
     from toolcrib.config import parse_config
     from toolcrib.host import Host
+    from toolcrib.supply import opened
 
     config = (f'[openapi.doc]\ndocument = "{path}"\nbase_url = "http://127.0.0.1:9"\nfollow_changes = true\n'
               '[agents.a.permissions]\nplugins = { allow = ["doc"] }\ntools = { allow = ["*"] }\n')
-    host = Host(parse_config(config, "toolcrib.toml", Path(tempfile.gettempdir())), plugins={}, autoload=False,
-                env={})
+    loaded = parse_config(config, "toolcrib.toml", Path(tempfile.gettempdir()))
+    host = Host(loaded, sources=opened(loaded, {}), plugins={}, autoload=False, env={})
     tools = host.view("a").export("mcp")
     problems = next(r for r in host.records if r.name == "doc").error
     if problems and "-v" in sys.argv:

@@ -189,3 +189,12 @@ def document(path: Path = PETSTORE, change: Callable[[dict[str, Any]], None] | N
     if change is not None:
         change(data)
     return data
+
+
+def opened_host(loaded: Any, env: Mapping[str, str] | None = None) -> Any:
+    """A host with the config's OpenAPI sources made and opened by the one assembler (``toolcrib.supply``), as
+    every entrance (``Host.from_config``, serve, the CLI) has them; no pack."""
+    from toolcrib.host import Host
+    from toolcrib.supply import opened
+
+    return Host(loaded, sources=opened(loaded, env or {}), autoload=False, plugins={}, env=env or {})

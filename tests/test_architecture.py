@@ -73,8 +73,10 @@ def test_the_pipeline_imports_no_built_in_plugin_and_the_core_no_front_end() -> 
     assert not any(name.startswith("toolcrib.default_plugins") for name in closure(edges, "toolcrib.calls"))
     # the front ends: the CLI, and the pack kit, which drives a host as a client does (an isolated kit starts its
     # pack's process through the MCP front end's pool, as toolcrib serve does)
+    # and the supply, where every kind of source lives (the upstream client's connections are still in toolcrib.mcp)
     front_ends = {"toolcrib.cli", "toolcrib.testing"}
-    core = [name for name in edges if not name.startswith("toolcrib.mcp") and name not in front_ends]
+    core = [name for name in edges if not name.startswith(("toolcrib.mcp", "toolcrib.supply"))
+            and name not in front_ends]
     assert {name: sorted(t for t in edges[name] if t.startswith("toolcrib.mcp")) for name in core
             if any(t.startswith("toolcrib.mcp") for t in edges[name])} == {}
 
@@ -87,6 +89,16 @@ def test_sources_reach_the_core_only_through_the_source_contract() -> None:
     assert {"toolcrib.sources", "toolcrib.runner"} <= edges["toolcrib.mcp.upstream"]
     assert closure(edges, "toolcrib.sources") <= {"toolcrib.entries", "toolcrib.declarations", "toolcrib.tool"} | \
         closure(edges, "toolcrib.tool")
+
+
+def test_the_catalog_the_decision_the_pipeline_and_the_views_reach_no_supply() -> None:
+    """Every kind of source is made in ``toolcrib.supply``; the core takes what it is handed (only the host's
+    ``from_config``, an entrance, asks the supply for sources)."""
+    edges = graph()
+    for core in ("toolcrib.catalog", "toolcrib.permissions", "toolcrib.calls", "toolcrib.view", "toolcrib.lock",
+                 "toolcrib.curation"):
+        assert not any(name.startswith("toolcrib.supply") for name in closure(edges, core)), core
+    assert "toolcrib.supply" in edges["toolcrib.host"]
 
 
 def test_the_graph_is_read_as_python_reads_imports() -> None:

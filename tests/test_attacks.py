@@ -424,7 +424,7 @@ def test_a_pack_printing_at_import_cannot_corrupt_the_stdio_wire(tmp_path: Path)
 
 @pytest.mark.slow
 def test_upstream_texts_reach_agents_without_hidden_characters() -> None:
-    from toolcrib.mcp.upstream import upstream_pool
+    from toolcrib.supply import supply
 
     config = f"""
         [mcps.up]
@@ -441,8 +441,8 @@ def test_upstream_texts_reach_agents_without_hidden_characters() -> None:
         from conftest import config_from
 
         loaded = config_from(config)
-        async with upstream_pool() as pool:
-            sources = await pool.sync(loaded)
+        async with supply() as supplied:
+            sources = await supplied.sync(loaded)
             records, _, items = offered(sources)
             assert sorted(i.name for i in items) == ["up__bad_name", "up__key", "up__note", "up__readme",
                                                      "up__search", "up__summarize"]

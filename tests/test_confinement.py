@@ -17,7 +17,7 @@ from conftest import config_from
 from toolcrib import sandbox
 from toolcrib.confinement import pids_root
 from toolcrib.host import Host
-from toolcrib.mcp.upstream import upstream_pool
+from toolcrib.supply import supply
 
 SERVER = str(Path(__file__).parent / "probing_server.py")
 pytestmark = pytest.mark.skipif(sandbox.landlock_abi() < 4, reason="needs Landlock ABI 4 (Linux 6.7)")
@@ -44,8 +44,8 @@ def attempts(tmp_path: Path, confined: bool, tries: list[tuple[str, str]], extra
     loaded = config_from(config(confined, extra), tmp_path)
 
     async def main() -> list[str]:
-        async with upstream_pool() as pool:
-            sources = await pool.sync(loaded)
+        async with supply() as supplied:
+            sources = await supplied.sync(loaded)
             record = sources[0].offer().record
             if record.state != "loaded":
                 return [f"{record.state}: {record.error}"]
@@ -200,8 +200,8 @@ def test_a_kernel_that_cannot_confine_says_so_and_starts_nothing_unless_allowed(
         f"warning: toolcrib.toml: mcps.probe: {why}: mcps.probe ask to be confined, and {then}"]
 
     async def main() -> Any:
-        async with upstream_pool() as pool:
-            return (await pool.sync(loaded))[0].offer().record
+        async with supply() as supplied:
+            return (await supplied.sync(loaded))[0].offer().record
 
     record = anyio.run(main)
     if allowed:

@@ -19,7 +19,7 @@ from toolcrib import sandbox
 from toolcrib.confinement import pids_root
 from toolcrib.host import Host
 from toolcrib.isolation import PROCESSES
-from toolcrib.mcp.upstream import upstream_pool
+from toolcrib.supply import supply
 
 pytestmark = pytest.mark.skipif(sandbox.landlock_abi() < 4, reason="needs Landlock ABI 4 (Linux 6.7)")
 
@@ -103,8 +103,8 @@ def served(tmp_path: Path, calls: list[tuple[str, dict[str, Any]]], extra: str =
     loaded = config_from(config(extra), tmp_path)
 
     async def main() -> dict[str, Any]:
-        async with upstream_pool() as pool:
-            sources = await pool.sync(loaded)
+        async with supply() as supplied:
+            sources = await supplied.sync(loaded)
             host = Host(loaded, sources=sources, autoload=False, env={})
             record = next(r for r in host.records if r.name == "probe")
             seen: dict[str, Any] = {"record": (record.kind, record.state, record.tool_count, record.error),
@@ -241,8 +241,8 @@ def test_a_pack_that_hangs_at_import_fails_alone_and_its_process_is_ended(
                          'plugins = { allow = ["kit", "stuck"] }\ntools = { allow = ["*"] }\n', tmp_path)
 
     async def main() -> tuple[Any, ...]:
-        async with upstream_pool() as pool:
-            host = Host(loaded, sources=await pool.sync(loaded), plugins={"kit": InProcess()}, autoload=False,
+        async with supply() as supplied:
+            host = Host(loaded, sources=await supplied.sync(loaded), plugins={"kit": InProcess()}, autoload=False,
                         env={})
             stuck = next(r for r in host.records if r.name == "stuck")
             said = (await host.call("a", "kit__here", {})).content[0]["text"]
@@ -309,8 +309,8 @@ def test_a_pack_whose_code_lies_beside_the_config_is_not_started_and_says_why_on
                          'plugins = { allow = ["near"] }\ntools = { allow = ["*"] }\n', tmp_path)
 
     async def main() -> Any:
-        async with upstream_pool() as pool:
-            host = Host(loaded, sources=await pool.sync(loaded), autoload=False, env={})
+        async with supply() as supplied:
+            host = Host(loaded, sources=await supplied.sync(loaded), autoload=False, env={})
             return next((r.kind, r.state, r.error) for r in host.records if r.name == "near")
 
     with caplog.at_level(logging.WARNING):
@@ -402,8 +402,8 @@ def test_an_isolated_pack_s_progress_and_questions_reach_the_agent_s_client(
         return types.ElicitResult(action="accept", content={"sure": True})
 
     async def main() -> Any:
-        async with upstream_pool() as pool:
-            host = Host(loaded, sources=await pool.sync(loaded), autoload=False, env={})
+        async with supply() as supplied:
+            host = Host(loaded, sources=await supplied.sync(loaded), autoload=False, env={})
             async with Client(build_server(ServingState(host), "a"), mode=mode, cache=None,
                               elicitation_callback=on_elicit) as client:
                 async def progressed(done: float, total: float | None, message: str | None) -> None:
@@ -490,8 +490,8 @@ def test_readyz_names_a_failed_isolated_pack_and_stays_ready(tmp_path: Path, dis
     loaded = config_from(config(), tmp_path)
 
     async def main() -> tuple[int, Any]:
-        async with upstream_pool() as pool:
-            host = Host(loaded, sources=await pool.sync(loaded), autoload=False, env={})
+        async with supply() as supplied:
+            host = Host(loaded, sources=await supplied.sync(loaded), autoload=False, env={})
             app = HttpApp(ServingState(host), HttpOptions(), env={})
             async with app.app.router.lifespan_context(app.app), httpx2.AsyncClient(
                     transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1:8000") as http:
@@ -603,8 +603,8 @@ def test_an_isolated_pack_s_calls_take_its_lane_with_their_log_messages_side_by_
         logged.append((params.level, params.data))
 
     async def main() -> list[str]:
-        async with upstream_pool() as pool:
-            host = Host(loaded, sources=await pool.sync(loaded), autoload=False, env={})
+        async with supply() as supplied:
+            host = Host(loaded, sources=await supplied.sync(loaded), autoload=False, env={})
             async with Client(build_server(ServingState(host), "a"), mode="legacy", cache=None,
                               logging_callback=on_log) as client:
                 answers: dict[int, str] = {}
@@ -631,8 +631,8 @@ def test_a_cancelled_call_stops_in_the_isolated_pack_s_process(tmp_path: Path,
     loaded = config_from(config(), tmp_path)
 
     async def main() -> tuple[str, str]:
-        async with upstream_pool() as pool:
-            host = Host(loaded, sources=await pool.sync(loaded), autoload=False, env={})
+        async with supply() as supplied:
+            host = Host(loaded, sources=await supplied.sync(loaded), autoload=False, env={})
             with anyio.move_on_after(0.5):  # the agent's client gives up (any moment will do)
                 await host.call("a", "probe__wait", {})
 
@@ -816,8 +816,8 @@ def checked_views(tmp_path: Path, isolate: bool) -> dict[str, Any]:
     loaded = config_from(checked_config(isolate), tmp_path)
 
     async def main() -> dict[str, Any]:
-        async with upstream_pool() as pool:
-            sources = await pool.sync(loaded)
+        async with supply() as supplied:
+            sources = await supplied.sync(loaded)
             # in process: the installed pack, found by its entry point
             host = Host(loaded, sources=sources, autoload=not isolate, env={})
             seen: dict[str, Any] = {}
@@ -900,8 +900,8 @@ def test_an_isolated_pack_s_check_that_hangs_hides_its_tools_in_time_and_the_res
                          tmp_path)
 
     async def main() -> tuple[list[str], dict[str, str], str]:
-        async with upstream_pool() as pool:
-            host = Host(loaded, sources=await pool.sync(loaded), autoload=False, env={})
+        async with supply() as supplied:
+            host = Host(loaded, sources=await supplied.sync(loaded), autoload=False, env={})
             names = sorted(t.name for t in host.view("a").tools)
             why = {n: host.explain("a", n).reason for n in ("hangs__a_stuck", "hangs__b_after")}  # type: ignore[union-attr]
             return names, why, (await host.call("a", "hangs__plain", {})).content[0]["text"]

@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from conftest import config_from
-from openapi_api import PETSTORE, _json, document, petstore_routes, serve
+from openapi_api import PETSTORE, _json, document, opened_host, petstore_routes, serve
 from toolcrib.host import Host
 
 pytest.importorskip("openapi_core")
@@ -54,7 +54,7 @@ def host_of(tmp_path: Path, table: str, env: dict[str, str] | None = None, doc: 
     (tmp_path / "petstore.json").write_text(json.dumps(doc if doc is not None else document()))
     config = tmp_path / "toolcrib.toml"
     config.write_text(f'[openapi.pets]\ndocument = "petstore.json"\n{table}\n{rules}')
-    return Host(load_config(config), autoload=False, plugins={}, env=env or {})
+    return opened_host(load_config(config), env=env or {})
 
 
 def call(host: Host, tool: str, arguments: dict[str, Any], agent: str = "a") -> dict[str, Any]:
@@ -291,7 +291,7 @@ def test_a_document_that_cannot_be_served_fails_its_source_alone(tmp_path: Path,
     (tmp_path / "petstore.json").write_text(PETSTORE.read_text())
     config = (f'[openapi.bad]\ndocument = "bad.json"\nbase_url = "http://127.0.0.1:9"\n'
               f'[openapi.pets]\ndocument = "petstore.json"\nbase_url = "http://127.0.0.1:9/v2"\n{RULES}')
-    host = Host(config_from(config, tmp_path), autoload=False, plugins={}, env={})
+    host = opened_host(config_from(config, tmp_path), env={})
     bad = next(r for r in host.records if r.name == "bad")
     assert (bad.state, bad.error) == ("failed", f"{tmp_path / 'bad.json'}{error}")
     assert len([t for t in host.view("a").tools if t.name.startswith("pets__")]) == 20
@@ -299,8 +299,7 @@ def test_a_document_that_cannot_be_served_fails_its_source_alone(tmp_path: Path,
 
 
 def test_a_missing_document_names_its_file(tmp_path: Path) -> None:
-    host = Host(config_from(f'[openapi.pets]\ndocument = "nowhere.yaml"\n{RULES}', tmp_path), autoload=False,
-                plugins={}, env={})
+    host = opened_host(config_from(f'[openapi.pets]\ndocument = "nowhere.yaml"\n{RULES}', tmp_path), env={})
     record = next(r for r in host.records if r.name == "pets")
     assert (record.state, record.error) == ("failed", f"cannot read {tmp_path / 'nowhere.yaml'}: No such file or "
                                             "directory")
@@ -421,7 +420,7 @@ def train_travel() -> Path:
 
 def train_host(tmp_path: Path, train_travel: Path, base_url: str = "http://127.0.0.1:9") -> Host:
     config = f'[openapi.train]\ndocument = "{train_travel}"\nbase_url = "{base_url}"\n{RULES}'
-    return Host(config_from(config, tmp_path), autoload=False, plugins={}, env={})
+    return opened_host(config_from(config, tmp_path), env={})
 
 
 def test_a_3_1_yaml_document_with_refs_and_any_of(tmp_path: Path, train_travel: Path) -> None:
@@ -530,7 +529,7 @@ SMALL = {
 def small_host(tmp_path: Path, base_url: str, doc: dict[str, Any] | None = None) -> Host:
     (tmp_path / "small.json").write_text(json.dumps(doc or SMALL))
     config = f'[openapi.small]\ndocument = "small.json"\nbase_url = "{base_url}"\n{RULES}'
-    return Host(config_from(config, tmp_path), autoload=False, plugins={}, env={})
+    return opened_host(config_from(config, tmp_path), env={})
 
 
 def test_answers_become_content_blocks_of_their_kind(tmp_path: Path) -> None:
@@ -599,7 +598,7 @@ def test_a_document_from_a_url_is_fetched_from_its_own_host(tmp_path: Path) -> N
     with serve(SMALL, routes, validate=False) as api:
         config = (f'[openapi.small]\ndocument_url = "{api.base_url}/openapi.json"\nbase_url = "{api.base_url}"\n'
                   f'[openapi.gone]\ndocument_url = "{api.base_url}/missing.json"\nbase_url = "{api.base_url}"\n{RULES}')
-        host = Host(config_from(config, tmp_path), autoload=False, plugins={}, env={})
+        host = opened_host(config_from(config, tmp_path), env={})
         assert len([t for t in host.view("a").tools if t.name.startswith("small__")]) == 8
         gone = next(r for r in host.records if r.name == "gone")
         assert (gone.state, gone.error) == ("failed", f"{api.base_url}/missing.json answered HTTP 404 NOT FOUND")
@@ -615,7 +614,7 @@ def test_a_one_of_body_is_one_argument_checked_before_it_is_sent(tmp_path: Path,
     routes = [("/anything/one-of-primitive", ["POST"], anything)]
     with serve(json.loads(path.read_text()), routes) as api:
         config = f'[openapi.poly]\ndocument = "{path}"\nbase_url = "{api.base_url}"\n{RULES}'
-        host = Host(config_from(config, tmp_path), autoload=False, plugins={}, env={})
+        host = opened_host(config_from(config, tmp_path), env={})
         assert len([t for t in host.view("a").tools if t.name.startswith("poly__")]) == 13
         schema = host.catalog.entries["poly__post_anything_one_of_primitive"].tool.input_schema
         assert schema["properties"]["body"] == {"oneOf": [{"title": "First type of primitive", "type": "string"},

@@ -12,7 +12,7 @@ from urllib.parse import quote
 import pytest
 
 from conftest import config_from
-from openapi_api import serve
+from openapi_api import opened_host, serve
 from test_openapi import RULES, call
 from toolcrib.host import Host
 
@@ -73,7 +73,7 @@ def echo_host(tmp_path: Path, base_url: str, rules: str = RULES) -> Host:
     config = (f'[openapi.echo]\ndocument = "echo.json"\nbase_url = "{base_url}"\nbearer = "${{T}}"\n'
               'api_key = { name = "key", in = "query", value = "${Q}" }\n'
               'headers = { X-Api-Key = "${K}", X-Team = "${TEAM}" }\n' + rules)
-    return Host(config_from(config, tmp_path), autoload=False, plugins={}, env={
+    return opened_host(config_from(config, tmp_path), env={
         "T": TOKEN, "K": KEY, "Q": QUERY_KEY, "TEAM": TEAM})
 
 
@@ -181,7 +181,7 @@ def test_a_fetched_document_does_not_choose_a_private_address_to_call(tmp_path: 
             origin = [source.base_url]
             config = (f'[openapi.echo]\ndocument_url = "{source.base_url}/elsewhere.json"\nbearer = "${{T}}"\n'
                       f'[openapi.same]\ndocument_url = "{source.base_url}/here.json"\n{RULES}')
-            host = Host(config_from(config, tmp_path), autoload=False, plugins={}, env={"T": TOKEN})
+            host = opened_host(config_from(config, tmp_path), env={"T": TOKEN})
             refused = call(host, "echo__json", {})
             assert refused == {"content": [{"type": "text", "text": (
                 "GET /json: 127.0.0.1 resolves to a loopback address; calls from private networks are refused (an "
@@ -211,6 +211,6 @@ def test_a_document_that_would_expand_without_bound_fails_its_source_alone(tmp_p
     (tmp_path / "fine.yaml").write_text(bomb(3))  # aliases that expand a little are fine
     config = (f'[openapi.bomb]\ndocument = "bomb.yaml"\nbase_url = "http://127.0.0.1:9"\n'
               f'[openapi.fine]\ndocument = "fine.yaml"\nbase_url = "http://127.0.0.1:9"\n{RULES}')
-    host = Host(config_from(config, tmp_path), autoload=False, plugins={}, env={})
+    host = opened_host(config_from(config, tmp_path), env={})
     records = {r.name: (r.state, r.error) for r in host.records if r.kind == "openapi"}
     assert records == {"bomb": ("failed", f"{tmp_path / 'bomb.yaml'} {error}"), "fine": ("loaded", None)}

@@ -31,12 +31,12 @@ def node_servers() -> None:
 async def _host(text: str, base: Path, **kwargs: Any) -> Any:
     """A host with the config's upstream servers connected, in the caller's task group."""
     from toolcrib.host import Host
-    from toolcrib.mcp.upstream import upstream_pool
+    from toolcrib.supply import supply
 
     loaded = config_from(text, base)
-    pool_cm = upstream_pool()
-    pool = await pool_cm.__aenter__()
-    sources = await pool.sync(loaded)
+    pool_cm = supply()
+    supplied = await pool_cm.__aenter__()
+    sources = await supplied.sync(loaded)
     host = Host(loaded, sources=sources,
                 autoload=False, plugins={}, env={}, **kwargs)
     return host, pool_cm

@@ -20,7 +20,7 @@ import toolcrib
 from conftest import config_from, offered
 from toolcrib.cli import main
 from toolcrib.host import Host
-from toolcrib.mcp.upstream import upstream_pool
+from toolcrib.supply import supply
 
 SERVER = str(Path(__file__).parent / "upstream_server.py")
 
@@ -65,8 +65,8 @@ def cli_env() -> dict[str, str]:
 
 async def with_host(check: Any) -> None:
     loaded = config_from(CONFIG)
-    async with upstream_pool() as pool:
-        sources = await pool.sync(loaded)
+    async with supply() as supplied:
+        sources = await supplied.sync(loaded)
         records, _, _ = offered(sources)
         host = Host(loaded, sources=sources, plugins={},
                     autoload=False, env={})
@@ -142,8 +142,8 @@ def test_upstream_resources_templates_and_prompts_pass_through_behind_the_rules(
 
     async def main_() -> None:
         loaded = config_from(ITEMS)
-        async with upstream_pool() as pool:
-            sources = await pool.sync(loaded)
+        async with supply() as supplied:
+            sources = await supplied.sync(loaded)
             host = Host(loaded, sources=sources, plugins={},
                         autoload=False, env={})
             async with Client(build_server(ServingState(host), "reader"), cache=None) as client:
@@ -300,8 +300,8 @@ def test_lazy_servers_are_reached_through_the_dynamic_tools(tmp_path: Path) -> N
         return True
 
     async def main_() -> None:
-        async with upstream_pool() as pool:
-            sources = await pool.sync(loaded)
+        async with supply() as supplied:
+            sources = await supplied.sync(loaded)
             records, entries, items = offered(sources)
             assert {r.name: r.state for r in records} == {"other": "lazy", "up": "lazy"}
             assert (entries, items) == ([], [])  # a lazy server's are reached through toolcrib__* tools
@@ -364,8 +364,8 @@ description = "Today's weather."
 
     async def main_() -> None:
         loaded = config_from(text)
-        async with upstream_pool() as pool:
-            sources = await pool.sync(loaded)
+        async with supply() as supplied:
+            sources = await supplied.sync(loaded)
             host = Host(loaded, sources=sources, plugins={},
                         autoload=False, env={})
             # the operator vouches for the annotation of an untrusted server's tool: it counts in plan mode
@@ -392,8 +392,8 @@ env = {{ API_KEY = "${{TOOLCRIB_TEST_UNSET_KEY}}" }}
 """
 
     async def main_() -> list[Any]:
-        async with upstream_pool() as pool:
-            records, _, _ = offered(await pool.sync(config_from(text)))
+        async with supply() as supplied:
+            records, _, _ = offered(await supplied.sync(config_from(text)))
             return records
 
     records = {r.name: r for r in anyio.run(main_)}
@@ -429,8 +429,8 @@ tools = {{ allow = ["*"] }}
 
     async def main_() -> None:
         loaded = config_from(text)
-        async with upstream_pool() as pool:
-            sources = await pool.sync(loaded)
+        async with supply() as supplied:
+            sources = await supplied.sync(loaded)
             records, _, _ = offered(sources)
             host = Host(loaded, sources=sources, plugins={},
                         autoload=False, env={})
@@ -568,9 +568,9 @@ def test_a_reload_curates_a_lazy_server_already_loaded_again(tmp_path: Path) -> 
         return True
 
     async def main_() -> None:
-        async with upstream_pool() as pool:
+        async with supply() as supplied:
             for loaded, expected in ((first, {"echo": "free"}), (curated, None), (first, {"echo": "free"})):
-                sources = await pool.sync(loaded)
+                sources = await supplied.sync(loaded)
                 host = Host(loaded, sources=sources, plugins={},
                             autoload=False, env={})
                 view = host.view("a")

@@ -62,8 +62,8 @@ class Host:
 
     ``plugins`` registers packs by namespace without installing them (a module, an object, or
     ``"module:attr"``); ``autoload=False`` loads no entry points (``TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD=1``).
-    ``sources`` are the other suppliers of tools, opened (``toolcrib.sources.Source``: upstream MCP servers, from
-    ``toolcrib.mcp.upstream.UpstreamPool.sync``).
+    ``sources`` are the other suppliers of tools, opened (``toolcrib.sources.Source``: OpenAPI documents, upstream
+    MCP servers, isolated packs, from ``toolcrib.supply``); the host makes none itself.
     """
 
     def __init__(
@@ -80,10 +80,6 @@ class Host:
         env = os.environ if env is None else env
         self.loaded = loaded
         self.sources: dict[str, Source] = {source.name: source for source in sources}
-        if loaded.config.openapi:  # the sources the core makes from the config itself: OpenAPI documents
-            from toolcrib.openapi import configured
-
-            self.sources.update((s.name, s) for s in configured(loaded, tuple(self.sources), env))
         offers = [source.offer() for source in self.sources.values()]
         with collector_paused():
             self.pm = get_plugin_manager(env)
@@ -136,6 +132,7 @@ class Host:
             self.pipeline = Pipeline(self.pm, loaded, self.catalog.settings, metrics, limits)
         self._views: dict[str | tuple[str, frozenset[str]], AgentView] = {}
         self._lock = threading.Lock()
+        self._opened: list[Source] = []  # the sources from_config opened for this host
 
     def _apply_lock(self) -> None:
         """Hold back what ``toolcrib.lock`` says changed (and, when strict, what it does not know)."""
@@ -158,8 +155,16 @@ class Host:
         env: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> Host:
-        """Load the config (``path``, ``$TOOLCRIB_CONFIG``, ``./toolcrib.toml`` or the built-in default)."""
-        return cls(load_config(path, env), env=env, **kwargs)
+        """Load the config (``path``, ``$TOOLCRIB_CONFIG``, ``./toolcrib.toml`` or the built-in default), with the
+        sources that keep nothing open (OpenAPI documents) opened (``toolcrib.supply.opened``). Upstream servers and
+        isolated packs need a running event loop of their own: ``toolcrib.mcp.connect.open_host`` has them."""
+        from toolcrib import supply
+
+        loaded = load_config(path, env)
+        made = supply.opened(loaded, env)
+        host = cls(loaded, env=env, sources=[*kwargs.pop("sources", ()), *made], **kwargs)
+        host._opened = made  # its own, closed by close()
+        return host
 
     def _governing(self, skills: Mapping[str, Any]) -> dict[Path, str]:
         """What governs this host, which no tool may change: the config's files, the skills folders packs ship,
@@ -508,11 +513,16 @@ class Host:
         return found
 
     def close(self) -> None:
-        """Release what plugins hold open (the audit log)."""
+        """Release what plugins hold open (the audit log), and close the sources ``from_config`` opened."""
         for record in self.records:
             close = getattr(record.plugin, "close", None)
             if record.kind == "builtin" and callable(close):
                 close()
+        if self._opened:
+            from toolcrib import supply
+
+            done, self._opened = self._opened, []
+            supply.closed(done)
 
 
 _NOUN = {"plugins": "pack", "mcps": "upstream server", "tools": "tool", "skills": "skill", "subagents": "agent",

@@ -149,7 +149,7 @@ class ToolIndex:
         """The tools whose served names ``pattern`` matches, in list order. The pattern is the agent's, so it runs in
         the ``regex`` engine, which enforces a time limit itself, inside a match (Python's ``re`` has none: one
         pattern of bounded repetitions held the GIL for seconds): every name together gets ``REGEX_SECONDS``."""
-        import regex
+        import regex  # type: ignore[import-untyped]  # (types-regex is not a dependency)
 
         try:
             compiled = regex.compile(pattern, regex.IGNORECASE | regex.VERSION0)

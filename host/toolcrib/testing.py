@@ -141,7 +141,7 @@ def make_kit(
     from anyio.from_thread import start_blocking_portal
 
     from toolcrib import isolation
-    from toolcrib.mcp.upstream import upstream_pool
+    from toolcrib.supply import supply
 
     module = pack if isinstance(pack, str) else getattr(pack, "__name__", None)
     if not isinstance(module, str):
@@ -149,8 +149,8 @@ def make_kit(
     isolation.MODULES[namespace] = module
     stack = contextlib.ExitStack()
     portal = stack.enter_context(start_blocking_portal())
-    pool = stack.enter_context(portal.wrap_async_context_manager(upstream_pool()))
-    host = Host(loaded, sources=portal.call(pool.sync, loaded), autoload=False, env={})
+    made = stack.enter_context(portal.wrap_async_context_manager(supply({})))
+    host = Host(loaded, sources=portal.call(made.sync, loaded), autoload=False, env={})
     return PackKit(host, namespace, workspace, portal, stack.close)
 
 

@@ -12,7 +12,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from toolcrib.config import LoadedConfig, load_config
 from toolcrib.host import Host
-from toolcrib.mcp.upstream import upstream_pool
+from toolcrib.supply import closed, opened, supply
 
 
 def needed_by(agent: str, *also: str) -> Callable[[LoadedConfig], frozenset[str]]:
@@ -53,14 +53,16 @@ def open_host(
     only = servers(loaded) if servers is not None else None
     if not loaded.isolated_packs() and not any(c.enabled and (only is None or ns in only)
                                                for ns, c in loaded.config.mcps.items()):
-        host = Host(loaded, **kwargs)
+        static = opened(loaded, kwargs.get("env"))
+        host = Host(loaded, sources=static, **kwargs)
         try:
             yield host, None
         finally:
             host.close()
+            closed(static)
         return
-    with start_blocking_portal() as portal, portal.wrap_async_context_manager(upstream_pool()) as pool:
-        host = Host(loaded, sources=portal.call(pool.sync, loaded, only), **kwargs)
+    with start_blocking_portal() as portal, portal.wrap_async_context_manager(supply(kwargs.get("env"))) as made:
+        host = Host(loaded, sources=portal.call(made.sync, loaded, only), **kwargs)
         try:
             yield host, portal
         finally:

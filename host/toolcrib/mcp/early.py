@@ -27,6 +27,7 @@ import anyio.to_thread
 from anyio.abc import TaskGroup
 from pydantic_core import from_json, to_json
 
+from toolcrib import supply
 from toolcrib._version import __version__
 from toolcrib.config import LoadedConfig, load_config
 from toolcrib.host import Host
@@ -249,7 +250,7 @@ async def start_early(path: Path | None, agent: str, stdin: BinaryIO, stdout: Bi
     book = LimitBook()
 
     def made() -> Host:
-        host = Host(loaded, limits=book)
+        host = Host(loaded, sources=supply.opened(loaded), limits=book)
         if agent in host.rules:  # (as toolcrib.mcp.state.build_lists builds the served agent's lists)
             host.view(agent).prepare()
         return host

@@ -61,13 +61,13 @@ async def serving_state(path: Path | None, metrics: Metrics | None = None, serve
     from toolcrib.cluster import Fanout, limiter
     from toolcrib.config import load_config
     from toolcrib.mcp.fleet import RedisOnce, RedisSessions
-    from toolcrib.mcp.upstream import upstream_pool
+    from toolcrib.supply import supply
 
     given, book = first_host if first_host is not None else (None, None)
     first: list[LoadedConfig] = [given.loaded if given is not None else
                                  await anyio.to_thread.run_sync(load_config, path)]
     cluster = first[0].config.cluster
-    async with upstream_pool() as pool, limiter(first[0], kept=book) as (limits, store), \
+    async with supply() as sources_of, limiter(first[0], kept=book) as (limits, store), \
             anyio.create_task_group() as tg:
 
         async def build() -> Host:
@@ -79,7 +79,7 @@ async def serving_state(path: Path | None, metrics: Metrics | None = None, serve
             loaded = first.pop() if first else await anyio.to_thread.run_sync(load_config, path)
             if loaded.config.cluster != cluster:
                 log.warning("%s: [cluster] changed; the change applies when serve is restarted", loaded.source)
-            sources = await pool.sync(loaded)
+            sources = await sources_of.sync(loaded)
 
             def made() -> Host:
                 host = Host(loaded, sources=sources, metrics=metrics, limits=limits)
@@ -106,7 +106,7 @@ async def serving_state(path: Path | None, metrics: Metrics | None = None, serve
             metrics.watch(upstreams=lambda: {r.name: r.state == "loaded" for r in state.host.records
                                              if (r.kind == "mcp" or r.entry_point == "(isolated)")
                                              and r.state in ("loaded", "failed")})
-        pool.changed = state.reload  # a server that redefines its tools is listed again, and the lock re-applied
+        sources_of.changed = state.reload  # a server that redefines its tools is listed again, and the lock re-applied
         try:
             yield state
         finally:

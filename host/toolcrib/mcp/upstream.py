@@ -483,17 +483,6 @@ class UpstreamSource:
         return await self.pool.read(self.name, uri)
 
 
-@asynccontextmanager
-async def upstream_pool() -> AsyncIterator[UpstreamPool]:
-    async with anyio.create_task_group() as tg:
-        pool = UpstreamPool(tg)
-        try:
-            yield pool
-        finally:
-            await pool.aclose()
-            tg.cancel_scope.cancel()
-
-
 def _describe(exc: BaseException, stderr: Sequence[str] = ()) -> str:
     """Why a server failed: its own last words on stderr when it said any (the real cause: "No module named
     mcp_server_time"), else the error, unwrapped from the task groups it came through."""

@@ -1,0 +1,151 @@
+"""Where the sources a host serves come from: one assembler (``Supply``) that makes, opens, keeps across reloads
+and closes every configured source, for every entrance alike (``toolcrib serve``, the CLI's commands,
+``Host.from_config``, the test kit, the benchmarks).
+
+Two families of kinds:
+
+- sources that keep nothing open between calls (OpenAPI documents, ``toolcrib.supply.openapi``): made from the
+  config with nothing read, then ``open``ed at once (reading a document, possibly fetching it), and closed once a
+  later sync no longer offers them;
+- sources that live on the assembler's event loop (upstream MCP servers, eager and lazy, confined servers and
+  isolated packs, ``toolcrib.mcp.upstream``): connections and child processes the pool keeps across reloads while
+  their config is unchanged. Only an entrance that keeps a loop running for them has them (``serve``, the CLI's
+  ``open_host``, the test kit); ``Host.from_config`` asks for none (``live=False``).
+
+Packs, tool folders, the host's own tools and llm plugins are pluggy plugins (``toolcrib.plugins``), loaded by the
+host itself. A failure of one source (whatever its ``open`` raises) is that source's, in its record; the others
+are served.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from toolcrib.config import LoadedConfig
+from toolcrib.sources import Source
+from toolcrib.supply import openapi
+
+if TYPE_CHECKING:
+    from toolcrib.mcp.upstream import UpstreamPool
+
+log = logging.getLogger("toolcrib.supply")
+
+
+class Supply:
+    """The sources of one serving process, CLI command or host: ``sync`` gives those of a config. ``tg`` is the
+    task group live sources run in (none: ``sync`` makes only sources that keep nothing open)."""
+
+    def __init__(self, tg: TaskGroup | None = None, env: Mapping[str, str] | None = None) -> None:
+        self.env = env
+        self._pool: UpstreamPool | None = None
+        if tg is not None:
+            from toolcrib.mcp.upstream import UpstreamPool
+
+            self._pool = UpstreamPool(tg)
+        self._opened: list[Source] = []  # the last sync's sources that keep nothing open
+
+    @property
+    def changed(self) -> Callable[[], Coroutine[Any, Any, Any]] | None:
+        """Called when a live source says what it offers changed (the serving state reloads)."""
+        return self._pool.changed if self._pool is not None else None
+
+    @changed.setter
+    def changed(self, reload: Callable[[], Coroutine[Any, Any, Any]] | None) -> None:
+        if self._pool is not None:
+            self._pool.changed = reload
+
+    async def sync(self, loaded: LoadedConfig, only: frozenset[str] | None = None) -> list[Source]:
+        """Every source ``loaded`` configures, open: new ones opened at once, live ones kept while their config is
+        unchanged, and the last sync's that are not offered again closed. With ``only``, the upstream servers not
+        named in it are left out (a command that needs only some)."""
+        made = _made(loaded, self.env)
+        await _open_all(made)
+        live: list[Source] = [*await self._pool.sync(loaded, only)] if self._pool is not None else []
+        done, self._opened = self._opened, made
+        await _close_all(done)
+        return [*live, *made]
+
+    async def aclose(self) -> None:
+        done, self._opened = self._opened, []
+        await _close_all(done)
+        if self._pool is not None:
+            await self._pool.aclose()
+
+
+def _made(loaded: LoadedConfig, env: Mapping[str, str] | None) -> list[Source]:
+    """The sources of ``loaded`` that keep nothing open, made (not opened)."""
+    return [*openapi.sources(loaded, env)]
+
+
+async def _open_all(sources: list[Source]) -> None:
+    async with anyio.create_task_group() as tg:
+        for source in sources:
+            tg.start_soon(_open, source)
+
+
+def opened(loaded: LoadedConfig, env: Mapping[str, str] | None = None) -> list[Source]:
+    """The sources of ``loaded`` that keep nothing open (OpenAPI documents), opened now, for code that is not async
+    (``Host.from_config``); a live source needs an entrance that keeps a loop for it (``Supply``)."""
+    made = _made(loaded, env)
+    _blocking(_open_all, made)
+    return made
+
+
+def closed(sources: list[Source]) -> None:
+    """Close what ``opened`` opened, for code that is not async."""
+    _blocking(_close_all, sources)
+
+
+def _blocking(step: Callable[[list[Source]], Coroutine[Any, Any, None]], sources: list[Source]) -> None:
+    if sources:  # (no event loop started for nothing)
+        from anyio.from_thread import start_blocking_portal
+
+        with start_blocking_portal() as portal:
+            portal.call(step, sources)
+
+
+async def _open(source: Source) -> None:
+    try:
+        await source.open()
+    except Exception as exc:  # a source that breaks while opening is failed alone
+        log.warning("source %r could not be opened: %s: %s", source.name, type(exc).__name__, exc)
+        source.offer().record.fail(f"cannot be opened: {type(exc).__name__}: {exc}")
+        source.offer().entries.clear()
+
+
+async def _close_all(sources: list[Source]) -> None:
+    for source in sources:
+        with anyio.CancelScope(shield=True):
+            try:
+                await source.close()
+            except Exception as exc:
+                log.warning("source %r could not be closed: %s: %s", source.name, type(exc).__name__, exc)
+
+
+@asynccontextmanager
+async def supply(env: Mapping[str, str] | None = None, *, live: bool = True) -> AsyncIterator[Supply]:
+    """A ``Supply`` for the block (``live``: with a task group its servers and isolated packs run in); every source
+    it opened is closed when the block ends."""
+    if not live:
+        made = Supply(None, env)
+        try:
+            yield made
+        finally:
+            await made.aclose()
+        return
+    async with anyio.create_task_group() as tg:
+        made = Supply(tg, env)
+        try:
+            yield made
+        finally:
+            await made.aclose()
+            tg.cancel_scope.cancel()
+
+
+__all__ = ["Supply", "closed", "opened", "supply"]
