@@ -116,7 +116,8 @@ def test_a_session_record_in_redis_that_is_not_utf_8_is_no_session(redis_url: st
         r.getMessage() for r in caplog.records]
 
 
-def test_an_agent_whose_token_becomes_the_operator_s_on_a_reload_is_not_served(tmp_path: Path) -> None:
+def test_an_agent_whose_token_becomes_the_operator_s_on_a_reload_is_not_served(tmp_path: Path,
+                                                                             caplog: pytest.LogCaptureFixture) -> None:
     """The rule "the operator token is never an agent's" holds after a reload too: an agent given the operator's
     token then is not served (it would answer its own held calls), and the others are."""
     from conftest import config_from
@@ -131,8 +132,12 @@ def test_an_agent_whose_token_becomes_the_operator_s_on_a_reload_is_not_served(t
     app = HttpApp(state, HttpOptions(), env=env)
     assert sorted(app.credentials()) == ["a", "b"]
     env["TOK_A"] = OPERATOR_TOKEN  # what the next reload reads
-    assert sorted(app.credentials()) == ["b"]
-    assert app.not_served == {"a": "its token is the operator's: an agent must never answer its own approvals"}
+    with caplog.at_level(logging.ERROR, "toolcrib.serve"):
+        assert sorted(app.credentials()) == ["b"]
+    why = "its token is the operator's: an agent must never answer its own approvals"
+    assert app.not_served == {"a": why}
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("ERROR", f"agent 'a' is not served over HTTP: {why}")]
 
 
 def test_a_console_session_signed_out_on_one_replica_is_ended_on_every_one(redis_url: str) -> None:

@@ -1,0 +1,78 @@
+"""How an OpenAPI call is made, part by part (``toolcrib.supply.openapi.requests``): which forms of the operator's
+credentials are taken out of answers, which header values are refused, how an object parameter is written. The
+end-to-end cases against a real API are in test_openapi.py and test_openapi_attacks.py; these pin each rule down
+(each was a surviving mutant of ``benchmarks/mutation.sh``)."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from toolcrib.errors import ToolError
+from toolcrib.supply.openapi.document import Parameter
+from toolcrib.supply.openapi.requests import Credentials, _header_value, _style
+
+
+def test_no_credential_leaves_bytes_and_text_as_they_are() -> None:
+    nothing = Credentials(headers={}, query={})
+    assert (nothing.scrub_bytes(b"\x00tok"), nothing.scrub("tok")) == (b"\x00tok", "tok")
+
+
+def test_a_header_s_credential_is_scrubbed_without_its_scheme_all_of_it() -> None:
+    given = Credentials(headers={"X-Auth": "Token part-one part-two"}, query={})
+    assert given.scrub("got part-one part-two!") == "got ***!"
+    assert given.scrub("got Token part-one part-two") == "got ***"
+
+
+def test_a_basic_credential_is_scrubbed_as_its_pair_and_its_password() -> None:
+    pair = base64.b64encode(b"alice:s3cret-pw").decode()
+    given = Credentials(headers={"Authorization": f"Basic {pair}"}, query={})
+    assert given.scrub("user alice:s3cret-pw, password s3cret-pw, header " + pair) == (
+        "user ***, password ***, header ***")
+
+
+def test_a_credential_escaped_in_json_text_is_scrubbed() -> None:
+    value = 'k"é\\y-1234'
+    given = Credentials(headers={"X-Key": value}, query={})
+    escaped = json.dumps(value)[1:-1]
+    assert escaped != value
+    assert given.scrub(f'{{"echo": "{escaped}"}}') == '{"echo": "***"}'
+
+
+def test_a_credential_in_url_safe_base64_is_scrubbed_wherever_it_starts() -> None:
+    value = "~~~>>>???"
+    for offset in range(3):
+        plain = base64.b64encode(b"x" * offset + value.encode()).decode()
+        assert "+" in plain or "/" in plain
+        safe = base64.urlsafe_b64encode(b"x" * offset + value.encode()).decode()
+        scrubbed = Credentials(headers={"X-Key": value}, query={}).scrub(safe)
+        assert "***" in scrubbed and len(scrubbed) < len(safe), (offset, safe, scrubbed)
+
+
+HEADER = Parameter(name="X-Note", where="header", argument="note")
+
+
+@pytest.mark.parametrize("value", ["two words", "tab\there", "latin-1 top \xff", "~!#"])
+def test_a_header_value_may_hold_spaces_tabs_and_any_latin_1_letter(value: str) -> None:
+    assert _header_value(HEADER, value) is None
+
+
+@pytest.mark.parametrize(("value", "error"), [
+    ("a\x1fb", "argument 'note' cannot hold the character U+001F: it is a header"),
+    ("a\x7fb", "argument 'note' cannot hold the character U+007F: it is a header"),
+    ("a\u0100b", "argument 'note' cannot hold the character U+0100: it is a header"),
+    ("a\nb", "argument 'note' cannot hold a line break: it is a header"),
+])
+def test_a_header_value_holds_no_control_character_and_nothing_past_latin_1(value: str, error: str) -> None:
+    with pytest.raises(ToolError) as caught:
+        _header_value(HEADER, value)
+    assert str(caught.value) == error
+
+
+def test_an_object_parameter_not_exploded_is_one_list_of_keys_and_values() -> None:
+    form = Parameter(name="filter", where="query", argument="filter", style="form", explode=False)
+    header = Parameter(name="X-Shape", where="header", argument="shape", style="simple", explode=True)
+    assert _style(form, {"role": "admin", "first": "Alex"}) == [("filter", "role,admin,first,Alex")]
+    assert _style(header, {"role": "admin", "first": "Alex"}) == [("X-Shape", "role=admin,first=Alex")]
