@@ -11,7 +11,8 @@ import json
 import pytest
 
 from toolcrib.errors import ToolError
-from toolcrib.supply.openapi.document import Parameter
+from toolcrib.supply.openapi import document
+from toolcrib.supply.openapi.document import DocumentError, Parameter, parse_document
 from toolcrib.supply.openapi.requests import Credentials, _header_value, _style
 
 
@@ -27,9 +28,9 @@ def test_a_header_s_credential_is_scrubbed_without_its_scheme_all_of_it() -> Non
 
 
 def test_a_basic_credential_is_scrubbed_as_its_pair_and_its_password() -> None:
-    pair = base64.b64encode(b"alice:s3cret-pw").decode()
+    pair = base64.b64encode(b"alice:s3:cret-pw").decode()
     given = Credentials(headers={"Authorization": f"Basic {pair}"}, query={})
-    assert given.scrub("user alice:s3cret-pw, password s3cret-pw, header " + pair) == (
+    assert given.scrub("user alice:s3:cret-pw, password s3:cret-pw, header " + pair) == (
         "user ***, password ***, header ***")
 
 
@@ -76,3 +77,26 @@ def test_an_object_parameter_not_exploded_is_one_list_of_keys_and_values() -> No
     header = Parameter(name="X-Shape", where="header", argument="shape", style="simple", explode=True)
     assert _style(form, {"role": "admin", "first": "Alex"}) == [("filter", "role,admin,first,Alex")]
     assert _style(header, {"role": "admin", "first": "Alex"}) == [("X-Shape", "role=admin,first=Alex")]
+
+
+def test_a_yaml_document_may_nest_exactly_as_deep_as_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = b"openapi: 3.0.3\nx: [[1]]\n"  # the mapping, two sequences and a scalar: 4 levels
+    monkeypatch.setattr(document, "YAML_DEPTH", 4)
+    assert parse_document(text, "doc.yaml")["x"] == [[1]]
+    monkeypatch.setattr(document, "YAML_DEPTH", 3)
+    with pytest.raises(DocumentError) as caught:
+        parse_document(text, "doc.yaml")
+    assert str(caught.value) == "doc.yaml nests deeper than 3 levels"
+
+
+def test_a_yaml_document_may_expand_exactly_to_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 17 nodes written (the root, 3 keys, 3 sequences, 10 scalars: 10 times that is 170) expand to 1,237+2
+    text = (b"openapi: '3.0.3'\na: &a [1, 2, 3, 4, 5, 6, 7, 8, 9, 0]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+            b"c: [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\n")
+    monkeypatch.setattr(document, "YAML_NODES", 1239)
+    assert len(parse_document(text, "doc.yaml")["c"]) == 10
+    monkeypatch.setattr(document, "YAML_NODES", 1238)
+    with pytest.raises(DocumentError) as caught:
+        parse_document(text, "doc.yaml")
+    assert str(caught.value) == ("doc.yaml expands to more than 1,238 nodes through its aliases (an alias bomb?); it "
+                                 "is not read")
