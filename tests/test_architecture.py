@@ -107,3 +107,28 @@ def test_the_graph_is_read_as_python_reads_imports() -> None:
     assert "toolcrib.fastschema" in edges["toolcrib.context"]  # a top-level import
     assert "toolcrib.view" not in edges["toolcrib.context"]  # under TYPE_CHECKING only
     assert "toolcrib.default_plugins.hooks" in edges["toolcrib.default_plugins"]  # inside create()
+
+
+# What names a kind of source: its config table (``config.mcps``, ``config.openapi``, ``isolated_packs()``) or its
+# label as a literal. Issue 64 moves every kind into toolcrib.supply; until the core's last mention has moved, the
+# modules that still name one are these, and no other may start to (the lock did, and reads each source's record now).
+KIND_ATTRIBUTES = frozenset({"mcps", "openapi", "isolated_packs"})
+KIND_LABELS = frozenset({"mcp", "openapi", "(isolated)"})
+STILL_NAMING_KINDS = {"toolcrib.catalog", "toolcrib.entries", "toolcrib.host", "toolcrib.view"}
+
+
+def names_a_kind(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute) and node.attr in KIND_ATTRIBUTES:
+            return True
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in KIND_LABELS:
+            return True
+    return False
+
+
+def test_no_core_module_names_a_kind_of_source_but_those_still_moving() -> None:
+    outside = {"toolcrib.cli", "toolcrib.config"}  # the front end, and the config's schema (its checks move later)
+    core = {name: path for name, path in modules().items()
+            if not name.startswith(("toolcrib.supply", "toolcrib.mcp")) and name not in outside}
+    assert {name for name, path in core.items() if names_a_kind(path)} == STILL_NAMING_KINDS
+    assert not names_a_kind(core["toolcrib.lock"])

@@ -136,7 +136,7 @@ class Host:
 
     def _apply_lock(self) -> None:
         """Hold back what ``toolcrib.lock`` says changed (and, when strict, what it does not know)."""
-        held, problems = lock.hold(self.loaded, self.catalog.entries)
+        held, problems = lock.hold(self.loaded, self.catalog.entries, {r.name for r in self.records if r.pinned})
         for name, why in held.items():
             entry = self.catalog.entries[name] = dataclasses.replace(self.catalog.entries[name], held=why)
             record = self.catalog.record(entry.source)

@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -110,17 +110,16 @@ _SINCE = {"lock": ("since toolcrib.lock", "since the lock"),
           "first seen": ("since toolcrib first saw it (there is no toolcrib.lock)",) * 2}
 
 
-def first_seen(loaded: LoadedConfig, entries: Mapping[str, Entry]) -> dict[str, Any]:
-    """For a config without a lock: the tools of its untrusted upstream servers (not ``trusted``, not
-    ``follow_changes``) as this process first saw them, in the lock's shape. Those seen for the first time are
-    recorded as they are now; a later definition that differs is then held back as a lock would hold it (a rug
-    pull is caught even before anyone ran ``toolcrib lock``)."""
-    pinned = {("mcp", ns) for ns, c in loaded.config.mcps.items() if not c.trusted and not c.follow_changes}
-    pinned |= {("openapi", ns) for ns, c in loaded.config.openapi.items() if not c.trusted and not c.follow_changes}
+def first_seen(loaded: LoadedConfig, entries: Mapping[str, Entry], pinned: Collection[str]) -> dict[str, Any]:
+    """For a config without a lock: the tools of the ``pinned`` sources (each source's record says whether it is:
+    an upstream server or an OpenAPI document the operator did not mark ``trusted`` or ``follow_changes``) as this
+    process first saw them, in the lock's shape. Those seen for the first time are recorded as they are now; a later
+    definition that differs is then held back as a lock would hold it (a rug pull is caught even before anyone ran
+    ``toolcrib lock``)."""
     found: dict[str, Any] = {}
     with _FIRST_SEEN_LOCK:
         for name, entry in entries.items():
-            if (entry.supplier, entry.source) not in pinned:
+            if entry.source not in pinned:
                 continue
             # what the operator changed of it is part of the key: a change of curation is not the server's
             curated = entry.curation.changes if entry.curation is not None else ()
@@ -168,13 +167,15 @@ def held_back(locked: Mapping[str, Any] | None, entries: Mapping[str, Entry], st
     return held, problems
 
 
-def hold(loaded: LoadedConfig, entries: Mapping[str, Entry]) -> tuple[dict[str, str], list[Problem]]:
+def hold(loaded: LoadedConfig, entries: Mapping[str, Entry],
+         pinned: Collection[str] = ()) -> tuple[dict[str, str], list[Problem]]:
     """What the config's lock holds back of ``entries`` (what it says changed, and, when strict, what it does not
-    know), each with why; without a lock, what changed since this process first saw an untrusted server's tools.
-    The one answer for the catalog at a host's start and for a lazy server's tools when an agent loads them."""
+    know), each with why; without a lock, what changed since this process first saw the tools of the ``pinned``
+    sources (by name: those whose record is ``pinned``). The one answer for the catalog at a host's start and for a
+    lazy server's tools when an agent loads them."""
     locked = read(loaded)
     if locked is None:
-        return held_back(first_seen(loaded, entries), entries, False, loaded.source, "first seen")
+        return held_back(first_seen(loaded, entries, pinned), entries, False, loaded.source, "first seen")
     return held_back(locked, entries, loaded.config.host.lock == "strict", str(path_of(loaded)))
 
 

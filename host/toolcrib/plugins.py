@@ -50,6 +50,9 @@ class PluginRecord:
     traceback: str | None = field(default=None, repr=False)
     tool_count: int = 0
     plugin: Any = field(default=None, repr=False)
+    # its tools' definitions are pinned as this process first saw them when there is no lock: a source that runs
+    # what someone else may change, which the operator neither trusted nor let follow its changes (set by its kind)
+    pinned: bool = False
 
     def fail(self, error: str, tb: str | None = None) -> None:
         self.state = "failed"

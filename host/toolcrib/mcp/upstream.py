@@ -252,7 +252,8 @@ class UpstreamPool:
                 continue
             pack = ns in self._packs
             record = PluginRecord(name=ns, kind="pack" if pack else "mcp", state="loaded",
-                                  entry_point="(isolated)" if pack else config.command or config.url)
+                                  entry_point="(isolated)" if pack else config.command or config.url,
+                                  pinned=not pack and not config.trusted and not config.follow_changes)
             offer = Offer(record)
             sources.append(UpstreamSource(self, ns, config.enabled and config.lazy, offer,
                                           "plugins" if pack else "mcps"))
@@ -312,7 +313,8 @@ class UpstreamPool:
                 curated, _ = curate({e.name: e for e in _entries(connection, [])}, loaded)
                 connection.entries = sorted((e for e in curated.values() if e.namespace == namespace),
                                             key=lambda e: e.name)
-                kept, problems = definitions.hold(loaded, {e.name: e for e in connection.entries})
+                pinned = (namespace,) if not config.trusted and not config.follow_changes else ()
+                kept, problems = definitions.hold(loaded, {e.name: e for e in connection.entries}, pinned)
                 for problem in problems:
                     log.warning("%s", problem)
                 connection.held = frozenset(kept)

@@ -40,7 +40,8 @@ class OpenAPISource:
         self._loaded = loaded
         self._env = env
         where = config.document or config.document_url
-        self.record = PluginRecord(name=namespace, kind="openapi", state="loaded", entry_point=where)
+        self.record = PluginRecord(name=namespace, kind="openapi", state="loaded", entry_point=where,
+                                   pinned=not config.trusted and not config.follow_changes)
         self._good: set[str] = set()  # components checked against JSON Schema 2020-12 (``_checked``)
         self._offer = Offer(self.record)
         if not config.enabled:
