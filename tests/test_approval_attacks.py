@@ -181,9 +181,9 @@ def test_what_an_operator_is_shown_marks_every_character_that_would_not_show_as_
 def test_the_console_and_a_link_s_page_show_a_held_call_s_hidden_characters_marked(tmp_path: Path) -> None:
     import re
 
-    from test_console import app_of, client_of, signed_in
     from test_approvals import open_session
     from test_cluster import until
+    from test_console import app_of, client_of, signed_in
     from toolcrib.approvals import Pending
     from toolcrib.mcp.operator import _describe
 

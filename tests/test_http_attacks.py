@@ -11,8 +11,8 @@ from typing import Any
 import anyio
 import pytest
 
-from test_approvals import AGENT_TOKEN, CONFIG, ENV, OPERATOR_TOKEN, PACK
 from conftest import config_from
+from test_approvals import AGENT_TOKEN, CONFIG, ENV, OPERATOR_TOKEN, PACK
 from toolcrib import Host
 
 pytest.importorskip("jinja2")
@@ -20,8 +20,10 @@ pytest.importorskip("jinja2")
 ROUTES = [  # (method, path, headers): what anyone may post, and what an agent or the operator may
     ("POST", "/console/login", {"content-type": "application/x-www-form-urlencoded"}),
     ("POST", "/operator/approvals/x/approve", {"content-type": "application/x-www-form-urlencoded"}),
-    ("POST", "/agents/a/tools/t__deploy", {"content-type": "application/json", "authorization": f"Bearer {AGENT_TOKEN}"}),
-    ("POST", "/operator/approvals/x", {"content-type": "application/json", "authorization": f"Bearer {OPERATOR_TOKEN}"}),
+    ("POST", "/agents/a/tools/t__deploy", {"content-type": "application/json",
+                                           "authorization": f"Bearer {AGENT_TOKEN}"}),
+    ("POST", "/operator/approvals/x", {"content-type": "application/json",
+                                       "authorization": f"Bearer {OPERATOR_TOKEN}"}),
     ("POST", "/agents/a/mcp", {"content-type": "application/json", "authorization": f"Bearer {AGENT_TOKEN}",
                                "accept": "application/json, text/event-stream"}),
 ]

@@ -52,7 +52,8 @@ def echo_routes() -> list[tuple[str, list[str], Any]]:
     def encoded(request: Any) -> Any:
         auth = request.headers["Authorization"]
         return Response(json.dumps({
-            "b64": base64.b64encode(auth.encode()).decode(), "shifted": base64.b64encode(b"x" + TOKEN.encode()).decode(),
+            "b64": base64.b64encode(auth.encode()).decode(),
+            "shifted": base64.b64encode(b"x" + TOKEN.encode()).decode(),
             "url": base64.urlsafe_b64encode(b"ab" + KEY.encode()).decode(), "lower": quote(QUERY_KEY, safe="").lower(),
             "escaped": json.dumps(TOKEN)[1:-1].replace("/", "\\/"), TEAM: "as a key"}), content_type="application/json")
 
@@ -163,7 +164,8 @@ def test_framing_and_credential_headers_are_no_arguments(echo: Any) -> None:
     call(host, "echo__named", {"q": {"page": "2", "x y": "z&w"}, "c": {"theme": "dark"}, "X-Note": "é"})
     sent = api.seen[-1]
     assert sent["query"] == "page=2&x+y=z%26w&key=q-key%2F9+8"
-    assert (sent["headers"]["cookie"], sent["headers"]["x-note"]) == ("theme=dark", "é")  # Latin-1, as HTTP/1.1 carries it
+    # Latin-1, as HTTP/1.1 carries it
+    assert (sent["headers"]["cookie"], sent["headers"]["x-note"]) == ("theme=dark", "é")
 
 
 def test_a_fetched_document_does_not_choose_a_private_address_to_call(tmp_path: Path) -> None:
@@ -176,7 +178,8 @@ def test_a_fetched_document_does_not_choose_a_private_address_to_call(tmp_path: 
         here = dict(ECHO, servers=[{"url": "{origin}", "variables": {"origin": {"default": "http://ORIGIN"}}}])
         documents = {"elsewhere.json": elsewhere, "here.json": here}
         with serve(ECHO, [("/<name>", ["GET"], lambda request, name: Response(
-                json.dumps(documents.get(name, {"saw": name})).replace("http://ORIGIN", origin[0]), content_type="application/json"))],
+                json.dumps(documents.get(name, {"saw": name})).replace("http://ORIGIN", origin[0]),
+                content_type="application/json"))],
                 validate=False) as source:
             origin = [source.base_url]
             config = (f'[openapi.echo]\ndocument_url = "{source.base_url}/elsewhere.json"\nbearer = "${{T}}"\n'
@@ -192,7 +195,8 @@ def test_a_fetched_document_does_not_choose_a_private_address_to_call(tmp_path: 
 
 def bomb(levels: int) -> str:
     """A YAML document of a kilobyte whose aliases expand it ninefold at each level (9**levels nodes)."""
-    lines = ["openapi: 3.0.3", "info: {title: Bomb, version: '1'}", "paths: {}", "x-a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines = ["openapi: 3.0.3", "info: {title: Bomb, version: '1'}", "paths: {}",
+             "x-a0: &a0 [x, x, x, x, x, x, x, x, x]"]
     lines += [f"x-a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 9)}]" for n in range(1, levels)]
     return "\n".join(lines) + "\n"
 

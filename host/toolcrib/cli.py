@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import base64
+import functools
 import gc
 import json
 import logging
@@ -300,7 +301,8 @@ def lock(as_json: bool) -> None:
         for name in host.lazy_servers:  # connected now: their tools are locked as every other source's
             source = host.sources.get(name)
             try:
-                entries.update({e.name: e for e in portal.call(lambda: source.pool.load(name, held=True))})
+                loading = functools.partial(source.pool.load, name, held=True)
+                entries.update({e.name: e for e in portal.call(loading)})
             except Exception as exc:
                 click.echo(f"warning: the tools of lazy server {name!r} are not locked: {exc}", err=True)
         held = sorted(name for name, entry in entries.items() if entry.held is not None)
@@ -1172,7 +1174,7 @@ def approvals(ctx: click.Context, url: str | None, as_json: bool) -> None:
 
     for item in pending:  # what a caller chose is shown marked, never as terminal escapes or invisible characters
         who = item["principal"] or {}
-        by = f" ({str(who.get('credential') or who.get('subject'))})" if who else ""
+        by = f" ({who.get('credential') or who.get('subject')!s})" if who else ""
         click.echo(shown(f"{item['id']}  agent {item['agent']}{by} calls {item['tool']} ({item['rule']}), "
                          f"expires {item['expires']}"))
         click.echo(shown(f"  arguments: {json.dumps(item['arguments'], ensure_ascii=False)}"))

@@ -399,7 +399,8 @@ class RedisDesk(Desk):
         now = time.time()
         pending = Pending(new_id(), agent, principal, tool, dict(arguments), rule, call_id, version, now, now + timeout)
         key, answered = self.store.key("approval", pending.id), self.store.key("approval", pending.id, "answer")
-        mine = self.store.key("approvals", "agent", agent)  # the agent's pending ids, by expiry: what MAX_PENDING counts
+        # the agent's pending ids, by expiry: what MAX_PENDING counts
+        mine = self.store.key("approvals", "agent", agent)
         ttl = max(1, math.ceil(timeout * 1000))
         try:  # counted and stored in one step, so that replicas holding an agent's calls at once never pass the cap
             held = await client.eval(_HOLD, 3, key, self.store.key("approvals"), mine,
