@@ -10,7 +10,7 @@ Two families of kinds:
 - sources that live on the assembler's event loop (upstream MCP servers, eager and lazy, confined servers and
   isolated packs, ``toolcrib.mcp.upstream``): connections and child processes the pool keeps across reloads while
   their config is unchanged. Only an entrance that keeps a loop running for them has them (``serve``, the CLI's
-  ``open_host``, the test kit); ``Host.from_config`` asks for none (``live=False``).
+  ``open_host``, the test kit); ``Host.from_config`` opens only the others (``opened``).
 
 Packs, tool folders, the host's own tools and llm plugins are pluggy plugins (``toolcrib.plugins``), loaded by the
 host itself. A failure of one source (whatever its ``open`` raises) is that source's, in its record; the others
@@ -129,16 +129,9 @@ async def _close_all(sources: list[Source]) -> None:
 
 
 @asynccontextmanager
-async def supply(env: Mapping[str, str] | None = None, *, live: bool = True) -> AsyncIterator[Supply]:
-    """A ``Supply`` for the block (``live``: with a task group its servers and isolated packs run in); every source
-    it opened is closed when the block ends."""
-    if not live:
-        made = Supply(None, env)
-        try:
-            yield made
-        finally:
-            await made.aclose()
-        return
+async def supply(env: Mapping[str, str] | None = None) -> AsyncIterator[Supply]:
+    """A ``Supply`` for the block, with a task group its servers and isolated packs run in; every source it opened
+    is closed when the block ends."""
     async with anyio.create_task_group() as tg:
         made = Supply(tg, env)
         try:

@@ -49,10 +49,10 @@ class OpenAPISource:
         else:
             self.record.fail("not opened: its document is read when the source is opened")
 
-    def _entries(self, loaded: LoadedConfig, env: Mapping[str, str] | None) -> list[Entry]:
-        document, where = read_document(self.config, loaded)
+    def _entries(self) -> list[Entry]:
+        document, where = read_document(self.config, self._loaded)
         base_url = self._base_url(document, where)
-        secrets = credentials(self.config, f"openapi.{self.name}", env)
+        secrets = credentials(self.config, f"openapi.{self.name}", self._env)
         named = host_port(urlsplit(base_url))
         if self.config.base_url is None and self.config.document_url is not None:
             # a fetched document's server may be anywhere public; a private one only where the operator named it
@@ -146,7 +146,7 @@ class OpenAPISource:
     def _read(self) -> None:
         self.record.state, self.record.error = "loaded", None
         try:
-            self._offer.entries = self._entries(self._loaded, self._env)
+            self._offer.entries = self._entries()
         except (DocumentError, MissingVariable, ToolDeclarationError) as exc:
             self.record.fail(str(exc))
         except Exception as exc:  # a document that breaks the reader in a way not foreseen fails this source alone
