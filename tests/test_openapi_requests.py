@@ -34,6 +34,14 @@ def test_a_basic_credential_is_scrubbed_as_its_pair_and_its_password() -> None:
         "user ***, password ***, header ***")
 
 
+def test_a_basic_credential_that_is_not_strict_base64_is_scrubbed_as_given_and_nothing_is_guessed() -> None:
+    """A lenient decoder would read ``dXNlcjpwYXNz!`` as ``user:pass`` and take the word ``pass`` out of every
+    answer; the API reads the header strictly too, so only what the operator wrote is a secret."""
+    for odd in ("not-base64!", "dXNlcjpwYXNz!"):
+        given = Credentials(headers={"Authorization": f"Basic {odd}"}, query={})
+        assert given.scrub(f"user:pass, pass, {odd}, Basic {odd}") == "user:pass, pass, ***, ***"
+
+
 def test_a_credential_escaped_in_json_text_is_scrubbed() -> None:
     value = 'k"é\\y-1234'
     given = Credentials(headers={"X-Key": value}, query={})
