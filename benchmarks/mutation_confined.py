@@ -1,6 +1,6 @@
-"""Mutation testing of ``toolcrib/confined.py``, which ``benchmarks/mutation.sh`` cannot reach: it runs as a script
-(``python -I -S``) in the child it confines, where mutmut's trampolines are neither imported nor consulted, and the
-tests that use it start processes, which mutmut's run skips. A developer command; it takes hours.
+"""Mutation testing of ``toolcrib/supply/mcp/confined.py``, which ``benchmarks/mutation.sh`` cannot reach: it runs as a
+script (``python -I -S``) in the child it confines, where mutmut's trampolines are neither imported nor consulted,
+and the tests that use it start processes, which mutmut's run skips. A developer command; it takes hours.
 
 Each mutant mutmut's own operators make of the file (module constants included) is written whole over a copy of the
 package, and the confinement tests run against that copy (``PYTHONPATH``, so the host, the processes it starts and
@@ -26,7 +26,7 @@ from pathlib import Path
 from mutmut.mutation.file_mutation import create_mutations
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = ROOT / "host" / "toolcrib" / "confined.py"
+SOURCE = ROOT / "host" / "toolcrib" / "supply" / "mcp" / "confined.py"
 WORK = ROOT / "mutants-confined"
 TESTS = ["tests/test_confinement.py", "tests/test_isolation.py"]
 
@@ -43,7 +43,7 @@ def diff(mutant: str) -> str:
 
 
 def verdict(mutant: str, timeout: float) -> str:
-    (WORK / "src" / "toolcrib" / "confined.py").write_text(mutant)
+    (WORK / "src" / SOURCE.relative_to(ROOT / "host")).write_text(mutant)
     env = {**os.environ, "PYTHONPATH": str(WORK / "src")}
     try:
         done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *TESTS],

@@ -73,7 +73,7 @@ def test_the_pipeline_imports_no_built_in_plugin_and_the_core_no_front_end() -> 
     assert not any(name.startswith("toolcrib.default_plugins") for name in closure(edges, "toolcrib.calls"))
     # the front ends: the CLI, and the pack kit, which drives a host as a client does (an isolated kit starts its
     # pack's process through the MCP front end's pool, as toolcrib serve does)
-    # and the supply, where every kind of source lives (the upstream client's connections are still in toolcrib.mcp)
+    # and the supply, where every kind of source lives
     front_ends = {"toolcrib.cli", "toolcrib.testing"}
     core = [name for name in edges if not name.startswith(("toolcrib.mcp", "toolcrib.supply"))
             and name not in front_ends]
@@ -85,8 +85,9 @@ def test_sources_reach_the_core_only_through_the_source_contract() -> None:
     """The upstream client makes sources and knows no Host; the catalog, the decision and the pipeline know no
     kind of source (``toolcrib.mcp`` is out of their reach, tested above), only ``toolcrib.sources``."""
     edges = graph()
-    assert "toolcrib.host" not in closure(edges, "toolcrib.mcp.upstream")
-    assert {"toolcrib.sources", "toolcrib.runner"} <= edges["toolcrib.mcp.upstream"]
+    assert "toolcrib.host" not in closure(edges, "toolcrib.supply.mcp.connections")
+    assert "toolcrib.sources" in edges["toolcrib.supply.mcp.source"]
+    assert "toolcrib.runner" in edges["toolcrib.supply.mcp.runners"]
     assert closure(edges, "toolcrib.sources") <= {"toolcrib.entries", "toolcrib.declarations", "toolcrib.tool"} | \
         closure(edges, "toolcrib.tool")
 
@@ -132,3 +133,16 @@ def test_no_core_module_names_a_kind_of_source_but_those_still_moving() -> None:
             if not name.startswith(("toolcrib.supply", "toolcrib.mcp")) and name not in outside}
     assert {name for name, path in core.items() if names_a_kind(path)} == STILL_NAMING_KINDS
     assert not names_a_kind(core["toolcrib.lock"])
+
+
+def test_only_the_upstream_connections_import_the_sdks_client() -> None:
+    """The SDK's client (``mcp.Client``, its transports, ``StdioServerParameters``) is reached from one module."""
+    client = {"mcp.Client", "mcp.StdioServerParameters"}
+    found = set()
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module is not None and not node.level and (
+                    node.module.startswith("mcp.client")
+                    or any(f"{node.module}.{a.name}" in client for a in node.names)):
+                found.add(name)
+    assert found == {"toolcrib.supply.mcp.connections"}

@@ -15,9 +15,9 @@ import pytest
 
 from conftest import config_from
 from toolcrib import sandbox
-from toolcrib.confinement import pids_root
 from toolcrib.host import Host
 from toolcrib.supply import supply
+from toolcrib.supply.mcp.confinement import pids_root
 
 SERVER = str(Path(__file__).parent / "probing_server.py")
 pytestmark = pytest.mark.skipif(sandbox.landlock_abi() < 4, reason="needs Landlock ABI 4 (Linux 6.7)")
@@ -162,7 +162,7 @@ def test_a_spec_that_cannot_be_applied_runs_nothing(tmp_path: Path) -> None:
     """The launcher never runs a program less confined than asked: a spec it cannot apply ends it, saying why."""
     import subprocess
 
-    from toolcrib.confinement import LAUNCHER
+    from toolcrib.supply.mcp.confinement import LAUNCHER
 
     marker = tmp_path / "ran"
     done = subprocess.run([sys.executable, "-I", "-S", str(LAUNCHER), '{"read": [], "write": [], "limits": '
@@ -184,7 +184,7 @@ def test_a_kernel_that_cannot_confine_says_so_and_starts_nothing_unless_allowed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, allowed: bool) -> None:
     """Landlock taken away (as on an older kernel): check says so at once, and the server is not started unless the
     operator allows it unconfined."""
-    from toolcrib import confinement
+    from toolcrib.supply.mcp import confinement
 
     monkeypatch.setattr(sandbox, "landlock_abi", lambda: 3)
     extra = "[host]\nallow_unconfined = true\n" if allowed else ""
@@ -212,7 +212,7 @@ def test_a_kernel_that_cannot_confine_says_so_and_starts_nothing_unless_allowed(
 
 
 def test_a_program_s_code_is_read_up_to_its_package_s_root(tmp_path: Path) -> None:
-    from toolcrib.confinement import code_root
+    from toolcrib.supply.mcp.confinement import code_root
 
     outer = tmp_path / "app" / "node_modules"
     script = outer / "@scope" / "server" / "node_modules" / "dep" / "dist" / "index.js"
@@ -238,7 +238,7 @@ def test_a_program_s_code_is_read_up_to_its_package_s_root(tmp_path: Path) -> No
 
 
 def test_a_confined_server_s_reach_is_its_system_its_code_and_what_the_config_adds(tmp_path: Path) -> None:
-    from toolcrib.confinement import SYSTEM, spec
+    from toolcrib.supply.mcp.confinement import SYSTEM, spec
 
     (tmp_path / "srv").mkdir()
     (tmp_path / "srv" / "main.js").write_text("")
@@ -309,7 +309,7 @@ def test_a_confined_server_s_fork_bomb_is_stopped_at_its_processes_and_its_child
 
 def test_ending_a_group_that_was_never_made_is_quick_and_quiet(tmp_path: Path,
                                                                caplog: pytest.LogCaptureFixture) -> None:
-    from toolcrib.confinement import end_group, group_of
+    from toolcrib.supply.mcp.confinement import end_group, group_of
 
     temporary = tmp_path / "toolcrib-mcp-never"
     assert group_of(temporary) == (pids_root() / "toolcrib-toolcrib-mcp-never" if pids_root() else None)

@@ -16,10 +16,10 @@ import pytest
 
 from conftest import config_from
 from toolcrib import sandbox
-from toolcrib.confinement import pids_root
 from toolcrib.host import Host
-from toolcrib.isolation import PROCESSES
 from toolcrib.supply import supply
+from toolcrib.supply.mcp.confinement import pids_root
+from toolcrib.supply.mcp.isolated import PROCESSES
 
 pytestmark = pytest.mark.skipif(sandbox.landlock_abi() < 4, reason="needs Landlock ABI 4 (Linux 6.7)")
 
@@ -221,7 +221,7 @@ def test_a_pack_that_hangs_at_import_fails_alone_and_its_process_is_ended(
         tmp_path: Path, dist_path: Callable[..., Path], monkeypatch: pytest.MonkeyPatch) -> None:
     import toolcrib
     from test_cluster import until
-    from toolcrib import isolation
+    from toolcrib.supply.mcp import isolated as isolation
 
     monkeypatch.setattr(isolation, "START_SECONDS", 3.0)  # rather than 30: the test waits it out
     dist_path("acme-stuck", "1.0", {"stuck": "acme_stuck"}, {"acme_stuck": "import time\ntime.sleep(3600)\n"})
@@ -713,7 +713,7 @@ def test_an_isolated_pack_s_call_that_outlives_its_time_ends_its_process(tmp_pat
 
 def test_check_warns_where_an_isolated_pack_s_processes_cannot_be_counted(
         tmp_path: Path, probe_pack: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    from toolcrib import confinement
+    from toolcrib.supply.mcp import confinement
 
     def warnings() -> list[str]:
         host = Host(config_from(config(), tmp_path), plugins={}, autoload=False, env={})

@@ -240,7 +240,7 @@ def test_a_real_server_s_questions_and_sampling_reach_the_agent_s_client(node_se
 
     (elicit_failed, elicited), (sample_failed, sampled) = anyio.run(main)
     if mode == "auto":  # 2026-07-28 between client and host: a question in the middle of a call cannot be put
-        from toolcrib.mcp.upstream import MID_CALL
+        from toolcrib.supply.mcp.runners import MID_CALL
 
         assert (elicit_failed, elicited) == (sample_failed, sampled) == (True, f"MCP error -32600: {MID_CALL}")
         assert asked == []

@@ -709,7 +709,7 @@ def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: boo
     kept = Metrics() if keeping else None
     # The lists each host is built with: every agent's over HTTP, the one agent's on stdio, none in an isolated pack's
     # process (its checks are taken off first, and run for the host's agents: toolcrib.mcp.checks).
-    from toolcrib.isolation import ISOLATED_ENV
+    from toolcrib.supply.mcp.isolated import ISOLATED_ENV
 
     serves = None if agent is None else [] if os.environ.get(ISOLATED_ENV) else [agent]
     # stdio: the wire is claimed before any pack is imported, so that nothing a pack prints reaches it

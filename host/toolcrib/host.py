@@ -88,7 +88,7 @@ class Host:
                 from toolcrib.folders import folder_packs
 
                 plugins = {**folder_packs([loaded.resolve(f) for f in folders]), **(plugins or {})}
-            isolated = loaded.isolated_packs()  # offered by a source of their own (toolcrib.mcp.upstream), not here
+            isolated = loaded.isolated_packs()  # offered by a source of their own (toolcrib.supply.mcp), not here
             self.records: list[PluginRecord] = [r for r in load_plugins(
                 self.pm,
                 disabled=loaded.disabled_packs() | isolated,
@@ -341,7 +341,7 @@ class Host:
                            *(f"packs.{ns}" for ns in self.loaded.isolated_packs())])
         why = None
         if confined:
-            from toolcrib.confinement import unconfinable
+            from toolcrib.supply.mcp.confinement import unconfinable
 
             why = unconfinable()
             if why is not None:
@@ -351,7 +351,7 @@ class Host:
                                      f"be confined, and {then}"))
         isolated = sorted(self.loaded.isolated_packs())
         if isolated and why is None:
-            from toolcrib.confinement import pids_root
+            from toolcrib.supply.mcp.confinement import pids_root
 
             if pids_root() is None:
                 found.append(Problem("warning", f"{source}: packs.{isolated[0]}", (

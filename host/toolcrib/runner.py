@@ -4,7 +4,7 @@ The pipeline (``toolcrib.calls``) knows no calling convention: it validates the 
 runner to ``start`` the call with the validated model and the ``Call``. A runner answers with a coroutine (an async
 runner) or a function of no arguments to run in a worker thread (a sync one); the pipeline awaits it under the
 tool's timeout, or runs it on a worker. How a Python function takes its arguments (``PythonRunner``), how an
-upstream server's tool is called (``toolcrib.mcp.upstream``) or, later, an HTTP operation, lives with the source
+upstream server's tool is called (``toolcrib.supply.mcp``) or, later, an HTTP operation, lives with the source
 that made the tool. A new kind of source brings its own runner::
 
     class EchoRunner:

@@ -3,7 +3,7 @@
 Every supplier is a ``Source``. Entry-point packs, tool folders, the host's own tools and llm plugins are pluggy
 plugins (``toolcrib.plugins``), each a ``toolcrib.catalog.PackSource`` whose hooks are called one plugin at a time;
 every other supplier is a ``Source`` handed to the ``Host``: upstream MCP servers
-(``toolcrib.mcp.upstream.UpstreamSource``), and what comes next (an OpenAPI document, a pack run in a process of
+(``toolcrib.supply.mcp.source.UpstreamSource``), and what comes next (an OpenAPI document, a pack run in a process of
 its own). The catalog, the decision and the pipeline know only what a source
 offers: entries (``toolcrib.entries``) whose tools carry their runners (``toolcrib.runner``), so nothing in the core
 changes for a new kind of source.

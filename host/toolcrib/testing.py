@@ -140,8 +140,8 @@ def make_kit(
 
     from anyio.from_thread import start_blocking_portal
 
-    from toolcrib import isolation
     from toolcrib.supply import supply
+    from toolcrib.supply.mcp import isolated as isolation
 
     module = pack if isinstance(pack, str) else getattr(pack, "__name__", None)
     if not isinstance(module, str):

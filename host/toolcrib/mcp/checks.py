@@ -1,8 +1,8 @@
 """The checks line of an isolated pack: its availability checks and ``describe`` run for the calling agent.
 
-An isolated pack's process serves one agent of its own (``toolcrib.isolation``), so a check evaluated there would see
-that agent, not the one whose view the host builds. Instead the child lists every tool, resource and prompt of its
-pack unchecked (``defer_checks``), and the host asks the child, for each agent's view, what the pack's own
+An isolated pack's process serves one agent of its own (``toolcrib.supply.mcp.isolated``), so a check evaluated there
+would see that agent, not the one whose view the host builds. Instead the child lists every tool, resource and prompt of
+its pack unchecked (``defer_checks``), and the host asks the child, for each agent's view, what the pack's own
 ``is_available`` and ``describe`` answer for that agent. The host asks from the thread that builds a view (the
 availability checks' worker thread, or a view's own for ``describe``), so this line is synchronous: a pair of named
 pipes beside the calls lane, one question at a time, each within ``[host] availability_timeout``.

@@ -1,5 +1,5 @@
 """A ``Host`` with its upstream MCP servers connected, for code that is not async (the CLI's commands): the
-upstream client (``toolcrib.mcp.upstream``) makes sources; this module hands them to a host."""
+upstream client (``toolcrib.supply.mcp``) makes sources; this module hands them to a host."""
 
 from __future__ import annotations
 

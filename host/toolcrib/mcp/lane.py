@@ -1,13 +1,13 @@
 """The calls lane of an isolated pack: its tool calls, on a pipe pair of their own, beside its MCP session.
 
-An isolated pack's process (``toolcrib.isolation``) speaks MCP on stdin/stdout, and the host's pool lists its tools,
-resources and prompts and hears its changes over that session as it does any upstream server's. Its tool calls take
-this lane instead: one JSON object per line, with no SDK session on either side, so that a call costs the host a
+An isolated pack's process (``toolcrib.supply.mcp.isolated``) speaks MCP on stdin/stdout, and the host's pool lists its
+tools, resources and prompts and hears its changes over that session as it does any upstream server's. Its tool calls
+take this lane instead: one JSON object per line, with no SDK session on either side, so that a call costs the host a
 write, a read and the child's own pipeline (an MCP round trip through two SDK sessions cost more than the call it
-carries). What a running handler asks of its ``Context`` crosses it too: progress, log messages, a question for the
-user (elicitation) and a turn of the client's model (sampling) reach the calling agent's client through the host's
-own channel for the call, so a question the agent's client must answer between rounds (MCP 2026-07-28) ends the
-child's run of the call, and the host makes it again once the answer is in, as it does a pack's in its own process.
+carries). What a running handler asks of its ``Context`` crosses it too: progress, log messages, a question for the user
+(elicitation) and a turn of the client's model (sampling) reach the calling agent's client through the host's own
+channel for the call, so a question the agent's client must answer between rounds (MCP 2026-07-28) ends the child's run
+of the call, and the host makes it again once the answer is in, as it does a pack's in its own process.
 
 Lines, host to child: ``{"call": n, "tool": name, "arguments": {...}, "agent": the calling agent}``; ``{"cancel":
 n}``; ``{"answer": k, "value": ...}`` or ``{"answer": k, "error": text}`` (to the child's ask ``k``). Child to host:

@@ -34,13 +34,13 @@ import mcp_types as types
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from toolcrib.isolation import ISOLATED_ENV
 from toolcrib.mcp.adapter import build_server
 from toolcrib.mcp.checks import CHECKS_ENV, follow_checks, serve_checks
 from toolcrib.mcp.early import announce_serving
 from toolcrib.mcp.lane import LANE_ENV, serve_lane
 from toolcrib.mcp.state import ServingState
 from toolcrib.mcp.wire import MAX_LINE_BYTES, Wire, claim_stdio
+from toolcrib.supply.mcp.isolated import ISOLATED_ENV
 
 __all__ = ["MAX_LINE_BYTES", "announce_serving", "claim_stdio", "serve_stdio", "stdio_transport"]
 
@@ -61,7 +61,8 @@ async def serve_stdio(state: ServingState, agent: str, watch: Path | None = None
     """
     isolated = os.environ.get(ISOLATED_ENV)
     checks = os.environ.pop(CHECKS_ENV, None) if isolated else None
-    if isolated:  # the process of an isolated pack (toolcrib.isolation): a pack that failed ends it, saying why
+    if isolated:  # the process of an isolated pack (toolcrib.supply.mcp.isolated): a pack that failed ends it,
+        # saying why
         record = next((r for r in state.host.records if r.name == isolated and r.kind == "pack"), None)
         if record is None or record.state != "loaded":
             why = record.error if record is not None else "no installed distribution offers it"

@@ -8,7 +8,7 @@ Two families of kinds:
   config with nothing read, then ``open``ed at once (reading a document, possibly fetching it), and closed once a
   later sync no longer offers them;
 - sources that live on the assembler's event loop (upstream MCP servers, eager and lazy, confined servers and
-  isolated packs, ``toolcrib.mcp.upstream``): connections and child processes the pool keeps across reloads while
+  isolated packs, ``toolcrib.supply.mcp``): connections and child processes the pool keeps across reloads while
   their config is unchanged. Only an entrance that keeps a loop running for them has them (``serve``, the CLI's
   ``open_host``, the test kit); ``Host.from_config`` opens only the others (``opened``).
 
@@ -32,7 +32,7 @@ from toolcrib.sources import Source
 from toolcrib.supply import openapi
 
 if TYPE_CHECKING:
-    from toolcrib.mcp.upstream import UpstreamPool
+    from toolcrib.supply.mcp.connections import UpstreamPool
 
 log = logging.getLogger("toolcrib.supply")
 
@@ -45,7 +45,7 @@ class Supply:
         self.env = env
         self._pool: UpstreamPool | None = None
         if tg is not None:
-            from toolcrib.mcp.upstream import UpstreamPool
+            from toolcrib.supply.mcp.connections import UpstreamPool
 
             self._pool = UpstreamPool(tg)
         self._opened: list[Source] = []  # the last sync's sources that keep nothing open

@@ -1,5 +1,5 @@
 """Start a program confined (``[mcps.<name>] confine = true``): run as a script of the host's Python, before the
-program, by the upstream client (``toolcrib.mcp.upstream``), which launches
+program, by the upstream client (``toolcrib.supply.mcp``), which launches
 
     python -I -S .../toolcrib/confined.py '<spec as JSON>' -- program arguments...
 

@@ -1,13 +1,13 @@
 """Packs in a process of their own (``[packs.<namespace>] isolate = true``).
 
-The host never imports an isolated pack. Its upstream pool (``toolcrib.mcp.upstream``) starts it as a confined
+The host never imports an isolated pack. Its upstream pool (``toolcrib.supply.mcp``) starts it as a confined
 upstream stdio server instead: ``toolcrib serve`` in a child process, with a config of its own that loads that one
 pack (``TOOLCRIB_PLUGINS``, no autoload) with the settings of its ``[packs.<namespace>]`` table and serves it, bare
 named, to one agent that sees all of it. The host then offers the child's tools, resources and prompts under the
 pack's namespace as the pack's own (the ``plugins`` rule governs them, their annotations are trusted), through the
 same permissions, pipeline, curation, lock and audit as any source. The child is confined as a confined server is
-(``toolcrib.confinement``): it reads the system, the Python it runs on and the folders it imports from; it writes
-only its temporary folder and the workspace; no network unless ``network = true``.
+(``toolcrib.supply.mcp.confinement``): it reads the system, the Python it runs on and the folders it imports from; it
+writes only its temporary folder and the workspace; no network unless ``network = true``.
 
 Its tool calls take a calls lane of their own (``toolcrib.mcp.lane``): a handler's progress, log messages,
 questions (elicitation) and requests for a model's turn (sampling) reach the agent's client through the call's own
@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from toolcrib.config import LoadedConfig, McpConfig, PackConfig
-from toolcrib.confinement import pids_root
+from toolcrib.supply.mcp.confinement import pids_root
 
 CHILD_AGENT = "pack"  # the one agent a child serves
 # tasks (processes and threads) an isolated pack's process may have at once, where they can be counted in a group
-# of its own (``toolcrib.confinement.pids_root``); the per-user limit is not used, as it counts the user's others
+# of its own (``confinement.pids_root``); the per-user limit is not used, as it counts the user's others
 PROCESSES = 256
 START_SECONDS = 30.0  # for its process to start, import the pack and list it (one that hangs fails alone)
 ISOLATED_ENV = "TOOLCRIB_ISOLATED_PACK"  # set for a child: the pack it serves (one that failed ends the child)

@@ -1,5 +1,5 @@
-"""What a confined program may reach (``[mcps.<name>] confine = true``), worked out in the host; ``toolcrib.confined``
-applies it in the program's own process before the program runs.
+"""What a confined program may reach (``[mcps.<name>] confine = true``), worked out in the host;
+``toolcrib.supply.mcp.confined`` applies it in the program's own process before the program runs.
 
 A confined upstream server may read the system's folders (``SYSTEM``: programs, libraries, ``/etc``, its own
 ``/proc`` entry), its own code (the program and every path argument, each up to its package's root: the outermost
@@ -26,7 +26,7 @@ from toolcrib.config import LoadedConfig, McpConfig
 SYSTEM = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/proc/self", "/proc/cpuinfo",
           "/proc/meminfo", "/proc/stat", "/sys/fs/cgroup", "/sys/devices/system/cpu")
 LAUNCHER = Path(__file__).with_name("confined.py")
-log = logging.getLogger("toolcrib.confinement")
+log = logging.getLogger("toolcrib.supply.mcp.confinement")
 
 
 class ConfinementError(ValueError):
@@ -50,8 +50,8 @@ def code_root(path: Path) -> Path:
 
 
 def spec(loaded: LoadedConfig, config: McpConfig, temporary: Path) -> dict[str, object]:
-    """The confinement of ``config``'s server (``toolcrib.confined``'s spec), ``ConfinementError`` when what it
-    could read or write governs the host."""
+    """The confinement of ``config``'s server (``toolcrib.supply.mcp.confined``'s spec), ``ConfinementError`` when
+    what it could read or write governs the host."""
     program = config.command or ""
     found = shutil.which(program) or program
     code: set[Path] = set()
@@ -78,7 +78,7 @@ def spec(loaded: LoadedConfig, config: McpConfig, temporary: Path) -> dict[str, 
     limits = {"memory": config.memory_mb * 1024 * 1024 if config.memory_mb else None,
               "cpu": config.cpu_seconds, "files": config.open_files, "processes": config.processes}
     made: dict[str, object] = {"read": read, "write": write, "network": config.network, "limits": limits,
-                               "parent": os.getpid()}  # the host: the program ends with it (toolcrib.confined)
+                               "parent": os.getpid()}  # the host: the program ends with it (confined.py)
     group = group_of(temporary) if config.processes else None
     if group is not None:  # processes are counted in a group of the program's own, not per user
         made["group"] = str(group)

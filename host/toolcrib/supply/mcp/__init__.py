@@ -1,0 +1,16 @@
+"""Upstream MCP servers as a source (``[mcps.<namespace>]``): their tools appear as ``<namespace>__<tool>``, their
+resources, resource templates and prompts pass through the same way (``resources`` and ``prompts`` rules), every text
+cleaned as a tool's is. Their annotations are untrusted unless the operator marks the server ``trusted = true``.
+
+- ``connections``: the pool of open connections (``UpstreamPool``), the only module that imports the SDK's client.
+  Each server is connected by a task of its own (the SDK's client holds a task group for the life of the
+  connection), listed once, and kept open; ``UpstreamPool.sync`` keeps connections whose config did not change
+  across reloads. A server that cannot be started or does not answer within its ``timeout`` is reported as failed;
+  the others are unaffected. A lazy server connects when an agent loads it.
+- ``conversion``: what a server lists, as catalog entries (tools, resources, templates, prompts).
+- ``runners``: how a call reaches the server, and how the server's questions during it reach the agent's client.
+- ``source``: one configured server as a ``toolcrib.sources.Source``.
+- ``isolated``: a pack run in a confined process of its own, served to the host as an upstream stdio server;
+  ``confinement`` and ``confined``: what a confined server or isolated pack may reach, and the launcher that
+  confines it.
+"""

@@ -1,0 +1,149 @@
+"""How a call reaches an upstream server (``UpstreamRunner``), and how what the server asks during it (a form to
+fill, a turn of a model) is put to the agent's client of that call."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from toolcrib.content import ToolResult
+from toolcrib.errors import Suspend, ToolError
+from toolcrib.mcp.lane import Lane, LaneClosed
+from toolcrib.runner import Call
+
+# The call an upstream tool is running for, in the task that awaits the server's answer: a server's request during
+# it (a 2026-07-28 server's input requests are answered within that task) is put to the call's own client.
+CALLING: contextvars.ContextVar[Call | None] = contextvars.ContextVar("toolcrib_upstream_call", default=None)
+# A handshake-era server asks in a request of its own, read by the connection's task: then the call is the one
+# call in flight on that connection (with two or more, whose it is cannot be told, and it is refused).
+_IN_FLIGHT: dict[int, list[Call]] = {}  # id(the connection's client session) -> its calls awaiting an answer
+
+
+def _asking(context: Any) -> Call | None:
+    found = CALLING.get()
+    if found is not None:
+        return found
+    calls = _IN_FLIGHT.get(id(getattr(context, "session", None)), [])
+    return calls[0] if len(calls) == 1 else None
+
+
+MID_CALL = ("the agent's client speaks MCP 2026-07-28, where a call's questions are answered between its rounds, "
+            "and this server asked in the middle of its call (as a 2025-11-25 server does); toolcrib cannot put that "
+            "question to it")
+
+
+async def _put(ask: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    """``ask()`` for a server's request. In the call's own task a question may suspend the call (the front end asks
+    its client and the call is made again); from the connection's task, it cannot (``MID_CALL``)."""
+    import mcp_types as types
+
+    if CALLING.get() is not None:
+        return await ask()
+    try:
+        return await ask()
+    except Suspend:
+        return types.ErrorData(code=types.INVALID_REQUEST, message=MID_CALL)
+
+
+async def elicit(context: Any, params: Any) -> Any:
+    """A server asks the user something during a call: the call's ``Context.elicit`` asks the agent's client (with
+    toolcrib's checks of the form); outside a call, or for a URL, it is refused."""
+    import mcp_types as types
+
+    call = _asking(context)
+    schema = getattr(params, "requested_schema", None)
+    if call is None or schema is None:
+        return types.ErrorData(code=types.INVALID_REQUEST, message="toolcrib asks its client only during one call, "
+                               "and only for a form")
+    if hasattr(schema, "model_dump"):
+        schema = schema.model_dump(by_alias=True, mode="json", exclude_none=True)
+    context_of = call.context()
+
+    async def ask() -> Any:
+        try:
+            answer = await context_of.elicit(params.message, schema)
+        except ToolError as exc:
+            return types.ErrorData(code=types.INVALID_REQUEST, message=str(exc))
+        return types.ElicitResult(action=answer.action, content=answer.content)
+
+    return await _put(ask)
+
+
+async def sample(context: Any, params: Any) -> Any:
+    """A server asks for a turn of a model during a call: the agent's client is asked, if it can sample."""
+    import mcp_types as types
+
+    call = _asking(context)
+    sample = getattr(call.channel, "sample", None) if call is not None and call.channel is not None else None
+    if sample is None:
+        return types.ErrorData(code=types.INVALID_REQUEST, message="the agent's client cannot sample for this call")
+
+    async def ask() -> Any:
+        answer = await sample(params.model_dump(by_alias=True, mode="json", exclude_none=True))
+        return types.CreateMessageResult.model_validate(answer)
+
+    return await _put(ask)
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRunner:
+    """Calls one tool of a connected upstream server with the validated arguments; the server's answer is the
+    result, as it gave it (its own errors included); a refusal of the call itself is this tool's error."""
+
+    client: Any  # the SDK's client session of the connection
+    name: str  # the tool's name on the server
+    namespace: str
+    what: str = "upstream server"  # or "isolated pack", in its messages
+    lane: Lane | None = None  # an isolated pack's calls take its lane while it is open
+    is_async = True
+
+    def start(self, model: BaseModel, call: Call) -> Any:
+        return self._call(dict(model.__pydantic_extra__ or {}), call)
+
+    async def _call(self, arguments: dict[str, Any], call: Call | None = None) -> ToolResult:
+        from mcp.shared.exceptions import MCPError
+
+        if self.lane is not None and self.lane.closed is None:
+            timeout = call.tool.timeout if call is not None and call.tool is not None else None
+            with contextlib.suppress(LaneClosed):
+                return await self.lane.call(self.name, arguments, call, timeout)
+
+        channel = call.channel if call is not None else None
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            if channel is not None:  # the server's progress is the call's, as the agent's client sees it
+                await channel.progress(done, total, message)
+
+        token = CALLING.set(call)  # what the server asks during the call is asked on its behalf (_asking)
+        connection = id(getattr(self.client, "session", None))
+        if call is not None:
+            _IN_FLIGHT.setdefault(connection, []).append(call)
+        try:
+            result = await self.client.call_tool(self.name, arguments,
+                                                 progress_callback=progress if channel is not None else None)
+        except MCPError as exc:
+            raise ToolError(f"{self.what} {self.namespace!r} refused the call: {exc.error.message}") from None
+        except BaseExceptionGroup as group:  # the SDK's task group wraps what a callback raised
+            asked = group.subgroup(lambda e: isinstance(e, Suspend))
+            while isinstance(asked, BaseExceptionGroup):  # the agent's client is to be asked first: the front end
+                asked = asked.exceptions[0]  # does, and the call is made again (the server asks again, answered)
+            if asked is not None:
+                raise asked from None
+            raise
+        finally:
+            CALLING.reset(token)
+            if call is not None:
+                flying = _IN_FLIGHT.get(connection, [])
+                flying.remove(call)
+                if not flying:
+                    _IN_FLIGHT.pop(connection, None)
+        return ToolResult(
+            content=tuple(block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content),
+            structured_content=result.structured_content,
+            is_error=bool(result.is_error),
+        )
