@@ -28,6 +28,12 @@ def attempt(what: str, target: str) -> str:
             with open(os.path.expandvars(target), "w") as f:
                 f.write("written by the server")
             return "wrote it"
+        if what == "append":  # to a file that exists
+            with open(target, "a") as f:
+                f.write("appended by the server")
+            return "appended"
+        if what == "list":
+            return f"listed {len(os.listdir(target))} names"
         if what == "environ":
             with open(f"/proc/{target}/environ", "rb") as f:
                 return f"read {len(f.read())} bytes of its environment"

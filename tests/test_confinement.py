@@ -96,6 +96,20 @@ def test_a_confined_server_cannot_read_the_config_or_the_host_s_environment_nor_
     assert not outside.exists()
 
 
+def test_a_folder_given_to_read_is_read_and_listed_not_written_and_no_other_is_listed(tmp_path: Path) -> None:
+    """Each of Landlock's rights in its place: a ``read`` folder lists and reads, but a file in it takes no write;
+    a folder outside lists nothing (each was a surviving mutant of benchmarks/mutation_confined.py)."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "notes.txt").write_text("notes\n")
+    tries = [("list", str(tmp_path / "data")), ("read", str(tmp_path / "data" / "notes.txt")),
+             ("append", str(tmp_path / "data" / "notes.txt")), ("list", str(tmp_path))]
+    boxed = attempts(tmp_path, True, tries, 'read = ["data"]')
+    assert boxed == ["listed 1 names", "read 6 characters", "PermissionError: Permission denied",
+                     "PermissionError: Permission denied"]
+    assert (tmp_path / "data" / "notes.txt").read_text() == "notes\n"
+    assert attempts(tmp_path, False, tries)[2:] == ["appended", "listed 2 names"]  # unconfined, it may
+
+
 def gate_tries(tmp_path: Path) -> tuple[list[tuple[str, str]], socket.socket, socket.socket]:
     """Sockets made through another system-call gate than the machine's own (the i386 ``int 0x80``, x86-64's x32
     bit), then used natively: a UDP datagram to a port here, a listening Unix socket outside what may be read."""
