@@ -216,7 +216,7 @@ class UpstreamPool:
                 try:
                     connection.tools = await _every(connection.client.list_tools, "tools")
                     connection.listing_problems.clear()
-                    await _listitem_entries(connection, connection.client)
+                    await _list_items(connection, connection.client)
                 except Exception as exc:
                     log.warning("upstream server %r could not be listed again: %s", ns, why_failed(exc))
         starting = []
@@ -367,7 +367,7 @@ class UpstreamPool:
                 message_handler=on_message, elicitation_callback=elicit,
                 sampling_callback=sample) as client:
             connection.tools = await _every(client.list_tools, "tools")
-            await _listitem_entries(connection, client)
+            await _list_items(connection, client)
             line = connection.check_line()
             if line is not None:  # an isolated pack's: which checks its process runs for each agent
                 connection.checks = await anyio.to_thread.run_sync(line.inventory, connection.check_seconds)
@@ -456,7 +456,7 @@ def why_failed(exc: BaseException, stderr: Sequence[str] = ()) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-async def _listitem_entries(connection: Connection, client: Any) -> None:
+async def _list_items(connection: Connection, client: Any) -> None:
     """The server's resources, templates and prompts, as far as it offers them; a list that fails is a problem
     of this server, not a failed connection (its tools still serve)."""
     capabilities = client.server_capabilities

@@ -79,12 +79,12 @@ async def sample(context: Any, params: Any) -> Any:
     import mcp_types as types
 
     call = _asking(context)
-    sample = getattr(call.channel, "sample", None) if call is not None and call.channel is not None else None
-    if sample is None:
+    model = getattr(call.channel, "sample", None) if call is not None and call.channel is not None else None
+    if model is None:
         return types.ErrorData(code=types.INVALID_REQUEST, message="the agent's client cannot sample for this call")
 
     async def ask() -> Any:
-        answer = await sample(params.model_dump(by_alias=True, mode="json", exclude_none=True))
+        answer = await model(params.model_dump(by_alias=True, mode="json", exclude_none=True))
         return types.CreateMessageResult.model_validate(answer)
 
     return await _put(ask)
