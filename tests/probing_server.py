@@ -1,11 +1,12 @@
 """An upstream MCP server on stdio that tries to reach what it should not: one tool, ``try``, that attempts one
-thing (``what``: read, write, environ, connect, udp, unix, udp32, unix32, x32, allocate, spawn, fork) and says what
-happened, exactly.
+thing (``what``: read, write, append, list, remove, rmdir, mkdir, truncate, rename, ioctl, signal, limits, environ,
+connect, udp, unix, udp32, unix32, x32, uring, allocate, spawn, fork) and says what happened, exactly.
 For the confinement tests: the same server confined and not."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -34,6 +35,31 @@ def attempt(what: str, target: str) -> str:
             return "appended"
         if what == "list":
             return f"listed {len(os.listdir(target))} names"
+        if what == "remove":
+            os.unlink(target)
+            return "removed"
+        if what == "rmdir":
+            os.rmdir(target)
+            return "removed"
+        if what == "mkdir":
+            os.mkdir(target)
+            return "made"
+        if what == "truncate":  # by path, no open for writing
+            os.truncate(target, 0)
+            return "truncated"
+        if what == "rename":  # "from>to"
+            os.rename(*target.split(">"))
+            return "renamed"
+        if what == "ioctl":  # a terminal's question, asked of a device
+            import fcntl
+            import termios
+
+            with open(target, "rb") as device:
+                fcntl.ioctl(device, termios.TCGETS, bytes(64))
+            return "answered"
+        if what == "signal":  # SIGCONT, which a running process ignores
+            os.kill(int(target), signal.SIGCONT)
+            return "signalled"
         if what == "environ":
             with open(f"/proc/{target}/environ", "rb") as f:
                 return f"read {len(f.read())} bytes of its environment"
@@ -67,6 +93,17 @@ def attempt(what: str, target: str) -> str:
                 raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
             os.close(made)
             return "made a UDP socket"
+        if what == "uring":  # io_uring, whose operations make sockets and open files without those calls
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.syscall.restype = ctypes.c_long
+            params = ctypes.create_string_buffer(120)  # struct io_uring_params, zeroed
+            ring = libc.syscall(ctypes.c_long(425), ctypes.c_uint(1), params)
+            if ring < 0:
+                raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+            os.close(ring)
+            return "made a ring"
         if what == "allocate":
             return f"allocated {len(bytearray(int(target) * 1024 * 1024)) // (1024 * 1024)} MiB"
         if what == "spawn":
@@ -75,6 +112,12 @@ def attempt(what: str, target: str) -> str:
             return done.stdout.strip() or done.stderr.strip()[-200:]
         if what == "fork":  # a fork bomb: children that leave the process group, and sleep
             return fork_bomb()
+        if what == "limits":  # what it is held to: CPU seconds, open files, address space
+            import resource
+
+            held = [resource.getrlimit(which)[0] for which in (resource.RLIMIT_CPU, resource.RLIMIT_NOFILE,
+                                                                resource.RLIMIT_AS)]
+            return "cpu {} files {} memory {}".format(*held)
         if what == "tmpdir":
             return os.environ.get("TMPDIR", "")
     except (OSError, MemoryError) as exc:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -77,12 +79,13 @@ def test_a_confined_server_cannot_read_the_config_or_the_host_s_environment_nor_
     unix.listen()
     tries = [("read", str(tmp_path / "toolcrib.toml")), ("read", str(tmp_path / "audit.log")),
              ("environ", str(os.getpid())), ("connect", listener), ("udp", ""), ("write", str(outside)),
-             ("allocate", "2048"), ("spawn", ""), ("read", "/etc/hostname"), ("unix", str(tmp_path / "service.sock"))]
+             ("allocate", "2048"), ("spawn", ""), ("read", "/etc/hostname"), ("unix", str(tmp_path / "service.sock")),
+             ("uring", "")]
     free = attempts(tmp_path, False, tries)  # the same server, unconfined, reaches all of it
     assert free[:6] == [f"read {len(config(False))} characters", "read 14 characters",
                         free[2], "connected", "made a UDP socket", "wrote it"]
     assert free[2].startswith("read ") and free[6] == "allocated 2048 MiB" and free[7] == "child ran"
-    assert free[9] == "connected"
+    assert free[9] == "connected" and free[10] == "made a ring"
     outside.unlink()
     boxed = attempts(tmp_path, True, tries)
     unix.close()
@@ -93,6 +96,7 @@ def test_a_confined_server_cannot_read_the_config_or_the_host_s_environment_nor_
     assert boxed[7] == "child ran"  # what it runs is confined as it is (and may read its own code)
     assert boxed[8].startswith("read ")  # the system's files stay readable
     assert boxed[9] == "PermissionError: Permission denied"  # Landlock does not govern it; the filter does
+    assert boxed[10] == "PermissionError: Operation not permitted"  # io_uring would make sockets past the filter
     assert not outside.exists()
 
 
@@ -108,6 +112,80 @@ def test_a_folder_given_to_read_is_read_and_listed_not_written_and_no_other_is_l
                      "PermissionError: Permission denied"]
     assert (tmp_path / "data" / "notes.txt").read_text() == "notes\n"
     assert attempts(tmp_path, False, tries)[2:] == ["appended", "listed 2 names"]  # unconfined, it may
+
+
+def folders(tmp_path: Path) -> list[tuple[str, str]]:
+    """A ``read`` folder and a ``write`` folder with files in them, and what a server might try on each."""
+    for folder in ("data", "data/empty", "out", "out/sub"):
+        (tmp_path / folder).mkdir(exist_ok=True)
+    for name in ("data/a.txt", "data/b.txt", "data/c.txt", "out/sub/d.txt", "out/e.txt"):
+        (tmp_path / name).write_text("text\n")
+    data, out = tmp_path / "data", tmp_path / "out"
+    return [("remove", f"{data}/a.txt"), ("rmdir", f"{data}/empty"), ("mkdir", f"{data}/new"),
+            ("truncate", f"{data}/b.txt"),
+            ("rename", f"{data}/c.txt>{data}/c2.txt"), ("truncate", f"{out}/e.txt"),
+            ("rename", f"{out}/sub/d.txt>{out}/d.txt"), ("mkdir", f"{out}/new"), ("remove", f"{out}/e.txt"),
+            ("write", "/dev/null"), ("ioctl", "/dev/null"), ("signal", str(os.getpid())), ("write", "/dev/zero"),
+            ("write", "/dev/full"), ("limits", "")]
+
+
+def test_a_read_folder_takes_no_removal_making_truncation_or_renaming_a_write_folder_takes_each(
+        tmp_path: Path) -> None:
+    """Landlock's directory rights, truncation, moving a file to another folder, the devices, device ioctls,
+    signals and the limits each in its place (each was a surviving mutant of benchmarks/mutation_confined.py)."""
+    reach = 'read = ["data"]\nwrite = ["out"]\ncpu_seconds = 30\nopen_files = 64'
+    free = attempts(tmp_path, False, folders(tmp_path), reach)
+    full, held = "OSError: No space left on device", "cpu 30 files 64 memory 1073741824"
+    assert free[:-1] == ["removed", "removed", "made", "truncated", "renamed", "truncated", "renamed", "made",
+                         "removed", "wrote it", "OSError: Inappropriate ioctl for device", "signalled", "wrote it",
+                         full]
+    assert free[-1] != held  # each is the confinement's doing
+    shutil.rmtree(tmp_path / "data")
+    shutil.rmtree(tmp_path / "out")
+    boxed = attempts(tmp_path, True, folders(tmp_path), reach)
+    denied = "PermissionError: Permission denied"
+    assert boxed == [denied, denied, denied, denied, denied, "truncated", "renamed", "made", "removed", "wrote it",
+                     denied, "PermissionError: Operation not permitted", "wrote it", full, held]
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["a.txt", "b.txt", "c.txt", "empty"]
+    assert (tmp_path / "data" / "b.txt").read_text() == "text\n"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["d.txt", "new", "sub"]
+
+
+LAYER = """
+import socket, sys
+from toolcrib.supply.mcp import confined
+print(confined.abi(confined._libc()))
+confined.landlock(confined._libc(), [], [], network=sys.argv[3] == "network")
+tries = [(socket.AF_INET, "bind", ("127.0.0.1", 0)), (socket.AF_INET, "connect", ("127.0.0.1", int(sys.argv[1]))),
+         (socket.AF_UNIX, "connect", "\\0" + sys.argv[2])]
+for family, verb, address in tries:
+    try:
+        with socket.socket(family) as made:
+            getattr(made, verb)(address)
+            print(verb)
+    except OSError as exc:
+        print(type(exc).__name__, exc.strerror)
+"""
+
+
+def test_landlock_alone_holds_tcp_and_abstract_unix_sockets_without_the_socket_filter(
+        tmp_path: Path, listener: str) -> None:
+    """The socket filter would hide a hole in Landlock's network rules, so Landlock is tried alone: no TCP
+    without ``network`` (no port bound, none reached), and no abstract Unix socket (a local service's, outside the
+    server's domain) at all."""
+    name = f"toolcrib-test-{os.getpid()}"
+    abstract = socket.socket(socket.AF_UNIX)
+    abstract.bind("\0" + name)
+    abstract.listen()
+    port = listener.rsplit(":", 1)[1]
+    try:
+        said = [subprocess.run([sys.executable, "-c", LAYER, port, name, network], capture_output=True, text=True,
+                               check=True).stdout.splitlines() for network in ("", "network")]
+    finally:
+        abstract.close()
+    denied, scoped = "PermissionError Permission denied", "PermissionError Operation not permitted"
+    abi = str(sandbox.landlock_abi())  # the launcher's reading of the kernel, as the host's
+    assert said == [[abi, denied, denied, scoped], [abi, "bind", "connect", scoped]]
 
 
 def gate_tries(tmp_path: Path) -> tuple[list[tuple[str, str]], socket.socket, socket.socket]:
