@@ -110,29 +110,53 @@ def test_the_graph_is_read_as_python_reads_imports() -> None:
     assert "toolcrib.default_plugins.hooks" in edges["toolcrib.default_plugins"]  # inside create()
 
 
-# What names a kind of source: its config table (``config.mcps``, ``config.openapi``, ``isolated_packs()``) or its
-# label as a literal. Issue 64 moves every kind into toolcrib.supply; until the core's last mention has moved, the
-# modules that still name one are these, and no other may start to (the lock did, and reads each source's record now).
+# What names a kind of source: its config table (``config.mcps``, ``config.openapi``, ``isolated_packs()``), or its
+# label set against what carries a kind (a record's ``kind``, an entry's ``supplier``, an ``entry_point``): compared
+# with one, given as one, or a key of a table of them. Every kind lives in toolcrib.supply (its ``Kind`` in
+# toolcrib.supply.kinds says what the core may know of it); the core asks that table and names none.
 KIND_ATTRIBUTES = frozenset({"mcps", "openapi", "isolated_packs"})
-KIND_LABELS = frozenset({"mcp", "openapi", "(isolated)"})
-STILL_NAMING_KINDS = {"toolcrib.catalog", "toolcrib.entries", "toolcrib.host", "toolcrib.view"}
+KIND_LABELS = frozenset({"mcp", "openapi", "(isolated)"})  # (packs and the host's own are the core's: PACK, BUILTIN)
+CARRIERS = frozenset({"kind", "supplier", "entry_point"})
 
 
-def names_a_kind(path: Path) -> bool:
+def _labels(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Constant) and n.value in KIND_LABELS for n in ast.walk(node))
+
+
+def kind_named(path: Path) -> list[str]:
+    """Where the module names a kind (``line: what``)."""
+    found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Attribute) and node.attr in KIND_ATTRIBUTES:
-            return True
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in KIND_LABELS:
-            return True
-    return False
+            found.append(f"{node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.Compare) and any(
+                isinstance(n, ast.Attribute) and n.attr in CARRIERS for n in (node.left, *node.comparators)) \
+                and _labels(node):
+            found.append(f"{node.lineno}: a comparison with a kind")
+        elif isinstance(node, ast.keyword) and node.arg in CARRIERS and _labels(node.value):
+            found.append(f"{node.value.lineno}: {node.arg}= a kind")
+        elif isinstance(node, ast.Dict) and any(k is not None and _labels(k) for k in node.keys):
+            found.append(f"{node.lineno}: a table by kind")
+    return sorted(found, key=lambda line: int(line.split(":")[0]))
 
 
-def test_no_core_module_names_a_kind_of_source_but_those_still_moving() -> None:
-    outside = {"toolcrib.cli", "toolcrib.config"}  # the front end, and the config's schema (its checks move later)
+def test_no_core_module_names_a_kind_of_source() -> None:
+    """Catalog, host, view, decision, lock and pipeline: none names a kind; the front ends (``toolcrib.mcp``, the
+    CLI) and the config's schema (whose per-kind checks move into their kinds next) are not held to it yet."""
+    outside = {"toolcrib.cli", "toolcrib.config", "toolcrib.plugins"}  # (plugins: packs are loaded there)
     core = {name: path for name, path in modules().items()
             if not name.startswith(("toolcrib.supply", "toolcrib.mcp")) and name not in outside}
-    assert {name for name, path in core.items() if names_a_kind(path)} == STILL_NAMING_KINDS
-    assert not names_a_kind(core["toolcrib.lock"])
+    assert {name: kind_named(path) for name, path in core.items() if kind_named(path)} == {}
+    assert {"toolcrib.catalog", "toolcrib.host", "toolcrib.view", "toolcrib.permissions", "toolcrib.lock",
+            "toolcrib.calls"} <= set(core)
+
+
+def test_the_kind_check_sees_each_way_of_naming_a_kind(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text('if record.kind == "mcp": pass\nRecord(kind="openapi")\nLABELS = {"mcp": 1}\n'
+                      'x = config.mcps\nformat = "mcp"\nif entry.supplier in ("openapi", "builtin"): pass\n')
+    assert kind_named(module) == ["1: a comparison with a kind", "2: kind= a kind", "3: a table by kind", "4: .mcps",
+                                  "6: a comparison with a kind"]
 
 
 def test_only_the_upstream_connections_import_the_sdks_client() -> None:

@@ -19,7 +19,9 @@ import toolcrib
 from conftest import cli, config_from, make_host
 from packs import FILES, NOTES, Pack
 from toolcrib.catalog import Entry
+from toolcrib.entries import PACK
 from toolcrib.permissions import CallRules, Check, Named, compile_rules, decide, permitted
+from toolcrib.supply.mcp import KIND as MCP
 from toolcrib.tool import get_tool
 
 
@@ -368,8 +370,8 @@ def test_an_entry_says_what_it_is_and_refuses_to_be_taken_for_another_kind() -> 
     tool, fixed, template = (host.catalog.entries["files__read"], host.catalog.resources["docs__guide"],
                              host.catalog.resources["docs__pages"])
     assert [(e.kind, e.supplier, e.uri, e.read_only, e.destructive) for e in (tool, fixed, template)] == [
-        ("tool", "pack", None, True, False), ("resource", "pack", "doc://guide", True, False),
-        ("template", "pack", "doc://pages/{page}", True, False)]
+        ("tool", PACK, None, True, False), ("resource", PACK, "doc://guide", True, False),
+        ("template", PACK, "doc://pages/{page}", True, False)]
     with pytest.raises(TypeError, match=r"^'docs__guide' is a resource, not a tool$"):
         fixed.tool  # noqa: B018
     with pytest.raises(TypeError, match=r"^'files__read' is a tool, not a prompt$"):
@@ -531,7 +533,7 @@ def test_plan_mode_says_why_an_untrusted_servers_read_only_hint_does_not_count()
                        "readOnlyHint does not count (set trusted = true to trust it)"),
         (True, True, "plan mode, and the tool is annotated read-only"),
     ]:
-        entry = Entry(name="time__now", namespace="time", supplier="mcp", dimension="mcps", source="time",
+        entry = Entry(name="time__now", namespace="time", supplier=MCP, dimension="mcps", source="time",
                       definition=spec, trusted=trusted)
         decision = decide(rules, entry, detail=True)
         assert (decision.visible, decision.checks[2].name, decision.checks[2].passed, decision.checks[2].detail) == (
@@ -539,7 +541,7 @@ def test_plan_mode_says_why_an_untrusted_servers_read_only_hint_does_not_count()
     writes = get_tool(toolcrib.tool(name="set", description="Set the time.")(lambda: "x"))
     assert writes is not None
     for trusted in (True, False):  # not read-only at all: trust does not come into it
-        entry = Entry(name="time__set", namespace="time", supplier="mcp", dimension="mcps", source="time",
+        entry = Entry(name="time__set", namespace="time", supplier=MCP, dimension="mcps", source="time",
                       definition=writes, trusted=trusted)
         assert decide(rules, entry, detail=True).checks[2].detail == (
             "plan mode shows only tools annotated read-only (readOnlyHint), and this one is not")

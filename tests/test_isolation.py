@@ -110,7 +110,7 @@ def served(tmp_path: Path, calls: list[tuple[str, dict[str, Any]]], extra: str =
             seen: dict[str, Any] = {"record": (record.kind, record.state, record.tool_count, record.error),
                                     "tools": sorted(t.name for t in host.view("a").tools),
                                     "plan": sorted(t.name for t in host.view("planner").tools),
-                                    "entry": (lambda e: (e.supplier, e.dimension, e.trusted))(
+                                    "entry": (lambda e: (e.supplier.name, e.dimension, e.trusted))(
                                         host.catalog.entries["probe__where"]) if "probe__where" in
                                     host.catalog.entries else None, "said": []}
             for tool, arguments in calls:

@@ -82,7 +82,8 @@ def test_every_petstore_operation_is_a_tool_named_by_its_operation_id(tmp_path: 
     assert (record.kind, record.state, record.tool_count, record.error) == ("openapi", "loaded", 20, None)
     assert sorted(t.name for t in host.view("a").tools) == PETSTORE_TOOLS
     entry = host.catalog.entries["pets__getPetById"]
-    assert (entry.supplier, entry.dimension, entry.source, entry.namespace) == ("openapi", "plugins", "pets", "pets")
+    assert (entry.supplier.name, entry.dimension, entry.source, entry.namespace) == (
+        "openapi", "plugins", "pets", "pets")
     explained = host.explain("a", "pets__getPetById")
     assert explained is not None and (explained.checks[0].name, explained.checks[0].detail) == (
         "source", "OpenAPI document 'pets': allowed by agents.a.permissions.plugins.allow '*'")

@@ -23,10 +23,11 @@ from toolcrib import tool
 from toolcrib.calls import Pipeline
 from toolcrib.config import Config, LoadedConfig, check_config
 from toolcrib.declarations import get_prompt, get_resource
-from toolcrib.entries import Entry
+from toolcrib.entries import PACK, Entry
 from toolcrib.errors import UnknownToolError
 from toolcrib.permissions import compile_rules
 from toolcrib.plugins import get_plugin_manager
+from toolcrib.supply.mcp import KIND as MCP
 from toolcrib.view import build_view
 
 # Small alphabets, so that generated rules and catalogs meet often.
@@ -123,7 +124,8 @@ def _catalog(spec: dict[tuple[str, str], tuple[bool, str, str, bool, str | None]
         tool = POOL[(read_only, availability)]
         if kind == "pack" and origin is not None:
             tool = dataclasses.replace(tool, origin=origin)
-        entries[full] = Entry(name=full, namespace=ns, supplier=kind, dimension="plugins" if kind == "pack" else "mcps",
+        supplier, dimension = (PACK, "plugins") if kind == "pack" else (MCP, "mcps")
+        entries[full] = Entry(name=full, namespace=ns, supplier=supplier, dimension=dimension,
                               source=ns, definition=tool, trusted=trusted if kind == "mcp" else True)
     return dict(sorted(entries.items()))
 
@@ -147,7 +149,7 @@ def _reference(agent: dict[str, Any], entry: Entry) -> bool:
             return any(fnmatchcase(name, p.split("(")[0]) for p in rule["allow"])
         return not any(fnmatchcase(name, p) for p in rule["deny"] if "(" not in p)
 
-    source_rule = permissions.get("plugins" if entry.supplier == "pack" else "mcps")
+    source_rule = permissions.get("plugins" if entry.supplier is PACK else "mcps")
     source_ok = permitted(source_rule, entry.source)
     origin = entry.tool.origin
     if origin is not None and source_rule is not None:  # a pack's tool from another plugin is of both
@@ -196,7 +198,7 @@ def test_rules_agree_with_the_reference_and_deny_wins(agents: dict[str, Any], sp
             continue
         for name in names:
             entry = entries[name]
-            source_rule = permissions.get("plugins" if entry.supplier == "pack" else "mcps") or {}
+            source_rule = permissions.get("plugins" if entry.supplier is PACK else "mcps") or {}
             tools_rule = permissions.get("tools") or {}
             assert not any(fnmatchcase(entry.source, p) for p in source_rule.get("deny", []))
             if entry.tool.origin is not None:
@@ -315,7 +317,7 @@ def _item(ns: str, what: str, name: str) -> Entry:
     else:
         spec = get_resource(resource(f"{ns}://{name}", name=name, description="A resource.")(fixed))
     assert spec is not None
-    return Entry(name=f"{ns}__{name}", namespace=ns, supplier="pack", dimension="plugins", source=ns, definition=spec)
+    return Entry(name=f"{ns}__{name}", namespace=ns, supplier=PACK, dimension="plugins", source=ns, definition=spec)
 
 
 ITEM_POOL = {(ns, what, name): _item(ns, what, name)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import traceback
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from toolcrib.config import LoadedConfig, did_you_mean, problems_from_validation
 from toolcrib.content import ToolResult
 from toolcrib.declarations import get_prompt, get_resource
-from toolcrib.entries import RULE_DIMENSION, SUPPLIERS, Entry
+from toolcrib.entries import BUILTIN, PACK, RULE_DIMENSION, Entry, Kind
 from toolcrib.errors import Problem, ToolError, contained
 from toolcrib.names import RESERVED_NAMESPACE, full_name, tool_name_problem
 from toolcrib.plugins import PluginHook, PluginManager, PluginRecord, hooks_by_plugin
@@ -51,10 +51,11 @@ class Catalog:
         return None
 
 
-def _pack_problem(record: PluginRecord, message: str, severity: str = "error") -> Problem:
+def _pack_problem(record: PluginRecord, message: str, severity: str = "error",
+                  kinds: Mapping[str, Kind] | None = None) -> Problem:
     dist = f" ({record.distribution} {record.version})" if record.distribution and record.version else ""
-    kind = SUPPLIERS.get(record.kind, "pack")
-    return Problem(severity, f"{kind} {record.name!r}{dist}", message)
+    label = (kinds or {}).get(record.kind, PACK).label
+    return Problem(severity, f"{label} {record.name!r}{dist}", message)
 
 
 def build_catalog(
@@ -62,18 +63,21 @@ def build_catalog(
     records: list[PluginRecord],
     loaded: LoadedConfig,
     offers: Iterable[Offer] = (),
+    kinds: Sequence[Kind] = (PACK, BUILTIN),
 ) -> Catalog:
     """Collect the tools, resources and prompts of every loaded pack, and what every other source offers
-    (``toolcrib.sources``: upstream servers); their records are among ``records`` already."""
+    (``toolcrib.sources``: upstream servers); their records are among ``records`` already. ``kinds`` are the
+    kinds of source there are (``toolcrib.supply.kinds.KINDS``): what each is called, the namespaces it claims."""
     offers = list(offers)
     config = loaded.config
     catalog = Catalog(entries={}, records=records)
+    named = {known.name: known for known in kinds}
+    configured = {known.name for known in kinds if known.where}  # kinds a config table makes, whose errors are theirs
     for record in records:
-        if record.state == "failed" or (record.kind in ("mcp", "openapi") and record.error):
-            catalog.problems.append(_pack_problem(record, record.error or "failed"))
+        if record.state == "failed" or (record.kind in configured and record.error):
+            catalog.problems.append(_pack_problem(record, record.error or "failed", kinds=named))
     # namespaces of the config's other sources, which no pack may share: where each is configured
-    tables = {**{ns: f"an OpenAPI document ([openapi.{ns}])" for ns, api in config.openapi.items() if api.enabled},
-              **{ns: f"an upstream MCP server ([mcps.{ns}])" for ns, mcp in config.mcps.items() if mcp.enabled}}
+    tables = {ns: where for known in kinds for ns, where in known.claims(config).items()}
     claimed = set(tables)
     staged: list[Entry] = []
     clashing: set[str] = set()  # namespaces of a pack and an upstream server at once
@@ -92,7 +96,7 @@ def build_catalog(
             clashing.add(record.name)
             record.fail(f"namespace {record.name!r} is also {tables[record.name]}; neither is served: rename that "
                         "source or disable one of them")
-            catalog.problems.append(_pack_problem(record, record.error or ""))
+            catalog.problems.append(_pack_problem(record, record.error or "", kinds=named))
             continue
         source = PackSource(record, loaded, (settings_hooks.get(record.name), tools_hooks.get(record.name),
                                              resources_hooks.get(record.name), prompts_hooks.get(record.name)))
@@ -119,12 +123,12 @@ def build_catalog(
     # A namespace a pack and an upstream server both claim is served by neither: the pack was failed above, and the
     # server's tools are dropped here, so that what is served is exactly what `toolcrib check` says.
     for record in records:
-        if record.kind in ("mcp", "openapi") and record.name in clashing:
+        if record.kind in configured and record.name in clashing:
             record.fail(f"namespace {record.name!r} is also a pack's; neither is served: rename the "
-                        f"{'server' if record.kind == 'mcp' else 'document'} or disable one of them")
-            catalog.problems.append(_pack_problem(record, record.error or ""))
+                        f"{named[record.kind].noun} or disable one of them")
+            catalog.problems.append(_pack_problem(record, record.error or "", kinds=named))
     for entry in (entry for offer in offers for entry in offer.entries):
-        if entry.namespace in clashing and entry.supplier != "builtin":
+        if entry.namespace in clashing and entry.supplier is not BUILTIN:
             continue
         if entry.namespace != RESERVED_NAMESPACE:  # only the host's own pack names entries toolcrib__*
             staged.append(entry)
@@ -285,7 +289,7 @@ def _place(entries: list[Entry], catalog: Catalog) -> None:
         if other is not None:
             refused.add((where, entry.name))
             catalog.problems.append(Problem("error", f"{entry.kind} {entry.name!r}", f"offered by both "
-                                            f"{other.supplier} {other.source!r} and {entry.supplier} "
+                                            f"{other.supplier.name} {other.source!r} and {entry.supplier.name} "
                                             f"{entry.source!r}; neither is served"))
             continue
         placed[where][entry.name] = entry
@@ -394,7 +398,7 @@ def _collect(hook: PluginHook | None, what: _Declared, record: PluginRecord, set
     for spec in found:
         counts[spec.name] = counts.get(spec.name, 0) + 1
     entries = [Entry(name=full_name(record.name, spec.name), namespace=record.name,
-                     supplier="builtin" if record.kind == "builtin" else "pack", dimension="plugins",
+                     supplier=BUILTIN if record.kind == BUILTIN.name else PACK, dimension="plugins",
                      source=record.name, definition=spec, settings=settings, distribution=record.distribution,
                      version=record.version)
                for spec in found if counts[spec.name] == 1]

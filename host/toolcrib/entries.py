@@ -4,18 +4,74 @@ can use it without importing how a catalog is built (plugin loading)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolcrib.declarations import Prompt, Resource
 from toolcrib.tool import Tool
+
+if TYPE_CHECKING:
+    from toolcrib.config import Config, LoadedConfig
+    from toolcrib.errors import Problem
+    from toolcrib.plugins import PluginRecord
 
 RULE_DIMENSION = {"tool": "tools", "resource": "resources", "template": "resources", "prompt": "prompts"}
 """The permission dimension whose rule names an entry of each kind (beside its source's dimension)."""
 
 
-SUPPLIERS = {"pack": "pack", "mcp": "upstream server", "openapi": "OpenAPI document", "builtin": "the host"}
-"""What each kind of source is called in a message (an ``Entry``'s ``supplier``, a ``PluginRecord``'s ``kind``)."""
+def _no_table(config: Config) -> Mapping[str, Any]:
+    return {}
+
+
+def _no_warnings(loaded: LoadedConfig, governing: frozenset[str]) -> list[Problem]:
+    return []
+
+
+def _none_withheld(loaded: LoadedConfig) -> frozenset[str]:
+    return frozenset()
+
+
+def _none_unserved(loaded: LoadedConfig, given: Collection[str]) -> list[PluginRecord]:
+    return []
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of source, as the core sees it.
+
+    ``name`` is its records' ``kind`` and its entries' ``supplier``, ``dimension`` the permission dimension whose
+    rules name its sources (none: the host's own); ``label`` names one of its sources in a message
+    (``upstream server 'github'``), ``the`` in a namespace's description, ``noun`` in a hint (``rename the
+    server``). ``table`` gives its config table (namespace -> that source's config, disabled ones too: the names
+    its rules may use), and ``where`` describes an enabled one in a clash (``{ns}`` its namespace): a kind with a
+    table claims its namespaces from every pack. ``warnings`` are its ``toolcrib check`` warnings (``governing``:
+    the names of what governs the host), ``withheld`` the packs it serves itself (never imported by the host), and
+    ``unserved`` a failed record for each of those a host was given no source for (``given``: the sources' names).
+    """
+
+    name: str
+    label: str
+    the: str
+    noun: str
+    dimension: str | None = "plugins"
+    table: Callable[[Config], Mapping[str, Any]] = _no_table
+    where: str = ""
+    warnings: Callable[[LoadedConfig, frozenset[str]], list[Problem]] = _no_warnings
+    withheld: Callable[[LoadedConfig], frozenset[str]] = _none_withheld
+    unserved: Callable[[LoadedConfig, Collection[str]], list[PluginRecord]] = _none_unserved
+
+    def claims(self, config: Config) -> dict[str, str]:
+        """The namespaces its enabled sources take, each with where it is configured."""
+        if not self.where:
+            return {}
+        return {ns: self.where.format(ns=ns) for ns, table in self.table(config).items() if table.enabled}
+
+
+PACK = Kind("pack", "pack", "the pack", "pack")
+"""Packs (entry points, tool folders, llm plugins): the pluggy plugins the host loads itself."""
+BUILTIN = Kind("builtin", "the host", "toolcrib's", "pack", dimension=None)
+"""The host's own tools (``toolcrib__*``), offered by what they serve rather than by a source."""
 
 
 def kind_of(definition: Tool | Resource | Prompt) -> str:
@@ -31,9 +87,8 @@ class Entry:
     """One tool, resource, template or prompt in the catalog: ``definition`` is what its source declared, ``kind``
     says which of the four it is.
 
-    ``supplier`` says what kind of source offers it (``"pack"``, ``"mcp"`` for an upstream server, ``"openapi"``
-    for an OpenAPI document, ``"builtin"``
-    for the host's own, which are offered by what they serve instead of by a source); ``dimension``/``source`` say
+    ``supplier`` names the kind of source that offers it (``toolcrib.supply.kinds``; ``"builtin"`` for the host's
+    own, which are offered by what they serve instead of by a source); ``dimension``/``source`` say
     which permission dimension governs that source (``plugins``/``orders`` for a pack, ``mcps``/``time`` for an
     upstream server). ``read_only`` and ``destructive`` are a tool's annotations as the host trusts them: an
     untrusted upstream server's tool is never read-only and always destructive.
@@ -41,7 +96,7 @@ class Entry:
 
     name: str
     namespace: str
-    supplier: str  # "pack" | "mcp" | "openapi" | "builtin" (SUPPLIERS)
+    supplier: Kind  # the kind of source that offers it (toolcrib.supply.kinds)
     dimension: str
     source: str
     definition: Tool | Resource | Prompt

@@ -52,6 +52,7 @@ from toolcrib.plugins import (
 )
 from toolcrib.skills import discover as discover_skills
 from toolcrib.sources import Source
+from toolcrib.supply.kinds import KINDS, kind_named
 from toolcrib.view import AgentView, build_view, collector_paused, served_names
 
 log = logging.getLogger("toolcrib.host")
@@ -88,21 +89,17 @@ class Host:
                 from toolcrib.folders import folder_packs
 
                 plugins = {**folder_packs([loaded.resolve(f) for f in folders]), **(plugins or {})}
-            isolated = loaded.isolated_packs()  # offered by a source of their own (toolcrib.supply.mcp), not here
+            withheld = frozenset().union(*(known.withheld(loaded) for known in KINDS))  # packs another kind serves
             self.records: list[PluginRecord] = [r for r in load_plugins(
                 self.pm,
-                disabled=loaded.disabled_packs() | isolated,
+                disabled=loaded.disabled_packs() | withheld,
                 autoload=autoload_enabled(env) if autoload is None else autoload,
                 named=named_plugins(env),
                 plugins=plugins,
                 builtins=default_plugins.create(loaded),
-            ) if r.name not in isolated or r.kind != "pack"] + [offer.record for offer in offers]
+            ) if r.name not in withheld or r.kind != "pack"] + [offer.record for offer in offers]
             given = {offer.record.name for offer in offers}
-            for namespace in sorted(isolated - given):  # an isolated pack runs only where a pool starts it
-                record = PluginRecord(name=namespace, kind="pack", state="failed", entry_point="(isolated)")
-                record.error = ("an isolated pack is served by toolcrib serve (and the CLI's commands), which start "
-                                "its process; this host was given no source for it")
-                self.records.append(record)
+            self.records += [record for known in KINDS for record in known.unserved(loaded, given)]
             skills, problems = discover_skills(loaded, self.pm, self.records)
             self.skills = skills
             packs = {r.name for r in self.records if r.kind == "pack"}
@@ -121,7 +118,7 @@ class Host:
             self.governing = self._governing(skills)
             workspace.protect(self.governing)  # before any tool can run
             workspace.protect_code(loaded.code_folders())
-            self.catalog: Catalog = build_catalog(self.pm, self.records, loaded, offers)
+            self.catalog: Catalog = build_catalog(self.pm, self.records, loaded, offers, KINDS)
             self.catalog.problems.extend(problems)
             for pack in self.catalog.packs:  # every pluggy plugin that serves tools is a source too
                 self.sources.setdefault(pack.name, pack)
@@ -306,7 +303,7 @@ class Host:
             try:
                 entry.tool.prepare()  # schemas are built lazily; check builds them all
             except ToolDeclarationError as exc:
-                found.append(Problem("error", f"{entry.supplier} {entry.source!r}", f"{entry.name}: {exc}"))
+                found.append(Problem("error", f"{entry.supplier.name} {entry.source!r}", f"{entry.name}: {exc}"))
                 continue
             found += _hidden_text(entry)
             found += _recursive_schemas(entry)
@@ -336,32 +333,12 @@ class Host:
 
     def _environment_warnings(self, env: Mapping[str, str]) -> list[Problem]:
         source = self.loaded.source
-        found = []
-        confined = sorted([*(f"mcps.{ns}" for ns, c in self.loaded.config.mcps.items() if c.enabled and c.confine),
-                           *(f"packs.{ns}" for ns in self.loaded.isolated_packs())])
-        why = None
-        if confined:
-            from toolcrib.supply.mcp.confinement import unconfinable
-
-            why = unconfinable()
-            if why is not None:
-                then = ("they run unconfined ([host] allow_unconfined)" if self.loaded.config.host.allow_unconfined
-                        else "they are not started")
-                found.append(Problem("warning", f"{source}: {confined[0]}", f"{why}: {', '.join(confined)} ask to "
-                                     f"be confined, and {then}"))
-        isolated = sorted(self.loaded.isolated_packs())
-        if isolated and why is None:
-            from toolcrib.supply.mcp.confinement import pids_root
-
-            if pids_root() is None:
-                found.append(Problem("warning", f"{source}: packs.{isolated[0]}", (
-                    f"{', '.join(isolated)}: an isolated pack's processes cannot be counted here (no pids cgroup "
-                    "this host may make: run it as root, or give it a cgroup v2 group with the pids controller "
-                    "delegated), so a fork bomb in one is not stopped")))
-        workspace = self.loaded.workspace
-        if not workspace.is_dir():
-            found.append(Problem("warning", f"{source}: host.workspace", f"{workspace} is not a folder: every call of "
-                                 "a file tool will fail"))
+        ours = frozenset(known for path in self.governing for known in workspace.names_of(path))
+        found = [problem for known in KINDS for problem in known.warnings(self.loaded, ours)]
+        workspace_folder = self.loaded.workspace
+        if not workspace_folder.is_dir():
+            found.append(Problem("warning", f"{source}: host.workspace", f"{workspace_folder} is not a folder: every "
+                                 "call of a file tool will fail"))
         named: list[tuple[str, str]] = []  # (where, variable)
         for name, agent in sorted(self.loaded.config.agents.items()):
             variables = [agent.token_env] if isinstance(agent.token_env, str) else agent.token_env or []
@@ -402,21 +379,6 @@ class Host:
                     f"{where} imports Python modules from {real}, which holds the workspace: no tool may change a "
                     "Python file anywhere in the workspace (one could shadow a module it imports); give it a cwd "
                     "(or a script folder) outside the workspace")))
-        for where, why in loaded.opaque_programs():
-            if where.startswith("mcps."):
-                found.append(Problem("warning", f"{loaded.source}: {where}.command", (
-                    f"{why}: toolcrib cannot protect the code this server runs; name its script by path")))
-        ours = {known for path in self.governing for known in workspace.names_of(path)}
-        for name, config in sorted(self.loaded.config.mcps.items()):
-            for arg in config.args:
-                folder = self.loaded.resolve(arg) if config.command is not None else None
-                if folder is None or not folder.is_dir():
-                    continue
-                reached = [f"{path} ({what})" for path, what in workspace.protected_within(folder) if path in ours]
-                if reached:
-                    found.append(Problem("warning", f"{self.loaded.source}: mcps.{name}.args", (
-                        f"upstream server {name!r} is given the folder {folder}, which holds what governs the host: "
-                        f"{', '.join(reached)}; toolcrib cannot keep another program from changing it")))
         return found
 
     def _unpermitted_items(self, agent: str) -> list[Problem]:
@@ -447,9 +409,14 @@ class Host:
 
     def _rule_warnings(self, agent: str, rules: AgentRules) -> list[Problem]:
         source = self.loaded.source
-        names = {
-            "plugins": {r.name for r in self.records if r.kind not in ("builtin", "mcp")},  # packs, their plugins
-            "mcps": set(self.loaded.config.mcps),
+        names: dict[str, set[str]] = {known.dimension: set() for known in KINDS if known.dimension}
+        for record in self.records:  # a pack's plugins among them
+            if (dimension := kind_named(record.kind).dimension) is not None:
+                names[dimension].add(record.name)
+        for known in KINDS:  # what a config table names, enabled or not
+            if known.dimension:
+                names[known.dimension] |= set(known.table(self.loaded.config))
+        names |= {
             "tools": set(self.catalog.entries),
             "skills": set(self.skills) | set(self.loaded.config.skills),
             "subagents": set(self.loaded.config.agents) - {agent},  # an agent is never offered itself
@@ -539,7 +506,7 @@ def _recursive_schemas(entry: Entry) -> list[Problem]:
     for which, schema in (("input", tool.input_schema), ("output", tool.output_schema)):
         names = recursive(schema) if schema is not None else []
         if names:
-            found.append(Problem("warning", f"{entry.supplier} {entry.source!r}", (
+            found.append(Problem("warning", f"{entry.supplier.name} {entry.source!r}", (
                 f"{entry.name}: its {which} schema holds a recursive model ({', '.join(names)}), served with $ref "
                 "and $defs: some agent frameworks do not follow them (openai-agents' strict mode, llama-index)")))
     return found
@@ -559,7 +526,7 @@ def _hidden_text(entry: Entry) -> list[Problem]:
             if cleaned != schema and len(used) == before:
                 prose.append(name)
     found = []
-    where = f"{entry.supplier} {entry.source!r}"
+    where = f"{entry.supplier.name} {entry.source!r}"
     if prose:
         found.append(Problem("warning", where, f"{entry.name}: hidden characters (zero-width, direction, tag or "
                              f"control) in its {', '.join(prose)}; agents get the text without them"))

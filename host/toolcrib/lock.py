@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from toolcrib.config import LOCK_FILE, LoadedConfig
-from toolcrib.entries import SUPPLIERS, Entry
+from toolcrib.entries import BUILTIN, Entry
 from toolcrib.errors import ConfigError, Problem
 from toolcrib.names import clean, clean_schema
 
@@ -53,7 +53,7 @@ def _hash(value: Any) -> str:
 def record(entry: Entry) -> dict[str, Any]:
     """The lock's record of one tool."""
     seen = definition(entry)
-    return {"source": entry.source, "kind": entry.supplier, "version": entry.version, "sha256": _hash(seen),
+    return {"source": entry.source, "kind": entry.supplier.name, "version": entry.version, "sha256": _hash(seen),
             "parts": {part: _hash(seen[part])[:16] for part in PARTS if part in seen}}
 
 
@@ -74,8 +74,8 @@ def write(loaded: LoadedConfig, entries: Mapping[str, Entry]) -> tuple[Path, int
         try:
             tools[name] = record(entry)
         except Exception as exc:  # a tool whose schema cannot be built: check reports it; nothing to lock
-            tools[name] = {"source": entry.source, "kind": entry.supplier, "version": entry.version, "sha256": None,
-                           "unbuildable": str(exc)}
+            tools[name] = {"source": entry.source, "kind": entry.supplier.name, "version": entry.version,
+                           "sha256": None, "unbuildable": str(exc)}
     data = {"toolcrib_lock": FORMAT, "tools": tools}
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
     temporary.write_text(json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -180,5 +180,5 @@ def hold(loaded: LoadedConfig, entries: Mapping[str, Entry],
 
 
 def _from(entry: Entry) -> str:
-    return f"{SUPPLIERS.get(entry.supplier, 'pack')} {entry.source!r}" if entry.supplier != "builtin" \
+    return f"{entry.supplier.label} {entry.source!r}" if entry.supplier is not BUILTIN \
         else "the host's own"

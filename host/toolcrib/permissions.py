@@ -23,7 +23,7 @@ from typing import Any
 from toolcrib import patterns, uris
 from toolcrib.config import AgentConfig, LoadedConfig
 from toolcrib.context import AvailabilityContext
-from toolcrib.entries import RULE_DIMENSION, SUPPLIERS, Entry
+from toolcrib.entries import BUILTIN, RULE_DIMENSION, Entry
 from toolcrib.patterns import SELECTORS, Pattern, Specifiers
 from toolcrib.sandbox import Unconfinable
 
@@ -332,9 +332,6 @@ def compile_rules(loaded: LoadedConfig) -> dict[str, AgentRules]:
     return rules
 
 
-_SOURCE_KIND = {"plugins": "pack", "mcps": "upstream server", "skills": "skill", "subagents": "agent"}
-
-
 def permitted(rules: AgentRules, entry: Entry) -> bool:
     """``decide``'s verdict with every availability check assumed to pass: whether the subject's check is worth
     running (``build_view`` runs those together, under one budget). Derived from ``decide``, so that the order
@@ -387,7 +384,7 @@ def decide(rules: AgentRules, subject: Entry | Named, *, detail: bool = False, e
         if not exhaustive:
             return Decision(rules.agent, entry.name, False, (held,) if detail else (), kind)
         checks.append(held)
-    if entry.supplier == "builtin":
+    if entry.supplier is BUILTIN:
         passed = True
         if detail:
             own = "the host's own tool" if tool else "the host's own"
@@ -398,7 +395,7 @@ def decide(rules: AgentRules, subject: Entry | Named, *, detail: bool = False, e
         passed, pattern = rules.source_permits(entry.dimension, entry.source, origin)
         if detail:
             of = f" (its plugin {origin!r})" if origin is not None else ""
-            word = SUPPLIERS.get(entry.supplier) or _SOURCE_KIND[entry.dimension]  # (never "builtin" here)
+            word = entry.supplier.label  # (never the host's own here)
             text = (f"{word} {entry.source!r}{of}: "
                     f"{source_rule.describe(passed, pattern)}")
             checks.append(Check("source", passed, text))

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from toolcrib.entries import Entry
+from toolcrib.entries import Entry, Kind
 
 if TYPE_CHECKING:
     from toolcrib.content import ToolResult
@@ -69,4 +69,4 @@ class Source(Protocol):
         ...
 
 
-__all__ = ["Offer", "Source"]
+__all__ = ["Kind", "Offer", "Source"]

@@ -180,8 +180,7 @@ def _namespace_description(members: list[tuple[ViewTool, dict[str, Any]]]) -> st
     """What a model is told of a namespace before it searches it (OpenAI's namespaces show only this): its source
     and its tools' names."""
     entry = members[0][0].entry
-    source = {"pack": "the pack", "mcp": "the upstream MCP server", "openapi": "the OpenAPI document"}.get(
-        entry.supplier, "toolcrib's")
+    source = entry.supplier.the
     made = f" ({entry.distribution} {entry.version})" if entry.distribution and entry.version else ""
     names = [vt.name.split("__", 1)[-1] for vt, _ in members]
     shown = ", ".join(names[:MAX_NAMES_SHOWN]) + (f" and {len(names) - MAX_NAMES_SHOWN} more"

@@ -35,6 +35,7 @@ from toolcrib.mcp.sdk import connection_of
 from toolcrib.mcp.sessions import SUBSCRIPTIONS, LocalSessions, Sessions, shared_state
 from toolcrib.mcp.statekeys import state_keys
 from toolcrib.observe import Metrics
+from toolcrib.supply.mcp.isolated import ENTRY_POINT as ISOLATED
 from toolcrib.uris import normalize
 from toolcrib.view import AgentView, thaw_builds
 
@@ -104,7 +105,7 @@ async def serving_state(path: Path | None, metrics: Metrics | None = None, serve
                 await subscribed.wait()
         if metrics is not None:
             metrics.watch(upstreams=lambda: {r.name: r.state == "loaded" for r in state.host.records
-                                             if (r.kind == "mcp" or r.entry_point == "(isolated)")
+                                             if (r.kind == "mcp" or r.entry_point == ISOLATED)
                                              and r.state in ("loaded", "failed")})
         sources_of.changed = state.reload  # a server that redefines its tools is listed again, and the lock re-applied
         try:

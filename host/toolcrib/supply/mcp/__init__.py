@@ -14,3 +14,35 @@ cleaned as a tool's is. Their annotations are untrusted unless the operator mark
   ``confinement`` and ``confined``: what a confined server or isolated pack may reach, and the launcher that
   confines it.
 """
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+from toolcrib.entries import Kind
+
+if TYPE_CHECKING:
+    from toolcrib.config import LoadedConfig
+    from toolcrib.errors import Problem
+    from toolcrib.plugins import PluginRecord
+
+
+def _warnings(loaded: LoadedConfig, governing: frozenset[str]) -> list[Problem]:
+    from toolcrib.supply.mcp.problems import warnings
+
+    return warnings(loaded, governing)
+
+
+def _unserved(loaded: LoadedConfig, given: Collection[str]) -> list[PluginRecord]:
+    from toolcrib.supply.mcp.isolated import unserved
+
+    return unserved(loaded, given)
+
+
+KIND = Kind("mcp", "upstream server", "the upstream MCP server", "server", "mcps", table=lambda config: config.mcps,
+            where="an upstream MCP server ([mcps.{ns}])", warnings=_warnings,
+            withheld=lambda loaded: loaded.isolated_packs(), unserved=_unserved)
+"""Upstream servers, confined ones, and the isolated packs they serve (as packs: ``withheld`` from the host)."""
+
+__all__ = ["KIND"]

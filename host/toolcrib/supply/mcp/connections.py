@@ -31,6 +31,7 @@ from toolcrib.mcp.lane import Lane, opened
 from toolcrib.plugins import PluginRecord
 from toolcrib.sources import Offer
 from toolcrib.supply.mcp.conversion import item_entries, tool_entries
+from toolcrib.supply.mcp.isolated import ENTRY_POINT
 from toolcrib.supply.mcp.runners import elicit, sample
 from toolcrib.supply.mcp.source import UpstreamSource
 
@@ -238,7 +239,7 @@ class UpstreamPool:
                 continue
             pack = ns in self._packs
             record = PluginRecord(name=ns, kind="pack" if pack else "mcp", state="loaded",
-                                  entry_point="(isolated)" if pack else config.command or config.url,
+                                  entry_point=ENTRY_POINT if pack else config.command or config.url,
                                   pinned=not pack and not config.trusted and not config.follow_changes)
             offer = Offer(record)
             sources.append(UpstreamSource(self, ns, config.enabled and config.lazy, offer,

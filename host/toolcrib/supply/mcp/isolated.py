@@ -25,11 +25,17 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolcrib.config import LoadedConfig, McpConfig, PackConfig
 from toolcrib.supply.mcp.confinement import pids_root
+
+if TYPE_CHECKING:
+    from toolcrib.plugins import PluginRecord
+
+ENTRY_POINT = "(isolated)"  # an isolated pack's record's, where an installed pack's names its entry point
 
 CHILD_AGENT = "pack"  # the one agent a child serves
 # tasks (processes and threads) an isolated pack's process may have at once, where they can be counted in a group
@@ -99,3 +105,17 @@ def server_config(loaded: LoadedConfig, namespace: str) -> McpConfig:
 
 
 __all__ = ["CHILD_AGENT", "ISOLATED_ENV", "MODULES", "PROCESSES", "child_config", "server_config"]
+
+
+def unserved(loaded: LoadedConfig, given: Collection[str]) -> list[PluginRecord]:
+    """A failed record for each isolated pack a host was given no source for (``given``: its sources' names): an
+    isolated pack runs only where a pool starts its process."""
+    from toolcrib.plugins import PluginRecord
+
+    found = []
+    for namespace in sorted(loaded.isolated_packs() - set(given)):
+        record = PluginRecord(name=namespace, kind="pack", state="failed", entry_point=ENTRY_POINT)
+        record.error = ("an isolated pack is served by toolcrib serve (and the CLI's commands), which start its "
+                        "process; this host was given no source for it")
+        found.append(record)
+    return found

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from toolcrib.config import LoadedConfig
+from toolcrib.supply.openapi.kind import KIND
 
 if TYPE_CHECKING:
     from toolcrib.supply.openapi.source import OpenAPISource
@@ -47,4 +48,4 @@ def sources(loaded: LoadedConfig, env: Mapping[str, str] | None = None) -> list[
     return [OpenAPISource(ns, config, loaded, env) for ns, config in sorted(loaded.config.openapi.items())]
 
 
-__all__ = ["sources"]
+__all__ = ["KIND", "sources"]

@@ -20,6 +20,7 @@ from toolcrib.net import WebLimits
 from toolcrib.plugins import PluginRecord
 from toolcrib.sources import Offer
 from toolcrib.supply.openapi.document import DocumentError, Operation, host_port, operations, read_document, selected
+from toolcrib.supply.openapi.kind import KIND
 from toolcrib.supply.openapi.operations import ANNOTATIONS, Made, make
 from toolcrib.supply.openapi.requests import Credentials, OperationRunner, credentials
 from toolcrib.tool import Tool, _json_schema_model
@@ -110,7 +111,7 @@ class OpenAPISource:
                     given_input_schema=checked, given_output_schema=output_schema,
                     source_name=op.name if served != op.name else None,
                     keywords=tuple(dict.fromkeys((op.method, *op.tags))))
-        return Entry(name=full_name(self.name, served), namespace=self.name, supplier="openapi",
+        return Entry(name=full_name(self.name, served), namespace=self.name, supplier=KIND,
                      dimension=self.dimension, source=self.name, definition=tool)
 
     def _checked(self, served: str, schema: dict[str, Any]) -> dict[str, Any]:
