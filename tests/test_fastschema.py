@@ -14,10 +14,11 @@ from typing_extensions import TypedDict
 
 from toolcrib import fastschema
 from toolcrib.fastschema import json_schema_of
+from toolcrib.inference import model_of_fields
 from toolcrib.names import clean_schema
 from toolcrib.runner import PythonRunner
 from toolcrib.schemas import self_contained
-from toolcrib.tool import Tool, _create_model
+from toolcrib.tool import Tool
 
 _LEAVES = st.sampled_from([str, int, float, bool, list, dict])
 _LITERALS = st.one_of(
@@ -48,7 +49,7 @@ DEFAULTS = st.sampled_from([..., ..., None, 0, 1.5, "x", True, [1, 2], {"k": "v"
 def test_a_written_input_schema_is_pydantics(fields: dict[str, tuple[Any, Any]]) -> None:
     written = fastschema.input_schema(fields)
     try:
-        model = _create_model("t", dict(fields))
+        model = model_of_fields("t", dict(fields))
     except Exception:
         return  # pydantic cannot take it: nothing to compare
     if written is not None:
@@ -68,7 +69,7 @@ def test_a_flat_signature_s_schema_is_served_and_shown_as_written(fields: dict[s
     assert self_contained(written) is written and clean_schema(written) is written
     spec = Tool(name="t", description="d", runner=PythonRunner(lambda **_: None, False, "keywords", None, False),
                 annotations={},
-                arguments=tuple(fields), make_input=lambda: _create_model("t", dict(fields)), signature=fields)
+                arguments=tuple(fields), make_input=lambda: model_of_fields("t", dict(fields)), signature=fields)
     assert spec.wire_input_schema == clean_schema(self_contained(spec.input_schema)) == written
 
 
@@ -95,7 +96,7 @@ def test_the_common_signatures_are_written() -> None:
     ]
     for fields in common:
         written = fastschema.input_schema(fields)
-        assert written is not None and written == json_schema_of(_create_model("t", fields), "validation")
+        assert written is not None and written == json_schema_of(model_of_fields("t", fields), "validation")
 
 
 def test_what_it_does_not_write_falls_back() -> None:

@@ -16,7 +16,8 @@ from typing_extensions import TypedDict
 
 import toolcrib
 from toolcrib import Context, Tool, ToolDeclarationError, tool
-from toolcrib.tool import cleandoc, get_tool
+from toolcrib.inference import cleandoc
+from toolcrib.tool import get_tool
 
 
 @tool(annotations={"readOnlyHint": True})
@@ -506,7 +507,7 @@ def test_plain_signatures_are_read_as_typing_and_inspect_read_them(future: bool)
     import inspect
     import typing
 
-    tool_module = sys.modules["toolcrib.tool"]
+    inference = sys.modules["toolcrib.inference"]
     module = types.ModuleType("shapes")
     source = _SHAPES.format(future="from __future__ import annotations" if future else "",
                             here="" if future else "Here = int")  # (eager: defined before it is named)
@@ -517,21 +518,21 @@ def test_plain_signatures_are_read_as_typing_and_inspect_read_them(future: bool)
                  "unannotated", "local", "dotted"):
         fn = getattr(module, name)
         local = here if name == "local" else None
-        assert [tuple(p) for p in tool_module._parameters(fn, name)] == [
+        assert [tuple(p) for p in inference.parameters(fn, name)] == [
             (p.name, p.kind, p.default, p.annotation) for p in inspect.signature(fn).parameters.values()], name
         try:
             expected: object = typing.get_type_hints(fn, localns=local, include_extras=True)
         except Exception as exc:
             expected = str(exc)
         try:
-            found: object = tool_module._hints(fn, name, local)
+            found: object = inference.type_hints(fn, name, local)
         except ToolDeclarationError as exc:
             found = str(exc.__cause__)
         assert found == expected, name
-        if tool_module._plain_hints(fn, local) is not None:
+        if inference._plain_hints(fn, local) is not None:
             read_by_name.append(name)
     assert read_by_name == ["plain", "shadowed", "varargs", "posonly", "unannotated", "local"]
-    assert tool_module._hints(module.shadowed, "shadowed", None) == {"a": bytes, "b": int, "return": bytes}
+    assert inference.type_hints(module.shadowed, "shadowed", None) == {"a": bytes, "b": int, "return": bytes}
 
 
 @settings(max_examples=500, deadline=None)

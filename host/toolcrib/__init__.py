@@ -10,6 +10,7 @@ from toolcrib.answers import Allow, Ask, Deny
 from toolcrib.content import Audio, EmbeddedResource, Image, ResourceLink, Text, ToolResult
 from toolcrib.context import AvailabilityContext, Context, Elicitation
 from toolcrib.declarations import Message, get_prompt, get_resource, prompt, resource, resource_updated
+from toolcrib.decorator import tool
 from toolcrib.errors import (
     ConfigError,
     InvalidArgumentsError,
@@ -25,7 +26,7 @@ from toolcrib.errors import (
 from toolcrib.hookspecs import hookimpl, hookspec
 from toolcrib.host import Host
 from toolcrib.runner import Call, PythonRunner, Runner
-from toolcrib.tool import Tool, Unserved, get_tool, tool
+from toolcrib.tool import Tool, Unserved, get_tool
 
 __all__ = [
     "Allow",

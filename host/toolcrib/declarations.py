@@ -38,9 +38,9 @@ from toolcrib.content import CONTENT_CLASSES, EmbeddedResource, Text, dumps
 from toolcrib.context import AvailabilityContext
 from toolcrib.errors import ToolDeclarationError
 from toolcrib.fastschema import json_schema_of
+from toolcrib.inference import caller_locals, check_is_available, cleandoc, python_runner, signature_fields, type_hints
 from toolcrib.names import SOURCE_NAME_KEY, tool_name_problem
 from toolcrib.runner import Runner
-from toolcrib.tool import _caller_locals, _check_is_available, _hints, _python_runner, _signature_fields, cleandoc
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -195,7 +195,7 @@ def resource(uri: str, /, **options: Any) -> Callable[[F], F]:
     if not isinstance(uri, str) or _URI.fullmatch(uri) is None:
         raise ToolDeclarationError(f"resource(): {uri!r} is not a URI (scheme:rest, no spaces): "
                                    "resource('orders://{order_id}')")
-    localns = _caller_locals()
+    localns = caller_locals()
 
     def decorator(fn: F) -> F:
         if not callable(fn) or inspect.isclass(fn):
@@ -206,8 +206,8 @@ def resource(uri: str, /, **options: Any) -> Callable[[F], F]:
         description = options.get("description")
         if description is None:
             description = cleandoc(fn.__doc__) if fn.__doc__ else f"The resource {uri}."
-        hints = _hints(fn, name, localns)
-        fields, context_param = _signature_fields(fn, name, hints)
+        hints = type_hints(fn, name, localns)
+        fields, context_param = signature_fields(fn, name, hints)
         unsupported = [m.group(0) for m in _EXPRESSION.finditer(uri) if _VARIABLE.fullmatch(m.group(0)) is None]
         if unsupported:
             raise ToolDeclarationError(f"resource {name!r}: {unsupported[0]} in {uri!r}: a template's parameters are "
@@ -221,10 +221,10 @@ def resource(uri: str, /, **options: Any) -> Callable[[F], F]:
                 f"({', '.join(fields) or 'none'}) must be the same")
         is_available = options.get("is_available")
         if is_available is not None:
-            _check_is_available(name, is_available)
+            check_is_available(name, is_available)
         spec = Resource(
             name=name, uri=uri, description=description.strip(),
-            runner=_python_runner(f"resource {name!r}", fn, options.get("inline", False), context_param),
+            runner=python_runner(f"resource {name!r}", fn, options.get("inline", False), context_param),
             mime_type=options.get("mime_type"), title=options.get("title"), parameters=variables,
             is_available=is_available, complete=_check_completions(name, options.get("complete"), variables),
             make_model=(lambda: _model(name, fields)) if fields else None)
@@ -365,7 +365,7 @@ def prompt(fn: Any = None, /, **options: Any) -> Any:
     if unknown:
         raise ToolDeclarationError(f"prompt() got unknown option(s) {', '.join(unknown)}; it takes "
                                    f"{', '.join(sorted(known))}")
-    localns = _caller_locals()
+    localns = caller_locals()
 
     def decorator(fn: F) -> F:
         if not callable(fn) or inspect.isclass(fn):
@@ -379,8 +379,8 @@ def prompt(fn: Any = None, /, **options: Any) -> Any:
         if not isinstance(description, str) or not description.strip():
             raise ToolDeclarationError(f"prompt {name!r} has no description: write a docstring or pass "
                                        "description='...'")
-        hints = _hints(fn, name, localns)
-        fields, context_param = _signature_fields(fn, name, hints)
+        hints = type_hints(fn, name, localns)
+        fields, context_param = signature_fields(fn, name, hints)
         # plain arguments: their schema written directly, the model built at the first get (as a tool's at its first
         # call); any other: the model now, and its schema
         schema, model = fastschema.input_schema(fields), None
@@ -391,9 +391,9 @@ def prompt(fn: Any = None, /, **options: Any) -> Any:
         arguments = tuple((arg, schema["properties"][arg].get("description"), arg in required) for arg in fields)
         is_available = options.get("is_available")
         if is_available is not None:
-            _check_is_available(name, is_available)
+            check_is_available(name, is_available)
         spec = Prompt(name=name, description=description.strip(),
-                      runner=_python_runner(f"prompt {name!r}", fn, options.get("inline", False), context_param),
+                      runner=python_runner(f"prompt {name!r}", fn, options.get("inline", False), context_param),
                       arguments=arguments, title=options.get("title"), is_available=is_available,
                       complete=_check_completions(name, options.get("complete"), tuple(fields)),
                       make_model=(lambda: model) if model is not None else lambda: _model(name, fields))

@@ -25,11 +25,11 @@ from toolcrib.config import AgentConfig
 from toolcrib.content import ToolResult
 from toolcrib.context import AvailabilityContext, Context
 from toolcrib.declarations import prompt
+from toolcrib.decorator import tool
 from toolcrib.errors import ToolError
 from toolcrib.hookspecs import hookimpl
 from toolcrib.names import tool_name_problem
 from toolcrib.search import SearchError
-from toolcrib.tool import tool
 
 NAMESPACE = "toolcrib"
 

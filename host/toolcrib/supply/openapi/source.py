@@ -15,6 +15,7 @@ from toolcrib.config import LoadedConfig, MissingVariable, OpenAPIConfig
 from toolcrib.content import ToolResult
 from toolcrib.entries import Entry
 from toolcrib.errors import ToolDeclarationError, ToolError
+from toolcrib.inference import json_schema_model
 from toolcrib.names import clean, clean_schema, full_name, serving_names
 from toolcrib.net import WebLimits
 from toolcrib.plugins import PluginRecord
@@ -23,7 +24,7 @@ from toolcrib.supply.openapi.document import DocumentError, Operation, host_port
 from toolcrib.supply.openapi.kind import KIND
 from toolcrib.supply.openapi.operations import ANNOTATIONS, Made, make
 from toolcrib.supply.openapi.requests import Credentials, OperationRunner, credentials
-from toolcrib.tool import Tool, _json_schema_model
+from toolcrib.tool import Tool
 
 
 class OpenAPISource:
@@ -107,7 +108,7 @@ class OpenAPISource:
         runner = OperationRunner(self.name, base_url, op, made, limits, secrets)
         tool = Tool(name=served, description=clean(made.description), runner=runner,
                     annotations=dict(ANNOTATIONS[op.method]), arguments=tuple(checked["properties"]),
-                    title=clean(made.title) if made.title else None, make_input=_json_schema_model(served, checked),
+                    title=clean(made.title) if made.title else None, make_input=json_schema_model(served, checked),
                     given_input_schema=checked, given_output_schema=output_schema,
                     source_name=op.name if served != op.name else None,
                     keywords=tuple(dict.fromkeys((op.method, *op.tags))))
