@@ -708,7 +708,7 @@ def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: boo
     keeping = http and (metrics or load_config(path).config.host.metrics)
     kept = Metrics() if keeping else None
     # The lists each host is built with: every agent's over HTTP, the one agent's on stdio, none in an isolated pack's
-    # process (its checks are taken off first, and run for the host's agents: toolcrib.mcp.checks).
+    # process (its checks are taken off first, and run for the host's agents: toolcrib.supply.mcp.pack_checks).
     from toolcrib.supply.mcp.isolated import ISOLATED_ENV
 
     serves = None if agent is None else [] if os.environ.get(ISOLATED_ENV) else [agent]

@@ -67,8 +67,8 @@ class ClientChannel(Protocol):
     that makes one call several times (``Context.remember``).
 
     A front end that runs a call for an agent whose view it does not have (an isolated pack's process, which runs
-    its calls in a view of its own: ``toolcrib.mcp.lane``) names that agent in ``calling_agent`` and answers
-    ``permits(dimension, name) -> bool`` for it.
+    its calls in a view of its own: ``toolcrib.supply.mcp.pack_calls``) names that agent in ``calling_agent`` and
+    answers ``permits(dimension, name) -> bool`` for it.
     """
 
     async def progress(self, progress: float, total: float | None, message: str | None) -> None: ...

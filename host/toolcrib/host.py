@@ -215,7 +215,7 @@ class Host:
 
     def forget_views(self) -> None:
         """Build each view afresh at its next use: for a process that changed its catalog in place (an isolated
-        pack's, whose checks the host asks for: ``toolcrib.mcp.checks.defer_checks``)."""
+        pack's, whose checks the host asks for: ``toolcrib.supply.mcp.pack_checks.defer_checks``)."""
         with self._lock:
             self._views.clear()
 

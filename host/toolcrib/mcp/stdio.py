@@ -35,12 +35,12 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from toolcrib.mcp.adapter import build_server
-from toolcrib.mcp.checks import CHECKS_ENV, follow_checks, serve_checks
 from toolcrib.mcp.early import announce_serving
-from toolcrib.mcp.lane import LANE_ENV, serve_lane
 from toolcrib.mcp.state import ServingState
 from toolcrib.mcp.wire import MAX_LINE_BYTES, Wire, claim_stdio
 from toolcrib.supply.mcp.isolated import ISOLATED_ENV
+from toolcrib.supply.mcp.pack_calls import LANE_ENV, serve_lane
+from toolcrib.supply.mcp.pack_checks import CHECKS_ENV, follow_checks, serve_checks
 
 __all__ = ["MAX_LINE_BYTES", "announce_serving", "claim_stdio", "serve_stdio", "stdio_transport"]
 
@@ -83,7 +83,7 @@ async def serve_stdio(state: ServingState, agent: str, watch: Path | None = None
         if watch is not None:
             tg.start_soon(state.watch, watch)
         lane = os.environ.pop(LANE_ENV, None) if isolated else None
-        if lane:  # the pack's tool calls come on a lane of their own (toolcrib.mcp.lane)
+        if lane:  # the pack's tool calls come on a lane of their own (toolcrib.supply.mcp.pack_calls)
             tg.start_soon(serve_lane, lambda: state.view(agent), lane)
         await server.run(read_stream, write_stream, options)
         tg.cancel_scope.cancel()

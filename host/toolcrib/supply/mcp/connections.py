@@ -26,12 +26,12 @@ from toolcrib.config import expand as expand_variables
 from toolcrib.content import ToolResult
 from toolcrib.entries import Entry
 from toolcrib.errors import ToolError
-from toolcrib.mcp.checks import CheckLine, remote_check
-from toolcrib.mcp.lane import Lane, opened
 from toolcrib.plugins import PluginRecord
 from toolcrib.sources import Offer
 from toolcrib.supply.mcp.conversion import item_entries, tool_entries
 from toolcrib.supply.mcp.isolated import ENTRY_POINT
+from toolcrib.supply.mcp.pack_calls import Lane, opened
+from toolcrib.supply.mcp.pack_checks import CheckLine, remote_check
 from toolcrib.supply.mcp.runners import elicit, sample
 from toolcrib.supply.mcp.source import UpstreamSource
 
@@ -60,7 +60,7 @@ class Connection:
     since: float = 0.0  # time.monotonic() when it was ready
     lane: Lane | None = None  # an isolated pack's calls lane
     # an isolated pack's: which of its items have their own is_available or describe (kind -> listed name -> what),
-    # asked of its process for each agent (toolcrib.mcp.checks), each within check_seconds
+    # asked of its process for each agent (toolcrib.supply.mcp.pack_checks), each within check_seconds
     checks: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     check_seconds: float = 5.0
 
@@ -329,7 +329,7 @@ class UpstreamPool:
             try:
                 async with contextlib.AsyncExitStack() as stack:
                     config = connection.config
-                    if connection.pack:  # its calls take a lane of their own (toolcrib.mcp.lane)
+                    if connection.pack:  # its calls take a lane of their own (toolcrib.supply.mcp.pack_calls)
                         lane, lane_env, folder = await stack.enter_async_context(opened(connection.namespace, self._tg))
                         config = config.model_copy(update={"env": {**config.env, **lane_env},
                                                            "write": [*config.write, folder]})

@@ -16,10 +16,10 @@ from pydantic import BaseModel, ConfigDict, create_model
 from toolcrib.declarations import Prompt, Resource, template_variables
 from toolcrib.entries import PACK, Entry
 from toolcrib.errors import InvalidArgumentsError, ToolError
-from toolcrib.mcp.checks import remote_describe
 from toolcrib.names import clean, clean_schema, full_name, serving_names
 from toolcrib.runner import Call
 from toolcrib.supply.mcp import KIND
+from toolcrib.supply.mcp.pack_checks import remote_describe
 from toolcrib.supply.mcp.runners import UpstreamRunner
 from toolcrib.tool import ANNOTATION_KEYS, Tool
 

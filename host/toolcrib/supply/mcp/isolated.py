@@ -9,12 +9,12 @@ same permissions, pipeline, curation, lock and audit as any source. The child is
 (``toolcrib.supply.mcp.confinement``): it reads the system, the Python it runs on and the folders it imports from; it
 writes only its temporary folder and the workspace; no network unless ``network = true``.
 
-Its tool calls take a calls lane of their own (``toolcrib.mcp.lane``): a handler's progress, log messages,
+Its tool calls take a calls lane of their own (``toolcrib.supply.mcp.pack_calls``): a handler's progress, log messages,
 questions (elicitation) and requests for a model's turn (sampling) reach the agent's client through the call's own
 channel, and so do a call's ``remember`` and ``permits`` (answered for the calling agent, whose name the handler's
 ``ctx.agent`` is). Its availability checks and ``describe`` run in the child for the agent whose view the host
-builds, asked over a line of their own (``toolcrib.mcp.checks``). ``subagent`` and ``server`` do not cross yet
-(they answer None, as for an agent not permitted them): the limits of this form.
+builds, asked over a line of their own (``toolcrib.supply.mcp.pack_checks``). ``subagent`` and ``server`` do not
+cross yet (they answer None, as for an agent not permitted them): the limits of this form.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from pydantic import BaseModel
 
 from toolcrib.content import ToolResult
 from toolcrib.errors import Suspend, ToolError
-from toolcrib.mcp.lane import Lane, LaneClosed
 from toolcrib.runner import Call
+from toolcrib.supply.mcp.pack_calls import Lane, LaneClosed
 
 # The call an upstream tool is running for, in the task that awaits the server's answer: a server's request during
 # it (a 2026-07-28 server's input requests are answered within that task) is put to the call's own client.

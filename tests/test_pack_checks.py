@@ -1,5 +1,5 @@
-"""The checks line of an isolated pack (toolcrib.mcp.checks), on real pipes: the host's end with this test as the
-child, every line a child may write, well formed or not; and the child's end with this test as the host.
+"""The checks line of an isolated pack (toolcrib.supply.mcp.pack_checks), on real pipes: the host's end with this test
+as the child, every line a child may write, well formed or not; and the child's end with this test as the host.
 (tests/test_isolation.py runs it end to end, with a real pack in a real confined child.)"""
 
 from __future__ import annotations
@@ -16,8 +16,15 @@ from typing import Any
 import pytest
 
 from toolcrib.context import AvailabilityContext
-from toolcrib.mcp.checks import CheckFailed, CheckLine, Deferred, remote_check, remote_describe, serve_checks
 from toolcrib.sandbox import Unconfinable
+from toolcrib.supply.mcp.pack_checks import (
+    CheckFailed,
+    CheckLine,
+    Deferred,
+    remote_check,
+    remote_describe,
+    serve_checks,
+)
 
 CTX = AvailabilityContext(agent="seer", model="qwen-vl", capabilities=frozenset({"vision", "tools"}), settings=None,
                           mode="plan", workspace=Path("/srv/ws"),

@@ -51,8 +51,8 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from toolcrib.content import ToolResult
 from toolcrib.errors import Suspend, ToolError, UnknownToolError
-from toolcrib.mcp.checks import CHECKS_ENV, CheckLine, Lines, write_line
 from toolcrib.pipes import write_all
+from toolcrib.supply.mcp.pack_checks import CHECKS_ENV, CheckLine, Lines, write_line
 
 if TYPE_CHECKING:
     from toolcrib.runner import Call
@@ -179,7 +179,7 @@ class Lane:
         # called with the tool's name when a call outlives its time (the pool then ends the process: a handler
         # that overran may hold a thread nothing can stop, and its process starts again)
         self.on_timeout: Callable[[str], None] | None = None
-        self.checks: CheckLine | None = None  # its availability checks' line (toolcrib.mcp.checks), beside it
+        self.checks: CheckLine | None = None  # its availability checks' line (supply.mcp.pack_checks), beside it
         self.permits_line: _Pipes | None = None  # where its handlers' ``permits`` questions come, if they may
 
     def stop(self) -> None:

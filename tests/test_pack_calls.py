@@ -1,6 +1,6 @@
-"""The host's end of an isolated pack's calls lane (toolcrib.mcp.lane), on real pipes, with this test as the child:
-every line a child may write, well formed or not, and what the host answers. (tests/test_isolation.py runs the lane
-end to end, with a real pack in a real confined child.)"""
+"""The host's end of an isolated pack's calls lane (toolcrib.supply.mcp.pack_calls), on real pipes, with this test as
+the child: every line a child may write, well formed or not, and what the host answers. (tests/test_isolation.py runs
+the lane end to end, with a real pack in a real confined child.)"""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import pytest
 import toolcrib
 from conftest import make_host
 from toolcrib.content import ToolResult
-from toolcrib.mcp.lane import Lane
 from toolcrib.runner import Call
+from toolcrib.supply.mcp.pack_calls import Lane
 
 
 class Child:
@@ -295,7 +295,7 @@ def test_remember_takes_what_the_front_end_recorded_or_has_the_child_compute_it(
 
 def test_permits_questions_are_answered_for_the_call_s_agent_in_the_chain_it_was_made_in(tmp_path: Path) -> None:
     from toolcrib.context import CHAIN
-    from toolcrib.mcp.lane import _Pipes
+    from toolcrib.supply.mcp.pack_calls import _Pipes
 
     config = ('[agents.a.permissions]\nplugins = { allow = ["kit"] }\ntools = { allow = ["*"] }\n'
               'subagents = { allow = ["b", "c"] }\n[agents.b]\n[agents.c]\n')
@@ -342,7 +342,7 @@ def test_a_long_line_is_read_whole_and_the_loop_serves_others_while_it_comes(tmp
     """A pack that floods its lane with one long line (from a file, so that no read ever waits): the line arrives
     whole, and another task of the loop runs while it is read, not after (a reader that never yields while bytes keep
     coming holds every other source's calls)."""
-    from toolcrib.mcp.lane import _CHUNK, _Pipes
+    from toolcrib.supply.mcp.pack_calls import _CHUNK, _Pipes
 
     line = b'{"result": 1, "pad": "' + b"x" * (40 * _CHUNK) + b'"}'
     flood = tmp_path / "flood"
@@ -371,7 +371,7 @@ def test_a_long_line_is_read_whole_and_the_loop_serves_others_while_it_comes(tmp
 
 @pytest.mark.parametrize("line", [b"[" * 200_000 + b"]" * 200_000, b"{" * 3 + b"nope"])
 def test_a_line_nested_past_what_python_parses_is_no_json_and_ends_the_lane(line: bytes) -> None:
-    from toolcrib.mcp.lane import LaneClosed, _message
+    from toolcrib.supply.mcp.pack_calls import LaneClosed, _message
 
     with pytest.raises(LaneClosed) as ended:
         _message(line)
