@@ -18,7 +18,7 @@ from toolcrib.fastschema import json_schema_of
 
 if TYPE_CHECKING:
     from toolcrib.answers import Deny
-    from toolcrib.reach import Delegate, Reach, Server
+    from toolcrib.reach import CallCapabilities, Delegate, Server
     from toolcrib.view import AgentView
 
 # The chain of agents whose runs led to the call running now (sub-agents), the calling agent last.
@@ -201,8 +201,8 @@ class Context:
     # -- what the call may reach on behalf of its agent: each asks the host's one decision ------------------------
 
     @property
-    def _reach(self) -> Reach | None:
-        """What the view lends its calls (``toolcrib.reach.REACH``), or None outside an agent's view."""
+    def _reach(self) -> CallCapabilities | None:
+        """What the view lends its calls (``toolcrib.reach.CAPABILITIES``), or None outside an agent's view."""
         return self._view.reach if self._view is not None else None
 
     def permits(self, dimension: str, name: str) -> bool:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from toolcrib.view import AgentView
 
 
-class Services(Protocol):
+class HostServices(Protocol):
     """What the host lends the views it builds: other agents' views, their configs, its sources (lazy servers)."""
 
     def view(self, agent: str) -> AgentView: ...
@@ -196,7 +196,7 @@ def server(ctx: Context, name: str) -> Server | None:
     return Server(ctx, source) if source is not None else None
 
 
-class Reach:
+class CallCapabilities:
     """What an agent's view lends the calls it runs (``Context.permits``, ``subagent``, ``itself``, ``server``):
     each answers through the one decision, for the calling agent within its chain of runs."""
 
@@ -206,4 +206,4 @@ class Reach:
     server = staticmethod(server)
 
 
-REACH = Reach()
+CAPABILITIES = CallCapabilities()

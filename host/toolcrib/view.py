@@ -33,12 +33,12 @@ from toolcrib.permissions import (
     permitted,
     uri_check,
 )
-from toolcrib.reach import REACH
+from toolcrib.reach import CAPABILITIES
 from toolcrib.search import ToolIndex
 from toolcrib.tool import Tool
 
 if TYPE_CHECKING:
-    from toolcrib.reach import Services
+    from toolcrib.reach import HostServices
 
 _FIXED = Check("uri", True, "a fixed resource the agent sees")
 log = logging.getLogger("toolcrib.view")
@@ -191,7 +191,7 @@ def _namespace_description(members: list[tuple[ViewTool, dict[str, Any]]]) -> st
 ANTHROPIC_TOOL_SEARCH = {"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"}
 
 
-class Others(NamedTuple):
+class ResourcesAndPrompts(NamedTuple):
     """What a view shows besides its tools."""
 
     resources: tuple[Entry, ...] = ()  # the fixed ones
@@ -203,10 +203,11 @@ class AgentView:
     """The tools one agent sees. Immutable once built; ``call`` runs the full pipeline. ``services`` is what the
     host lends the capabilities of ``Context`` (other agents' views, lazy servers), ``reach`` how they answer."""
 
-    reach = REACH
+    reach = CAPABILITIES
 
     def __init__(self, rules: AgentRules, tools: tuple[ViewTool, ...], pipeline: Pipeline,
-                 services: Services | None = None, others: Callable[[], Others] = Others) -> None:
+                 services: HostServices | None = None,
+                 others: Callable[[], ResourcesAndPrompts] = ResourcesAndPrompts) -> None:
         self.rules = rules
         self.tools = tools
         self._header_schemas: dict[str, dict[str, Any] | None] = {}  # header_schema's answers, asked per tool
@@ -216,7 +217,7 @@ class AgentView:
         self._decide_others = others
 
     @cached_property
-    def _others(self) -> Others:
+    def _others(self) -> ResourcesAndPrompts:
         """The resources, templates and prompts this agent sees, decided at the first look at any of them: a
         client asks for its tools first, and at 10,000 resources deciding them costs a tenth of a second."""
         return self._decide_others()
@@ -548,7 +549,7 @@ def view_tool(rules: AgentRules, entry: Entry, call_timeout: float, served: str 
 
 
 def build_view(rules: AgentRules, entries: Iterable[Entry], pipeline: Pipeline,
-               services: Services | None = None) -> AgentView:
+               services: HostServices | None = None) -> AgentView:
     """The agent's view of ``entries`` (tools, resources, templates, prompts): each goes through ``decide``, the
     one decision function. The availability checks of what the rules permit run first, together, each within its
     time budget."""
@@ -561,14 +562,14 @@ def build_view(rules: AgentRules, entries: Iterable[Entry], pipeline: Pipeline,
     tool_names = served_names([e.name for e in tools]) if bare else {}
     visible = tuple(view_tool(rules, entry, pipeline.call_timeout, tool_names.get(entry.name, "")) for entry in tools)
 
-    def others() -> Others:  # decided when first looked at, with the same availability answers
+    def others() -> ResourcesAndPrompts:  # decided when first looked at, with the same availability answers
         shown: dict[str, list[Entry]] = {"resource": [], "template": [], "prompt": []}
         for entry in entries:
             if entry.kind != "tool" and decide(rules, entry, availability=answers).visible:
                 shown[entry.kind].append(entry)
         prompts = shown["prompt"]
         prompt_names = served_names([p.name for p in prompts]) if bare else {}
-        return Others(tuple(shown["resource"]), tuple(shown["template"]),
+        return ResourcesAndPrompts(tuple(shown["resource"]), tuple(shown["template"]),
                       tuple((prompt_names.get(p.name, p.name), p) for p in prompts))
 
     return AgentView(rules, visible, pipeline, services, others)

@@ -1,4 +1,4 @@
-"""What one operation is served as (``make``): its input schema (parameters and body side by side, JSON Schema
+"""What one operation is served as (``operation_tool``): its input schema (parameters and body side by side, JSON Schema
 2020-12 with components in ``$defs``), its output schema, how each argument is sent, and the annotations its method
 tells (``ANNOTATIONS``)."""
 
@@ -150,7 +150,7 @@ def _media(content: Any) -> tuple[str, Any] | None:
 
 
 @dataclass(frozen=True)
-class Made:
+class OperationTool:
     """What one operation is served as: its input and output schemas and how its arguments are sent."""
 
     input_schema: dict[str, Any]
@@ -162,8 +162,8 @@ class Made:
     title: str | None
 
 
-def make(document: Mapping[str, Any], operation: Operation, provided: frozenset[tuple[str, str]] = frozenset(),
-         ) -> Made:
+def operation_tool(document: Mapping[str, Any], operation: Operation,
+                   provided: frozenset[tuple[str, str]] = frozenset()) -> OperationTool:
     """The tool an operation is (``ToolDeclarationError`` when it cannot be served, saying why). A parameter the
     configured credentials fill (``provided``: (where, lower-case name)) is no argument: the operator's value goes."""
     v30 = str(document.get("openapi", "")).startswith("3.0")
@@ -243,7 +243,7 @@ def make(document: Mapping[str, Any], operation: Operation, provided: frozenset[
         description = f"Deprecated. {description}".strip()
     description = description or f"{operation.method.upper()} {operation.path}"
     title = summary.strip() if summary and len(summary.strip()) <= 80 else None
-    return Made(input_schema, output_schema, wrapped, tuple(parameters), media, description, title)
+    return OperationTool(input_schema, output_schema, wrapped, tuple(parameters), media, description, title)
 
 
 def _binary(document: Mapping[str, Any], shape: Mapping[str, Any], prop: str) -> bool:

@@ -24,7 +24,7 @@ from toolcrib.errors import ToolError
 from toolcrib.net import WebLimits, request
 from toolcrib.runner import Call
 from toolcrib.supply.openapi.document import IGNORED_HEADERS, JSON_MEDIA, Operation, Parameter
-from toolcrib.supply.openapi.operations import Made
+from toolcrib.supply.openapi.operations import OperationTool
 
 ERROR_BODY_CHARS = 2000  # of an error answer's body, in its error result
 
@@ -210,7 +210,7 @@ class OperationRunner:
     namespace: str
     base_url: str
     operation: Operation
-    made: Made
+    made: OperationTool
     limits: WebLimits
     secrets: Credentials
     output_check: Any = None  # a jsonschema validator of the output schema
@@ -273,7 +273,7 @@ class OperationRunner:
         a header's or a cookie's must be a plain token)."""
         for name, _ in pairs:
             if name == parameter.name or name.startswith(parameter.name + "["):
-                continue  # the document's (make() leaves out what an argument never sets)
+                continue  # the document's (operation_tool() leaves out what an argument never sets)
             if parameter.where != "query" and not _TOKEN.fullmatch(name):
                 raise ToolError(f"argument {parameter.argument!r}: {name!r} cannot be the name of a "
                                 f"{parameter.where} (letters, digits and !#$%&'*+-.^_`|~ only)")

@@ -22,13 +22,13 @@ from toolcrib.plugins import PluginRecord
 from toolcrib.sources import Offer
 from toolcrib.supply.openapi.document import DocumentError, Operation, host_port, operations, read_document, selected
 from toolcrib.supply.openapi.kind import KIND
-from toolcrib.supply.openapi.operations import ANNOTATIONS, Made, make
+from toolcrib.supply.openapi.operations import ANNOTATIONS, OperationTool, operation_tool
 from toolcrib.supply.openapi.requests import Credentials, OperationRunner, credentials
 from toolcrib.tool import Tool
 
 
 class OpenAPISource:
-    """``[openapi.<namespace>]`` as a ``toolcrib.sources.Source``. Made with nothing read; ``open`` reads the
+    """``[openapi.<namespace>]`` as a ``toolcrib.sources.Source``. OperationTool with nothing read; ``open`` reads the
     document (a file, or a fetch) on a worker thread and makes its entries. Until then, and when it cannot be read,
     it offers nothing: its record says why."""
 
@@ -97,14 +97,15 @@ class OpenAPISource:
 
     def _entry(self, document: Mapping[str, Any], op: Operation, served: str, base_url: str, limits: WebLimits,
                secrets: Credentials) -> Entry:
-        made = make(document, op, secrets.provided)
+        made = operation_tool(document, op, secrets.provided)
         hidden: list[str] = []
         input_schema = clean_schema(made.input_schema, hidden, "its parameters")
         output_schema = clean_schema(made.output_schema, hidden, "its response")
         if hidden:
             raise ToolDeclarationError(f"hidden characters in {', '.join(clean(h) for h in hidden[:3])}")
         checked = self._checked(served, input_schema)
-        made = Made(checked, output_schema, made.wrapped, made.parameters, made.media, made.description, made.title)
+        made = OperationTool(checked, output_schema, made.wrapped, made.parameters, made.media, made.description,
+                             made.title)
         runner = OperationRunner(self.name, base_url, op, made, limits, secrets)
         tool = Tool(name=served, description=clean(made.description), runner=runner,
                     annotations=dict(ANNOTATIONS[op.method]), arguments=tuple(checked["properties"]),
@@ -134,7 +135,7 @@ class OpenAPISource:
                 where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
                 raise ToolDeclarationError(f"invalid JSON Schema in {what} at {where}: {exc.message}") from None
             self._good.add(key)
-        try:  # the rest is written by make(): an object of those parts
+        try:  # the rest is written by operation_tool(): an object of those parts
             return dict(json.loads(json.dumps(schema, allow_nan=False)))
         except ValueError:
             raise ToolDeclarationError("its schemas hold NaN or Infinity, which JSON does not") from None
