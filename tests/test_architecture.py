@@ -94,11 +94,16 @@ def test_sources_reach_the_core_only_through_the_source_contract() -> None:
 
 def test_the_catalog_the_decision_the_pipeline_and_the_views_reach_no_supply() -> None:
     """Every kind of source is made in ``toolcrib.supply``; the core takes what it is handed (only the host's
-    ``from_config``, an entrance, asks the supply for sources)."""
+    ``from_config``, an entrance, asks the supply for sources). What the core reaches there is each kind's config
+    table (``settings``, which the config is read into) and nothing else."""
     edges = graph()
     for core in ("toolcrib.catalog", "toolcrib.permissions", "toolcrib.calls", "toolcrib.view", "toolcrib.lock",
                  "toolcrib.curation"):
-        assert not any(name.startswith("toolcrib.supply") for name in closure(edges, core)), core
+        reached = {name for name in closure(edges, core) if name.startswith("toolcrib.supply")}
+        assert reached <= {"toolcrib.supply.mcp.settings", "toolcrib.supply.openapi.settings"}, core
+    for kind in ("mcp", "openapi"):
+        assert closure(edges, f"toolcrib.supply.{kind}.settings") == {"toolcrib.governing", "toolcrib.strict"} | \
+            closure(edges, "toolcrib.governing")
     assert "toolcrib.supply" in edges["toolcrib.host"]
 
 

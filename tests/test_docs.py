@@ -19,6 +19,8 @@ from pydantic import BaseModel
 import toolcrib
 from conftest import ROOT
 from toolcrib import config, hookspecs
+from toolcrib.supply.mcp import settings as mcp_settings
+from toolcrib.supply.openapi import settings as openapi_settings
 
 DOCS = ROOT / "docs"
 
@@ -52,8 +54,8 @@ def test_every_hook_is_documented_with_its_signature() -> None:
 TABLES = {
     "[host]": [config.HostConfig],
     "[packs.&lt;namespace&gt;]": [config.PackConfig],
-    "[mcps.&lt;namespace&gt;]": [config.McpConfig],
-    "[openapi.&lt;namespace&gt;]": [config.OpenAPIConfig, config.ApiKeyConfig],
+    "[mcps.&lt;namespace&gt;]": [mcp_settings.McpConfig],
+    "[openapi.&lt;namespace&gt;]": [openapi_settings.OpenAPIConfig, openapi_settings.ApiKeyConfig],
     "[skills.&lt;name&gt;]": [config.SkillConfig],
     "[agents.&lt;name&gt;]": [config.AgentConfig],
     "[agents.&lt;name&gt;.identity]": [config.IdentityConfig],

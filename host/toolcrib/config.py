@@ -38,6 +38,11 @@ from toolcrib.errors import ConfigError, Problem
 from toolcrib.governing import Found, Governs, Launch, governing
 from toolcrib.limits import RateError, parse_rate
 from toolcrib.names import RESERVED_NAMESPACE, SEPARATOR, agent_name_problem, namespace_problem, tool_name_problem
+from toolcrib.strict import Strict
+from toolcrib.supply.mcp.settings import McpConfig
+from toolcrib.supply.mcp.settings import problems as mcp_problems
+from toolcrib.supply.openapi.settings import OpenAPIConfig
+from toolcrib.supply.openapi.settings import problems as openapi_problems
 from toolcrib.tool import ANNOTATION_KEYS
 
 CONFIG_ENV = "TOOLCRIB_CONFIG"
@@ -52,15 +57,11 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CAPABILITY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
 # toolcrib's own packs (plugins/ in its repository): what [host] isolate_packs = "third-party" keeps in the host
 FIRST_PARTY = frozenset({"toolcrib-fs", "toolcrib-shell", "toolcrib-web", "toolcrib-media", "toolcrib-llm"})
 
 
-class HostConfig(_Strict):
+class HostConfig(Strict):
     """``[host]``: where file tools work, auditing, and the limits every call runs under."""
 
     workspace: str = Field(".", description="root for file tools, relative to the config file")
@@ -101,7 +102,7 @@ class HostConfig(_Strict):
                                    "confined servers and isolated packs unconfined rather than not at all")
 
 
-class Rule(_Strict):
+class Rule(Strict):
     """One permission dimension: ``allow`` or ``deny``, a list of patterns; never both."""
 
     allow: list[str] | None = None
@@ -116,7 +117,7 @@ class Rule(_Strict):
         return self
 
 
-class Permissions(_Strict):
+class Permissions(Strict):
     """``[agents.<name>.permissions]``. A missing dimension denies everything of that dimension."""
 
     plugins: Rule | None = Field(None, description="tool packs, by namespace")
@@ -131,7 +132,7 @@ class Permissions(_Strict):
                                "although an ask rule selects them (pre-approved; deny still wins)")
 
 
-class ScopeRights(_Strict):
+class ScopeRights(Strict):
     """``[agents.<name>.identity.needs_scope."<scope>"]``: what only a token with the scope sees."""
 
     tools: list[str] = Field(default_factory=list, description="tool patterns, as in permissions")
@@ -139,7 +140,7 @@ class ScopeRights(_Strict):
     prompts: list[str] = Field(default_factory=list, description="prompt patterns")
 
 
-class IdentityConfig(_Strict):
+class IdentityConfig(Strict):
     """``[agents.<name>.identity]``: which OAuth access tokens (verified against ``[oauth]``) act as this agent."""
 
     claims: dict[str, str | list[str]] = Field(description="claim (a dotted path for nested ones) -> a glob or a "
@@ -151,14 +152,14 @@ class IdentityConfig(_Strict):
                                                 "it does not see (tools, resources, prompts, as patterns)")
 
 
-class LimitConfig(_Strict):
+class LimitConfig(Strict):
     """A limit on calls: how many per period, and how many at once."""
 
     rate: str | None = Field(None, description="calls per period: \"60/minute\" (second, minute, hour, day)")
     in_flight: PositiveInt | None = Field(None, description="calls running at once; one more is refused")
 
 
-class ToolSearchConfig(_Strict):
+class ToolSearchConfig(Strict):
     """``[agents.<name>.tool_search]``: list a few tools up front and let the agent search for the rest."""
 
     listed: list[str] = Field(default_factory=list, description="tool patterns (globs over full names) listed up "
@@ -176,7 +177,7 @@ class LimitsConfig(LimitConfig):
                                           "names) -> its own limit, counted over the calls it matches")
 
 
-class AgentConfig(_Strict):
+class AgentConfig(Strict):
     """``[agents.<name>]``: one agent, its model, its mode and what it may see."""
 
     model: str | None = Field(None, description="model id; its capabilities come from [models.<id>]")
@@ -228,94 +229,7 @@ class PackConfig(BaseModel):
         return dict(self.__pydantic_extra__ or {})
 
 
-class McpConfig(_Strict):
-    """``[mcps.<namespace>]``: an upstream MCP server, a stdio ``command`` or a streamable-HTTP ``url``."""
-
-    command: str | None = Field(None, description="program to start (stdio)")
-    args: list[str] = Field(default_factory=list, description="its arguments")
-    env: dict[str, str] = Field(default_factory=dict, description="environment variables to add")
-    cwd: str | None = Field(None, description="its working directory, relative to the config file")
-    url: str | None = Field(None, description="streamable-HTTP endpoint, instead of command")
-    headers: dict[str, str] = Field(default_factory=dict, description="HTTP headers to send (url only)")
-    trusted: bool = Field(False, description="trust its tool annotations (readOnlyHint counts for plan mode), and "
-                          "serve its redefined tools without a lock")
-    follow_changes: bool = Field(False, description="without a toolcrib.lock, serve a tool it redefines at once "
-                                 "(by default what toolcrib first saw is served until toolcrib lock accepts a "
-                                 "change)")
-    lazy: bool = Field(False, description="connect only when an agent loads it through the dynamic tools")
-    enabled: bool = Field(True, description="false: never started")
-    timeout: PositiveFloat = Field(30.0, description="seconds to connect and list its tools")
-    confine: bool = Field(False, description="run the stdio server confined: it reads only the system's folders, "
-                          "its own code and read, writes only a temporary folder of its own and write, has no network "
-                          "unless network, and runs under the limits below (Linux: Landlock and seccomp)")
-    read: list[str] = Field(default_factory=list, description="more folders or files a confined server may read, "
-                            "relative to the config file")
-    write: list[str] = Field(default_factory=list, description="folders a confined server may write in (and read), "
-                             "relative to the config file")
-    network: bool = Field(False, description="a confined server may use the network")
-    memory_mb: PositiveInt | None = Field(4096, description="a confined server's address space, in MiB")
-    cpu_seconds: PositiveInt | None = Field(None, description="a confined server's CPU time, in seconds")
-    open_files: PositiveInt | None = Field(1024, description="files a confined server may have open")
-    processes: PositiveInt | None = Field(None, description="processes its user may run at once, counted by the "
-                                          "kernel per user (for root, not enforced)")
-
-    @model_validator(mode="after")
-    def _one_transport(self) -> McpConfig:
-        if (self.command is None) == (self.url is None):
-            raise ValueError("needs exactly one of command (stdio) or url (streamable HTTP)")
-        if self.url is not None and self.confine:
-            raise ValueError("confine applies to a stdio server (command), not to a url: toolcrib runs only the former")
-        return self
-
-    def launches(self, where: str, base_dir: Path, env: Mapping[str, str]) -> list[Launch]:
-        """The program this server is (its code governs the host: it runs as the host's user, unconfined)."""
-        if self.command is None or not self.enabled:
-            return []
-        cwd = (base_dir / self.cwd) if self.cwd else Path.cwd()
-        return [Launch(where, [self.command, *self.args], cwd, self.env)]
-
-
-class ApiKeyConfig(_Strict):
-    """``api_key`` of ``[openapi.<namespace>]``: a key sent with every call, in a header or the query."""
-
-    name: str = Field(description="the header's or query parameter's name")
-    value: str = Field(description="the key, usually ${A_VARIABLE} (never logged)")
-    # ``in`` is a Python keyword: the table says ``in = "header"``
-    where: Literal["header", "query"] = Field("header", alias="in", description="header | query")
-
-
-class OpenAPIConfig(_Strict):
-    """``[openapi.<namespace>]``: the operations of an OpenAPI 3.0 or 3.1 document (JSON or YAML), each served as
-    a tool ``<namespace>__<operationId>`` and called over HTTP through ``toolcrib.net``."""
-
-    document: Annotated[str | None, Governs("the OpenAPI document of [openapi.{key}]")] = Field(
-        None, description="the document's file, relative to the config file")
-    document_url: str | None = Field(None, description="the document's http(s) URL, instead of document")
-    base_url: str | None = Field(None, description="where its operations are called (default: the document's "
-                                 "first server, when that is an absolute URL)")
-    operations: list[str] = Field(default_factory=lambda: ["*"], description="which operations to serve: "
-                                  "operationId globs, 'tag:<tag>', or '<METHOD> <path glob>' ('GET /pets/*')")
-    exclude: list[str] = Field(default_factory=list, description="operations not to serve, in the same forms")
-    headers: dict[str, str] = Field(default_factory=dict, description="headers sent with every call (values may "
-                                    "be ${VARIABLES})")
-    bearer: str | None = Field(None, description="a bearer token sent with every call, usually ${A_VARIABLE}")
-    api_key: ApiKeyConfig | None = Field(None, description="an API key sent with every call")
-    trusted: bool = Field(False, description="serve its redefined operations without a lock (by default what "
-                          "toolcrib first saw is served until toolcrib lock accepts a change)")
-    follow_changes: bool = Field(False, description="without a toolcrib.lock, serve an operation the document "
-                                 "redefines at once")
-    timeout: PositiveFloat = Field(30.0, description="seconds one call (or fetching the document) may take")
-    max_bytes: PositiveInt = Field(10_000_000, description="most bytes of one answer (or of the document)")
-    enabled: bool = Field(True, description="false: not served")
-
-    @model_validator(mode="after")
-    def _one_document(self) -> OpenAPIConfig:
-        if (self.document is None) == (self.document_url is None):
-            raise ValueError("needs exactly one of document (a file) or document_url")
-        return self
-
-
-class SkillConfig(_Strict):
+class SkillConfig(Strict):
     """``[skills.<name>]``: a folder holding a SKILL.md."""
 
     path: Annotated[str, Governs("the folder of skill {key!r}")] = Field(
@@ -327,7 +241,7 @@ class SkillConfig(_Strict):
 HOOK_BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 
 
-class CommandHook(_Strict):
+class CommandHook(Strict):
     """``[[hooks.pre_tool_use]]``: a program that decides on matching calls before their handlers run."""
 
     command: list[str] = Field(description="the program and its arguments (no shell), relative to the config file")
@@ -354,7 +268,7 @@ class CommandHook(_Strict):
         return [Launch(where, self.command, base_dir, self.environment(env))]
 
 
-class HooksConfig(_Strict):
+class HooksConfig(Strict):
     """``[hooks]``: policy hooks written as programs, for operators who write no Python."""
 
     pre_tool_use: list[CommandHook] = Field(default_factory=list, description="run in order before a call")
@@ -367,7 +281,7 @@ class HooksConfig(_Strict):
                 for i, hook in enumerate(getattr(self, event))]
 
 
-class ArgumentCuration(_Strict):
+class ArgumentCuration(Strict):
     """``[tools."<name>".arguments.<argument>]``: one argument of a curated tool."""
 
     value: Any = Field(None, description="always this value: the argument leaves the schema, and a call that gives "
@@ -382,7 +296,7 @@ class ArgumentCuration(_Strict):
         return self
 
 
-class ToolCuration(_Strict):
+class ToolCuration(Strict):
     """``[tools."<namespace>__<tool>"]``: how the host serves one tool of any source, as its source offers it."""
 
     name: str | None = Field(None, description="serve it as <namespace>__<name> (rules and the audit log use that)")
@@ -397,7 +311,7 @@ class ToolCuration(_Strict):
                                                    "value, or a default, or a description")
 
 
-class OAuthConfig(_Strict):
+class OAuthConfig(Strict):
     """``[oauth]``: ``serve --http`` as an OAuth 2.1 resource server: JWT access tokens from one issuer."""
 
     issuer: str = Field(description="the authorization server's issuer URL (the tokens' `iss`)")
@@ -418,7 +332,7 @@ class OAuthConfig(_Strict):
     scopes_supported: list[str] = Field(default_factory=list, description="scopes the metadata advertises")
 
 
-class ClusterConfig(_Strict):
+class ClusterConfig(Strict):
     """``[cluster]``: state every replica shares, on Redis (without it, each process keeps its own in memory)."""
 
     redis_url: str = Field(description="redis:// or rediss:// URL of the shared store; put its password in a "
@@ -435,7 +349,7 @@ class ClusterConfig(_Strict):
                                    "unreachable")
 
 
-class OperatorConfig(_Strict):
+class OperatorConfig(Strict):
     """``[operator]``: the operator endpoint of ``toolcrib serve --http``, where operators answer approvals."""
 
     token_env: str = Field(description="environment variable holding the operator's bearer token (no agent's)")
@@ -448,7 +362,7 @@ class OperatorConfig(_Strict):
                                             "act as the operator, besides the operator token")
 
 
-class Config(_Strict):
+class Config(Strict):
     """The whole file."""
 
     host: HostConfig = HostConfig()
@@ -643,15 +557,12 @@ def check_config(config: Config, source: str) -> list[Problem]:
         other = f"[mcps.{namespace}]" if namespace in config.mcps else f"[packs.{namespace}]"
         error(("openapi", namespace), f"namespace {namespace!r} is also {other}; two sources can never share a "
               "namespace")
-    for name, api in config.openapi.items():
-        for key, url in (("document_url", api.document_url), ("base_url", api.base_url)):
-            if url is not None and not url.startswith(("http://", "https://")):
-                error(("openapi", name, key), f"expected an http:// or https:// URL, got {url!r}")
+    for name, api in config.openapi.items():  # each kind's own checks (toolcrib.supply.<kind>.settings)
+        for path, message in openapi_problems(api):
+            error(("openapi", name, *path), message)
     for name, mcp in config.mcps.items():
-        if mcp.url is not None and not mcp.url.startswith(("http://", "https://")):
-            error(("mcps", name, "url"), f"expected an http:// or https:// URL, got {mcp.url!r}")
-        if mcp.command is not None and (mcp.headers):
-            error(("mcps", name, "headers"), "headers apply to url servers only")
+        for path, message in mcp_problems(mcp):
+            error(("mcps", name, *path), message)
     for tool, curation in config.tools.items():
         namespace, separator, own = tool.partition(SEPARATOR)
         if not separator or namespace_problem(namespace) is not None or tool_name_problem(own) is not None:

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup
 
-from toolcrib.config import LoadedConfig
 from toolcrib.sources import Source
 from toolcrib.supply import openapi
 
 if TYPE_CHECKING:
+    from toolcrib.config import LoadedConfig
     from toolcrib.supply.mcp.connections import UpstreamPool
 
 log = logging.getLogger("toolcrib.supply")

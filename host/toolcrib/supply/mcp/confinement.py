@@ -21,7 +21,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from toolcrib.config import LoadedConfig, McpConfig
+from toolcrib.config import LoadedConfig
+from toolcrib.supply.mcp.settings import McpConfig
 
 SYSTEM = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/proc/self", "/proc/cpuinfo",
           "/proc/meminfo", "/proc/stat", "/sys/fs/cgroup", "/sys/devices/system/cpu")

@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from toolcrib.config import LoadedConfig, McpConfig, MissingVariable
+from toolcrib.config import LoadedConfig, MissingVariable
 from toolcrib.config import expand as expand_variables
 from toolcrib.content import ToolResult
 from toolcrib.entries import Entry
@@ -33,6 +33,7 @@ from toolcrib.supply.mcp.isolated import ENTRY_POINT
 from toolcrib.supply.mcp.pack_calls import Lane, opened
 from toolcrib.supply.mcp.pack_checks import CheckLine, remote_check
 from toolcrib.supply.mcp.runners import elicit, sample
+from toolcrib.supply.mcp.settings import McpConfig
 from toolcrib.supply.mcp.source import UpstreamSource
 
 log = logging.getLogger("toolcrib.upstream")

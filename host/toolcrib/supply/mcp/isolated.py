@@ -29,8 +29,9 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toolcrib.config import LoadedConfig, McpConfig, PackConfig
+from toolcrib.config import LoadedConfig, PackConfig
 from toolcrib.supply.mcp.confinement import pids_root
+from toolcrib.supply.mcp.settings import McpConfig
 
 if TYPE_CHECKING:
     from toolcrib.plugins import PluginRecord

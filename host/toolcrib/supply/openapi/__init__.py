@@ -31,10 +31,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from toolcrib.config import LoadedConfig
 from toolcrib.supply.openapi.kind import KIND
 
 if TYPE_CHECKING:
+    from toolcrib.config import LoadedConfig
     from toolcrib.supply.openapi.source import OpenAPISource
 
 

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from toolcrib.config import LoadedConfig, OpenAPIConfig
+from toolcrib.config import LoadedConfig
 from toolcrib.errors import ToolDeclarationError, ToolError
 from toolcrib.net import WebLimits, fetch
+from toolcrib.supply.openapi.settings import OpenAPIConfig
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 PLACES = ("path", "query", "header", "cookie")

@@ -18,13 +18,14 @@ from urllib.parse import quote, quote_plus, urlencode
 
 from pydantic import BaseModel
 
-from toolcrib.config import OpenAPIConfig, expand
+from toolcrib.config import expand
 from toolcrib.content import ToolResult
 from toolcrib.errors import ToolError
 from toolcrib.net import WebLimits, request
 from toolcrib.runner import Call
 from toolcrib.supply.openapi.document import IGNORED_HEADERS, JSON_MEDIA, Operation, Parameter
 from toolcrib.supply.openapi.operations import OperationTool
+from toolcrib.supply.openapi.settings import OpenAPIConfig
 
 ERROR_BODY_CHARS = 2000  # of an error answer's body, in its error result
 

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import anyio
 
-from toolcrib.config import LoadedConfig, MissingVariable, OpenAPIConfig
+from toolcrib.config import LoadedConfig, MissingVariable
 from toolcrib.content import ToolResult
 from toolcrib.entries import Entry
 from toolcrib.errors import ToolDeclarationError, ToolError
@@ -24,6 +24,7 @@ from toolcrib.supply.openapi.document import DocumentError, Operation, host_port
 from toolcrib.supply.openapi.kind import KIND
 from toolcrib.supply.openapi.operations import ANNOTATIONS, OperationTool, operation_tool
 from toolcrib.supply.openapi.requests import Credentials, OperationRunner, credentials
+from toolcrib.supply.openapi.settings import OpenAPIConfig
 from toolcrib.tool import Tool
 
 
