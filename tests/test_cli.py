@@ -343,16 +343,16 @@ def test_help_lists_each_command_with_its_whole_first_sentence_and_new_offers_no
 
 def test_install_honours_xdg_and_writes_a_project_s_mcp_json_without_this_machine_s_paths(
         one: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from toolcrib.cli import _client_file
+    from toolcrib.clients import client_file
 
     monkeypatch.setattr(sys, "platform", "linux")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    assert _client_file("claude-desktop") == tmp_path / "xdg" / "Claude" / "claude_desktop_config.json"
+    assert client_file("claude-desktop") == tmp_path / "xdg" / "Claude" / "claude_desktop_config.json"
     monkeypatch.delenv("XDG_CONFIG_HOME")
-    assert _client_file("claude-desktop") == Path.home() / ".config" / "Claude" / "claude_desktop_config.json"
+    assert client_file("claude-desktop") == Path.home() / ".config" / "Claude" / "claude_desktop_config.json"
     monkeypatch.setattr(sys, "platform", "darwin")
-    assert _client_file("claude-desktop") == (Path.home() / "Library" / "Application Support" / "Claude" /
-                                              "claude_desktop_config.json")
+    assert client_file("claude-desktop") == (Path.home() / "Library" / "Application Support" / "Claude" /
+                                             "claude_desktop_config.json")
     monkeypatch.setattr(sys, "platform", "linux")
     # a project's .mcp.json beside the config: toolcrib from PATH (this installation's), the config by its place
     monkeypatch.chdir(Path(one).parent)

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import click
 from pydantic_core import PydanticSerializationError, to_json
 
+from toolcrib.clients import CLIENTS, add_server, client_file, portable_entry
 from toolcrib.config import DEFAULT_FILE, find_config
 from toolcrib.errors import ConfigError, ToolcribError, ToolError, watch_interrupts
 from toolcrib.view import freeze_builds
@@ -1111,40 +1112,12 @@ def prompt(agent: str | None, args_json: str, as_json: bool, name: str) -> None:
 # -- approvals out of band ---------------------------------------------------------------------------------------
 
 
-class _OperatorError(ToolcribError):
-    exit_code = 1
-
-
 def _operator_request(url: str | None, method: str, path: str, body: Any = None) -> Any:
-    """A request to the running server's operator endpoint, with the operator token from the config's
-    ``[operator] token_env``; its JSON answer."""
-    import httpx2
-
     from toolcrib.config import load_config
+    from toolcrib.operator_client import operator_request
 
-    loaded = load_config(click.get_current_context().ensure_object(State).config)
-    operator = loaded.config.operator
-    if operator is None:
-        raise _NotFound("the config has no [operator] table: approvals go to the agents' clients")
-    base = url or operator.url
-    if base is None:
-        raise _NotFound("pass --url (where the server is reached), or set [operator] url")
-    token = os.environ.get(operator.token_env, "")
-    if not token:
-        raise _NotFound(f"${operator.token_env} is not set: the operator endpoint needs the operator token")
-    try:
-        answer = httpx2.request(method, base.rstrip("/") + path, json=body, timeout=30,
-                                headers={"Authorization": f"Bearer {token}"})
-    except httpx2.HTTPError as exc:
-        raise _OperatorError(f"the operator endpoint at {base} cannot be reached: {exc}") from None
-    try:
-        found = answer.json()
-    except ValueError:
-        found = None
-    if answer.status_code != 200:
-        why = found.get("error_description") or found.get("error") if isinstance(found, dict) else answer.text[:200]
-        raise _OperatorError(f"the operator endpoint answered {answer.status_code}: {why}")
-    return found
+    return operator_request(load_config(click.get_current_context().ensure_object(State).config), url, method, path,
+                            body)
 
 
 @main.group(invoke_without_command=True)
@@ -1186,7 +1159,9 @@ def _answer(approval_id: str, decision: str) -> None:
     pending = _operator_request(url, "GET", "/operator/approvals")["approvals"]
     item = next((p for p in pending if p["id"] == approval_id), None)
     if item is None:
-        raise _OperatorError(f"no call waits for approval {approval_id!r} (`toolcrib approvals` lists them)")
+        from toolcrib.operator_client import OperatorError
+
+        raise OperatorError(f"no call waits for approval {approval_id!r} (`toolcrib approvals` lists them)")
     _operator_request(url, "POST", f"/operator/approvals/{approval_id}",
                       {"decision": decision, "digest": item["digest"]})
     from toolcrib.names import shown
@@ -1254,9 +1229,6 @@ def import_servers(file: Any) -> None:
     click.echo(text, nl=False)
 
 
-CLIENTS = ("claude-desktop", "cursor", "claude-code", "mcp-json")
-
-
 @main.command()
 @_common
 @click.argument("client", type=click.Choice(CLIENTS))
@@ -1295,58 +1267,17 @@ def install(client: str, agent: str | None, name: str | None, target: Path | Non
     if client == "mcp-json":
         _echo_json({"mcpServers": {server: entry}})
         return
-    file = target or _client_file(client)
+    file = target or client_file(client)
     if client == "claude-code":  # a project's file, shared: no path of this machine's Python in it, where it can be
-        portable = _portable(agent, path, file)
+        portable = portable_entry(agent, path, file)
         if portable is not None:
             entry = {**portable, **({"env": env} if env else {})}
     try:
-        document = json.loads(file.read_text(encoding="utf-8")) if file.exists() else {}
-    except (OSError, ValueError) as exc:
-        raise click.ClickException(f"{file}: cannot read it as JSON ({exc}); nothing was changed") from None
-    servers = document.get("mcpServers", {}) if isinstance(document, dict) else None
-    if not isinstance(servers, dict):
-        raise click.ClickException(f"{file}: expected a JSON object with an \"mcpServers\" object; nothing was "
-                                   "changed")
-    existed = server in servers
-    servers[server] = entry
-    document["mcpServers"] = servers
-    file.parent.mkdir(parents=True, exist_ok=True)
-    file.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        existed = add_server(file, server, entry)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
     click.echo(f"{'updated' if existed else 'added'} MCP server {server!r} (agent {agent!r}) in {file}; restart "
                f"the client to load it")
-
-
-def _client_file(client: str) -> Path:
-    """Where the client keeps its MCP servers: the paths its documentation gives (Claude Desktop documents macOS
-    and Windows; on Linux, where it is not released, community builds read $XDG_CONFIG_HOME/Claude)."""
-    home = Path.home()
-    if client == "cursor":
-        return home / ".cursor" / "mcp.json"
-    if client == "claude-code":
-        return Path(".mcp.json")
-    if sys.platform == "darwin":
-        return home / "Library" / "Application Support" / "Claude" / "claude_desktop_config.json"
-    if sys.platform == "win32":
-        return Path(os.environ.get("APPDATA", home)) / "Claude" / "claude_desktop_config.json"
-    return Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config") / "Claude" / "claude_desktop_config.json"
-
-
-def _portable(agent: str, config: Path | None, file: Path) -> dict[str, Any] | None:
-    """A project's ``.mcp.json`` entry that names no path of this machine: ``toolcrib`` from PATH (when the one on
-    PATH is this installation's) and the config relative to the project (Claude Code starts a project's servers
-    there); None when toolcrib is not on PATH."""
-    import shutil
-
-    found = shutil.which("toolcrib")
-    if found is None or Path(found).parent != Path(sys.executable).parent:
-        return None
-    args = ["serve", "--agent", agent]
-    if config is not None:
-        project = file.resolve().parent
-        where = config.resolve()
-        args += ["--config", str(where.relative_to(project)) if where.is_relative_to(project) else str(where)]
-    return {"command": "toolcrib", "args": args}
 
 
 def _terminal_approver() -> Any:
