@@ -171,7 +171,19 @@ class Pipeline:
         channel: ClientChannel | None = None,
         started: float = 0.0,
     ) -> ToolResult:
-        """The pipeline for a tool the caller has already resolved (and decided on) for ``view``'s agent."""
+        """The pipeline for a tool the caller has already resolved (and decided on) for ``view``'s agent; a
+        watching feed (``watch``) is told of the call while it runs."""
+        feed = self._feed
+        if feed is None:
+            return await self._through(view, vt, arguments, approver, channel, started)
+        key = feed.begin(view.agent, vt.name)
+        try:
+            return await self._through(view, vt, arguments, approver, channel, started)
+        finally:
+            feed.end(key)
+
+    async def _through(self, view: AgentView, vt: ViewTool, arguments: Any, approver: Approver | None,
+                       channel: ClientChannel | None, started: float) -> ToolResult:
         if self._observed and not started:
             started = time.perf_counter()
         # one id for the call, in its hooks' answers and its audit record (the agent SDKs' toolUseID)
@@ -286,15 +298,10 @@ class Pipeline:
         ask: Ask | None = None
         asker = ""
         for impl in pre:
-            try:
-                answer = impl(**kwargs)
-                if inspect.isawaitable(answer):
-                    answer = await answer
-            except BaseException as exc:
-                if not contained(exc):
-                    raise
-                log.error("toolcrib_pre_tool_use of %r raised; the call is denied", impl.plugin, exc_info=exc)
-                answer = Deny(f"{vt.name} was denied: a policy check failed ({type(exc).__name__}).")
+            answer, raised = await impl.heard_awaited(kwargs)
+            if raised is not None:
+                log.error("toolcrib_pre_tool_use of %r raised; the call is denied", impl.plugin, exc_info=raised)
+                answer = Deny(f"{vt.name} was denied: a policy check failed ({type(raised).__name__}).")
             if isinstance(answer, Deny):
                 if deny is None:
                     deny, denier = answer, impl.plugin
@@ -545,15 +552,10 @@ class Pipeline:
                                   "arguments": types.MappingProxyType(dict(arguments)), "result": result,
                                   "call_id": call.id}
         for impl in post:
-            try:
-                answer = impl(**kwargs)
-                if inspect.isawaitable(answer):
-                    answer = await answer
-            except BaseException as exc:
-                if not contained(exc):
-                    raise
+            answer, raised = await impl.heard_awaited(kwargs)
+            if raised is not None:
                 log.error("toolcrib_post_tool_use of %r raised; the result is withheld", impl.plugin,
-                          exc_info=exc)
+                          exc_info=raised)
                 return ToolResult.error(f"The result of {call.name} was withheld: a post-processing check failed.")
             if answer is None:
                 continue
@@ -753,20 +755,9 @@ class Pipeline:
     def watch(self, feed: Any) -> None:
         """Hand ``feed`` every decision as its audit record is made (the operator console's live feed), whether or
         not an audit log is kept, and tell it of each call while it runs (``feed.begin(agent, tool)`` gives a key,
-        ``feed.end(key)``). A pipeline no console watches pays nothing for this: ``run`` is wrapped here only."""
+        ``feed.end(key)``)."""
         self._feed = feed
         self._observed = self._audit_ids = True
-        plain: Callable[..., Awaitable[ToolResult]] = type(self).run.__get__(self)
-
-        async def watched(view: AgentView, vt: ViewTool, arguments: Any, approver: Approver | None = None,
-                          channel: ClientChannel | None = None, started: float = 0.0) -> ToolResult:
-            key = feed.begin(view.agent, vt.name)
-            try:
-                return await plain(view, vt, arguments, approver, channel, started)
-            finally:
-                feed.end(key)
-
-        self.run = watched  # type: ignore[method-assign]
 
     def _write_audit(self, call: Call, decision: str, by: str, is_error: bool) -> None:
         """Report a decision: to the metrics (when kept), and as an audit record to every ``toolcrib_audit``."""
@@ -786,12 +777,9 @@ class Pipeline:
             return
         frozen = types.MappingProxyType(audit_record(item))
         for impl in self._audit:
-            try:
-                impl(record=frozen)
-            except BaseException as exc:
-                if not contained(exc):
-                    raise
-                log.error("toolcrib_audit of %r raised", impl.plugin, exc_info=exc)
+            _, raised = impl.heard({"record": frozen})
+            if raised is not None:
+                log.error("toolcrib_audit of %r raised", impl.plugin, exc_info=raised)
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------

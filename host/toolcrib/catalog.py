@@ -21,7 +21,7 @@ from toolcrib.config import LoadedConfig, did_you_mean, problems_from_validation
 from toolcrib.content import ToolResult
 from toolcrib.declarations import get_prompt, get_resource
 from toolcrib.entries import BUILTIN, PACK, RULE_DIMENSION, Entry, Kind
-from toolcrib.errors import Problem, ToolError, contained
+from toolcrib.errors import Problem, ToolError
 from toolcrib.names import RESERVED_NAMESPACE, full_name, tool_name_problem
 from toolcrib.plugins import PluginHook, PluginManager, PluginRecord, hooks_by_plugin
 from toolcrib.runner import pack_logger
@@ -320,12 +320,10 @@ def _settings(hook: PluginHook | None, record: PluginRecord, loaded: LoadedConfi
     values = table.settings if table is not None else {}
     model = None
     if hook is not None:
-        try:
-            model = hook()
-        except BaseException as exc:
-            if not contained(exc):
-                raise
-            record.fail(f"toolcrib_settings_model raised {type(exc).__name__}: {exc}", traceback.format_exc())
+        model, raised = hook.heard({})
+        if raised is not None:
+            record.fail(f"toolcrib_settings_model raised {type(raised).__name__}: {raised}",
+                        "".join(traceback.format_exception(raised)))
             catalog.problems.append(_pack_problem(record, record.error or ""))
             return None
     where = f"{loaded.source}: packs.{record.name}"
@@ -366,12 +364,10 @@ def _collect(hook: PluginHook | None, what: _Declared, record: PluginRecord, set
     found: list[Any] = []
     items: Any = None
     if hook is not None:
-        try:
-            items = hook(settings=settings)
-        except BaseException as exc:
-            if not contained(exc):
-                raise
-            record.fail(f"toolcrib_{what.hook} raised {type(exc).__name__}: {exc}", traceback.format_exc())
+        items, raised = hook.heard({"settings": settings})
+        if raised is not None:
+            record.fail(f"toolcrib_{what.hook} raised {type(raised).__name__}: {raised}",
+                        "".join(traceback.format_exception(raised)))
             catalog.problems.append(_pack_problem(record, record.error or ""))
             return []
     if items is not None:

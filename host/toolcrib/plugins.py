@@ -347,6 +347,28 @@ class PluginHook:
             return result[0] if result else None
         return result
 
+    def heard(self, kwargs: Mapping[str, Any]) -> tuple[Any, BaseException | None]:
+        """(its answer, None), or (None, what it raised) when that is to be contained (``errors.contained``):
+        one implementation's failure is its own, whatever it raises."""
+        try:
+            return self(**kwargs), None
+        except BaseException as exc:
+            if not contained(exc):
+                raise
+            return None, exc
+
+    async def heard_awaited(self, kwargs: Mapping[str, Any]) -> tuple[Any, BaseException | None]:
+        """``heard``, the answer of an ``async def`` implementation awaited."""
+        try:
+            answer = self(**kwargs)
+            if inspect.isawaitable(answer):
+                answer = await answer
+            return answer, None
+        except BaseException as exc:
+            if not contained(exc):
+                raise
+            return None, exc
+
 
 class _OneImpl:
     """pluggy's caller of a hook, holding one implementation: what ``subset_hook_caller`` gives when every other

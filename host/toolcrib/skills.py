@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolcrib.config import LoadedConfig
-from toolcrib.errors import Problem, ToolError, contained
+from toolcrib.errors import Problem, ToolError
 from toolcrib.plugins import PluginManager, PluginRecord, hooks_by_plugin
 from toolcrib.workspace import PathError, Root, parts_of
 
@@ -76,16 +76,13 @@ def discover(loaded: LoadedConfig, pm: PluginManager, records: list[PluginRecord
         hook = skill_hooks.get(record.name)
         if record.state != "loaded" or record.kind != "pack" or hook is None:
             continue
-        try:
-            paths = hook() or []
-        except BaseException as exc:
-            if not contained(exc):
-                raise
+        answer, raised = hook.heard({})
+        if raised is not None:
             problems.append(Problem("error", f"pack {record.name!r}",
-                                    f"toolcrib_skills raised {type(exc).__name__}: {exc}"))
-            record.traceback = traceback.format_exc()
+                                    f"toolcrib_skills raised {type(raised).__name__}: {raised}"))
+            record.traceback = "".join(traceback.format_exception(raised))
             continue
-        for path in paths:
+        for path in answer or []:
             skill = _read(Path(path), f"pack {record.name!r}", Path(path).name, problems)
             if skill is not None:
                 found.append(skill)
