@@ -156,6 +156,27 @@ def test_no_core_module_names_a_kind_of_source() -> None:
             "toolcrib.calls"} <= set(core)
 
 
+def test_the_core_names_no_built_in_plugin() -> None:
+    """The audit log and the hook programs are plugins like any other: the pipeline hears them through what any
+    plugin may be (an ``AuditSink``, ``sees_calls``), never by name."""
+    builtins = set()
+    tree = ast.parse((PACKAGE / "default_plugins" / "__init__.py").read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Tuple) and node.elts and isinstance(node.elts[0], ast.Constant) \
+                and str(node.elts[0].value).startswith("toolcrib."):
+            builtins.add(node.elts[0].value)
+    assert builtins == {"toolcrib.audit", "toolcrib.hooks"}
+    named = {}
+    for name, path in modules().items():
+        if name.startswith(("toolcrib.default_plugins", "toolcrib.mcp", "toolcrib.cli")):
+            continue
+        found = [n.lineno for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                 if isinstance(n, ast.Constant) and n.value in builtins]
+        if found:
+            named[name] = found
+    assert named == {}
+
+
 def test_the_kind_check_sees_each_way_of_naming_a_kind(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text('if record.kind == "mcp": pass\nRecord(kind="openapi")\nLABELS = {"mcp": 1}\n'

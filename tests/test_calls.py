@@ -559,6 +559,34 @@ async def _always(*args: Any) -> bool:
     return True
 
 
+class Narrow:
+    """A policy that says which calls it sees (``sees_calls``): only files__read's, and only agent a's."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str, str]] = []
+        self.seen: list[str] = []
+
+    def sees_calls(self, hook: str, agent: str, tool: str) -> bool:
+        self.asked.append((hook, agent, tool))
+        return agent == "a" and tool == "files__read"
+
+    @toolcrib.hookimpl
+    def toolcrib_pre_tool_use(self, tool: str) -> Any:
+        self.seen.append(tool)
+        return Deny("not now")
+
+
+def test_a_plugin_that_says_which_calls_it_sees_is_called_for_those_alone() -> None:
+    narrow = Narrow()
+    host = rules_host(tools='{ allow = ["*"] }', plugins={"narrow": narrow})
+    assert call(host, "files__rm", {"path": "x"}).text == "removed x"
+    assert call(host, "files__read", {"path": "a.md"}).text == "not now"
+    assert call(host, "files__read", {"path": "b.md"}).text == "not now"
+    assert narrow.seen == ["files__read", "files__read"]
+    assert narrow.asked == [("toolcrib_pre_tool_use", "a", "files__rm"),
+                            ("toolcrib_pre_tool_use", "a", "files__read")]  # asked once a tool (a view never changes)
+
+
 def test_post_tool_use_hooks_redact_and_fail_closed() -> None:
     host = rules_host(plugins={"redactor": Redactor()})
     assert call(host, "files__read", {"path": "secret-plan"}, approver=_always).text == "contents of [redacted]-plan"
@@ -701,9 +729,10 @@ def test_audit_line_is_the_records_json(name: str, arguments: Any, identity: Any
 def test_audit_lines_keep_coming_past_arguments_that_cannot_be_written(tmp_path: Path) -> None:
     from toolcrib.default_plugins.audit import AuditLog
     audit = AuditLog(tmp_path / "a.jsonl")
-    audit.add((1_764_510_000.25, "a", "tool", "t", "allowed", "rules", 0.001, False, {"x": _Unwritable()}, None, None,
-                None))
-    audit.add((1_764_510_000.5, "a", "tool", "t", "allowed", "rules", 0.002, False, {"x": 1}, None, "call_1", None))
+    audit.log_decision((1_764_510_000.25, "a", "tool", "t", "allowed", "rules", 0.001, False, {"x": _Unwritable()},
+                        None, None, None))
+    audit.log_decision((1_764_510_000.5, "a", "tool", "t", "allowed", "rules", 0.002, False, {"x": 1}, None, "call_1",
+                        None))
     audit.close()
     lines = [json.loads(text) for text in (tmp_path / "a.jsonl").read_text().splitlines()]
     assert [(line["arguments"], line.get("call_id")) for line in lines] == [
@@ -743,7 +772,8 @@ def test_a_process_that_never_closes_its_log_loses_no_line(tmp_path: Path) -> No
     script = ("import sys; from pathlib import Path; from toolcrib.default_plugins.audit import AuditLog\n"
               "log = AuditLog(Path(sys.argv[1]))\n"
               "for i in range(500):\n"
-              "    log.add((1.0 + i, 'a', 'tool', f't{i}', 'allowed', 'rules', 0.0, False, None, None, None, None))\n")
+              "    log.log_decision((1.0 + i, 'a', 'tool', f't{i}', 'allowed', 'rules', 0.0, False, None, None, None,"
+              " None))\n")
     subprocess.run([sys.executable, "-c", script, str(tmp_path / "a.jsonl")], check=True, timeout=60)
     names = [json.loads(text)["tool"] for text in (tmp_path / "a.jsonl").read_text().splitlines()]
     assert names == [f"t{i}" for i in range(500)]

@@ -16,9 +16,10 @@ None, notes or None: what the tool itself added to its record, ``Context.note``)
 
 @runtime_checkable
 class AuditSink(Protocol):
-    """What takes decisions as they are made (the built-in audit log): ``add`` must not block."""
+    """A plugin that takes decisions as they are made, as they are (the built-in audit log, whose writer thread
+    formats them), instead of through ``toolcrib_audit``'s records: ``log_decision`` must not block."""
 
-    def add(self, decision: Logged) -> None: ...
+    def log_decision(self, decision: Logged) -> None: ...
 
 
 def record(decision: Logged) -> dict[str, Any]:

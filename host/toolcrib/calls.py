@@ -105,15 +105,15 @@ class Pipeline:
         self.version = loaded.version  # what an operator's answer is bound to, beside the call itself
         self.desk: Desk | None = None  # where operators answer approvals: the serving process's (ServingState)
         self._feed: Any = None  # the operator console's live feed (toolcrib.mcp.console.Feed), when one watches
-        # The audit log is handed each decision as it is (its writer thread formats it); other toolcrib_audit
+        # A plugin that is an AuditSink (the audit log) is handed each decision as it is; the other toolcrib_audit
         # plugins get the record.
-        log_plugin = pm.get_plugin("toolcrib.audit")
-        self._log: AuditSink | None = log_plugin if isinstance(log_plugin, AuditSink) else None
-        self._audit = [h for h in plugin_hooks(pm, "toolcrib_audit") if h.plugin != "toolcrib.audit"]
+        sinks = {name: plugin for name, plugin in pm.list_name_plugin() if isinstance(plugin, AuditSink)}
+        self._sinks: tuple[AuditSink, ...] = tuple(sinks.values())
+        self._audit = [h for h in plugin_hooks(pm, "toolcrib_audit") if h.plugin not in sinks]
         self._metrics = metrics
         # then each decision is timed and reported
-        self._observed = bool(self._audit) or self._log is not None or metrics is not None
-        self._audit_ids = bool(self._audit) or self._log is not None
+        self._observed = bool(self._audit) or bool(self._sinks) or metrics is not None
+        self._audit_ids = bool(self._audit) or bool(self._sinks)
         self._ids = itertools.count(1)
         self._id_prefix = secrets.token_hex(4)  # call ids are this host's prefix and a count: unique, and cheap
         self._workers = host.sync_workers
@@ -261,13 +261,11 @@ class Pipeline:
 
     def _hooks_for(self, agent: str, tool: str, hooks: list[PluginHook],
                    remembered: dict[tuple[str, str], list[PluginHook]], name: str) -> list[PluginHook]:
-        """Of ``hooks`` (of the hook ``name``), those that see this agent's calls of this tool: the config's hook
-        programs (the plugin ``toolcrib.hooks``) say which calls they match."""
+        """Of ``hooks`` (of the hook ``name``), those that see this agent's calls of this tool: a plugin that says
+        which calls it sees (``PluginHook.sees``: the config's hook programs do) is not called for the others."""
         found = remembered.get((agent, tool))
         if found is None:
-            programs = self._pm.get_plugin("toolcrib.hooks")
-            found = [h for h in hooks
-                     if h.plugin != "toolcrib.hooks" or programs is None or programs.wants(name, agent, tool)]
+            found = [h for h in hooks if h.sees is None or h.sees(name, agent, tool)]
             remembered[(agent, tool)] = found
         return found
 
@@ -764,15 +762,15 @@ class Pipeline:
         elapsed = time.perf_counter() - call.started
         if self._metrics is not None:
             self._metrics.observe(call.agent, call.kind, call.name, decision, is_error, elapsed)
-        if self._log is None and not self._audit and self._feed is None:
+        if not self._sinks and not self._audit and self._feed is None:
             return
         given = call.arguments if self.audit_arguments and call.arguments is not None else None
         item = (time.time(), call.agent, call.kind, call.name, decision, by, elapsed, is_error, given, call.identity,
                 call.id or None, call.notes)
         if self._feed is not None:
             self._feed(item)
-        if self._log is not None:
-            self._log.add(item)
+        for sink in self._sinks:
+            sink.log_decision(item)
         if not self._audit:
             return
         frozen = types.MappingProxyType(audit_record(item))

@@ -335,10 +335,14 @@ class PluginHook:
     only the caller can await (so ``firstresult`` across plugins is the caller's: the first answer, awaited, that
     is not None). Each call still goes through pluggy (``subset_hook_caller``): opt-in arguments, ``tryfirst`` and
     ``trylast`` ordering, tracing and call monitoring all apply.
+
+    ``sees`` is the plugin's ``sees_calls(hook, agent, tool) -> bool``, when it has one: a plugin that hears only
+    some calls (the config's hook programs) says which, and the pipeline calls it for those alone.
     """
 
     plugin: str
     caller: Callable[..., Any]
+    sees: Callable[[str, str, str], bool] | None = None
 
     def __call__(self, **kwargs: Any) -> Any:
         """The implementation's answer: what it returned, or None."""
@@ -394,8 +398,13 @@ def plugin_hooks(pm: PluginManager, hook: str) -> list[PluginHook]:
     heard twice."""
     caller: pluggy.HookCaller = getattr(pm.hook, hook)
     names = {id(plugin): name for name, plugin in pm.list_name_plugin()}
-    return [PluginHook(names.get(id(impl.plugin), "?"), _OneImpl(caller, impl))
+    return [PluginHook(names.get(id(impl.plugin), "?"), _OneImpl(caller, impl), _sees(impl.plugin))
             for impl in reversed(caller.get_hookimpls())]
+
+
+def _sees(plugin: Any) -> Callable[[str, str, str], bool] | None:
+    sees = getattr(plugin, "sees_calls", None)
+    return sees if callable(sees) else None
 
 
 def hooks_by_plugin(pm: PluginManager, hook: str) -> dict[str, PluginHook]:

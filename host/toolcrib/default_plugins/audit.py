@@ -34,7 +34,7 @@ class AuditLog:
         self._writer: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def add(self, decision: Logged) -> None:
+    def log_decision(self, decision: Logged) -> None:
         """Queue one decision for the writer thread."""
         if self._writer is None:
             with self._lock:

@@ -429,9 +429,9 @@ class CommandHooks:
             if hook.long_lived is not None:
                 hook.long_lived.close()
 
-    def wants(self, hook: str, agent: str, tool: str) -> bool:
+    def sees_calls(self, hook: str, agent: str, tool: str) -> bool:
         """Whether any of the programs of ``hook`` sees this agent's calls of this tool (else the pipeline does not
-        call it)."""
+        call it: ``toolcrib.plugins.PluginHook.sees``)."""
         return (self.pre if hook == "toolcrib_pre_tool_use" else self.post).wants(agent, tool)
 
     @hookimpl
