@@ -135,21 +135,25 @@ def test_every_entrance_closes_what_it_opened(tmp_path: Path, calls: list[tuple[
     assert calls == [("open", id(source)), ("close", id(source))]
 
 
-def test_a_source_that_breaks_while_opening_fails_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("raised", "said"), [(RuntimeError("the disk went away"), "RuntimeError: the disk went away"),
+                                              (SystemExit(3), "SystemExit: 3"),
+                                              (GeneratorExit("gone"), "GeneratorExit: gone")])
+def test_a_source_that_breaks_while_opening_fails_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        raised: BaseException, said: str) -> None:
+    """Whatever its ``open`` raises (``BaseException`` included), that source fails and the others are served."""
     config = write_config(tmp_path, extra='[openapi.other]\ndocument = "petstore.json"\n'
                                           'base_url = "http://127.0.0.1:9/v2"\noperations = ["getPetById"]\n')
     real_open = OpenAPISource.open
 
     async def open_(self: OpenAPISource) -> None:
         if self.name == "pets":
-            raise RuntimeError("the disk went away")
+            raise raised
         await real_open(self)
 
     monkeypatch.setattr(OpenAPISource, "open", open_)
     host = Host.from_config(config, autoload=False, env={})
     records = {r.name: (r.state, r.error) for r in host.records if r.kind == "openapi"}
-    assert records == {"other": ("loaded", None),
-                       "pets": ("failed", "cannot be opened: RuntimeError: the disk went away")}
+    assert records == {"other": ("loaded", None), "pets": ("failed", f"cannot be opened: {said}")}
     assert [t.name for t in host.view("a").tools if not t.name.startswith("toolcrib__")] == ["other__getPetById"]
 
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup
 
+from toolcrib.errors import contained
 from toolcrib.sources import Source
 from toolcrib.supply import openapi
 
@@ -113,7 +114,9 @@ def _blocking(step: Callable[[list[Source]], Coroutine[Any, Any, None]], sources
 async def _open(source: Source) -> None:
     try:
         await source.open()
-    except Exception as exc:  # a source that breaks while opening is failed alone
+    except BaseException as exc:  # a source that breaks while opening is failed alone, whatever it raises
+        if not contained(exc):
+            raise
         log.warning("source %r could not be opened: %s: %s", source.name, type(exc).__name__, exc)
         source.offer().record.fail(f"cannot be opened: {type(exc).__name__}: {exc}")
         source.offer().entries.clear()
@@ -124,7 +127,9 @@ async def _close_all(sources: list[Source]) -> None:
         with anyio.CancelScope(shield=True):
             try:
                 await source.close()
-            except Exception as exc:
+            except BaseException as exc:
+                if not contained(exc):
+                    raise
                 log.warning("source %r could not be closed: %s: %s", source.name, type(exc).__name__, exc)
 
 
