@@ -587,6 +587,27 @@ def test_a_plugin_that_says_which_calls_it_sees_is_called_for_those_alone() -> N
                             ("toolcrib_pre_tool_use", "a", "files__read")]  # asked once a tool (a view never changes)
 
 
+class LooksLikeASink:
+    """A pack with an audit hook and a method shaped like the audit log's: it is heard through its hook alone."""
+
+    def __init__(self) -> None:
+        self.records: list[str] = []
+
+    def log_decision(self, decision: Any) -> None:
+        raise RuntimeError("a pack's method the pipeline must never call")
+
+    @toolcrib.hookimpl
+    def toolcrib_audit(self, record: Any) -> None:
+        self.records.append(f"{record['tool']} {record['decision']}")
+
+
+def test_only_the_host_s_own_audit_log_takes_decisions_raw_a_pack_is_heard_through_its_hook() -> None:
+    pack = LooksLikeASink()
+    host = rules_host(tools='{ allow = ["*"] }', plugins={"sinkish": pack})
+    assert call(host, "files__rm", {"path": "x"}).text == "removed x"
+    assert pack.records == ["files__rm allowed"]
+
+
 def test_post_tool_use_hooks_redact_and_fail_closed() -> None:
     host = rules_host(plugins={"redactor": Redactor()})
     assert call(host, "files__read", {"path": "secret-plan"}, approver=_always).text == "contents of [redacted]-plan"

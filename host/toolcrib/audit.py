@@ -16,8 +16,9 @@ None, notes or None: what the tool itself added to its record, ``Context.note``)
 
 @runtime_checkable
 class AuditSink(Protocol):
-    """A plugin that takes decisions as they are made, as they are (the built-in audit log, whose writer thread
-    formats them), instead of through ``toolcrib_audit``'s records: ``log_decision`` must not block."""
+    """What takes decisions as they are made, as they are (the built-in audit log, whose writer thread formats
+    them), instead of through ``toolcrib_audit``'s records: the host hands the pipeline its own (a pack is heard
+    through ``toolcrib_audit`` only). ``log_decision`` must not block."""
 
     def log_decision(self, decision: Logged) -> None: ...
 

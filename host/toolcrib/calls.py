@@ -18,7 +18,7 @@ import logging
 import secrets
 import time
 import types
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -87,7 +87,8 @@ class Pipeline:
     """Runs calls for every view of one host state; holds what all calls share (hooks, limits, workers)."""
 
     def __init__(self, pm: PluginManager, loaded: LoadedConfig, settings: Mapping[str, Any],
-                 metrics: Metrics | None = None, limits: Limiter | None = None) -> None:
+                 metrics: Metrics | None = None, limits: Limiter | None = None,
+                 sinks: Sequence[AuditSink] = ()) -> None:
         host = loaded.config.host
         self.workspace: Path = loaded.workspace
         self.call_timeout = host.call_timeout
@@ -105,11 +106,11 @@ class Pipeline:
         self.version = loaded.version  # what an operator's answer is bound to, beside the call itself
         self.desk: Desk | None = None  # where operators answer approvals: the serving process's (ServingState)
         self._feed: Any = None  # the operator console's live feed (toolcrib.mcp.console.Feed), when one watches
-        # A plugin that is an AuditSink (the audit log) is handed each decision as it is; the other toolcrib_audit
+        # The sinks the host hands over (its audit log) get each decision as it is; the other toolcrib_audit
         # plugins get the record.
-        sinks = {name: plugin for name, plugin in pm.list_name_plugin() if isinstance(plugin, AuditSink)}
-        self._sinks: tuple[AuditSink, ...] = tuple(sinks.values())
-        self._audit = [h for h in plugin_hooks(pm, "toolcrib_audit") if h.plugin not in sinks]
+        self._sinks: tuple[AuditSink, ...] = tuple(sinks)
+        sinking = {name for name, plugin in pm.list_name_plugin() if any(plugin is sink for sink in self._sinks)}
+        self._audit = [h for h in plugin_hooks(pm, "toolcrib_audit") if h.plugin not in sinking]
         self._metrics = metrics
         # then each decision is timed and reported
         self._observed = bool(self._audit) or bool(self._sinks) or metrics is not None

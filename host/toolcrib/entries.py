@@ -87,11 +87,11 @@ class Entry:
     """One tool, resource, template or prompt in the catalog: ``definition`` is what its source declared, ``kind``
     says which of the four it is.
 
-    ``supplier`` names the kind of source that offers it (``toolcrib.supply.kinds``; ``"builtin"`` for the host's
-    own, which are offered by what they serve instead of by a source); ``dimension``/``source`` say
-    which permission dimension governs that source (``plugins``/``orders`` for a pack, ``mcps``/``time`` for an
-    upstream server). ``read_only`` and ``destructive`` are a tool's annotations as the host trusts them: an
-    untrusted upstream server's tool is never read-only and always destructive.
+    ``supplier`` is the kind of source that offers it (a ``Kind``: ``PACK``, ``BUILTIN`` for the host's own, which
+    are offered by what they serve instead of by a source, or one of ``toolcrib.supply.kinds.KINDS``);
+    ``dimension``/``source`` say which permission dimension governs that source (``plugins``/``orders`` for a pack,
+    ``mcps``/``time`` for an upstream server). ``read_only`` and ``destructive`` are a tool's annotations as the
+    host trusts them: an untrusted upstream server's tool is never read-only and always destructive.
     """
 
     name: str

@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 
 from toolcrib import default_plugins, lock, patterns, uris, workspace
+from toolcrib.audit import AuditSink
 from toolcrib.calls import Pipeline
 from toolcrib.catalog import Catalog, build_catalog
 from toolcrib.config import AgentConfig, LoadedConfig, did_you_mean, load_config
@@ -90,13 +91,14 @@ class Host:
 
                 plugins = {**folder_packs([loaded.resolve(f) for f in folders]), **(plugins or {})}
             withheld = frozenset().union(*(known.withheld(loaded) for known in KINDS))  # packs another kind serves
+            builtins = default_plugins.create(loaded)
             self.records: list[PluginRecord] = [r for r in load_plugins(
                 self.pm,
                 disabled=loaded.disabled_packs() | withheld,
                 autoload=autoload_enabled(env) if autoload is None else autoload,
                 named=named_plugins(env),
                 plugins=plugins,
-                builtins=default_plugins.create(loaded),
+                builtins=builtins,
             ) if r.name not in withheld or r.kind != "pack"] + [offer.record for offer in offers]
             given = {offer.record.name for offer in offers}
             self.records += [record for known in KINDS for record in known.unserved(loaded, given)]
@@ -126,7 +128,9 @@ class Host:
             self.catalog.problems.extend(curation_problems)
             self._apply_lock()
             self.rules: dict[str, AgentRules] = compile_rules(loaded)
-            self.pipeline = Pipeline(self.pm, loaded, self.catalog.settings, metrics, limits)
+            sinks = [plugin for _, plugin in builtins  # the audit log, when one is kept
+                     if isinstance(plugin, AuditSink) and self.pm.is_registered(plugin)]
+            self.pipeline = Pipeline(self.pm, loaded, self.catalog.settings, metrics, limits, sinks)
         self._views: dict[str | tuple[str, frozenset[str]], AgentView] = {}
         self._lock = threading.Lock()
         self._opened: list[Source] = []  # the sources from_config opened for this host
