@@ -49,7 +49,7 @@ from toolcrib.errors import (
 from toolcrib.limits import Lease, Limit, LimitBook, Limiter, Refusal, compile_limits
 from toolcrib.observe import Metrics
 from toolcrib.plugins import PluginHook, PluginManager, plugin_hooks
-from toolcrib.runner import Call
+from toolcrib.runner import Call, Runner
 from toolcrib.uris import normalize as normalize_uri
 
 if TYPE_CHECKING:
@@ -57,15 +57,6 @@ if TYPE_CHECKING:
     from toolcrib.view import AgentView, ViewTool
 
 log = logging.getLogger("toolcrib.calls")
-
-# A sync handler declared ``inline`` runs on the event loop, saving the worker thread's hop (about 100-150 us a
-# call here). The guard: a run that holds the loop longer than INLINE_SECONDS sends that tool's next
-# INLINE_COOLDOWN calls to worker threads, then it is tried inline again. So an inline tool blocks the loop past the
-# bound at most once in every INLINE_COOLDOWN + 1 of its calls. The bound is the interpreter's switch interval
-# (sys.getswitchinterval()): as long as a handler in a worker thread may hold the GIL, and so the loop, anyway.
-INLINE_SECONDS = 0.005
-INLINE_COOLDOWN = 100
-
 
 class _Nothing(BaseModel):
     """The validated parameters of what takes none (and of an upstream server's passthrough)."""
@@ -124,8 +115,6 @@ class Pipeline:
                         if (found := compile_limits(name, agent.limits))}
         self._book: Limiter = limits if limits is not None else LimitBook()
         self._limits_for: dict[tuple[str, str], list[Limit]] = {}
-        self._off_loop: dict[str, int] = {}  # inline tool -> calls left in worker threads (its last run was slow)
-        self._slow: set[str] = set()  # inline tools that were sent off the loop at least once
 
     @property
     def limiter(self) -> anyio.CapacityLimiter:
@@ -449,65 +438,10 @@ class Pipeline:
         vt = call.tool
         assert vt is not None
         tool = vt.tool
-        runner = tool.runner
-        timeout = vt.timeout
-        value: Any = None
         try:
-            # on asyncio (anyio may run on trio, where the eager start below does not apply)
-            if runner.is_async and asyncio._get_running_loop() is not None:
-                # Run the coroutine up to its first suspension right here (as asyncio's eager tasks do): a
-                # handler that never suspends cannot overrun its timeout and needs no timer, which is most of
-                # the pipeline's own cost. One that suspends continues under asyncio.timeout, which (unlike an
-                # anyio cancel scope) may be entered after the handler entered scopes of its own.
-                coro = runner.start(model, call)
-                try:
-                    first = coro.send(None)
-                except StopIteration as done:
-                    value = done.value
-                else:
-                    deadline = asyncio.timeout(timeout)
-                    try:
-                        async with deadline:
-                            value = await _Resume(coro, first)
-                    except TimeoutError:
-                        if not deadline.expired():
-                            raise  # the handler's own TimeoutError: a failure like any other
-                        return ToolResult.error(f"Tool {vt.name} timed out after {_seconds(timeout)} and was stopped.")
-            elif runner.is_async:
-                with anyio.move_on_after(timeout) as scope:
-                    value = await runner.start(model, call)
-                if scope.cancelled_caught:
-                    return ToolResult.error(f"Tool {vt.name} timed out after {_seconds(timeout)} and was stopped.")
-            elif getattr(runner, "inline", False) and self._on_loop(vt.name):
-                work = runner.start(model, call)
-                value = await self._inline(call, vt.name, work if call.lease is None
-                                           else functools.partial(_leased, call.lease, work))
-            else:
-                # A thread cannot be stopped: on a timeout (or the client cancelling) the call returns at once and
-                # the handler is told through ctx.cancelled, so a long one can stop and free its worker.
-                work = runner.start(model, call)
-                lease = call.lease
-                try:
-                    with anyio.move_on_after(timeout) as scope:
-                        value = await anyio.to_thread.run_sync(
-                            work if lease is None else functools.partial(_leased, lease, work),
-                            limiter=self.limiter, abandon_on_cancel=True,
-                        )
-                except BaseException:  # cancelled from outside (the client gave up), or the handler failed
-                    call.cancel()
-                    raise
-                if scope.cancelled_caught:
-                    call.cancel()
-                    return ToolResult.error(f"Tool {vt.name} timed out after {_seconds(timeout)} and was stopped.")
+            value = await self._execute(call, tool.runner, model, vt.timeout, "Tool", vt.name)
         except ToolError as exc:
             return ToolResult.error(str(exc) or f"Tool {vt.name} failed.")
-        except Suspend:
-            raise  # not a failure: the front end asks the client, and the call is made again
-        except BaseException as exc:  # whatever a handler raises, the host goes on; only a real cancel stops it
-            if not contained(exc):
-                raise
-            log.error("tool %s raised (agent %r)", vt.name, call.agent, exc_info=exc)
-            return ToolResult.error(f"Tool {vt.name} failed with an internal error; the host's log has the details.")
         try:
             check = tool.check_output
             result = normalize(value, check(value) if check is not None else None)
@@ -687,65 +621,64 @@ class Pipeline:
             raise InvalidArgumentsError(format_validation_error(entry.name, exc, model).replace(
                 "Invalid arguments for", f"Invalid {what} for")) from None
 
-    def _on_loop(self, name: str) -> bool:
-        """Whether an inline handler of ``name`` runs on the loop this time (not while its guard holds it off)."""
-        left = self._off_loop.get(name)
-        if left is None:
-            return True
-        if left <= 1:
-            del self._off_loop[name]
-        else:
-            self._off_loop[name] = left - 1
-        return False
-
-    async def _inline(self, call: Call, name: str, work: Callable[[], Any]) -> Any:
-        """Run a sync handler declared inline on the event loop, timed: one that held it past ``INLINE_SECONDS``
-        goes to worker threads for its next ``INLINE_COOLDOWN`` calls. What it asked of its client (progress, log
-        messages) is sent once it returns, in order."""
-        ctx = call._context
-        held: list[Any] = []
-        if ctx is not None:
-            ctx._held = held
-        started = time.perf_counter()
+    async def _execute(self, call: Call, runner: Runner, model: BaseModel, timeout: float, what: str,
+                       name: str) -> Any:
+        """Run what ``runner`` starts for ``call`` (a tool's handler, a resource's reader, a prompt's function) under
+        ``timeout``, and answer its value. The one error rule: a ``ToolError`` is the handler's own answer; a
+        timeout, or anything else it raises, becomes a ``ToolError`` that names ``what`` ran (the host's log has the
+        rest); only a real cancel, or a ``Suspend`` (the front end asks the client, and the call is made again),
+        passes through."""
         try:
-            return work()
-        finally:
-            took = time.perf_counter() - started
-            if ctx is not None:
-                ctx._held = None
-            if took > INLINE_SECONDS:
-                self._off_loop[name] = INLINE_COOLDOWN
-                level = logging.DEBUG if name in self._slow else logging.WARNING  # (warned once a tool)
-                self._slow.add(name)
-                log.log(level, "%s runs inline and held the event loop for %.1f ms (more than %g ms): its next %d "
-                        "calls run in worker threads", name, took * 1000, INLINE_SECONDS * 1000, INLINE_COOLDOWN)
-            for message in held:
-                await message
-
-    async def _invoke(self, call: Call, model: BaseModel) -> Any:
-        """Run a resource's or prompt's runner under the call timeout; whatever it raises is its own failure."""
-        entry = call.entry
-        assert entry is not None
-        runner = entry.item.runner
-        what = "Resource" if call.kind == "resource" else "Prompt"
-        try:
-            if not runner.is_async and getattr(runner, "inline", False) and self._on_loop(entry.name):
-                return await self._inline(call, entry.name, runner.start(model, call))  # (no timer: it cannot stop)
-            with anyio.fail_after(self.call_timeout):
-                work = runner.start(model, call)
-                if runner.is_async:
-                    return await work
-                return await anyio.to_thread.run_sync(work, limiter=self.limiter, abandon_on_cancel=True)
-        except TimeoutError:
-            raise ToolError(f"{what} {entry.name} timed out after {_seconds(self.call_timeout)}.") from None
+            work = runner.start(model, call)
+            if callable(work):
+                # A thread cannot be stopped: on a timeout (or the client cancelling) the call returns at once and
+                # the handler is told through ctx.cancelled, so a long one can stop and free its worker.
+                lease = call.lease
+                try:
+                    with anyio.move_on_after(timeout):
+                        return await anyio.to_thread.run_sync(
+                            work if lease is None else functools.partial(_leased, lease, work),
+                            limiter=self.limiter, abandon_on_cancel=True,
+                        )
+                except BaseException:  # cancelled from outside (the client gave up), or the handler failed
+                    call.cancel()
+                    raise
+                call.cancel()  # (here only when the timeout cancelled the wait)
+                raise _timed_out(what, name, timeout)
+            if asyncio._get_running_loop() is not None:  # (anyio may run on trio, where this does not apply)
+                # Run the coroutine up to its first suspension right here (as asyncio's eager tasks do): a handler
+                # that never suspends cannot overrun its timeout and needs no timer, which is most of the
+                # pipeline's own cost. One that suspends continues under asyncio.timeout, which (unlike an anyio
+                # cancel scope) may be entered after the handler entered scopes of its own.
+                try:
+                    first = work.send(None)
+                except StopIteration as done:
+                    return done.value
+                deadline = asyncio.timeout(timeout)
+                try:
+                    async with deadline:
+                        return await _Resume(work, first)
+                except TimeoutError:
+                    if not deadline.expired():
+                        raise  # the handler's own TimeoutError: a failure like any other
+                    raise _timed_out(what, name, timeout) from None
+            with anyio.move_on_after(timeout):
+                return await work
+            raise _timed_out(what, name, timeout)
         except (ToolError, Suspend):
             raise
-        except BaseException as exc:
+        except BaseException as exc:  # whatever a handler raises, the host goes on; only a real cancel stops it
             if not contained(exc):
                 raise
-            log.error("%s %s raised (agent %r)", what.lower(), entry.name, call.agent, exc_info=exc)
-            raise ToolError(f"{what} {entry.name} failed with an internal error; the host's log has the "
-                            "details.") from None
+            log.error("%s %s raised (agent %r)", what.lower(), name, call.agent, exc_info=exc)
+            raise ToolError(f"{what} {name} failed with an internal error; the host's log has the details.") from None
+
+    async def _invoke(self, call: Call, model: BaseModel) -> Any:
+        """Run a resource's or prompt's runner, as a tool's is run (``_execute``) under the call timeout."""
+        entry = call.entry
+        assert entry is not None
+        return await self._execute(call, entry.item.runner, model, self.call_timeout,
+                                   "Resource" if call.kind == "resource" else "Prompt", entry.name)
 
     def limit_usage(self, agent: str) -> list[dict[str, Any]] | None:
         """The agent's limits as they stand (``LimitBook.usage``); None when they are counted on a shared store."""
@@ -822,6 +755,10 @@ def _leased(lease: Lease, work: Callable[[], Any]) -> Any:
         return work()
     finally:
         lease.end()
+
+
+def _timed_out(what: str, name: str, timeout: float) -> ToolError:
+    return ToolError(f"{what} {name} timed out after {_seconds(timeout)} and was stopped.")
 
 
 def _seconds(value: float) -> str:

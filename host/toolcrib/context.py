@@ -122,6 +122,7 @@ class Context:
     _rules: Any = field(default=None, repr=False)  # the call's argument rules (permissions.CallRules), if any
     _call: Any = field(default=None, repr=False)  # the call (toolcrib.runner.Call), for what ``note`` adds
     # while a sync handler runs inline on the event loop: what it asked of its client, sent once it returns
+    # (``held_messages``)
     _held: list[Awaitable[None]] | None = field(default=None, repr=False)
 
     def note(self, **fields: Any) -> None:
@@ -310,3 +311,21 @@ _PY_LEVELS = {
     "warning": logging.WARNING,
     "error": logging.ERROR,
 }
+
+
+def held_messages(ctx: Context | None, held: list[Awaitable[None]]) -> Callable[[], None]:
+    """While a sync handler runs on the event loop (inline): what it asks of its client through ``ctx`` (progress,
+    log messages) goes to ``held``, to be sent in order once it returns, rather than sent from the loop it holds.
+    Answers what ends that."""
+    if ctx is None:
+        return _nothing
+    ctx._held = held
+
+    def end() -> None:
+        ctx._held = None
+
+    return end
+
+
+def _nothing() -> None:
+    pass

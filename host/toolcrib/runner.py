@@ -1,11 +1,13 @@
 """One call's state (``Call``) and how a tool's handler is run (``Runner``).
 
 The pipeline (``toolcrib.calls``) knows no calling convention: it validates the arguments, then asks the tool's
-runner to ``start`` the call with the validated model and the ``Call``. A runner answers with a coroutine (an async
-runner) or a function of no arguments to run in a worker thread (a sync one); the pipeline awaits it under the
-tool's timeout, or runs it on a worker. How a Python function takes its arguments (``PythonRunner``), how an
-upstream server's tool is called (``toolcrib.supply.mcp``) or, later, an HTTP operation, lives with the source
-that made the tool. A new kind of source brings its own runner::
+runner to ``start`` the call with the validated model and the ``Call``. A runner answers with a coroutine, which
+the pipeline awaits on the event loop under the call's timeout, or a function of no arguments, which it runs in one
+of its worker threads (``is_async`` says which the handler is; a sync handler declared ``inline`` answers a
+coroutine that runs it on the loop, ``InlineGuard``). How a Python function takes its arguments
+(``PythonRunner``), how an upstream server's tool is called (``toolcrib.supply.mcp``) or an HTTP operation
+(``toolcrib.supply.openapi``), lives with the source that made the tool. A new kind of source brings its own
+runner::
 
     class EchoRunner:
         is_async = True
@@ -21,14 +23,16 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+import resource
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel
 
-from toolcrib.context import Approver, ClientChannel, Context
+from toolcrib.context import Approver, ClientChannel, Context, held_messages
 
 if TYPE_CHECKING:
     from toolcrib.entries import Entry
@@ -38,9 +42,9 @@ if TYPE_CHECKING:
 
 class Runner(Protocol):
     """How a tool's handler is run, and a resource's or a prompt's (``model`` is then its validated parameters or
-    arguments, and ``call.name`` the resource's URI). ``start`` returns a coroutine when ``is_async``, else a
-    function of no arguments for a worker thread; it must not block (a sync handler's work belongs in the function
-    it returns)."""
+    arguments, and ``call.name`` the resource's URI). ``start`` returns a coroutine (``is_async``: an async
+    handler's), else a function of no arguments for a worker thread; it must not block (a sync handler's work
+    belongs in the function it returns)."""
 
     @property
     def is_async(self) -> bool: ...
@@ -126,35 +130,124 @@ def pack_logger(namespace: str) -> logging.Logger:
 Convention = Literal["keywords", "model", "dict"]
 
 
+# The guard of a sync handler declared ``inline`` (``InlineGuard``): a run that holds the event loop longer than
+# INLINE_SECONDS, by its own CPU time or by waiting (sleep, I/O, a lock), sends the handler's next INLINE_COOLDOWN
+# calls to worker threads, then it is tried on the loop again. The bound is the interpreter's switch interval
+# (sys.getswitchinterval()): as long as a handler in a worker thread may hold the GIL, and so the loop, anyway. Wall
+# time alone would also count the time a busy machine gives other processes, so a run over the bound is only a
+# suspect: the handler's next run on the loop is measured by the thread's own clock (getrusage), and the guard trips
+# when that run was over the bound too and spent it computing or waiting, not preempted. A run past
+# INLINE_WAIT_SECONDS trips it at once, whatever held it.
+INLINE_SECONDS = 0.005
+INLINE_WAIT_SECONDS = 0.1
+INLINE_COOLDOWN = 100
+
+log = logging.getLogger("toolcrib.runner")
+
+
+class InlineGuard:
+    """Where a sync handler declared ``inline`` runs, call by call: on the event loop (``start`` answers a coroutine
+    that runs it there at once), or in a worker thread while the guard holds it off the loop (``start`` answers the
+    function). What it asks of its client on the loop is sent once it returns, in order."""
+
+    __slots__ = ("_left", "_suspect", "_warned")
+
+    def __init__(self) -> None:
+        self._left = 0  # calls left in worker threads
+        self._suspect = False  # the last run was over the bound by wall time: the next one is measured
+        self._warned = False  # (a warning the first time it trips; debug after)
+
+    def start(self, work: Callable[[], Any], call: Call) -> Any:
+        if self._left:
+            self._left -= 1
+            return work
+        return self._on_loop(work, call)
+
+    async def _on_loop(self, work: Callable[[], Any], call: Call) -> Any:
+        ctx = call._context
+        if ctx is None:  # (a handler without a Context asks nothing of its client)
+            measured = resource.getrusage(resource.RUSAGE_THREAD) if self._suspect else None
+            started = perf_counter()
+            try:
+                return work()
+            finally:
+                took = perf_counter() - started
+                if took > INLINE_SECONDS or measured is not None:
+                    self._judge(call.name, took, measured)
+        held: list[Awaitable[None]] = []
+        release = held_messages(ctx, held)
+        measured = resource.getrusage(resource.RUSAGE_THREAD) if self._suspect else None
+        started = perf_counter()
+        try:
+            return work()
+        finally:
+            took = perf_counter() - started
+            release()
+            if took > INLINE_SECONDS or measured is not None:
+                self._judge(call.name, took, measured)
+            for message in held:
+                await message
+
+    def _judge(self, name: str, took: float, measured: resource.struct_rusage | None) -> None:
+        """A run held the loop ``took`` seconds (``measured``: the thread's usage before it, for a suspect's run):
+        trip, suspect the next run, or clear the suspicion."""
+        if took <= INLINE_SECONDS:
+            self._suspect = False
+            return
+        if took <= INLINE_WAIT_SECONDS:
+            if measured is None:
+                self._suspect = True
+                return
+            now = resource.getrusage(resource.RUSAGE_THREAD)
+            cpu = now.ru_utime + now.ru_stime - measured.ru_utime - measured.ru_stime
+            if cpu <= INLINE_SECONDS and now.ru_nvcsw == measured.ru_nvcsw:
+                self._suspect = False  # it was preempted (a busy machine), not slow
+                return
+        self._suspect = False
+        self._left = INLINE_COOLDOWN
+        log.log(logging.DEBUG if self._warned else logging.WARNING,
+                "%s runs inline and held the event loop for %.1f ms (more than %g ms): its next %d calls run in "
+                "worker threads", name, took * 1000, INLINE_SECONDS * 1000, INLINE_COOLDOWN)
+        self._warned = True
+
+
 @dataclass(frozen=True, slots=True)
 class PythonRunner:
     """A Python function as a tool's handler. ``convention`` says how it takes the arguments: as keyword arguments
     (a decorated function), as the validated model (the explicit form), or as a dict (a JSON Schema tool);
-    ``context_param`` names the parameter that gets the ``toolcrib.Context``, if any."""
+    ``context_param`` names the parameter that gets the ``toolcrib.Context``, if any. A sync handler its author
+    declared quick (``inline``) runs on the event loop rather than in a worker thread, under its guard."""
 
     handler: Callable[..., Any]
     is_async: bool = False
     convention: Convention = "keywords"
     context_param: str | None = None
-    # a sync handler its author declared quick (``inline=True``): run on the event loop rather than in a worker
-    # thread, under the pipeline's guard (``toolcrib.calls.INLINE_SECONDS``)
     inline: bool = False
+    guard: InlineGuard | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.inline and self.guard is None:
+            object.__setattr__(self, "guard", InlineGuard())
 
     def start(self, model: BaseModel, call: Call) -> Any:
         if self.context_param is None and self.convention == "keywords":  # the common case, first
-            return self.handler(**model.__dict__) if self.is_async else functools.partial(self.handler,
-                                                                                          **model.__dict__)
-        args: tuple[Any, ...] = ()
-        if self.convention == "keywords":  # with a Context parameter (the case without came first)
-            kwargs: dict[str, Any] = dict(model.__dict__)
+            if self.is_async:
+                return self.handler(**model.__dict__)
+            work = functools.partial(self.handler, **model.__dict__)
         else:
-            args = (model,) if self.convention == "model" else (dict(model.__pydantic_extra__ or {}),)
-            kwargs = {}
-        if self.context_param is not None:
-            kwargs[self.context_param] = call.context()
-        if self.is_async:
-            return self.handler(*args, **kwargs)
-        return functools.partial(self.handler, *args, **kwargs)
+            args: tuple[Any, ...] = ()
+            if self.convention == "keywords":  # with a Context parameter (the case without came first)
+                kwargs: dict[str, Any] = dict(model.__dict__)
+            else:
+                args = (model,) if self.convention == "model" else (dict(model.__pydantic_extra__ or {}),)
+                kwargs = {}
+            if self.context_param is not None:
+                kwargs[self.context_param] = call.context()
+            if self.is_async:
+                return self.handler(*args, **kwargs)
+            work = functools.partial(self.handler, *args, **kwargs)
+        return work if self.guard is None else self.guard.start(work, call)
 
 
-__all__ = ["Call", "Convention", "PythonRunner", "Runner"]
+__all__ = ["INLINE_COOLDOWN", "INLINE_SECONDS", "INLINE_WAIT_SECONDS", "Call", "Convention", "InlineGuard",
+           "PythonRunner", "Runner"]
