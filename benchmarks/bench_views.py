@@ -18,7 +18,7 @@ from toolcrib import tool
 from toolcrib.calls import Pipeline
 from toolcrib.catalog import Entry
 from toolcrib.config import Config, LoadedConfig
-from toolcrib.entries import PACK
+from toolcrib.entries import PACK, Provenance
 from toolcrib.permissions import compile_rules
 from toolcrib.plugins import get_plugin_manager
 from toolcrib.view import build_view
@@ -32,8 +32,7 @@ def catalog(n_tools: int, per_pack: int = 10) -> dict[str, Entry]:
     for i in range(n_tools):
         ns = f"pack{i // per_pack}"
         name = f"{ns}__tool{i % per_pack}"
-        entries[name] = Entry(name=name, namespace=ns, supplier=PACK, dimension="plugins", source=ns,
-                              definition=checked if i % 10 == 0 else plain)
+        entries[name] = Entry(name=name, provenance=Provenance(ns, PACK), definition=checked if i % 10 == 0 else plain)
     return dict(sorted(entries.items()))
 
 

@@ -19,7 +19,7 @@ import toolcrib
 from conftest import cli, config_from, make_host
 from packs import FILES, NOTES, Pack
 from toolcrib.catalog import Entry
-from toolcrib.entries import PACK
+from toolcrib.entries import PACK, Provenance
 from toolcrib.permissions import CallRules, Check, Named, compile_rules, decide, permitted
 from toolcrib.supply.mcp import KIND as MCP
 from toolcrib.tool import get_tool
@@ -533,16 +533,15 @@ def test_plan_mode_says_why_an_untrusted_servers_read_only_hint_does_not_count()
                        "readOnlyHint does not count (set trusted = true to trust it)"),
         (True, True, "plan mode, and the tool is annotated read-only"),
     ]:
-        entry = Entry(name="time__now", namespace="time", supplier=MCP, dimension="mcps", source="time",
-                      definition=spec, trusted=trusted)
+        entry = Entry(name="time__now", provenance=Provenance("time", MCP, "mcps", trusted=trusted), definition=spec)
         decision = decide(rules, entry, detail=True)
         assert (decision.visible, decision.checks[2].name, decision.checks[2].passed, decision.checks[2].detail) == (
             passed, "mode", passed, detail)
     writes = get_tool(toolcrib.tool(name="set", description="Set the time.")(lambda: "x"))
     assert writes is not None
     for trusted in (True, False):  # not read-only at all: trust does not come into it
-        entry = Entry(name="time__set", namespace="time", supplier=MCP, dimension="mcps", source="time",
-                      definition=writes, trusted=trusted)
+        entry = Entry(name="time__set", provenance=Provenance("time", MCP, "mcps", trusted=trusted),
+                      definition=writes)
         assert decide(rules, entry, detail=True).checks[2].detail == (
             "plan mode shows only tools annotated read-only (readOnlyHint), and this one is not")
 

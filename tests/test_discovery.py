@@ -490,7 +490,7 @@ def test_a_source_offers_entries_of_every_kind_under_one_set_of_collision_rules(
     """Tools, resources and prompts are one entry type: a source offers them in one list, and the catalog places
     each by its kind. A tool and a prompt may share a name; two sources offering one prompt name serve neither,
     and a pack that declares two prompts (or resources) of one name serves none of them, as for tools."""
-    from toolcrib.entries import PACK, Entry
+    from toolcrib.entries import PACK, Entry, Provenance
     from toolcrib.plugins import PluginRecord
     from toolcrib.sources import Offer
     from toolcrib.tool import get_tool
@@ -518,8 +518,8 @@ def test_a_source_offers_entries_of_every_kind_under_one_set_of_collision_rules(
 
         def __init__(self, name: str, *definitions: Any) -> None:
             self.name = name
-            entries = [Entry(name="extra__x", namespace="extra", supplier=PACK, dimension="plugins", source=name,
-                             definition=d) for d in definitions]
+            entries = [Entry(name="extra__x", provenance=Provenance("extra", PACK, source=name), definition=d)
+                       for d in definitions]
             self._offer = Offer(PluginRecord(name=name, kind="source", state="loaded"), entries)
 
         def offer(self) -> Offer:

@@ -23,7 +23,7 @@ from toolcrib import tool
 from toolcrib.calls import Pipeline
 from toolcrib.config import Config, LoadedConfig, check_config
 from toolcrib.declarations import get_prompt, get_resource
-from toolcrib.entries import PACK, Entry
+from toolcrib.entries import PACK, Entry, Provenance
 from toolcrib.errors import UnknownToolError
 from toolcrib.permissions import compile_rules
 from toolcrib.plugins import get_plugin_manager
@@ -124,9 +124,8 @@ def _catalog(spec: dict[tuple[str, str], tuple[bool, str, str, bool, str | None]
         tool = POOL[(read_only, availability)]
         if kind == "pack" and origin is not None:
             tool = dataclasses.replace(tool, origin=origin)
-        supplier, dimension = (PACK, "plugins") if kind == "pack" else (MCP, "mcps")
-        entries[full] = Entry(name=full, namespace=ns, supplier=supplier, dimension=dimension,
-                              source=ns, definition=tool, trusted=trusted if kind == "mcp" else True)
+        provenance = Provenance(ns, PACK) if kind == "pack" else Provenance(ns, MCP, "mcps", trusted=trusted)
+        entries[full] = Entry(name=full, provenance=provenance, definition=tool)
     return dict(sorted(entries.items()))
 
 
@@ -317,7 +316,7 @@ def _item(ns: str, what: str, name: str) -> Entry:
     else:
         spec = get_resource(resource(f"{ns}://{name}", name=name, description="A resource.")(fixed))
     assert spec is not None
-    return Entry(name=f"{ns}__{name}", namespace=ns, supplier=PACK, dimension="plugins", source=ns, definition=spec)
+    return Entry(name=f"{ns}__{name}", provenance=Provenance(ns, PACK), definition=spec)
 
 
 ITEM_POOL = {(ns, what, name): _item(ns, what, name)

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from toolcrib.config import LoadedConfig, did_you_mean, problems_from_validation
 from toolcrib.content import ToolResult
 from toolcrib.declarations import get_prompt, get_resource
-from toolcrib.entries import BUILTIN, PACK, RULE_DIMENSION, Entry, Kind
+from toolcrib.entries import BUILTIN, PACK, RULE_DIMENSION, Entry, Kind, Provenance
 from toolcrib.errors import Problem, ToolError
 from toolcrib.names import RESERVED_NAMESPACE, full_name, tool_name_problem
 from toolcrib.plugins import PluginHook, PluginManager, PluginRecord, hooks_by_plugin
@@ -393,10 +393,11 @@ def _collect(hook: PluginHook | None, what: _Declared, record: PluginRecord, set
     counts: dict[str, int] = {}
     for spec in found:
         counts[spec.name] = counts.get(spec.name, 0) + 1
-    entries = [Entry(name=full_name(record.name, spec.name), namespace=record.name,
-                     supplier=BUILTIN if record.kind == BUILTIN.name else PACK, dimension="plugins",
-                     source=record.name, definition=spec, settings=settings, distribution=record.distribution,
-                     version=record.version)
+    provenance = Provenance(record.name, BUILTIN if record.kind == BUILTIN.name else PACK,
+                            distribution=record.distribution, version=record.version,
+                            where=record.entry_point or "")
+    entries = [Entry(name=full_name(record.name, spec.name), provenance=provenance, definition=spec,
+                     settings=settings)
                for spec in found if counts[spec.name] == 1]
     for name, count in sorted(counts.items()):
         if count > 1:

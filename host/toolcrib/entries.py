@@ -83,27 +83,46 @@ def kind_of(definition: Tool | Resource | Prompt) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Entry:
-    """One tool, resource, template or prompt in the catalog: ``definition`` is what its source declared, ``kind``
-    says which of the four it is.
+class Provenance:
+    """Where a source's entries come from: one per source, shared by all it offers.
 
-    ``supplier`` is the kind of source that offers it (a ``Kind``: ``PACK``, ``BUILTIN`` for the host's own, which
-    are offered by what they serve instead of by a source, or one of ``toolcrib.supply.kinds.KINDS``);
-    ``dimension``/``source`` say which permission dimension governs that source (``plugins``/``orders`` for a pack,
-    ``mcps``/``time`` for an upstream server). ``read_only`` and ``destructive`` are a tool's annotations as the
-    host trusts them: an untrusted upstream server's tool is never read-only and always destructive.
-    """
+    ``namespace`` is the first half of each full name, ``kind`` the kind of source (``PACK``, ``BUILTIN`` for the
+    host's own, which are offered by what they serve rather than by a source, or one of
+    ``toolcrib.supply.kinds.KINDS``), ``dimension``/``source`` the permission dimension whose rules govern it and the
+    name they give it (``plugins``/``orders`` for a pack, ``mcps``/``time`` for an upstream server; ``source`` is the
+    namespace unless given). ``trusted``: whether the host believes what it says of its tools (their annotations).
+    ``distribution`` and ``version`` installed it; ``where`` it is configured or found (an entry point, a config
+    table, a folder)."""
 
-    name: str
     namespace: str
-    supplier: Kind  # the kind of source that offers it (toolcrib.supply.kinds)
-    dimension: str
-    source: str
-    definition: Tool | Resource | Prompt
-    settings: Any = None
+    kind: Kind
+    dimension: str = "plugins"
+    source: str = ""
     trusted: bool = True
     distribution: str | None = None
     version: str | None = None
+    where: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.source:
+            object.__setattr__(self, "source", self.namespace)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One tool, resource, template or prompt in the catalog: ``definition`` is what its source declared, ``kind``
+    says which of the four it is, ``provenance`` where it comes from (``namespace``, ``supplier``, ``dimension``,
+    ``source``, ``distribution`` and ``version`` read it). ``trusted`` says whether the host believes the tool's
+    annotations: its source's trust, unless the operator's curation vouched for them. ``read_only`` and
+    ``destructive`` are a tool's annotations as the host trusts them: an untrusted upstream server's tool is never
+    read-only and always destructive.
+    """
+
+    name: str
+    provenance: Provenance
+    definition: Tool | Resource | Prompt
+    settings: Any = None
+    trusted: bool | None = None  # (its provenance's unless given: never None once made)
     curation: Any = None  # toolcrib.curation.Curation: what the operator changed of the tool its source serves
     held: str | None = None  # why the definition lock holds the tool back (toolcrib.lock), or None
     # from the definition, once (the decision reads them for every entry of every view):
@@ -111,7 +130,34 @@ class Entry:
     uri: str | None = field(init=False)  # a resource's URI (or a template's); None for a tool or a prompt
     is_available: Any = field(init=False)  # the definition's availability check, or None
 
+    @property
+    def namespace(self) -> str:
+        return self.provenance.namespace
+
+    @property
+    def supplier(self) -> Kind:
+        """The kind of source that offers it."""
+        return self.provenance.kind
+
+    @property
+    def dimension(self) -> str:
+        return self.provenance.dimension
+
+    @property
+    def source(self) -> str:
+        return self.provenance.source
+
+    @property
+    def distribution(self) -> str | None:
+        return self.provenance.distribution
+
+    @property
+    def version(self) -> str | None:
+        return self.provenance.version
+
     def __post_init__(self) -> None:
+        if self.trusted is None:
+            object.__setattr__(self, "trusted", self.provenance.trusted)
         definition = self.definition
         object.__setattr__(self, "kind", kind_of(definition))
         object.__setattr__(self, "uri", definition.uri if isinstance(definition, Resource) else None)
@@ -149,7 +195,7 @@ class Entry:
     def read_only(self) -> bool:
         if self.kind != "tool":
             return True  # reading changes nothing
-        return self.trusted and self.tool.annotations.get("readOnlyHint") is True
+        return self.trusted is True and self.tool.annotations.get("readOnlyHint") is True
 
     @property
     def destructive(self) -> bool:

@@ -384,19 +384,20 @@ def decide(rules: AgentRules, subject: Entry | Named, *, detail: bool = False, e
         if not exhaustive:
             return Decision(rules.agent, entry.name, False, (held,) if detail else (), kind)
         checks.append(held)
-    if entry.supplier is BUILTIN:
+    provenance = entry.provenance
+    if provenance.kind is BUILTIN:
         passed = True
         if detail:
             own = "the host's own tool" if tool else "the host's own"
             checks.append(Check("source", True, f"{own}: it is offered by what it serves (see available)"))
     else:
-        source_rule = rules.dimensions[entry.dimension]
+        source_rule = rules.dimensions[provenance.dimension]
         origin = entry.tool.origin if tool else None
-        passed, pattern = rules.source_permits(entry.dimension, entry.source, origin)
+        passed, pattern = rules.source_permits(provenance.dimension, provenance.source, origin)
         if detail:
             of = f" (its plugin {origin!r})" if origin is not None else ""
-            word = entry.supplier.label  # (never the host's own here)
-            text = (f"{word} {entry.source!r}{of}: "
+            word = provenance.kind.label  # (never the host's own here)
+            text = (f"{word} {provenance.source!r}{of}: "
                     f"{source_rule.describe(passed, pattern)}")
             checks.append(Check("source", passed, text))
     visible = passed

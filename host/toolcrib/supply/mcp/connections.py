@@ -5,6 +5,7 @@ module of toolcrib that imports the SDK's client."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -24,10 +25,11 @@ from anyio.abc import TaskGroup
 from toolcrib.config import LoadedConfig, MissingVariable
 from toolcrib.config import expand as expand_variables
 from toolcrib.content import ToolResult
-from toolcrib.entries import Entry
+from toolcrib.entries import PACK, Entry, Provenance
 from toolcrib.errors import ToolError
 from toolcrib.plugins import PluginRecord
 from toolcrib.sources import Offer
+from toolcrib.supply.mcp import KIND
 from toolcrib.supply.mcp.conversion import item_entries, tool_entries
 from toolcrib.supply.mcp.isolated import ENTRY_POINT
 from toolcrib.supply.mcp.pack_calls import Lane, opened
@@ -69,6 +71,13 @@ class Connection:
     def what(self) -> str:
         """What it is called in messages."""
         return "isolated pack" if self.pack else "upstream server"
+
+    @functools.cached_property
+    def provenance(self) -> Provenance:
+        """Its entries' provenance: an isolated pack's are the pack's (``plugins``), a server's its kind's."""
+        if self.pack:
+            return Provenance(self.namespace, PACK, trusted=self.config.trusted, where=f"[packs.{self.namespace}]")
+        return Provenance(self.namespace, KIND, "mcps", trusted=self.config.trusted, where=f"[mcps.{self.namespace}]")
 
     def check_line(self) -> CheckLine | None:
         """The checks line of its process while it runs (an isolated pack's)."""

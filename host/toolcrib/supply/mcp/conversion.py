@@ -14,11 +14,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, create_model
 
 from toolcrib.declarations import Prompt, Resource, template_variables
-from toolcrib.entries import PACK, Entry
+from toolcrib.entries import Entry
 from toolcrib.errors import InvalidArgumentsError, ToolError
 from toolcrib.names import clean, clean_schema, full_name, serving_names
 from toolcrib.runner import Call
-from toolcrib.supply.mcp import KIND
 from toolcrib.supply.mcp.pack_checks import remote_describe
 from toolcrib.supply.mcp.runners import UpstreamRunner
 from toolcrib.tool import ANNOTATION_KEYS, Tool
@@ -79,9 +78,7 @@ def _entry(connection: Connection, tool: Any, served: str, problems: list[str]) 
         given_output_schema=output_schema,
         source_name=name if served != name else None,
     )
-    supplier, dimension = (PACK, "plugins") if connection.pack else (KIND, "mcps")
-    return Entry(name=full_name(namespace, served), namespace=namespace, supplier=supplier, dimension=dimension,
-                 source=namespace, definition=spec, trusted=connection.config.trusted)
+    return Entry(name=full_name(namespace, served), provenance=connection.provenance, definition=spec)
 
 
 def item_entries(connection: Connection, problems: list[str]) -> list[Entry]:
@@ -97,9 +94,7 @@ def item_entries(connection: Connection, problems: list[str]) -> list[Entry]:
             problems.append(f"{what} {name!r} is not served: the server offers two of that name")
             return
         seen.add((what, name))
-        supplier, dimension = (PACK, "plugins") if connection.pack else (KIND, "mcps")
-        found.append(Entry(name=full_name(namespace, name), namespace=namespace, supplier=supplier,
-                           dimension=dimension, source=namespace, definition=item, trusted=connection.config.trusted))
+        found.append(Entry(name=full_name(namespace, name), provenance=connection.provenance, definition=item))
 
     for resource in connection.resources:
         made = _resource(connection, resource.name, str(resource.uri), resource, problems)

@@ -13,7 +13,7 @@ import anyio
 
 from toolcrib.config import LoadedConfig, MissingVariable
 from toolcrib.content import ToolResult
-from toolcrib.entries import Entry
+from toolcrib.entries import Entry, Provenance
 from toolcrib.errors import ToolDeclarationError, ToolError
 from toolcrib.inference import json_schema_model
 from toolcrib.names import clean, clean_schema, full_name, serving_names
@@ -45,6 +45,7 @@ class OpenAPISource:
         where = config.document or config.document_url
         self.record = PluginRecord(name=namespace, kind="openapi", state="loaded", entry_point=where,
                                    pinned=not config.trusted and not config.follow_changes)
+        self.provenance = Provenance(namespace, KIND, self.dimension, where=f"[openapi.{namespace}]")
         self._good: set[str] = set()  # components checked against JSON Schema 2020-12 (``_checked``)
         self._offer = Offer(self.record)
         if not config.enabled:
@@ -114,8 +115,7 @@ class OpenAPISource:
                     given_input_schema=checked, given_output_schema=output_schema,
                     source_name=op.name if served != op.name else None,
                     keywords=tuple(dict.fromkeys((op.method, *op.tags))))
-        return Entry(name=full_name(self.name, served), namespace=self.name, supplier=KIND,
-                     dimension=self.dimension, source=self.name, definition=tool)
+        return Entry(name=full_name(self.name, served), provenance=self.provenance, definition=tool)
 
     def _checked(self, served: str, schema: dict[str, Any]) -> dict[str, Any]:
         """The input schema, checked against JSON Schema 2020-12 part by part: each argument's schema and each
