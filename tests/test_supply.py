@@ -5,6 +5,7 @@ no longer offers and everything when it ends; a source that breaks while opening
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,6 +20,7 @@ from toolcrib.config import load_config
 from toolcrib.host import Host
 from toolcrib.mcp.connect import open_host
 from toolcrib.supply import supply
+from toolcrib.supply.mcp.source import UpstreamSource
 from toolcrib.supply.openapi.source import OpenAPISource
 
 RULES = '[agents.a.permissions]\nplugins = { allow = ["*"] }\ntools = { allow = ["*"] }\n'
@@ -164,3 +166,69 @@ def test_a_host_from_a_config_closes_the_sources_it_opened(tmp_path: Path, calls
     host.close()
     host.close()
     assert calls == [("open", id(source)), ("close", id(source))]
+
+
+UPSTREAM = Path(__file__).parent / "upstream_server.py"
+
+
+def upstream_config(tmp_path: Path, mark: str, lazy: bool = True) -> Any:
+    """``up``, a real stdio server (its environment carries ``mark``: change it, and its config changed), and,
+    with ``lazy``, ``later``, the same server connected when an agent loads it."""
+    server = f'command = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(UPSTREAM))}]\n'
+    text = f'[mcps.up]\n{server}env = {{ MARK = "{mark}" }}\n'
+    if lazy:
+        text += f'[mcps.later]\n{server}lazy = true\n'
+    config = tmp_path / "toolcrib.toml"
+    config.write_text(text + '[agents.a.permissions]\nmcps = { allow = ["*"] }\ntools = { allow = ["*"] }\n')
+    return load_config(config)
+
+
+def test_an_upstream_source_connects_when_opened_lives_across_an_unchanged_reload_and_ends_when_closed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[str, str, int]] = []
+    real_open, real_close = UpstreamSource.open, UpstreamSource.close
+
+    async def open_(self: UpstreamSource) -> None:
+        seen.append(("open", self.name, id(self)))
+        await real_open(self)
+
+    async def close(self: UpstreamSource) -> None:
+        seen.append(("close", self.name, id(self)))
+        await real_close(self)
+
+    monkeypatch.setattr(UpstreamSource, "open", open_)
+    monkeypatch.setattr(UpstreamSource, "close", close)
+
+    async def main() -> None:
+        async with supply({}) as made:
+            up, later = await made.sync(upstream_config(tmp_path, "one"))  # (by name: later, up)
+            later, up = (later, up) if later.name == "later" else (up, later)
+            assert isinstance(up, UpstreamSource) and isinstance(later, UpstreamSource)
+            assert sorted(seen) == sorted([("open", "up", id(up)), ("open", "later", id(later))])
+            connection = up.connection
+            assert connection is not None and connection.client is not None
+            tools = ["echo", "fails", "get_weather", "now"]
+            assert sorted(e.name for e in up.offer().entries if e.kind == "tool") == [f"up__{t}" for t in tools]
+            assert (later.offer().record.state, later.connection) == ("lazy", None)
+            assert sorted(e.name for e in await later.fetch()) == [f"later__{t}" for t in tools]
+            lazy_connection = later.connection
+            assert lazy_connection is not None and lazy_connection.client is not None
+
+            seen.clear()  # a reload that changes nothing: the same sources, opened again, their connections kept
+            again = {s.name: s for s in await made.sync(upstream_config(tmp_path, "one"))}
+            assert (again["up"] is up, again["later"] is later, up.connection is connection) == (True, True, True)
+            assert sorted(seen) == sorted([("open", "up", id(up)), ("open", "later", id(later))])
+
+            seen.clear()  # up's config changed, later is gone: a new up is opened, then the old one and later closed
+            changed = {s.name: s for s in await made.sync(upstream_config(tmp_path, "two", lazy=False))}
+            assert list(changed) == ["up"] and changed["up"] is not up
+            assert seen[0] == ("open", "up", id(changed["up"]))
+            assert sorted(seen[1:]) == [("close", "later", id(later)), ("close", "up", id(up))]
+            assert (connection.scope.cancel_called, lazy_connection.scope.cancel_called) == (True, True)
+            new = changed["up"].connection
+            assert new is not None and new.client is not None and not new.scope.cancel_called
+            seen.clear()
+        assert seen == [("close", "up", id(changed["up"]))]
+        assert new.scope.cancel_called
+
+    anyio.run(main)

@@ -8,8 +8,10 @@ Two families of kinds:
   config with nothing read, then ``open``ed at once (reading a document, possibly fetching it), and closed once a
   later sync no longer offers them;
 - sources that live on the assembler's event loop (upstream MCP servers, eager and lazy, confined servers and
-  isolated packs, ``toolcrib.supply.mcp``): connections and child processes the pool keeps across reloads while
-  their config is unchanged. Only an entrance that keeps a loop running for them has them (``serve``, the CLI's
+  isolated packs, ``toolcrib.supply.mcp``): opening one starts its connection (a child process, an HTTP session)
+  in the assembler's task group; the same source is given again across reloads while its config is unchanged
+  (opened again, it lists what its server said changed), and closed, ending its connection, once a sync no longer
+  gives it. Only an entrance that keeps a loop running for them has them (``serve``, the CLI's
   ``open_host``, the test kit); ``Host.from_config`` opens only the others (``opened``).
 
 Packs, tool folders, the host's own tools and llm plugins are pluggy plugins (``toolcrib.plugins``), loaded by the
@@ -65,12 +67,12 @@ class Supply:
         """Every source ``loaded`` configures, open: new ones opened at once, live ones kept while their config is
         unchanged, and the last sync's that are not offered again closed. With ``only``, the upstream servers not
         named in it are left out (a command that needs only some)."""
-        made = _made(loaded, self.env)
-        await _open_all(made)
-        live: list[Source] = [*await self._pool.sync(loaded, only)] if self._pool is not None else []
-        done, self._opened = self._opened, made
+        made: list[Source] = [*self._pool.sources(loaded, only)] if self._pool is not None else []
+        made += _made(loaded, self.env)
+        await _open_all(made)  # (a live source given again lists what it said changed)
+        done, self._opened = [s for s in self._opened if not any(s is m for m in made)], made
         await _close_all(done)
-        return [*live, *made]
+        return made
 
     async def aclose(self) -> None:
         done, self._opened = self._opened, []

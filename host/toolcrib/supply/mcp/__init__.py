@@ -4,9 +4,10 @@ cleaned as a tool's is. Their annotations are untrusted unless the operator mark
 
 - ``connections``: the pool of open connections (``UpstreamPool``), the only module that imports the SDK's client.
   Each server is connected by a task of its own (the SDK's client holds a task group for the life of the
-  connection), listed once, and kept open; ``UpstreamPool.sync`` keeps connections whose config did not change
-  across reloads. A server that cannot be started or does not answer within its ``timeout`` is reported as failed;
-  the others are unaffected. A lazy server connects when an agent loads it.
+  connection), started when its source is opened, listed once, and kept open; ``UpstreamPool.sources`` gives the
+  same source (and connection) again across reloads while its config is unchanged, and closing a source ends it. A
+  server that cannot be started or does not answer within its ``timeout`` is reported as failed; the others are
+  unaffected. A lazy server connects when an agent loads it.
 - ``conversion``: what a server lists, as catalog entries (tools, resources, templates, prompts).
 - ``runners``: how a call reaches the server, and how the server's questions during it reach the agent's client.
 - ``source``: one configured server as a ``toolcrib.sources.Source``.

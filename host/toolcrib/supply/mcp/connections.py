@@ -196,7 +196,8 @@ class UpstreamPool:
 
     def __init__(self, tg: TaskGroup) -> None:
         self._tg = tg
-        self._connections: dict[str, Connection] = {}
+        self._connections: dict[str, Connection] = {}  # each server's current connection (a lazy one's too)
+        self._sources: dict[str, UpstreamSource] = {}  # what the last ``sources`` gave
         self._locks: dict[str, anyio.Lock] = {}
         self._loaded: LoadedConfig | None = None
         self._packs: frozenset[str] = frozenset()  # the isolated packs among the servers (toolcrib.supply.mcp.isolated)
@@ -205,73 +206,87 @@ class UpstreamPool:
         # so the new definitions go through everything a start does: curation, the lock, the rules).
         self.changed: Callable[[], Coroutine[Any, Any, Any]] | None = None
 
-    async def sync(self, loaded: LoadedConfig, only: frozenset[str] | None = None) -> list[UpstreamSource]:
-        """Connect what the config names (reusing unchanged connections, closing the rest); return a source per
-        server (``toolcrib.sources.Source``), offering its tools, resources, templates and prompts. Lazy servers
-        connect when an agent loads them (``fetch``); with ``only``, every server not named in it is left out (a
-        command that needs only some)."""
+    def sources(self, loaded: LoadedConfig, only: frozenset[str] | None = None) -> list[UpstreamSource]:
+        """A source per server ``loaded`` names (``toolcrib.sources.Source``), none opened: the last call's source of
+        a server is given again while its config is unchanged and its connection alive (opening it again lists
+        what changed), a new one otherwise. With ``only``, every server not named in it is left out (a command that
+        needs only some)."""
         self._loaded = loaded
         self._packs = loaded.isolated_packs()
-        servers = _servers(loaded)
-        configured = {ns: c for ns, c in servers.items() if c.enabled and (only is None or ns in only
-                                                                             or ns in self._packs)}
-        wanted = {ns: c for ns, c in configured.items() if not c.lazy}
-        for ns in list(self._connections):
-            connection = self._connections[ns]
-            dead = connection.ready.is_set() and connection.client is None  # it stopped: started again below
-            if ns not in configured or connection.key != _key(configured[ns]) or dead:
-                self._connections.pop(ns).scope.cancel()
-        for ns, connection in self._connections.items():
-            if connection.stale and connection.client is not None and ns in wanted:
-                connection.stale = False
-                try:
-                    connection.tools = await _every(connection.client.list_tools, "tools")
-                    connection.listing_problems.clear()
-                    await _list_items(connection, connection.client)
-                except Exception as exc:
-                    log.warning("upstream server %r could not be listed again: %s", ns, why_failed(exc))
-        starting = []
-        for ns, config in sorted(wanted.items()):
-            if ns not in self._connections:
-                connection = Connection(ns, config, _key(config), pack=ns in self._packs)
-                self._connections[ns] = connection
-                self._tg.start_soon(self._run, connection, loaded, loaded.config.host.call_timeout)
-                starting.append(connection)
-        for connection in starting:
-            with anyio.move_on_after(connection.config.timeout):
-                await connection.ready.wait()
-            if not connection.ready.is_set():
-                connection.error = f"did not answer within {connection.config.timeout:g} seconds"
-                connection.scope.cancel()
-        sources: list[UpstreamSource] = []
-        for ns, config in sorted(servers.items()):
+        made: dict[str, UpstreamSource] = {}
+        for ns, config in sorted(_servers(loaded).items()):
             if only is not None and ns not in only and ns not in self._packs:
+                continue
+            key = _key(config)
+            earlier = self._sources.get(ns)
+            if earlier is not None and earlier.key == key and earlier.alive:
+                made[ns] = earlier
                 continue
             pack = ns in self._packs
             record = PluginRecord(name=ns, kind="pack" if pack else "mcp", state="loaded",
                                   entry_point=ENTRY_POINT if pack else config.command or config.url,
                                   pinned=not pack and not config.trusted and not config.follow_changes)
-            offer = Offer(record)
-            sources.append(UpstreamSource(self, ns, config.enabled and config.lazy, offer,
-                                          "plugins" if pack else "mcps"))
-            if not config.enabled:
-                record.state = "disabled"
-                continue
-            if config.lazy:
-                record.state = "lazy"  # connected when an agent loads it (toolcrib__load_mcp)
-                continue
-            connection = self._connections[ns]
-            if connection.error is not None or connection.client is None:
-                record.fail(f"cannot connect: {connection.error}")
-                self._connections.pop(ns).scope.cancel()
-                continue
-            problems: list[str] = list(connection.listing_problems)
-            offer.entries = tool_entries(connection, problems)
-            record.tool_count = len(offer.entries)
-            offer.entries += item_entries(connection, problems)
-            if problems:
-                record.error = "; ".join(problems)
-        return sources
+            made[ns] = UpstreamSource(self, ns, config, key, Offer(record), "plugins" if pack else "mcps")
+        self._sources = made
+        return list(made.values())
+
+    async def open(self, source: UpstreamSource) -> None:
+        """Connect ``source``'s server (unless it is connected already, or lazy: an agent's load connects it) and
+        offer what it lists; one that cannot be started or does not answer within its ``timeout`` fails alone."""
+        config, ns, record = source.config, source.name, source.offer().record
+        if not config.enabled:
+            record.state = "disabled"
+            return
+        if config.lazy:
+            record.state = "lazy"  # connected when an agent loads it (toolcrib__load_mcp)
+            return
+        loaded = self._loaded
+        assert loaded is not None
+        connection = source.connection
+        if connection is None:
+            connection = source.connection = Connection(ns, config, source.key, pack=ns in self._packs)
+            self._connections[ns] = connection
+            self._tg.start_soon(self._run, connection, loaded, loaded.config.host.call_timeout)
+            with anyio.move_on_after(config.timeout):
+                await connection.ready.wait()
+            if not connection.ready.is_set():
+                connection.error = f"did not answer within {config.timeout:g} seconds"
+                connection.scope.cancel()
+        elif connection.stale and connection.client is not None:
+            connection.stale = False
+            try:
+                connection.tools = await _every(connection.client.list_tools, "tools")
+                connection.listing_problems.clear()
+                await _list_items(connection, connection.client)
+            except Exception as exc:
+                log.warning("upstream server %r could not be listed again: %s", ns, why_failed(exc))
+        offer = source.offer()
+        if connection.error is not None or connection.client is None:
+            record.fail(f"cannot connect: {connection.error}")
+            offer.entries = []
+            self._forget(source)
+            return
+        record.state, record.error = "loaded", None
+        problems: list[str] = list(connection.listing_problems)
+        offer.entries = tool_entries(connection, problems)
+        record.tool_count = len(offer.entries)
+        offer.entries += item_entries(connection, problems)
+        if problems:
+            record.error = "; ".join(problems)
+
+    def close(self, source: UpstreamSource) -> None:
+        """End ``source``'s connection (a lazy one's too): its server is no longer offered, or no longer so."""
+        self._forget(source)
+        if self._sources.get(source.name) is source:
+            del self._sources[source.name]
+        if source.connection is not None:
+            source.connection.scope.cancel()
+
+    def _forget(self, source: UpstreamSource) -> None:
+        """``source``'s connection is not the pool's any more: the next ``sources`` makes its server a new one."""
+        if source.connection is not None and self._connections.get(source.name) is source.connection:
+            del self._connections[source.name]
+            source.connection.scope.cancel()
 
     async def load(self, namespace: str, *, held: bool = False) -> list[Entry]:
         """Connect a lazy server (once; later calls reuse the connection) and return its tools as entries: those the
@@ -288,6 +303,9 @@ class UpstreamPool:
             if connection is None or connection.client is None:
                 connection = Connection(namespace, config, _key(config))
                 self._connections[namespace] = connection
+                source = self._sources.get(namespace)
+                if source is not None and source.lazy:
+                    source.connection = connection  # (ended with it)
                 self._tg.start_soon(self._run, connection, loaded, loaded.config.host.call_timeout)
                 with anyio.move_on_after(config.timeout):
                     await connection.ready.wait()
@@ -450,6 +468,7 @@ class UpstreamPool:
         for connection in self._connections.values():
             connection.scope.cancel()
         self._connections.clear()
+        self._sources.clear()
 
 
 def why_failed(exc: BaseException, stderr: Sequence[str] = ()) -> str:

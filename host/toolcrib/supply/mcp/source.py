@@ -10,27 +10,40 @@ from toolcrib.entries import Entry
 from toolcrib.sources import Offer
 
 if TYPE_CHECKING:
-    from toolcrib.supply.mcp.connections import UpstreamPool
+    from toolcrib.supply.mcp.connections import Connection, UpstreamPool
+    from toolcrib.supply.mcp.settings import McpConfig
 
 
 @dataclass(eq=False)
 class UpstreamSource:
-    """One configured upstream server as a ``toolcrib.sources.Source``: what it offered when the pool last synced
-    (nothing, for a lazy or disabled one), and, for a lazy one, its tools fetched on demand through the pool's
-    connection. Its lifecycle is its pool's: the pool opens the connections of every source it syncs at once, and
-    closes them when the config no longer names them (or the pool ends)."""
+    """One configured upstream server (or isolated pack) as a ``toolcrib.sources.Source``. ``open`` connects it
+    (through its pool, whose task group the connection lives in) and offers what it lists, or, while it is
+    connected already (the same source, given again by a reload that left its config unchanged), lists again what
+    it said changed; a lazy one is connected when an agent loads it (``fetch``). ``close`` ends its connection."""
 
     pool: UpstreamPool
     name: str
-    lazy: bool
+    config: McpConfig
+    key: str  # its config, as the pool compares it across reloads
     _offer: Offer
     dimension: str = "mcps"
+    connection: Connection | None = None  # once opened (a lazy one's: once an agent loaded it)
+
+    @property
+    def lazy(self) -> bool:
+        return self.config.enabled and self.config.lazy
+
+    @property
+    def alive(self) -> bool:
+        """Whether it may serve on: not one whose connection failed or ended (a server that died, or did not
+        answer, is started again as a new source)."""
+        return self.connection is None or self.connection.client is not None
 
     async def open(self) -> None:
-        """Opened by its pool's ``sync``, with every other server of the config at once."""
+        await self.pool.open(self)
 
     async def close(self) -> None:
-        """Closed by its pool, when the config no longer names it (a connection outlives a host's reload)."""
+        self.pool.close(self)
 
     def offer(self) -> Offer:
         return self._offer
