@@ -107,6 +107,13 @@ def test_the_catalog_the_decision_the_pipeline_and_the_views_reach_no_supply() -
     assert "toolcrib.supply" in edges["toolcrib.host"]
 
 
+def test_plugin_loading_knows_no_tool_folder() -> None:
+    """A tool folder is a ``Deferred`` pack like any other: plugin loading reaches no folder code."""
+    edges = graph()
+    assert "toolcrib.folders" not in closure(edges, "toolcrib.plugins")
+    assert "toolcrib.plugins" in edges["toolcrib.folders"]
+
+
 def test_the_graph_is_read_as_python_reads_imports() -> None:
     """The reader of the graph itself: a function-local import counts, an annotation-only one does not."""
     edges = graph()

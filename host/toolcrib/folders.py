@@ -15,18 +15,22 @@ from pathlib import Path
 from typing import Any
 
 from toolcrib.hookspecs import hookimpl
+from toolcrib.plugins import Deferred, LoadError
 from toolcrib.tool import get_tool
 
 
-class FolderError(Exception):
+class FolderError(LoadError):
     """A file of a tool folder that cannot be imported."""
 
 
-class FolderPack:
+class FolderPack(Deferred):
     """The tools of one folder's Python files, as one pack."""
+
+    distribution = "(tool folder)"
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.where = str(path)
         self.tools: list[Any] = []
 
     def load(self) -> FolderPack:

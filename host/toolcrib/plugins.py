@@ -25,7 +25,6 @@ import pluggy
 from toolcrib import hookspecs
 from toolcrib.dists import name_and_version
 from toolcrib.errors import contained
-from toolcrib.folders import FolderError, FolderPack
 from toolcrib.names import RESERVED_NAMESPACE, namespace_problem
 
 ENTRY_POINT_GROUP = "toolcrib"
@@ -71,6 +70,22 @@ class PluginRecord:
             "error": self.error,
             "tool_count": self.tool_count,
         }
+
+
+class LoadError(Exception):
+    """Why a ``Deferred`` pack could not be loaded, said whole (the file, what it raised)."""
+
+
+class Deferred:
+    """A pack handed to ``load_plugins`` whose code is imported when it is loaded, with the same guard as an entry
+    point's (``load`` answers the plugin; whatever it raises fails this pack alone, a ``LoadError`` in its own
+    words): a tool folder (``toolcrib.folders``). ``where`` and ``distribution`` go to its record."""
+
+    where: str = ""
+    distribution: str | None = None
+
+    def load(self) -> Any:
+        raise NotImplementedError
 
 
 class PluginManager(pluggy.PluginManager):
@@ -169,9 +184,8 @@ def load_plugins(
             obj = _guarded(record, lambda t=target: _import_target(t))
             if obj is None:
                 continue
-        elif isinstance(target, FolderPack):  # [host] tool_dirs: its files are imported here, guarded
-            record.entry_point = str(target.path)
-            record.distribution = "(tool folder)"
+        elif isinstance(target, Deferred):  # a pack whose code is imported here, guarded ([host] tool_dirs)
+            record.entry_point, record.distribution = target.where, target.distribution
             obj = _guarded(record, target.load)
             if obj is None:
                 continue
@@ -268,7 +282,7 @@ def _guarded(record: PluginRecord, load: Any) -> Any:
     except BaseException as exc:
         if not contained(exc):
             raise
-        if isinstance(exc, FolderError):
+        if isinstance(exc, LoadError):
             error = str(exc)
         elif isinstance(exc, SystemExit):
             error = f"the pack called sys.exit({exc.code!r}) while being imported"
