@@ -262,8 +262,8 @@ def cold(args: argparse.Namespace) -> list[Row]:
         rows += [
             [f"{n} tools: process start to the first tools/list answered (stdio, the SDK's client, 2026-07-28)",
              fmt(started["toolcrib"]), fmt(started["lowlevel"]), ratio(started["toolcrib"], started["lowlevel"]),
-             "the interpreter, imports, discovery and the view, server/discover; toolcrib answers it and the list "
-             "while the mcp SDK is imported (`toolcrib.mcp.early`), the peer after"],
+             "the interpreter, imports (the mcp SDK's included), discovery and the view, server/discover, then "
+             "the list"],
             [f"{n} tools: process start to the first tools/call answered (the same processes)",
              fmt(called["toolcrib"]), fmt(called["lowlevel"]), ratio(called["toolcrib"], called["lowlevel"]),
              "all of the above, the SDK imported on both sides, then the call"],

@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import sys
 import traceback
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -677,8 +676,6 @@ def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: boo
     \b
     Example: toolcrib serve --http --port 8000
     """
-    import anyio
-
     from toolcrib.config import find_config, load_config
     from toolcrib.mcp.statekeys import state_keys, stateless_warning
     from toolcrib.mcp.wire import claim_stdio
@@ -696,7 +693,7 @@ def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: boo
     if warning is not None:
         click.echo(f"warning: {warning}", err=True)
     if http:  # (imported only here: a stdio server starts without uvicorn, Starlette and the rest of HTTP)
-        from toolcrib.mcp.http import HttpOptions, check_bind, serve_http
+        from toolcrib.mcp.http import HttpOptions, check_bind
 
         options = HttpOptions(host=bind, port=port, allow_remote=allow_remote, allowed_hosts=list(allowed_hosts),
                               allowed_origins=list(allowed_origins), stateless=stateless, openapi=openapi)
@@ -708,56 +705,16 @@ def serve(agent: str | None, http: bool, bind: str, port: int, allow_remote: boo
     configure_logging("debug" if debug else log_level, log_format, log_requests)
     keeping = http and (metrics or load_config(path).config.host.metrics)
     kept = Metrics() if keeping else None
-    # The lists each host is built with: every agent's over HTTP, the one agent's on stdio, none in an isolated pack's
-    # process (its checks are taken off first, and run for the host's agents: toolcrib.supply.mcp.pack_checks).
-    from toolcrib.supply.mcp.isolated import ISOLATED_ENV
-
-    serves = None if agent is None else [] if os.environ.get(ISOLATED_ENV) else [agent]
     # stdio: the wire is claimed before any pack is imported, so that nothing a pack prints reaches it
     stdin, stdout, restore = claim_stdio() if agent is not None else (None, None, None)
+    from toolcrib.mcp.serving import serve as serving
 
-    async def run() -> None:
-        async with anyio.create_task_group() as reading:
-            started = None
-            if serves:  # stdio: the first requests of a 2026-07-28 client answered while the SDK is imported
-                from toolcrib.mcp.early import start_early
-
-                assert agent is not None and stdin is not None and stdout is not None
-                started = await start_early(path, agent, stdin, stdout, reading)
-            from toolcrib.mcp.state import serving_state
-            from toolcrib.mcp.stdio import serve_stdio
-
-            try:
-                async with serving_state(path, kept, serves, started.first if started else None) as state, \
-                        anyio.create_task_group() as tg:
-                    if agent is not None:
-                        tg.start_soon(_stop_on_signal, tg.cancel_scope)
-                        assert stdin is not None and stdout is not None
-                        await serve_stdio(state, agent, watch, started.wire if started else (stdin, stdout),
-                                          announce=started is None)
-                    else:
-                        await serve_http(state, options, watch)
-                    tg.cancel_scope.cancel()
-            finally:
-                reading.cancel_scope.cancel()
-                if started is not None:
-                    started.wire.close()
-
-    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        anyio.run(run)
-    except BaseException as exc:
-        if _stopped(exc) is None:
-            raise
-        logging.getLogger("toolcrib.serve").warning("stopped on %s", _stopped(exc))
+        serving(path, agent, options if http else None, watch, kept,
+                (stdin, stdout) if stdin is not None and stdout is not None else None)
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         if restore is not None:
             restore()
-        from toolcrib import sandbox
-
-        sandbox.kill_tree(os.getpid(), group=False)  # nothing the server started outlives it
 
 
 @main.command()
@@ -818,39 +775,6 @@ def _check_port(bind: str, port: int) -> None:
         except OSError as exc:
             raise click.ClickException(f"cannot listen on {bind}:{port}: {exc.strerror} (another server is there; "
                                        "pick another --port)") from None
-
-
-class _Stop(BaseException):
-    """Raised by the signal handler of ``serve``: the operator stops the server (SIGINT or SIGTERM)."""
-
-
-def _stop(signum: int, frame: Any) -> None:
-    # Over HTTP uvicorn answers the signal first (it stops accepting and waits for open requests and streams, at
-    # most [host] shutdown_timeout), then hands it on to this handler, which ends the serving process.
-    raise _Stop(signal.Signals(signum).name)
-
-
-def _stopped(exc: BaseException) -> str | None:
-    """The signal's name when ``exc`` is (or wraps only) a ``_Stop``."""
-    if isinstance(exc, _Stop):
-        return str(exc)
-    if isinstance(exc, BaseExceptionGroup):
-        names = [_stopped(e) for e in exc.exceptions]
-        if names and all(names):
-            return names[0]
-    return None
-
-
-async def _stop_on_signal(scope: Any) -> None:
-    """Stop serving stdio on SIGINT (Ctrl-C) or SIGTERM: the server's scope is cancelled and ``serve`` returns,
-    ending what it started."""
-    import anyio
-
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            logging.getLogger("toolcrib.serve").warning("stopping on %s", signal.Signals(signum).name)
-            scope.cancel()
-            return
 
 
 @main.command()

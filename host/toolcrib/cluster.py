@@ -424,14 +424,14 @@ def probe(loaded: LoadedConfig, env: Mapping[str, str] | None = None) -> list[Pr
 
 
 @asynccontextmanager
-async def limiter(loaded: LoadedConfig, env: Mapping[str, str] | None = None,
-                  kept: LimitBook | None = None) -> AsyncIterator[tuple[Limiter, Store | None]]:
+async def limiter(loaded: LoadedConfig,
+                  env: Mapping[str, str] | None = None) -> AsyncIterator[tuple[Limiter, Store | None]]:
     """The book that counts ``[agents.*.limits]`` for the life of the block (``serve`` keeps one across reloads):
-    in memory (``kept``, when a host was built with it already), or with ``[cluster]`` on the shared store, which is
+    in memory, or with ``[cluster]`` on the shared store, which is
     then open for the block (yielded beside it). Give the book to every ``Host`` built meanwhile
     (``Host(loaded, limits=book)``)."""
     if loaded.config.cluster is None:
-        yield kept if kept is not None else LimitBook(), None
+        yield LimitBook(), None
         return
     try:
         store = Store(loaded.config.cluster, env)

@@ -34,7 +34,6 @@ from toolcrib.errors import (
     UnknownResourceError,
     UnknownToolError,
 )
-from toolcrib.mcp.early import INSTRUCTIONS, UNCACHED
 from toolcrib.mcp.oauth import IDENTITY, Identity
 from toolcrib.mcp.roundtrip import (
     CONFIG_CHANGED,
@@ -56,6 +55,12 @@ from toolcrib.uris import normalize
 from toolcrib.view import AgentView
 
 log = logging.getLogger("toolcrib.serve")
+
+INSTRUCTIONS = ("Tools, resources and prompts served by toolcrib. Each tool and prompt is named "
+                "<namespace>__<name>: its pack or server, then its name.")
+# What 2026-07-28 requires of lists and reads: nothing may be cached (they change on reload, and per agent). For the
+# handshake era the SDK sieves these keys off.
+UNCACHED = {"resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
 
 APPROVAL_KEY = "toolcrib_approval"
 SAMPLE_KEY = "toolcrib_sample"

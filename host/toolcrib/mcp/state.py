@@ -41,7 +41,6 @@ from toolcrib.view import AgentView, thaw_builds
 
 if TYPE_CHECKING:
     from toolcrib.cluster import Fanout, Store
-    from toolcrib.limits import LimitBook
 
 log = logging.getLogger("toolcrib.serve")
 
@@ -51,32 +50,23 @@ SETTLE_CHECKS = 25
 
 
 @asynccontextmanager
-async def serving_state(path: Path | None, metrics: Metrics | None = None, serves: Collection[str] | None = None,
-                        first_host: tuple[Host, LimitBook] | None = None) -> AsyncIterator[ServingState]:
+async def serving_state(path: Path | None, metrics: Metrics | None = None,
+                        serves: Collection[str] | None = None) -> AsyncIterator[ServingState]:
     """The state to serve from the config at ``path``, with its upstream MCP servers connected; a reload reads
     the file again and keeps the connections whose config did not change. With ``metrics``, every host built
     reports into them. With ``[cluster]``, limits are counted on the shared store (``toolcrib.cluster``), opened
     here for the life of the state. Each host is built with the lists of the agents it ``serves`` (every agent
-    when None; ``build_lists``). ``first_host`` is the first host already built, with its limits' book, from a
-    config that needs no upstream connection and no shared store (``toolcrib.mcp.early``)."""
+    when None; ``build_lists``)."""
     from toolcrib.cluster import Fanout, limiter
     from toolcrib.config import load_config
     from toolcrib.mcp.fleet import RedisOnce, RedisSessions
     from toolcrib.supply import supply
 
-    given, book = first_host if first_host is not None else (None, None)
-    first: list[LoadedConfig] = [given.loaded if given is not None else
-                                 await anyio.to_thread.run_sync(load_config, path)]
+    first: list[LoadedConfig] = [await anyio.to_thread.run_sync(load_config, path)]
     cluster = first[0].config.cluster
-    async with supply() as sources_of, limiter(first[0], kept=book) as (limits, store), \
-            anyio.create_task_group() as tg:
+    async with supply() as sources_of, limiter(first[0]) as (limits, store), anyio.create_task_group() as tg:
 
         async def build() -> Host:
-            nonlocal given
-            if given is not None:
-                built, given = given, None
-                first.clear()
-                return built
             loaded = first.pop() if first else await anyio.to_thread.run_sync(load_config, path)
             if loaded.config.cluster != cluster:
                 log.warning("%s: [cluster] changed; the change applies when serve is restarted", loaded.source)

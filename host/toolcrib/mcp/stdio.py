@@ -24,7 +24,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import anyio
 import anyio.from_thread
@@ -35,12 +35,14 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from toolcrib.mcp.adapter import build_server
-from toolcrib.mcp.early import announce_serving
 from toolcrib.mcp.state import ServingState
 from toolcrib.mcp.wire import MAX_LINE_BYTES, Wire, claim_stdio
 from toolcrib.supply.mcp.isolated import ISOLATED_ENV
 from toolcrib.supply.mcp.pack_calls import LANE_ENV, serve_lane
 from toolcrib.supply.mcp.pack_checks import CHECKS_ENV, follow_checks, serve_checks
+
+if TYPE_CHECKING:
+    from toolcrib.view import AgentView
 
 __all__ = ["MAX_LINE_BYTES", "announce_serving", "claim_stdio", "serve_stdio", "stdio_transport"]
 
@@ -50,14 +52,21 @@ DRAIN_GRACE = 5.0  # seconds beyond the call timeout that answers to requests re
 _OPEN_ENDED = frozenset({"subscriptions/listen"})  # requests answered only when cancelled: never awaited
 
 
+def announce_serving(agent: str, view: AgentView) -> None:
+    """Say on stderr what is served (stdout is the wire)."""
+    print(f"toolcrib: serving agent {agent!r} over stdio ({len(view)} tools, "
+          f"{len(view.resources) + len(view.templates)} resources, {len(view.prompts)} prompts); an MCP client "
+          "talks to it on stdin and stdout; stop it with Ctrl-C or by closing stdin (Ctrl-D)",
+          file=sys.stderr, flush=True)
+
+
 async def serve_stdio(state: ServingState, agent: str, watch: Path | None = None,
-                      wire: tuple[BinaryIO, BinaryIO] | Wire | None = None, announce: bool = False) -> None:
+                      wire: tuple[BinaryIO, BinaryIO] | None = None, announce: bool = False) -> None:
     """Serve ``agent`` on this process's stdin/stdout until the client closes stdin.
 
     ``wire`` is stdin/stdout as ``claim_stdio`` took them (the CLI claims them before any pack is imported, so
-    nothing a pack prints at import reaches the wire), or a ``Wire`` already read (``toolcrib.mcp.early``: its
-    reader's task is the caller's); without it they are claimed here. With ``watch``, the config file is reloaded
-    when it changes (and on SIGHUP). ``announce`` says on stderr what is served.
+    nothing a pack prints at import reaches the wire); without it they are claimed here. With ``watch``, the config
+    file is reloaded when it changes (and on SIGHUP). ``announce`` says on stderr what is served.
     """
     isolated = os.environ.get(ISOLATED_ENV)
     checks = os.environ.pop(CHECKS_ENV, None) if isolated else None
@@ -76,9 +85,8 @@ async def serve_stdio(state: ServingState, agent: str, watch: Path | None = None
     server = build_server(state, agent)
     options = server.create_initialization_options()
     drain = state.host.loaded.config.host.call_timeout + DRAIN_GRACE
-    read = wire if isinstance(wire, Wire) else None
-    stdin, stdout = wire if isinstance(wire, tuple) else (None, None)
-    async with stdio_transport(stdin, stdout, drain=drain, wire=read) as (read_stream, write_stream), \
+    stdin, stdout = wire if wire is not None else (None, None)
+    async with stdio_transport(stdin, stdout, drain=drain) as (read_stream, write_stream), \
             anyio.create_task_group() as tg:
         if watch is not None:
             tg.start_soon(state.watch, watch)
@@ -91,21 +99,17 @@ async def serve_stdio(state: ServingState, agent: str, watch: Path | None = None
 
 @asynccontextmanager
 async def stdio_transport(
-    stdin: BinaryIO | None = None, stdout: BinaryIO | None = None, drain: float = 60.0 + DRAIN_GRACE,
-    wire: Wire | None = None
+    stdin: BinaryIO | None = None, stdout: BinaryIO | None = None, drain: float = 60.0 + DRAIN_GRACE
 ) -> AsyncIterator[tuple[Any, Any]]:
-    """Message streams over stdin/stdout (or the given binary files, which are then not diverted; or a ``Wire``
-    someone else reads, whose pending lines come first).
+    """Message streams over stdin/stdout (or the given binary files, which are then not diverted).
 
     At end of input the server's stream stays open until every request read so far is answered, at most ``drain``
     seconds. Waiting stops early when the server asks the client something (nobody is left to answer it).
     """
     restore = None
-    own = wire is None
-    if wire is None:
-        if stdin is None or stdout is None:
-            stdin, stdout, restore = claim_stdio()
-        wire = Wire(stdin, stdout)
+    if stdin is None or stdout is None:
+        stdin, stdout, restore = claim_stdio()
+    wire = Wire(stdin, stdout)
     to_server_send, to_server = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     from_server, from_server_receive = anyio.create_memory_object_stream[SessionMessage](16)
     write_lock = anyio.Lock()
@@ -134,9 +138,6 @@ async def stdio_transport(
 
     async def reader() -> None:
         async with to_server_send, wire.lines:
-            pending, wire.pending = wire.pending, []
-            for line in pending:
-                await read(line)
             async for line in wire.lines:
                 await read(line)
             await finish_answering()  # end of input
@@ -167,13 +168,10 @@ async def stdio_transport(
 
     async def read_until_cancelled() -> None:
         with reading:
-            if own:
-                async with anyio.create_task_group() as lines_tg:
-                    lines_tg.start_soon(wire.read)
-                    await reader()
-                    lines_tg.cancel_scope.cancel()
-            else:
+            async with anyio.create_task_group() as lines_tg:
+                lines_tg.start_soon(wire.read)
                 await reader()
+                lines_tg.cancel_scope.cancel()
 
     try:
         async with anyio.create_task_group() as tg:
@@ -183,8 +181,7 @@ async def stdio_transport(
                 yield to_server, from_server
             reading.cancel()
     finally:
-        if own:
-            wire.close()
+        wire.close()
         if restore is not None:
             restore()
 

@@ -1,6 +1,4 @@
-"""The stdio wire, as bytes: claiming fd 0/1, reading lines (capped) and writing them. Nothing here imports the
-MCP SDK, so that ``toolcrib serve --agent`` can read its client's first requests, and answer some of them
-(``toolcrib.mcp.early``), while the SDK is still being imported."""
+"""The stdio wire, as bytes: claiming fd 0/1, reading lines (capped) and writing them."""
 
 from __future__ import annotations
 
@@ -23,7 +21,7 @@ MAX_LINE_BYTES = 4 * 1024 * 1024  # the same cap the SDK puts on an HTTP request
 
 class Wire:
     """A stdio server's wire: ``lines`` read from ``stdin`` (None for a line over the cap), bytes written to
-    ``stdout``, and the lines one reader took and left for the next (``pending``, read first).
+    ``stdout``.
 
     Where the wire is a pipe or a socket (as an MCP client starts a server), it is read and written on the event
     loop, non-blocking, with no thread hop per message; its blocking mode is put back by ``close``. A terminal or a
@@ -35,7 +33,6 @@ class Wire:
         self.in_fd, self.out_fd = pollable(stdin), pollable(stdout)
         stdout.flush()  # (nothing written through the file object is left behind what is written to its descriptor)
         self._send, self.lines = anyio.create_memory_object_stream[bytes | None](1)
-        self.pending: list[bytes | None] = []
 
     async def read(self) -> None:
         """Read lines into ``lines`` until end of input, then close it; a task for as long as the wire is read (a
