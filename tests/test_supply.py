@@ -17,9 +17,13 @@ import pytest
 
 from openapi_api import document
 from toolcrib.config import load_config
+from toolcrib.entries import Kind
 from toolcrib.host import Host
 from toolcrib.mcp.connect import open_host
-from toolcrib.supply import supply
+from toolcrib.plugins import PluginRecord
+from toolcrib.sources import Offer
+from toolcrib.supply import kinds, supply
+from toolcrib.supply.kinds import OPENAPI
 from toolcrib.supply.mcp.source import UpstreamSource
 from toolcrib.supply.openapi.source import OpenAPISource
 
@@ -102,7 +106,7 @@ def test_a_source_reads_its_document_when_opened_never_when_made(tmp_path: Path,
     (tmp_path / "toolcrib.toml").write_text(f'[openapi.pets]\ndocument_url = "{url}/petstore.json"\n'
                                             f'base_url = "{url}/v2"\noperations = ["getPetById"]\n{RULES}')
     loaded = load_config(tmp_path / "toolcrib.toml")
-    source = OpenAPISource("pets", loaded.config.openapi["pets"], loaded, {})
+    source = OpenAPISource("pets", loaded.config.openapi["pets"], loaded, {}, OPENAPI)
     assert asked == []
     record = source.offer().record
     assert (record.state, record.error, source.offer().entries) == (
@@ -232,3 +236,49 @@ def test_an_upstream_source_connects_when_opened_lives_across_an_unchanged_reloa
         assert new.scope.cancel_called
 
     anyio.run(main)
+
+
+def test_a_new_kind_of_source_is_its_kind_with_a_supplier(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The assembler asks every kind in ``KINDS`` for its supplier, and the supplier for its sources: a kind it
+    has never heard of is served, opened, closed and ended like the built-in ones, with nothing else changed."""
+    happened: list[str] = []
+
+    class Echo:
+        dimension, lazy = "plugins", False
+
+        def __init__(self) -> None:
+            self.name = "echo"
+            self._offer = Offer(PluginRecord(name="echo", kind="echo", state="failed", error="not opened"))
+
+        async def open(self) -> None:
+            happened.append("open")
+            self._offer.record.state, self._offer.record.error = "loaded", None
+
+        async def close(self) -> None:
+            happened.append("close")
+
+        def offer(self) -> Offer:
+            return self._offer
+
+    class Echoes:
+        changed = None
+
+        def __init__(self, live: bool) -> None:
+            happened.append(f"supplier (a task group: {live})")
+
+        def sources(self, loaded: Any, only: frozenset[str] | None = None) -> list[Any]:
+            return [Echo()]
+
+        async def aclose(self) -> None:
+            happened.append("aclose")
+
+    echo = Kind("echo", "echo source", "the echo source", "source", supplier=lambda tg, env: Echoes(tg is not None))
+    monkeypatch.setattr(kinds, "KINDS", (*kinds.KINDS, echo))
+    loaded = load_config(write_config(tmp_path))
+
+    async def main() -> list[tuple[str, str]]:
+        async with supply({}) as made:
+            return [(s.name, s.offer().record.state) for s in await made.sync(loaded)]
+
+    assert anyio.run(main) == [("pets", "loaded"), ("echo", "loaded")]
+    assert happened == ["supplier (a task group: True)", "open", "close", "aclose"]

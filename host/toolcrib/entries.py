@@ -48,6 +48,8 @@ class Kind:
     table claims its namespaces from every pack. ``warnings`` are its ``toolcrib check`` warnings (``governing``:
     the names of what governs the host), ``withheld`` the packs it serves itself (never imported by the host), and
     ``unserved`` a failed record for each of those a host was given no source for (``given``: the sources' names).
+    ``supplier`` makes what makes its sources (``toolcrib.sources.MakeSupplier``; none: the host loads them
+    itself, as pluggy plugins).
     """
 
     name: str
@@ -60,6 +62,7 @@ class Kind:
     warnings: Callable[[LoadedConfig, frozenset[str]], list[Problem]] = _no_warnings
     withheld: Callable[[LoadedConfig], frozenset[str]] = _none_withheld
     unserved: Callable[[LoadedConfig, Collection[str]], list[PluginRecord]] = _none_unserved
+    supplier: Callable[[Any, Any], Any] | None = None  # (toolcrib.sources.MakeSupplier)
 
     def claims(self, config: Config) -> dict[str, str]:
         """The namespaces its enabled sources take, each with where it is configured."""

@@ -16,12 +16,16 @@ agent allowed it loads its tools when it needs them (``toolcrib__load_mcp``, ``C
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from toolcrib.entries import Entry, Kind
 
 if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
+    from toolcrib.config import LoadedConfig
     from toolcrib.content import ToolResult
     from toolcrib.plugins import PluginRecord
 
@@ -69,4 +73,22 @@ class Source(Protocol):
         ...
 
 
-__all__ = ["Kind", "Offer", "Source"]
+class Supplier(Protocol):
+    """What makes one kind's sources for an assembler (``toolcrib.supply.Supply``), sync after sync: ``sources``
+    gives the sources ``loaded`` configures, not opened (one it gave before may be given again, to be opened again
+    and kept); ``changed`` is what a live source calls when what it offers changed (the serving state reloads);
+    ``aclose`` ends what it still holds. A kind's ``Kind.supplier`` makes one."""
+
+    changed: Callable[[], Coroutine[Any, Any, Any]] | None
+
+    def sources(self, loaded: LoadedConfig, only: frozenset[str] | None = None) -> list[Source]: ...
+
+    async def aclose(self) -> None: ...
+
+
+MakeSupplier = Callable[["TaskGroup | None", "Mapping[str, str] | None"], "Supplier | None"]
+"""A kind's maker of its ``Supplier``, given the task group its live sources run in (None where no event loop is
+kept for them: it answers None if its sources need one) and the environment credentials are read from."""
+
+
+__all__ = ["Kind", "MakeSupplier", "Offer", "Source", "Supplier"]

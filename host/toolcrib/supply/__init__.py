@@ -30,46 +30,41 @@ import anyio
 from anyio.abc import TaskGroup
 
 from toolcrib.errors import contained
-from toolcrib.sources import Source
-from toolcrib.supply import openapi
+from toolcrib.sources import Source, Supplier
 
 if TYPE_CHECKING:
     from toolcrib.config import LoadedConfig
-    from toolcrib.supply.mcp.connections import UpstreamPool
 
 log = logging.getLogger("toolcrib.supply")
 
 
 class Supply:
-    """The sources of one serving process, CLI command or host: ``sync`` gives those of a config. ``tg`` is the
-    task group live sources run in (none: ``sync`` makes only sources that keep nothing open)."""
+    """The sources of one serving process, CLI command or host: ``sync`` gives those of a config, each kind's made
+    by its supplier (``Kind.supplier``, for each kind in ``toolcrib.supply.kinds.KINDS``). ``tg`` is the task group
+    live sources run in (none: ``sync`` makes only sources that keep nothing open)."""
 
     def __init__(self, tg: TaskGroup | None = None, env: Mapping[str, str] | None = None) -> None:
         self.env = env
-        self._pool: UpstreamPool | None = None
-        if tg is not None:
-            from toolcrib.supply.mcp.connections import UpstreamPool
-
-            self._pool = UpstreamPool(tg)
-        self._opened: list[Source] = []  # the last sync's sources that keep nothing open
+        self._suppliers = _suppliers(tg, env)
+        self._opened: list[Source] = []  # the last sync's sources
 
     @property
     def changed(self) -> Callable[[], Coroutine[Any, Any, Any]] | None:
         """Called when a live source says what it offers changed (the serving state reloads)."""
-        return self._pool.changed if self._pool is not None else None
+        return next((s.changed for s in self._suppliers if s.changed is not None), None)
 
     @changed.setter
     def changed(self, reload: Callable[[], Coroutine[Any, Any, Any]] | None) -> None:
-        if self._pool is not None:
-            self._pool.changed = reload
+        for supplier in self._suppliers:
+            supplier.changed = reload
 
     async def sync(self, loaded: LoadedConfig, only: frozenset[str] | None = None) -> list[Source]:
-        """Every source ``loaded`` configures, open: new ones opened at once, live ones kept while their config is
-        unchanged, and the last sync's that are not offered again closed. With ``only``, the upstream servers not
-        named in it are left out (a command that needs only some)."""
-        made: list[Source] = [*self._pool.sources(loaded, only)] if self._pool is not None else []
-        made += _made(loaded, self.env)
-        await _open_all(made)  # (a live source given again lists what it said changed)
+        """Every source ``loaded`` configures, open: new ones opened at once, live ones given again while their
+        config is unchanged (opened again, they list what changed), and the last sync's that are not given again
+        closed. With ``only``, the upstream servers not named in it are left out (a command that needs only
+        some)."""
+        made = [source for supplier in self._suppliers for source in supplier.sources(loaded, only)]
+        await _open_all(made)
         done, self._opened = [s for s in self._opened if not any(s is m for m in made)], made
         await _close_all(done)
         return made
@@ -77,13 +72,14 @@ class Supply:
     async def aclose(self) -> None:
         done, self._opened = self._opened, []
         await _close_all(done)
-        if self._pool is not None:
-            await self._pool.aclose()
+        for supplier in self._suppliers:
+            await supplier.aclose()
 
 
-def _made(loaded: LoadedConfig, env: Mapping[str, str] | None) -> list[Source]:
-    """The sources of ``loaded`` that keep nothing open, made (not opened)."""
-    return [*openapi.sources(loaded, env)]
+def _suppliers(tg: TaskGroup | None, env: Mapping[str, str] | None) -> list[Supplier]:
+    from toolcrib.supply.kinds import KINDS
+
+    return [made for kind in KINDS if kind.supplier is not None and (made := kind.supplier(tg, env)) is not None]
 
 
 async def _open_all(sources: list[Source]) -> None:
@@ -95,7 +91,7 @@ async def _open_all(sources: list[Source]) -> None:
 def opened(loaded: LoadedConfig, env: Mapping[str, str] | None = None) -> list[Source]:
     """The sources of ``loaded`` that keep nothing open (OpenAPI documents), opened now, for code that is not async
     (``Host.from_config``); a live source needs an entrance that keeps a loop for it (``Supply``)."""
-    made = _made(loaded, env)
+    made = [source for supplier in _suppliers(None, env) for source in supplier.sources(loaded)]
     _blocking(_open_all, made)
     return made
 

@@ -30,4 +30,4 @@ def namespaces_claimed(config: Config) -> dict[str, str]:
     return {ns: where for known in KINDS for ns, where in known.claims(config).items()}
 
 
-__all__ = ["BUILTIN", "KINDS", "PACK", "Kind", "kind_named", "namespaces_claimed"]
+__all__ = ["BUILTIN", "KINDS", "MCP", "OPENAPI", "PACK", "Kind", "kind_named", "namespaces_claimed"]

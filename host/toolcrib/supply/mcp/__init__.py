@@ -18,15 +18,18 @@ cleaned as a tool's is. Their annotations are untrusted unless the operator mark
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
 from toolcrib.entries import Kind
 
 if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
     from toolcrib.config import LoadedConfig
     from toolcrib.errors import Problem
     from toolcrib.plugins import PluginRecord
+    from toolcrib.supply.mcp.connections import UpstreamPool
 
 
 def _warnings(loaded: LoadedConfig, governing: frozenset[str]) -> list[Problem]:
@@ -41,9 +44,18 @@ def _unserved(loaded: LoadedConfig, given: Collection[str]) -> list[PluginRecord
     return unserved(loaded, given)
 
 
+def _pool(tg: TaskGroup | None, env: Mapping[str, str] | None) -> UpstreamPool | None:
+    """The pool its sources' connections live in: only where an event loop is kept for them (``tg``)."""
+    if tg is None:
+        return None
+    from toolcrib.supply.mcp.connections import UpstreamPool
+
+    return UpstreamPool(tg, KIND)
+
+
 KIND = Kind("mcp", "upstream server", "the upstream MCP server", "server", "mcps", table=lambda config: config.mcps,
             where="an upstream MCP server ([mcps.{ns}])", warnings=_warnings,
-            withheld=lambda loaded: loaded.isolated_packs(), unserved=_unserved)
+            withheld=lambda loaded: loaded.isolated_packs(), unserved=_unserved, supplier=_pool)
 """Upstream servers, confined ones, and the isolated packs they serve (as packs: ``withheld`` from the host)."""
 
 __all__ = ["KIND"]

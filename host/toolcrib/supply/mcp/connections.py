@@ -25,11 +25,10 @@ from anyio.abc import TaskGroup
 from toolcrib.config import LoadedConfig, MissingVariable
 from toolcrib.config import expand as expand_variables
 from toolcrib.content import ToolResult
-from toolcrib.entries import PACK, Entry, Provenance
+from toolcrib.entries import PACK, Entry, Kind, Provenance
 from toolcrib.errors import ToolError
 from toolcrib.plugins import PluginRecord
 from toolcrib.sources import Offer
-from toolcrib.supply.mcp import KIND
 from toolcrib.supply.mcp.conversion import item_entries, tool_entries
 from toolcrib.supply.mcp.isolated import ENTRY_POINT
 from toolcrib.supply.mcp.pack_calls import Lane, opened
@@ -66,6 +65,7 @@ class Connection:
     # asked of its process for each agent (toolcrib.supply.mcp.pack_checks), each within check_seconds
     checks: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     check_seconds: float = 5.0
+    kind: Kind = PACK  # the kind its pool serves servers as (toolcrib.supply.mcp.KIND)
 
     @property
     def what(self) -> str:
@@ -77,7 +77,8 @@ class Connection:
         """Its entries' provenance: an isolated pack's are the pack's (``plugins``), a server's its kind's."""
         if self.pack:
             return Provenance(self.namespace, PACK, trusted=self.config.trusted, where=f"[packs.{self.namespace}]")
-        return Provenance(self.namespace, KIND, "mcps", trusted=self.config.trusted, where=f"[mcps.{self.namespace}]")
+        return Provenance(self.namespace, self.kind, "mcps", trusted=self.config.trusted,
+                          where=f"[mcps.{self.namespace}]")
 
     def check_line(self) -> CheckLine | None:
         """The checks line of its process while it runs (an isolated pack's)."""
@@ -194,8 +195,9 @@ class UpstreamPool:
     """The open upstream connections of one serving process (or one CLI command); ``sync`` makes a source of each
     configured server (``UpstreamSource``)."""
 
-    def __init__(self, tg: TaskGroup) -> None:
+    def __init__(self, tg: TaskGroup, kind: Kind) -> None:
         self._tg = tg
+        self.kind = kind  # (toolcrib.supply.mcp.KIND: handed in, as this module is that kind's)
         self._connections: dict[str, Connection] = {}  # each server's current connection (a lazy one's too)
         self._sources: dict[str, UpstreamSource] = {}  # what the last ``sources`` gave
         self._locks: dict[str, anyio.Lock] = {}
@@ -244,7 +246,8 @@ class UpstreamPool:
         assert loaded is not None
         connection = source.connection
         if connection is None:
-            connection = source.connection = Connection(ns, config, source.key, pack=ns in self._packs)
+            connection = source.connection = Connection(ns, config, source.key, pack=ns in self._packs,
+                                                        kind=self.kind)
             self._connections[ns] = connection
             self._tg.start_soon(self._run, connection, loaded, loaded.config.host.call_timeout)
             with anyio.move_on_after(config.timeout):
@@ -301,7 +304,7 @@ class UpstreamPool:
         async with lock:
             connection = self._connections.get(namespace)
             if connection is None or connection.client is None:
-                connection = Connection(namespace, config, _key(config))
+                connection = Connection(namespace, config, _key(config), kind=self.kind)
                 self._connections[namespace] = connection
                 source = self._sources.get(namespace)
                 if source is not None and source.lazy:

@@ -28,24 +28,6 @@ YAML, becomes the tool ``<namespace>__<operationId>``, called over HTTP through 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
-
 from toolcrib.supply.openapi.kind import KIND
 
-if TYPE_CHECKING:
-    from toolcrib.config import LoadedConfig
-    from toolcrib.supply.openapi.source import OpenAPISource
-
-
-def sources(loaded: LoadedConfig, env: Mapping[str, str] | None = None) -> list[OpenAPISource]:
-    """A source for each ``[openapi.<namespace>]`` of the config, made with nothing read (``open`` reads its
-    document); ``env`` holds the variables its credentials name (the host's environment)."""
-    if not loaded.config.openapi:
-        return []
-    from toolcrib.supply.openapi.source import OpenAPISource
-
-    return [OpenAPISource(ns, config, loaded, env) for ns, config in sorted(loaded.config.openapi.items())]
-
-
-__all__ = ["KIND", "sources"]
+__all__ = ["KIND"]

@@ -13,7 +13,7 @@ import anyio
 
 from toolcrib.config import LoadedConfig, MissingVariable
 from toolcrib.content import ToolResult
-from toolcrib.entries import Entry, Provenance
+from toolcrib.entries import Entry, Kind, Provenance
 from toolcrib.errors import ToolDeclarationError, ToolError
 from toolcrib.inference import json_schema_model
 from toolcrib.names import clean, clean_schema, full_name, serving_names
@@ -21,7 +21,6 @@ from toolcrib.net import WebLimits
 from toolcrib.plugins import PluginRecord
 from toolcrib.sources import Offer
 from toolcrib.supply.openapi.document import DocumentError, Operation, host_port, operations, read_document, selected
-from toolcrib.supply.openapi.kind import KIND
 from toolcrib.supply.openapi.operations import ANNOTATIONS, OperationTool, operation_tool
 from toolcrib.supply.openapi.requests import Credentials, OperationRunner, credentials
 from toolcrib.supply.openapi.settings import OpenAPIConfig
@@ -37,7 +36,7 @@ class OpenAPISource:
     lazy = False
 
     def __init__(self, namespace: str, config: OpenAPIConfig, loaded: LoadedConfig,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None, kind: Kind) -> None:
         self.name = namespace
         self.config = config
         self._loaded = loaded
@@ -45,7 +44,7 @@ class OpenAPISource:
         where = config.document or config.document_url
         self.record = PluginRecord(name=namespace, kind="openapi", state="loaded", entry_point=where,
                                    pinned=not config.trusted and not config.follow_changes)
-        self.provenance = Provenance(namespace, KIND, self.dimension, where=f"[openapi.{namespace}]")
+        self.provenance = Provenance(namespace, kind, self.dimension, where=f"[openapi.{namespace}]")
         self._good: set[str] = set()  # components checked against JSON Schema 2020-12 (``_checked``)
         self._offer = Offer(self.record)
         if not config.enabled:
