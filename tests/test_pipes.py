@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -78,10 +75,8 @@ def pipe() -> Iterator[tuple[int, int]]:
             os.close(fd)
 
 
-@pytest.mark.parametrize("spins", [True, False])
-def test_an_answer_is_read_whether_it_comes_while_looked_for_or_after_the_reader_slept(
-        pipe: tuple[int, int], spins: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pipes, "SPINS", spins)
+def test_an_answer_is_read_whether_it_is_there_at_once_or_comes_while_the_reader_waits(
+        pipe: tuple[int, int]) -> None:
     read_fd, write_fd = pipe
 
     async def main() -> list[bytes]:
@@ -91,33 +86,32 @@ def test_an_answer_is_read_whether_it_comes_while_looked_for_or_after_the_reader
 
     async def read_three(got: list[bytes]) -> list[bytes]:
         async with anyio.create_task_group() as tg:
+            os.write(write_fd, b"there\n")  # already in the pipe
+            got.append(await pipes.read_answer(read_fd, 100))
+
             async def answer(after: float, data: bytes) -> None:
                 await anyio.sleep(after)
                 os.write(write_fd, data)
 
-            tg.start_soon(answer, 0, b"soon\n")  # within the spin
-            got.append(await pipes.read_answer(read_fd, 100))
-            tg.start_soon(answer, 0.05, b"late\n")  # long after it: the reader sleeps, and is woken
+            tg.start_soon(answer, 0.05, b"late\n")  # later: the reader waits asleep, and is woken
             got.append(await pipes.read_answer(read_fd, 100))
         os.close(write_fd)
         got.append(await pipes.read_answer(read_fd, 100))  # end of input
         return got
 
-    assert anyio.run(main) == [b"soon\n", b"late\n", b""]
+    assert anyio.run(main) == [b"there\n", b"late\n", b""]
 
 
-def _looks_while_another_task_turns(pipe: tuple[int, int], monkeypatch: pytest.MonkeyPatch,
-                                    look: bool) -> tuple[bytes, list[int], list[int]]:
-    """Another task writes the answer after 200 turns of the event loop while ``read_answer`` (its spin made a
-    minute long) waits for it: (what it read, the other task's turns, how many of them it had made at each read)."""
-    monkeypatch.setattr(pipes, "SPINS", True)
-    monkeypatch.setattr(pipes, "SPIN_SECONDS", 60.0)
+def test_a_reader_waits_asleep_while_every_other_task_runs(pipe: tuple[int, int],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """One read before it waits and one when the answer is in, however many turns the loop makes meanwhile: the
+    reader neither holds the loop nor looks for the answer between the other task's turns."""
     read_fd, write_fd = pipe
     turns: list[int] = []
     seen: list[int] = []
     read = os.read
 
-    def looking(fd: int, size: int) -> bytes:
+    def counted(fd: int, size: int) -> bytes:
         seen.append(len(turns))
         return read(fd, size)
 
@@ -130,73 +124,17 @@ def _looks_while_another_task_turns(pipe: tuple[int, int], monkeypatch: pytest.M
                 os.write(write_fd, b"done\n")
 
             tg.start_soon(busy)
-            return await pipes.read_answer(read_fd, 100, look=look)
+            return await pipes.read_answer(read_fd, 100)
 
-    monkeypatch.setattr(os, "read", looking)
+    monkeypatch.setattr(os, "read", counted)
     got = anyio.run(main)
     monkeypatch.undo()
-    return got, turns, seen
+    assert (got, turns, seen) == (b"done\n", list(range(200)), [0, 200])
 
 
-def test_looking_for_an_answer_lets_every_other_task_run(pipe: tuple[int, int],
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The reader looks for the answer between the other task's turns, not before them all (a reader that held
-    the loop would see none of them until its spin ended)."""
-    got, turns, seen = _looks_while_another_task_turns(pipe, monkeypatch, look=True)
-    assert got == b"done\n"
-    assert turns == list(range(200))
-    assert seen == sorted(seen) and len(set(seen)) > 100, seen
-
-
-def test_a_reader_not_looking_waits_asleep_at_once(pipe: tuple[int, int], monkeypatch: pytest.MonkeyPatch) -> None:
-    """``look=False`` (an answer from a process woken on this thread's CPU, which runs there as this one sleeps):
-    one read before it sleeps and one when the answer is in, however many turns the loop makes meanwhile."""
-    got, turns, seen = _looks_while_another_task_turns(pipe, monkeypatch, look=False)
-    assert got == b"done\n"
-    assert turns == list(range(200))
-    assert seen == [0, 200]
-
-
-def test_a_reader_that_waits_long_sleeps_after_its_spin(pipe: tuple[int, int],
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Waiting half a second for a slow answer costs the process a spin's CPU (200 us), not half a second's."""
-    monkeypatch.setattr(pipes, "SPINS", True)
-    read_fd, write_fd = pipe
-
-    async def main() -> tuple[bytes, float]:
-        async with anyio.create_task_group() as tg:
-            async def answer() -> None:
-                await anyio.to_thread.run_sync(time.sleep, 0.5)
-                os.write(write_fd, b"slow\n")
-
-            tg.start_soon(answer)
-            cpu = time.process_time()
-            got = await pipes.read_answer(read_fd, 100)
-            cpu = time.process_time() - cpu
-        return got, cpu
-
-    got, cpu = anyio.run(main)
-    assert got == b"slow\n"
-    assert cpu < 0.25, f"the reader spent {cpu:.3f} s of CPU waiting 0.5 s"
-
-
-@pytest.mark.skipif(shutil.which("taskset") is None or len(os.sched_getaffinity(0)) < 2,
-                    reason="needs taskset and two CPUs")
-def test_a_process_with_one_cpu_never_spins() -> None:
-    """The other process needs the one CPU there is: looking for its answer would only delay it."""
-    code = "import toolcrib.pipes as p; print(p.SPINS)"
-    one = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True)
-    both = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert (one.stdout, both.stdout) == ("False\n", "True\n")
-
-
-@pytest.mark.parametrize("spins", [True, False])
-def test_a_deadline_ends_the_wait_for_an_answer_or_for_room_with_timeout_error(
-        pipe: tuple[int, int], spins: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_deadline_ends_the_wait_for_an_answer_or_for_room_with_timeout_error(pipe: tuple[int, int]) -> None:
     """Nothing to read, and a pipe with no room: each wait gives up at its deadline (``time.monotonic()``'s), not
     before it; what could be written before the pipe filled was written."""
-    monkeypatch.setattr(pipes, "SPINS", spins)
     read_fd, write_fd = pipe
 
     async def waited(wait: Any) -> float:

@@ -1,12 +1,9 @@
 """Pipes to and from other processes, from the event loop: writing, which the stdio transport, an isolated pack's
-calls lane and a long-lived hook process share, reading an answer expected soon (a long-lived hook's), waking the
-process that answers it on the writer's CPU, and taking turns at a process that answers one question at a time."""
+calls lane and a long-lived hook process share, reading an answer (a long-lived hook's), and taking turns at a
+process that answers one question at a time."""
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import functools
 import math
 import os
 import threading
@@ -17,14 +14,6 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
-
-# How long a reader that expects an answer soon (another process's, to what it just wrote) looks for it between
-# turns of the event loop before it sleeps until the pipe is readable. Waking a process that slept costs: a line to
-# a Python process answering at once, and its answer back, took 62-88 us asleep and 11 us awake (the median of
-# 2,500, on the 2-core machine of docs/benchmarks.md); and what runs after a wake-up runs slower.
-SPIN_SECONDS = 200e-6
-# Looking for it takes a CPU the other process may need: only where there is another one.
-SPINS = len(os.sched_getaffinity(0)) > 1 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) > 1
 
 
 async def write_all(fd: int, data: bytes | memoryview, deadline: float = math.inf) -> None:
@@ -39,90 +28,15 @@ async def write_all(fd: int, data: bytes | memoryview, deadline: float = math.in
             await _until(deadline, anyio.wait_writable, fd)
 
 
-async def read_answer(fd: int, size: int, deadline: float = math.inf, look: bool = True) -> bytes:
-    """Up to ``size`` bytes from the non-blocking descriptor ``fd``, where another process's answer to what was
-    just written to it is expected soon: looked for for up to ``SPIN_SECONDS`` between turns of the event loop
-    (every other task runs meanwhile; the process stays awake), then waited for asleep, until ``deadline``
-    (``time.monotonic()``'s; then ``TimeoutError``). ``b""`` at end of input; an ``OSError`` is the caller's.
-
-    ``look=False`` waits asleep at once: for an answer from a process woken on this thread's CPU (``Nearby``),
-    which runs there while this thread sleeps, and wakes it there as cheaply as it would be found awake (and a
-    thread looking for it could hold the CPU it needs, where the kernel does not let a woken process in first)."""
-    spin_ends = 0.0
+async def read_answer(fd: int, size: int, deadline: float = math.inf) -> bytes:
+    """Up to ``size`` bytes from the non-blocking descriptor ``fd``: at once when they are there, else once it is
+    readable, until ``deadline`` (``time.monotonic()``'s; then ``TimeoutError``). ``b""`` at end of input; an
+    ``OSError`` is the caller's."""
     while True:
         try:
             return os.read(fd, size)
         except BlockingIOError:
-            pass
-        if SPINS and look:
-            now = time.perf_counter()
-            if not spin_ends:
-                spin_ends = now + SPIN_SECONDS
-            if now < spin_ends:
-                await anyio.lowlevel.checkpoint()
-                continue
-        await _until(deadline, anyio.wait_readable, fd)
-
-
-class Nearby:
-    """Has the kernel wake ``pid``, a process asleep reading what this thread is about to write to it (a long-lived
-    hook), on this thread's CPU, and then lets it run on any of its CPUs again. Woken on a CPU that was idle, it
-    answers late: a line to a process that answers at once, and its answer back, took 35-40 us on the machine of
-    docs/benchmarks.md that way and 4 us woken on the writer's CPU (where the writer then waits for the answer
-    asleep, so that the process has the CPU at once). Only a wake-up is placed: once the line is written the
-    process may run on every CPU it could before (only a program it starts in the microseconds between keeps the
-    one CPU), and one that is kept on one CPU (``taskset``), or cannot run on this one, is left as it is. ::
-
-        allowed = nearby.wake_here()
-        os.write(its_input, line)
-        nearby.release(allowed)
-        answer = await read_answer(its_output, 65536, deadline, look=allowed is None)
-
-    Nothing is done with one CPU, or without Linux's calls for it."""
-
-    __slots__ = ("pid",)
-
-    def __init__(self, pid: int) -> None:
-        self.pid: int | None = pid if _sched_getcpu() is not None else None
-
-    def wake_here(self) -> set[int] | None:
-        """Place its next wake-up on this thread's CPU; the CPUs it may run on, for ``release``, or None when it is
-        left as it was."""
-        current_cpu = _sched_getcpu()
-        if self.pid is None or current_cpu is None:
-            return None
-        try:
-            allowed = os.sched_getaffinity(self.pid)
-            cpu = current_cpu()
-            if len(allowed) < 2 or cpu not in allowed:
-                return None
-            os.sched_setaffinity(self.pid, (cpu,))
-        except OSError:  # gone (its call says so), or not ours to place: never again
-            self.pid = None
-            return None
-        return allowed
-
-    def release(self, allowed: set[int] | None) -> None:
-        """Let it run on ``allowed`` again (what ``wake_here`` answered)."""
-        if allowed is not None and self.pid is not None:
-            with contextlib.suppress(OSError):
-                os.sched_setaffinity(self.pid, allowed)
-
-
-@functools.cache  # (looked up by the first long-lived hook, not at every start)
-def _sched_getcpu() -> Callable[[], int] | None:
-    """libc's ``sched_getcpu`` (the CPU the calling thread runs on), where a process's CPUs can be chosen (Linux)
-    and there is more than one."""
-    if not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
-        return None
-    try:
-        current: Callable[[], int] = ctypes.CDLL(None, use_errno=True).sched_getcpu
-    except (OSError, AttributeError):
-        return None
-    current.restype = ctypes.c_int  # type: ignore[attr-defined]
-    current.argtypes = ()  # type: ignore[attr-defined]
-    return current if current() >= 0 else None
-
+            await _until(deadline, anyio.wait_readable, fd)
 
 
 async def _until(deadline: float, wait: Callable[[int], Awaitable[None]], fd: int) -> None:
@@ -199,4 +113,4 @@ def _soon(token: anyio.lowlevel.EventLoopToken, call: Callable[[], object]) -> N
     schedule(call)
 
 
-__all__ = ["SPINS", "SPIN_SECONDS", "Nearby", "Turns", "read_answer", "write_all"]
+__all__ = ["Turns", "read_answer", "write_all"]

@@ -66,7 +66,7 @@ from toolcrib.config import CommandHook, LoadedConfig
 from toolcrib.content import ToolResult
 from toolcrib.governing import unlocated
 from toolcrib.hookspecs import hookimpl
-from toolcrib.pipes import Nearby, Turns, read_answer, write_all
+from toolcrib.pipes import Turns, read_answer, write_all
 
 log = logging.getLogger("toolcrib.hooks")
 
@@ -140,9 +140,6 @@ class _LongLived:
         self._buffer = b""
         self._turns = Turns()
         self._busy = False  # a call is reading or writing its pipes: close() then only kills it
-        # Wakes it on the CPU of the call that writes to it, from its second call on (at its first it may still be
-        # starting: a `taskset` before it may not yet have set where it runs, which must stay as that sets it)
-        self._nearby: Nearby | None = None
 
     async def ask(self, call: bytes) -> tuple[int, bytes, bytes]:
         """(0, its answer line, b"") to the call's JSON (``call``, without the line's end) as ``run_hook`` answers;
@@ -154,14 +151,8 @@ class _LongLived:
             deadline = time.monotonic() + self.hook.timeout  # (a number: a cancel scope costs, see pipes)
             if self._process is None:
                 self._start()
-            nearby = self._nearby
-            allowed = nearby.wake_here() if nearby is not None else None
             await self._send(call + b"\n", deadline)
-            if nearby is not None and nearby is self._nearby:  # (not a process started again meanwhile)
-                nearby.release(allowed)
-            line = await self._line(deadline, look=allowed is None)  # (woken here: it runs as this sleeps)
-            if self._nearby is None and self._process is not None:  # it has answered: it reads its calls now
-                self._nearby = Nearby(self._process.pid)
+            line = await self._line(deadline)
             self._busy = False
             if line is None:  # longer than an answer may be: refused as too long, and the process ended
                 self.close()
@@ -176,7 +167,6 @@ class _LongLived:
 
     def _start(self) -> None:
         self.close()
-        self._nearby = None
         hook = self.hook
         self._process = subprocess.Popen(hook.command, cwd=hook.cwd, env=dict(hook.env), stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, start_new_session=True)
@@ -206,8 +196,8 @@ class _LongLived:
         except BrokenPipeError:
             raise OSError("its process ended (its input is closed)") from None
 
-    async def _line(self, deadline: float, look: bool) -> bytes | None:
-        """Its next line; None for one longer than an answer may be (``look``: as ``read_answer`` takes it)."""
+    async def _line(self, deadline: float) -> bytes | None:
+        """Its next line; None for one longer than an answer may be."""
         assert self._process is not None and self._process.stdout is not None
         fd = self._process.stdout.fileno()
         while True:
@@ -217,7 +207,7 @@ class _LongLived:
                 return line
             if len(self._buffer) > MAX_ANSWER_BYTES:
                 return None
-            chunk = await read_answer(fd, 65536, deadline, look)
+            chunk = await read_answer(fd, 65536, deadline)
             if not chunk:
                 raise OSError("its process ended (its output closed)")
             self._buffer += chunk
@@ -232,7 +222,7 @@ class _LongLived:
             os.killpg(process.pid, signal.SIGKILL)
         if self._busy:
             return
-        self._process, self._buffer, self._nearby = None, b"", None
+        self._process, self._buffer = None, b""
         for pipe in (process.stdin, process.stdout):
             if pipe is not None:
                 with contextlib.suppress(OSError):
