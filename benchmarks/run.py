@@ -46,6 +46,8 @@ from turns import TURN, medians_in_turns  # noqa: E402
 
 Row = list[str]
 
+PUBLISHED = HERE.parent / "docs" / "benchmarks.md"  # written by a whole run only, never a quick one
+
 
 def fmt(seconds: float) -> str:
     if seconds >= 1:
@@ -1357,8 +1359,18 @@ def main() -> None:
         f"Total harness time: {time.perf_counter() - started:.0f} s.",
     ]) + "\n"
     print(report)
-    if args.out:
-        args.out.write_text(report)
+    out = written_to(args.out, args.quick)
+    if out is not None:
+        out.write_text(report)
+    elif args.out is not None:
+        print(f"(a quick run: {PUBLISHED} is the published page, and is not written)", file=sys.stderr)
+
+
+def written_to(out: Path | None, quick: bool) -> Path | None:
+    """Where the report goes: ``out``, unless this is a quick run and ``out`` is the published page."""
+    if out is None or (quick and out.resolve() == PUBLISHED.resolve()):
+        return None
+    return out
 
 
 if __name__ == "__main__":

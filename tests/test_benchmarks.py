@@ -51,3 +51,16 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert '"## Test it"' in ci or "## Test it" in ci  # .ci/run extracts the command from README.md
     readme = (ROOT / "README.md").read_text()
     assert "## Test it\n\n```sh\npython3 -m venv .venv && " in readme
+
+
+def test_a_quick_run_never_writes_the_published_page(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import run
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    published = ROOT / "docs" / "benchmarks.md"
+    elsewhere = tmp_path / "bench.md"
+    assert [run.written_to(published, True), run.written_to(ROOT / "docs" / ".." / "docs" / "benchmarks.md", True),
+            run.written_to(published, False), run.written_to(elsewhere, True), run.written_to(None, False)] == [
+        None, None, published, elsewhere, None]
