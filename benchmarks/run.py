@@ -1264,9 +1264,17 @@ def _goals() -> list[Row]:
             continue
         shown = f"{value:.2f}x" if unit in ("x", "minx") else f"{value:.3f}" if unit == "min" else \
             f"{value:,.0f}" if unit == "tokens" else fmt(value)
-        met = value >= limit if unit.startswith("min") else value <= limit
-        rows.append([name, target, shown, "-" if target == "-" else "yes" if met else "**no**"])
+        rows.append([name, target, shown, "-" if target == "-" else verdict(value, limit, unit)])
     return rows
+
+
+def verdict(value: float, limit: float, unit: str) -> str:
+    """Whether a goal is met: a time, a delta or a ratio at or below zero is noise (a run that measured less than
+    nothing), never a goal met by accident."""
+    if not unit.startswith("min") and value <= 0:
+        return "**no** (noise: at or below zero)"
+    met = value >= limit if unit.startswith("min") else value <= limit
+    return "yes" if met else "**no**"
 
 
 def _over(a: float | None, b: float | None) -> float | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,14 +55,26 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert "## Test it\n\n```sh\npython3 -m venv .venv && " in readme
 
 
-def test_a_quick_run_never_writes_the_published_page(tmp_path) -> None:  # type: ignore[no-untyped-def]
+@pytest.fixture
+def run() -> Any:
+    """benchmarks/run.py, imported."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
-        import run
+        import run as harness
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
+    return harness
+
+
+def test_a_quick_run_never_writes_the_published_page(run: Any, tmp_path: Path) -> None:
     published = ROOT / "docs" / "benchmarks.md"
     elsewhere = tmp_path / "bench.md"
     assert [run.written_to(published, True), run.written_to(ROOT / "docs" / ".." / "docs" / "benchmarks.md", True),
             run.written_to(published, False), run.written_to(elsewhere, True), run.written_to(None, False)] == [
         None, None, published, elsewhere, None]
+
+
+def test_a_goal_is_never_met_by_a_negative_delta_or_a_noisy_zero(run: Any) -> None:
+    assert [run.verdict(-0.0002, 0.001, "s"), run.verdict(0.0, 1.0, "x"), run.verdict(0.0005, 0.001, "s"),
+            run.verdict(0.002, 0.001, "s"), run.verdict(1.6, 1.5, "minx"), run.verdict(1.4, 1.5, "minx")] == [
+        "**no** (noise: at or below zero)", "**no** (noise: at or below zero)", "yes", "**no**", "yes", "**no**"]
