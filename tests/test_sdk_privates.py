@@ -10,7 +10,7 @@ from mcp import Client
 from mcp.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-from toolcrib.mcp.sdk import connection_of, open_sessions, server_info_stamp_source
+from toolcrib.mcp.sdk import connection_of, open_sessions
 
 
 def test_a_requests_session_has_the_lasting_connection_with_its_state() -> None:
@@ -34,10 +34,8 @@ def test_a_requests_session_has_the_lasting_connection_with_its_state() -> None:
     assert hasattr(first, "session_id")
 
 
-def test_the_identity_stamp_and_the_session_count_are_where_toolcrib_reads_them() -> None:
+def test_the_session_count_is_where_toolcrib_reads_it() -> None:
     server = Server("probe", version="1.2")
-    assert server_info_stamp_source(server) == server.server_info_stamp
-    assert server_info_stamp_source(server)["name"] == "probe"
     assert open_sessions(StreamableHTTPSessionManager(app=server)) == 0
     assert isinstance(StreamableHTTPSessionManager(app=server)._server_instances, dict)
 

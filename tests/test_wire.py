@@ -236,7 +236,7 @@ def test_the_identity_stamp_is_the_sdks_and_owned_by_the_caller() -> None:
     assert server.server_info_stamp["name"] == "toolcrib"
     handlers = server.middleware[-1].__self__  # fast_paths: what stamps each result
     stamp = handlers.stamp
-    assert stamp == {"name": "toolcrib", "version": toolcrib.__version__} and handlers.flat_stamp is not None
+    assert stamp == {"name": "toolcrib", "version": toolcrib.__version__} and handlers.identity is not None
     stamp["name"] = "changed"
     assert handlers.stamp["name"] == "toolcrib"
     iconic = _Server("iconic", version="1", icons=[types.Icon(src="https://example.com/i.png")])

@@ -16,7 +16,6 @@ import time
 import warnings
 import weakref
 from collections.abc import Mapping
-from functools import cached_property
 from typing import Any
 
 import mcp_types as types
@@ -47,7 +46,7 @@ from toolcrib.mcp.roundtrip import (
     SamplePending,
     Unverifiable,
 )
-from toolcrib.mcp.sdk import connection_of, server_info_stamp_source
+from toolcrib.mcp.sdk import connection_of
 from toolcrib.mcp.sessions import LOG_LEVEL, SUBSCRIPTIONS
 from toolcrib.mcp.state import ServingState
 from toolcrib.observe import log_request, request_span, requests_log, tracing
@@ -214,7 +213,7 @@ class _Handlers:
         self.state = state
         self.agent = agent
         self.server: Server[Any] | None = None  # set once the server is made (its info stamp goes on replies)
-        self.flat_stamp: dict[str, Any] | None = None  # its identity when a flat copy of it is a whole one
+        self.identity: dict[str, Any] | None = None  # its identity, taken once, when a flat copy is a whole one
 
     def view_of(self, ctx: ServerRequestContext[Any, Any]) -> AgentView:
         """The agent's view for this request: an OAuth token lacking scopes of ``identity.needs_scope`` sees less."""
@@ -562,9 +561,10 @@ class _Handlers:
 
     @property
     def stamp(self) -> dict[str, Any]:
-        """The server's identity for a 2026-07-28 result's ``_meta``, a copy each result owns."""
-        if self.flat_stamp is not None:
-            return dict(self.flat_stamp)  # (through the server's property: three calls more, a fifth of a us each)
+        """The server's identity for a 2026-07-28 result's ``_meta`` (what the SDK stamps on its own), a copy each
+        result owns: toolcrib's holds only strings, so a flat copy of it taken once is a whole one."""
+        if self.identity is not None:
+            return dict(self.identity)
         assert self.server is not None
         return self.server.server_info_stamp
 
@@ -592,8 +592,9 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
             on_subscriptions_listen=h.listen,
         )
     h.server = server
-    if server._flat_identity:
-        h.flat_stamp = server_info_stamp_source(server)
+    identity = server.server_info_stamp  # (the SDK's public copy, taken once)
+    if all(type(value) is str for value in identity.values()):
+        h.identity = identity
     server.middleware.clear()  # the SDK's generic OpenTelemetry middleware costs about a third of a call
     if requests_log.isEnabledFor(logging.INFO) or tracing():
         server.middleware.append(_observer(agent))
@@ -658,17 +659,6 @@ class _Server(Server[Any]):
             notification_options = NOTIFY
         return super().create_initialization_options(notification_options, *args, **kwargs)
 
-    @cached_property
-    def _flat_identity(self) -> bool:
-        return all(type(value) is str for value in server_info_stamp_source(self).values())
-
-    @property
-    def server_info_stamp(self) -> dict[str, Any]:
-        """The identity stamped on each 2026-07-28 result, as the SDK's: a copy the caller owns. toolcrib's holds
-        only strings (no icons), so a flat copy is a whole one, without the SDK's deep copy (9 us a call)."""
-        if self._flat_identity:
-            return dict(server_info_stamp_source(self))
-        return super().server_info_stamp
 
 
 NOTIFY = NotificationOptions(tools_changed=True, resources_changed=True, prompts_changed=True)

@@ -6,9 +6,6 @@ pyproject.toml (``mcp>=2.3,<2.4``) is raised knowingly.
   behind it lasts. toolcrib keeps per-connection state there (subscriptions, the log level a client set, what a
   conversation has been given) and tells connections apart by it. The SDK's ``mcp.server.context.Context`` has a
   public ``connection``, but the low-level ``ServerRunner`` hands handlers a ``ServerRequestContext`` without one.
-- ``Server._server_info_stamp_source``: the identity the SDK stamps on every 2026-07-28 result; its public
-  ``server_info_stamp`` deep-copies it on every call (9 us), and toolcrib's holds only strings, so a flat copy is a
-  whole one.
 - ``StreamableHTTPSessionManager._server_instances``: the open sessions, counted for ``toolcrib_http_sessions``;
   the manager offers no count.
 - ``StreamableHTTPSessionManager._handle_stateful_request`` and what it uses (``_server_instances``,
@@ -42,13 +39,6 @@ def connection_of(session: Any) -> Any:
     """The connection behind a request's session (it lasts while the client stays connected), or None (``Any``:
     the SDK's ``Connection``, which toolcrib reads ``state``, ``session_id`` and ``initialize_accepted`` of)."""
     return getattr(session, "_connection", None)
-
-
-def server_info_stamp_source(server: Any) -> dict[str, Any]:
-    """The identity a low-level ``Server`` stamps on 2026-07-28 results, not copied (the caller must not change
-    it)."""
-    source: dict[str, Any] = server._server_info_stamp_source
-    return source
 
 
 def open_sessions(manager: Any) -> int:
