@@ -167,8 +167,13 @@ def lowlevel_otel_server(n: int) -> Any:
         return GetPromptResult(description="Greet someone.", messages=[
             PromptMessage(role="user", content=TextContent(text=f"Say hello to {name}."))])
 
-    return Server("lowlevel", version="0", on_list_tools=on_list_tools, on_call_tool=on_call_tool,
-                  on_list_resources=on_list_resources, on_list_prompts=on_list_prompts, on_get_prompt=on_get_prompt)
+    schemas = {t.name: t.input_schema for t in tools}
+
+    # As MCPServer and FastMCP set it (the SDK's docs recommend it): the 2026-07-28 HTTP entry checks Mcp-Param-*
+    # headers against the called tool's schema, and without it lists every tool to find that schema on each call.
+    return Server("lowlevel", version="0", get_tool_input_schema=schemas.get, on_list_tools=on_list_tools,
+                  on_call_tool=on_call_tool, on_list_resources=on_list_resources, on_list_prompts=on_list_prompts,
+                  on_get_prompt=on_get_prompt)
 
 
 def lowlevel_server(n: int) -> Any:

@@ -78,3 +78,13 @@ def test_a_goal_is_never_met_by_a_negative_delta_or_a_noisy_zero(run: Any) -> No
     assert [run.verdict(-0.0002, 0.001, "s"), run.verdict(0.0, 1.0, "x"), run.verdict(0.0005, 0.001, "s"),
             run.verdict(0.002, 0.001, "s"), run.verdict(1.6, 1.5, "minx"), run.verdict(1.4, 1.5, "minx")] == [
         "**no** (noise: at or below zero)", "**no** (noise: at or below zero)", "yes", "**no**", "yes", "**no**"]
+
+
+def test_the_low_level_peer_is_configured_as_the_sdks_docs_recommend(run: Any) -> None:
+    """It answers the 2026-07-28 HTTP entry's schema lookups itself, as MCPServer and FastMCP do (without it the SDK
+    lists every tool on each call to find one schema, and the peer looks slower than it is)."""
+    import peers
+
+    server = peers.lowlevel_server(3)
+    assert server.get_tool_input_schema("add") == peers.IN_SCHEMA
+    assert server.get_tool_input_schema("no_such_tool") is None

@@ -57,36 +57,6 @@ def test_the_stateful_path_toolcrib_replaces_is_where_its_session_manager_takes_
         "max_request_body_size", "max_sessions"}
 
 
-def test_what_a_session_request_answered_in_its_post_relies_on_is_where_it_is() -> None:
-    """``toolcrib.mcp.session_posts`` registers its request where the transport's router and the dispatcher look
-    for one of theirs, and reads what the transport keeps."""
-    import inspect
-
-    from mcp.server.streamable_http import StreamableHTTPServerTransport
-    from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher, _InFlight
-
-    from toolcrib.mcp.session_posts import SessionTransport
-
-    transport = StreamableHTTPServerTransport("s", event_store=None, retry_interval=1000)
-    assert transport._request_streams == {} and transport._event_store is None and transport._retry_interval == 1000
-    assert SessionTransport._handle_post_request is not StreamableHTTPServerTransport._handle_post_request
-    assert "await self._handle_post_request(scope, request, receive, send)" in inspect.getsource(
-        StreamableHTTPServerTransport._handle_request)
-    assert inspect.signature(StreamableHTTPServerTransport._check_content_type).parameters.keys() == {
-        "self", "request"}
-    router = inspect.getsource(StreamableHTTPServerTransport.connect)
-    assert "await self._request_streams[request_stream_id][0].send(EventMessage(message, event_id))" in router
-    assert "send_stream.close()" in inspect.getsource(StreamableHTTPServerTransport.close_sse_stream)
-    assert "await self._request_streams[request_id][0].aclose()" in inspect.getsource(
-        StreamableHTTPServerTransport._clean_up_memory_streams)
-    assert [f for f in _InFlight.__dataclass_fields__] == ["scope", "dctx"]
-    notify = inspect.getsource(JSONRPCDispatcher._dispatch_notification)
-    assert "(in_flight := self._in_flight.get(coerce_request_id(rid)))" in notify
-    assert "in_flight.dctx.cancel_requested.set()" in notify and "in_flight.scope.cancel()" in notify
-    assert "_related_request_id" in inspect.signature(JSONRPCDispatcher.send_raw_request).parameters
-    assert "task_status.started()" in inspect.getsource(JSONRPCDispatcher.run)
-
-
 def test_a_listening_stream_is_made_where_the_wait_for_its_headers_looks() -> None:
     """``toolcrib.mcp.sdk.listening_stream_made`` waits for the transport's listening stream under
     ``GET_STREAM_KEY`` in ``_request_streams``: the GET handler puts it there (else every GET would wait its 5 s)."""

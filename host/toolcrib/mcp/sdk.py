@@ -15,14 +15,8 @@ pyproject.toml (``mcp>=2.3,<2.4``) is raised knowingly.
   ids are their own request ids, and a session lives only where it was made). ``_lifespan_state`` is also what
   ``toolcrib.mcp.exchange`` hands the SDK's ``ServerRunner`` when it answers a 2026-07-28 request itself, as the
   manager's own entry does.
-- ``StreamableHTTPServerTransport._handle_post_request`` and what the transport keeps (``_request_streams``,
-  ``_event_store``, ``_retry_interval``, ``_check_content_type``), with the dispatcher's ``_in_flight`` table (of
-  ``_InFlight``) and ``send_raw_request``'s ``_related_request_id``: ``toolcrib.mcp.session_posts`` answers a
-  session's plain request in its POST. It registers the request where the transport's router sends what belongs
-  to a request's stream (a request to the client) and where the dispatcher finds a request to cancel, as the
-  SDK's own path does; the transport has no seam for answering a request itself. ``toolcrib.mcp.sessions`` also
-  reads ``_request_streams`` to hold a listening stream's headers until the stream is made
-  (``listening_stream_made``): the transport offers no way to know.
+- ``StreamableHTTPServerTransport._request_streams``: ``toolcrib.mcp.sessions`` reads it to hold a listening
+  stream's headers until the stream is made (``listening_stream_made``): the transport offers no way to know.
 """
 
 from __future__ import annotations

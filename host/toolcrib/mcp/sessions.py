@@ -18,8 +18,7 @@ The SDK's session manager keeps a session in the process that made it and keeps 
   last opened (``listening``), so a client hears each change once, whichever replicas hold its session.
 
 A ``DELETE`` ends the session everywhere. Without ``[cluster]`` (``LocalSessions``) a session lives in its replica,
-as with the SDK. Each session's plain requests are answered in their own POSTs (``toolcrib.mcp.session_posts``),
-with the session's connection, runner and dispatcher.
+as with the SDK. Each session's requests are answered by the SDK's transport, as it answers them.
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ import mcp_types as types
 from anyio.abc import TaskGroup, TaskStatus
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
 from mcp.server.connection import Connection
-from mcp.server.runner import ServerRunner, serve_connection
+from mcp.server.runner import serve_connection
 from mcp.server.streamable_http import (
     GET_STREAM_KEY,
     LAST_EVENT_ID_HEADER,
@@ -55,7 +54,6 @@ from starlette.types import Message, Receive, Scope, Send
 
 from toolcrib.context import LOG_LEVELS
 from toolcrib.mcp.sdk import listening_stream_made
-from toolcrib.mcp.session_posts import Session, SessionTransport
 
 log = logging.getLogger("toolcrib.serve")
 
@@ -236,7 +234,6 @@ class SessionManager(StreamableHTTPSessionManager):
         self._owners: dict[str, str] = {}  # the principal each session here is bound to
         self._events: dict[str, Any] = {}  # each session's event store (some can be closed)
         self._connections: dict[str, Connection] = {}
-        self.answers_in_posts = True  # False: every request of a session takes the SDK's path (for tests)
 
     async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.lower(): v for k, v in scope["headers"]}
@@ -347,9 +344,9 @@ class SessionManager(StreamableHTTPSessionManager):
             raise RuntimeError("the session manager is not running")
         return tasks
 
-    def _transport(self, sid: str, owner: str, newest_event: str = "") -> SessionTransport:
+    def _transport(self, sid: str, owner: str, newest_event: str = "") -> StreamableHTTPServerTransport:
         events = self.sessions.events(self.agent, sid, newest_event)
-        transport = SessionTransport(
+        transport = StreamableHTTPServerTransport(
             mcp_session_id=sid, is_json_response_enabled=self.json_response, event_store=events,
             security_settings=self.security_settings, retry_interval=self.retry_interval,
             idle_timeout=self.session_idle_timeout)
@@ -358,7 +355,7 @@ class SessionManager(StreamableHTTPSessionManager):
         self._events[sid] = events
         return transport
 
-    async def _run(self, sid: str, transport: SessionTransport,
+    async def _run(self, sid: str, transport: StreamableHTTPServerTransport,
                    taken: tuple[SessionRecord, types.InitializeRequestParams] | None, connections: list[Connection],
                    *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve one session until it ends: new (its handshake to come), or ``taken`` up from its record."""
@@ -377,13 +374,10 @@ class SessionManager(StreamableHTTPSessionManager):
             self._connected(connection)
             task_status.started()
             idle = transport.idle_scope or anyio.CancelScope()
-            # a runner holds no state of its own (it reads the connection's): the POSTs' and the loop's serve alike
-            session = Session(connection, ServerRunner(self.app, connection, self._lifespan_state), dispatcher)
             try:
                 with idle:
                     await serve_connection(self.app, dispatcher, connection=connection,
-                                           lifespan_state=self._lifespan_state,
-                                           task_status=_Running(transport, session, self.answers_in_posts))
+                                           lifespan_state=self._lifespan_state)
             except Exception:
                 log.exception("agent %r: a session failed", self.agent)
             finally:
@@ -438,20 +432,6 @@ def _negotiated(scope: Scope, version: str) -> None:
     header = b"mcp-protocol-version"
     if any(k == header and v != version.encode() for k, v in scope["headers"]):
         scope["headers"] = [(k, v) for k, v in scope["headers"] if k != header] + [(header, version.encode())]
-
-
-class _Running:
-    """Told by the session's dispatcher that it runs (it can carry requests to the client): from then on the
-    session's plain requests are answered in their POSTs (``toolcrib.mcp.session_posts``)."""
-
-    def __init__(self, transport: SessionTransport, session: Session, answers: bool) -> None:
-        self._transport = transport
-        self._session = session
-        self._answers = answers
-
-    def started(self, value: None = None) -> None:
-        if self._answers:
-            self._transport.session = self._session
 
 
 class _Answer:
