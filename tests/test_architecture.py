@@ -5,6 +5,7 @@ loading, the pipeline from the built-in plugins, and the core from the MCP front
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,6 +40,7 @@ def imports(name: str, path: Path, known: set[str]) -> Iterator[str]:
                 yield target if target in known else base
 
 
+@functools.cache  # (read once: every test asks the same question of the same files)
 def graph() -> dict[str, set[str]]:
     found = modules()
     known = set(found)

@@ -24,6 +24,9 @@ import yaml
 from conftest import ROOT
 from test_serve import CONFIG, TOKENS, _accept, _run_writer_over_http, http_client, start_http
 
+# slow: every test starts servers in processes of their own (nginx, uvicorn replicas); CI runs them all
+pytestmark = pytest.mark.slow
+
 DEPLOY = ROOT / "deploy"
 SECRET = "a-state-secret-all-replicas-share-0123456789"
 
@@ -294,7 +297,6 @@ in_flight = 2
 """
 
 
-@pytest.mark.slow
 def test_three_replicas_sharing_one_redis_keep_fleet_wide_limits_and_tell_every_subscriber(
         tmp_path: Path, redis_url: str) -> None:
     """Behind nginx's round robin, an agent's ``7/minute`` admits exactly 7 of a burst of 12 between the three
@@ -339,7 +341,6 @@ def test_three_replicas_sharing_one_redis_keep_fleet_wide_limits_and_tell_every_
         assert (type(event).__name__, event.uri) == ("ResourceUpdated", "notes://today")
 
 
-@pytest.mark.slow
 def test_three_stateful_replicas_sharing_one_redis_serve_every_session_anywhere(tmp_path: Path) -> None:
     """Without --stateless, behind nginx's round robin: a 2025-11-25 session's requests land on every replica and
     are all served; a call whose stream the server closes mid-call (``http_stream_seconds``) is resumed by the

@@ -21,7 +21,9 @@ from toolcrib.supply import supply
 from toolcrib.supply.mcp.confinement import pids_root
 from toolcrib.supply.mcp.isolated import PROCESSES
 
-pytestmark = pytest.mark.skipif(sandbox.landlock_abi() < 4, reason="needs Landlock ABI 4 (Linux 6.7)")
+# slow: every test starts confined processes (the marker's meaning: it starts subprocesses); CI runs them all
+pytestmark = [pytest.mark.skipif(sandbox.landlock_abi() < 4, reason="needs Landlock ABI 4 (Linux 6.7)"),
+              pytest.mark.slow]
 
 PROBE = '''
 import os, socket
