@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import inspect
+import json
 import os
 import sys
 import textwrap
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from redis_server import HANG_GUARD
 from toolcrib.config import LoadedConfig, parse_config
 from toolcrib.host import Host
 
@@ -235,3 +239,42 @@ def traced() -> Iterator[Any]:
         trace._TRACER_PROVIDER = previous
         if isinstance(_otel._tracer, trace.ProxyTracer):
             _otel._tracer._real_tracer = None
+
+
+# -- helpers the test modules share (none imports another test module's) -----------------------------------
+
+
+def problems(text: str) -> list[str]:
+    """What the config ``text`` is refused for, each problem as ``str`` gives it."""
+    from toolcrib.config import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        parse_config(textwrap.dedent(text), "conf.toml", Path("/cfg"))
+    return [str(p) for p in info.value.problems]
+
+
+async def redis_command(url: str, *command: Any) -> Any:
+    import redis.asyncio
+
+    client = redis.asyncio.Redis.from_url(url)
+    try:
+        return await client.execute_command(*command)
+    finally:
+        await client.aclose()
+
+
+async def until(predicate: Any, what: str) -> None:
+    """Wait (a hang guard only, never a measured limit) until ``predicate()`` holds."""
+    deadline = time.monotonic() + HANG_GUARD
+    while not await predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never: {what}")
+        await asyncio.sleep(0.02)
+
+
+def sse_messages(text: str) -> list[Any]:
+    """The JSON-RPC messages of an answer on a session: one JSON body (an answer that came first), or the data of
+    a stream of events (priming events, whose data is empty, left out)."""
+    if text.startswith("{"):
+        return [json.loads(text)]
+    return [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:") and line[5:].strip()]

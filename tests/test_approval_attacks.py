@@ -69,7 +69,7 @@ def test_an_agent_s_cap_of_held_calls_holds_across_replicas(redis_url: str) -> N
 ])
 def test_a_record_in_redis_that_is_not_toolcrib_s_is_skipped_and_the_rest_served(
         redis_url: str, caplog: pytest.LogCaptureFixture, record: bytes, why: str) -> None:
-    from test_cluster import redis_command
+    from conftest import redis_command
 
     async def main() -> tuple[list[str], Any, Any]:
         stores, (one, two) = await desks(redis_url)
@@ -97,7 +97,7 @@ def test_a_session_record_in_redis_that_is_not_utf_8_is_no_session(redis_url: st
                                                                    caplog: pytest.LogCaptureFixture) -> None:
     """A session hash whose fields are not UTF-8 (not toolcrib's): the session is not found (the client's 404 opens
     a new one), never a 500."""
-    from test_cluster import redis_command
+    from conftest import redis_command
     from toolcrib.cluster import Fanout
     from toolcrib.mcp.fleet import RedisSessions, session_digest
 
@@ -145,7 +145,7 @@ def test_a_console_session_signed_out_on_one_replica_is_ended_on_every_one(redis
     the session's cookie would have expired; another session stays open."""
     import time
 
-    from test_cluster import redis_command
+    from conftest import redis_command
 
     async def main() -> tuple[list[bool], int]:
         stores, (one, two) = await desks(redis_url)
@@ -181,8 +181,8 @@ def test_what_an_operator_is_shown_marks_every_character_that_would_not_show_as_
 def test_the_console_and_a_link_s_page_show_a_held_call_s_hidden_characters_marked(tmp_path: Path) -> None:
     import re
 
+    from conftest import until
     from test_approvals import open_session
-    from test_cluster import until
     from test_console import app_of, client_of, signed_in
     from toolcrib.approvals import Pending
     from toolcrib.mcp.operator import _describe

@@ -24,8 +24,7 @@ import httpx2
 import pytest
 
 import toolcrib
-from conftest import config_from
-from test_cluster import sse_messages, until
+from conftest import config_from, sse_messages, until
 from toolcrib import Host
 from toolcrib.approvals import Desk, digest, link_key
 
@@ -602,7 +601,8 @@ def test_a_call_held_on_one_replica_is_listed_and_approved_on_another(tmp_path: 
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Two replicas (a config file, serving state and Redis connection each): the call waits on the first, the
     operator lists and answers on the second, the first runs it; of two answers one counts."""
-    from test_cluster import http_replicas, redis_command
+    from conftest import redis_command
+    from test_cluster import http_replicas
 
     monkeypatch.setenv("TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD", "1")
     monkeypatch.setenv("TOOLCRIB_PLUGINS", "t=test_approvals:PACK")

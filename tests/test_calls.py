@@ -472,7 +472,7 @@ def test_seed_mode_names_are_read_as_toolcrib_modes() -> None:
                      'ask = ["*"]\n', {"files": FILES})
     assert host.rules["a"].mode == "bypassPermissions"
     assert call(host, "files__write", {"path": "w", "text": "hi"}).text == "wrote 2 characters to w"
-    from test_config import problems
+    from conftest import problems
 
     assert problems('[agents.a]\nmode = "yolo"\n') == [
         "error: conf.toml: agents.a.mode: bypassPermissions approves every asked call; it is accepted only with "

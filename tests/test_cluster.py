@@ -24,7 +24,7 @@ import anyio
 import pytest
 
 import toolcrib
-from conftest import config_from
+from conftest import config_from, redis_command, sse_messages, until
 from packs import Pack
 from redis_server import HANG_GUARD, RedisServer
 from toolcrib.cluster import Store, limiter
@@ -95,25 +95,6 @@ async def replicas(text: str, n: int = 2, env: dict[str, str] | None = None) -> 
             stack.callback(host.close)
             hosts.append(host)
         yield hosts
-
-
-async def redis_command(url: str, *command: Any) -> Any:
-    import redis.asyncio
-
-    client = redis.asyncio.Redis.from_url(url)
-    try:
-        return await client.execute_command(*command)
-    finally:
-        await client.aclose()
-
-
-async def until(predicate: Any, what: str) -> None:
-    """Wait (a hang guard only, never a measured limit) until ``predicate()`` holds."""
-    deadline = time.monotonic() + HANG_GUARD
-    while not await predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never: {what}")
-        await asyncio.sleep(0.02)
 
 
 def run(main: Any) -> Any:
@@ -722,14 +703,6 @@ MCP_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, 
 INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
     "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
     "clientInfo": {"name": "fleet-test", "version": "1"}}}
-
-
-def sse_messages(text: str) -> list[Any]:
-    """The JSON-RPC messages of an answer on a session: one JSON body (an answer that came first), or the data of
-    a stream of events (priming events, whose data is empty, left out)."""
-    if text.startswith("{"):
-        return [json.loads(text)]
-    return [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:") and line[5:].strip()]
 
 
 @asynccontextmanager

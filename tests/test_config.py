@@ -7,14 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import problems
 from toolcrib.config import BUILTIN_NAME, find_config, load_config, parse_config
 from toolcrib.errors import ConfigError
-
-
-def problems(text: str) -> list[str]:
-    with pytest.raises(ConfigError) as info:
-        parse_config(textwrap.dedent(text), "conf.toml", Path("/cfg"))
-    return [str(p) for p in info.value.problems]
 
 
 def test_the_spec_example_loads() -> None:

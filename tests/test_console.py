@@ -17,9 +17,8 @@ import anyio
 import httpx2
 import pytest
 
-from conftest import config_from
+from conftest import config_from, until
 from test_approvals import AGENT_TOKEN, CONFIG, ENV, OPERATOR_TOKEN, PACK, open_session
-from test_cluster import until
 from toolcrib import Host
 
 CONSOLE = CONFIG.format(approvals="operator", timeout=60, operator="console = true") + """

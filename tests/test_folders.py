@@ -11,8 +11,7 @@ import anyio
 import pytest
 import toolcrib_fs
 
-from conftest import cli, config_from
-from test_config import problems
+from conftest import cli, config_from, problems
 from toolcrib.config import load_config
 from toolcrib.host import Host
 

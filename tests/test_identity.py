@@ -579,7 +579,7 @@ def test_explain_says_which_credentials_act_as_the_agent_and_which_scope_guards_
 
 
 def test_oauth_and_identity_mistakes_name_the_key() -> None:
-    from test_config import problems
+    from conftest import problems
 
     assert problems("""
         [oauth]

@@ -222,7 +222,7 @@ def _processes_of(marker: str) -> list[int]:
 def test_a_pack_that_hangs_at_import_fails_alone_and_its_process_is_ended(
         tmp_path: Path, dist_path: Callable[..., Path], monkeypatch: pytest.MonkeyPatch) -> None:
     import toolcrib
-    from test_cluster import until
+    from conftest import until
     from toolcrib.supply.mcp import isolated as isolation
 
     monkeypatch.setattr(isolation, "START_SECONDS", 3.0)  # rather than 30: the test waits it out
@@ -265,7 +265,7 @@ def test_a_pack_stuck_at_its_import_ends_with_a_host_killed_outright(tmp_path: P
     import signal
     import subprocess
 
-    from test_cluster import until
+    from conftest import until
 
     site = dist_path("acme-stuck", "1.0", {"stuck": "acme_stuck"}, {"acme_stuck": "import time\ntime.sleep(3600)\n"})
     (tmp_path / "ws").mkdir()
@@ -449,7 +449,7 @@ def toolcrib_tools():
 
 def test_an_isolated_pack_that_dies_is_started_again_and_serves(tmp_path: Path,
                                                                  dist_path: Callable[..., Path]) -> None:
-    from test_cluster import until
+    from conftest import until
     from toolcrib.mcp.state import serving_state
 
     dist_path("acme-probe", "1.0", {"probe": "acme_probe"}, {"acme_probe": DYING})
@@ -626,7 +626,7 @@ def test_an_isolated_pack_s_calls_take_its_lane_with_their_log_messages_side_by_
 
 def test_a_cancelled_call_stops_in_the_isolated_pack_s_process(tmp_path: Path,
                                                                 dist_path: Callable[..., Path]) -> None:
-    from test_cluster import until
+    from conftest import until
 
     dist_path("acme-probe", "1.0", {"probe": "acme_probe"}, {"acme_probe": LANE})
     (tmp_path / "ws").mkdir()
@@ -685,7 +685,7 @@ def toolcrib_tools():
 
 def test_an_isolated_pack_s_call_that_outlives_its_time_ends_its_process(tmp_path: Path,
                                                                          dist_path: Callable[..., Path]) -> None:
-    from test_cluster import until
+    from conftest import until
     from toolcrib.mcp.state import serving_state
 
     dist_path("acme-probe", "1.0", {"probe": "acme_probe"}, {"acme_probe": STUCK})

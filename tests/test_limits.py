@@ -11,9 +11,8 @@ import pytest
 from mcp import Client
 
 import toolcrib
-from conftest import config_from
+from conftest import config_from, problems
 from packs import FILES, MISC, Pack
-from test_config import problems
 from toolcrib import ToolResult
 from toolcrib.host import Host
 from toolcrib.limits import LimitBook, RateError, compile_limits, parse_rate

@@ -570,7 +570,7 @@ def test_a_model_no_plugin_offers_is_a_clear_error() -> None:
         "[models.echo]", '[models."nowhere-9"]'), {"files": FILES, "misc": MISC})
     assert run_own(host, "hi") == (True, "agent 'echoer': no installed llm plugin offers the model 'nowhere-9' "
                                          "(`llm models` lists them)")
-    from test_config import problems
+    from conftest import problems
 
     assert problems('[agents.a]\nrunner = "llm"\nmax_run_tokens = 10\n[agents.b]\nmax_run_tokens = 10\n') == [
         'error: conf.toml: agents.a.runner: runner = "llm" runs the agent on its own model: set model to an llm '
