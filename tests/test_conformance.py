@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from conftest import npm_packages
-from test_serve import start_http
+from serving import start_http
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from test_serve import CONFIG, TOKENS, _accept, _run_writer_over_http, http_client, start_http
+from serving import CONFIG, TOKENS, accept, http_client, run_writer_over_http, start_http
 
 # slow: every test starts servers in processes of their own (nginx, uvicorn replicas); CI runs them all
 pytestmark = pytest.mark.slow
@@ -182,7 +182,7 @@ def test_three_replicas_behind_nginx(behind_nginx: tuple[str, list[Any], Path]) 
             for agent, token, tool, arguments in (("reader", "TOK_READER", "misc__add", {"a": 2, "b": 3}),
                                                    ("writer", "TOK_WRITER", "files__read", {"path": "x"})):
                 http, client = await http_client(f"{base}/agents/{agent}/mcp", TOKENS[token], mode,
-                                                 elicitation_callback=lambda c, p: _accept())
+                                                 elicitation_callback=lambda c, p: accept())
                 async with http, client:
                     names = [t.name for t in (await client.list_tools()).tools]
                     assert tool in names and ("misc__add" in names) == (agent == "reader")
@@ -191,7 +191,7 @@ def test_three_replicas_behind_nginx(behind_nginx: tuple[str, list[Any], Path]) 
                     calls += 1
         # an approval round trip (2026-07-28): asked on one replica, answered on another
         http, client = await http_client(f"{base}/agents/writer/mcp", TOKENS["TOK_WRITER"], "auto",
-                                         elicitation_callback=lambda c, p: _accept())
+                                         elicitation_callback=lambda c, p: accept())
         async with http, client:
             approved = await client.call_tool("files__write", {"path": "a.txt", "text": "hi"})
             assert approved.content[0].text == "wrote 2 characters to a.txt"  # type: ignore[union-attr]
@@ -199,7 +199,7 @@ def test_three_replicas_behind_nginx(behind_nginx: tuple[str, list[Any], Path]) 
 
     calls = anyio.run(both_eras)
     # a sub-agent run across replicas: each model turn is a round of the same call
-    ran = anyio.run(_run_writer_over_http, base, "auto")
+    ran = anyio.run(run_writer_over_http, base, "auto")
     assert ran.content == [types.TextContent(text="notes say: contents of notes")]
     served = [sum(1 for line in log.read_text().splitlines() if '"method": "tools/call"' in line) for log in logs]
     assert sum(1 for n in served if n) >= 2, served  # the calls were spread over the replicas

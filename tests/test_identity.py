@@ -504,7 +504,7 @@ def test_the_sdk_client_finds_the_issuer_through_the_metadata_and_gets_in(issuer
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
-    from test_serve import subprocess_env, wait_for
+    from serving import subprocess_env, wait_for
 
     issuer.clients["reader-svc"] = ("s3cret-s3cret", {"groups": ["staff"]})
     with socket.socket() as probe:  # the audience names the port, so it is chosen before the server starts

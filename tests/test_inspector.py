@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from test_serve import CONFIG, TESTS, TOKENS, start_http, subprocess_env
+from serving import CONFIG, TESTS, TOKENS, start_http, subprocess_env
 
 VERSION = "2.12.0"
 CACHE = TESTS / ".inspector"

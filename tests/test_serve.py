@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,43 +19,24 @@ import mcp_types as types
 import pydantic
 import pytest
 from mcp import Client, StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 import toolcrib
 from conftest import make_host
 from packs import FILES, MISC, TALK, Pack
+from serving import (
+    CONFIG,
+    TOKENS,
+    accept,
+    http_client,
+    run_writer_over_http,
+    start_http,
+    subprocess_env,
+    wait_for,
+)
 from toolcrib.mcp.adapter import UNVERIFIABLE, build_server
 from toolcrib.mcp.roundtrip import CONFIG_CHANGED, REUSED
 from toolcrib.mcp.state import ServingState
-
-TESTS = Path(__file__).parent
-PACKS_ENV = "files=packs:FILES,misc=packs:MISC,talk=packs:TALK"
-
-CONFIG = """
-[agents.reader]
-mode = "plan"
-token_env = "TOK_READER"
-[agents.reader.permissions]
-plugins = { allow = ["*"] }
-tools = { allow = ["*"] }
-
-[agents.writer]
-token_env = "TOK_WRITER"
-[agents.writer.permissions]
-plugins = { allow = ["files", "talk"] }
-tools = { deny = ["files__rm"] }
-ask = ["files__write"]
-
-[agents.silent]
-
-[agents.runner]
-token_env = "TOK_RUNNER"
-[agents.runner.permissions]
-plugins = { allow = ["misc"] }
-tools = { allow = ["misc__slow*", "toolcrib__run_agent"] }
-subagents = { allow = ["writer"] }
-"""
 
 READER = ["files__read", "misc__add", "talk__chatty", "talk__noisy"]
 WRITER = ["files__read", "files__touch", "files__write", "talk__chatty", "talk__noisy"]
@@ -208,7 +187,7 @@ def test_modern_approval_is_sealed_to_the_call() -> None:
 
     async def main() -> None:
         async with Client(build_server(state(), "writer"), cache=None,
-                          elicitation_callback=lambda c, p: _accept()) as client:
+                          elicitation_callback=lambda c, p: accept()) as client:
             first = await client.session.call_tool("files__write", {"path": "a", "text": "x"},
                                                    allow_input_required=True)
             assert isinstance(first, types.InputRequiredResult)
@@ -229,7 +208,7 @@ def test_a_modern_approval_runs_its_call_once() -> None:
 
     async def main() -> None:
         async with Client(build_server(state(), "writer"), cache=None,
-                          elicitation_callback=lambda c, p: _accept()) as client:
+                          elicitation_callback=lambda c, p: accept()) as client:
             args = {"path": "a", "text": "x"}
             first = await client.session.call_tool("files__write", args, allow_input_required=True)
             assert isinstance(first, types.InputRequiredResult)
@@ -270,7 +249,7 @@ def test_an_approval_given_before_the_config_changed_runs_nothing(tmp_path: Path
 
     async def main() -> None:
         async with Client(build_server(s, "writer"), cache=None,
-                          elicitation_callback=lambda c, p: _accept()) as client:
+                          elicitation_callback=lambda c, p: accept()) as client:
             args = {"path": "a", "text": "x"}
             asked = [await client.session.call_tool("files__write", args, allow_input_required=True)
                      for _ in range(2)]
@@ -300,8 +279,8 @@ def test_replicas_accept_each_others_rounds_only_with_one_secret(shared: bool) -
     async def main() -> Any:
         first_replica = build_server(ServingState(state().host, secret=secret), "writer")
         other_replica = build_server(ServingState(state().host, secret=secret if shared else None), "writer")
-        async with Client(first_replica, cache=None, elicitation_callback=lambda c, p: _accept()) as one, \
-                Client(other_replica, cache=None, elicitation_callback=lambda c, p: _accept()) as two:
+        async with Client(first_replica, cache=None, elicitation_callback=lambda c, p: accept()) as one, \
+                Client(other_replica, cache=None, elicitation_callback=lambda c, p: accept()) as two:
             args = {"path": "a", "text": "x"}
             first = await one.session.call_tool("files__write", args, allow_input_required=True)
             assert isinstance(first, types.InputRequiredResult)
@@ -325,8 +304,7 @@ def test_a_short_state_secret_is_refused_before_serving(config_file: Path) -> No
                            "print(secrets.token_urlsafe(32))'\n")
 
 
-async def _accept() -> types.ElicitResult:
-    return types.ElicitResult(action="accept", content={})
+
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -462,14 +440,6 @@ def test_reload_notifies_legacy_sessions_and_modern_listeners(tmp_path: Path, se
 
 
 # -- stdio subprocess -----------------------------------------------------------------------------------------
-
-
-def subprocess_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLCRIB_")}
-    env.update({"TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD": "1", "TOOLCRIB_PLUGINS": PACKS_ENV,
-                "PYTHONPATH": str(TESTS) + os.pathsep + env.get("PYTHONPATH", "")})
-    env.update(extra)
-    return env
 
 
 @pytest.fixture
@@ -620,39 +590,6 @@ def test_stdio_unknown_agent_is_a_clear_error(config_file: Path) -> None:
 
 # -- HTTP subprocess --------------------------------------------------------------------------------------------
 
-TOKENS = {"TOK_READER": "reader-token-0123456789", "TOK_WRITER": "writer-token-0123456789",
-          "TOK_RUNNER": "runner-token-0123456789"}
-
-
-def start_http(config_file: Path, *extra: str, env: dict[str, str] | None = None,
-               said: str | None = "agent 'silent' is not served over HTTP: it has no token_env"
-               ) -> tuple[subprocess.Popen[bytes], str, Path]:
-    """Start ``toolcrib serve --http`` on a free port; its stderr goes to a file (a pipe nobody drains could
-    fill up and stall the server). Once it listens, its log must hold ``said`` (this module's config's)."""
-    log = config_file.parent / f"serve-{time.monotonic_ns()}.log"
-    with log.open("wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "toolcrib.cli", "serve", "--http", "--port", "0",
-                                 "--config", str(config_file), *extra], stderr=err,
-                                env=subprocess_env(**TOKENS, **(env or {})))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        text = log.read_text()
-        match = re.search(r"at (http://127\.0\.0\.1:\d+)/agents/<name>/mcp", text)
-        if match:
-            assert said is None or said in text
-            return proc, match.group(1), log
-        time.sleep(0.05)
-    proc.kill()
-    raise AssertionError(log.read_text())
-
-
-def wait_for(log: Path, text: str) -> None:
-    deadline = time.monotonic() + 60
-    while text not in log.read_text():
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.05)
-
-
 @pytest.fixture
 def http_server(config_file: Path) -> Iterator[tuple[str, Path, Path]]:
     proc, base, log = start_http(config_file)
@@ -661,12 +598,6 @@ def http_server(config_file: Path) -> Iterator[tuple[str, Path, Path]]:
     finally:
         proc.terminate()
         proc.wait(timeout=20)
-
-
-async def http_client(url: str, token: str | None, mode: str = "auto", **kwargs: Any) -> Any:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    http = httpx2.AsyncClient(headers=headers, timeout=30)
-    return http, Client(streamable_http_client(url, http_client=http), mode=mode, cache=None, **kwargs)
 
 
 @pytest.mark.slow
@@ -750,28 +681,11 @@ def test_http_binding_beyond_loopback_needs_a_flag(config_file: Path) -> None:
                                   "from the network; pass --allow-remote")
 
 
-async def _run_writer_over_http(base: str, mode: str) -> types.CallToolResult:
-    """runner hands writer a task over HTTP; the client's model (scripted: it cannot run here) reads a file
-    through writer's tools, then answers."""
-    script = [[types.ToolUseContent(id="w1", name="files__read", input={"path": "notes"})],
-              [types.TextContent(text="notes say: contents of notes")]]
-
-    async def sampling(context: Any, params: types.CreateMessageRequestParams) -> Any:
-        return types.CreateMessageResultWithTools(role="assistant", model="scripted", content=script.pop(0))
-
-    http, client = await http_client(f"{base}/agents/runner/mcp", TOKENS["TOK_RUNNER"], mode,
-                                     sampling_callback=sampling,
-                                     sampling_capabilities=types.SamplingCapability(
-                                         tools=types.SamplingToolsCapability()))
-    async with http, client:
-        return await client.call_tool("toolcrib__run_agent", {"agent": "writer", "task": "What do the notes say?"})
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 def test_http_a_sub_agent_runs_on_the_clients_model(http_server: tuple[str, Path, Path], mode: str) -> None:
     base, _, _ = http_server
-    result = anyio.run(_run_writer_over_http, base, mode)
+    result = anyio.run(run_writer_over_http, base, mode)
     assert (result.is_error, result.content) == (False, [types.TextContent(text="notes say: contents of notes")])
 
 
@@ -784,7 +698,7 @@ def test_http_stateless(config_file: Path, mode: str) -> None:
     try:
         async def main() -> None:
             http, client = await http_client(f"{base}/agents/writer/mcp", TOKENS["TOK_WRITER"], mode,
-                                             elicitation_callback=lambda c, p: _accept())
+                                             elicitation_callback=lambda c, p: accept())
             async with http, client:
                 assert names(await client.list_tools()) == WRITER
                 result = await client.call_tool("files__read", {"path": "x"})
@@ -797,7 +711,7 @@ def test_http_stateless(config_file: Path, mode: str) -> None:
                                                           "support elicitation and no approval hook decided).")
 
         anyio.run(main)
-        ran = anyio.run(_run_writer_over_http, base, mode)
+        ran = anyio.run(run_writer_over_http, base, mode)
         if mode == "auto":  # each model turn is a round trip of the call: no session needed
             assert ran.content == [types.TextContent(text="notes say: contents of notes")]
         else:

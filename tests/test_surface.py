@@ -446,9 +446,9 @@ class Alternating(httpx2.AsyncBaseTransport):
 def test_elicitation_round_trips_across_stateless_replicas(tmp_path: Path) -> None:
     from mcp.client.streamable_http import streamable_http_client
 
+    from serving import start_http
     from test_conformance import CONFIG as JUDGE
     from test_conformance import TOKEN
-    from test_serve import start_http
 
     config = tmp_path / "toolcrib.toml"
     config.write_text(JUDGE)
@@ -729,9 +729,9 @@ def test_stdio_and_http_serve_the_same_surface_with_the_same_capabilities(tmp_pa
     from mcp import StdioServerParameters
     from mcp.client.streamable_http import streamable_http_client
 
+    from serving import start_http, subprocess_env
     from test_conformance import CONFIG as JUDGE
     from test_conformance import TOKEN
-    from test_serve import start_http, subprocess_env
 
     config = tmp_path / "toolcrib.toml"
     config.write_text(JUDGE)

@@ -406,8 +406,8 @@ env = {{ API_KEY = "${{TOOLCRIB_TEST_UNSET_KEY}}" }}
 @pytest.mark.slow
 def test_another_toolcrib_over_http_is_an_upstream_with_headers_from_the_environment(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    from test_serve import CONFIG as INNER
-    from test_serve import TOKENS, start_http
+    from serving import CONFIG as INNER
+    from serving import TOKENS, start_http
 
     inner = tmp_path / "inner.toml"
     inner.write_text(INNER)
