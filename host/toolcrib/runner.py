@@ -164,18 +164,8 @@ class InlineGuard:
         return self._on_loop(work, call)
 
     async def _on_loop(self, work: Callable[[], Any], call: Call) -> Any:
-        ctx = call._context
-        if ctx is None:  # (a handler without a Context asks nothing of its client)
-            measured = resource.getrusage(resource.RUSAGE_THREAD) if self._suspect else None
-            started = perf_counter()
-            try:
-                return work()
-            finally:
-                took = perf_counter() - started
-                if took > INLINE_SECONDS or measured is not None:
-                    self._judge(call.name, took, measured)
         held: list[Awaitable[None]] = []
-        release = held_messages(ctx, held)
+        release = held_messages(call._context, held)
         measured = resource.getrusage(resource.RUSAGE_THREAD) if self._suspect else None
         started = perf_counter()
         try:
