@@ -13,7 +13,7 @@ process never imports toolcrib, so that its start is its own.
 Also a small CLI, so the wire and cold benchmarks can start each peer as a process of its own:
 
     python benchmarks/peers.py PEER {stdio,http} N [PORT]
-    python benchmarks/peers.py PEER cold N        # prints {"build", "first", "warm": s, "rss_mb"} as JSON
+    python benchmarks/peers.py PEER cold N        # prints {"build", "first", "warm": seconds} as JSON
 """
 
 from __future__ import annotations
@@ -230,8 +230,8 @@ BUILDERS = {"toolcrib": toolcrib_server, "lowlevel": lowlevel_server, "lowlevel-
 
 def cold(peer: str, n: int) -> dict[str, float]:
     """In a fresh process (the SDK imported): building the server with n tools (and n resources), its first
-    tools/list, a warm one, and the process's peak memory after both."""
-    import gc
+    tools/list and a warm one. (The server's memory is measured apart, in a process that serves over stdio: this one
+    also holds its client's parsed answers.)"""
     import time
 
     import anyio
@@ -255,9 +255,7 @@ def cold(peer: str, n: int) -> dict[str, float]:
             start = time.perf_counter()
             await client.list_tools()
             warm = time.perf_counter() - start
-            gc.collect()
-            rss = _peak_mb()
-        return {"build": build, "first": first, "warm": warm, "rss_mb": rss}
+        return {"build": build, "first": first, "warm": warm}
 
     return anyio.run(lists)
 
@@ -268,21 +266,6 @@ def _serving_process() -> None:
     from toolcrib.view import freeze_builds
 
     freeze_builds()
-
-
-def _peak_mb() -> float:
-    """This process's peak resident memory in MB. On Linux from /proc (``VmHWM``, of this program's own memory):
-    ``ru_maxrss`` survives exec, so a process started by a bigger one reports its parent's peak."""
-    import resource
-
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def main() -> None:

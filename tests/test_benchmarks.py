@@ -26,12 +26,15 @@ def test_the_harness_runs_in_quick_mode(tmp_path) -> None:  # type: ignore[no-un
                 "| view.call vs a bare pydantic-validated call", "| 100 concurrent 100 ms calls, async |",
                 "| view build, ", "| toolcrib tools, 20 packs of 10 tools |", "| toolcrib plugins",
                 "| call, in-memory (2026-07-28): the server's part only |",
-                "| 1000 tools: first tools/list, fresh process |", "| 1000 tools: peak memory after both lists |",
+                "| 1000 tools, 2026-07-28: process start to the first tools/call answered (the same processes) |",
+                "| 1000 tools, 2025-11-25: the server process's peak memory, after that list and call | ",
+                "| 1000 tools: building the server, then its first tools/list (one process) |",
                 "| call with an audit log |", "| call with a command hook that matches no call |",
                 "| toolcrib tools --json, 20 packs of 10 tools |",
                 "| 100 concurrent 100 ms calls, sync (default: 128 worker threads) |",
-                "| MCP call vs the low-level server without middleware (a goal until the third round, which set it on "
-                "the server's part, next) | - | ",
+                "| MCP call in memory, 2025-11-25, vs the low-level server | <= 0.90x | ",
+                "| process start to the first tools/call answered, 1,000 tools, 2025-11-25, vs the low-level server "
+                "| <= 1.00x | ",
                 "| tool search quality, 229 real tools, 262 labelled queries: recall@5 / MRR@10 ",
                 "| tool search recall@5 on the labelled queries | >= 0.90 | ",
                 "| the argument rules of a call on a tool with 250 specifiers (125 prefixes, 125 other globs) |",
