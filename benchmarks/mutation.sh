@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Mutation testing of the security-critical modules (patterns, permissions, entries, workspace, HTTP auth, OAuth,
 # tool search, approvals and the operator endpoint and console, OpenAPI calls, what a confined server may reach,
-# an isolated pack's calls lane and its checks line, the HTTP exchange of 2026-07-28 requests and the 2025-11-25 session requests answered in their POSTs, the stdio answers given before the SDK is imported, limits, the shared store that counts them, and the sessions and approvals the fleet shares),
+# an isolated pack's calls lane and its checks line, the HTTP exchange of 2026-07-28 requests, limits, the shared
+# store that counts them, and the sessions and approvals the fleet shares),
 # as configured in pyproject.toml ([tool.mutmut]). A developer command: it takes tens of minutes.
 #   benchmarks/mutation.sh            run, then print the score per module
 #   benchmarks/mutation.sh --keep     go on from the last run's mutants, test map and verdicts (a stopped run resumes

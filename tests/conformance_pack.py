@@ -235,3 +235,22 @@ class ConformancePack:
 
 
 PACK = ConformancePack()
+
+
+TOKEN = "conformance-token-0123456789"
+
+CONFIG = """
+[host]
+http_stream_seconds = 0.3
+
+[agents.judge]
+token_env = "TOK_JUDGE"
+bare_names = true
+[agents.judge.permissions]
+plugins = { allow = ["conformance"] }
+tools = { allow = ["*"] }
+resources = { allow = ["*"] }
+prompts = { allow = ["*"] }
+
+[agents.silent]
+"""

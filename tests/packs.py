@@ -160,3 +160,23 @@ class NotesPack(Pack):
 
 
 NOTES = NotesPack(touch_note)
+
+
+ADDRESS_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "$defs": {"address": {"type": "object", "properties": {"street": {"type": "string"}}, "required": ["street"]}},
+    "properties": {"name": {"type": "string", "minLength": 1}, "address": {"$ref": "#/$defs/address"}},
+    "required": ["name"],
+    "additionalProperties": False,
+}
+
+
+ADDRESS = {"properties": {"street": {"type": "string"}, "city": {"type": ["string", "null"], "default": None}},
+           "required": ["street"], "title": "Address", "type": "object"}
+ORDER = {"additionalProperties": False, "properties": {
+    "color": {"enum": ["red", "green"], "title": "Color", "type": "string"},
+    "address": ADDRESS,
+    "size": {"enum": ["s", "m", None], "type": ["string", "null"], "default": None},
+    "notes": {"additionalProperties": {"type": "string"}, "type": ["object", "null"], "default": None}},
+    "required": ["color", "address"], "type": "object"}

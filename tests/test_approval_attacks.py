@@ -120,8 +120,8 @@ def test_an_agent_whose_token_becomes_the_operator_s_on_a_reload_is_not_served(t
                                                                              caplog: pytest.LogCaptureFixture) -> None:
     """The rule "the operator token is never an agent's" holds after a reload too: an agent given the operator's
     token then is not served (it would answer its own held calls), and the others are."""
+    from approving import AGENT_TOKEN, CONFIG, OPERATOR_TOKEN, PACK
     from conftest import config_from
-    from test_approvals import AGENT_TOKEN, CONFIG, OPERATOR_TOKEN, PACK
     from toolcrib import Host
     from toolcrib.mcp.http import HttpApp, HttpOptions
     from toolcrib.mcp.state import ServingState
@@ -181,9 +181,8 @@ def test_what_an_operator_is_shown_marks_every_character_that_would_not_show_as_
 def test_the_console_and_a_link_s_page_show_a_held_call_s_hidden_characters_marked(tmp_path: Path) -> None:
     import re
 
+    from approving import app_of, client_of, open_session, signed_in
     from conftest import until
-    from test_approvals import open_session
-    from test_console import app_of, client_of, signed_in
     from toolcrib.approvals import Pending
     from toolcrib.mcp.operator import _describe
 

@@ -4,14 +4,12 @@ signed link. The agent's client here declares no elicitation, as most agent fram
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import re
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from html import unescape
@@ -23,49 +21,22 @@ import anyio
 import httpx2
 import pytest
 
-import toolcrib
-from conftest import config_from, sse_messages, until
+from approving import (
+    AGENT,
+    AGENT_TOKEN,
+    CONFIG,
+    ENV,
+    INITIALIZE,
+    OPERATOR_TOKEN,
+    PACK,
+    open_session,
+    serve_http,
+)
+from conftest import config_from, until
 from toolcrib import Host
 from toolcrib.approvals import Desk, digest, link_key
 
-AGENT_TOKEN = "a" * 32
-OPERATOR_TOKEN = "o" * 32
-ENV = {"TOK_A": AGENT_TOKEN, "TOK_OP": OPERATOR_TOKEN}
-
-
-@toolcrib.tool
-def deploy(target: str) -> str:
-    """Deploy the service to a target."""
-    return f"deployed to {target}"
-
-
-@toolcrib.tool(annotations={"readOnlyHint": True})
-def status() -> str:
-    """The service's status."""
-    return "all good"
-
-
-PACK = type("Pack", (), {"toolcrib_tools": toolcrib.hookimpl(lambda self: [deploy, status])})()
-
-CONFIG = """
-[operator]
-token_env = "TOK_OP"
-url = "http://127.0.0.1:8000"
-{operator}
-[agents.a]
-token_env = "TOK_A"
-approvals = "{approvals}"
-approval_timeout = {timeout}
-[agents.a.permissions]
-plugins = {{ allow = ["t"] }}
-tools = {{ allow = ["*"] }}
-ask = ["t__deploy"]
-"""
-AGENT = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-         "Authorization": f"Bearer {AGENT_TOKEN}"}
 OPERATOR = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
-INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "no-elicitation", "version": "1"}}}
 
 
 @asynccontextmanager
@@ -84,23 +55,6 @@ async def serving(tmp_path: Path, approvals: str = "operator", timeout: float = 
         yield await open_session(http), http
 
 
-async def open_session(http: Any) -> Any:
-    """A 2025-11-25 session of agent a (its client declares no elicitation); a function that calls a tool in it."""
-    opened = await http.post("/agents/a/mcp", json=INITIALIZE, headers=AGENT)
-    session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
-    await http.post("/agents/a/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"},
-                    headers={**AGENT, **session})
-
-    ids = itertools.count(1)
-
-    async def call(name: str, arguments: dict[str, Any]) -> tuple[bool, str]:
-        answer = await http.post("/agents/a/mcp", headers={**AGENT, **session}, json={
-            "jsonrpc": "2.0", "id": next(ids), "method": "tools/call", "params": {"name": name,
-                                                                                  "arguments": arguments}})
-        result = sse_messages(answer.text)[0]["result"]
-        return result.get("isError", False), result["content"][0]["text"]
-
-    return call
 
 
 async def first_pending(http: Any) -> dict[str, Any]:
@@ -522,19 +476,6 @@ def test_toolcrib_approvals_says_what_it_lacks(cli_config: Any, monkeypatch: pyt
 # -- end to end: `toolcrib serve --http`, an MCP client without elicitation, `toolcrib approvals` ----------------
 
 
-def _serve_http(config: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str, Path]:
-    log = config.parent / "serve.log"
-    with log.open("wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "toolcrib.cli", "serve", "--http", "--port", "0", "--config",
-                                 str(config)], stderr=err, env=env)
-    deadline = time.monotonic() + 60  # a hang guard
-    while proc.poll() is None and time.monotonic() < deadline:
-        match = re.search(r"at (http://127\.0\.0\.1:\d+)/agents/<name>/mcp", log.read_text())
-        if match:
-            return proc, match.group(1), log
-        time.sleep(0.05)
-    proc.kill()
-    raise AssertionError(log.read_text())
 
 
 @pytest.mark.slow
@@ -548,7 +489,7 @@ def test_a_framework_client_without_elicitation_has_its_call_approved_with_toolc
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLCRIB_")}
     env.update(ENV, TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD="1", TOOLCRIB_PLUGINS="t=test_approvals:PACK",
                PYTHONPATH=str(Path(__file__).parent) + os.pathsep + env.get("PYTHONPATH", ""))
-    proc, base, _ = _serve_http(config, env)
+    proc, base, _ = serve_http(config, env)
 
     def approvals(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "toolcrib.cli", "approvals", "--config", str(config), "--url",
@@ -602,7 +543,7 @@ def test_a_call_held_on_one_replica_is_listed_and_approved_on_another(tmp_path: 
     """Two replicas (a config file, serving state and Redis connection each): the call waits on the first, the
     operator lists and answers on the second, the first runs it; of two answers one counts."""
     from conftest import redis_command
-    from test_cluster import http_replicas
+    from replicas import http_replicas
 
     monkeypatch.setenv("TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD", "1")
     monkeypatch.setenv("TOOLCRIB_PLUGINS", "t=test_approvals:PACK")

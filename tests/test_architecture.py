@@ -205,3 +205,29 @@ def test_only_the_upstream_connections_import_the_sdks_client() -> None:
                     or any(f"{node.module}.{a.name}" in client for a in node.names)):
                 found.add(name)
     assert found == {"toolcrib.supply.mcp.connections"}
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """The top-level modules a file imports, function-local imports included."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_no_test_module_is_another_ones_fixture_library() -> None:
+    """What tests share lives in conftest.py or a helper module (tests/serving.py, tests/approving.py, ...): a test
+    module imported by another runs its module-level code twice and ties two subsystems' tests together."""
+    tests = Path(__file__).parent
+    importers = {path.name: sorted(m for m in _imported_modules(path) if m.startswith("test_"))
+                 for path in sorted(tests.glob("*.py"))}
+    assert {name: found for name, found in importers.items() if found} == {}
+
+
+def test_the_fixture_library_check_sees_every_way_of_importing(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("import test_x\nfrom test_y.z import w\ndef f():\n    from test_z import q\n"
+                                   "from . import test_local\nimport serving\n")
+    assert _imported_modules(tmp_path / "a.py") == {"test_x", "test_y", "test_z", "serving"}

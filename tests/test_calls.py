@@ -865,7 +865,7 @@ def test_a_tool_whose_schema_cannot_be_built_is_listed_errors_and_is_reported() 
 
 
 def test_a_json_schema_tool_gets_its_arguments_as_a_dict_and_bad_ones_named_by_field() -> None:
-    from test_tool import ADDRESS_SCHEMA
+    from packs import ADDRESS_SCHEMA
 
     register = toolcrib.tool("register", "Register a person.", ADDRESS_SCHEMA,
                              lambda args: f"{type(args).__name__} {sorted(args.items())}")

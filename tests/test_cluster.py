@@ -27,6 +27,7 @@ import toolcrib
 from conftest import config_from, redis_command, sse_messages, until
 from packs import Pack
 from redis_server import HANG_GUARD, RedisServer
+from replicas import http_replicas
 from toolcrib.cluster import Store, limiter
 from toolcrib.errors import ConfigError
 from toolcrib.host import Host
@@ -705,24 +706,6 @@ INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
     "clientInfo": {"name": "fleet-test", "version": "1"}}}
 
 
-@asynccontextmanager
-async def http_replicas(paths: list[Path], env: dict[str, str]) -> AsyncIterator[list[Any]]:
-    """One HTTP app per config file (a replica each: its own serving state, store and Redis connection), served
-    in process, with an httpx client on each."""
-    import httpx2
-
-    from toolcrib.mcp.http import HttpApp, HttpOptions
-    from toolcrib.mcp.state import serving_state
-
-    async with AsyncExitStack() as stack:
-        clients = []
-        for path in paths:
-            state = await stack.enter_async_context(serving_state(path))
-            app = HttpApp(state, HttpOptions(), env=env)
-            await stack.enter_async_context(app.app.router.lifespan_context(app.app))
-            clients.append(await stack.enter_async_context(httpx2.AsyncClient(
-                transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1:8000", timeout=30)))
-        yield clients
 
 
 async def post(client: Any, body: dict[str, Any], session: str | None = None, **headers: str) -> Any:

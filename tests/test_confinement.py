@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
+from confining import alive, forked, gate_tries
 from conftest import config_from
 from toolcrib import sandbox
 from toolcrib.host import Host
@@ -191,16 +192,6 @@ def test_landlock_alone_holds_tcp_and_abstract_unix_sockets_without_the_socket_f
     assert said == [[abi, denied, denied, scoped], [abi, "bind", "connect", scoped]]
 
 
-def gate_tries(tmp_path: Path) -> tuple[list[tuple[str, str]], socket.socket, socket.socket]:
-    """Sockets made through another system-call gate than the machine's own (the i386 ``int 0x80``, x86-64's x32
-    bit), then used natively: a UDP datagram to a port here, a listening Unix socket outside what may be read."""
-    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    udp.bind(("127.0.0.1", 0))
-    unix = socket.socket(socket.AF_UNIX)
-    unix.bind(str(tmp_path / "runtime.sock"))
-    unix.listen()
-    return ([("udp32", str(udp.getsockname()[1])), ("unix32", str(tmp_path / "runtime.sock")), ("x32", "")],
-            udp, unix)
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="the i386 gate and x32 are x86-64's")
@@ -374,20 +365,6 @@ def shutil_which(program: str) -> str:
     return os.path.realpath(found)
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting for init to reap it does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def forked(said: str) -> tuple[int, list[int], str]:
-    """How many a fork bomb made, their pids, and what stopped it."""
-    head, _, why = said.partition("), then ")
-    count, _, pids = head.partition(" (")
-    return int(count.removeprefix("forked ")), [int(p) for p in pids.split()], why
 
 
 @pytest.mark.skipif(pids_root() is None, reason="counts processes per user (RLIMIT_NPROC) where no pids cgroup can be "
@@ -398,7 +375,7 @@ def test_a_confined_server_s_fork_bomb_is_stopped_at_its_processes_and_its_child
     count, pids, why = forked(said[1])
     # 8 tasks in all, the server's own threads among them: the fork that would make the ninth is refused
     assert (why, 0 < count < 8, len(pids)) == ("BlockingIOError: Resource temporarily unavailable", True, count)
-    assert [pid for pid in pids if _alive(pid)] == []  # they left its process group; its cgroup ended them
+    assert [pid for pid in pids if alive(pid)] == []  # they left its process group; its cgroup ended them
     assert (pids_root() / f"toolcrib-{Path(said[0]).name}").exists() is False  # type: ignore[operator]
 
 
@@ -410,3 +387,15 @@ def test_ending_a_group_that_was_never_made_is_quick_and_quiet(tmp_path: Path,
     assert group_of(temporary) == (pids_root() / "toolcrib-toolcrib-mcp-never" if pids_root() else None)
     anyio.run(end_group, temporary)  # no such group: nothing to kill, nothing to remove, nothing said
     assert [r.getMessage() for r in caplog.records if "process group" in r.getMessage()] == []
+
+
+@pytest.mark.parametrize("argv", [[], ["{}"], ["{}", "--"], ["{}", "-", "true"]], ids=["none", "spec", "no program",
+                                                                                        "no separator"])
+def test_the_launcher_run_wrongly_says_how_to_run_it_on_stderr_and_runs_nothing(argv: list[str]) -> None:
+    """Its stdout is a confined stdio server's wire: a usage line there would be read as a message."""
+    from toolcrib.supply.mcp.confinement import LAUNCHER
+
+    ran = subprocess.run([sys.executable, "-I", "-S", str(LAUNCHER), *argv], capture_output=True, text=True,
+                         timeout=60)
+    assert (ran.returncode, ran.stdout, ran.stderr) == (
+        2, "", "usage: confined.py SPEC -- PROGRAM [ARGUMENTS...]\n")

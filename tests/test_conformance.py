@@ -22,28 +22,12 @@ from typing import Any
 
 import pytest
 
+from conformance_pack import CONFIG, TOKEN
 from conftest import npm_packages
 from serving import start_http
 
 pytestmark = pytest.mark.slow
 
-TOKEN = "conformance-token-0123456789"
-
-CONFIG = """
-[host]
-http_stream_seconds = 0.3
-
-[agents.judge]
-token_env = "TOK_JUDGE"
-bare_names = true
-[agents.judge.permissions]
-plugins = { allow = ["conformance"] }
-tools = { allow = ["*"] }
-resources = { allow = ["*"] }
-prompts = { allow = ["*"] }
-
-[agents.silent]
-"""
 
 SCENARIOS = {
     "server-initialize", "ping", "logging-set-level", "completion-complete", "tools-list", "json-schema-2020-12",

@@ -17,30 +17,20 @@ import anyio
 import httpx2
 import pytest
 
+from approving import (
+    AGENT_TOKEN,
+    CONFIG,
+    CONSOLE,
+    ENV,
+    OPERATOR_TOKEN,
+    PACK,
+    app_of,
+    client_of,
+    open_session,
+    signed_in,
+)
 from conftest import config_from, until
-from test_approvals import AGENT_TOKEN, CONFIG, ENV, OPERATOR_TOKEN, PACK, open_session
 from toolcrib import Host
-
-CONSOLE = CONFIG.format(approvals="operator", timeout=60, operator="console = true") + """
-[agents.b]
-token_env = "TOK_B"
-mode = "plan"
-[agents.b.permissions]
-plugins = { allow = ["t"] }
-tools = { allow = ["*"] }
-"""
-
-
-def app_of(tmp_path: Path, text: str = CONSOLE) -> Any:
-    from toolcrib.mcp.http import HttpApp, HttpOptions
-    from toolcrib.mcp.state import ServingState
-
-    state = ServingState(Host(config_from(text, tmp_path), plugins={"t": PACK}, autoload=False, env={}))
-    return HttpApp(state, HttpOptions(), env={**ENV, "TOK_B": "b" * 32})
-
-
-def client_of(app: Any) -> Any:
-    return httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1:8000", timeout=60)
 
 
 def text_of(html: str, element: str) -> list[str]:
@@ -49,14 +39,6 @@ def text_of(html: str, element: str) -> list[str]:
             for m in re.findall(rf"<{element}(?:\s[^>]*)?>(.*?)</{element}>", html, re.S)]
 
 
-async def signed_in(http: Any) -> str:
-    answer = await http.post("/console/login", data={"token": OPERATOR_TOKEN})
-    assert answer.status_code == 303 and answer.headers["location"] == "/console/"
-    cookie = answer.headers["set-cookie"]
-    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/console" in cookie
-    assert "Max-Age=43200" in cookie and ("Secure" in cookie) == (http.base_url.scheme == "https")
-    assert OPERATOR_TOKEN not in cookie
-    return str(re.search(r'name="csrf" value="([0-9a-f]+)"', (await http.get("/console/")).text).group(1))
 
 
 def test_only_the_operator_token_opens_the_console_and_every_form_needs_its_csrf_token(tmp_path: Path) -> None:
@@ -396,14 +378,14 @@ def test_in_a_browser_an_operator_signs_in_sees_why_a_tool_is_hidden_and_approve
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from test_approvals import _serve_http
+    from approving import serve_http
 
     config = tmp_path / "toolcrib.toml"
     config.write_text(CONSOLE)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLCRIB_")}
     env.update(ENV, TOK_B="b" * 32, TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD="1", TOOLCRIB_PLUGINS="t=test_approvals:PACK",
                PYTHONPATH=str(Path(__file__).parent) + os.pathsep + env.get("PYTHONPATH", ""))
-    proc, base, _ = _serve_http(config, env)
+    proc, base, _ = serve_http(config, env)
     driver = browser(tmp_path)
     wait = WebDriverWait(driver, 30)  # a hang guard
     shots: list[Path] = []

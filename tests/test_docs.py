@@ -269,8 +269,8 @@ def test_the_audit_hook_example_reads_every_kind_of_record() -> None:
     import anyio
 
     from conftest import make_host
+    from docs_pack import Docs
     from packs import FILES
-    from test_surface import Docs
 
     block = next(b for b in re.findall(r"```python\n(.*?)```", _sections((DOCS / "hooks.md").read_text())[
         "toolcrib_audit"], flags=re.S) if "@toolcrib.hookimpl" in b)

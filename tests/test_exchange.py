@@ -18,15 +18,28 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 
 import toolcrib
 from conftest import make_host
 from packs import Pack
-from test_wire import REQUESTS, Garble, Prompts, crash, garbled, hand_built, missing, order, picture, text, total
 from toolcrib.mcp import exchange
 from toolcrib.mcp.http import MAX_BODY_BYTES, HttpApp, HttpOptions
 from toolcrib.mcp.state import ServingState
+from wire_pack import (
+    META,
+    REQUESTS,
+    Garble,
+    Prompts,
+    crash,
+    garbled,
+    hand_built,
+    missing,
+    order,
+    picture,
+    routed,
+    text,
+    total,
+)
 
 seen: dict[str, Any] = {}
 
@@ -71,13 +84,6 @@ async def quiet(seconds: float) -> str:
     return "slept"
 
 
-def _route(arguments: dict[str, Any]) -> str:
-    return f"routed to {arguments['region']}"
-
-
-routed = toolcrib.tool("route", "Route by region.", {
-    "type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}},
-    "required": ["region"]}, _route)
 
 CONFIG = """
 [agents.a]
@@ -95,8 +101,6 @@ plugins = { allow = ["w"] }
 tools = { allow = ["w__text"] }
 """
 TOKENS = {"TOK_A": "a" * 32, "TOK_B": "b" * 32}
-META = {PROTOCOL_VERSION_META_KEY: "2026-07-28", CLIENT_INFO_META_KEY: {"name": "t", "version": "1"},
-        CLIENT_CAPABILITIES_META_KEY: {}}
 
 
 HANDED: list[str] = []  # the requests toolcrib's app handed to the SDK's entry (by method header), in order

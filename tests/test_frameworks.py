@@ -19,8 +19,8 @@ import pytest
 
 import framework_pack
 from conftest import make_host
+from packs import ORDER
 from serving import start_http
-from test_schemas import ORDER
 from toolcrib.schemas import strict
 
 pytestmark = pytest.mark.slow

@@ -11,8 +11,8 @@ from typing import Any
 import anyio
 import pytest
 
+from approving import AGENT_TOKEN, CONFIG, ENV, OPERATOR_TOKEN, PACK
 from conftest import config_from
-from test_approvals import AGENT_TOKEN, CONFIG, ENV, OPERATOR_TOKEN, PACK
 from toolcrib import Host
 
 pytest.importorskip("jinja2")

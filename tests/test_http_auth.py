@@ -4,8 +4,7 @@ real server subprocess; these are quick, so that they run in the quick suite and
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,53 +14,16 @@ import pytest
 import uvicorn
 
 from conftest import make_host
+from http_app import CONFIG, TOKENS, bearer, serving
 from packs import FILES
 from toolcrib.mcp.http import HttpApp, HttpOptions, ServeError, check_bind, is_loopback
 from toolcrib.mcp.state import ServingState
 
-CONFIG = """
-[agents.reader]
-token_env = "TOK_READER"
-[agents.reader.permissions]
-plugins = { allow = ["files"] }
-tools = { allow = ["files__read"] }
-
-[agents.writer]
-token_env = "TOK_WRITER"
-[agents.writer.permissions]
-plugins = { allow = ["files"] }
-tools = { allow = ["*"] }
-
-[agents.twin]
-token_env = "TOK_TWIN"
-[agents.twin.permissions]
-plugins = { allow = ["files"] }
-tools = { allow = ["*"] }
-
-[agents.silent]
-[agents.nokey]
-token_env = "TOK_UNSET"
-"""
-
-TOKENS = {"TOK_READER": "r" * 32, "TOK_WRITER": "w" * 32, "TOK_TWIN": "w" * 32}
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
 HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
 
-@asynccontextmanager
-async def serving(env: dict[str, str] | None = None, config: str = CONFIG, metrics: bool = False,
-                  **options: Any) -> AsyncIterator[tuple[HttpApp, httpx2.AsyncClient]]:
-    state = ServingState(make_host(config, {"files": FILES}))
-    if metrics:
-        from toolcrib.observe import Metrics
-
-        state.metrics = Metrics()
-    app = HttpApp(state, HttpOptions(**options), env=TOKENS if env is None else env)
-    async with app.app.router.lifespan_context(app.app):
-        transport = httpx2.ASGITransport(app=app)
-        async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000", timeout=30) as client:
-            yield app, client
 
 
 def run(check: Callable[[HttpApp, httpx2.AsyncClient], Any], **options: Any) -> None:
@@ -72,8 +34,6 @@ def run(check: Callable[[HttpApp, httpx2.AsyncClient], Any], **options: Any) -> 
     anyio.run(main)
 
 
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def test_only_agents_with_a_token_of_their_own_are_served(caplog: pytest.LogCaptureFixture) -> None:

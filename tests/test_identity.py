@@ -22,10 +22,10 @@ import pytest
 from conftest import make_host
 from issuer import Issuer
 from packs import FILES, Pack
-from test_exchange import META, routed
 from toolcrib.mcp import oauth
 from toolcrib.mcp.http import HttpApp, HttpOptions
 from toolcrib.mcp.state import ServingState
+from wire_pack import META, routed
 
 RESOURCE = "http://127.0.0.1:8000"
 STATIC = {"TOK_OLD": "o" * 32, "TOK_NEW": "n" * 32}

@@ -176,7 +176,7 @@ def test_an_isolated_pack_cannot_reach_what_governs_the_host(tmp_path: Path, pro
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="the i386 gate and x32 are x86-64's")
 def test_an_isolated_pack_makes_no_socket_through_another_system_call_gate(tmp_path: Path, probe_pack: None) -> None:
-    from test_confinement import gate_tries
+    from confining import gate_tries
 
     tries, udp, unix = gate_tries(tmp_path)
     try:
@@ -197,13 +197,13 @@ def test_an_isolated_pack_makes_no_socket_through_another_system_call_gate(tmp_p
                     "not counted")
 def test_an_isolated_pack_s_fork_bomb_is_stopped_and_its_children_end_with_its_process(
         tmp_path: Path, probe_pack: None) -> None:
-    from test_confinement import _alive, forked
+    from confining import alive, forked
 
     said = served(tmp_path, [("probe__attempt", {"what": "tmpdir"}), ("probe__attempt", {"what": "fork"})])["said"]
     count, pids, why = forked(said[1])
     assert (why, 0 < count < PROCESSES, len(pids)) == ("BlockingIOError: Resource temporarily unavailable", True,
                                                        count)
-    assert [pid for pid in pids if _alive(pid)] == []
+    assert [pid for pid in pids if alive(pid)] == []
     assert (pids_root() / f"toolcrib-{Path(said[0]).name}").exists() is False  # type: ignore[operator]
 
 

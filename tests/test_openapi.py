@@ -15,23 +15,13 @@ import pytest
 
 from conftest import config_from
 from openapi_api import PETSTORE, _json, document, opened_host, petstore_routes, serve
+from openapi_host import RULES, call
 from toolcrib.host import Host
 
 pytest.importorskip("openapi_core")
 # openapi-core checks API keys, not OAuth (the Petstore's other scheme): it says so once, which is known here
 pytestmark = pytest.mark.filterwarnings("ignore:Unsupported scheme type:UserWarning")
 
-RULES = """
-[agents.a.permissions]
-plugins = { allow = ["*"] }
-tools = { allow = ["*"] }
-
-[agents.planner]
-mode = "plan"
-[agents.planner.permissions]
-plugins = { allow = ["pets"] }
-tools = { allow = ["*"] }
-"""
 
 # The Petstore's two security schemes: an API key in the header api_key, and OAuth (a bearer token)
 SECURITY = 'bearer = "${PET_TOKEN}"\napi_key = { name = "X-Api-Key", in = "header", value = "${PET_KEY}" }'
@@ -57,8 +47,6 @@ def host_of(tmp_path: Path, table: str, env: dict[str, str] | None = None, doc: 
     return opened_host(load_config(config), env=env or {})
 
 
-def call(host: Host, tool: str, arguments: dict[str, Any], agent: str = "a") -> dict[str, Any]:
-    return anyio.run(lambda: host.call(agent, tool, arguments)).to_wire()
 
 
 def text_of(result: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import config_from
 from openapi_api import opened_host, serve
-from test_openapi import RULES, call
+from openapi_host import RULES, call
 from toolcrib.host import Host
 
 pytest.importorskip("openapi_core")

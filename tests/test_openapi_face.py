@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import httpx2
 
-from test_http_auth import CONFIG, bearer, serving
+from http_app import CONFIG, bearer, serving
 
 JSON = {"Content-Type": "application/json"}
 ENV = {"TOK_READER": "r" * 32, "TOK_WRITER": "w" * 32}

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 import toolcrib
 from conftest import cli, make_host
 from framework_pack import Address, Color
+from packs import ORDER
 from toolcrib.schemas import NotStrict, recursive, self_contained, strict
 
 
@@ -64,14 +65,6 @@ PACK = Pack()  # for the CLI (TOOLCRIB_PLUGINS names it)
 
 CONFIG = ('[agents.a.permissions]\nplugins = { allow = ["kit"] }\ntools = { allow = ["*"] }\n'
           'resources = { allow = ["*"] }\n')
-ADDRESS = {"properties": {"street": {"type": "string"}, "city": {"type": ["string", "null"], "default": None}},
-           "required": ["street"], "title": "Address", "type": "object"}
-ORDER = {"additionalProperties": False, "properties": {
-    "color": {"enum": ["red", "green"], "title": "Color", "type": "string"},
-    "address": ADDRESS,
-    "size": {"enum": ["s", "m", None], "type": ["string", "null"], "default": None},
-    "notes": {"additionalProperties": {"type": "string"}, "type": ["object", "null"], "default": None}},
-    "required": ["color", "address"], "type": "object"}
 NODE = {"properties": {"name": {"type": "string"}, "children": {
     "default": [], "items": {"$ref": "#/$defs/Node"}, "type": "array"}}, "required": ["name"], "title": "Node",
     "type": "object"}

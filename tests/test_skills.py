@@ -164,8 +164,8 @@ skills = {rules}
 
 
 def test_a_sub_agent_skill_runs_as_its_caller_with_the_skills_instructions(tmp_path: Path) -> None:
+    from models import ScriptedModel, text, use
     from packs import FILES
-    from test_subagents import ScriptedModel, text, use
 
     review = skill(tmp_path / "skills" / "review", "review", "Review a change for risky edits.",
                    "Read each file named in the task; list risky lines.\n")

@@ -7,7 +7,6 @@ model), over a channel for the Python API and as a real MCP client's sampling ca
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
@@ -20,37 +19,10 @@ from mcp import Client
 
 import toolcrib
 from conftest import make_host
+from models import CONFIG, OWN, ScriptedModel, Stopper, own, run_own, task, text, use
 from packs import FILES, MISC, Pack
 from toolcrib.mcp.adapter import UNVERIFIABLE, build_server
 from toolcrib.mcp.state import ServingState
-
-CONFIG = """
-[agents.lead]
-description = "Plans the work and hands parts of it out."
-[agents.lead.permissions]
-plugins = { allow = ["files"] }
-tools = { allow = ["files__read", "toolcrib__run_agent"] }
-subagents = { allow = ["*"] }
-
-[agents.calc]
-description = "Adds numbers."
-prompt = "You are calc. Add."
-max_turns = 3
-[agents.calc.permissions]
-plugins = { allow = ["misc"] }
-tools = { allow = ["misc__add", "toolcrib__run_agent"] }
-subagents = { allow = ["lead", "calc"] }
-
-[agents.narcissus]
-[agents.narcissus.permissions]
-tools = { allow = ["*"] }
-subagents = { allow = ["narcissus"] }
-
-[agents.loner]
-[agents.loner.permissions]
-plugins = { allow = ["*"] }
-tools = { allow = ["*"] }
-"""
 
 RUN_AGENT = ("Hand a task to another agent, which works on it with its own tools and answers with its result. "
              "Describe the task fully: the agent sees nothing of this conversation.")
@@ -60,30 +32,6 @@ def host():  # type: ignore[no-untyped-def]
     return make_host(CONFIG, {"files": FILES, "misc": MISC})
 
 
-def text(words: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": [{"type": "text", "text": words}], "model": "scripted"}
-
-
-def use(name: str, arguments: dict[str, Any], id: str = "u1") -> dict[str, Any]:
-    return {"type": "tool_use", "id": id, "name": name, "input": arguments}
-
-
-class ScriptedModel:
-    """A channel whose ``sample`` answers from a script and records every request (the mocked remote model)."""
-
-    def __init__(self, *replies: dict[str, Any]) -> None:
-        self.replies = list(replies)
-        self.requests: list[dict[str, Any]] = []
-
-    async def progress(self, progress: float, total: float | None, message: str | None) -> None:
-        pass
-
-    async def log(self, level: str, message: str, logger: str | None) -> None:
-        pass
-
-    async def sample(self, request: dict[str, Any]) -> dict[str, Any]:
-        self.requests.append(copy.deepcopy(request))
-        return self.replies.pop(0)
 
 
 def model_client(server: Any, sampling: Any, mode: str = "auto", **kwargs: Any) -> Client:
@@ -454,22 +402,6 @@ def test_a_2026_run_whose_state_outgrows_a_round_trip_stops_clearly(monkeypatch:
              "(2000 characters of request state); a 2025-11-25 session has no such limit.")])
 
 
-class Stopper:
-    """A policy plugin that ends the agent's turn on any call of misc__add with a = 13, and notes call ids."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, str, str]] = []
-
-    @toolcrib.hookimpl
-    def toolcrib_pre_tool_use(self, agent: str, tool: str, arguments: Any, call_id: str) -> Any:
-        self.seen.append(("pre", tool, call_id))
-        if tool == "misc__add" and arguments.get("a") == 13:
-            return toolcrib.Deny("13 is unlucky; stop and ask the user", interrupt=True)
-        return None
-
-    @toolcrib.hookimpl
-    def toolcrib_post_tool_use(self, tool: str, call_id: str) -> None:
-        self.seen.append(("post", tool, call_id))
 
 
 def test_an_interrupting_deny_ends_a_sub_agents_run_and_is_marked_over_mcp(tmp_path: Any) -> None:
@@ -510,37 +442,6 @@ def test_an_interrupting_deny_ends_a_sub_agents_run_and_is_marked_over_mcp(tmp_p
 # llm-echo is a real llm model plugin ("echo"): a prompt of JSON with "tool_calls" makes it call those tools, and
 # each answer echoes what it was given (the tool results included) as JSON.
 
-OWN = """
-[models.echo]
-[agents.lead]
-[agents.lead.permissions]
-plugins = { allow = ["misc"] }
-tools = { allow = ["toolcrib__run_agent"] }
-subagents = { allow = ["*"] }
-
-[agents.echoer]
-model = "echo"
-runner = "llm"
-description = "Runs on its own model."
-prompt = "You are echoer."
-EXTRA
-[agents.echoer.permissions]
-plugins = { allow = ["misc", "files"] }
-tools = { allow = ["misc__add"] }
-"""
-
-
-def own(extra: str = "", **plugins: Any) -> Any:
-    return make_host(OWN.replace("EXTRA", extra), {"files": FILES, "misc": MISC, **plugins})
-
-
-def task(*calls: tuple[str, dict[str, Any]]) -> str:
-    return json.dumps({"prompt": "work", "tool_calls": [{"name": n, "arguments": a} for n, a in calls]})
-
-
-def run_own(h: Any, text: str) -> tuple[bool, str]:
-    result = anyio.run(lambda: h.view("lead").call("toolcrib__run_agent", {"agent": "echoer", "task": text}))
-    return result.is_error, result.text
 
 
 def test_a_sub_agent_runs_on_its_own_model_through_its_own_view() -> None:

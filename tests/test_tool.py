@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, ValidationError
 from typing_extensions import TypedDict
 
 import toolcrib
+from packs import ADDRESS_SCHEMA
 from toolcrib import Context, Tool, ToolDeclarationError, tool
 from toolcrib.inference import cleandoc
 from toolcrib.tool import get_tool
@@ -211,14 +212,6 @@ def test_explicit_form_with_a_dict_of_fields() -> None:
     }
 
 
-ADDRESS_SCHEMA = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "type": "object",
-    "$defs": {"address": {"type": "object", "properties": {"street": {"type": "string"}}, "required": ["street"]}},
-    "properties": {"name": {"type": "string", "minLength": 1}, "address": {"$ref": "#/$defs/address"}},
-    "required": ["name"],
-    "additionalProperties": False,
-}
 
 
 def test_explicit_form_with_a_json_schema_keeps_it_as_given_and_validates_with_it() -> None:

@@ -13,8 +13,8 @@ from typing import Any
 import toolcrib_fs
 
 from conftest import make_host
+from docs_pack import Docs
 from packs import FILES, MISC
-from test_surface import Docs
 
 GOLDEN = Path(__file__).parent / "golden" / "wire.json"
 
