@@ -399,3 +399,16 @@ def test_the_launcher_run_wrongly_says_how_to_run_it_on_stderr_and_runs_nothing(
                          timeout=60)
     assert (ran.returncode, ran.stdout, ran.stderr) == (
         2, "", "usage: confined.py SPEC -- PROGRAM [ARGUMENTS...]\n")
+
+
+def test_a_program_that_cannot_be_run_is_named_on_stderr_once_confined(tmp_path: Path) -> None:
+    """Confined, then nothing to run: exit 127 (as a shell says it), the program and why on stderr, stdout (a stdio
+    server's wire) untouched."""
+    from toolcrib.supply.mcp.confinement import LAUNCHER
+
+    missing = str(tmp_path / "no-such-server")
+    ran = subprocess.run([sys.executable, "-I", "-S", str(LAUNCHER), json.dumps({
+        "read": [], "write": [], "parent": os.getpid()}), "--", missing, "--stdio"], capture_output=True, text=True,
+        timeout=60)
+    assert (ran.returncode, ran.stdout, ran.stderr) == (
+        127, "", f"toolcrib: cannot run {missing}: No such file or directory\n")
