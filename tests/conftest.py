@@ -25,17 +25,34 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """toolcrib's source byte-compiled once; and each run starts with toolcrib's memo caches empty: mutmut forks its
+    """toolcrib's source byte-compiled once, the test modules' rewritten asserts kept; and each run starts with toolcrib's memo caches empty: mutmut forks its
     workers from a process that already ran every test, and a cached answer (a normalised URI, a compiled pattern)
     would hide a mutant of what computes it."""
     if "MUTANT_UNDER_TEST" not in os.environ:
         byte_compiled()
+        # and pytest keeps the test modules it rewrote (their asserts) as it would without $PYTHONDONTWRITEBYTECODE:
+        # else each run rewrites all ~100 of them again, about 5 s of a quick run
+        sys.dont_write_bytecode = False
         return
     from toolcrib import patterns, uris
     from toolcrib.mcp import oauth
 
     for cached in (uris.normalize, patterns._parse, oauth._claim_pieces):
         cached.cache_clear()
+
+
+QUICK = False  # the quick suite (`-m "not slow"`) runs, not a whole run: set as pytest starts
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global QUICK
+    QUICK = config.getoption("markexpr", "") == "not slow" and "MUTANT_UNDER_TEST" not in os.environ
+
+
+def examples(n: int) -> int:
+    """How many examples a property test tries: ``n`` in a whole run (CI's) and under mutation testing, where each
+    example is a chance to kill a mutant; a fifth of them in the quick suite, which is feedback while working."""
+    return max(20, n // 5) if QUICK else n
 
 
 def byte_compiled() -> None:
@@ -49,10 +66,15 @@ def byte_compiled() -> None:
         compileall.compile_dir(folder, quiet=2)
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under mutation testing (benchmarks/mutation.sh), tests that start toolcrib in a subprocess are skipped: the
-    child imports the mutated modules, whose trampolines need mutmut's own process. So are those that serve it
-    through uvicorn in this process (uvicorn takes a trampolined app for an app factory)."""
+    """A test that waits out a real deadline (``waits``) is slow too: out of the quick suite. Under mutation testing
+    (benchmarks/mutation.sh), tests that start toolcrib in a subprocess are skipped: the child imports the mutated
+    modules, whose trampolines need mutmut's own process. So are those that serve it through uvicorn in this
+    process (uvicorn takes a trampolined app for an app factory)."""
+    for item in items:
+        if item.get_closest_marker("waits") is not None:
+            item.add_marker(pytest.mark.slow)
     if "MUTANT_UNDER_TEST" not in os.environ:
         return
     skip = pytest.mark.skip(reason="starts toolcrib in a subprocess, which mutmut's trampolines cannot run in")

@@ -81,7 +81,7 @@ def serve(document: Mapping[str, Any], routes: list[tuple[str, list[str], Handle
         return response
 
     server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)  # its shutdown waits a poll
     thread.start()
     api.base_url = f"http://127.0.0.1:{server.server_port}{prefix}"
     try:

@@ -1065,6 +1065,7 @@ def test_what_a_client_sets_on_one_replica_holds_on_every_replica_that_holds_its
                       "params": {"uri": "notes://today"}}]
 
 
+@pytest.mark.waits
 @pytest.mark.parametrize("cluster", [False, True])
 def test_a_listening_stream_hears_what_is_sent_as_soon_as_its_client_has_its_headers(
         tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch, cluster: bool) -> None:
@@ -1210,6 +1211,7 @@ def test_without_the_redis_client_check_and_serve_say_how_to_install_it(monkeypa
     assert [str(p) for p in refused.value.problems] == [f"error: toolcrib.toml: cluster: {needs}"]
 
 
+@pytest.mark.waits
 def test_a_session_used_on_any_replica_stays_alive_and_speaks_its_negotiated_version(
         tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """Each request on a session (on whichever replica) keeps its record from expiring (at most every tenth of the

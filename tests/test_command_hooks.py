@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import toolcrib
-from conftest import make_host
+from conftest import examples, make_host
 from packs import FILES
 from toolcrib.errors import ConfigError
 
@@ -586,6 +586,7 @@ tools = {{ allow = ["*"] }}
 """
 
 
+@pytest.mark.waits
 def test_a_long_lived_hook_answers_every_call_from_one_process_and_is_started_again_when_it_dies(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     (tmp_path / "resident.py").write_text(RESIDENT)
@@ -907,7 +908,7 @@ _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow
        arguments=st.dictionaries(st.text(), _json, max_size=4), annotations=st.dictionaries(st.text(), _json,
                                                                                            max_size=3),
        result=st.dictionaries(st.text(), _json, max_size=3))
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 def test_the_call_s_line_is_what_json_dumps_writes_of_its_fields(agent: str, tool: str, cwd: str, mode: str,
                                                                  call_id: str, arguments: dict[str, Any],
                                                                  annotations: dict[str, Any],

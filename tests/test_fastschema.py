@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from pydantic import Field, TypeAdapter
 from typing_extensions import TypedDict
 
+from conftest import examples
 from toolcrib import fastschema
 from toolcrib.fastschema import json_schema_of
 from toolcrib.inference import model_of_fields
@@ -43,7 +44,7 @@ ANNOTATIONS = st.recursive(st.one_of(_LEAVES, _LITERALS), _extend, max_leaves=4)
 DEFAULTS = st.sampled_from([..., ..., None, 0, 1.5, "x", True, [1, 2], {"k": "v"}])
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fields=st.dictionaries(st.sampled_from(["a", "b", "path", "count", "mode"]), st.tuples(ANNOTATIONS, DEFAULTS),
                               max_size=4))
 def test_a_written_input_schema_is_pydantics(fields: dict[str, tuple[Any, Any]]) -> None:
@@ -56,7 +57,7 @@ def test_a_written_input_schema_is_pydantics(fields: dict[str, tuple[Any, Any]])
         assert written == json_schema_of(model, "validation")
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fields=st.dictionaries(st.sampled_from(["a", "b", "path", "count", "mode"]), st.tuples(ANNOTATIONS, DEFAULTS),
                               max_size=4))
 def test_a_flat_signature_s_schema_is_served_and_shown_as_written(fields: dict[str, tuple[Any, Any]]) -> None:
@@ -109,7 +110,7 @@ def test_what_it_does_not_write_falls_back() -> None:
     assert fastschema.input_schema({"x": (Literal[True], True)}) is None
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(fields=st.dictionaries(st.sampled_from(["result", "note", "count"]), ANNOTATIONS, min_size=1, max_size=3),
        total=st.booleans())
 def test_a_written_output_schema_is_pydantics(fields: dict[str, Any], total: bool) -> None:

@@ -69,6 +69,7 @@ def test_hooks_get_a_minimal_environment(tmp_path: Path, monkeypatch: pytest.Mon
                      "TZ", "TMPDIR"}
 
 
+@pytest.mark.waits
 def test_a_timed_out_hooks_children_are_ended(tmp_path: Path) -> None:
     host = hook_host(tmp_path, """
         import subprocess, sys, time

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from toolcrib import tool
 from toolcrib.calls import Pipeline
 from toolcrib.config import Config, LoadedConfig, check_config
@@ -167,7 +168,7 @@ def _reference(agent: dict[str, Any], entry: Entry) -> bool:
     return kind in ("none", "yes")
 
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # A specifier deny restricts calls and never hides; a plan agent sees an untrusted server's readOnlyHint as nothing.
 SPECIFIER_DENY = {"a": {"model": "text-model", "mode": "default",
@@ -178,7 +179,7 @@ UNTRUSTED_PLAN = {"a": {"model": "vision-model", "mode": "plan",
                                         "tools": {"allow": ["*"]}}}}
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(500), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(agents=SPECIFIER_DENY, spec={("fs", "read"): (True, "none", "pack", True, None)})
 @example(agents=UNTRUSTED_PLAN, spec={("fs", "read"): (True, "none", "mcp", False, None),
                                       ("web", "get"): (True, "vision", "mcp", True, None)})
@@ -205,7 +206,7 @@ def test_rules_agree_with_the_reference_and_deny_wins(agents: dict[str, Any], sp
             assert not any(fnmatchcase(name, p) for p in tools_rule.get("deny", []) if "(" not in p)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(agents=agents_st, spec=entries_st)
 def test_callable_names_equal_listed_names(agents: dict[str, Any], spec: Any) -> None:
     loaded = _config(agents)
@@ -228,7 +229,7 @@ def test_callable_names_equal_listed_names(agents: dict[str, Any], spec: Any) ->
     anyio.run(probe)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(agents=agents_st, spec=entries_st, query=st.sampled_from(
     ["read", "rm", "get", "fs", "web orders", "fs__rm", "orders__get", "/.*/", "/rm|read/", "generated tool", ""]))
 def test_a_search_finds_only_what_the_agent_sees(agents: dict[str, Any], spec: Any, query: str) -> None:
@@ -418,7 +419,7 @@ def test_items_listed_are_exactly_those_readable_or_gettable_and_the_rest_are_un
 # -- the glob matcher itself ----------------------------------------------------------------------------------
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=examples(2000), deadline=None)
 @given(pattern=st.text(alphabet="ab*\n.(", max_size=8), subject=st.text(alphabet="ab\n.(", max_size=12))
 @example(pattern="a*a", subject="a")
 @example(pattern="*ab*ab", subject="abab")
@@ -454,7 +455,7 @@ _SPECIFIER = st.lists(st.one_of(_PIECES, st.just("*")), min_size=1, max_size=5).
 _SUBJECT = st.lists(_PIECES, max_size=6).map("".join)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(specifiers=st.lists(_SPECIFIER, min_size=1, max_size=12), subject=_SUBJECT)
 @example(specifiers=["a*", "ab*", "*b", "a*b", "*a*"], subject="ab")
 @example(specifiers=["*", "ab"], subject="ab")
@@ -498,7 +499,7 @@ def test_a_glob_is_tried_only_on_a_subject_that_holds_its_longest_piece(monkeypa
                      ("*b*", "zb")]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(deny=st.lists(_SPECIFIER, max_size=6), allow=st.lists(_SPECIFIER, max_size=6),
        subjects=st.lists(st.one_of(st.none(), _SUBJECT), min_size=2, max_size=2))
 def test_call_rules_decide_as_the_patterns_one_by_one(deny: list[str], allow: list[str],

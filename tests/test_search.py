@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
-from conftest import ROOT, make_host
+from conftest import ROOT, examples, make_host
 from toolcrib.search import SearchError, ToolIndex, words
 
 EVERYTHING = '[agents.a.permissions]\nplugins = { allow = ["*"] }\ntools = { allow = ["*"] }\n'
@@ -121,7 +121,7 @@ def test_names_split_into_words_at_separators_and_humps() -> None:
 
 
 @given(st.text(alphabet="abzAZ09_-. éÉǅ", max_size=16) | st.text(max_size=16))
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 def test_a_plain_name_split_without_the_regular_expression_splits_as_it_does(text: str) -> None:
     from toolcrib.search import _SEPARATORS, _SPLIT
 
@@ -261,7 +261,7 @@ FS_TOOLS = ["fs__batch_edit", "fs__copy", "fs__cwd", "fs__edit", "fs__exist", "f
             "fs__mkdir", "fs__read_file", "fs__rename", "fs__rm", "fs__write_file"]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(denied=st.sets(st.sampled_from(FS_TOOLS)), mode=st.sampled_from(["default", "plan"]),
        listed=st.sets(st.sampled_from([*FS_TOOLS, "fs__*", "fs__r*"]), max_size=3))
 def test_the_proxy_runs_only_what_the_agent_sees_and_answers_for_the_rest_as_for_no_tool(

@@ -528,6 +528,7 @@ def slow_tools() -> list[Any]:
     return [slow_sync]
 
 
+@pytest.mark.waits
 def test_in_flight_holds_a_place_until_a_timed_out_sync_handler_really_ends() -> None:
     import types as pytypes
 
@@ -609,6 +610,7 @@ def web_host(tmp_path: Path, port: int, timeout: float = 1) -> Host:
     return host_at(tmp_path / "toolcrib.toml", web=toolcrib_web)
 
 
+@pytest.mark.waits
 @pytest.mark.parametrize("where", ["status line", "headers", "body"], ids=["status-line", "headers", "body"])
 def test_a_server_dripping_its_answer_cannot_outlast_the_fetch_deadline(tmp_path: Path, where: str) -> None:
     answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\n"
@@ -636,6 +638,7 @@ def test_headers_past_their_cap_end_the_fetch(tmp_path: Path) -> None:
         drip.close()
 
 
+@pytest.mark.waits
 def test_a_dripping_jwks_endpoint_is_cut_off_and_known_keys_serve_while_it_is_asked(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     import jwt

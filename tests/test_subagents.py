@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from mcp import Client
 
 import toolcrib
-from conftest import make_host
+from conftest import examples, make_host
 from models import CONFIG, OWN, ScriptedModel, Stopper, own, run_own, task, text, use
 from packs import FILES, MISC, Pack
 from toolcrib.mcp.adapter import UNVERIFIABLE, build_server
@@ -299,7 +299,7 @@ def test_a_client_without_sampling_gets_the_refusal() -> None:
 POOL = ["ana", "bob", "bea", "cy"]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(rules=st.dictionaries(st.sampled_from(POOL), st.one_of(
     st.none(),
     st.tuples(st.sampled_from(["allow", "deny"]),

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, ValidationError
 from typing_extensions import TypedDict
 
 import toolcrib
+from conftest import examples
 from packs import ADDRESS_SCHEMA
 from toolcrib import Context, Tool, ToolDeclarationError, tool
 from toolcrib.inference import cleandoc
@@ -528,7 +529,7 @@ def test_plain_signatures_are_read_as_typing_and_inspect_read_them(future: bool)
     assert inference.type_hints(module.shadowed, "shadowed", None) == {"a": bytes, "b": int, "return": bytes}
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(doc=st.text(alphabet=st.sampled_from(["a", "b", " ", "\t", "\n", "\r", "\x0b", "\u2028", "é"]), max_size=12))
 def test_a_docstring_is_cleaned_as_inspect_cleans_it(doc: str) -> None:
     """The description a tool gets from its docstring: ``inspect.cleandoc``'s, also where one line is read directly."""

@@ -120,6 +120,7 @@ def test_caps_and_binary(host: toolcrib.Host, ws: Path) -> None:
     assert ok(host, "glob", pattern="f*.txt")["truncated"] == "stopped at 5 matches"
 
 
+@pytest.mark.waits
 def test_a_pathological_regex_stops_at_the_time_budget(ws: Path) -> None:
     """`(a|aa)+$` against 'aaa...ab' backtracks for hours under `re`; find_text stops it at max_seconds and says so,
     keeping what it found before."""

@@ -14,6 +14,8 @@ import pytest
 
 pytest.importorskip("llm")
 
+pytestmark = pytest.mark.slow  # every test starts toolcrib in a subprocess
+
 PLUGIN = '''
 import threading
 
