@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """toolcrib's source byte-compiled once, the test modules' rewritten asserts kept; and each run starts with toolcrib's memo caches empty: mutmut forks its
-    workers from a process that already ran every test, and a cached answer (a normalised URI, a compiled pattern)
-    would hide a mutant of what computes it."""
+    """toolcrib's source byte-compiled once, the test modules' rewritten asserts kept; and each run starts with
+    toolcrib's memo caches empty: mutmut forks its workers from a process that already ran every test, and a cached
+    answer (a normalised URI, a compiled pattern) would hide a mutant of what computes it."""
     if "MUTANT_UNDER_TEST" not in os.environ:
         byte_compiled()
         # and pytest keeps the test modules it rewrote (their asserts) as it would without $PYTHONDONTWRITEBYTECODE:

@@ -461,10 +461,10 @@ def test_a_desk_answer_is_taken_once_and_an_expired_approval_is_gone() -> None:
 def test_toolcrib_approvals_says_what_it_lacks(cli_config: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from conftest import cli
 
-    plain = cli_config("[agents.a]\n", "t=test_approvals:PACK")
+    plain = cli_config("[agents.a]\n", "t=approving:PACK")
     assert cli("approvals", "--config", plain)[0::2] == (
         2, "error: the config has no [operator] table: approvals go to the agents' clients\n")
-    path = cli_config(CONFIG.format(approvals="operator", timeout=60, operator=""), "t=test_approvals:PACK")
+    path = cli_config(CONFIG.format(approvals="operator", timeout=60, operator=""), "t=approving:PACK")
     monkeypatch.delenv("TOK_OP", raising=False)
     assert cli("approvals", "--config", path)[0::2] == (
         2, "error: $TOK_OP is not set: the operator endpoint needs the operator token\n")
@@ -487,7 +487,7 @@ def test_a_framework_client_without_elicitation_has_its_call_approved_with_toolc
     config = tmp_path / "toolcrib.toml"
     config.write_text(CONFIG.format(approvals="operator", timeout=120, operator=""))
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLCRIB_")}
-    env.update(ENV, TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD="1", TOOLCRIB_PLUGINS="t=test_approvals:PACK",
+    env.update(ENV, TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD="1", TOOLCRIB_PLUGINS="t=approving:PACK",
                PYTHONPATH=str(Path(__file__).parent) + os.pathsep + env.get("PYTHONPATH", ""))
     proc, base, _ = serve_http(config, env)
 
@@ -546,7 +546,7 @@ def test_a_call_held_on_one_replica_is_listed_and_approved_on_another(tmp_path: 
     from replicas import http_replicas
 
     monkeypatch.setenv("TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD", "1")
-    monkeypatch.setenv("TOOLCRIB_PLUGINS", "t=test_approvals:PACK")
+    monkeypatch.setenv("TOOLCRIB_PLUGINS", "t=approving:PACK")
     text = f'[cluster]\nredis_url = "{redis_url}"\nkey_prefix = "ap:"\n' + CONFIG.format(
         approvals="operator", timeout=60, operator="")
     first, second = tmp_path / "one.toml", tmp_path / "two.toml"

@@ -383,10 +383,14 @@ def test_in_a_browser_an_operator_signs_in_sees_why_a_tool_is_hidden_and_approve
     config = tmp_path / "toolcrib.toml"
     config.write_text(CONSOLE)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLCRIB_")}
-    env.update(ENV, TOK_B="b" * 32, TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD="1", TOOLCRIB_PLUGINS="t=test_approvals:PACK",
+    env.update(ENV, TOK_B="b" * 32, TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD="1", TOOLCRIB_PLUGINS="t=approving:PACK",
                PYTHONPATH=str(Path(__file__).parent) + os.pathsep + env.get("PYTHONPATH", ""))
-    proc, base, _ = serve_http(config, env)
-    driver = browser(tmp_path)
+    driver = browser(tmp_path)  # first: without a browser the test skips, and leaves no server running
+    try:
+        proc, base, _ = serve_http(config, env)
+    except BaseException:
+        driver.quit()
+        raise
     wait = WebDriverWait(driver, 30)  # a hang guard
     shots: list[Path] = []
 
@@ -498,10 +502,10 @@ def test_in_a_browser_an_operator_signs_in_sees_why_a_tool_is_hidden_and_approve
 def test_toolcrib_console_needs_the_operator_and_its_token(cli_config: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from conftest import cli
 
-    plain = cli_config("[agents.a]\n", "t=test_approvals:PACK")
+    plain = cli_config("[agents.a]\n", "t=approving:PACK")
     assert cli("console", "--config", plain)[0::2] == (
         2, "error: the console needs an [operator] table: its token_env names the token that opens it\n")
-    path = cli_config(CONSOLE, "t=test_approvals:PACK")
+    path = cli_config(CONSOLE, "t=approving:PACK")
     monkeypatch.delenv("TOK_OP", raising=False)
     assert cli("console", "--config", path)[0::2] == (
         2, "error: $TOK_OP is not set: the console opens with the operator token\n")
@@ -516,7 +520,7 @@ def test_toolcrib_console_serves_the_console_of_a_config_and_none_of_its_agents(
     config = tmp_path / "toolcrib.toml"
     config.write_text(CONFIG.format(approvals="client", timeout=60, operator=""))  # console = false: the command
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLCRIB_")}
-    env.update(ENV, TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD="1", TOOLCRIB_PLUGINS="t=test_approvals:PACK",
+    env.update(ENV, TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD="1", TOOLCRIB_PLUGINS="t=approving:PACK",
                PYTHONPATH=str(Path(__file__).parent) + os.pathsep + env.get("PYTHONPATH", ""))
     log = tmp_path / "console.log"
     with log.open("wb") as err:
