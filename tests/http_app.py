@@ -43,8 +43,9 @@ TOKENS = {"TOK_READER": "r" * 32, "TOK_WRITER": "w" * 32, "TOK_TWIN": "w" * 32}
 
 @asynccontextmanager
 async def serving(env: dict[str, str] | None = None, config: str = CONFIG, metrics: bool = False,
+                  packs: dict[str, Any] | None = None,
                   **options: Any) -> AsyncIterator[tuple[HttpApp, httpx2.AsyncClient]]:
-    state = ServingState(make_host(config, {"files": FILES}))
+    state = ServingState(make_host(config, {"files": FILES} if packs is None else packs))
     if metrics:
         from toolcrib.observe import Metrics
 

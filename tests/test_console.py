@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import time
 from html import unescape
 from pathlib import Path
@@ -730,3 +731,20 @@ def test_the_sources_page_names_what_the_lock_holds_back_and_the_agent_page_says
         "tool why", "t__status its definition changed since toolcrib.lock: description; toolcrib lock accepts it"]
     hidden = text_of(agent, "tr")
     assert "t__status its definition changed since toolcrib.lock: description; toolcrib lock accepts it" in hidden
+
+
+def test_a_console_without_jinja2_is_an_error_check_names_and_serving_says_in_one_line(
+        cli_config: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import cli
+
+    path = cli_config(CONSOLE, "t=approving:PACK")
+    for name, value in {**ENV, "TOK_B": "b" * 32}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setitem(sys.modules, "jinja2", None)  # as where toolcrib[console] was not installed
+    needs = ("console = true needs Jinja2, which renders the console's pages, and it is not installed: pip install "
+             "'toolcrib[console]'")
+    code, out, err = cli("check", "--config", path)
+    assert (code, err.splitlines()) == (1, [f"error: {path}: operator.console: {needs}"])
+    assert out == f"{path}: 2 agent(s), 2 tool(s), 1 error(s), 0 warning(s)\n"
+    for command in (["console", "--port", "0"], ["serve", "--http", "--port", "0", "--no-reload"]):
+        assert cli(*command, "--config", path)[0::2] == (2, f"error: {needs}\n"), command

@@ -121,3 +121,33 @@ def test_without_openapi_no_document_is_served() -> None:
             return (await client.get("/agents/reader/openapi.json", headers=bearer("r" * 32))).status_code
 
     assert anyio.run(main) == 404
+
+
+def test_a_body_is_declared_only_where_a_tool_takes_arguments_and_required_only_where_one_is() -> None:
+    """A client such as Open WebUI's sends no body to a tool that takes no arguments, and refuses to call an
+    operation that declares one; mcpo declares none there."""
+    import toolcrib
+    from packs import FILES, TALK, Pack
+
+    @toolcrib.tool(annotations={"readOnlyHint": True})
+    def now() -> str:
+        """The time."""
+        return "noon"
+
+    config = '[agents.a]\ntoken_env = "TOK_A"\n[agents.a.permissions]\nplugins = { allow = ["*"] }\n' \
+             'tools = { allow = ["clock__now", "talk__chatty", "files__read"] }\n'
+
+    async def main() -> tuple[dict[str, Any], httpx2.Response]:
+        async with serving({"TOK_A": "a" * 32}, config, packs={"files": FILES, "clock": Pack(now), "talk": TALK},
+                           openapi=True) as (_, client):
+            document = (await client.get("/agents/a/openapi.json", headers=bearer("a" * 32))).json()
+            called = await client.post("/agents/a/tools/clock__now", headers=bearer("a" * 32))  # no body
+            judged(document, called)
+            return document, called
+
+    document, called = anyio.run(main)
+    bodies = {path: operation["post"].get("requestBody", {}).get("required") for path, operation in
+              document["paths"].items()}
+    assert bodies == {"/tools/clock__now": None, "/tools/files__read": True, "/tools/talk__chatty": False}
+    assert (called.status_code, called.json()) == (200, {"content": [{"type": "text", "text": "noon"}],
+                                                         "isError": False})

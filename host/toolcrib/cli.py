@@ -254,6 +254,11 @@ def check(strict: bool, as_json: bool) -> None:
                 from toolcrib.cluster import probe
 
                 problems += probe(host.loaded)
+            operator = host.loaded.config.operator
+            if operator is not None and operator.console:  # can it render? (only then is the console imported)
+                from toolcrib.mcp import console
+
+                problems += console.probe(host.loaded)
     except ConfigError as exc:
         if not as_json:
             raise

@@ -34,6 +34,8 @@ from starlette.routing import Mount, Route
 
 from toolcrib.approvals import ANSWERED, Desk, DeskUnreachable
 from toolcrib.audit import record as audit_record
+from toolcrib.config import LoadedConfig
+from toolcrib.errors import Problem
 from toolcrib.mcp.operator import small_form
 from toolcrib.permissions import permits
 
@@ -50,6 +52,27 @@ HEADERS = {"Cache-Control": "no-store", "X-Frame-Options": "DENY", "Referrer-Pol
            "X-Content-Type-Options": "nosniff",
            "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
                                       "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"}
+
+
+NEEDS_JINJA = ("console = true needs Jinja2, which renders the console's pages, and it is not installed: "
+               "pip install 'toolcrib[console]'")
+
+
+def installed() -> bool:
+    """Whether the console can render its pages (Jinja2 is an extra: ``toolcrib[console]``)."""
+    try:
+        import jinja2  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def probe(loaded: LoadedConfig) -> list[Problem]:
+    """What ``toolcrib check`` says of the console: an error where the config asks for it and it cannot render."""
+    operator = loaded.config.operator
+    if operator is None or not operator.console or installed():
+        return []
+    return [Problem("error", f"{loaded.source}: operator.console", NEEDS_JINJA)]
 
 
 class Feed:

@@ -151,11 +151,10 @@ class HttpApp:
         self.app = Starlette(routes=routes, lifespan=self._lifespan)
 
     def _console(self, operator: OperatorEndpoint) -> Any:
-        try:
-            from toolcrib.mcp.console import Console
-        except ImportError as exc:  # jinja2, which renders its pages
-            raise ServeError(f"[operator] console = true needs the console's templates: pip install "
-                             f"'toolcrib[console]' ({exc})") from None
+        from toolcrib.mcp.console import NEEDS_JINJA, Console, installed
+
+        if not installed():
+            raise ServeError(NEEDS_JINJA)
         return Console(self.state, operator.desk, operator.token, self.origin_guard, operator.who)
 
     def _operator_endpoint(self) -> OperatorEndpoint | None:

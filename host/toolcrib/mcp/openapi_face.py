@@ -83,7 +83,9 @@ class _Face:
         return JSONResponse(document(view))
 
     async def call(self, request: Request) -> Response:
-        found = await self._view(request, post=True)
+        # a body must say it is JSON; a call with none (a tool that takes no arguments) has no Content-Type to say
+        sends = request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers
+        found = await self._view(request, post=sends)
         if isinstance(found, Response):
             return found
         view, identity = found
@@ -141,16 +143,20 @@ def document(view: AgentView) -> dict[str, Any]:
                                   "required": ["content", "isError"]}
         if "outputSchema" in tool:
             result["properties"]["structuredContent"] = _components(tool["outputSchema"], f"{name}.output", components)
+        arguments = tool["inputSchema"]
         operation: dict[str, Any] = {
             "operationId": name,
             "summary": tool.get("title") or name,
             "description": tool["description"],
-            "requestBody": {"required": True, "content": {"application/json": {
-                "schema": _components(tool["inputSchema"], f"{name}.input", components)}}},
             "responses": {"200": {"description": "The tool's result", "content": {"application/json": {
                 "schema": result}}}, "400": {"description": "An error result (isError), or a body that is not the "
                                              "tool's arguments", "content": {"application/json": {"schema": result}}}},
         }
+        if arguments.get("properties") or arguments.get("additionalProperties", True) is not False:
+            # a body only where the tool takes arguments (a client such as Open WebUI's sends none for a tool that
+            # takes none, and refuses to call an operation that declares one), required only where one is
+            operation["requestBody"] = {"required": bool(arguments.get("required")), "content": {
+                "application/json": {"schema": _components(arguments, f"{name}.input", components)}}}
         if isinstance(tool.get("annotations"), dict):
             operation["x-mcp-annotations"] = tool["annotations"]
         paths[f"/tools/{name}"] = {"post": operation}
