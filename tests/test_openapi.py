@@ -709,3 +709,28 @@ def test_a_redirect_to_the_base_url_s_own_query_is_followed(tmp_path: Path) -> N
         host = small_host(tmp_path, api.base_url + "/v2", doc)
         assert call(host, "small__root", {})["content"] == [{"type": "text", "text": '{"count": 2}'}]
         assert [s["raw"] for s in api.seen] == ["/v2", "/v2?page=2"]
+
+
+FASTAPI = {"openapi": "3.1.0", "info": {"title": "items", "version": "1"}, "paths": {"/items/{item_id}": {
+    "parameters": [{"name": "item_id", "in": "path", "required": True, "schema": {"type": "integer"}}],
+    "get": {"operationId": "read_item_items__item_id__get", "responses": {"200": {"description": "The item"}}},
+    "delete": {"operationId": "delete_item_items__item_id__delete", "responses": {"200": {"description": "Gone"}}}}}}
+
+
+def test_a_rule_written_with_the_documents_spelling_of_a_respelt_name_is_an_error_naming_the_served_one(
+        tmp_path: Path) -> None:
+    """FastAPI's operationIds hold '__', which a tool's own part of its name may not: they are served with one
+    '_'. A deny (or an ask) written with the document's spelling would hold nothing, the tool served unruled."""
+    rules = ('[agents.a.permissions]\nplugins = { allow = ["*"] }\n'
+             'tools = { deny = ["pets__delete_item_items__item_id__delete"] }\n'
+             'ask = ["pets__read_item_*__get"]\n')
+    host = host_of(tmp_path, 'base_url = "http://127.0.0.1:9"', doc=FASTAPI, rules=rules)
+    assert sorted(t.name for t in host.view("a").tools) == ["pets__delete_item_items_item_id_delete",
+                                                           "pets__read_item_items_item_id_get"]
+    served = "(a tool's own part of its name is letters, digits and single underscores): write the rule with that name"
+    assert [str(p) for p in host.problems() if p.severity == "error"] == [
+        f"error: {host.loaded.source}: agents.a.permissions.tools.deny[0]: "
+        "'pets__delete_item_items__item_id__delete' matches no installed tool: it names it as the source does, and "
+        f"toolcrib serves it as 'pets__delete_item_items_item_id_delete' {served}",
+        f"error: {host.loaded.source}: agents.a.permissions.ask[0]: 'pets__read_item_*__get' matches no installed "
+        f"tool: it names it as the source does, and toolcrib serves it as 'pets__read_item_items_item_id_get' {served}"]

@@ -31,8 +31,9 @@ from toolcrib.entries import Entry
 from toolcrib.errors import Problem, ToolDeclarationError, UnknownAgentError
 from toolcrib.governing import unlocated
 from toolcrib.limits import Limiter
-from toolcrib.names import HIDDEN_CHARACTERS, RESERVED_NAMESPACE, clean, clean_schema
+from toolcrib.names import HIDDEN_CHARACTERS, RESERVED_NAMESPACE, clean, clean_schema, full_name
 from toolcrib.observe import Metrics
+from toolcrib.patterns import Pattern
 from toolcrib.permissions import (
     AgentRules,
     Check,
@@ -428,15 +429,33 @@ class Host:
             "prompts": set(self.catalog.prompts),
         }
         templates = [r.resource for r in self.catalog.resources.values() if r.kind == "template"]
+        # a tool its source names otherwise (an operationId or an upstream tool name that breaks toolcrib's
+        # rule): the name a rule may have been written with, by the served one
+        respelt = {full_name(e.namespace, e.tool.source_name): name for name, e in self.catalog.entries.items()
+                   if e.tool.source_name}
         found = []
 
-        def warn(where: str, message: str) -> None:
-            found.append(Problem("warning", f"{source}: {where}", message))
+        def warn(where: str, message: str, severity: str = "warning") -> None:
+            found.append(Problem(severity, f"{source}: {where}", message))
+
+        def misspelt(where: str, pattern: Pattern) -> bool:
+            """A tool rule that matches nothing but the name a source gives a tool served under another: an error,
+            not a warning (a deny or an ask written so holds nothing, and the tool goes on as if unruled)."""
+            meant = sorted(served for spelt, served in respelt.items() if pattern.matches(spelt))
+            if not meant or any(pattern.matches(n) for n in names["tools"]):
+                return False
+            them = "them" if len(meant) > 1 else "it"
+            warn(where, f"{pattern.text!r} matches no installed tool: it names {them} as the source does, and "
+                 f"toolcrib serves {them} as {', '.join(map(repr, meant))} (a tool's own part of its name is "
+                 "letters, digits and single underscores): write the rule with that name", "error")
+            return True
 
         for dimension, rule in rules.dimensions.items():
             for i, pattern in enumerate(rule.patterns):
                 if dimension == "resources" and any(t.match(pattern.text) is not None for t in templates):
                     continue  # a URI (or URIs) a template serves
+                if dimension == "tools" and misspelt(f"{rule.where}.{rule.kind}[{i}]", pattern):
+                    continue
                 if not any(pattern.matches(n) for n in names[dimension]):
                     what = "other agent" if dimension == "subagents" else f"installed {_NOUN[dimension]}"
                     close = did_you_mean(pattern.text, names[dimension], 0.85) if pattern.specifier is None else None
@@ -455,6 +474,8 @@ class Host:
         for i, pattern in enumerate(rules.ask):
             if pattern.text.startswith("@"):
                 continue  # a selector: chooses tools by what they are, and may rightly choose none
+            if misspelt(f"agents.{agent}.permissions.ask[{i}]", pattern):
+                continue
             if not any(pattern.matches(n) for n in names["tools"]):
                 warn(f"agents.{agent}.permissions.ask[{i}]", f"{pattern.text!r} matches no installed tool")
         view = self.view(agent)
