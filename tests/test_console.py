@@ -249,8 +249,10 @@ def test_the_pages_show_who_sees_what_and_why_and_the_sources(tmp_path: Path, mo
     assert 'title="plan mode shows only tools annotated read-only (readOnlyHint), and this one is not"' in \
         pages["/matrix"]
     assert text_of(pages["/sources"], "tr") == [
-        "name kind state from tools error", "toolcrib.audit builtin disabled toolcrib 0.1.0 0",
-        "toolcrib.hooks builtin disabled toolcrib 0.1.0 0", "toolcrib builtin loaded toolcrib 0.1.0 2",
+        "name kind state from tools note", "toolcrib.audit builtin disabled toolcrib 0.1.0 0 off: the config sets no "
+        "[host] audit_log (a file that records every call's decision)", "toolcrib.hooks builtin disabled toolcrib "
+        "0.1.0 0 off: the config has no [hooks] (programs that decide or check calls: docs/hooks.md)",
+        "toolcrib builtin loaded toolcrib 0.1.0 2",
         "t pack loaded 2"]
     assert text_of(pages["/agents/nobody"], "p") == ["No agent is named 'nobody' in this config."]
     assert text_of(pages["/agents/nobody"], "h1") == ["No such agent"]

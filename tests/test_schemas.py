@@ -164,9 +164,14 @@ def test_tools_shows_real_types_in_one_quoting_style_within_the_terminal_s_width
         "    Order something.",
         "kit__plain(text: str, count: int = 1)  Plain arguments, repeated count times and joined.",
         "kit__tree(root: Node)                  Walk a tree."])
-    monkeypatch.setenv("COLUMNS", "60")  # a description is cut to what the terminal has left
+    monkeypatch.setenv("COLUMNS", "60")  # under 40 characters left for descriptions: each on its own line
     code, out, _ = cli("tools", "--config", config, "--agent", "a")
-    assert out.splitlines()[2] == "kit__plain(text: str, count: int = 1)  Plain arguments, r..."
+    assert out.splitlines()[2:] == ["kit__plain(text: str, count: int = 1)",
+                                    "    Plain arguments, repeated count times and joined.",
+                                    "kit__tree(root: Node)", "    Walk a tree."]
+    monkeypatch.setenv("COLUMNS", "40")  # and cut to the terminal's width
+    code, out, _ = cli("tools", "--config", config, "--agent", "a")
+    assert out.splitlines()[3] == "    Plain arguments, repeated count t..."
 
 
 def test_resources_lines_up_its_columns(cli_config: Any) -> None:

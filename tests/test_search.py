@@ -393,6 +393,25 @@ def test_explain_says_whether_a_tool_is_listed_up_front_or_found_by_search(cli_c
     assert code == 1 and "tool search" not in out
 
 
+def test_tools_lists_what_tools_list_gives_then_what_is_found_by_searching_and_json_is_tools_list(
+        cli_config: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import cli
+
+    monkeypatch.setenv("COLUMNS", "200")
+    path = cli_config(SEARCHING, "fs=toolcrib_fs")
+    code, out, _ = cli("tools", "--config", path, "--agent", "a", "--json")
+    listed = [tool["name"] for tool in json.loads(out)]
+    assert (code, listed) == (0, ["fs__read_file", "toolcrib__call_tool", "toolcrib__search_tools"])
+    code, out, _ = cli("tools", "--config", path, "--agent", "a")
+    lines = out.splitlines()
+    heading = lines.index("found by searching (11: not in tools/list until toolcrib__search_tools finds them; a call "
+                          "by name works):")
+    assert [line.split("(", 1)[0] for line in lines[:heading] if line and not line.startswith(" ")] == listed
+    assert [line.split("(", 1)[0] for line in lines[heading + 1:] if not line.startswith(" ")] == [
+        "fs__batch_edit", "fs__copy", "fs__cwd", "fs__edit", "fs__exist", "fs__find_text", "fs__glob", "fs__ls",
+        "fs__mkdir", "fs__rename", "fs__write_file"]
+
+
 def test_check_warns_of_a_tool_search_that_cannot_work_and_of_up_front_patterns_that_match_nothing() -> None:
     unsearchable = make_host(SEARCHING.replace('deny = ["fs__rm"]', 'deny = ["fs__rm", "toolcrib__search_*"]'),
                              {"fs": toolcrib_fs})

@@ -368,21 +368,17 @@ def _tools(host: Any, agent: str, as_json: bool, show_all: bool) -> None:
     view = host.view(agent)
     if not show_all:
         if as_json:
-            _echo_json(view.mcp_tools)
-        else:
-            columns = shutil.get_terminal_size().columns  # $COLUMNS first, else the terminal's, else 80
-            signatures = [signature(wire) for wire in view.mcp_tools]
-            width = max((len(left) for left in signatures if len(left) <= 48), default=0)  # longer: own line
-            rows = [(left, _first_line(wire.get("description") or "", max(20, columns - width - 2)
-                                       if len(left) <= width else max(20, columns - 4)))
-                    for left, wire in zip(signatures, view.mcp_tools, strict=True)]
-            for left, description in rows:
-                if len(left) > width:  # a long signature: its description on the next line
-                    click.echo(f"{left}\n    {description}")
-                else:
-                    click.echo(f"{left:<{width}}  {description}")
-            if not view.tools:
-                click.echo(f"agent {agent!r} sees no tools (toolcrib tools --agent {agent} --all says why)", err=True)
+            _echo_json(view.listed_tools)  # what tools/list gives: where the agent searches, before any search
+            return
+        listed = {wire["name"] for wire in view.listed_tools}
+        deferred = [wire for wire in view.mcp_tools if wire["name"] not in listed]
+        _signatures([wire for wire in view.mcp_tools if wire["name"] in listed])
+        if deferred:
+            click.echo(f"\nfound by searching ({len(deferred)}: not in tools/list until toolcrib__search_tools finds "
+                       "them; a call by name works):")
+            _signatures(deferred)
+        if not view.tools:
+            click.echo(f"agent {agent!r} sees no tools (toolcrib tools --agent {agent} --all says why)", err=True)
         return
     if as_json:
         _echo_json(host.listing(agent, hidden=True))
@@ -392,6 +388,22 @@ def _tools(host: Any, agent: str, as_json: bool, show_all: bool) -> None:
             click.echo(f"visible  {decision.name}")
         else:
             click.echo(f"hidden   {decision.name}  ({decision.reason})")
+
+
+def _signatures(wires: list[dict[str, Any]]) -> None:
+    """Each tool as its signature and its description's first paragraph, in two columns where the terminal leaves
+    the description 40 characters or more (a long signature's description on the next line), else each
+    description on the line under its signature."""
+    columns = shutil.get_terminal_size().columns  # $COLUMNS first, else the terminal's, else 80
+    signatures = [signature(wire) for wire in wires]
+    width = max((len(left) for left in signatures if len(left) <= 48), default=0)  # longer: own line
+    if columns - width - 2 < 40:
+        width = 0  # too narrow for two columns
+    for left, wire in zip(signatures, wires, strict=True):
+        if len(left) > width:  # a long signature: its description on the next line
+            click.echo(f"{left}\n    {_first_line(wire.get('description') or '', max(20, columns - 4))}")
+        else:
+            click.echo(f"{left:<{width}}  {_first_line(wire.get('description') or '', max(20, columns - width - 2))}")
 
 
 _PY = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "array": "list", "object": "dict",

@@ -160,7 +160,10 @@ def load_plugins(
         record = PluginRecord(name=name, kind="builtin", state="loaded", distribution="toolcrib")
         records.append(record)
         if obj is None:
+            from toolcrib.default_plugins import OFF
+
             record.state = "disabled"
+            record.error = OFF.get(name)  # not an error: what `plugins` notes of it
             continue
         _register(pm, record, obj)
 

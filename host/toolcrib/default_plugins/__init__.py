@@ -8,8 +8,15 @@ if TYPE_CHECKING:
     from toolcrib.config import LoadedConfig
 
 
+OFF = {  # why a built-in is off, as `toolcrib plugins` says it
+    "toolcrib.audit": "off: the config sets no [host] audit_log (a file that records every call's decision)",
+    "toolcrib.hooks": "off: the config has no [hooks] (programs that decide or check calls: docs/hooks.md)",
+}
+
+
 def create(loaded: LoadedConfig) -> list[tuple[str, Any]]:
-    """The built-in plugins for one config, as (name, plugin object) pairs; None marks one switched off."""
+    """The built-in plugins for one config, as (name, plugin object) pairs; None marks one switched off (``OFF``
+    says why)."""
     from toolcrib.default_plugins.audit import AuditLog
 
     audit_log = loaded.config.host.audit_log

@@ -75,6 +75,13 @@ def probe(loaded: LoadedConfig) -> list[Problem]:
     return [Problem("error", f"{loaded.source}: operator.console", NEEDS_JINJA)]
 
 
+def _note(record: Any) -> str:
+    """What the sources page notes of a source, as ``toolcrib plugins`` does: why it failed, or what it said."""
+    if not record.error:
+        return ""
+    return f"error: {record.error}" if record.state == "failed" else str(record.error)
+
+
 class Feed:
     """The decisions of the serving process as they are made (``Pipeline.watch``), the last ``FEED_KEPT`` kept,
     for the console's pages that listen (server-sent events)."""
@@ -268,7 +275,7 @@ class Console:
     async def _sources(self, request: Request) -> Response:
         host = self.state.host
         records = [{"name": r.name, "kind": r.kind, "state": r.state, "made": " ".join(filter(None, (
-            r.distribution, r.version))), "tools": r.tool_count, "error": r.error or ""} for r in host.records]
+            r.distribution, r.version))), "tools": r.tool_count, "note": _note(r)} for r in host.records]
         held = [{"name": e.name, "why": e.held} for e in host.catalog.entries.values() if e.held is not None]
         return self._page("sources.html", request.state.session, records=records, held=held)
 
