@@ -159,6 +159,35 @@ def test_new_scaffolds_a_pack_that_installs_and_passes_its_tests(tmp_path: Path)
     assert (record["distribution"], record["state"], record["tool_count"]) == ("acme-greeter", "loaded", 2)
 
 
+@pytest.mark.slow
+def test_a_pack_made_by_new_follows_its_own_readme_from_a_fresh_venv(tmp_path: Path) -> None:
+    """As its author would: a new virtual environment, nothing else installed, the README's commands in order (the
+    first installs toolcrib from where this one was installed: it is not on PyPI)."""
+    import re
+    import venv
+
+    from toolcrib.scaffold import requirement
+
+    result = CliRunner().invoke(main, ["new", "acme-greeter", "--directory", str(tmp_path / "acme-greeter")])
+    assert result.exit_code == 0, result.output
+    pack = tmp_path / "acme-greeter"
+    readme = (pack / "README.md").read_text()
+    assert "pypi.org" not in readme
+    commands = re.search(r"```sh\n(.*?)```", readme, re.S).group(1).splitlines()  # type: ignore[union-attr]
+    assert commands == [f"pip install '{requirement()}'", "pip install -e '.[test]'", "toolcrib plugins"]
+    assert requirement() == f"toolcrib @ {ROOT.as_uri()}"  # the suite's toolcrib is an editable install of ROOT
+    venv.create(tmp_path / "venv", with_pip=True)
+    bin_dir = tmp_path / "venv" / "bin"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TOOLCRIB_", "PYTHON", "VIRTUAL_ENV"))}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    ran = [subprocess.run(command + " -q" if command.startswith("pip") else command, shell=True, cwd=pack, env=env,
+                          capture_output=True, text=True, timeout=900) for command in [*commands, "pytest -q"]]
+    assert [r.returncode for r in ran] == [0, 0, 0, 0], [r.stderr[-2000:] for r in ran]
+    listed = [line.split()[:3] for line in ran[2].stdout.splitlines()]
+    assert ["acme_greeter", "pack", "loaded"] in listed
+    assert "4 passed" in ran[3].stdout
+
+
 def test_new_refuses_bad_names_and_existing_folders(tmp_path: Path) -> None:
     bad = CliRunner().invoke(main, ["new", "9lives", "--directory", str(tmp_path / "x")])
     assert bad.exit_code == 2 and "a distribution name: letters, digits" in bad.stderr

@@ -33,6 +33,29 @@ class Scaffold:
     files: tuple[Path, ...]
 
 
+def requirement() -> str:
+    """What pip installs this toolcrib from, as a requirement: where it was installed from (a folder, an archive
+    or a VCS URL at its commit, as pip records it in ``direct_url.json``), else its version from an index."""
+    import json
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    from toolcrib._version import __version__
+
+    try:
+        direct = distribution("toolcrib").read_text("direct_url.json")
+        found = json.loads(direct) if direct else {}
+    except (PackageNotFoundError, ValueError):
+        found = {}
+    url = found.get("url") if isinstance(found, dict) else None
+    if not isinstance(url, str) or not url:
+        return f"toolcrib=={__version__}"
+    vcs = found.get("vcs_info")
+    if isinstance(vcs, dict) and isinstance(vcs.get("vcs"), str):
+        commit = vcs.get("commit_id")
+        return f"toolcrib @ {vcs['vcs']}+{url}" + (f"@{commit}" if isinstance(commit, str) else "")
+    return f"toolcrib @ {url}"
+
+
 def new_pack(name: str, namespace: str | None = None, directory: Path | None = None) -> Scaffold:
     """Write a new pack, the distribution ``name`` (like ``acme-orders``), into ``directory`` (default ``./name``),
     with namespace ``namespace`` (default: from the name, without a ``toolcrib-`` prefix)."""
@@ -60,7 +83,7 @@ def new_pack(name: str, namespace: str | None = None, directory: Path | None = N
     for relative, template in files.items():
         text = templates.joinpath(template).read_text(encoding="utf-8")
         for token, value in (("__DIST__", name), ("__PACKAGE__", package), ("__NAMESPACE__", namespace),
-                             ("__TOOLCRIB_VERSION__", minor)):
+                             ("__TOOLCRIB_VERSION__", minor), ("__TOOLCRIB_REQUIREMENT__", requirement())):
             text = text.replace(token, value)
         path = target / relative
         path.parent.mkdir(parents=True, exist_ok=True)
