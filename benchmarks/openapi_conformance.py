@@ -1,8 +1,8 @@
 """What an OpenAPI document becomes, toolcrib beside FastMCP's OpenAPI provider, on the same public documents
 (ReadMe's @readme/oas-examples, from npm, as the tests install it). Run with the benchmarks' environment, which has
-FastMCP:
+FastMCP (``benchmarks/run.sh --setup`` makes it):
 
-    benchmarks/.venv/bin/python benchmarks/openapi_conformance.py [-v]
+    benchmarks/run.sh --setup && benchmarks/.venv/bin/python benchmarks/openapi_conformance.py [-v]
 
 For each document: its operations; how many each serves as tools; how many of those have an output schema; of
 those served for GET, HEAD and OPTIONS, how many say readOnlyHint (so plan mode shows them with no curation); and

@@ -11,6 +11,17 @@ from pydantic import BaseModel
 
 import toolcrib
 
+# name -> what its environment installs, pinned (smolagents needs mcp 1.x: its MCP support does not import with 2.x);
+# docs/frameworks.md's install table says the same (tests/test_docs.py)
+FRAMEWORKS = {
+    "openai_agents": ["openai-agents==0.24.0"],
+    "pydantic_ai": ["pydantic-ai-slim[mcp]==2.68.0"],
+    "langchain": ["langchain-mcp-adapters==0.3.2"],
+    "fastmcp": ["fastmcp==4.2.3"],
+    "llama_index": ["llama-index-tools-mcp==0.6.0"],
+    "smolagents": ["smolagents[mcp]==1.26.0", "mcp<2"],
+}
+
 
 class Color(enum.Enum):
     RED = "red"

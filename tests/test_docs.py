@@ -344,3 +344,14 @@ def test_each_framework_snippet_is_what_the_framework_matrix_runs() -> None:
                 assert {(module, n.strip()) for n in names.split(",")} <= imported, (heading, line)
             else:
                 assert line in body, (heading, line)
+
+
+def test_each_frameworks_install_line_is_what_the_matrix_installs() -> None:
+    import shlex
+
+    from framework_pack import FRAMEWORKS
+
+    page = (DOCS / "frameworks.md").read_text()
+    table = page.split("| framework | install |\n|---|---|\n", 1)[1].split("\n\n", 1)[0]
+    lines = [re.search(r"`pip install ([^`]+)`", row).group(1) for row in table.splitlines()]  # type: ignore[union-attr]
+    assert [shlex.split(line) for line in lines] == list(FRAMEWORKS.values())

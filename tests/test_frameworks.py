@@ -19,6 +19,7 @@ import pytest
 
 import framework_pack
 from conftest import make_host
+from framework_pack import FRAMEWORKS
 from packs import ORDER
 from serving import start_http
 from toolcrib.schemas import strict
@@ -27,15 +28,6 @@ pytestmark = pytest.mark.slow
 
 TESTS = Path(__file__).parent
 VENVS = TESTS / ".frameworks"
-# name -> what its environment installs, pinned (smolagents needs mcp 1.x: its MCP support does not import with 2.x)
-FRAMEWORKS = {
-    "openai_agents": ["openai-agents==0.24.0"],
-    "pydantic_ai": ["pydantic-ai-slim[mcp]==2.68.0"],
-    "langchain": ["langchain-mcp-adapters==0.3.2"],
-    "fastmcp": ["fastmcp==4.2.3"],
-    "llama_index": ["llama-index-tools-mcp==0.6.0"],
-    "smolagents": ["smolagents[mcp]==1.26.0", "mcp<2"],
-}
 TOKEN = "framework-token-" + "f" * 32
 CONFIG = """
 [host]
