@@ -170,3 +170,16 @@ def test_view_image_fetches_a_url_through_the_same_defences_as_the_web_pack(tmp_
     small = host_for(tmp_path, f'allowed_private_hosts = ["{server}"]\nmax_image_bytes = 10')
     assert call(small, "view_image", path_or_url=f"http://{server}/cat.png").text == (
         f"http://{server}/cat.png is {len(PNG)} bytes, more than the limit of 10")
+
+
+def test_view_image_links_an_image_url_where_the_operator_says_clients_fetch_them(tmp_path: Path,
+                                                                                  endpoint: str) -> None:
+    server = endpoint.removeprefix("http://").removesuffix("/v1")
+    host = host_for(tmp_path, f'allowed_private_hosts = ["{server}"]\nlink_urls = true')
+    assert call(host, "view_image", path_or_url=f"http://{server}/moved").to_wire()["content"] == [{
+        "type": "resource_link", "uri": f"http://{server}/cat.png", "name": "cat.png", "mimeType": "image/png",
+        "description": f"an image (image/png, {len(PNG)} bytes)"}]  # where the redirect led, checked as an image
+    assert call(host, "view_image", path_or_url=f"http://{server}/page.html").text == (
+        f"http://{server}/page.html: not an image this tool shows (PNG, JPEG, GIF or WEBP); it is text/html")
+    (tmp_path / "ws" / "dot.png").write_bytes(PNG)  # a workspace path has no URL a client could fetch: inlined
+    assert call(host, "view_image", path_or_url="dot.png").to_wire()["content"][0]["type"] == "image"

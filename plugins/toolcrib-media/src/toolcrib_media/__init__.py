@@ -43,6 +43,8 @@ class Settings(BaseModel):
     fetch_timeout: float = Field(30.0, gt=0, description="seconds view_image may take to fetch an image URL")
     allow_private_networks: bool = Field(False, description="view_image may also fetch from private addresses")
     allowed_private_hosts: list[str] = Field(default_factory=list, description='"host:port" exceptions')
+    link_urls: bool = Field(False, description="view_image answers an image URL with a link to it (checked as an "
+                                                "image first), for clients that fetch images themselves")
 
     @model_validator(mode="after")
     def _default_is_listed(self) -> Settings:
@@ -88,6 +90,9 @@ def view_image(
         if mime is None:
             declared = (got.content_type or "no declared type").split(";")[0]
             raise ToolError(f"{got.url}: not an image this tool shows (PNG, JPEG, GIF or WEBP); it is {declared}")
+        if settings.link_urls:  # the client fetches it: the image's bytes stay out of the conversation
+            name = urlsplit(got.url).path.rsplit("/", 1)[-1] or got.url
+            return toolcrib.ResourceLink(got.url, name, mime, f"an image ({mime}, {len(got.body)} bytes)")
         return toolcrib.Image(got.body, mime)
     parts = parts_of(path_or_url, allow_root=False)
     data, size = Root(ctx.workspace).read_bytes(parts, limit + 1)
