@@ -266,11 +266,11 @@ def test_a_console_without_its_templates_says_how_to_install_them(tmp_path: Path
 
     loaded = config_from(CONFIG.format(approvals="operator", timeout=60, operator="console = true"), tmp_path)
     state = ServingState(Host(loaded, plugins={"t": PACK}, autoload=False, env={}))
-    monkeypatch.setitem(sys.modules, "toolcrib.mcp.console", None)  # as when jinja2 is not installed
+    monkeypatch.setitem(sys.modules, "jinja2", None)  # as when toolcrib[console] is not installed
     with pytest.raises(ServeError) as refused:
         HttpApp(state, HttpOptions(), env=ENV)
-    assert str(refused.value).startswith("[operator] console = true needs the console's templates: pip install "
-                                         "'toolcrib[console]' (")
+    assert str(refused.value) == ("console = true needs Jinja2, which renders the console's pages, and it is not "
+                                  "installed: pip install 'toolcrib[console]'")
 
 
 class _Hook(BaseHTTPRequestHandler):
@@ -350,14 +350,15 @@ def test_a_webhook_is_sent_each_pending_approval_with_signed_one_time_links_that
                                                         "expired, its call ended, or the link is not valid."]
     assert seen["other host"] == 421 and seen["deny page"] == 200  # Host checked as for agents; each link its own
     status, policy, text = seen["page"]
-    assert status == 200 and policy == "default-src 'none'; form-action 'self'"
+    assert status == 200 and styled_by_its_hash(text, policy)
     assert "&lt;prod&gt;" in text and "<prod>" not in text  # argument values escaped
     assert '<form method="post">' in text and '<button type="submit">Approve</button>' in text
     assert OPERATOR_TOKEN not in text
     assert seen["still pending"] == 1
-    assert seen["rows"][:5] == ["Agent a", 'Who {"kind": "token", "credential": "$TOK_A"}', "Tool t__deploy",
+    assert seen["rows"][:5] == ["Agent a", "Who token $TOK_A", "Tool t__deploy",
                                 'Arguments { "target": "<prod>" }', "Asked by ask rule 't__deploy'"]
-    assert re.fullmatch(r"Call call_[0-9a-f]+", seen["rows"][5]) and seen["rows"][6].startswith("Expires 20")
+    assert re.fullmatch(r"Call call_[0-9a-f]+", seen["rows"][5])
+    assert re.fullmatch(r"Expires \d\d:\d\d:\d\d UTC", seen["rows"][6])
     assert seen["confirmed"] == (200, ["t__deploy for agent a is approved."])
     assert seen["reused"] == 404 and seen["large"] == 400
     assert seen["result"] == (False, "deployed to <prod>")
@@ -524,7 +525,7 @@ def test_a_framework_client_without_elicitation_has_its_call_approved_with_toolc
         proc.terminate()
         proc.wait(timeout=20)
     lines = seen["listed"].splitlines()
-    assert re.fullmatch(r"[\w-]+  agent a \(\$TOK_A\) calls t__deploy \(ask rule 't__deploy'\), expires "
+    assert re.fullmatch(r"[\w-]+  agent a \(token \$TOK_A\) calls t__deploy \(ask rule 't__deploy'\), expires "
                         r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", lines[0]), lines
     assert lines[1] == '  arguments: {"target": "prod\u27e8U+202E\u27e9\u27e8U+009B\u27e9"}'  # ⟨U+202E⟩: not as it is
     assert re.fullmatch(r"  call call_[0-9a-f]+, digest [0-9a-f]{16}", lines[2])
@@ -831,14 +832,32 @@ def test_a_link_without_its_signature_or_with_another_form_answers_nothing() -> 
         return seen
 
     seen = anyio.run(main)
-    page = ('<!doctype html><html><head><meta charset="utf-8"><title>{0}</title><meta name="referrer" '
-            'content="same-origin"></head><body><h1>{0}</h1>{1}</body></html>')
+    page = ('<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{0}</title><meta name="referrer" '
+            'content="same-origin"><meta name="viewport" content="width=device-width, initial-scale=1"><style/>'
+            '</head><body><h1>{0}</h1>{1}</body></html>')
     nothing = page.format("Nothing to answer", "<p>This link answers nothing: the approval was answered, it expired, "
                           "its call ended, or the link is not valid.</p>")
+    for name in ("no sig", "no sig posted", "json posted", "approved"):
+        seen[name] = (seen[name][0], unstyled(seen[name][1]))
     assert seen["no sig"] == seen["no sig posted"] == (404, nothing)
     assert seen["json posted"] == (400, page.format("Refused", "<p>Expected the page's own form.</p>"))
     assert seen["approved"] == (200, page.format("Call approved", "<p>t__deploy for agent a is approved.</p>"))
     assert seen["again"] == 404
+
+
+def unstyled(page: str) -> str:
+    """A link's page with its inline style taken out (``<style/>`` left): what the tests compare word for word."""
+    return re.sub(r"<style>[^<]*</style>", "<style/>", page)
+
+
+def styled_by_its_hash(page: str, policy: str) -> bool:
+    """Whether the page's one inline style is what its Content-Security-Policy allows, by hash, and nothing else."""
+    import base64
+    import hashlib
+
+    style = re.findall(r"<style>([^<]*)</style>", page)
+    digest = base64.b64encode(hashlib.sha256(style[0].encode()).digest()).decode() if len(style) == 1 else ""
+    return policy == f"default-src 'none'; style-src 'sha256-{digest}'; form-action 'self'" and bool(style[0])
 
 
 def test_a_link_s_page_shows_the_call_and_keeps_itself_from_caches_frames_and_other_sites() -> None:
@@ -867,16 +886,18 @@ def test_a_link_s_page_shows_the_call_and_keeps_itself_from_caches_frames_and_ot
                      "deny_url": f"https://ops.example/operator/approvals/{approval}/deny?sig={deny_sig}"}
     status, text, headers, expires = seen["page"]
     rows = [("Agent", "a"), ("Who", "-"), ("Tool", "t__deploy"), ("Arguments", '{\n  "target": "prød"\n}'),
-            ("Asked by", "ask rule 't__deploy'"), ("Call", "call_1"), ("Expires", expires)]
+            ("Asked by", "ask rule 't__deploy'"), ("Call", "call_1"), ("Expires", f"{expires[11:19]} UTC")]
     table = "".join(f"<tr><th>{k}</th><td><pre>{v}</pre></td></tr>" for k, v in rows).replace("\"", "&quot;")
     table = table.replace("'", "&#x27;")
-    assert status == 200
-    assert text == ('<!doctype html><html><head><meta charset="utf-8"><title>Deny this call?</title><meta '
-                    'name="referrer" content="same-origin"></head><body><h1>Deny this call?</h1>'
-                    f'<table>{table}</table><form method="post"><input type="hidden" name="sig" value="{deny_sig}">'
-                    '<button type="submit">Deny</button></form></body></html>')
-    assert headers == {"cache-control": "no-store", "x-frame-options": "DENY",
-                       "content-security-policy": "default-src 'none'; form-action 'self'"}
+    assert status == 200 and styled_by_its_hash(text, headers["content-security-policy"])
+    assert unstyled(text) == (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Deny this call?</title><meta '
+        'name="referrer" content="same-origin"><meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<style/></head><body><h1>Deny this call?</h1>'
+        f'<table>{table}</table><form method="post"><input type="hidden" name="sig" value="{deny_sig}">'
+        '<button type="submit">Deny</button></form></body></html>')
+    assert {k: v for k, v in headers.items() if k != "content-security-policy"} == {
+        "cache-control": "no-store", "x-frame-options": "DENY"}
 
 
 def test_a_link_answered_elsewhere_meanwhile_says_so() -> None:

@@ -214,15 +214,19 @@ def test_the_pages_show_who_sees_what_and_why_and_the_sources(tmp_path: Path, mo
                 "/", "/agents/a", "/agents/b", "/matrix", "/sources", "/agents/nobody", "/approvals", "/feed")}
             pages = {page: answer.text for page, answer in answers.items()}
             statuses.update({page: a.status_code for page, a in answers.items() if a.status_code != 200})
-            done = (await http.get("/console/approvals?done=denied")).text
-            return {**pages, "untouched": untouched, "csrf": csrf, "done": done}
+            forged = (await http.get("/console/approvals?done=Your%20session%20ended:%20sign%20in%20at%20evil")).text
+            signed = app.console._signed_said("Denied: agent a's call of t__deploy (call_1).")
+            done = (await http.get("/console/approvals", params={
+                "done": "Denied: agent a's call of t__deploy (call_1).", "sig": signed})).text
+            return {**pages, "untouched": untouched, "csrf": csrf, "done": done, "forged": forged}
 
     pages = anyio.run(main)
     csrf = pages.pop("csrf")
     for name, page in pages.items():  # each page has the navigation and a sign-out form with this session's token
         assert 'href="/console/approvals">Approvals</a>' in page, name
         assert f'<input type="hidden" name="csrf" value="{csrf}">' in page, name
-    assert text_of(pages["done"], "p")[0] == "denied"
+    assert text_of(pages.pop("done"), "p")[0] == "Denied: agent a's call of t__deploy (call_1)."
+    assert text_of(pages.pop("forged"), "p") == ["No call is waiting for an approval."]  # words unsigned: not shown
     assert text_of(pages["/"], "p")[0] == "Config toolcrib.toml ."  # no call waits for approval
     assert text_of(pages["/"], "h2") == ["The config check"]
     assert text_of(pages["/"], "li") == ["warning: toolcrib.toml: agents.a.token_env: $TOK_A is not set here",
@@ -283,6 +287,7 @@ def test_a_call_waiting_for_approval_is_answered_in_the_console_and_shows_in_the
             page = (await http.get("/console/approvals")).text
             seen["escaped"] = "&lt;b&gt;prod&lt;/b&gt;" in page and "<b>prod</b>" not in page
             seen["shown"] = text_of(page.split('class="approval"')[1].split("</table>")[0], "tr")
+            seen["call"] = re.search(r"<th>call</th><td>(call_[0-9a-f]+)</td>", page).group(1)
             approval_id = re.search(r'id="approval-([\w-]+)"', page).group(1)
             digest = re.search(r'name="digest" value="([0-9a-f]+)"', page).group(1)
             forged = await http.post(f"/console/approvals/{approval_id}", data={
@@ -319,26 +324,37 @@ def test_a_call_waiting_for_approval_is_answered_in_the_console_and_shows_in_the
 
     seen = anyio.run(main)
     assert [re.sub(r"^\d\d:\d\d:\d\d ", "<since> ", row) for row in seen["running"]] == [
-        "since agent tool", "<since> a t__deploy"]  # the call waiting for its approval is running
+        "since (UTC) agent tool state", "<since> a t__deploy waiting for approval"]  # running, and marked
     assert seen["escaped"] and seen["forged"] == 403
     assert seen["index"] == "Config toolcrib.toml . 1 call waiting for approval"
     shown = seen["shown"]
-    assert shown[:5] == ["agent a", 'who {"kind": "token", "credential": "$TOK_A"}', "tool t__deploy",
+    assert shown[:5] == ["agent a", "who token $TOK_A", "tool t__deploy",
                          'arguments { "target": "<b>prod</b>" }', "asked by ask rule 't__deploy'"]
-    assert re.fullmatch(r"call call_[0-9a-f]+", shown[5]) and re.fullmatch(r"expires [\d-]+T[\d:]+Z", shown[6])
+    assert re.fullmatch(r"call call_[0-9a-f]+", shown[5]) and re.fullmatch(r"expires \d\d:\d\d:\d\d UTC", shown[6])
     assert seen["maybe"] == (400, "expected decision = approve or deny")
-    assert seen["answered"] == (303, "/console/approvals?done=approved")
-    assert seen["refused"] == "/console/approvals?done=denied"
+    assert (seen["answered"][0], said(seen["answered"][1])) == (
+        303, f"Approved: agent a's call of t__deploy ({seen['call']}).")
+    assert said(seen["refused"]).startswith("Denied: agent a's call of t__deploy (call_")
     assert seen["second arguments"] == '{\n  &#34;target&#34;: &#34;mōon&#34;\n}'  # as JSON, indented, as written
-    assert seen["no digest"].startswith("/console/approvals?done=the%20approval's%20digest%20differs")
+    assert said(seen["no digest"]).startswith("Not answered: the approval's digest differs")
     assert seen["denied"] == (True, "Permission denied: t__deploy needs approval (ask rule 't__deploy'), and the "
                                     "operator (token $TOK_OP, in the console) denied it.")
     assert seen["result"] == (False, "deployed to <b>prod</b>")
     rows = seen["feed"]
-    assert rows[:2] == ["since agent tool", "time agent what decision by ms"]  # nothing runs any more
+    assert rows[:2] == ["since (UTC) agent tool state", "time (UTC) agent what decision by ms"]  # nothing runs any more
     assert re.fullmatch(r"\S+ a t__deploy denied Permission denied: .* [\d.]+", rows[2])
     assert re.fullmatch(r"\S+ a t__deploy allowed approved by the operator \(token \$TOK_OP, in the console\) "
                         r"[\d.]+", rows[3])
+
+
+def said(location: str) -> str:
+    """What a redirect after an answer asks the approvals page to say (signed: checked by the page)."""
+    from urllib.parse import parse_qs, urlsplit
+
+    where = urlsplit(location)
+    query = parse_qs(where.query)
+    assert where.path == "/console/approvals" and len(query["sig"][0]) == 64, location
+    return query["done"][0]
 
 
 # -- in a real browser --------------------------------------------------------------------------------------------
@@ -363,7 +379,7 @@ def browser(tmp_path: Path) -> Any:
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
                  "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--window-size=1200,800", f"--user-data-dir={tmp_path / 'chromium'}"):
+                 "--window-size=1400,900", f"--user-data-dir={tmp_path / 'chromium'}"):
         options.add_argument(flag)
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
 
@@ -436,7 +452,7 @@ def test_in_a_browser_an_operator_signs_in_sees_why_a_tool_is_hidden_and_approve
                 if decision == "deny":
                     await anyio.to_thread.run_sync(lambda: wait.until(lambda d: [
                         r.text.split()[1:] for r in d.find_elements(By.CSS_SELECTOR, "#running tbody tr")] == [
-                        ["a", "t__deploy"]]))
+                        ["a", "t__deploy", "waiting", "for", "approval"]]))
                     shot("running")
                     driver.switch_to.new_window("tab")
                 await anyio.to_thread.run_sync(lambda: driver.get(f"{base}/console/approvals"))
@@ -476,8 +492,19 @@ def test_in_a_browser_an_operator_signs_in_sees_why_a_tool_is_hidden_and_approve
         shot("matrix")
         driver.get(f"{base}/console/sources")
         shot("sources")
+        for width in (1400, 500):  # a desktop's window and a phone's: no page is wider than the window
+            driver.set_window_size(width, 900)
+            for page in ("", "agents/b", "matrix", "sources", "feed", "approvals"):
+                driver.get(f"{base}/console/{page}")
+                wider = driver.execute_script("return document.documentElement.scrollWidth - "
+                                              "document.documentElement.clientWidth;")
+                assert wider <= 0, (width, page, wider)
+                if width == 500 and page in ("agents/b", "feed"):
+                    shot(f"{page.replace('/', '-')}-narrow")
+        driver.set_window_size(1400, 900)
         assert answer_in_the_page("approve", "prod") == (False, "deployed to prod")
-        assert driver.find_element(By.ID, "done").text == "approved"
+        assert re.fullmatch(r"Approved: agent a's call of t__deploy \(call_[0-9a-f]+\)\.",
+                            driver.find_element(By.ID, "done").text)
         # Nothing waits now: the page looks in the background and stays put (a page that replaced itself on a timer
         # cancelled the operator's own navigation when the two crossed).
         driver.execute_script("window.stayed = 'yes';")
@@ -499,7 +526,7 @@ def test_in_a_browser_an_operator_signs_in_sees_why_a_tool_is_hidden_and_approve
         driver.quit()
         proc.terminate()
         proc.wait(timeout=20)
-    assert all(path.stat().st_size > 1000 for path in shots) and len(shots) == 8
+    assert all(path.stat().st_size > 1000 for path in shots) and len(shots) == 10
 
 
 def test_toolcrib_console_needs_the_operator_and_its_token(cli_config: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -609,7 +636,8 @@ def test_the_live_feed_sends_the_calls_running_then_each_start_end_and_decision(
     assert chunks[0] == "retry: 2000\n\n"
     events = [json.loads(chunk.removeprefix("data: ")) for chunk in chunks[1:]]
     assert events[0] == {"event": "running", "running": [
-        {"event": "started", "key": 1, "agent": "a", "tool": "t__deploy", "since": events[0]["running"][0]["since"]}]}
+        {"event": "started", "key": 1, "agent": "a", "tool": "t__deploy", "since": events[0]["running"][0]["since"],
+         "waiting": False}]}
     assert events[1] == {"event": "ended", "key": 1}
     assert events[2]["event"] == "started" and (events[2]["agent"], events[2]["tool"]) == ("a", "t__status")
     assert (events[3]["agent"], events[3]["tool"], events[3]["decision"]) == ("a", "t__status", "allowed")
@@ -689,8 +717,9 @@ def test_the_sign_in_page_and_every_redirect_and_refusal_carry_the_console_s_hea
     assert seen["no csrf field"] == (403, ["Refused"], True)  # the refusal is a page of the session's
     assert seen["static post"] == 405
     assert seen["no decision"] == (400, "expected decision = approve or deny", CONSOLE_HEADERS)
-    assert seen["answered nothing"] == (303, "/console/approvals?done=no%20such%20pending%20approval:%20it%20was%20"
-                                        "answered,%20it%20expired,%20or%20its%20call%20ended", CONSOLE_HEADERS)
+    assert (seen["answered nothing"][0], said(seen["answered nothing"][1]), seen["answered nothing"][2]) == (
+        303, "Not answered: no such pending approval: it was answered, it expired, or its call ended.",
+        CONSOLE_HEADERS)
 
 
 def test_the_feed_keeps_its_last_decisions_drops_a_page_that_does_not_keep_up_and_sends_text_as_it_is() -> None:

@@ -387,7 +387,10 @@ def test_serve_http_refuses_a_remote_address_before_it_listens(monkeypatch: pyte
      "toolcrib: the operator's console at http://127.0.0.1:{port}/console/ (no agent is served here)"),
     ("", {}, "toolcrib: serving over HTTP at http://127.0.0.1:{port}/agents/<name>/mcp; agents: none (no agent has "
              "a token); sessions; probes at /healthz and /readyz"),
-], ids=["console-only", "no-agents"])
+    ('[operator]\ntoken_env = "TOK_OP"\nconsole = true\n', {},
+     "toolcrib: serving over HTTP at http://127.0.0.1:{port}/agents/<name>/mcp; agents: none (no agent has a token); "
+     "sessions; the operator's console at http://127.0.0.1:{port}/console/; probes at /healthz and /readyz"),
+], ids=["console-only", "no-agents", "agents-and-console"])
 def test_serve_http_says_what_it_serves_when_it_serves_no_agent(
         config: str, options: dict[str, Any], line: str, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:

@@ -105,6 +105,19 @@ def digest(agent: str, tool: str, arguments: Mapping[str, Any], version: str) ->
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def who(principal: Any) -> str:
+    """Who a held call acts for, in words (the console and ``toolcrib approvals`` say it alike): ``token $TOK_A``,
+    ``alice (OAuth, client cli, issuer https://id.example)``; "-" for nobody known."""
+    if not isinstance(principal, dict) or not principal:
+        return "-"
+    if principal.get("kind") == "token" and principal.get("credential"):
+        return f"token {principal['credential']}"
+    parts = [f"{key} {principal[key]}" for key in ("client", "issuer") if principal.get(key)]
+    name = principal.get("subject") or principal.get("credential") or principal.get("kind") or "?"
+    kind = "OAuth" if principal.get("kind") == "oauth" else str(principal.get("kind", ""))
+    return f"{name} ({', '.join(filter(None, [kind, *parts]))})"
+
+
 def _iso(at: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 

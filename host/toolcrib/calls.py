@@ -168,12 +168,12 @@ class Pipeline:
             return await self._through(view, vt, arguments, approver, channel, started)
         key = feed.begin(view.agent, vt.name)
         try:
-            return await self._through(view, vt, arguments, approver, channel, started)
+            return await self._through(view, vt, arguments, approver, channel, started, key)
         finally:
             feed.end(key)
 
     async def _through(self, view: AgentView, vt: ViewTool, arguments: Any, approver: Approver | None,
-                       channel: ClientChannel | None, started: float) -> ToolResult:
+                       channel: ClientChannel | None, started: float, feed_key: int = 0) -> ToolResult:
         if self._observed and not started:
             started = time.perf_counter()
         # one id for the call, in its hooks' answers and its audit record (the agent SDKs' toolUseID)
@@ -189,6 +189,7 @@ class Pipeline:
         if curation is not None:  # the operator's defaults and fixed values go in before anything looks at them
             arguments, refused = curation.apply(arguments)
         call = Call(view, vt.name, arguments, channel, approver, started, call_id, "tool", vt, self.workspace)
+        call.feed_key = feed_key
         if refused is not None:
             return self._finish(call, _Outcome("invalid", "input validation"),
                                 ToolResult.error(f"Invalid arguments for {vt.name}:\n- {refused}"))
@@ -356,7 +357,7 @@ class Pipeline:
                         why: str | None = None) -> tuple[bool, str]:
         """Whether a held call may run (and why): the mode, then ``toolcrib_approve`` hooks, then the client.
         ``why`` it is held: an ask rule (``rule``), or what a pre-tool-use hook said."""
-        view, vt, approver = call.view, call.tool, call.approver
+        view, vt = call.view, call.tool
         assert vt is not None
         mode = view.mode
         why = why or f"ask rule {rule!r}"
@@ -386,6 +387,20 @@ class Pipeline:
                 return False, f"Permission denied: {need}, and it was refused."
             if isinstance(answer, Deny):
                 return False, f"Permission denied: {answer.message}"
+        feed = self._feed if call.feed_key else None
+        if feed is not None:  # the console's "Running now" marks it while it waits for an answer
+            feed.waiting(call.feed_key, True)
+        try:
+            return await self._asked(call, frozen, rule, why, need)
+        finally:
+            if feed is not None:
+                feed.waiting(call.feed_key, False)
+
+    async def _asked(self, call: Call, frozen: Mapping[str, Any], rule: str, why: str,
+                     need: str) -> tuple[bool, str]:
+        """Ask the client, then an operator, as the agent's ``approvals`` says."""
+        view, vt, approver = call.view, call.tool, call.approver
+        assert vt is not None
         ask_by = view.rules.config.approvals
         if approver is not None and ask_by != "operator":
             message = f"Agent {view.agent!r} wants to call {vt.name} ({why}). Allow this call?"
@@ -403,7 +418,7 @@ class Pipeline:
             if isinstance(answer, Deny):
                 return False, f"Permission denied: {need}; {answer.message}"
         if ask_by != "client":
-            return await self._operator_approval(call, arguments, why, need)
+            return await self._operator_approval(call, frozen, why, need)
         return False, (f"Permission denied: {need}, and no approver could answer (the client does not support "
                        "elicitation and no approval hook decided).")
 
@@ -687,7 +702,7 @@ class Pipeline:
     def watch(self, feed: Any) -> None:
         """Hand ``feed`` every decision as its audit record is made (the operator console's live feed), whether or
         not an audit log is kept, and tell it of each call while it runs (``feed.begin(agent, tool)`` gives a key,
-        ``feed.end(key)``)."""
+        ``feed.waiting(key, True)`` while it waits for an approval and ``False`` once answered, ``feed.end(key)``)."""
         self._feed = feed
         self._observed = self._audit_ids = True
 

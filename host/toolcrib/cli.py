@@ -1084,11 +1084,11 @@ def approvals(ctx: click.Context, url: str | None, as_json: bool) -> None:
         return
     if not pending:
         click.echo("no call is waiting for an approval")
+    from toolcrib.approvals import who
     from toolcrib.names import shown
 
     for item in pending:  # what a caller chose is shown marked, never as terminal escapes or invisible characters
-        who = item["principal"] or {}
-        by = f" ({who.get('credential') or who.get('subject')!s})" if who else ""
+        by = f" ({who(item['principal'])})" if item["principal"] else ""
         click.echo(shown(f"{item['id']}  agent {item['agent']}{by} calls {item['tool']} ({item['rule']}), "
                          f"expires {item['expires']}"))
         click.echo(shown(f"  arguments: {json.dumps(item['arguments'], ensure_ascii=False)}"))

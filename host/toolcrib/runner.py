@@ -70,6 +70,7 @@ class Call:
     workspace: Path | None = None
     lease: Lease | None = None  # its places in the agent's limits, while it holds them
     notes: dict[str, Any] | None = None  # what the tool added to its audit record (``Context.note``)
+    feed_key: int = 0  # its key in a watching feed (the console's "Running now"), where one watches
     _context: Context | None = None
 
     def __init__(self, view: AgentView, name: str, arguments: Any, channel: ClientChannel | None = None,

@@ -23,6 +23,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
 
 import anyio
 import anyio.to_thread
@@ -32,7 +33,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 
-from toolcrib.approvals import ANSWERED, Desk, DeskUnreachable
+from toolcrib.approvals import ANSWERED, Desk, DeskUnreachable, who
 from toolcrib.audit import record as audit_record
 from toolcrib.config import LoadedConfig
 from toolcrib.errors import Problem
@@ -101,9 +102,16 @@ class Feed:
         """A call starts running (``Pipeline.watch``): its key, for ``end``."""
         key = next(self._keys)
         self.running[key] = {"event": "started", "key": key, "agent": agent, "tool": tool,
-                             "since": time.strftime("%H:%M:%S", time.gmtime())}
+                             "since": time.strftime("%H:%M:%S", time.gmtime()), "waiting": False}
         self._send(self.running[key])
         return key
+
+    def waiting(self, key: int, waiting: bool) -> None:
+        """A running call waits for an approval (its client's or an operator's), or no longer does."""
+        running = self.running.get(key)
+        if running is not None and running.get("waiting", False) != waiting:
+            running["waiting"] = waiting
+            self._send({"event": "waiting", "key": key, "waiting": waiting})
 
     def end(self, key: int) -> None:
         if self.running.pop(key, None) is not None:
@@ -284,20 +292,32 @@ class Console:
 
         pending = [dict(p.public(), agent=shown(p.agent), tool=shown(p.tool), rule=shown(p.rule),
                         arguments=shown(json.dumps(p.arguments, indent=2, ensure_ascii=False)),
-                        principal=shown(json.dumps(p.principal, ensure_ascii=False)) if p.principal else "-")
+                        principal=shown(who(p.principal)))
                    for p in await self.desk.pending()]
-        return self._page("approvals.html", request.state.session, pending=pending,
-                          message=request.query_params.get("done", ""))
+        said = request.query_params.get("done", "")
+        signed = hmac.compare_digest(request.query_params.get("sig", "").encode(), self._signed_said(said).encode())
+        return self._page("approvals.html", request.state.session, pending=pending, message=said if signed else "")
 
     async def _answer(self, request: Request) -> Response:
         form = request.state.form
         decision, given = form.get("decision", ""), form.get("digest", "")
         if decision not in ("approve", "deny"):
             return PlainTextResponse("expected decision = approve or deny", status_code=400, headers=HEADERS)
+        held = await self.desk.get(request.path_params["id"])  # what it was, for the page that says it is done
         outcome = await self.desk.answer(request.path_params["id"], decision == "approve", given,
                                          f"the operator ({request.state.who}, in the console)")
-        done = ("approved" if decision == "approve" else "denied") if outcome == ANSWERED else outcome
-        return RedirectResponse(f"/console/approvals?done={done}", status_code=303, headers=HEADERS)
+        if outcome == ANSWERED and held is not None:
+            said = (f"{'Approved' if decision == 'approve' else 'Denied'}: agent {held.agent}'s call of {held.tool} "
+                    f"({held.call_id}).")
+        else:
+            said = f"Not answered: {outcome}."
+        # the page shows a text only with the console's signature (any replica's: they share the operator token),
+        # so a link made elsewhere cannot put words on it
+        query = urlencode({"done": said, "sig": self._signed_said(said)}, quote_via=quote)
+        return RedirectResponse(f"/console/approvals?{query}", status_code=303, headers=HEADERS)
+
+    def _signed_said(self, said: str) -> str:
+        return hmac.new(self._key, b"said|" + said.encode(), hashlib.sha256).hexdigest()
 
     async def _feed_page(self, request: Request) -> Response:
         return self._page("feed.html", request.state.session, kept=list(reversed(self.feed.kept)),
@@ -346,7 +366,7 @@ def _agent_page(host: Host, name: str) -> dict[str, Any]:
     ``SHOWN``), its resources, prompts, skills and the agents it may hand a task to."""
     view = host.view(name)
     listed = {t["name"] for t in view.listed_tools}
-    tools = [{"name": vt.name, "served": vt.served, "description": vt.description.split("\n")[0],
+    tools = [{"name": vt.name, "served": vt.served, "description": " ".join(vt.description.split("\n\n", 1)[0].split()),
               "read_only": vt.entry.read_only, "listed": vt.served in listed} for vt in view.tools]
     hidden = []
     others = [n for n in sorted(host.catalog.entries) if view.lookup(n) is None]

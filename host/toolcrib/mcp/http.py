@@ -602,6 +602,8 @@ async def serve_http(state: ServingState, options: HttpOptions, watch: Path | No
             extras.append("OpenAPI tool servers at /agents/<name>/openapi.json")
         if state.metrics is not None:
             extras.append("metrics at /metrics")
+        if app.console is not None:
+            extras.append(f"the operator's console at http://{options.host}:{port}/console/")
         print(f"toolcrib: serving over HTTP at http://{options.host}:{port}/agents/<name>/mcp; agents: "
               f"{agents}; {'; '.join(extras)}; probes at /healthz and /readyz",
               file=sys.stderr, flush=True)

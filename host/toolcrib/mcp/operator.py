@@ -15,6 +15,8 @@ fetches the link to preview it answers nothing). Host and Origin are checked as 
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import hmac
 import html
 import json
@@ -215,21 +217,36 @@ async def small_form(request: Request) -> dict[str, str] | None:
 def _describe(pending: Pending) -> str:
     """The call a link answers, as the operator is shown it: escaped, every character that would not show as
     itself marked (``toolcrib.names.shown``)."""
+    from toolcrib.approvals import who
     from toolcrib.names import shown
 
-    rows = [("Agent", pending.agent), ("Who", json.dumps(pending.principal) if pending.principal else "-"),
+    expires = pending.public()["expires"]
+    rows = [("Agent", pending.agent), ("Who", who(pending.principal)),
             ("Tool", pending.tool), ("Arguments", json.dumps(pending.arguments, indent=2, ensure_ascii=False)),
-            ("Asked by", pending.rule), ("Call", pending.call_id or "-"), ("Expires", pending.public()["expires"])]
+            ("Asked by", pending.rule), ("Call", pending.call_id or "-"), ("Expires", f"{expires[11:19]} UTC")]
     cells = "".join(f"<tr><th>{name}</th><td><pre>{html.escape(shown(value))}</pre></td></tr>" for name, value in rows)
     return f"<table>{cells}</table>"
 
 
+# The link's page, styled as the console is (its own style, inline: the endpoint serves no files; allowed by its
+# hash, so the Content-Security-Policy still allows no other style and no script).
+_STYLE = ("body{font-family:system-ui,sans-serif;margin:0;color:#1b1f24}"
+          "h1{margin:0;padding:.6em 1.2em;background:#22303c;color:#fff;font-size:1.3em}"
+          "table,p,form{margin:1em 1.2em}table{border-collapse:collapse;display:block;max-width:100%;overflow-x:auto}"
+          "th,td{border:1px solid #d0d7de;padding:.3em .6em;text-align:left;vertical-align:top;overflow-wrap:anywhere}"
+          "th{background:#f3f5f7}pre{margin:0;white-space:pre-wrap}"
+          "button{font-size:1em;padding:.4em 1.2em;color:#fff;background:#22303c;border:0;border-radius:3px}")
+_STYLE_HASH = base64.b64encode(hashlib.sha256(_STYLE.encode()).digest()).decode()
+
+
 def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
-    return HTMLResponse(f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-                        '<meta name="referrer" content="same-origin"></head>'
+    return HTMLResponse(f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}'
+                        '</title><meta name="referrer" content="same-origin"><meta name="viewport" '
+                        f'content="width=device-width, initial-scale=1"><style>{_STYLE}</style></head>'
                         f"<body><h1>{html.escape(title)}</h1>{body}</body></html>", status_code=status,
                         headers={"Cache-Control": "no-store", "X-Frame-Options": "DENY",
-                                 "Content-Security-Policy": "default-src 'none'; form-action 'self'"})
+                                 "Content-Security-Policy": f"default-src 'none'; style-src 'sha256-{_STYLE_HASH}'; "
+                                                            "form-action 'self'"})
 
 
 __all__ = ["MAX_FORM_BYTES", "OperatorEndpoint", "small_form"]

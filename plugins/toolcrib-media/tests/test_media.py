@@ -88,6 +88,11 @@ model = "text"
 [agents.blind.permissions]
 plugins = {{ allow = ["media"] }}
 tools = {{ allow = ["*"] }}
+
+[agents.modelless]
+[agents.modelless.permissions]
+plugins = {{ allow = ["media"] }}
+tools = {{ allow = ["*"] }}
 """
 
 
@@ -105,7 +110,10 @@ def test_availability_follows_the_model_and_the_settings(tmp_path: Path, endpoin
     bare = host_for(tmp_path)
     assert bare.view("seer").names == ["media__view_image"]
     assert bare.view("blind").names == []
-    assert bare.explain("blind", "media__view_image").reason == "not available: model 'text' has no vision capability"
+    assert bare.explain("blind", "media__view_image").reason == (
+        "not available: model 'text' has no vision capability ([models.\"text\"] vision = true gives it)")
+    assert bare.explain("modelless", "media__view_image").reason == (  # not "model None"
+        'not available: the agent names no model; one with vision = true ([models."<id>"]) can look at images')
     assert bare.explain("seer", "media__generate_image").reason == (
         "not available: no image models are configured ([packs.media] image_models and default_image_model)")
     configured = host_for(tmp_path, f'base_url = "{endpoint}"\nimage_models = ["m1", "m2"]\n'

@@ -16,26 +16,31 @@ document.addEventListener("DOMContentLoaded", () => {
       }
       return tr;
     };
+    const state = (waiting) => (waiting ? "waiting for approval" : "running");
     const events = new EventSource("/console/feed/events");
     events.onmessage = (event) => {
       const r = JSON.parse(event.data);
       if (r.event === "running") {  // the calls running when the page connected: from now on, each is told
         running.replaceChildren(...r.running.map((c) => {
-          const tr = row([c.since, c.agent, c.tool]);
+          const tr = row([c.since, c.agent, c.tool, state(c.waiting)]);
           tr.dataset.key = String(c.key);
           return tr;
         }));
         document.body.dataset.live = "yes";
       } else if (r.event === "started") {
-        const tr = row([r.since, r.agent, r.tool]);
+        const tr = row([r.since, r.agent, r.tool, state(r.waiting)]);
         tr.dataset.key = String(r.key);
         running.appendChild(tr);
+      } else if (r.event === "waiting") {
+        for (const tr of running.querySelectorAll("tr")) {
+          if (tr.dataset.key === String(r.key)) tr.lastChild.textContent = state(r.waiting);
+        }
       } else if (r.event === "ended") {
         for (const tr of running.querySelectorAll("tr")) {
           if (tr.dataset.key === String(r.key)) tr.remove();
         }
       } else {
-        body.insertBefore(row([r.time, r.agent, r[r.kind], r.decision, r.by, r.duration_ms]), body.firstChild);
+        body.insertBefore(row([String(r.time).slice(11, 19), r.agent, r[r.kind], r.decision, r.by, r.duration_ms]), body.firstChild);
       }
     };
   }

@@ -67,7 +67,11 @@ def _mime(data: bytes) -> str | None:
 
 
 def has_vision(ctx: AvailabilityContext) -> bool | str:
-    return True if "vision" in ctx.capabilities else f"model {ctx.model!r} has no vision capability"
+    if "vision" in ctx.capabilities:
+        return True
+    if ctx.model is None:  # the agent names no model: nothing says it can see
+        return 'the agent names no model; one with vision = true ([models."<id>"]) can look at images'
+    return f'model {ctx.model!r} has no vision capability ([models."{ctx.model}"] vision = true gives it)'
 
 
 @toolcrib.tool(annotations={"readOnlyHint": True, "openWorldHint": True}, is_available=has_vision,
