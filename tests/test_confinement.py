@@ -407,8 +407,9 @@ def test_a_program_that_cannot_be_run_is_named_on_stderr_once_confined(tmp_path:
     from toolcrib.supply.mcp.confinement import LAUNCHER
 
     missing = str(tmp_path / "no-such-server")
-    ran = subprocess.run([sys.executable, "-I", "-S", str(LAUNCHER), json.dumps({
-        "read": [], "write": [], "parent": os.getpid()}), "--", missing, "--stdio"], capture_output=True, text=True,
-        timeout=60)
-    assert (ran.returncode, ran.stdout, ran.stderr) == (
-        127, "", f"toolcrib: cannot run {missing}: No such file or directory\n")
+    spec = json.dumps({"read": [], "write": [], "parent": os.getpid()})
+    for arguments in (["--stdio"], []):  # a program with arguments, and one without (a server's usual command)
+        ran = subprocess.run([sys.executable, "-I", "-S", str(LAUNCHER), spec, "--", missing, *arguments],
+                             capture_output=True, text=True, timeout=60)
+        assert (ran.returncode, ran.stdout, ran.stderr) == (
+            127, "", f"toolcrib: cannot run {missing}: No such file or directory\n"), arguments
