@@ -129,6 +129,30 @@ through its rounds, frozen out of the garbage collector's
 scans (`gc.freeze`), so that each peer's times are its own work and not a collection of every peer's heap."""
 
 
+REMOVED = """Issue 65 took out of the host what reached around the MCP SDK for a benchmark ratio, and kept what
+earns its place (the precomputed schemas of `toolcrib.fastschema`, the 2026-07-28 HTTP exchange of
+`toolcrib.mcp.exchange`, handlers run inline on the event loop, guarded by their CPU time). Each removal was
+measured before and after, alternating, on the 2-core machine while a mutation run loaded one core:
+
+- **`toolcrib.mcp.early`** answered a 2026-07-28 client's `server/discover` and `tools/list` while the SDK was
+  still being imported (a second implementation of the SDK's answers). At 1,000 tools the first tools/list went
+  from 0.56-0.61x the low-level server's to 1.25-1.62x, and the first tools/call from 1.12-1.24x to 1.25-1.62x
+  (`cd benchmarks && python -c "import run, anyio; print(anyio.run(run._process_starts, 1000, 5))"`): the first
+  list now waits for the SDK's import, as the call always did. The cold rows above are without it.
+- **`toolcrib.mcp.session_posts`** answered a 2025-11-25 session's plain requests in their POSTs as one JSON body
+  (a subclass of the SDK's transport and eight of its privates), while the low-level server streamed: it compared
+  unlike answers, and brought a keep-alive bug. Like for like, both streaming (`cd benchmarks && python
+  bench_session_http.py`), a call went from 0.47-0.51x the low-level server's to 1.03-1.04x.
+- **The `server_info_stamp` override** (and its read of the SDK's private `_server_info_stamp_source`): what the
+  SDK answers itself now pays its own deep copy of the identity, about 9 us; a call, resources/list and
+  prompts/list measured before and after were within the noise (248-320 us and 249-260 us for a call).
+- **`pipes.Nearby` and the 200 us read spin** (a long-lived hook's process woken on the writer's CPU through
+  `ctypes` on `sched_getcpu`, and its answer looked for before waiting asleep): a Python API call with a matching
+  long-lived hook (`cd benchmarks && python bench_hook.py`) was 117-194 us before and 97-189 us after with a
+  Python hook, 86-153 us and 72-99 us with `cat`. On an idle machine they bought the 35-40 us of a wake-up on an
+  idle CPU; on a loaded one, nothing."""
+
+
 def _peer_names() -> list[str]:
     found = ["toolcrib", "lowlevel", "lowlevel-otel", "mcpserver"]
     return found + (["fastmcp", "fastmcp-bare"] if peers.fastmcp_available() else [])
@@ -1419,6 +1443,8 @@ def main() -> None:
         _table(["measure", "with", "without", "ratio"], ops_rows),
         "## Concurrency, views, discovery, start-up",
         _table(["measure", "time", "note"], other),
+        "## What was removed, and what it cost",
+        re.sub(r"(?<!\n)\n(?!\n|- )[ \t]*", " ", REMOVED),  # its paragraphs and items, each one line
         f"Total harness time: {time.perf_counter() - started:.0f} s.",
     ]) + "\n"
     print(report)

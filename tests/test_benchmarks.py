@@ -47,7 +47,9 @@ def test_the_harness_runs_in_quick_mode(tmp_path) -> None:  # type: ignore[no-un
                 "of a hook) |",
                 "| toolcrib's own part of a matching long-lived hook (its process answering at once), Python API "
                 "| - | ",
-                "| 250 argument specifiers on one tool, the check of a call | <= 10 us |"):
+                "| 250 argument specifiers on one tool, the check of a call | <= 10 us |",
+                "## What was removed, and what it cost\n\nIssue 65 took out of the host",
+                "\n- **`toolcrib.mcp.early`** answered a 2026-07-28 client's"):
         assert row in report, row
 
 
