@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import re
 import shutil
 import subprocess
@@ -777,5 +778,12 @@ def test_a_console_without_jinja2_is_an_error_check_names_and_serving_says_in_on
     code, out, err = cli("check", "--config", path)
     assert (code, err.splitlines()) == (1, [f"error: {path}: operator.console: {needs}"])
     assert out == f"{path}: 2 agent(s), 2 tool(s), 1 error(s), 0 warning(s)\n"
-    for command in (["console", "--port", "0"], ["serve", "--http", "--port", "0", "--no-reload"]):
-        assert cli(*command, "--config", path)[0::2] == (2, f"error: {needs}\n"), command
+    root = logging.getLogger()
+    kept = (root.level, root.handlers[:], logging.getLogger("toolcrib.requests").level)
+    try:  # serving sets up the process's logging (basicConfig, force=True): put this test process's back after
+        for command in (["console", "--port", "0"], ["serve", "--http", "--port", "0", "--no-reload"]):
+            assert cli(*command, "--config", path)[0::2] == (2, f"error: {needs}\n"), command
+    finally:
+        root.handlers[:] = kept[1]
+        root.setLevel(kept[0])
+        logging.getLogger("toolcrib.requests").setLevel(kept[2])

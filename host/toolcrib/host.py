@@ -100,6 +100,7 @@ class Host:
                 named=named_plugins(env),
                 plugins=plugins,
                 builtins=builtins,
+                off=default_plugins.OFF,
             ) if r.name not in withheld or r.kind != "pack"] + [offer.record for offer in offers]
             given = {offer.record.name for offer in offers}
             self.records += [record for known in KINDS for record in known.unserved(loaded, given)]

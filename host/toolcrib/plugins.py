@@ -148,9 +148,11 @@ def load_plugins(
     named: Iterable[str] = (),
     plugins: Mapping[str, Any] | None = None,
     builtins: Iterable[tuple[str, Any]] = (),
+    off: Mapping[str, str] | None = None,
 ) -> list[PluginRecord]:
-    """Register ``builtins`` (name, object; None: switched off by config), explicit ``plugins`` (namespace ->
-    module, object or ``"module:attr"``), and the entry points of the ``toolcrib`` group.
+    """Register ``builtins`` (name, object; None: switched off by config, ``off`` saying why), explicit
+    ``plugins`` (namespace -> module, object or ``"module:attr"``), and the entry points of the ``toolcrib``
+    group.
 
     ``named`` lists entry-point names (or ``namespace=module`` specs) to load even when ``autoload`` is
     off. A namespace in ``disabled`` is recorded as disabled and never imported.
@@ -160,10 +162,8 @@ def load_plugins(
         record = PluginRecord(name=name, kind="builtin", state="loaded", distribution="toolcrib")
         records.append(record)
         if obj is None:
-            from toolcrib.default_plugins import OFF
-
             record.state = "disabled"
-            record.error = OFF.get(name)  # not an error: what `plugins` notes of it
+            record.error = (off or {}).get(name)  # not an error: what `plugins` notes of it
             continue
         _register(pm, record, obj)
 
