@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import logging
 import re
 import shutil
 import subprocess
@@ -765,25 +764,37 @@ def test_the_sources_page_names_what_the_lock_holds_back_and_the_agent_page_says
     assert "t__status its definition changed since toolcrib.lock: description; toolcrib lock accepts it" in hidden
 
 
-def test_a_console_without_jinja2_is_an_error_check_names_and_serving_says_in_one_line(
-        cli_config: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+NEEDS_JINJA = ("console = true needs Jinja2, which renders the console's pages, and it is not installed: pip install "
+               "'toolcrib[console]'")
+
+
+def test_a_console_without_jinja2_is_an_error_check_names(cli_config: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from conftest import cli
 
     path = cli_config(CONSOLE, "t=approving:PACK")
     for name, value in {**ENV, "TOK_B": "b" * 32}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setitem(sys.modules, "jinja2", None)  # as where toolcrib[console] was not installed
-    needs = ("console = true needs Jinja2, which renders the console's pages, and it is not installed: pip install "
-             "'toolcrib[console]'")
     code, out, err = cli("check", "--config", path)
-    assert (code, err.splitlines()) == (1, [f"error: {path}: operator.console: {needs}"])
+    assert (code, err.splitlines()) == (1, [f"error: {path}: operator.console: {NEEDS_JINJA}"])
     assert out == f"{path}: 2 agent(s), 2 tool(s), 1 error(s), 0 warning(s)\n"
-    root = logging.getLogger()
-    kept = (root.level, root.handlers[:], logging.getLogger("toolcrib.requests").level)
-    try:  # serving sets up the process's logging (basicConfig, force=True): put this test process's back after
-        for command in (["console", "--port", "0"], ["serve", "--http", "--port", "0", "--no-reload"]):
-            assert cli(*command, "--config", path)[0::2] == (2, f"error: {needs}\n"), command
-    finally:
-        root.handlers[:] = kept[1]
-        root.setLevel(kept[0])
-        logging.getLogger("toolcrib.requests").setLevel(kept[2])
+
+
+@pytest.mark.slow
+def test_serving_a_console_without_jinja2_says_so_in_one_line(tmp_path: Path) -> None:
+    """In processes of their own (serving ends everything its process started, and sets up its logging): Jinja2
+    hidden by a module of that name that cannot be imported."""
+    import os
+
+    shim = tmp_path / "shim" / "jinja2"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text('raise ImportError("No module named \'jinja2\'")\n')
+    config = tmp_path / "toolcrib.toml"
+    config.write_text(CONSOLE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLCRIB_")}
+    env.update(ENV, TOK_B="b" * 32, TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD="1", TOOLCRIB_PLUGINS="t=approving:PACK",
+               PYTHONPATH=os.pathsep.join([str(tmp_path / "shim"), str(Path(__file__).parent)]))
+    for command in (["console", "--port", "0"], ["serve", "--http", "--port", "0", "--no-reload"]):
+        ran = subprocess.run([sys.executable, "-m", "toolcrib.cli", *command, "--config", str(config)], env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert (ran.returncode, ran.stderr) == (2, f"error: {NEEDS_JINJA}\n"), command
