@@ -391,14 +391,15 @@ class Pipeline:
         if feed is not None:  # the console's "Running now" marks it while it waits for an answer
             feed.waiting(call.feed_key, True)
         try:
-            return await self._asked(call, frozen, rule, why, need)
+            return await self._asked(call, arguments, frozen, rule, why, need)
         finally:
             if feed is not None:
                 feed.waiting(call.feed_key, False)
 
-    async def _asked(self, call: Call, frozen: Mapping[str, Any], rule: str, why: str,
+    async def _asked(self, call: Call, arguments: Mapping[str, Any], frozen: Mapping[str, Any], rule: str, why: str,
                      need: str) -> tuple[bool, str]:
-        """Ask the client, then an operator, as the agent's ``approvals`` says."""
+        """Ask the client (``frozen``: the arguments it is shown, read-only), then an operator, as the agent's
+        ``approvals`` says."""
         view, vt, approver = call.view, call.tool, call.approver
         assert vt is not None
         ask_by = view.rules.config.approvals
@@ -418,7 +419,7 @@ class Pipeline:
             if isinstance(answer, Deny):
                 return False, f"Permission denied: {need}; {answer.message}"
         if ask_by != "client":
-            return await self._operator_approval(call, frozen, why, need)
+            return await self._operator_approval(call, arguments, why, need)
         return False, (f"Permission denied: {need}, and no approver could answer (the client does not support "
                        "elicitation and no approval hook decided).")
 
