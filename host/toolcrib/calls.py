@@ -189,7 +189,8 @@ class Pipeline:
         if curation is not None:  # the operator's defaults and fixed values go in before anything looks at them
             arguments, refused = curation.apply(arguments)
         call = Call(view, vt.name, arguments, channel, approver, started, call_id, "tool", vt, self.workspace)
-        call.feed_key = feed_key
+        if feed_key:  # (the class's 0 otherwise: nothing more on a call that no console watches)
+            call.feed_key = feed_key
         if refused is not None:
             return self._finish(call, _Outcome("invalid", "input validation"),
                                 ToolResult.error(f"Invalid arguments for {vt.name}:\n- {refused}"))
