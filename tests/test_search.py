@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +15,25 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
-from conftest import ROOT, examples, make_host
+from conftest import ROOT, cli, examples, make_host
+from toolcrib import search
 from toolcrib.search import SearchError, ToolIndex, words
 
 EVERYTHING = '[agents.a.permissions]\nplugins = { allow = ["*"] }\ntools = { allow = ["*"] }\n'
 NO_REMOVING = '[agents.a.permissions]\nplugins = { allow = ["*"] }\ntools = { deny = ["fs__rm", "fs__mv*"] }\n'
+
+
+@pytest.fixture(autouse=True)
+def _bm25_alone(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests rank by BM25 alone, as without the toolcrib-vectors package, unless they ask ``with_vectors``."""
+    if "with_vectors" not in request.fixturenames:
+        monkeypatch.setattr(search, "_vectors", lambda: None)
+
+
+@pytest.fixture
+def with_vectors() -> None:
+    if search._vectors() is None:
+        pytest.skip("toolcrib-vectors is not installed (pip install -e plugins/toolcrib-vectors)")
 
 
 def found(query: str, k: int = 3, config: str = EVERYTHING) -> list[str]:
@@ -48,21 +63,61 @@ def test_a_query_is_whole_words_stemmed_as_the_index_is_and_words_that_say_nothi
     assert found("directory") == ["fs__ls", "fs__cwd", "fs__mkdir"]
 
 
-def test_on_real_tool_definitions_the_labelled_queries_find_their_tools() -> None:
-    """The quality goal of docs/benchmarks.md, on benchmarks/catalog (229 tools of real MCP servers, llm plugins and
-    toolcrib's packs; 262 queries, each with the tools that answer it): a right tool in the first five for at least
-    90% of the queries, and a mean reciprocal rank of the first right one of at least 0.75."""
-    catalog = ROOT / "benchmarks" / "catalog"
-    index = ToolIndex(json.loads((catalog / "tools.json").read_text())["tools"])
+def _catalog() -> tuple[list[dict[str, Any]], list[Any]]:
+    """benchmarks/catalog: 1,792 tools of 97 real MCP servers and plugins, 488 labelled queries."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bench_search
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return bench_search.load()
+
+
+def _quality(index: ToolIndex, queries: list[Any]) -> tuple[float, float]:
     ranks = []
-    for line in (catalog / "queries.tsv").read_text().splitlines():
-        if line and not line.startswith("#"):
-            query, answers = line.split("\t")
-            found = [tool["name"] for tool in index.search(query, 10)]
-            ranks.append(next((i for i, name in enumerate(found, 1) if name in answers.split()), None))
-    assert len(ranks) == 262
-    assert sum(rank is not None and rank <= 5 for rank in ranks) / len(ranks) >= 0.9
-    assert sum(1 / rank for rank in ranks if rank) / len(ranks) >= 0.75
+    for query in queries:
+        names = [tool["name"] for tool in index.search(query.text, 10)]
+        ranks.append(next((i for i, name in enumerate(names, 1) if name in query.answers), None))
+    return (sum(rank is not None and rank <= 5 for rank in ranks) / len(ranks),
+            sum(1 / rank for rank in ranks if rank) / len(ranks))
+
+
+def test_on_real_tool_definitions_the_held_out_queries_find_their_tools_by_bm25_alone() -> None:
+    """benchmarks/catalog's held-out split (no weight was chosen on it), the catalog's own 1,792 tools: a right tool
+    in the first five for 88% of the queries, a mean reciprocal rank of 0.73 (docs/benchmarks.md has the 10,000-tool
+    numbers, beside plain BM25's)."""
+    tools, queries = _catalog()
+    held = [query for query in queries if query.split == "held"]
+    assert (len(tools), len(queries), len(held)) == (1792, 488, 245)
+    recall, mrr = _quality(ToolIndex(tools), held)
+    assert recall >= 0.88 and mrr >= 0.73, (recall, mrr)
+
+
+def test_with_word_vectors_the_held_out_queries_find_their_tools_more_often(with_vectors: None) -> None:
+    """toolcrib-vectors installed: BM25 and meaning together find a right tool in the first five for 92% of the
+    held-out queries (BM25 alone: 88%), a mean reciprocal rank of 0.78 (0.73)."""
+    tools, queries = _catalog()
+    held = [query for query in queries if query.split == "held"]
+    recall, mrr = _quality(ToolIndex(tools), held)
+    assert recall >= 0.92 and mrr >= 0.78, (recall, mrr)
+
+
+def test_word_vectors_find_tools_that_share_no_word_with_the_query_and_nothing_for_a_query_of_no_known_word(
+        with_vectors: None) -> None:
+    tools, _ = _catalog()
+    index = ToolIndex(tools)
+    assert "shell__sleep" in [tool["name"] for tool in index.search("wait a few seconds", 3)]
+    assert "everything__echo" in [tool["name"] for tool in index.search("repeat the string I give you", 3)]
+    assert index.search("xyzzy plugh", 5) == [] and index.search("how do I", 5) == []  # no word of any tool's
+    assert index.search("/^shell__sl/", 5) == [next(t for t in tools if t["name"] == "shell__sleep")]
+    assert index.search("everything__echo", 1)[0]["name"] == "everything__echo"
+
+
+def test_without_word_vectors_those_queries_miss() -> None:
+    tools, _ = _catalog()
+    index = ToolIndex(tools)
+    assert "shell__sleep" not in [tool["name"] for tool in index.search("wait a few seconds", 5)]
+    assert "everything__echo" not in [tool["name"] for tool in index.search("repeat the string I give you", 5)]
 
 
 def test_a_served_name_finds_its_tool_first_and_a_regex_matches_served_names_in_list_order() -> None:
@@ -596,3 +651,39 @@ def test_the_scores_kept_of_the_words_asked_are_bounded_and_a_search_finds_the_s
     assert index.search("nothing") == index.search("nowhere") == [] and len(index._postings) == 3  # none, kept
     assert [t["name"] for t in index.search("write", 1)] == ["x__tool0"]  # a fourth word: anew
     assert sorted(index._postings) == ["write"] and index._kept == 5
+
+
+def _check_says(ranked: str, folder: Path) -> None:
+    path = folder / "toolcrib.toml"
+    path.write_text(SEARCHING + "[agents.b.permissions]\nplugins = { allow = ['fs'] }\n")
+    code, out, _ = cli("check", "--config", str(path))
+    assert code == 0 and out.splitlines()[-1] == f"tool search (a): ranked by {ranked}"
+    code, out, _ = cli("check", "--config", str(path), "--json")
+    assert json.loads(out)["tool_search_ranking"] == ranked
+    path.write_text("[agents.b.permissions]\nplugins = { allow = ['fs'] }\n")  # no agent searches: not said
+    code, out, _ = cli("check", "--config", str(path))
+    assert "tool search" not in out and "tool_search_ranking" not in cli("check", "--config", str(path), "--json")[1]
+
+
+def test_check_says_that_an_agent_s_searches_are_ranked_by_bm25_alone_without_the_vectors(tmp_path: Path) -> None:
+    _check_says("BM25 (install toolcrib-vectors to rank by meaning too)", tmp_path)
+
+
+def test_check_says_that_an_agent_s_searches_are_ranked_by_bm25_and_the_vectors(with_vectors: None,
+                                                                                tmp_path: Path) -> None:
+    _check_says("BM25 and word vectors (toolcrib-vectors 0.1.0)", tmp_path)
+
+
+@given(denied=st.sets(st.sampled_from(FS_TOOLS)), query=st.sampled_from(
+    ["wait a few seconds", "list the files in a folder", "delete a file", "remove everything", "rename it",
+     "make a folder", "copy", "xyzzy"]) | st.text(max_size=40))
+@settings(max_examples=examples(200), suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_with_word_vectors_a_search_never_finds_a_hidden_tool(with_vectors: None, denied: set[str],
+                                                              query: str) -> None:
+    """Meaning widens what a query finds, never past the agent's view: the vectors index that view's tools only."""
+    config = ('[agents.a.permissions]\nplugins = { allow = ["fs"] }\n'
+              f'tools = {{ deny = {sorted(denied)!r} }}\n').replace("'", '"')
+    view = make_host(config, {"fs": toolcrib_fs}).view("a")
+    found = [tool["name"] for tool in view.search(query, 13)]
+    assert not set(found) & denied and set(found) <= set(view.names)
+    assert len(found) == len(set(found))

@@ -273,9 +273,15 @@ def check(strict: bool, as_json: bool) -> None:
     errors = sum(1 for p in problems if p.severity == "error")
     warnings = len(problems) - errors
     tools = len(host.catalog.entries)
+    searching = [name for name, agent in host.loaded.config.agents.items() if agent.tool_search is not None]
+    ranking = None
+    if searching:
+        from toolcrib.search import ranking as search_ranking
+
+        ranking = search_ranking()
     if as_json:
         _echo_json({"config": host.loaded.source, "loaded": True, "agents": len(host.agents), "tools": tools,
-                    "errors": errors,
+                    **({"tool_search_ranking": ranking} if ranking is not None else {}), "errors": errors,
                     "warnings": warnings, "problems": [{"severity": p.severity, "where": p.where,
                                                         "message": p.message} for p in problems]})
     else:
@@ -283,6 +289,8 @@ def check(strict: bool, as_json: bool) -> None:
             click.echo(str(problem), err=True)
         click.echo(f"{host.loaded.source}: {len(host.agents)} agent(s), {tools} tool(s), {errors} error(s), "
                    f"{warnings} warning(s)")
+        if ranking is not None:
+            click.echo(f"tool search ({', '.join(searching)}): ranked by {ranking}")
     if errors or (strict and warnings):
         sys.exit(1)
 
