@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from conftest import ROOT, cli, examples, make_host
 from toolcrib import search
 from toolcrib.search import SearchError, ToolIndex, words
 
+_IMPORTED_VECTORS = search._vectors  # (before the fixture below stands in for it)
 EVERYTHING = '[agents.a.permissions]\nplugins = { allow = ["*"] }\ntools = { allow = ["*"] }\n'
 NO_REMOVING = '[agents.a.permissions]\nplugins = { allow = ["*"] }\ntools = { deny = ["fs__rm", "fs__mv*"] }\n'
 
@@ -687,3 +689,53 @@ def test_with_word_vectors_a_search_never_finds_a_hidden_tool(with_vectors: None
     found = [tool["name"] for tool in view.search(query, 13)]
     assert not set(found) & denied and set(found) <= set(view.names)
     assert len(found) == len(set(found))
+
+
+class _Broken:
+    """A vectors package that fails: at indexing, or at a query (what a broken install or a bad table raises)."""
+
+    __version__ = "0"
+
+    def __init__(self, at: str, error: BaseException) -> None:
+        self.at, self.error = at, error
+
+    def DenseIndex(self, texts: list[str]) -> Any:  # the package's class, as search calls it
+        if self.at == "index":
+            raise self.error
+        return self
+
+    def similarity(self, query: str) -> Any:
+        raise self.error
+
+
+@pytest.mark.parametrize("at", ["index", "query"])
+@pytest.mark.parametrize("error", [ValueError("bad table"), SystemExit(3), MemoryError()])
+def test_a_broken_vectors_package_costs_searches_their_meaning_never_their_answers(
+        at: str, error: BaseException, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    expected = found("read a file")  # BM25 alone
+    monkeypatch.setattr(search, "_vectors", lambda: _Broken(at, error))
+    with caplog.at_level("WARNING", logger="toolcrib.search"):
+        assert found("read a file") == expected
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
+        "toolcrib-vectors failed to index 13 tools" if at == "index" else "toolcrib-vectors failed on a query"]
+    assert type(error).__name__ in caplog.records[0].getMessage()
+
+
+def test_a_vectors_package_that_cannot_be_imported_is_reported_once_and_bm25_ranks(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def importing(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "toolcrib_vectors":
+            raise RuntimeError("numpy: illegal instruction")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(search, "_vectors", functools.cache(_IMPORTED_VECTORS.__wrapped__))  # not imported yet
+    monkeypatch.setattr(builtins, "__import__", importing)
+    with caplog.at_level("WARNING", logger="toolcrib.search"):
+        assert search._vectors() is None and search._vectors() is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "toolcrib-vectors cannot be imported (RuntimeError: numpy: illegal instruction): tool search ranks by BM25 "
+        "alone"]

@@ -27,6 +27,7 @@ import collections
 import functools
 import heapq
 import itertools
+import logging
 import re
 import threading
 import time
@@ -34,8 +35,12 @@ from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-WEIGHTS = (2.0, 4.0, 1.0, 0.5)  # BM25 weight of the name, the keywords, the description, the arguments (chosen
-# on one half of benchmarks/catalog/queries.tsv, measured on the other: docs/benchmarks.md)
+from toolcrib.errors import contained
+
+log = logging.getLogger("toolcrib.search")
+
+WEIGHTS = (2.0, 4.0, 1.0, 0.5)  # BM25 weight of the name, the keywords, the description, the arguments (chosen on
+# the first, smaller set; on the tuning split of benchmarks/catalog other weights did no better: docs/benchmarks.md)
 MEANING = 2.0  # the weight of the vectors' similarity beside BM25 (chosen on the tuning split of
 CANDIDATES = 50  # benchmarks/catalog/queries.tsv, as the number of candidates each ranking gives)
 DESCRIBED = 150  # characters of a description a tool's vector reads (its start says what the tool does)
@@ -95,10 +100,8 @@ class ToolIndex:
         self._common = frozenset(word for word, count in counts.items() if count * 2 > len(self.tools))
         self._postings: dict[str, tuple[array[int], array[float]]] = {}
         self._kept = 0
-        vectors = _vectors()
-        self._dense = None if vectors is None else vectors.DenseIndex(
-            [" ".join((*name, (tool.get("description") or "")[:DESCRIBED])) for tool, name in zip(self.tools, names,
-                                                                                          strict=True)])
+        self._dense = _dense([" ".join((*name, (tool.get("description") or "")[:DESCRIBED]))
+                              for tool, name in zip(self.tools, names, strict=True)])
 
     def search(self, query: str, k: int = 5) -> list[dict[str, Any]]:
         """The ``k`` tools that best match ``query``, best first."""
@@ -132,8 +135,15 @@ class ToolIndex:
         scores = dict(self._ranked(terms, max(k, CANDIDATES)))
         if not scores:
             return []
-        similarity = self._dense.similarity(query)
-        for row in self._dense.best(similarity, max(k, CANDIDATES)):
+        try:
+            similarity = self._dense.similarity(query)
+            nearest = self._dense.best(similarity, max(k, CANDIDATES))
+        except BaseException as exc:  # a broken vectors package costs this search its meaning, never its answer
+            if not contained(exc):
+                raise
+            log.warning("toolcrib-vectors failed on a query (%s: %s): ranked by BM25 alone", type(exc).__name__, exc)
+            return sorted(scores, key=lambda row: (-scores[row], row))[:k]
+        for row in nearest:
             scores.setdefault(row, 0.0)
         top = max(scores.values()) or 1.0
         return sorted(scores, key=lambda row: (-(scores[row] / top + MEANING * float(similarity[row])), row))[:k]
@@ -201,12 +211,36 @@ class ToolIndex:
 
 @functools.cache
 def _vectors() -> Any:
-    """The ``toolcrib_vectors`` module when that package is installed, else None (BM25 alone)."""
+    """The ``toolcrib_vectors`` module when that package is installed, else None (BM25 alone). One that cannot be
+    imported (numpy missing or broken, whatever it raises) is reported once and searches rank by BM25 alone."""
     try:
         import toolcrib_vectors  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
+    except ModuleNotFoundError as exc:
+        if exc.name != "toolcrib_vectors":
+            log.warning("toolcrib-vectors cannot be imported (%s): tool search ranks by BM25 alone", exc)
+        return None
+    except BaseException as exc:
+        if not contained(exc):
+            raise
+        log.warning("toolcrib-vectors cannot be imported (%s: %s): tool search ranks by BM25 alone",
+                    type(exc).__name__, exc)
         return None
     return toolcrib_vectors
+
+
+def _dense(texts: list[str]) -> Any:
+    """The vectors of ``texts`` (``toolcrib_vectors.DenseIndex``), or None without the package or when it fails."""
+    vectors = _vectors()
+    if vectors is None:
+        return None
+    try:
+        return vectors.DenseIndex(texts)
+    except BaseException as exc:
+        if not contained(exc):
+            raise
+        log.warning("toolcrib-vectors failed to index %d tools (%s: %s): tool search ranks by BM25 alone",
+                    len(texts), type(exc).__name__, exc)
+        return None
 
 
 def ranking() -> str:
