@@ -242,7 +242,8 @@ def plugins(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the problems and counts as JSON.")
 @_guard
 def check(strict: bool, as_json: bool) -> None:
-    """Validate the config and the packs; list every problem and exit non-zero on errors.
+    """Validate the config and the packs; list every problem and exit non-zero on errors. Where an agent searches
+    its tools, also say how searches are ranked (BM25, or BM25 and toolcrib-vectors' word vectors).
 
     \b
     Example: toolcrib check --strict
