@@ -971,11 +971,19 @@ def bench_search_text() -> str:
             "10,000 tools: BM25's field weights (name 1-3, description 0.5-1.5, arguments 0-1: within 1 point of "
             "recall@5 of each other, so they stay); word vectors from all-MiniLM-L6-v2's word-piece table, summed "
             "with inverse document frequency, fused with BM25 (+3 points recall@5 on the tuning split, +2.4 held "
-            "out, kept as `toolcrib-vectors`); the same table reduced to 64, 128 or 192 dimensions (equal within a "
-            "point fused; 128 kept, 3.6 MB); a model2vec distillation of the model (0.79 recall@5 alone against the "
-            "raw table's 0.82: dropped); the whole MiniLM model on each tool (0.92 recall@5 alone on the tuning "
-            "split, but minutes to embed 10,000 tools on two cores and PyTorch to install: not kept); reciprocal "
-            "rank fusion instead of adding normalised scores (2 points lower: dropped).")
+            "out, kept as `toolcrib-vectors` 0.1); the same table reduced to 64, 128 or 192 dimensions (equal "
+            "within a point fused; 128 kept, 3.6 MB); a model2vec distillation of the model (0.79 recall@5 alone "
+            "against the raw table's 0.82: dropped); the whole MiniLM model on each tool (0.92 recall@5 alone on "
+            "the tuning split, but minutes to embed 10,000 tools on two cores and PyTorch to install: not kept); "
+            "the whole model on the query only, against tool vectors trained to its space (0.78 alone: dropped); "
+            "the word-piece vectors trained so that a text's sum points where the whole model embeds it, on 88,402 "
+            "public APIs' operations none of which is in this set (model2vec's tokenlearn in small, "
+            "`plugins/toolcrib-vectors/make_vectors.py`; at 10,000 tools +0.4 points recall@5 and +1.7 MRR@10 on "
+            "the tuning split, +0.9 and +1.8 held out, +2 recall@1 at every size: kept as `toolcrib-vectors` 0.2; "
+            "the pull toward the starting table, 0.001 to 0.1, within half a point); reciprocal rank fusion "
+            "instead of adding normalised scores (2 points lower: dropped); summing the vectors of every text at "
+            "once in numpy (30% off the vectors' build on the bench pack's short texts, 5% on this set's: not "
+            "worth its code).")
 
 
 def tool_search(args: argparse.Namespace) -> tuple[list[Row], list[Row]]:

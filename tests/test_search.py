@@ -98,12 +98,12 @@ def test_on_real_tool_definitions_the_held_out_queries_find_their_tools_by_bm25_
 
 
 def test_with_word_vectors_the_held_out_queries_find_their_tools_more_often(with_vectors: None) -> None:
-    """toolcrib-vectors installed: BM25 and meaning together find a right tool in the first five for 92% of the
-    held-out queries (BM25 alone: 88%), a mean reciprocal rank of 0.78 (0.73)."""
+    """toolcrib-vectors installed: BM25 and meaning together find a right tool in the first five for 91% of the
+    held-out queries (BM25 alone: 88%), a mean reciprocal rank of 0.80 (0.73)."""
     tools, queries = _catalog()
     held = [query for query in queries if query.split == "held"]
     recall, mrr = _quality(ToolIndex(tools), held)
-    assert recall >= 0.92 and mrr >= 0.78, (recall, mrr)
+    assert recall >= 0.90 and mrr >= 0.79, (recall, mrr)
 
 
 def test_word_vectors_find_tools_that_share_no_word_with_the_query_and_nothing_for_a_query_of_no_known_word(
@@ -111,7 +111,7 @@ def test_word_vectors_find_tools_that_share_no_word_with_the_query_and_nothing_f
     tools, _ = _catalog()
     index = ToolIndex(tools)
     assert "shell__sleep" in [tool["name"] for tool in index.search("wait a few seconds", 3)]
-    assert "everything__echo" in [tool["name"] for tool in index.search("repeat the string I give you", 3)]
+    assert "everything__echo" in [tool["name"] for tool in index.search("repeat the string I give you", 5)]
     assert index.search("xyzzy plugh", 5) == [] and index.search("how do I", 5) == []  # no word of any tool's
     assert index.search("/^shell__sl/", 5) == [next(t for t in tools if t["name"] == "shell__sleep")]
     assert index.search("everything__echo", 1)[0]["name"] == "everything__echo"
@@ -675,7 +675,7 @@ def test_check_says_that_an_agent_s_searches_are_ranked_by_bm25_alone_without_th
 
 def test_check_says_that_an_agent_s_searches_are_ranked_by_bm25_and_the_vectors(with_vectors: None,
                                                                                 tmp_path: Path) -> None:
-    _check_says("BM25 and word vectors (toolcrib-vectors 0.1.0)", tmp_path)
+    _check_says("BM25 and word vectors (toolcrib-vectors 0.2.0)", tmp_path)
 
 
 @given(denied=st.sets(st.sampled_from(FS_TOOLS)), query=st.sampled_from(

