@@ -26,7 +26,6 @@ import json
 import random
 import re
 import sqlite3
-import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -183,15 +182,23 @@ def quality(search: Search, queries: Iterable[Query], misses: list[str] | None =
     return {"r1": top1 / count, "r5": top5 / count, "mrr": reciprocal / count}
 
 
-def timed(search: Search, queries: list[Query], rounds: int = 3) -> tuple[float, float]:
-    samples = []
-    for _ in range(rounds):
+def timed(search: Callable[[str], Any], queries: list[str], rounds: int = 3,
+          first: list[float] | None = None) -> tuple[float, float]:
+    """p50 and p95 of a search over ``rounds`` rounds of the queries; the first round's samples go to ``first``."""
+    samples: list[float] = []
+    for round_ in range(rounds):
         for query in queries:
             started = time.perf_counter()
-            search(query.text)
+            search(query)
             samples.append(time.perf_counter() - started)
-    samples.sort()
-    return statistics.median(samples), samples[int(len(samples) * 0.95)]
+        if round_ == 0 and first is not None:
+            first += samples
+    return p50_p95(samples)
+
+
+def p50_p95(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return ordered[len(ordered) // 2], ordered[int(len(ordered) * 0.95)]
 
 
 def measure(sizes: Iterable[int] = SIZES, engines: Iterable[str] = tuple(ENGINES),
@@ -215,7 +222,7 @@ def measure(sizes: Iterable[int] = SIZES, engines: Iterable[str] = tuple(ENGINES
                 row[name] = quality(search, subset, misses if engine == "toolcrib" and name == "tune"
                                     and n == max(sizes) else None)  # (the held-out split's are never shown)
             if engine == "toolcrib":
-                row["p50"], row["p95"] = timed(search, queries)
+                row["p50"], row["p95"] = timed(search, [query.text for query in queries])
             rows.append(row)
     return rows
 

@@ -912,25 +912,6 @@ SEARCH_QUERIES = ["add two numbers", "greet someone", "math", "echo text", "tool
                   "weather forecast", "read a file", "sum", "math__tool_0042"]
 
 
-def _percentiles(search: Callable[[str], Any], queries: list[str], rounds: int,
-                 first: list[float] | None = None) -> tuple[float, float]:
-    """p50 and p95 of a search over ``rounds`` rounds of the queries; the first round's samples go to ``first``."""
-    samples = []
-    for round_ in range(rounds):
-        for query in queries:
-            started = time.perf_counter()
-            search(query)
-            samples.append(time.perf_counter() - started)
-        if round_ == 0 and first is not None:
-            first += samples
-    return _p50_p95(samples)
-
-
-def _p50_p95(samples: list[float]) -> tuple[float, float]:
-    ordered = sorted(samples)
-    return ordered[len(ordered) // 2], ordered[int(len(ordered) * 0.95)]
-
-
 def _held_by(build: Callable[[], Any]) -> tuple[int, int | None]:
     """The bytes of Python objects that what ``build`` returns holds (tracemalloc), and of SQLite's allocator
     (``sqlite3_memory_used`` of the library Python's sqlite3 is linked to; None where it is not found). The
@@ -1024,7 +1005,7 @@ def tool_search(args: argparse.Namespace) -> tuple[list[Row], list[Row]]:
     texts = [q.text for q in queries]
     first: list[float] = []  # the first round: most words asked for the first time (each word's scores are kept)
     rounds = 1 if args.quick else 5
-    p50, p95 = _percentiles(lambda q: index.search(q, 5), texts, rounds, first)
+    p50, p95 = bench_search.timed(lambda q: index.search(q, 5), texts, rounds, first)
 
     def searched() -> ToolIndex:  # (timed apart: tracemalloc slows what it traces)
         fresh = ToolIndex(many)
@@ -1038,7 +1019,7 @@ def tool_search(args: argparse.Namespace) -> tuple[list[Row], list[Row]]:
              f"queries, {rounds} round{'s' * (rounds > 1)}", f"{fmt(p50)} / {fmt(p95)}",
              "BM25 and word vectors (toolcrib-vectors)" if with_vectors else "BM25 alone"],
             [f"tool search, {n} tools: a search, p50 / p95 of the first round (a fresh index: each word's scores are "
-             "asked of FTS5 at its first search)", "{} / {}".format(*map(fmt, _p50_p95(first))), ""],
+             "asked of FTS5 at its first search)", "{} / {}".format(*map(fmt, bench_search.p50_p95(first))), ""],
             [f"tool search, {n} tools: memory of the index after a round of the queries",
              f"{(python + (sqlite or 0)) / n / 1024:.2f} KiB per tool", f"Python's {python / n / 1024:.2f} KiB (the "
              "scores kept and the vectors included), SQLite's " + (f"{sqlite / n / 1024:.2f} KiB" if sqlite is not
@@ -1056,7 +1037,7 @@ def tool_search(args: argparse.Namespace) -> tuple[list[Row], list[Row]]:
         indexes.append(time.perf_counter() - started)
     built, indexed = min(builds), min(indexes)
     MEASURED["search index"] = indexed / built
-    worst_p50, worst_p95 = _percentiles(lambda q: view.search(q, 5), SEARCH_QUERIES, 5 if args.quick else 50)
+    worst_p50, worst_p95 = bench_search.timed(lambda q: view.search(q, 5), SEARCH_QUERIES, 5 if args.quick else 50)
     searching = toolcrib.Host(parse_config(peers.CONFIG.replace(
         f"[agents.{peers.AGENT}]\n", f"[agents.{peers.AGENT}]\ntool_search = {{ listed = [] }}\n"), "bench",
         Path.cwd()), plugins={"math": bench_pack.BenchPack(n)}, autoload=False, env={}).view(peers.AGENT)
