@@ -645,16 +645,71 @@ def test_the_scores_kept_of_the_words_asked_are_bounded_and_a_search_finds_the_s
     index = _index(*[(f"x__tool{i}", "Read a file." if i % 2 else "Write a file, or a page.") for i in range(10)])
     assert [t["name"] for t in index.search("write page", 3)] == ["x__tool0", "x__tool2", "x__tool4"]
     assert sorted(index._postings) == ["page", "write"] and index._kept == 10  # five tools each
-    assert [t["name"] for t in index.search("read file", 2)] == ["x__tool1", "x__tool3"]
-    assert index._kept == 25  # "file" is in all ten, "read" in five
-    monkeypatch.setattr(toolcrib.search, "MAX_KEPT", 12)
-    assert [t["name"] for t in index.search("page", 2)] == ["x__tool0", "x__tool2"]  # kept: nothing asked of FTS5
-    assert [t["name"] for t in index.search("files", 1)] == ["x__tool1"]  # "files": 10 more would be 35: anew
+    assert [t["name"] for t in index.search("page", 2)] == ["x__tool0", "x__tool2"]
+    assert index._kept == 10  # its scores were kept: not asked of FTS5 again, not counted twice
+    monkeypatch.setattr(toolcrib.search, "MAX_KEPT", 15)
+    assert [t["name"] for t in index.search("read", 2)] == ["x__tool1", "x__tool3"]  # 10 + 5: just fits
+    assert sorted(index._postings) == ["page", "read", "write"] and index._kept == 15
+    assert [t["name"] for t in index.search("files", 1)] == ["x__tool1"]  # "files": 10 more would be 25: anew
     assert sorted(index._postings) == ["files"] and index._kept == 10
+    monkeypatch.setattr(toolcrib.search, "MAX_KEPT", 1_000_000)
     monkeypatch.setattr(toolcrib.search, "MAX_WORDS", 3)
     assert index.search("nothing") == index.search("nowhere") == [] and len(index._postings) == 3  # none, kept
     assert [t["name"] for t in index.search("write", 1)] == ["x__tool0"]  # a fourth word: anew
     assert sorted(index._postings) == ["write"] and index._kept == 5
+
+
+def test_an_index_built_in_one_thread_is_searched_from_another() -> None:
+    """``serve`` builds each host's index off the event loop, in a worker thread, and searches on the loop."""
+    import threading
+
+    built: list[ToolIndex] = []
+    builder = threading.Thread(target=lambda: built.append(_index(("x__read", "Read a file."), ("x__b", "Other."))))
+    builder.start()
+    builder.join()
+    assert [t["name"] for t in built[0].search("read", 2)] == ["x__read"]
+
+
+class _Chosen:
+    """A vectors package whose similarities are chosen by the test: each tool's, by its row."""
+
+    __version__ = "0"
+
+    def __init__(self, similarity: list[float]) -> None:
+        self.chosen = similarity
+
+    def DenseIndex(self, texts: list[str]) -> Any:
+        return self
+
+    def similarity(self, query: str) -> Any:
+        import numpy as np
+
+        return np.array(self.chosen, dtype=np.float32)
+
+    def best(self, similarity: Any, k: int) -> list[int]:
+        return sorted(range(len(similarity)), key=lambda row: -similarity[row])[:k]
+
+
+def test_bm25_s_and_the_vectors_candidates_are_ordered_by_bm25_over_the_best_plus_meaning_times_the_similarity(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    tools = [("x__read", "Read a file."), ("x__other", "Other things."), ("x__near", "Nothing alike in words.")]
+    monkeypatch.setattr(search, "_vectors", lambda: _Chosen([0.0, 0.0, 0.45]))
+    index = _index(*tools)
+    # x__read: 1 (the best BM25) + 0; x__near, found by meaning alone: 0 + 2.0 * 0.45 = 0.9; x__other: nothing
+    assert [t["name"] for t in index.search("read", 3)] == ["x__read", "x__near", "x__other"]
+    monkeypatch.setattr(search, "_vectors", lambda: _Chosen([0.0, 0.0, 0.55]))
+    assert [t["name"] for t in _index(*tools).search("read", 2)] == ["x__near", "x__read"]  # 1.1 over 1
+    assert _index(*tools).search("xyzzy", 3) == []  # no word in any tool: nothing, whatever is nearest
+
+
+@pytest.mark.parametrize("at", ["index", "query"])
+def test_what_toolcrib_never_contains_goes_through_the_vectors_package_as_it_goes_through_a_pack(
+        at: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from toolcrib.errors import Suspend
+
+    monkeypatch.setattr(search, "_vectors", lambda: _Broken(at, Suspend()))
+    with pytest.raises(Suspend):
+        found("read a file")
 
 
 def _check_says(ranked: str, folder: Path) -> None:
@@ -718,9 +773,10 @@ def test_a_broken_vectors_package_costs_searches_their_meaning_never_their_answe
     monkeypatch.setattr(search, "_vectors", lambda: _Broken(at, error))
     with caplog.at_level("WARNING", logger="toolcrib.search"):
         assert found("read a file") == expected
-    assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
-        "toolcrib-vectors failed to index 13 tools" if at == "index" else "toolcrib-vectors failed on a query"]
-    assert type(error).__name__ in caplog.records[0].getMessage()
+    why = f"{type(error).__name__}: {error}"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"toolcrib-vectors failed to index 13 tools ({why}): tool search ranks by BM25 alone" if at == "index" else
+        f"toolcrib-vectors failed on a query ({why}): ranked by BM25 alone"]
 
 
 def test_a_vectors_package_that_cannot_be_imported_is_reported_once_and_bm25_ranks(
