@@ -180,3 +180,53 @@ ORDER = {"additionalProperties": False, "properties": {
     "size": {"enum": ["s", "m", None], "type": ["string", "null"], "default": None},
     "notes": {"additionalProperties": {"type": "string"}, "type": ["object", "null"], "default": None}},
     "required": ["color", "address"], "type": "object"}
+
+
+# -- jobs: tools that may run as MCP tasks (tests/test_tasks.py) ---------------------------------------------
+
+GATES: dict[str, asyncio.Event] = {}
+RAN: list[str] = []
+
+
+@toolcrib.tool(task="optional")
+async def hold(label: str, ctx: Context) -> str:
+    """Wait until the test lets it go."""
+    RAN.append(label)
+    await ctx.report_progress(1, 2, f"holding {label}")
+    await GATES[label].wait()
+    return f"held {label}"
+
+
+@toolcrib.tool
+def greet(name: str) -> str:
+    """Greet someone."""
+    return f"Hello, {name}!"
+
+
+@toolcrib.tool(task="required")
+def only(x: int) -> str:
+    """Runs only as a task."""
+    return f"only {x}"
+
+
+@toolcrib.tool(task="optional")
+async def ask(ctx: Context) -> str:
+    """Ask the user's name."""
+    first = await ctx.elicit("Your name?", {"type": "object", "properties": {"name": {"type": "string"}}})
+    second = await ctx.elicit("Your town?", {"type": "object", "properties": {"town": {"type": "string"}}})
+    return f"{(first.content or {}).get('name')} of {(second.content or {}).get('town')} ({second.action})"
+
+
+@toolcrib.tool(task="optional")
+def fails() -> str:
+    """Always fails as a tool."""
+    raise toolcrib.ToolError("it did not work")
+
+
+@toolcrib.tool(task="optional")
+def write(text: str) -> str:
+    """Write, with approval."""
+    return f"wrote {text}"
+
+
+JOBS = Pack(hold, greet, only, ask, fails, write)

@@ -326,7 +326,7 @@ def test_bad_annotations_timeout_and_availability_are_refused() -> None:
     with _fails("tool 'fn': rule_subject 'path' is not one of its arguments (none)"):
         tool(rule_subject="path")(fn)
     with _fails("tool() got unknown option(s) tags; it takes name, description, annotations, is_available, "
-                "timeout, title, rule_subject, describe, keywords, inline"):
+                "timeout, title, rule_subject, describe, keywords, inline, task"):
         tool(tags={"x"})(fn)
     with _fails("tool 'fn': keywords is a list of words, not 'delete'"):
         tool(keywords="delete")(fn)

@@ -88,6 +88,11 @@ class HostConfig(Strict):
                                                       "this many seconds while the call runs on: the client "
                                                       "reconnects with Last-Event-ID and gets the rest (SSE polling, "
                                                       "for proxies that cut long responses)")
+    task_ttl: PositiveFloat = Field(3600.0, description="seconds an MCP task (a call a client that speaks tasks "
+                                    "polls for) and its result are kept from its creation; one still working then is "
+                                    "stopped")
+    max_tasks: PositiveInt = Field(100, description="MCP tasks kept per agent; beyond it a call runs as a plain call, "
+                                   "or, where its tool runs only as a task, is refused")
     metrics: bool = Field(False, description="serve Prometheus metrics at /metrics (serve --http; also --metrics)")
     metrics_token_env: str | None = Field(None, description="environment variable holding a bearer token that "
                                           "/metrics then requires")
@@ -309,6 +314,9 @@ class ToolCuration(Strict):
                                         "for them, so they count even for an untrusted server")
     arguments: dict[str, ArgumentCuration] = Field(default_factory=dict, description="per argument: a fixed "
                                                    "value, or a default, or a description")
+    task: Literal["forbidden", "optional", "required"] | None = Field(None, description="whether it runs as an "
+                                                                     "MCP task for a client that speaks them: "
+                                                                     "never, when the client can, or only so")
 
 
 class OAuthConfig(Strict):

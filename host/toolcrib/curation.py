@@ -97,6 +97,9 @@ def _curated(entry: Entry, spec: ToolCuration, where: str, problems: list[Proble
     if spec.keywords:
         updates["keywords"] = (*tool.keywords, *spec.keywords)
         changes.append("search keywords added: " + ", ".join(spec.keywords))
+    if spec.task is not None and spec.task != tool.task:
+        updates["task"] = spec.task
+        changes.append(f"runs as an MCP task: {spec.task} (its source says {tool.task})")
     trusted = entry.trusted
     if spec.annotations:
         updates["annotations"] = {**tool.annotations, **spec.annotations}

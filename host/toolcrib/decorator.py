@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 import types
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 from pydantic import BaseModel
 
@@ -25,12 +25,13 @@ from toolcrib.context import AvailabilityContext
 from toolcrib.errors import ToolDeclarationError
 from toolcrib.names import tool_name_problem
 from toolcrib.runner import Convention
-from toolcrib.tool import ANNOTATION_KEYS, ATTRIBUTE, Tool
+from toolcrib.tool import ANNOTATION_KEYS, ATTRIBUTE, TASK_SUPPORT, Tool
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-_OPTION_KEYS = ("annotations", "is_available", "timeout", "title", "rule_subject", "describe", "keywords", "inline")
+_OPTION_KEYS = ("annotations", "is_available", "timeout", "title", "rule_subject", "describe", "keywords", "inline",
+                "task")
 
 
 _TOOL_KEYWORDS = frozenset({"name", "description", "schema", "handler", "extras", *_OPTION_KEYS})  # tool()'s
@@ -54,6 +55,7 @@ def tool(
     describe: Callable[[AvailabilityContext], str] | None = None,
     keywords: Sequence[str] | None = None,
     inline: bool = False,
+    task: Literal["forbidden", "optional", "required"] = "forbidden",
 ) -> Callable[[F], F]: ...
 
 
@@ -70,6 +72,7 @@ def tool(
     describe: Callable[[AvailabilityContext], str] | None = None,
     keywords: Sequence[str] | None = None,
     inline: bool = False,
+    task: Literal["forbidden", "optional", "required"] = "forbidden",
 ) -> Callable[[F], F]: ...
 
 
@@ -255,6 +258,10 @@ def _build(
     if keywords is not None and (isinstance(keywords, str) or not isinstance(keywords, Sequence)
                                  or not all(isinstance(k, str) for k in keywords)):
         raise ToolDeclarationError(f"tool {name!r}: keywords is a list of words, not {keywords!r}")
+    task = options.get("task", "forbidden")
+    if task not in TASK_SUPPORT:
+        raise ToolDeclarationError(f"tool {name!r}: task is one of {', '.join(map(repr, TASK_SUPPORT))} (whether it "
+                                   f"runs as an MCP task: never, when the client can, or only so), not {task!r}")
     return Tool(
         name=name,
         description=description.strip(),
@@ -272,6 +279,7 @@ def _build(
         describe=describe,
         given_input_schema=given_input_schema,
         signature=types.MappingProxyType(dict(signature)) if signature is not None else None,
+        task=task,
     )
 
 

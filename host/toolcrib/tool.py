@@ -23,6 +23,7 @@ from toolcrib.names import clean_schema
 from toolcrib.runner import Runner
 
 ATTRIBUTE = "__toolcrib_tool__"
+TASK_SUPPORT = ("forbidden", "optional", "required")  # whether a call of a tool runs as an MCP task (Tool.task)
 
 
 ANNOTATION_KEYS: Mapping[str, type] = {
@@ -77,6 +78,9 @@ class Tool:
     # The installed plugin (a distribution, such as llm-tools-simpleeval) the tool comes from, when its pack serves
     # other plugins' tools: operators' plugins rules match it beside the pack's namespace.
     origin: str | None = None
+    # Whether a client that speaks MCP tasks gets a task for a call of it: "forbidden" (never), "optional" (it does)
+    # or "required" (only such a client may call it). toolcrib.mcp.tasks.
+    task: str = "forbidden"
 
     @property
     def handler(self) -> Callable[..., Any] | None:

@@ -49,6 +49,8 @@ from toolcrib.mcp.roundtrip import (
 from toolcrib.mcp.sdk import connection_of
 from toolcrib.mcp.sessions import LOG_LEVEL, SUBSCRIPTIONS
 from toolcrib.mcp.state import ServingState
+from toolcrib.mcp.tasks import EXTENSION as TASKS
+from toolcrib.mcp.tasks import TERMINAL, Task, UpdateTaskParams, needs_tasks, speaks_tasks
 from toolcrib.observe import log_request, request_span, requests_log, tracing
 from toolcrib.uris import normalize
 from toolcrib.view import AgentView
@@ -101,14 +103,7 @@ class _Channel:
         if self.journal is None and not ctx.session.can_send_request:
             raise ToolError("This needs the client's model, which this connection cannot be asked for (a stateless "
                             "2025-11-25 connection has no back-channel).")
-        capabilities = ctx.session.client_capabilities
-        sampling = capabilities.sampling if capabilities is not None else None
-        if sampling is None:
-            raise ToolError("This needs the client's model, and the client offers none (it does not support MCP "
-                            "sampling).")
-        if request.get("tools") and sampling.tools is None:
-            raise ToolError("This needs the client's model with tools, and the client's sampling does not take "
-                            "tools.")
+        _can_sample(ctx.session.client_capabilities, request)
         if self.journal is not None:  # 2026-07-28: replay the turns earlier rounds got, then ask for the next
             recorded = self.journal.replay("sample")
             if recorded is not None:
@@ -139,10 +134,7 @@ class _Channel:
         """The user's answer to a form (``elicitation/create``): pushed on 2025-11-25 sessions; on 2026-07-28
         replayed from the journal, or asked for by ending the round (``ElicitPending``)."""
         ctx = self._ctx
-        capabilities = ctx.session.client_capabilities
-        if capabilities is None or capabilities.elicitation is None:
-            raise ToolError("This needs the user's answer, and the client cannot ask for one (it does not support "
-                            "MCP elicitation).")
+        _can_elicit(ctx.session.client_capabilities)
         if self.journal is not None:
             recorded = self.journal.replay("elicit")
             if recorded is not None:
@@ -166,6 +158,73 @@ class _Channel:
             warnings.simplefilter("ignore")  # logging is deprecated as of 2026-07-28, yet clients still use it
             await self._ctx.session.send_log_message(level, message, logger,  # type: ignore[arg-type]
                                                      related_request_id=self._ctx.request_id)
+
+
+def _can_sample(capabilities: types.ClientCapabilities | None, request: Mapping[str, Any]) -> None:
+    """Refuse a model turn the client cannot give (``ToolError``, which the call's result says)."""
+    sampling = capabilities.sampling if capabilities is not None else None
+    if sampling is None:
+        raise ToolError("This needs the client's model, and the client offers none (it does not support MCP "
+                        "sampling).")
+    if request.get("tools") and sampling.tools is None:
+        raise ToolError("This needs the client's model with tools, and the client's sampling does not take "
+                        "tools.")
+
+
+def _can_elicit(capabilities: types.ClientCapabilities | None) -> None:
+    """Refuse a form the client cannot put to its user."""
+    if capabilities is None or capabilities.elicitation is None:
+        raise ToolError("This needs the user's answer, and the client cannot ask for one (it does not support "
+                        "MCP elicitation).")
+
+
+class _TaskChannel:
+    """What a call running as a task has of its client: no connection (the request that made the task has been
+    answered), so progress becomes the task's status message and a question (a form, a model turn, an approval)
+    makes the task ``input_required`` until a ``tasks/update`` answers it."""
+
+    journal = None
+
+    def __init__(self, task: Task, capabilities: types.ClientCapabilities | None, identity: Identity | None) -> None:
+        self.task = task
+        self.capabilities = capabilities
+        self._identity = identity
+
+    @property
+    def identity(self) -> dict[str, str] | None:
+        return self._identity.record() if self._identity is not None else None
+
+    async def progress(self, progress: float, total: float | None, message: str | None) -> None:
+        self.task.touch(message=message if message else f"{progress:g} of {total:g}" if total else f"{progress:g}")
+
+    async def log(self, level: str, message: str, logger: str | None) -> None:
+        return  # nobody listens: a task's client polls for its status, not for its log
+
+    async def sample(self, request: dict[str, Any]) -> dict[str, Any]:
+        _can_sample(self.capabilities, request)
+        params = types.CreateMessageRequestParams.model_validate(request, by_name=False)
+        return await self.task.ask("sampling/createMessage",
+                                   params.model_dump(by_alias=True, mode="json", exclude_none=True))
+
+    async def elicit(self, message: str, schema: dict[str, Any]) -> dict[str, Any]:
+        _can_elicit(self.capabilities)
+        return await self.task.ask("elicitation/create", {"mode": "form", "message": message,
+                                                           "requestedSchema": schema})
+
+    async def remember(self, kind: str, compute: Any) -> Any:
+        return await compute()  # a task's call runs once, whole
+
+    def approver(self) -> Any:
+        """Approvals asked of the client's user, as questions of the task (None: the client cannot be asked)."""
+        if self.capabilities is None or self.capabilities.elicitation is None:
+            return None
+
+        async def approve(_agent: str, _tool: str, _args: Mapping[str, Any], message: str) -> bool | None:
+            answer = await self.task.ask("elicitation/create", {
+                "mode": "form", "message": message, "requestedSchema": {"type": "object", "properties": {}}})
+            return answer.get("action") == "accept"
+
+        return approve
 
 
 def _state_of(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
@@ -255,6 +314,14 @@ class _Handlers:
         modern = ctx.protocol_version in _MODERN
         earlier = None
         journal = None
+        vt = view.lookup(name)
+        if vt is not None and vt.tool.task != "forbidden" and not (request_state or responses):
+            if modern and speaks_tasks(ctx.session.client_capabilities):
+                created = self._start_task(ctx, view, name, arguments, vt.tool.task == "required")
+                if created is not None:
+                    return created
+            elif vt.tool.task == "required":
+                raise needs_tasks(f"tool {name} runs only as an MCP task; it")
         if modern:
             if request_state or responses:  # a later round of a call: what the earlier ones carried
                 carried = await self._carried(view, name, arguments, ctx, responses, request_state)
@@ -290,6 +357,54 @@ class _Handlers:
         wire = result.to_wire()
         wire["resultType"] = "complete"
         return wire
+
+    def _start_task(self, ctx: ServerRequestContext[Any, Any], view: AgentView, name: str,
+                    arguments: dict[str, Any], required: bool) -> dict[str, Any] | None:
+        """Start the call as a task and answer with it (``resultType: "task"``); None when the agent has as many
+        tasks as ``[host] max_tasks`` allows (the call then runs as a plain one), or the result that refuses a
+        call that runs only as a task."""
+        config = self.state.host.loaded.config.host
+        tasks = self.state.tasks
+        if tasks.count(self.agent) >= config.max_tasks:
+            if not required:
+                return None
+            return _ended(f"Tool {name} runs only as an MCP task, and agent {self.agent!r} has {config.max_tasks} "
+                          f"tasks kept, as many as [host] max_tasks allows: call it again once one has been "
+                          f"forgotten ({config.task_ttl:g} s after its creation).")
+        capabilities = ctx.session.client_capabilities
+        identity = identity_of_request(ctx)
+
+        async def work(task: Task) -> dict[str, Any]:
+            channel = _TaskChannel(task, capabilities, identity)
+            try:
+                result = await view.call(name, arguments, approver=channel.approver(), channel=channel)
+            except UnknownToolError as exc:
+                raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+            return result.to_wire()
+
+        task = tasks.start(self.agent, _principal(ctx), name, config.task_ttl, work)
+        return {**task.wire(), "resultType": "task"}
+
+    def _task(self, ctx: ServerRequestContext[Any, Any], method: str, task_id: str) -> Task:
+        """The task a tasks/* request names, if it is this agent's and this principal's."""
+        if not speaks_tasks(ctx.session.client_capabilities):
+            raise needs_tasks(method)
+        return self.state.tasks.find(self.agent, _principal(ctx), task_id)
+
+    async def get_task(self, ctx: ServerRequestContext[Any, Any], params: types.GetTaskRequestParams) -> Any:
+        task = self._task(ctx, "tasks/get", params.task_id)
+        if task.status not in TERMINAL and self.view_of(ctx).lookup(task.tool) is None:
+            self.state.tasks.fail(task, types.INVALID_PARAMS, str(UnknownToolError(task.tool)),
+                                  "its tool is no longer served to this agent")
+        return {**task.wire(), "resultType": "complete"}
+
+    async def update_task(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> Any:
+        self._task(ctx, "tasks/update", params.task_id).answer(params.input_responses)
+        return {}
+
+    async def cancel_task(self, ctx: ServerRequestContext[Any, Any], params: types.CancelTaskRequestParams) -> Any:
+        self.state.tasks.cancel(self._task(ctx, "tasks/cancel", params.task_id))
+        return {}
 
     async def _carried(self, view: AgentView, name: str, arguments: dict[str, Any], ctx: ServerRequestContext[Any, Any],
                        responses: Mapping[str, Any] | None,
@@ -464,6 +579,9 @@ class _Handlers:
             result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
             result["_meta"] = {SERVER_INFO_META_KEY: self.stamp}
             return result
+        if result["resultType"] == "task":  # a task (2026-07-28 only): its own shape, which the SDK leaves be
+            result["_meta"] = {SERVER_INFO_META_KEY: self.stamp}
+            return result
         if not _all_text(result["content"]):
             # Other content is shaped by the SDK for the connection's protocol version (toolcrib checked it already:
             # the pipeline refuses content that is not MCP's).
@@ -592,6 +710,10 @@ def build_server(state: ServingState, agent: str) -> Server[Any]:
             on_subscriptions_listen=h.listen,
         )
     h.server = server
+    server.extensions[TASKS] = {}
+    server.add_request_handler("tasks/get", types.GetTaskRequestParams, h.get_task)
+    server.add_request_handler("tasks/update", UpdateTaskParams, h.update_task)
+    server.add_request_handler("tasks/cancel", types.CancelTaskRequestParams, h.cancel_task)
     identity = server.server_info_stamp  # (the SDK's public copy, taken once)
     if all(type(value) is str for value in identity.values()):
         h.identity = identity

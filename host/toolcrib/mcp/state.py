@@ -34,6 +34,7 @@ from toolcrib.mcp.roundtrip import MemoryOnce, Once, StateSeal
 from toolcrib.mcp.sdk import connection_of
 from toolcrib.mcp.sessions import SUBSCRIPTIONS, LocalSessions, Sessions, shared_state
 from toolcrib.mcp.statekeys import state_keys
+from toolcrib.mcp.tasks import Tasks
 from toolcrib.observe import Metrics
 from toolcrib.supply.mcp.isolated import ENTRY_POINT as ISOLATED
 from toolcrib.uris import normalize
@@ -136,6 +137,7 @@ class ServingState:
         self.desk: Desk | None = None  # where operators answer approvals, when an operator endpoint is served
         self.serves: Collection[str] | None = None  # the agents a process serves (None: every agent of the config)
         self.feed: Any = None  # the operator console's live feed (toolcrib.mcp.console.Feed), when it is served
+        self.tasks = Tasks()  # the MCP tasks of every agent served (toolcrib.mcp.tasks)
 
     def open_feed(self, feed: Any) -> None:
         """Hand ``feed`` every decision of this host and of every host a reload brings (``Pipeline.watch``)."""

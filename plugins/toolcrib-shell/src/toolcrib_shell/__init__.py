@@ -260,7 +260,8 @@ def _command_text(command: str | list[str]) -> str:
     return command if isinstance(command, str) else shlex.join(command)
 
 
-@toolcrib.tool(annotations=RUNS, rule_subject="command", timeout=24 * 3600, is_available=confinable)
+@toolcrib.tool(annotations=RUNS, rule_subject="command", timeout=24 * 3600, is_available=confinable,
+                task="optional")
 async def exec(
     command: Command,
     ctx: Context,

@@ -56,7 +56,8 @@ def _limits(settings: Settings, verb: str, max_bytes: int | None = None) -> WebL
                      allowed_private_hosts=tuple(settings.allowed_private_hosts), verb=verb, user_agent=USER_AGENT)
 
 
-@toolcrib.tool(annotations={"destructiveHint": True, "openWorldHint": True}, rule_subject=("url", "path"))
+@toolcrib.tool(annotations={"destructiveHint": True, "openWorldHint": True}, rule_subject=("url", "path"),
+                task="optional")
 def download_file(
     url: Annotated[str, Field(max_length=8192, description="An http(s) URL")],
     path: Annotated[str, Field(max_length=4096, description="Destination, relative to the workspace root")],

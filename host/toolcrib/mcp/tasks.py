@@ -1,0 +1,228 @@
+"""Durable calls: MCP tasks (the ``io.modelcontextprotocol/tasks`` extension of 2026-07-28, SEP-2663).
+
+A tool that may run as a task (``@toolcrib.tool(task="optional")``, or ``[tools.X] task``) called by a client that
+declares the extension on its request answers at once with a task (``resultType: "task"``) while the same call
+goes on through the whole pipeline (rules, hooks, limits, audit) in the serving process. The client polls
+``tasks/get`` (the result is inlined there once the call ends), answers the questions the call asks
+(``inputRequests``: an approval, a form, a model turn) with ``tasks/update`` and stops it with ``tasks/cancel``.
+
+A task belongs to who made it: the agent and the principal of its request (the OAuth subject or the static token's
+variable; nobody over stdio). Anyone else asking of it gets what a task that does not exist gets. Ids are 192
+random bits. Each agent keeps at most ``[host] max_tasks`` tasks, each for ``[host] task_ttl`` seconds from its
+creation, then it is forgotten (a task still working then is cancelled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+log = logging.getLogger("toolcrib.serve")
+
+EXTENSION = "io.modelcontextprotocol/tasks"
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
+POLL_MS = 500  # the interval a client is told to poll at
+NOT_FOUND = "Failed to retrieve task: Task not found"  # a task that never was, is another's, or was forgotten
+_STOPPED = "stopped: its time to live ran out"
+
+
+def needs_tasks(what: str) -> MCPError:
+    """The error of a request only a client that declares the tasks extension may make (SEP-2575's missing
+    required client capability): ``what`` says which ("tool x__y runs only as a task", "tasks/get")."""
+    return MCPError(code=types.MISSING_REQUIRED_CLIENT_CAPABILITY,
+                    message=f"Missing required client capability: {what} needs the {EXTENSION} extension declared "
+                            "on the request",
+                    data={"requiredCapabilities": {"extensions": {EXTENSION: {}}}})
+
+
+def speaks_tasks(capabilities: types.ClientCapabilities | None) -> bool:
+    """Whether a request's client declared the tasks extension (on 2026-07-28, in the request's own envelope)."""
+    extensions = capabilities.extensions if capabilities is not None else None
+    return bool(extensions) and EXTENSION in extensions  # type: ignore[operator]
+
+
+class UpdateTaskParams(types.RequestParams):
+    """``tasks/update``'s params: the task and the answers to questions it asked, by the keys it gave them."""
+
+    task_id: str
+    input_responses: dict[str, Any]
+
+
+def _stamp(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(eq=False)
+class Task:
+    """One task: whose it is, where it stands, and what it ended with."""
+
+    id: str
+    agent: str
+    principal: str | None
+    tool: str
+    ttl: float  # seconds kept from creation
+    created: float = field(default_factory=lambda: time.time())
+    updated: float = 0.0
+    status: str = "working"
+    message: str | None = None
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    asked: dict[str, dict[str, Any]] = field(default_factory=dict)  # open questions, by key: their requests
+    answers: dict[str, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
+    runner: asyncio.Task[None] | None = None
+    _keys: int = 0
+
+    def __post_init__(self) -> None:
+        self.updated = self.created
+
+    def expired(self, now: float) -> bool:
+        return now >= self.created + self.ttl
+
+    def touch(self, status: str | None = None, message: str | None = None) -> None:
+        if status is not None:
+            self.status = status
+        if message is not None:
+            self.message = message
+        self.updated = time.time()
+
+    def wire(self) -> dict[str, Any]:
+        """The task as ``tasks/get`` shows it (SEP-2663's DetailedTask, without ``resultType``)."""
+        shown: dict[str, Any] = {
+            "taskId": self.id, "status": self.status, "createdAt": _stamp(self.created),
+            "lastUpdatedAt": _stamp(self.updated), "ttlMs": int(self.ttl * 1000), "pollIntervalMs": POLL_MS}
+        if self.message is not None:
+            shown["statusMessage"] = self.message
+        if self.status == "input_required":
+            shown["inputRequests"] = dict(self.asked)
+        elif self.status == "completed":
+            shown["result"] = self.result
+        elif self.status == "failed":
+            shown["error"] = self.error
+        return shown
+
+    async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Put a question to the client (``elicitation/create`` or ``sampling/createMessage``) and wait for its
+        answer, which a ``tasks/update`` brings; meanwhile the task is ``input_required``. Each question's key is
+        new for the task's whole life."""
+        self._keys += 1
+        key = f"{method.split('/')[0]}-{self._keys}"
+        answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.asked[key] = {"method": method, "params": params}
+        self.answers[key] = answer
+        self.touch("input_required")
+        try:
+            return await answer
+        finally:
+            self.asked.pop(key, None)
+            self.answers.pop(key, None)
+            if self.status == "input_required" and not self.asked:
+                self.touch("working")
+
+    def answer(self, responses: Mapping[str, Any]) -> None:
+        """Answers from a ``tasks/update``: each to the open question of its key. Answers to keys that are not
+        open (never asked, answered already) are ignored, as the spec says; an answer that is not one to its
+        question is refused, naming its key, and then none of them is taken."""
+        taken: list[tuple[asyncio.Future[dict[str, Any]], dict[str, Any]]] = []
+        for key, response in responses.items():
+            waiting = self.answers.get(key)
+            if waiting is None or waiting.done():
+                continue
+            method = self.asked[key]["method"]
+            model = types.ElicitResult if method == "elicitation/create" else types.CreateMessageResult
+            try:
+                valid = model.model_validate(response, by_name=False)
+            except ValidationError as exc:
+                problem = exc.errors()[0]
+                where = ".".join(str(part) for part in (key, *problem["loc"]))
+                raise MCPError(code=types.INVALID_PARAMS, message=f"inputResponses.{where}: {problem['msg']} (the "
+                                                                  f"answer to {method})") from None
+            taken.append((waiting, valid.model_dump(by_alias=True, mode="json", exclude_none=True)))
+        for waiting, answer in taken:
+            waiting.set_result(answer)
+
+
+class Tasks:
+    """The tasks of one serving process, of every agent it serves."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, Task] = {}
+
+    def count(self, agent: str) -> int:
+        self._forget_expired()
+        return sum(1 for task in self._tasks.values() if task.agent == agent)
+
+    def start(self, agent: str, principal: str | None, tool: str, ttl: float,
+              work: Callable[[Task], Awaitable[dict[str, Any]]]) -> Task:
+        """A new task, its work started on the running loop: ``work(task)`` returns the tool's result (wire)."""
+        task = Task(secrets.token_urlsafe(24), agent, principal, tool, ttl)
+        self._tasks[task.id] = task
+        task.runner = asyncio.get_running_loop().create_task(self._run(task, work), name=f"toolcrib task {tool}")
+        return task
+
+    async def _run(self, task: Task, work: Callable[[Task], Awaitable[dict[str, Any]]]) -> None:
+        try:
+            result = await work(task)
+        except asyncio.CancelledError:
+            if task.status not in TERMINAL:  # (a task ended as failed is stopped too: it stays failed)
+                task.touch("cancelled", task.message if task.message == _STOPPED else "cancelled by the client")
+            return  # the end of a task that was stopped: nothing above it waits for it
+        except MCPError as exc:
+            task.error = exc.error.model_dump(by_alias=True, mode="json", exclude_none=True)
+            task.touch("failed", exc.error.message)
+        except BaseException as exc:  # whatever a call raises, the task ends and says so; nothing else stops
+            log.error("agent %r, tool %s: its task failed (%s: %s)", task.agent, task.tool, type(exc).__name__, exc,
+                      exc_info=not isinstance(exc, Exception) or None)
+            task.error = {"code": types.INTERNAL_ERROR, "message": f"Internal error: {type(exc).__name__}"}
+            task.touch("failed", "the call failed inside toolcrib; the server's log says why")
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            task.result = result
+            task.touch("completed")
+        finally:
+            task.asked.clear()
+            task.answers.clear()
+
+    def find(self, agent: str, principal: str | None, task_id: str) -> Task:
+        """The task of that id if it is this agent's and this principal's and not expired; else the error a
+        task that does not exist gets."""
+        self._forget_expired()
+        task = self._tasks.get(task_id)
+        if task is None or task.agent != agent or task.principal != principal:
+            raise MCPError(code=types.INVALID_PARAMS, message=NOT_FOUND)
+        return task
+
+    def cancel(self, task: Task, message: str | None = None) -> None:
+        """Stop a task's work (nothing, if it has ended)."""
+        if task.status not in TERMINAL and task.runner is not None and not task.runner.done():
+            if message is not None:
+                task.message = message
+            task.runner.cancel()
+
+    def fail(self, task: Task, code: int, message: str, why: str) -> None:
+        """End a task that cannot go on (its tool is gone from the agent's view): failed, with the error."""
+        if task.status in TERMINAL:
+            return
+        runner, task.runner = task.runner, None
+        if runner is not None:
+            runner.cancel()
+        task.error = {"code": code, "message": message}
+        task.asked.clear()
+        task.touch("failed", why)
+
+    def _forget_expired(self) -> None:
+        now = time.time()
+        for task_id, task in list(self._tasks.items()):
+            if task.expired(now):
+                del self._tasks[task_id]
+                self.cancel(task, _STOPPED)

@@ -1,0 +1,502 @@
+"""MCP tasks (the io.modelcontextprotocol/tasks extension of 2026-07-28): calls that answer with a task the client
+polls, through the SDK's own Client: its extension mechanism (``ClientExtension`` with a claim on
+``resultType: "task"``) polls a task to its end, and its ``send_request`` sends tasks/get, tasks/update and
+tasks/cancel as any client would."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp import Client
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp.shared.exceptions import MCPError
+from pydantic import ConfigDict, TypeAdapter
+
+import toolcrib
+from conftest import make_host
+from packs import GATES, JOBS, RAN, Pack, greet, hold
+from serving import TOKENS, http_client, start_http
+from toolcrib.errors import ToolDeclarationError
+from toolcrib.mcp.adapter import build_server
+from toolcrib.mcp.state import ServingState
+from toolcrib.mcp.tasks import EXTENSION, NOT_FOUND
+
+CONFIG = """
+[agents.a.permissions]
+plugins = { allow = ["jobs"] }
+tools = { allow = ["*"] }
+ask = ["jobs__write"]
+[agents.b.permissions]
+plugins = { allow = ["jobs"] }
+tools = { allow = ["*"] }
+"""
+
+
+class Created(types.Result):
+    """The task a call answered with (SEP-2663's CreateTaskResult)."""
+
+    model_config = ConfigDict(extra="allow")
+    result_type: Literal["task"] = "task"
+    task_id: str
+    status: str
+
+
+Answer = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+class Tasks(ClientExtension):
+    """A client that speaks tasks: it polls each task to its end, answering its questions with ``answer``."""
+
+    identifier = EXTENSION
+
+    def __init__(self, answer: Answer | None = None, seen: list[dict[str, Any]] | None = None) -> None:
+        self.answer = answer
+        self.seen = seen if seen is not None else []
+
+    def claims(self) -> list[ResultClaim[Any]]:
+        return [ResultClaim(result_type="task", model=Created, resolve=self.resolve)]
+
+    async def resolve(self, created: Created, ctx: ClaimContext) -> types.CallToolResult:
+        while True:
+            task = await request(ctx.session, "tasks/get", taskId=created.task_id)
+            self.seen.append(task)
+            if task["status"] == "completed":
+                return types.CallToolResult.model_validate(task["result"], by_name=False)
+            if task["status"] in ("failed", "cancelled"):
+                raise RuntimeError(f"task {task['status']}: {task.get('error')}")
+            if task["status"] == "input_required":
+                assert self.answer is not None
+                answers = {key: await self.answer(key, asked) for key, asked in task["inputRequests"].items()}
+                assert await request(ctx.session, "tasks/update", taskId=created.task_id,
+                                     inputResponses=answers) == {"resultType": "complete", "_meta": task["_meta"]}
+            await anyio.sleep(0.01)
+
+
+class _Request(types.Request[dict[str, Any], str]):
+    method: str
+    params: dict[str, Any]
+
+
+async def request(session: Any, method: str, **params: Any) -> dict[str, Any]:
+    """Any request, as the SDK's session sends it (with the client's envelope on 2026-07-28)."""
+    result: dict[str, Any] = await session.send_request(_Request(method=method, params=params),
+                                                          TypeAdapter(dict[str, Any]))
+    return result
+
+
+def serving() -> ServingState:
+    RAN.clear()
+    return ServingState(make_host(CONFIG, {"jobs": JOBS}))
+
+
+async def _accept(key: str, asked: dict[str, Any]) -> dict[str, Any]:
+    return {"action": "accept", "content": {}}
+
+
+def test_a_client_that_speaks_tasks_gets_a_task_and_polls_it_to_its_result() -> None:
+    GATES["one"] = asyncio.Event()
+    seen: list[dict[str, Any]] = []
+
+    async def main() -> None:
+        async with Client(build_server(serving(), "a"), cache=None, extensions=[Tasks(seen=seen)]) as client:
+            async def release() -> None:
+                while not seen:
+                    await anyio.sleep(0.01)
+                GATES["one"].set()
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(release)
+                result = await client.call_tool("jobs__hold", {"label": "one"})
+            assert (result.is_error, result.content[0].text) == (False, "held one")  # type: ignore[union-attr]
+            # the tool that may not be a task answers at once, as ever
+            plain = await client.call_tool("jobs__greet", {"name": "Ada"})
+            assert plain.content[0].text == "Hello, Ada!"  # type: ignore[union-attr]
+
+    anyio.run(main)
+    assert seen[0]["status"] == "working" and seen[0]["statusMessage"] == "holding one"
+    assert seen[-1]["status"] == "completed"
+    assert seen[-1]["result"] == {"content": [{"type": "text", "text": "held one"}], "isError": False}
+    assert set(seen[-1]) == {"taskId", "status", "statusMessage", "createdAt", "lastUpdatedAt", "ttlMs",
+                             "pollIntervalMs", "result", "resultType", "_meta"}
+    assert (seen[-1]["ttlMs"], seen[-1]["pollIntervalMs"], seen[-1]["resultType"]) == (3_600_000, 500, "complete")
+    assert len(seen[-1]["taskId"]) == 32  # 24 random bytes
+
+
+def test_the_created_task_is_the_wire_shape_the_extension_defines() -> None:
+    GATES["shape"] = asyncio.Event()
+
+    async def main() -> None:
+        async with Client(build_server(serving(), "a"), cache=None, extensions=[Tasks()]) as client:
+            created = await client.session.call_tool("jobs__hold", {"label": "shape"}, allow_claimed=True)
+            assert isinstance(created, Created)
+            wire = created.model_dump(by_alias=True, exclude_none=True)
+            assert sorted(wire) == ["_meta", "createdAt", "lastUpdatedAt", "pollIntervalMs", "resultType", "status",
+                                    "taskId", "ttlMs"]
+            assert (wire["status"], wire["resultType"]) == ("working", "task")
+            got = await request(client.session, "tasks/get", taskId=created.task_id)  # at once: it exists
+            assert got["taskId"] == created.task_id
+            GATES["shape"].set()
+
+    anyio.run(main)
+
+
+def test_a_client_that_does_not_speak_tasks_gets_the_plain_call_and_a_required_one_the_missing_capability() -> None:
+    GATES["plain"] = asyncio.Event()
+    GATES["plain"].set()
+
+    async def main() -> None:
+        for mode in ("auto", "legacy"):
+            async with Client(build_server(serving(), "a"), mode=mode, cache=None) as client:
+                result = await client.call_tool("jobs__hold", {"label": "plain"})
+                assert result.content[0].text == "held plain"  # type: ignore[union-attr]
+                with pytest.raises(MCPError) as info:
+                    await client.call_tool("jobs__only", {"x": 1})
+                assert info.value.error.code == types.MISSING_REQUIRED_CLIENT_CAPABILITY == -32021
+                assert info.value.error.message == (
+                    "Missing required client capability: tool jobs__only runs only as an MCP task; it needs the "
+                    "io.modelcontextprotocol/tasks extension declared on the request")
+                assert info.value.error.data == {"requiredCapabilities": {"extensions": {EXTENSION: {}}}}
+        async with Client(build_server(serving(), "a"), cache=None) as client:
+            with pytest.raises(MCPError) as info:
+                await request(client.session, "tasks/get", taskId="x")
+            assert (info.value.error.code, info.value.error.message) == (-32021, (
+                "Missing required client capability: tasks/get needs the io.modelcontextprotocol/tasks extension "
+                "declared on the request"))
+        async with Client(build_server(serving(), "a"), cache=None, extensions=[Tasks()]) as client:
+            result = await client.call_tool("jobs__only", {"x": 2})
+            assert result.content[0].text == "only 2"  # type: ignore[union-attr]
+
+    anyio.run(main)
+
+
+def test_the_server_advertises_the_extension() -> None:
+    async def main() -> None:
+        async with Client(build_server(serving(), "a"), cache=None) as client:
+            assert client.server_capabilities.extensions == {EXTENSION: {}}  # type: ignore[union-attr]
+
+    anyio.run(main)
+
+
+def test_a_task_belongs_to_its_agent_and_another_gets_what_a_task_that_does_not_exist_gets() -> None:
+    GATES["mine"] = asyncio.Event()
+    s = serving()
+
+    async def main() -> None:
+        async with Client(build_server(s, "a"), cache=None, extensions=[Tasks()]) as mine, \
+                Client(build_server(s, "b"), cache=None, extensions=[Tasks()]) as other:
+            created = await mine.session.call_tool("jobs__hold", {"label": "mine"}, allow_claimed=True)
+            assert isinstance(created, Created)
+            for method, extra in (("tasks/get", {}), ("tasks/cancel", {}), ("tasks/update", {"inputResponses": {}})):
+                for task_id in (created.task_id, "no-such-task"):
+                    with pytest.raises(MCPError) as info:
+                        await request(other.session, method, taskId=task_id, **extra)
+                    assert (info.value.error.code, info.value.error.message) == (types.INVALID_PARAMS, NOT_FOUND)
+            assert (await request(mine.session, "tasks/get", taskId=created.task_id))["status"] == "working"
+            GATES["mine"].set()
+
+    anyio.run(main)
+
+
+def test_a_cancelled_task_stops_its_work_and_says_cancelled() -> None:
+    GATES["stop"] = asyncio.Event()  # never set: only a cancel ends it
+    s = serving()
+
+    async def main() -> None:
+        async with Client(build_server(s, "a"), cache=None, extensions=[Tasks()]) as client:
+            created = await client.session.call_tool("jobs__hold", {"label": "stop"}, allow_claimed=True)
+            assert isinstance(created, Created)
+            while "stop" not in RAN:
+                await anyio.sleep(0.01)
+            ack = await request(client.session, "tasks/cancel", taskId=created.task_id)
+            assert ack["resultType"] == "complete" and set(ack) == {"resultType", "_meta"}
+            got = await request(client.session, "tasks/get", taskId=created.task_id)
+            while got["status"] == "working":
+                await anyio.sleep(0.01)
+                got = await request(client.session, "tasks/get", taskId=created.task_id)
+            assert (got["status"], got["statusMessage"]) == ("cancelled", "cancelled by the client")
+            assert "result" not in got and "error" not in got
+            again = await request(client.session, "tasks/cancel", taskId=created.task_id)  # ended: the same ack
+            assert again["resultType"] == "complete"
+
+    anyio.run(main)
+
+
+def test_a_tool_error_completes_the_task_with_an_error_result() -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def main() -> None:
+        async with Client(build_server(serving(), "a"), cache=None, extensions=[Tasks(seen=seen)]) as client:
+            result = await client.call_tool("jobs__fails", {})
+            assert (result.is_error, result.content[0].text) == (True, "it did not work")  # type: ignore[union-attr]
+
+    anyio.run(main)
+    assert seen[-1]["status"] == "completed" and "error" not in seen[-1]
+
+
+def test_a_task_asks_its_questions_as_input_requests_and_goes_on_with_the_answers() -> None:
+    asked: list[tuple[str, dict[str, Any]]] = []
+
+    async def answer(key: str, request: dict[str, Any]) -> dict[str, Any]:
+        asked.append((key, request))
+        field = next(iter(request["params"]["requestedSchema"]["properties"]))
+        return {"action": "accept", "content": {field: "Ada" if field == "name" else "London"}}
+
+    async def main() -> None:
+        async with Client(build_server(serving(), "a"), cache=None, extensions=[Tasks(answer)],
+                          elicitation_callback=lambda c, p: _accept("", {})) as client:  # declares elicitation
+            result = await client.call_tool("jobs__ask", {})
+            assert result.content[0].text == "Ada of London (accept)"  # type: ignore[union-attr]
+
+    anyio.run(main)
+    assert asked == [
+        ("elicitation-1", {"method": "elicitation/create", "params": {
+            "mode": "form", "message": "Your name?",
+            "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}}}),
+        ("elicitation-2", {"method": "elicitation/create", "params": {
+            "mode": "form", "message": "Your town?",
+            "requestedSchema": {"type": "object", "properties": {"town": {"type": "string"}}}}})]
+
+
+def test_an_approval_is_a_question_of_the_task_and_a_decline_refuses_the_call() -> None:
+    async def decline(key: str, request: dict[str, Any]) -> dict[str, Any]:
+        return {"action": "decline"}
+
+    async def main() -> None:
+        for answer, expected in ((_accept, "wrote x"), (decline, (
+                "Permission denied: jobs__write needs approval (ask rule 'jobs__write'), and the user declined."))):
+            async with Client(build_server(serving(), "a"), cache=None, extensions=[Tasks(answer)],
+                              elicitation_callback=lambda c, p: _accept("", {})) as client:
+                result = await client.call_tool("jobs__write", {"text": "x"})
+                assert result.content[0].text == expected  # type: ignore[union-attr]
+
+    anyio.run(main)
+
+
+def test_an_answer_that_is_not_one_is_refused_naming_its_key_and_nothing_is_taken() -> None:
+    async def main() -> None:
+        async with Client(build_server(serving(), "a"), cache=None, extensions=[Tasks()],
+                          elicitation_callback=lambda c, p: _accept("", {})) as client:
+            created = await client.session.call_tool("jobs__ask", {}, allow_claimed=True)
+            assert isinstance(created, Created)
+            got = await request(client.session, "tasks/get", taskId=created.task_id)
+            while got["status"] != "input_required":
+                await anyio.sleep(0.01)
+                got = await request(client.session, "tasks/get", taskId=created.task_id)
+            assert list(got["inputRequests"]) == ["elicitation-1"]
+            with pytest.raises(MCPError) as info:
+                await request(client.session, "tasks/update", taskId=created.task_id,
+                              inputResponses={"elicitation-1": {"action": "maybe"}})
+            assert info.value.error.code == types.INVALID_PARAMS
+            assert info.value.error.message.startswith("inputResponses.elicitation-1.action: Input should be ")
+            # keys never asked are ignored; the question stays open
+            await request(client.session, "tasks/update", taskId=created.task_id,
+                          inputResponses={"nothing-asked": {"action": "accept"}})
+            got = await request(client.session, "tasks/get", taskId=created.task_id)
+            assert (got["status"], list(got["inputRequests"])) == ("input_required", ["elicitation-1"])
+            await request(client.session, "tasks/cancel", taskId=created.task_id)
+
+    anyio.run(main)
+
+
+def test_a_task_whose_tool_the_agent_no_longer_sees_fails_as_a_tool_that_does_not_exist() -> None:
+    GATES["gone"] = asyncio.Event()
+    s = serving()
+
+    async def main() -> None:
+        async with Client(build_server(s, "a"), cache=None, extensions=[Tasks()]) as client:
+            created = await client.session.call_tool("jobs__hold", {"label": "gone"}, allow_claimed=True)
+            assert isinstance(created, Created)
+            s.host = make_host(CONFIG.replace('tools = { allow = ["*"] }\nask',
+                                              'tools = { allow = ["jobs__greet"] }\nask'),
+                               {"jobs": JOBS})
+            got = await request(client.session, "tasks/get", taskId=created.task_id)
+            assert (got["status"], got["error"], got["statusMessage"]) == (
+                "failed", {"code": -32602, "message": "Unknown tool: jobs__hold"},
+                "its tool is no longer served to this agent")
+
+    anyio.run(main)
+
+
+def test_an_agent_at_its_task_bound_runs_calls_plainly_and_refuses_the_ones_that_need_a_task() -> None:
+    GATES["bound"] = asyncio.Event()
+    s = ServingState(make_host("[host]\nmax_tasks = 1\n" + CONFIG, {"jobs": JOBS}))
+
+    async def main() -> None:
+        async with Client(build_server(s, "a"), cache=None, extensions=[Tasks()]) as client:
+            created = await client.session.call_tool("jobs__hold", {"label": "bound"}, allow_claimed=True)
+            assert isinstance(created, Created)
+            GATES["bound"].set()
+            plain = await client.session.call_tool("jobs__hold", {"label": "bound"}, allow_claimed=True)
+            assert isinstance(plain, types.CallToolResult) and plain.content[0].text == "held bound"  # type: ignore[union-attr]
+            refused = await client.session.call_tool("jobs__only", {"x": 1}, allow_claimed=True)
+            assert isinstance(refused, types.CallToolResult) and refused.is_error
+            assert refused.content[0].text == (  # type: ignore[union-attr]
+                "Tool jobs__only runs only as an MCP task, and agent 'a' has 1 tasks kept, as many as [host] "
+                "max_tasks allows: call it again once one has been forgotten (3600 s after its creation).")
+
+    anyio.run(main)
+
+
+def test_task_support_is_declared_checked_and_curated() -> None:
+    assert (hold.__toolcrib_tool__.task, greet.__toolcrib_tool__.task) == ("optional", "forbidden")  # type: ignore[attr-defined]
+    with pytest.raises(ToolDeclarationError) as info:
+        toolcrib.tool(task="sometimes")(lambda: None.__class__)  # type: ignore[arg-type]
+    with pytest.raises(ToolDeclarationError) as info:
+        @toolcrib.tool(task="sometimes")  # type: ignore[arg-type]
+        def bad() -> str:
+            """Bad."""
+            return ""
+    assert str(info.value) == ("tool 'bad': task is one of 'forbidden', 'optional', 'required' (whether it runs as "
+                               "an MCP task: never, when the client can, or only so), not 'sometimes'")
+    host = make_host(CONFIG + '[tools.jobs__greet]\ntask = "required"\n', {"jobs": JOBS})
+    assert host.view("a").lookup("jobs__greet").tool.task == "required"  # type: ignore[union-attr]
+
+
+def test_a_task_holds_its_in_flight_place_until_it_ends_and_a_limit_ends_a_task_with_its_result() -> None:
+    GATES["place"] = asyncio.Event()
+    s = ServingState(make_host(CONFIG + "[agents.a.limits.tools.\"jobs__hold\"]\nin_flight = 1\n", {"jobs": JOBS}))
+
+    async def main() -> None:
+        async with Client(build_server(s, "a"), cache=None, extensions=[Tasks()]) as client:
+            first = await client.session.call_tool("jobs__hold", {"label": "place"}, allow_claimed=True)
+            assert isinstance(first, Created)
+            while "place" not in RAN:
+                await anyio.sleep(0.01)
+            plain = await Client(build_server(s, "a"), cache=None).__aenter__()
+            try:
+                limited = await plain.call_tool("jobs__hold", {"label": "place"})
+            finally:
+                await plain.__aexit__(None, None, None)
+            assert limited.is_error and limited.content[0].text == (  # type: ignore[union-attr]
+                "Rate limited: agent 'a' may make at most 1 calls of jobs__hold at once; try again when one of them "
+                "has finished.")
+            second = await client.session.call_tool("jobs__hold", {"label": "place"}, allow_claimed=True)
+            assert isinstance(second, Created)  # a task, whose call the limit refuses
+            got = await request(client.session, "tasks/get", taskId=second.task_id)
+            while got["status"] == "working":
+                await anyio.sleep(0.01)
+                got = await request(client.session, "tasks/get", taskId=second.task_id)
+            assert got["status"] == "completed" and got["result"]["isError"] is True
+            assert got["result"]["content"][0]["text"] == limited.content[0].text  # type: ignore[union-attr]
+            GATES["place"].set()
+
+    anyio.run(main)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def time(self) -> float:
+        return self.now
+
+
+def test_a_task_is_kept_for_its_ttl_then_stopped_and_forgotten_and_is_found_only_by_its_principal(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import toolcrib.mcp.tasks as tasks_module
+
+    clock = _Clock()
+    monkeypatch.setattr(tasks_module, "time", clock)
+
+    async def main() -> None:
+        store = tasks_module.Tasks()
+        stop = asyncio.Event()
+
+        async def work(task: tasks_module.Task) -> dict[str, Any]:
+            await stop.wait()
+            return {"content": [], "isError": False}
+
+        task = store.start("a", "alice", "jobs__hold", 60.0, work)
+        await asyncio.sleep(0)
+        assert store.find("a", "alice", task.id) is task and store.count("a") == 1
+        for agent, principal in (("a", "bob"), ("a", None), ("b", "alice")):
+            with pytest.raises(MCPError) as info:
+                store.find(agent, principal, task.id)
+            assert (info.value.error.code, info.value.error.message) == (types.INVALID_PARAMS, NOT_FOUND)
+        clock.now += 59.9
+        assert store.find("a", "alice", task.id).status == "working"
+        clock.now += 0.1
+        with pytest.raises(MCPError):
+            store.find("a", "alice", task.id)
+        await asyncio.sleep(0)
+        assert (task.status, task.message, store.count("a")) == ("cancelled", "stopped: its time to live ran out", 0)
+        assert task.runner is not None and task.runner.done()
+
+    asyncio.run(main())
+
+
+def test_the_writing_packs_example_runs_as_a_task() -> None:
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "docs" / "writing-packs.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "task=\"optional\"" in b)
+    scope: dict[str, Any] = {"toolcrib": toolcrib}
+    exec(block, scope)
+    s = ServingState(make_host(CONFIG.replace('["jobs"]', '["docs"]'), {"docs": Pack(scope["build"])}))
+    seen: list[dict[str, Any]] = []
+
+    async def main() -> None:
+        async with Client(build_server(s, "b"), cache=None, extensions=[Tasks(seen=seen)]) as client:
+            result = await client.call_tool("docs__build", {"target": "site"})
+            assert result.content[0].text == "built site"  # type: ignore[union-attr]
+
+    anyio.run(main)
+    assert seen[-1]["status"] == "completed" and seen[-1]["statusMessage"] == "building site"
+
+
+def test_the_first_party_packs_long_tools_may_run_as_tasks() -> None:
+    shell = pytest.importorskip("toolcrib_shell")
+    web = pytest.importorskip("toolcrib_web")
+    assert (shell.exec.__toolcrib_tool__.task, web.download_file.__toolcrib_tool__.task) == ("optional", "optional")
+    assert (shell.sleep.__toolcrib_tool__.task, web.fetch.__toolcrib_tool__.task) == ("forbidden", "forbidden")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags", [(), ("--stateless",)])
+def test_over_http_a_task_outlives_its_request_and_asks_through_later_ones(tmp_path: Path,
+                                                                            flags: tuple[str, ...]) -> None:
+    """`toolcrib serve --http` (and --stateless): the call that made the task has been answered; the task asks its
+    question in a tasks/get, takes the answer from a tasks/update, and its result is there at the next tasks/get,
+    each a request of its own; a new connection of the same agent and token finds the task by its id."""
+    config = tmp_path / "toolcrib.toml"
+    config.write_text('[agents.a]\ntoken_env = "TOK_READER"\n' + CONFIG.split("[agents.b.permissions]")[0])
+    proc, base, _ = start_http(config, *flags, env={"TOOLCRIB_PLUGINS": "jobs=packs:JOBS"}, said=None)
+    asked: list[str] = []
+
+    async def answer(key: str, request: dict[str, Any]) -> dict[str, Any]:
+        asked.append(key)
+        return {"action": "accept", "content": {"name": "Ada", "town": "Paris"}}
+
+    async def main() -> None:
+        http, client = await http_client(f"{base}/agents/a/mcp", TOKENS["TOK_READER"], extensions=[Tasks(answer)],
+                                         elicitation_callback=lambda c, p: _accept("", {}))
+        async with http, client:
+            result = await client.call_tool("jobs__ask", {})
+            assert result.content[0].text == "Ada of Paris (accept)"  # type: ignore[union-attr]
+        http, other = await http_client(f"{base}/agents/a/mcp", TOKENS["TOK_READER"], extensions=[Tasks()],
+                                        elicitation_callback=lambda c, p: _accept("", {}))
+        async with http, other:
+            created = await other.session.call_tool("jobs__ask", {}, allow_claimed=True)
+            assert isinstance(created, Created)
+        http, later = await http_client(f"{base}/agents/a/mcp", TOKENS["TOK_READER"], extensions=[Tasks()])
+        async with http, later:
+            got = await request(later.session, "tasks/get", taskId=created.task_id)
+            while got["status"] == "working":
+                await anyio.sleep(0.01)
+                got = await request(later.session, "tasks/get", taskId=created.task_id)
+            assert (got["status"], list(got["inputRequests"])) == ("input_required", ["elicitation-1"])
+            await request(later.session, "tasks/cancel", taskId=created.task_id)
+
+    try:
+        anyio.run(main)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    assert asked == ["elicitation-1", "elicitation-2"]
