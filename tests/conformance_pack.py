@@ -216,6 +216,61 @@ def test_prompt_with_image() -> list[Message]:
     return [Message("user", Image(PNG, "image/png")), Message("user", "Please analyze the image above.")]
 
 
+# -- the fixtures of the suite's tasks scenarios (io.modelcontextprotocol/tasks, SEP-2663; 0.2.x) --------------
+
+
+@toolcrib.tool(name="greet")
+def greet(name: str) -> str:
+    """Greet someone (never a task)."""
+    return f"Hello, {name}!"
+
+
+@toolcrib.tool(task="optional")
+async def slow_compute(seconds: Annotated[float, Field(ge=0)], label: str = "") -> str:
+    """Compute for a while: sleep the given seconds, then answer."""
+    await asyncio.sleep(seconds)
+    return f"computed {label} after {seconds:g} s"
+
+
+@toolcrib.tool(task="required")
+async def failing_job() -> str:
+    """A job that fails as a tool, after about a second (runs only as a task)."""
+    await asyncio.sleep(1)
+    raise ToolError("the job failed")
+
+
+@toolcrib.tool(task="optional")
+async def protocol_error_job() -> str:
+    """Meant to fail at the protocol level; a toolcrib pack cannot (every failure of a handler is an error result)."""
+    raise ToolError("a pack's failure is a tool's error result, never a protocol error")
+
+
+@toolcrib.tool(task="optional")
+async def confirm_delete(filename: str, ctx: Context) -> str:
+    """Ask before deleting a file."""
+    answer = await ctx.elicit(f"Delete {filename}?", {"type": "object", "properties": {
+        "confirm": {"type": "boolean"}}})
+    return f"{filename}: {answer.action}"
+
+
+@toolcrib.tool(task="optional")
+async def multi_input(ctx: Context) -> str:
+    """Ask two questions at once."""
+    first, second = await asyncio.gather(
+        ctx.elicit("First?", {"type": "object", "properties": {"a": {"type": "string"}}}),
+        ctx.elicit("Second?", {"type": "object", "properties": {"b": {"type": "string"}}}))
+    return f"{first.action} and {second.action}"
+
+
+class TasksPack:
+    @toolcrib.hookimpl
+    def toolcrib_tools(self) -> list[Any]:
+        return [greet, slow_compute, failing_job, protocol_error_job, confirm_delete, multi_input]
+
+
+TASKS = TasksPack()
+
+
 class ConformancePack:
     @toolcrib.hookimpl
     def toolcrib_tools(self) -> list[Any]:
@@ -253,4 +308,14 @@ resources = { allow = ["*"] }
 prompts = { allow = ["*"] }
 
 [agents.silent]
+"""
+
+
+TASKS_CONFIG = """
+[agents.judge]
+token_env = "TOK_JUDGE"
+bare_names = true
+[agents.judge.permissions]
+plugins = { allow = ["tasks"] }
+tools = { allow = ["*"] }
 """

@@ -175,7 +175,10 @@ NPM_CACHE = Path(__file__).parent / ".npm"
 # Everything the tests take from the npm registry but the Inspector, pinned, installed by one npm run: Node 22 (the
 # conformance suite's runtime), the official conformance suite, two reference MCP servers, and ReadMe's public OpenAPI
 # documents (the OpenAPI source's tests and its conformance table).
+# conformance-next is the suite's 0.2 line (a pre-release), installed beside 0.1 under an npm alias, for the scenarios
+# only it has (the tasks extension's).
 NPM_PACKAGES = ["node@22.23.3", "@modelcontextprotocol/conformance@0.1.16",
+                "conformance-next@npm:@modelcontextprotocol/conformance@0.2.0-alpha.12",
                 "@modelcontextprotocol/server-everything@2026.8.31",
                 "@modelcontextprotocol/server-filesystem@2026.8.31", "@readme/oas-examples@8.2.2"]
 
@@ -185,6 +188,7 @@ def npm_packages() -> Path:
     the registry is not there)."""
     modules = NPM_CACHE / "node_modules"
     wanted = [modules / "node" / "bin" / "node", modules / "@modelcontextprotocol" / "conformance" / "dist",
+              modules / "conformance-next" / "dist",
               modules / "@modelcontextprotocol" / "server-everything" / "dist",
               modules / "@modelcontextprotocol" / "server-filesystem" / "dist",
               modules / "@readme" / "oas-examples" / "3.1" / "yaml"]

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from conformance_pack import CONFIG, TOKEN
+from conformance_pack import CONFIG, TASKS_CONFIG, TOKEN
 from conftest import npm_packages
 from serving import start_http
 
@@ -246,3 +246,48 @@ def test_every_server_scenario_of_the_official_suite_passes(suite: tuple[Path, P
     assert polling == {"server-sse-priming-event": "SUCCESS", "server-sse-retry-field": "SUCCESS",
                        "server-sse-disconnect-resume": "SUCCESS"}
     assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+# The tasks extension's scenarios (conformance 0.2's; the suite itself lists them as pending). Where toolcrib parts
+# from the suite's fixture, and why:
+# - protocol_error_job is to fail at the protocol level, and a toolcrib pack cannot: whatever a handler raises is the
+#   tool's error result, so its task ends "completed" with isError (toolcrib fails a task only when its call cannot
+#   run: its tool gone from the agent's view after a reload).
+# - test_tool_with_task is to ask its question by MRTR before it makes a task; toolcrib makes the task at once and
+#   asks through the task's inputRequests (SEP-2663 allows both; it does not serve that fixture).
+# The status notifications scenario is skipped by the suite itself (its harness awaits a rewrite).
+TASK_SCENARIOS = ["tasks-lifecycle", "tasks-capability-negotiation", "tasks-wire-fields",
+                  "tasks-request-state-removal", "tasks-mrtr-input", "tasks-request-headers",
+                  "tasks-dispatch-and-envelope", "tasks-status-notifications", "tasks-required-task-error",
+                  "tasks-mrtr-composition"]
+PARTED = {"tasks-lifecycle": ["sep-2663-tasks-get-status-failed"],
+          "tasks-mrtr-composition": ["sep-2663-mrtr-synchronous-before-task-creation"]}
+
+
+def test_the_tasks_scenarios_of_the_suite_pass_but_where_toolcrib_parts_from_its_fixtures(tmp_path: Path) -> None:
+    modules = npm_packages()
+    node, script = modules / "node" / "bin" / "node", modules / "conformance-next" / "dist" / "index.js"
+    config = tmp_path / "toolcrib.toml"
+    config.write_text(TASKS_CONFIG)
+    proc, base, log = start_http(config, env={"TOOLCRIB_PLUGINS": "tasks=conformance_pack:TASKS", "TOK_JUDGE": TOKEN},
+                                 said=None)
+    relay = TokenRelay(("127.0.0.1", int(base.rsplit(":", 1)[1])), TOKEN)
+    out = tmp_path / "results"
+    try:
+        for scenario in TASK_SCENARIOS:
+            subprocess.run([str(node), str(script), "server", "--url", f"http://127.0.0.1:{relay.port}/agents/judge/mcp",
+                            "--scenario", scenario, "-o", str(out)], capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "NO_COLOR": "1"})
+    finally:
+        relay.close()
+        proc.terminate()
+        proc.wait(timeout=20)
+    checks: dict[str, list[dict]] = {}  # type: ignore[type-arg]
+    for path in sorted(out.rglob("checks.json")):
+        checks[re.sub(r"^server-|-\d{4}-\d\d-\d\dT[\d-]+Z$", "", path.parent.name)] = json.loads(path.read_text())
+    assert sorted(checks) == sorted(TASK_SCENARIOS), log.read_text()[-3000:]
+    failures = {scenario: sorted(c["id"] for c in found if c["status"] not in ("SUCCESS", "SKIPPED"))
+                for scenario, found in checks.items()}
+    assert {k: v for k, v in failures.items() if v} == PARTED, log.read_text()[-3000:]
+    assert [c["status"] for c in checks["tasks-status-notifications"]] == ["SKIPPED"]
+    assert sum(c["status"] == "SUCCESS" for found in checks.values() for c in found) >= 40

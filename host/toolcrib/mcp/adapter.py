@@ -21,6 +21,7 @@ from typing import Any
 import mcp_types as types
 from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 from mcp_types import SERVER_INFO_META_KEY
 from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -386,9 +387,16 @@ class _Handlers:
         return {**task.wire(), "resultType": "task"}
 
     def _task(self, ctx: ServerRequestContext[Any, Any], method: str, task_id: str) -> Task:
-        """The task a tasks/* request names, if it is this agent's and this principal's."""
+        """The task a tasks/* request names, if it is this agent's and this principal's. Over HTTP, an
+        ``Mcp-Name`` header (which routes the request to the replica holding the task) must name the same task
+        (SEP-2663 and SEP-2243: ``-32020``); one that is absent is tolerated, as the SDK's clients send none."""
         if not speaks_tasks(ctx.session.client_capabilities):
             raise needs_tasks(method)
+        headers = getattr(ctx.request, "headers", None)
+        named = headers.get(MCP_NAME_HEADER) if headers is not None else None
+        if named is not None and decode_header_value(named.strip()) != task_id:
+            raise MCPError(code=types.HEADER_MISMATCH,
+                           message="Mcp-Name header does not match the request body's 'taskId' parameter")
         return self.state.tasks.find(self.agent, _principal(ctx), task_id)
 
     async def get_task(self, ctx: ServerRequestContext[Any, Any], params: types.GetTaskRequestParams) -> Any:
