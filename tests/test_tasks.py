@@ -500,3 +500,31 @@ def test_over_http_a_task_outlives_its_request_and_asks_through_later_ones(tmp_p
         proc.terminate()
         proc.wait(timeout=20)
     assert asked == ["elicitation-1", "elicitation-2"]
+
+
+def test_a_call_held_for_an_operator_is_a_task_that_says_so_until_the_operator_answers() -> None:
+    from toolcrib.approvals import Desk
+
+    s = ServingState(make_host('[operator]\ntoken_env = "TOK_OP"\n' + CONFIG.replace(
+        '[agents.a.permissions]', '[agents.a]\napprovals = "operator"\n[agents.a.permissions]'), {"jobs": JOBS}))
+    desk = Desk()
+    s.open_desk(desk)
+
+    async def main() -> None:
+        async with Client(build_server(s, "a"), cache=None, extensions=[Tasks()]) as client:
+            created = await client.session.call_tool("jobs__write", {"text": "x"}, allow_claimed=True)
+            assert isinstance(created, Created)
+            while not await desk.pending():
+                await anyio.sleep(0.01)
+            got = await request(client.session, "tasks/get", taskId=created.task_id)
+            assert (got["status"], got["statusMessage"]) == (
+                "working", "waiting for an operator's approval (ask rule 'jobs__write')")
+            pending = (await desk.pending())[0]
+            assert await desk.answer(pending.id, True, pending.digest, "the operator") == "approved"
+            while got["status"] == "working":
+                await anyio.sleep(0.01)
+                got = await request(client.session, "tasks/get", taskId=created.task_id)
+            assert (got["status"], got["result"]["content"][0]["text"]) == ("completed", "wrote x")
+            assert "statusMessage" not in got
+
+    anyio.run(main)

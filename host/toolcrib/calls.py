@@ -436,6 +436,9 @@ class Pipeline:
         timeout = view.rules.config.approval_timeout
         if not call.id:  # the operator is shown it, and the audit record then has it too
             call.id = f"call_{self._id_prefix}{next(self._ids):x}"
+        held = getattr(call.channel, "held", None)  # a front end that tells its client where the call stands
+        if held is not None:
+            held(f"waiting for an operator's approval ({why})")
         try:
             approved, by = await desk.ask(view.agent, call.identity, vt.name, arguments, why, call.id, self.version,
                                           timeout)
@@ -445,6 +448,9 @@ class Pipeline:
         except DeskFull:
             return False, (f"Permission denied: {need}, and agent {view.agent!r} already has {MAX_PENDING} calls "
                            "waiting for an operator; try again when they are answered.")
+        finally:
+            if held is not None:
+                held(None)
         if approved is None:
             return False, f"Permission denied: {need}, and no operator answered within {timeout:g} s."
         if approved:

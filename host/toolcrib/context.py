@@ -66,6 +66,9 @@ class ClientChannel(Protocol):
     Sub-agents run on it; ``Context.sample`` reaches it. And ``async def remember(kind, compute)``, for a front end
     that makes one call several times (``Context.remember``).
 
+    And ``held(message: str | None)``: told when the call starts waiting for an operator's approval (the message
+    says so) and when it stops (None), for a front end whose client asks where a call stands (an MCP task).
+
     A front end that runs a call for an agent whose view it does not have (an isolated pack's process, which runs
     its calls in a view of its own: ``toolcrib.supply.mcp.pack_calls``) names that agent in ``calling_agent`` and
     answers ``permits(dimension, name) -> bool`` for it.

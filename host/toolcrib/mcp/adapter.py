@@ -215,6 +215,11 @@ class _TaskChannel:
     async def remember(self, kind: str, compute: Any) -> Any:
         return await compute()  # a task's call runs once, whole
 
+    def held(self, message: str | None) -> None:
+        """The call waits for an operator's approval (``message`` says so), or no longer (None)."""
+        self.task.message = message
+        self.task.touch()
+
     def approver(self) -> Any:
         """Approvals asked of the client's user, as questions of the task (None: the client cannot be asked)."""
         if self.capabilities is None or self.capabilities.elicitation is None:
