@@ -40,6 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import anyio  # noqa: E402
+import bench_tasks  # noqa: E402
 import peers  # noqa: E402
 from mcp import Client, StdioServerParameters  # noqa: E402
 from turns import TURN, medians_in_turns  # noqa: E402
@@ -770,6 +771,11 @@ async def operations(args: argparse.Namespace) -> list[Row]:
     MEASURED["ops traces"] = result["traces"] / result["plain"]
     rows.append(["call with spans (an OpenTelemetry SDK, no exporter)", fmt(result["traces"]), fmt(result["plain"]),
                  ratio(result["traces"], result["plain"])])
+    tasks = await bench_tasks.overhead(calls, args.rounds)
+    MEASURED["ops task"] = tasks["task"] / tasks["plain"]
+    rows.append(["call as an MCP task: the tools/call that makes it, then tasks/get until it is completed "
+                 "(`benchmarks/bench_tasks.py`)", fmt(tasks["task"]), fmt(tasks["plain"]),
+                 ratio(tasks["task"], tasks["plain"])])
     return rows
 
 

@@ -30,6 +30,8 @@ def test_the_harness_runs_in_quick_mode(tmp_path) -> None:  # type: ignore[no-un
                 "| 1000 tools, 2025-11-25: the server process's peak memory, after that list and call | ",
                 "| 1000 tools: building the server, then its first tools/list (one process) |",
                 "| call with an audit log |", "| call with a command hook that matches no call |",
+                "| call as an MCP task: the tools/call that makes it, then tasks/get until it is completed "
+                "(`benchmarks/bench_tasks.py`) |",
                 "| toolcrib tools --json, 20 packs of 10 tools |",
                 "| 100 concurrent 100 ms calls, sync (default: 128 worker threads) |",
                 "| MCP call in memory, 2025-11-25, vs the low-level server | <= 0.90x | ",

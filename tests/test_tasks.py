@@ -427,6 +427,16 @@ def test_a_task_is_kept_for_its_ttl_then_stopped_and_forgotten_and_is_found_only
         await asyncio.sleep(0)
         assert (task.status, task.message, store.count("a")) == ("cancelled", "stopped: its time to live ran out", 0)
         assert task.runner is not None and task.runner.done()
+        # a task kept for less time than an older one is forgotten when asked for, and counted no more
+        older = store.start("a", None, "jobs__hold", 60.0, work)
+        younger = store.start("a", None, "jobs__hold", 10.0, work)
+        assert store.count("a") == 2
+        clock.now += 10
+        assert store.count("a") == 2  # the oldest has time left: the sweep stops there
+        with pytest.raises(MCPError):
+            store.find("a", None, younger.id)
+        assert store.count("a") == 1 and store.find("a", None, older.id) is older
+        stop.set()
 
     asyncio.run(main())
 

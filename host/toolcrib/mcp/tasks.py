@@ -18,6 +18,7 @@ import asyncio
 import logging
 import secrets
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -155,17 +156,19 @@ class Tasks:
     """The tasks of one serving process, of every agent it serves."""
 
     def __init__(self) -> None:
-        self._tasks: dict[str, Task] = {}
+        self._tasks: dict[str, Task] = {}  # oldest first
+        self._counts: Counter[str] = Counter()  # per agent
 
     def count(self, agent: str) -> int:
         self._forget_expired()
-        return sum(1 for task in self._tasks.values() if task.agent == agent)
+        return self._counts[agent]
 
     def start(self, agent: str, principal: str | None, tool: str, ttl: float,
               work: Callable[[Task], Awaitable[dict[str, Any]]]) -> Task:
         """A new task, its work started on the running loop: ``work(task)`` returns the tool's result (wire)."""
         task = Task(secrets.token_urlsafe(24), agent, principal, tool, ttl)
         self._tasks[task.id] = task
+        self._counts[agent] += 1
         task.runner = asyncio.get_running_loop().create_task(self._run(task, work), name=f"toolcrib task {tool}")
         return task
 
@@ -198,6 +201,9 @@ class Tasks:
         task that does not exist gets."""
         self._forget_expired()
         task = self._tasks.get(task_id)
+        if task is not None and task.expired(time.time()):  # (one kept for less time than an older one)
+            self._forget(task)
+            task = None
         if task is None or task.agent != agent or task.principal != principal:
             raise MCPError(code=types.INVALID_PARAMS, message=NOT_FOUND)
         return task
@@ -221,8 +227,16 @@ class Tasks:
         task.touch("failed", why)
 
     def _forget_expired(self) -> None:
+        """Forget the tasks whose time to live has run out, oldest first, up to the first that has not (a task
+        kept for less time than an older one is forgotten when it is asked for)."""
         now = time.time()
-        for task_id, task in list(self._tasks.items()):
-            if task.expired(now):
-                del self._tasks[task_id]
-                self.cancel(task, _STOPPED)
+        while self._tasks:
+            oldest = next(iter(self._tasks.values()))
+            if not oldest.expired(now):
+                return
+            self._forget(oldest)
+
+    def _forget(self, task: Task) -> None:
+        del self._tasks[task.id]
+        self._counts[task.agent] -= 1
+        self.cancel(task, _STOPPED)
