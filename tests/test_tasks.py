@@ -412,30 +412,32 @@ def test_a_task_is_kept_for_its_ttl_then_stopped_and_forgotten_and_is_found_only
             await stop.wait()
             return {"content": [], "isError": False}
 
-        task = store.start("a", "alice", "jobs__hold", 60.0, work)
+        task = await store.start("a", "alice", "jobs__hold", 60.0, 100, work)
+        assert task is not None
         await asyncio.sleep(0)
-        assert store.find("a", "alice", task.id) is task and store.count("a") == 1
+        assert await store.find("a", "alice", task.id) is task and store.count("a") == 1
         for agent, principal in (("a", "bob"), ("a", None), ("b", "alice")):
             with pytest.raises(MCPError) as info:
-                store.find(agent, principal, task.id)
+                await store.find(agent, principal, task.id)
             assert (info.value.error.code, info.value.error.message) == (types.INVALID_PARAMS, NOT_FOUND)
         clock.now += 59.9
-        assert store.find("a", "alice", task.id).status == "working"
+        assert (await store.find("a", "alice", task.id)).status == "working"
         clock.now += 0.1
         with pytest.raises(MCPError):
-            store.find("a", "alice", task.id)
+            await store.find("a", "alice", task.id)
         await asyncio.sleep(0)
         assert (task.status, task.message, store.count("a")) == ("cancelled", "stopped: its time to live ran out", 0)
         assert task.runner is not None and task.runner.done()
         # a task kept for less time than an older one is forgotten when asked for, and counted no more
-        older = store.start("a", None, "jobs__hold", 60.0, work)
-        younger = store.start("a", None, "jobs__hold", 10.0, work)
+        older = await store.start("a", None, "jobs__hold", 60.0, 100, work)
+        younger = await store.start("a", None, "jobs__hold", 10.0, 100, work)
+        assert older is not None and younger is not None
         assert store.count("a") == 2
         clock.now += 10
         assert store.count("a") == 2  # the oldest has time left: the sweep stops there
         with pytest.raises(MCPError):
-            store.find("a", None, younger.id)
-        assert store.count("a") == 1 and store.find("a", None, older.id) is older
+            await store.find("a", None, younger.id)
+        assert store.count("a") == 1 and await store.find("a", None, older.id) is older
         stop.set()
 
     asyncio.run(main())

@@ -323,7 +323,7 @@ class _Handlers:
         vt = view.lookup(name)
         if vt is not None and vt.tool.task != "forbidden" and not (request_state or responses):
             if modern and speaks_tasks(ctx.session.client_capabilities):
-                created = self._start_task(ctx, view, name, arguments, vt.tool.task == "required")
+                created = await self._start_task(ctx, view, name, arguments, vt.tool.task == "required")
                 if created is not None:
                     return created
             elif vt.tool.task == "required":
@@ -364,19 +364,12 @@ class _Handlers:
         wire["resultType"] = "complete"
         return wire
 
-    def _start_task(self, ctx: ServerRequestContext[Any, Any], view: AgentView, name: str,
-                    arguments: dict[str, Any], required: bool) -> dict[str, Any] | None:
+    async def _start_task(self, ctx: ServerRequestContext[Any, Any], view: AgentView, name: str,
+                          arguments: dict[str, Any], required: bool) -> dict[str, Any] | None:
         """Start the call as a task and answer with it (``resultType: "task"``); None when the agent has as many
         tasks as ``[host] max_tasks`` allows (the call then runs as a plain one), or the result that refuses a
         call that runs only as a task."""
         config = self.state.host.loaded.config.host
-        tasks = self.state.tasks
-        if tasks.count(self.agent) >= config.max_tasks:
-            if not required:
-                return None
-            return _ended(f"Tool {name} runs only as an MCP task, and agent {self.agent!r} has {config.max_tasks} "
-                          f"tasks kept, as many as [host] max_tasks allows: call it again once one has been "
-                          f"forgotten ({config.task_ttl:g} s after its creation).")
         capabilities = ctx.session.client_capabilities
         identity = identity_of_request(ctx)
 
@@ -388,10 +381,17 @@ class _Handlers:
                 raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
             return result.to_wire()
 
-        task = tasks.start(self.agent, _principal(ctx), name, config.task_ttl, work)
-        return {**task.wire(), "resultType": "task"}
+        task = await self.state.tasks.start(self.agent, _principal(ctx), name, config.task_ttl, config.max_tasks,
+                                            work)
+        if task is not None:
+            return {**task.wire(), "resultType": "task"}
+        if not required:
+            return None
+        return _ended(f"Tool {name} runs only as an MCP task, and agent {self.agent!r} has {config.max_tasks} "
+                      f"tasks kept, as many as [host] max_tasks allows: call it again once one has been "
+                      f"forgotten ({config.task_ttl:g} s after its creation).")
 
-    def _task(self, ctx: ServerRequestContext[Any, Any], method: str, task_id: str) -> Task:
+    async def _task(self, ctx: ServerRequestContext[Any, Any], method: str, task_id: str) -> Task:
         """The task a tasks/* request names, if it is this agent's and this principal's. Over HTTP, an
         ``Mcp-Name`` header (which routes the request to the replica holding the task) must name the same task
         (SEP-2663 and SEP-2243: ``-32020``); one that is absent is tolerated, as the SDK's clients send none."""
@@ -402,21 +402,22 @@ class _Handlers:
         if named is not None and decode_header_value(named.strip()) != task_id:
             raise MCPError(code=types.HEADER_MISMATCH,
                            message="Mcp-Name header does not match the request body's 'taskId' parameter")
-        return self.state.tasks.find(self.agent, _principal(ctx), task_id)
+        return await self.state.tasks.find(self.agent, _principal(ctx), task_id)
 
     async def get_task(self, ctx: ServerRequestContext[Any, Any], params: types.GetTaskRequestParams) -> Any:
-        task = self._task(ctx, "tasks/get", params.task_id)
+        task = await self._task(ctx, "tasks/get", params.task_id)
         if task.status not in TERMINAL and self.view_of(ctx).lookup(task.tool) is None:
-            self.state.tasks.fail(task, types.INVALID_PARAMS, str(UnknownToolError(task.tool)),
-                                  "its tool is no longer served to this agent")
+            await self.state.tasks.fail(task, types.INVALID_PARAMS, str(UnknownToolError(task.tool)),
+                                        "its tool is no longer served to this agent")
         return {**task.wire(), "resultType": "complete"}
 
     async def update_task(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> Any:
-        self._task(ctx, "tasks/update", params.task_id).answer(params.input_responses)
+        task = await self._task(ctx, "tasks/update", params.task_id)
+        await self.state.tasks.answer(task, params.input_responses)
         return {}
 
     async def cancel_task(self, ctx: ServerRequestContext[Any, Any], params: types.CancelTaskRequestParams) -> Any:
-        self.state.tasks.cancel(self._task(ctx, "tasks/cancel", params.task_id))
+        await self.state.tasks.cancel(await self._task(ctx, "tasks/cancel", params.task_id))
         return {}
 
     async def _carried(self, view: AgentView, name: str, arguments: dict[str, Any], ctx: ServerRequestContext[Any, Any],

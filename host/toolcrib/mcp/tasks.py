@@ -65,7 +65,8 @@ def _stamp(at: float) -> str:
 
 @dataclass(eq=False)
 class Task:
-    """One task: whose it is, where it stands, and what it ended with."""
+    """One task: whose it is, where it stands, and what it ended with. ``changed`` hears every change (a store
+    that keeps tasks elsewhere writes them there)."""
 
     id: str
     agent: str
@@ -80,11 +81,12 @@ class Task:
     error: dict[str, Any] | None = None
     asked: dict[str, dict[str, Any]] = field(default_factory=dict)  # open questions, by key: their requests
     answers: dict[str, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
-    runner: asyncio.Task[None] | None = None
+    runner: asyncio.Task[None] | None = None  # its work, on the replica that runs it (None elsewhere)
+    changed: Callable[[Task], None] | None = None
     _keys: int = 0
 
     def __post_init__(self) -> None:
-        self.updated = self.created
+        self.updated = self.updated or self.created
 
     def expired(self, now: float) -> bool:
         return now >= self.created + self.ttl
@@ -95,6 +97,8 @@ class Task:
         if message is not None:
             self.message = message
         self.updated = time.time()
+        if self.changed is not None:
+            self.changed(self)
 
     def wire(self) -> dict[str, Any]:
         """The task as ``tasks/get`` shows it (SEP-2663's DetailedTask, without ``resultType``)."""
@@ -110,6 +114,18 @@ class Task:
         elif self.status == "failed":
             shown["error"] = self.error
         return shown
+
+    def record(self) -> dict[str, Any]:
+        """What a store keeps of it (its work and waiting answers stay where it runs)."""
+        return {"id": self.id, "agent": self.agent, "principal": self.principal, "tool": self.tool, "ttl": self.ttl,
+                "created": self.created, "updated": self.updated, "status": self.status, "message": self.message,
+                "result": self.result, "error": self.error, "asked": self.asked}
+
+    @classmethod
+    def of_record(cls, record: Mapping[str, Any]) -> Task:
+        return cls(record["id"], record["agent"], record["principal"], record["tool"], record["ttl"],
+                   record["created"], record["updated"], record["status"], record["message"], record["result"],
+                   record["error"], dict(record["asked"]))
 
     async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """Put a question to the client (``elicitation/create`` or ``sampling/createMessage``) and wait for its
@@ -129,31 +145,40 @@ class Task:
             if self.status == "input_required" and not self.asked:
                 self.touch("working")
 
-    def answer(self, responses: Mapping[str, Any]) -> None:
-        """Answers from a ``tasks/update``: each to the open question of its key. Answers to keys that are not
-        open (never asked, answered already) are ignored, as the spec says; an answer that is not one to its
-        question is refused, naming its key, and then none of them is taken."""
-        taken: list[tuple[asyncio.Future[dict[str, Any]], dict[str, Any]]] = []
+    def checked(self, responses: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """Answers from a ``tasks/update``, each checked as an answer to the open question of its key. Answers to
+        keys that are not open (never asked, answered already) are left out, as the spec says; an answer that is
+        not one to its question is refused, naming its key (then none of them is taken)."""
+        taken: dict[str, dict[str, Any]] = {}
         for key, response in responses.items():
-            waiting = self.answers.get(key)
-            if waiting is None or waiting.done():
+            asked = self.asked.get(key)
+            if asked is None:
                 continue
-            method = self.asked[key]["method"]
-            model = types.ElicitResult if method == "elicitation/create" else types.CreateMessageResult
+            model = types.ElicitResult if asked["method"] == "elicitation/create" else types.CreateMessageResult
             try:
                 valid = model.model_validate(response, by_name=False)
             except ValidationError as exc:
                 problem = exc.errors()[0]
                 where = ".".join(str(part) for part in (key, *problem["loc"]))
                 raise MCPError(code=types.INVALID_PARAMS, message=f"inputResponses.{where}: {problem['msg']} (the "
-                                                                  f"answer to {method})") from None
-            taken.append((waiting, valid.model_dump(by_alias=True, mode="json", exclude_none=True)))
-        for waiting, answer in taken:
-            waiting.set_result(answer)
+                                                                  f"answer to {asked['method']})") from None
+            taken[key] = valid.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return taken
+
+    def take(self, answers: Mapping[str, dict[str, Any]]) -> None:
+        """Give checked answers to the questions waiting for them, here where the task runs."""
+        for key, answer in answers.items():
+            waiting = self.answers.get(key)
+            if waiting is not None and not waiting.done():
+                waiting.set_result(answer)
+
+
+Work = Callable[[Task], Awaitable[dict[str, Any]]]  # a task's call: the tool's result (wire)
 
 
 class Tasks:
-    """The tasks of one serving process, of every agent it serves."""
+    """The tasks of one serving process, of every agent it serves; with ``[cluster]``, ``toolcrib.mcp.fleet``'s
+    ``RedisTasks`` keeps them where every replica finds them."""
 
     def __init__(self) -> None:
         self._tasks: dict[str, Task] = {}  # oldest first
@@ -163,40 +188,47 @@ class Tasks:
         self._forget_expired()
         return self._counts[agent]
 
-    def start(self, agent: str, principal: str | None, tool: str, ttl: float,
-              work: Callable[[Task], Awaitable[dict[str, Any]]]) -> Task:
-        """A new task, its work started on the running loop: ``work(task)`` returns the tool's result (wire)."""
-        task = Task(secrets.token_urlsafe(24), agent, principal, tool, ttl)
+    async def start(self, agent: str, principal: str | None, tool: str, ttl: float, most: int,
+                    work: Work) -> Task | None:
+        """A new task, its work started on the running loop; None when the agent has ``most`` tasks kept."""
+        if self.count(agent) >= most:
+            return None
+        return self._begin(Task(secrets.token_urlsafe(24), agent, principal, tool, ttl), work)
+
+    def _begin(self, task: Task, work: Work) -> Task:
         self._tasks[task.id] = task
-        self._counts[agent] += 1
-        task.runner = asyncio.get_running_loop().create_task(self._run(task, work), name=f"toolcrib task {tool}")
+        self._counts[task.agent] += 1
+        task.runner = asyncio.get_running_loop().create_task(self._run(task, work), name=f"toolcrib task {task.tool}")
         return task
 
-    async def _run(self, task: Task, work: Callable[[Task], Awaitable[dict[str, Any]]]) -> None:
+    async def _run(self, task: Task, work: Work) -> None:
         try:
             result = await work(task)
         except asyncio.CancelledError:
             if task.status not in TERMINAL:  # (a task ended as failed is stopped too: it stays failed)
+                task.asked.clear()
                 task.touch("cancelled", task.message if task.message == _STOPPED else "cancelled by the client")
             return  # the end of a task that was stopped: nothing above it waits for it
         except MCPError as exc:
+            task.asked.clear()
             task.error = exc.error.model_dump(by_alias=True, mode="json", exclude_none=True)
             task.touch("failed", exc.error.message)
         except BaseException as exc:  # whatever a call raises, the task ends and says so; nothing else stops
             log.error("agent %r, tool %s: its task failed (%s: %s)", task.agent, task.tool, type(exc).__name__, exc,
                       exc_info=not isinstance(exc, Exception) or None)
+            task.asked.clear()
             task.error = {"code": types.INTERNAL_ERROR, "message": f"Internal error: {type(exc).__name__}"}
             task.touch("failed", "the call failed inside toolcrib; the server's log says why")
             if not isinstance(exc, Exception):
                 raise
         else:
+            task.asked.clear()
             task.result = result
             task.touch("completed")
         finally:
-            task.asked.clear()
             task.answers.clear()
 
-    def find(self, agent: str, principal: str | None, task_id: str) -> Task:
+    async def find(self, agent: str, principal: str | None, task_id: str) -> Task:
         """The task of that id if it is this agent's and this principal's and not expired; else the error a
         task that does not exist gets."""
         self._forget_expired()
@@ -208,14 +240,15 @@ class Tasks:
             raise MCPError(code=types.INVALID_PARAMS, message=NOT_FOUND)
         return task
 
-    def cancel(self, task: Task, message: str | None = None) -> None:
-        """Stop a task's work (nothing, if it has ended)."""
-        if task.status not in TERMINAL and task.runner is not None and not task.runner.done():
-            if message is not None:
-                task.message = message
-            task.runner.cancel()
+    async def answer(self, task: Task, responses: Mapping[str, Any]) -> None:
+        """Answer the task's open questions (``tasks/update``)."""
+        task.take(task.checked(responses))
 
-    def fail(self, task: Task, code: int, message: str, why: str) -> None:
+    async def cancel(self, task: Task) -> None:
+        """Stop a task's work (nothing, if it has ended)."""
+        self._stop(task)
+
+    async def fail(self, task: Task, code: int, message: str, why: str) -> None:
         """End a task that cannot go on (its tool is gone from the agent's view): failed, with the error."""
         if task.status in TERMINAL:
             return
@@ -225,6 +258,12 @@ class Tasks:
         task.error = {"code": code, "message": message}
         task.asked.clear()
         task.touch("failed", why)
+
+    def _stop(self, task: Task, message: str | None = None) -> None:
+        if task.status not in TERMINAL and task.runner is not None and not task.runner.done():
+            if message is not None:
+                task.message = message
+            task.runner.cancel()
 
     def _forget_expired(self) -> None:
         """Forget the tasks whose time to live has run out, oldest first, up to the first that has not (a task
@@ -239,4 +278,4 @@ class Tasks:
     def _forget(self, task: Task) -> None:
         del self._tasks[task.id]
         self._counts[task.agent] -= 1
-        self.cancel(task, _STOPPED)
+        self._stop(task, _STOPPED)
