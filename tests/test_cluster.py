@@ -509,6 +509,10 @@ def test_only_well_formed_events_of_other_replicas_are_acted_on(redis_url: str,
                      json.dumps({"kind": "resource_updated", "from": "x", "uri": "u" * 2001}),
                      json.dumps({"kind": "resource_updated", "from": "x", "uri": ""}),
                      json.dumps({"kind": "resource_updated", "from": "x", "uri": "v"}),
+                     json.dumps({"kind": "task_update", "from": "x", "task": "A" * 31}),  # not a task's id
+                     json.dumps({"kind": "task_update", "from": "x", "task": "A" * 31 + "/"}),
+                     json.dumps({"kind": "task_update", "from": "x"}),
+                     json.dumps({"kind": "task_update", "from": "x", "task": "Az09_-" + "b" * 26}),
                      fanout.message("reload"),  # its own, as it publishes it: an echo
                      Fanout(store).message("resource_updated", uri="w://x"),  # another replica's
                      json.dumps({"kind": "resource_updated", "from": "x", "uri": "boom://"})):
@@ -519,7 +523,7 @@ def test_only_well_formed_events_of_other_replicas_are_acted_on(redis_url: str,
         run(main)
     assert heard == [("resource_updated", {"uri": "notes://today"}), ("reload", {}),
                      ("resource_updated", {"uri": "u" * 2000}), ("resource_updated", {"uri": "v"}),
-                     ("resource_updated", {"uri": "w://x"})]
+                     ("task_update", {"task": "Az09_-" + "b" * 26}), ("resource_updated", {"uri": "w://x"})]
     assert [r.getMessage() for r in caplog.records] == [
         "an event from another replica (resource_updated) could not be handled"]
 

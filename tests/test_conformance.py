@@ -264,11 +264,14 @@ PARTED = {"tasks-lifecycle": ["sep-2663-tasks-get-status-failed"],
           "tasks-mrtr-composition": ["sep-2663-mrtr-synchronous-before-task-creation"]}
 
 
-def test_the_tasks_scenarios_of_the_suite_pass_but_where_toolcrib_parts_from_its_fixtures(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["one process", "[cluster]"])
+def test_the_tasks_scenarios_of_the_suite_pass_but_where_toolcrib_parts_from_its_fixtures(
+        tmp_path: Path, where: str, request: pytest.FixtureRequest) -> None:
     modules = npm_packages()
     node, script = modules / "node" / "bin" / "node", modules / "conformance-next" / "dist" / "index.js"
     config = tmp_path / "toolcrib.toml"
-    config.write_text(TASKS_CONFIG)
+    shared = f'[cluster]\nredis_url = "{request.getfixturevalue("redis_url")}"\n' if where == "[cluster]" else ""
+    config.write_text(shared + TASKS_CONFIG)
     proc, base, log = start_http(config, env={"TOOLCRIB_PLUGINS": "tasks=conformance_pack:TASKS", "TOK_JUDGE": TOKEN},
                                  said=None)
     relay = TokenRelay(("127.0.0.1", int(base.rsplit(":", 1)[1])), TOKEN)

@@ -6,7 +6,8 @@ tasks/cancel as any client would."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,6 +22,7 @@ from pydantic import ConfigDict, TypeAdapter
 import toolcrib
 from conftest import make_host
 from packs import GATES, JOBS, RAN, Pack, greet, hold
+from redis_server import HANG_GUARD
 from serving import TOKENS, http_client, start_http
 from toolcrib.errors import ToolDeclarationError
 from toolcrib.mcp.adapter import build_server
@@ -538,5 +540,162 @@ def test_a_call_held_for_an_operator_is_a_task_that_says_so_until_the_operator_a
                 got = await request(client.session, "tasks/get", taskId=created.task_id)
             assert (got["status"], got["result"]["content"][0]["text"]) == ("completed", "wrote x")
             assert "statusMessage" not in got
+
+    anyio.run(main)
+
+
+# -- on the fleet ([cluster]: two serving states sharing one real Redis, as two replicas do) -------------------------
+
+
+@contextlib.asynccontextmanager
+async def _fleet(tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch,
+                 extra: str = "", lease: float = 30.0) -> AsyncIterator[tuple[ServingState, ServingState]]:
+    """Two replicas, each with its own config file, as two ``serve`` processes have."""
+    from toolcrib.mcp.state import serving_state
+
+    monkeypatch.setenv("TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.setenv("TOOLCRIB_PLUGINS", "jobs=packs:JOBS")
+    text = f'[cluster]\nredis_url = "{url}"\nlease_seconds = {lease}\n{extra}{CONFIG}'
+    files = [tmp_path / "one.toml", tmp_path / "two.toml"]
+    for file in files:
+        file.write_text(text)
+    async with serving_state(files[0]) as one, serving_state(files[1]) as two:
+        yield one, two
+
+
+async def _until(client: Client, task_id: str, status: str) -> dict[str, Any]:
+    with anyio.fail_after(HANG_GUARD):
+        while True:
+            got = await request(client.session, "tasks/get", taskId=task_id)
+            if got["status"] == status:
+                return got
+            await anyio.sleep(0.01)
+
+
+def test_on_the_fleet_any_replica_polls_answers_and_cancels_the_task_another_runs(
+        tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    GATES["far"] = asyncio.Event()
+    GATES["stopped"] = asyncio.Event()  # never set: only the cancel made on the other replica ends it
+
+    async def main() -> None:
+        async with _fleet(tmp_path, redis_url, monkeypatch) as (one, two), \
+                Client(build_server(one, "a"), cache=None, extensions=[Tasks()],
+                       elicitation_callback=lambda c, p: _accept("", {})) as first, \
+                Client(build_server(two, "a"), cache=None, extensions=[Tasks()],
+                       elicitation_callback=lambda c, p: _accept("", {})) as second, \
+                Client(build_server(two, "b"), cache=None, extensions=[Tasks()]) as other:
+            made = await first.session.call_tool("jobs__hold", {"label": "far"}, allow_claimed=True)
+            assert isinstance(made, Created)
+            got = await request(second.session, "tasks/get", taskId=made.task_id)  # at once, on the other replica
+            assert got["status"] == "working"
+            with pytest.raises(MCPError) as info:  # another agent, on either replica: no such task
+                await request(other.session, "tasks/get", taskId=made.task_id)
+            assert info.value.error.message == NOT_FOUND
+            GATES["far"].set()
+            done = await _until(second, made.task_id, "completed")
+            assert done["result"] == {"content": [{"type": "text", "text": "held far"}], "isError": False}
+
+            asking = await first.session.call_tool("jobs__ask", {}, allow_claimed=True)
+            assert isinstance(asking, Created)
+            for field, value in (("name", "Ada"), ("town", "Oslo")):
+                asked = await _until(second, asking.task_id, "input_required")
+                (key,) = asked["inputRequests"]
+                await request(second.session, "tasks/update", taskId=asking.task_id,
+                              inputResponses={key: {"action": "accept", "content": {field: value}}})
+                with anyio.fail_after(HANG_GUARD):  # the answer reached the replica that runs it
+                    while (await request(second.session, "tasks/get", taskId=asking.task_id)).get(
+                            "inputRequests", {}).keys() == {key}:
+                        await anyio.sleep(0.01)
+            answered = await _until(second, asking.task_id, "completed")
+            assert answered["result"]["content"][0]["text"] == "Ada of Oslo (accept)"
+
+            stopping = await first.session.call_tool("jobs__hold", {"label": "stopped"}, allow_claimed=True)
+            assert isinstance(stopping, Created)
+            ack = await request(second.session, "tasks/cancel", taskId=stopping.task_id)
+            assert ack["resultType"] == "complete"
+            cancelled = await _until(second, stopping.task_id, "cancelled")
+            assert cancelled["statusMessage"] == "cancelled by the client"
+            local = await one.tasks.find("a", None, stopping.task_id)
+            assert local.runner is not None and local.runner.done()  # the work itself stopped, over there
+
+    anyio.run(main)
+
+
+def test_on_the_fleet_a_task_whose_replica_died_fails_within_a_lease_and_the_bound_is_the_fleets(
+        tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    GATES["orphan"] = asyncio.Event()
+
+    async def main() -> None:
+        async with _fleet(tmp_path, redis_url, monkeypatch, "[host]\nmax_tasks = 1\n", lease=0.3) as (one, two), \
+                Client(build_server(one, "a"), cache=None, extensions=[Tasks()]) as first, \
+                Client(build_server(two, "a"), cache=None, extensions=[Tasks()]) as second:
+            made = await first.session.call_tool("jobs__hold", {"label": "orphan"}, allow_claimed=True)
+            assert isinstance(made, Created)
+            plain = await second.session.call_tool("jobs__greet", {"name": "x"}, allow_claimed=True)
+            assert isinstance(plain, types.CallToolResult)
+            over = await second.session.call_tool("jobs__only", {"x": 1}, allow_claimed=True)  # the fleet's bound
+            assert isinstance(over, types.CallToolResult) and over.content[0].text.startswith(  # type: ignore[union-attr]
+                "Tool jobs__only runs only as an MCP task, and agent 'a' has 1 tasks kept")
+            renewing = one.tasks._renewing  # type: ignore[attr-defined]
+            assert renewing is not None
+            renewing.cancel()  # replica one stops renewing its leases, as if killed
+            monkeypatch.setattr(one.tasks, "_renewing", asyncio.get_running_loop().create_future())
+            failed = await _until(second, made.task_id, "failed")
+            assert (failed["statusMessage"], failed["error"]) == (
+                "the replica that ran it stopped before it ended",
+                {"code": -32603, "message": "Internal error: the replica that ran it stopped before it ended"})
+            GATES["orphan"].set()
+
+    anyio.run(main)
+
+
+def test_on_the_fleet_while_redis_does_not_answer_a_call_runs_plainly_or_is_refused_and_no_task_is_lost_track_of(
+        tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import redis.asyncio
+
+    GATES["down"] = asyncio.Event()
+    GATES["down"].set()
+
+    async def main() -> None:
+        async with _fleet(tmp_path, redis_url, monkeypatch) as (one, _two), \
+                Client(build_server(one, "a"), cache=None, extensions=[Tasks()]) as client:
+            assert one.store is not None
+            up, one.store.client = one.store.client, redis.asyncio.Redis.from_url(
+                "redis://127.0.0.1:1", socket_connect_timeout=0.2)
+            try:
+                plain = await client.session.call_tool("jobs__hold", {"label": "down"}, allow_claimed=True)
+                assert isinstance(plain, types.CallToolResult) and plain.content[0].text == "held down"  # type: ignore[union-attr]
+                refused = await client.session.call_tool("jobs__only", {"x": 1}, allow_claimed=True)
+                assert isinstance(refused, types.CallToolResult) and refused.content[0].text == (  # type: ignore[union-attr]
+                    "Tool jobs__only runs only as an MCP task, and none can be made now: the shared store where "
+                    "tasks are kept is unreachable; try again shortly.")
+                with pytest.raises(MCPError) as info:
+                    await request(client.session, "tasks/get", taskId="A" * 32)
+                assert (info.value.error.code, info.value.error.message) == (
+                    -32603, "the shared store where tasks are kept is unreachable; try again shortly")
+            finally:
+                await one.store.client.aclose()
+                one.store.client = up
+
+    anyio.run(main)
+
+
+def test_on_the_fleet_a_replica_that_stops_fails_its_running_tasks_for_the_others_to_say(
+        tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from toolcrib.mcp.state import serving_state
+
+    GATES["stopping"] = asyncio.Event()  # never set
+
+    async def main() -> None:
+        async with _fleet(tmp_path, redis_url, monkeypatch) as (_one, two), \
+                Client(build_server(two, "a"), cache=None, extensions=[Tasks()]) as second:
+            async with serving_state(tmp_path / "one.toml") as three, \
+                    Client(build_server(three, "a"), cache=None, extensions=[Tasks()]) as third:
+                made = await third.session.call_tool("jobs__hold", {"label": "stopping"}, allow_claimed=True)
+                assert isinstance(made, Created)
+            failed = await _until(second, made.task_id, "failed")
+            assert (failed["statusMessage"], failed["error"]["message"]) == (
+                "the replica that ran it was stopped before it ended",
+                "Internal error: the replica that ran it was stopped before it ended")
 
     anyio.run(main)

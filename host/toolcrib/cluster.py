@@ -307,18 +307,21 @@ class RedisLimitBook:
             self.store.answered()
 
 
-_EVENT_KINDS = frozenset({"resource_updated", "reload", "listening", "session_ended", "session_state"})
+_EVENT_KINDS = frozenset({"resource_updated", "reload", "listening", "session_ended", "session_state", "task_update"})
 _DIGEST = re.compile(r"[0-9a-f]{32}")
+_TASK = re.compile(r"[A-Za-z0-9_-]{32}")  # a task's id (toolcrib.mcp.tasks)
 MAX_EVENT_BYTES = 4096
 
 
 class Fanout:
     """Events every replica hears, on the Redis channel ``<key_prefix>events``: a resource a pack said was updated,
-    a reload one replica made, a session whose client now listens on one replica, or that ended. Each message
+    a reload one replica made, a session whose client now listens on one replica, or that ended, a task another
+    replica left a cancel or answers for. Each message
     names the replica that sent it (a random id of this process), which hears its own events directly and ignores
     their echo. What comes in is checked (a known kind, a string URI of bounded length, a session digest) before
     anything acts on it: whoever can publish on the channel can at most make a replica reload its own config file,
-    tell its own clients of an update they may read anyway, or end a session whose digest it knows."""
+    tell its own clients of an update they may read anyway, end a session whose digest it knows, or make a replica look
+    for what was left for a task (which only a writer of the store can leave)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -385,6 +388,8 @@ class Fanout:
             return
         if event["kind"] in ("listening", "session_ended", "session_state") and \
                 not _DIGEST.fullmatch(fields.get("session", "")):
+            return
+        if event["kind"] == "task_update" and not _TASK.fullmatch(fields.get("task", "")):
             return
         try:
             await handle(event["kind"], fields)

@@ -350,9 +350,9 @@ class ClusterConfig(Strict):
     fail_open: bool = Field(False, description="while Redis is unreachable, let calls through uncounted by their "
                             "limits (default: refuse them, saying the limit store is unreachable)")
     required: bool = Field(False, description="/readyz answers 503 while Redis is unreachable")
-    lease_seconds: PositiveFloat = Field(30.0, description="how long a running call's place in an in_flight limit "
-                                         "is held without being renewed: a replica that dies gives its places back "
-                                         "within this time")
+    lease_seconds: PositiveFloat = Field(30.0, description="how long a running call's place in an in_flight limit, "
+                                         "and a running MCP task's lease, hold without being renewed: a replica "
+                                         "that dies gives its places back, and its tasks fail, within this time")
     timeout: PositiveFloat = Field(1.0, description="seconds to wait for Redis on each request before counting it "
                                    "unreachable")
 

@@ -51,7 +51,7 @@ from toolcrib.mcp.sdk import connection_of
 from toolcrib.mcp.sessions import LOG_LEVEL, SUBSCRIPTIONS
 from toolcrib.mcp.state import ServingState
 from toolcrib.mcp.tasks import EXTENSION as TASKS
-from toolcrib.mcp.tasks import TERMINAL, Task, UpdateTaskParams, needs_tasks, speaks_tasks
+from toolcrib.mcp.tasks import TERMINAL, Task, TasksUnavailable, UpdateTaskParams, needs_tasks, speaks_tasks
 from toolcrib.observe import log_request, request_span, requests_log, tracing
 from toolcrib.uris import normalize
 from toolcrib.view import AgentView
@@ -381,8 +381,14 @@ class _Handlers:
                 raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
             return result.to_wire()
 
-        task = await self.state.tasks.start(self.agent, _principal(ctx), name, config.task_ttl, config.max_tasks,
-                                            work)
+        try:
+            task = await self.state.tasks.start(self.agent, _principal(ctx), name, config.task_ttl,
+                                                config.max_tasks, work)
+        except TasksUnavailable as exc:
+            log.warning("agent %r, tool %s: no task could be made (%s)", self.agent, name, exc)
+            if not required:
+                return None
+            return _ended(f"Tool {name} runs only as an MCP task, and none can be made now: {exc}.")
         if task is not None:
             return {**task.wire(), "resultType": "task"}
         if not required:

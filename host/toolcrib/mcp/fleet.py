@@ -1,22 +1,27 @@
 """What the MCP front end keeps on the shared store of ``[cluster]`` (``toolcrib.cluster.Store``): the approvals
 2026-07-28 calls carry, used up once in the fleet (``RedisOnce``); 2025-11-25 sessions every replica can serve
-(``RedisSessions``) and their events (``RedisEvents``). Sessions are never named by their id in Redis or between
-replicas (``session_digest``): the id is the client's secret."""
+(``RedisSessions``) and their events (``RedisEvents``); MCP tasks any replica answers for (``RedisTasks``).
+Sessions are never named by their id in Redis or between replicas (``session_digest``): the id is the client's
+secret."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
 import logging
 import math
 import re
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
 from mcp.server.streamable_http import EventMessage, EventStore
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
 from toolcrib.approvals import (
     ANSWERED,
@@ -32,6 +37,7 @@ from toolcrib.approvals import (
 from toolcrib.cluster import Fanout, Store, unreachable
 from toolcrib.mcp.roundtrip import OnceUnreachable
 from toolcrib.mcp.sessions import EVENTS_PER_SESSION, MESSAGE, SessionRecord, ends
+from toolcrib.mcp.tasks import NOT_FOUND, TERMINAL, Task, Tasks, TasksUnavailable, Work
 
 log = logging.getLogger("toolcrib.cluster")
 
@@ -493,3 +499,234 @@ class RedisDesk(Desk):
             self.store.failed(exc)
             raise DeskUnreachable from None
         return ANSWERED if first else NOT_PENDING
+
+
+# KEYS: the agent's task set, the task's record, its lease. ARGV: now, its expiry, the agent's bound, its id, its
+# record, its time to live (ms), the lease (ms), this replica. Counted and stored in one step, so that replicas making
+# an agent's tasks at once never pass its bound.
+_ADMIT = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[6])
+redis.call('SET', KEYS[2], ARGV[5], 'PX', ARGV[6])
+redis.call('SET', KEYS[3], ARGV[8], 'PX', ARGV[7])
+return 1
+"""
+_TASK_ID = re.compile(r"[A-Za-z0-9_-]{32}")  # what Tasks makes: 24 random bytes, URL-safe base64
+_LAPSED = "the replica that ran it stopped before it ended"
+_STOPPED = "the replica that ran it was stopped before it ended"
+
+
+def _down() -> tuple[type[BaseException], ...]:
+    """What a request to the store that did not get its answer raises, or its not being open."""
+    return (TasksUnavailable, *unreachable())
+_CANCEL = "cancel"
+
+
+class RedisTasks(Tasks):
+    """MCP tasks every replica finds (``toolcrib.mcp.tasks``). A task runs on the replica that made it, and its
+    record (status, result or error, open questions; never its call's arguments) is ``<prefix>task:<id>``,
+    written at each change and kept for its time to live, so that any replica answers ``tasks/get``.
+    ``<prefix>task:<id>:lease`` is held by the running replica and renewed every third of ``lease_seconds``: a
+    task still working whose lease lapsed (its replica was killed) is failed, saying so, by the replica that finds
+    it. A cancel (``:cancel``) or answers (``:answers``) given on another replica are written beside it and
+    announced on the event channel; the running replica takes them at once, or at its next renewal if the
+    announcement was lost. ``<prefix>tasks:agent:<agent>`` holds an agent's task ids by expiry: its bound counts
+    the whole fleet's. While Redis does not answer, no task is made and ``tasks/*`` answer an internal error."""
+
+    def __init__(self, store: Store, fanout: Fanout) -> None:
+        super().__init__()
+        self.store = store
+        self.fanout = fanout
+        self._lease_ms = max(1, round(store.config.lease_seconds * 1000))
+        self._writes: dict[str, asyncio.Lock] = {}  # one write of a task's record at a time, the latest state
+        self._dirty: set[str] = set()  # tasks changed since their record was last written
+        self._sending: set[asyncio.Task[None]] = set()
+        self._renewing: asyncio.Task[None] | None = None
+
+    def _client(self) -> Any:
+        client = self.store.client
+        if client is None:
+            raise TasksUnavailable("the shared store where tasks are kept is not open")
+        return client
+
+    def _failed(self, exc: BaseException) -> TasksUnavailable:
+        self.store.failed(exc)
+        return TasksUnavailable("the shared store where tasks are kept is unreachable; try again shortly")
+
+    async def start(self, agent: str, principal: str | None, tool: str, ttl: float, most: int,
+                    work: Work) -> Task | None:
+        task = Task(secrets.token_urlsafe(24), agent, principal, tool, ttl)
+        ttl_ms = max(1, math.ceil(ttl * 1000))
+        try:  # written before it is answered with: a tasks/get on any replica finds it at once
+            admitted = await self._client().eval(
+                _ADMIT, 3, self.store.key("tasks", "agent", agent), self.store.key("task", task.id),
+                self.store.key("task", task.id, "lease"), time.time(), task.created + ttl, most, task.id,
+                json.dumps(task.record()), ttl_ms, self._lease_ms, self.fanout.replica)
+        except unreachable() as exc:
+            raise self._failed(exc) from None
+        self.store.answered()
+        if not admitted:
+            return None
+        task.changed = self._changed
+        if self._renewing is None or self._renewing.done():
+            self._renewing = asyncio.get_running_loop().create_task(self._renew(), name="toolcrib task leases")
+        return self._begin(task, work)
+
+    def _changed(self, task: Task) -> None:
+        if task.id in self._dirty:
+            return  # a write on its way takes the latest state
+        self._dirty.add(task.id)
+        sending = asyncio.get_running_loop().create_task(self._write(task))
+        self._sending.add(sending)
+        sending.add_done_callback(self._sending.discard)
+
+    async def _write(self, task: Task) -> None:
+        lock = self._writes.setdefault(task.id, asyncio.Lock())
+        async with lock:
+            self._dirty.discard(task.id)
+            left = math.ceil((task.created + task.ttl - time.time()) * 1000)
+            if left <= 0:
+                return
+            try:
+                async with self._client().pipeline(transaction=True) as pipe:
+                    pipe.set(self.store.key("task", task.id), json.dumps(task.record()), px=left, xx=True)
+                    if task.status in TERMINAL:
+                        pipe.delete(self.store.key("task", task.id, "lease"))
+                    await pipe.execute()
+            except _down() as exc:  # written again at the next renewal
+                if not isinstance(exc, TasksUnavailable):
+                    self.store.failed(exc)
+                self._dirty.add(task.id)
+                return
+        if task.status in TERMINAL and task.id not in self._dirty:
+            self._writes.pop(task.id, None)
+
+    async def _renew(self) -> None:
+        """Renew the leases of the tasks running here; take what other replicas left for them; write the records
+        a lost connection kept from being written."""
+        while True:
+            await asyncio.sleep(self._lease_ms / 3000)
+            running = [task for task in self._tasks.values() if task.status not in TERMINAL]
+            for task in [t for t in self._tasks.values() if t.id in self._dirty]:
+                self._dirty.discard(task.id)
+                self._changed(task)
+            if not running and not self._dirty:
+                if not any(task.status not in TERMINAL for task in self._tasks.values()):
+                    self._renewing = None
+                    return
+                continue
+            try:
+                async with self._client().pipeline(transaction=False) as pipe:
+                    for task in running:
+                        pipe.set(self.store.key("task", task.id, "lease"), self.fanout.replica, px=self._lease_ms)
+                    await pipe.execute()
+                for task in running:
+                    await self._take(task)
+            except _down() as exc:
+                if not isinstance(exc, TasksUnavailable):
+                    self.store.failed(exc)
+
+    async def heard(self, task_id: str) -> None:
+        """Another replica left a cancel or answers for a task: take them, if it runs here."""
+        task = self._tasks.get(task_id)
+        if task is not None and task.status not in TERMINAL:
+            try:
+                await self._take(task)
+            except _down() as exc:  # taken at the next renewal
+                if not isinstance(exc, TasksUnavailable):
+                    self.store.failed(exc)
+
+    async def _take(self, task: Task) -> None:
+        key = self.store.key("task", task.id)
+        async with self._client().pipeline(transaction=True) as pipe:
+            pipe.get(f"{key}:cancel")
+            pipe.hgetall(f"{key}:answers")
+            pipe.delete(f"{key}:cancel", f"{key}:answers")
+            cancel, answers, _ = await pipe.execute()
+        if cancel is not None:
+            failure = json.loads(cancel)
+            if failure == _CANCEL:
+                self._stop(task)
+            else:
+                await super().fail(task, failure["code"], failure["message"], failure["why"])
+            return
+        task.take({k.decode() if isinstance(k, bytes) else k: json.loads(v) for k, v in answers.items()})
+
+    async def find(self, agent: str, principal: str | None, task_id: str) -> Task:
+        if task_id in self._tasks:
+            return await super().find(agent, principal, task_id)  # it runs here: its own state
+        if not _TASK_ID.fullmatch(task_id):
+            raise MCPError(code=INVALID_PARAMS, message=NOT_FOUND)
+        key = self.store.key("task", task_id)
+        try:
+            async with self._client().pipeline(transaction=False) as pipe:
+                pipe.get(key)
+                pipe.exists(f"{key}:lease")
+                record, leased = await pipe.execute()
+        except unreachable() as exc:
+            raise MCPError(code=INTERNAL_ERROR, message=str(self._failed(exc))) from None
+        except TasksUnavailable as exc:
+            raise MCPError(code=INTERNAL_ERROR, message=str(exc)) from None
+        task = Task.of_record(json.loads(record)) if record is not None else None
+        if task is None or task.agent != agent or task.principal != principal or task.expired(time.time()):
+            raise MCPError(code=INVALID_PARAMS, message=NOT_FOUND)
+        if task.status not in TERMINAL and not leased:
+            task.asked = {}
+            task.error = {"code": INTERNAL_ERROR, "message": f"Internal error: {_LAPSED}"}
+            task.touch("failed", _LAPSED)
+            await self._write(task)
+        return task
+
+    async def answer(self, task: Task, responses: Mapping[str, Any]) -> None:
+        if task.runner is not None:
+            return await super().answer(task, responses)
+        taken = task.checked(responses)
+        if taken:
+            await self._leave(task, f"{self.store.key('task', task.id)}:answers",
+                              {k: json.dumps(v) for k, v in taken.items()})
+
+    async def cancel(self, task: Task) -> None:
+        if task.runner is not None or task.status in TERMINAL:
+            return await super().cancel(task)
+        await self._leave(task, f"{self.store.key('task', task.id)}:cancel", json.dumps(_CANCEL))
+
+    async def fail(self, task: Task, code: int, message: str, why: str) -> None:
+        if task.runner is not None or task.status in TERMINAL:
+            return await super().fail(task, code, message, why)
+        await self._leave(task, f"{self.store.key('task', task.id)}:cancel",
+                          json.dumps({"code": code, "message": message, "why": why}))
+        task.error = {"code": code, "message": message}
+        task.asked = {}
+        task.touch("failed", why)
+        await self._write(task)
+
+    async def _leave(self, task: Task, key: str, value: str | dict[str, str]) -> None:
+        """Leave a cancel or answers for the replica that runs ``task``, and tell it."""
+        left = max(1, math.ceil((task.created + task.ttl - time.time()) * 1000))
+        try:
+            async with self._client().pipeline(transaction=True) as pipe:
+                if isinstance(value, dict):
+                    pipe.hset(key, mapping=value)
+                    pipe.pexpire(key, left)
+                else:
+                    pipe.set(key, value, px=left)
+                await pipe.execute()
+        except unreachable() as exc:
+            raise MCPError(code=INTERNAL_ERROR, message=str(self._failed(exc))) from None
+        except TasksUnavailable as exc:
+            raise MCPError(code=INTERNAL_ERROR, message=str(exc)) from None
+        await self.fanout.publish("task_update", task=task.id)
+
+    async def close(self) -> None:
+        """The replica stops: its tasks still running end failed, saying so (written, so that the replicas that
+        go on answer it), rather than wait for their leases to lapse."""
+        if self._renewing is not None:
+            self._renewing.cancel()
+        with anyio.CancelScope(shield=True):
+            for task in [t for t in self._tasks.values() if t.status not in TERMINAL]:
+                await Tasks.fail(self, task, INTERNAL_ERROR, f"Internal error: {_STOPPED}", _STOPPED)
+                await self._write(task)

@@ -60,7 +60,7 @@ async def serving_state(path: Path | None, metrics: Metrics | None = None,
     when None; ``build_lists``)."""
     from toolcrib.cluster import Fanout, limiter
     from toolcrib.config import load_config
-    from toolcrib.mcp.fleet import RedisOnce, RedisSessions
+    from toolcrib.mcp.fleet import RedisOnce, RedisSessions, RedisTasks
     from toolcrib.supply import supply
 
     first: list[LoadedConfig] = [await anyio.to_thread.run_sync(load_config, path)]
@@ -89,6 +89,7 @@ async def serving_state(path: Path | None, metrics: Metrics | None = None,
             state.fanout = Fanout(store)
             served = state.host.loaded.config.host
             state.sessions = RedisSessions(store, state.fanout, served.http_session_idle, served.http_max_sessions)
+            state.tasks = RedisTasks(store, state.fanout)  # MCP tasks any replica answers for
             state.watch_resources()  # this replica's updates go out even when none of its own clients listens
             subscribed = anyio.Event()
             tg.start_soon(functools.partial(state.fanout.listen, state.on_event, ready=subscribed))
@@ -103,6 +104,7 @@ async def serving_state(path: Path | None, metrics: Metrics | None = None,
             yield state
         finally:
             tg.cancel_scope.cancel()
+            await state.tasks.close()
             state.host.close()
 
 
@@ -257,6 +259,8 @@ class ServingState:
         elif kind == "session_state":
             for changed in list(self.session_state_changed):
                 await changed(fields["session"])
+        elif kind == "task_update":
+            await self.tasks.heard(fields["task"])
 
     def watch_resources(self) -> None:
         """Start passing ``toolcrib.resource_updated(uri)`` (from any thread) on to the clients; call it from the

@@ -37,6 +37,10 @@ NOT_FOUND = "Failed to retrieve task: Task not found"  # a task that never was, 
 _STOPPED = "stopped: its time to live ran out"
 
 
+class TasksUnavailable(Exception):
+    """The store where tasks are kept cannot make one now (the shared store of ``[cluster]`` does not answer)."""
+
+
 def needs_tasks(what: str) -> MCPError:
     """The error of a request only a client that declares the tasks extension may make (SEP-2575's missing
     required client capability): ``what`` says which ("tool x__y runs only as a task", "tasks/get")."""
@@ -190,7 +194,8 @@ class Tasks:
 
     async def start(self, agent: str, principal: str | None, tool: str, ttl: float, most: int,
                     work: Work) -> Task | None:
-        """A new task, its work started on the running loop; None when the agent has ``most`` tasks kept."""
+        """A new task, its work started on the running loop; None when the agent has ``most`` tasks kept
+        (``TasksUnavailable`` when the store cannot make one now)."""
         if self.count(agent) >= most:
             return None
         return self._begin(Task(secrets.token_urlsafe(24), agent, principal, tool, ttl), work)
@@ -239,6 +244,12 @@ class Tasks:
         if task is None or task.agent != agent or task.principal != principal:
             raise MCPError(code=types.INVALID_PARAMS, message=NOT_FOUND)
         return task
+
+    async def heard(self, task_id: str) -> None:
+        """Another replica changed what a task here should do (``RedisTasks``; nothing in one process)."""
+
+    async def close(self) -> None:
+        """Stop what the store runs besides the tasks (``RedisTasks``' lease renewal)."""
 
     async def answer(self, task: Task, responses: Mapping[str, Any]) -> None:
         """Answer the task's open questions (``tasks/update``)."""
