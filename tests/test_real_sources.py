@@ -96,8 +96,10 @@ def test_every_tool_of_server_everything_is_served_and_callable(node_servers: No
                 assert not result.is_error, (name, result.text)
                 assert says in result.text, (name, result.to_wire())
             record = host.catalog.record("everything")
-            assert record.error == ("tool 'simulate-research-query' is not served: it runs only as an MCP task "
-                                    "(taskSupport 'required'), and toolcrib does not run tasks")
+            assert record.error == (
+                "tool 'simulate-research-query' is not served: it runs only as a 2025-11-25 MCP task (taskSupport "
+                "'required'), which toolcrib's client of upstream servers (the MCP SDK's) cannot make; a 2026-07-28 "
+                "server's tasks are served")
             # its prompts and resources pass through, names mapped too
             assert [p["name"] for p in view.mcp_prompts] == [
                 "everything__args_prompt", "everything__completable_prompt", "everything__resource_prompt",

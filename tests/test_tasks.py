@@ -699,3 +699,50 @@ def test_on_the_fleet_a_replica_that_stops_fails_its_running_tasks_for_the_other
                 "Internal error: the replica that ran it was stopped before it ended")
 
     anyio.run(main)
+
+
+# -- an upstream server's tasks (another toolcrib serving the jobs pack, over stdio, speaking 2026-07-28) ----------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_an_upstream_servers_tasks_are_polled_through_and_their_questions_reach_the_agents_client(
+        tmp_path: Path, mode: str) -> None:
+    import json
+    import sys
+
+    from toolcrib.host import Host
+    from toolcrib.supply import supply
+
+    upstream = tmp_path / "up.toml"
+    upstream.write_text(CONFIG.split("[agents.b.permissions]")[0])
+    text = (f'[mcps.up]\ncommand = {json.dumps(sys.executable)}\nargs = ["-m", "toolcrib.cli", "serve", "--agent", '
+            f'"a", "--config", {json.dumps(str(upstream))}]\nenv = {{ TOOLCRIB_PLUGINS = "jobs=packs:JOBS", '
+            f'TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD = "1", PYTHONPATH = {json.dumps(str(Path(__file__).parent))} }}\n'
+            '[agents.a.permissions]\nmcps = { allow = ["up"] }\ntools = { allow = ["*"] }\n')
+    asked: list[str] = []
+
+    async def answer(context: Any, params: Any) -> types.ElicitResult:
+        asked.append(params.message)
+        field = next(iter(params.requested_schema["properties"]))
+        return types.ElicitResult(action="accept", content={field: "Ada" if field == "name" else "London"})
+
+    async def main() -> None:
+        from conftest import config_from
+
+        async with supply() as supplied:
+            loaded = config_from(text, tmp_path)
+            host = Host(loaded, sources=await supplied.sync(loaded), autoload=False, plugins={}, env={})
+            try:
+                assert host.catalog.record("up").error is None
+                async with Client(build_server(ServingState(host), "a"), mode=mode, cache=None,
+                                  elicitation_callback=answer) as client:
+                    only = await client.call_tool("up__jobs_only", {"x": 2})  # the upstream answers with a task
+                    assert (only.is_error, only.content[0].text) == (False, "only 2")  # type: ignore[union-attr]
+                    both = await client.call_tool("up__jobs_ask", {})
+                    assert both.content[0].text == "Ada of London (accept)"  # type: ignore[union-attr]
+            finally:
+                host.close()
+
+    anyio.run(main)
+    assert asked[0] == "Your name?" and asked[-1] == "Your town?"

@@ -290,3 +290,4 @@ class Tasks:
         del self._tasks[task.id]
         self._counts[task.agent] -= 1
         self._stop(task, _STOPPED)
+

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequenc
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 from anyio.abc import TaskGroup
@@ -33,7 +33,7 @@ from toolcrib.supply.mcp.conversion import item_entries, tool_entries
 from toolcrib.supply.mcp.isolated import ENTRY_POINT
 from toolcrib.supply.mcp.pack_calls import Lane, opened
 from toolcrib.supply.mcp.pack_checks import CheckLine, remote_check
-from toolcrib.supply.mcp.runners import elicit, sample
+from toolcrib.supply.mcp.runners import answer_task_question, elicit, sample
 from toolcrib.supply.mcp.settings import McpConfig
 from toolcrib.supply.mcp.source import UpstreamSource
 
@@ -397,7 +397,7 @@ class UpstreamPool:
         async with _transport(target, tail) as transport, Client(
                 transport, mode="auto", cache=None, read_timeout_seconds=read_timeout,
                 message_handler=on_message, elicitation_callback=elicit,
-                sampling_callback=sample) as client:
+                sampling_callback=sample, extensions=[_tasks_client()(answer_task_question)]) as client:
             connection.tools = await _every(client.list_tools, "tools")
             await _list_items(connection, client)
             line = connection.check_line()
@@ -504,3 +504,95 @@ async def _list_items(connection: Connection, client: Any) -> None:
             setattr(connection, attribute, await _every(fetch, key))
         except Exception as exc:
             connection.listing_problems.append(f"its {attribute} could not be listed: {why_failed(exc)}")
+
+
+# -- toolcrib as the client of an upstream server's tasks -----------------------------------------------------------
+
+
+def _interval(ms: Any) -> float:
+    """Seconds to wait before polling again: the server's pollIntervalMs, held between 0.05 and 5 s."""
+    return min(5.0, max(0.05, ms / 1000)) if isinstance(ms, int | float) and not isinstance(ms, bool) else 0.5
+
+
+@functools.cache
+def _tasks_client() -> Any:
+    """``UpstreamTasks``, made when the first server is connected: the SDK's client and the MCP types are imported
+    then (a host without upstream servers never imports them)."""
+    import mcp_types as types
+    from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+    from mcp.shared.exceptions import MCPError
+    from pydantic import ConfigDict, TypeAdapter
+
+    from toolcrib.mcp.tasks import EXTENSION, TERMINAL
+
+    class Created(types.Result):
+        """SEP-2663's CreateTaskResult, as an upstream server answers a call with it."""
+
+        model_config = ConfigDict(extra="allow")
+        result_type: Literal["task"] = "task"
+        task_id: str
+        poll_interval_ms: int | None = None
+
+    class Request(types.Request[dict[str, Any], str]):
+        method: str
+        params: dict[str, Any]
+
+    anything: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
+
+    class UpstreamTasks(ClientExtension):
+        """toolcrib's client of an upstream server that answers a call with a task (2026-07-28): the call waits
+        while the task is polled (at its ``pollIntervalMs``), each of the task's questions is put to the agent's
+        client of that call (``ask``, with the checks of any question a server asks), and a call that ends before
+        its task (cancelled, timed out, refused) cancels the task upstream. A task that fails is the server's
+        refusal of the call; one the server cancelled is a tool error."""
+
+        identifier = EXTENSION
+
+        def __init__(self, ask: Callable[[str, dict[str, Any]], Coroutine[Any, Any, dict[str, Any]]]) -> None:
+            self.ask = ask
+
+        def claims(self) -> list[ResultClaim[Any]]:
+            return [ResultClaim(result_type="task", model=Created, resolve=self.resolve)]
+
+        async def resolve(self, created: Created, ctx: ClaimContext) -> Any:
+            session = ctx.session
+
+            async def send(method: str, **params: Any) -> dict[str, Any]:
+                # read as a dict: the SDK's types have no shapes for the tasks extension's methods
+                found: dict[str, Any] = await session.send_request(  # type: ignore[type-var]
+                    Request(method=method, params=params), anything)
+                return found
+
+            wait = _interval(created.poll_interval_ms)
+            ended: dict[str, Any] | None = None
+            try:
+                while ended is None:
+                    task = await send("tasks/get", taskId=created.task_id)
+                    status = task.get("status")
+                    if status in TERMINAL:
+                        ended = task
+                    elif status == "input_required":
+                        asked = task.get("inputRequests") or {}
+                        answers = {key: await self.ask(str(request.get("method")), dict(request.get("params") or {}))
+                                   for key, request in asked.items() if isinstance(request, dict)}
+                        await send("tasks/update", taskId=created.task_id, inputResponses=answers)
+                    else:
+                        await anyio.sleep(_interval(task.get("pollIntervalMs", wait * 1000)))
+            except BaseException:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                    try:
+                        await send("tasks/cancel", taskId=created.task_id)
+                    except Exception:  # the call's own end is what is reported
+                        log.debug("an upstream task could not be cancelled", exc_info=True)
+                raise
+            if ended["status"] == "completed":
+                return types.CallToolResult.model_validate(ended.get("result"), by_name=False)
+            if ended["status"] == "failed":
+                error = ended["error"] if isinstance(ended.get("error"), dict) else {}
+                code = error.get("code")
+                raise MCPError(code=code if isinstance(code, int) else types.INTERNAL_ERROR,
+                               message=str(error.get("message") or ended.get("statusMessage") or "its task failed"))
+            why = ended.get("statusMessage") or "no reason given"
+            raise ToolError(f"the upstream server cancelled the call's task ({why})")
+
+    return UpstreamTasks

@@ -40,9 +40,11 @@ def tool_entries(connection: Connection, problems: list[str]) -> list[Entry]:
 def _entry(connection: Connection, tool: Any, served: str, problems: list[str]) -> Entry | None:
     name = tool.name
     execution = getattr(tool, "execution", None)
-    if execution is not None and execution.task_support == "required":
-        problems.append(f"tool {name!r} is not served: it runs only as an MCP task (taskSupport 'required'), and "
-                        "toolcrib does not run tasks")
+    support = execution.task_support if execution is not None else None
+    if support == "required":  # (listed so by a 2025-11-25 server only: 2026-07-28 lists no task support)
+        problems.append(f"tool {name!r} is not served: it runs only as a 2025-11-25 MCP task (taskSupport "
+                        "'required'), which toolcrib's client of upstream servers (the MCP SDK's) cannot make; a "
+                        "2026-07-28 server's tasks are served")
         return None
     annotations: dict[str, Any] = {}
     if tool.annotations is not None:
@@ -77,6 +79,7 @@ def _entry(connection: Connection, tool: Any, served: str, problems: list[str]) 
         given_input_schema=input_schema,
         given_output_schema=output_schema,
         source_name=name if served != name else None,
+        task="optional" if support == "optional" else "forbidden",  # a long call, as its server says
     )
     return Entry(name=full_name(namespace, served), provenance=connection.provenance, definition=spec)
 

@@ -74,6 +74,30 @@ async def elicit(context: Any, params: Any) -> Any:
     return await _put(ask)
 
 
+async def answer_task_question(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A question of an upstream server's task (its ``inputRequests``, 2026-07-28), put to the agent's client of the
+    call that waits for the task, as any question a server asks during a call is (a form, with toolcrib's checks of
+    it; a turn of the client's model)."""
+    call = CALLING.get()
+    if call is None:
+        raise ToolError("the upstream server's task asks a question, and no call of the agent waits for it")
+    if method == "elicitation/create":
+        schema = params.get("requestedSchema")
+        if params.get("mode", "form") != "form" or not isinstance(schema, dict):
+            raise ToolError("the upstream server's task asks for something other than a form, which toolcrib does "
+                            "not put to the agent's client")
+        answer = await call.context().elicit(str(params.get("message", "")), schema)
+        return {"action": answer.action, **({"content": answer.content} if answer.content is not None else {})}
+    if method == "sampling/createMessage":
+        model = getattr(call.channel, "sample", None) if call.channel is not None else None
+        if model is None:
+            raise ToolError("the upstream server's task asks for a turn of a model, and the agent's client cannot "
+                            "sample for this call")
+        answer_: dict[str, Any] = await model(params)
+        return answer_
+    raise ToolError(f"the upstream server's task asks {method!r}, which toolcrib does not put to a client")
+
+
 async def sample(context: Any, params: Any) -> Any:
     """A server asks for a turn of a model during a call: the agent's client is asked, if it can sample."""
     import mcp_types as types
