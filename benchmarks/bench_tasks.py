@@ -3,7 +3,7 @@ answers with the task and the ``tasks/get`` polls until it is found completed (p
 client can spend), against a plain ``tools/call`` of the same tool on the same server, by a client that does not
 declare the tasks extension. Medians over rounds of per-round medians, the two taking turns.
 
-    cd benchmarks && python bench_tasks.py [--calls 1000] [--rounds 5]
+    cd benchmarks && python bench_tasks.py [--calls 1000] [--rounds 5] [--redis redis://127.0.0.1:6379/0]
 """
 
 from __future__ import annotations
@@ -61,12 +61,27 @@ class Polling(ClientExtension):
             await anyio.sleep(0)
 
 
-async def overhead(calls: int, rounds: int) -> dict[str, float]:
-    """{"task": seconds a call as a task takes, "plain": seconds the plain call takes}."""
-    server = build_server(ServingState(peers.toolcrib_host(10, config=TASK)), peers.AGENT)
+async def overhead(calls: int, rounds: int, redis_url: str | None = None) -> dict[str, float]:
+    """{"task": seconds a call as a task takes, "plain": seconds the plain call takes}; with ``redis_url``, also
+    "task on Redis": the call as a task whose record is on that Redis (``[cluster]``'s ``RedisTasks``)."""
+    from toolcrib.cluster import Fanout, Store
+    from toolcrib.config import ClusterConfig
+    from toolcrib.mcp.fleet import RedisTasks
+
+    state = ServingState(peers.toolcrib_host(10, config=TASK))
+    server = build_server(state, peers.AGENT)
     async with contextlib.AsyncExitStack() as stack:
         clients = {"task": await stack.enter_async_context(Client(server, cache=None, extensions=[Polling()])),
                    "plain": await stack.enter_async_context(Client(server, cache=None))}
+        if redis_url is not None:
+            store = Store(ClusterConfig(redis_url=redis_url))
+            await store.open()
+            stack.push_async_callback(store.close)
+            shared = ServingState(peers.toolcrib_host(10, config=TASK))
+            shared.tasks = RedisTasks(store, Fanout(store))
+            stack.push_async_callback(shared.tasks.close)
+            clients["task on Redis"] = await stack.enter_async_context(
+                Client(build_server(shared, peers.AGENT), cache=None, extensions=[Polling()]))
         ops = {name: (lambda c=c: c.call_tool("math__add", {"a": 2, "b": 3})) for name, c in clients.items()}
         names = list(ops)
 
@@ -75,7 +90,7 @@ async def overhead(calls: int, rounds: int) -> dict[str, float]:
 
         per_round: dict[str, list[float]] = {name: [] for name in names}
         for turn in range(rounds):
-            order = names[turn % 2:] + names[:turn % 2]
+            order = names[turn % len(names):] + names[:turn % len(names)]
             for name, value in (await medians_in_turns(ops, order, calls, check)).items():
                 per_round[name].append(value)
     return {name: statistics.median(values) for name, values in per_round.items()}
@@ -85,7 +100,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--redis", help="also a task on this Redis (redis://...)")
     args = parser.parse_args()
-    found = anyio.run(overhead, args.calls, args.rounds)
-    print(f"as a task: {found['task'] * 1e6:.0f} us; plain: {found['plain'] * 1e6:.0f} us; "
-          f"{found['task'] / found['plain']:.2f}x")
+    found = anyio.run(overhead, args.calls, args.rounds, args.redis)
+    for name, seconds in found.items():
+        print(f"{name}: {seconds * 1e6:.0f} us ({seconds / found['plain']:.2f}x the plain call)")

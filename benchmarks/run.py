@@ -836,18 +836,23 @@ async def cluster(args: argparse.Namespace) -> list[Row]:
                 ops = {n: (lambda v=v: v.call("math__add", {"a": 2, "b": 3})) for n, v in views.items()}
                 result = await interleaved(ops, calls, args.rounds)
             sessions = await _sessions_on_redis(Path(tmp), shared, 30 if args.quick else 300, args.rounds)
+            tasks = await bench_tasks.overhead(calls // 2, args.rounds, f"redis://127.0.0.1:{port}/0")
         finally:
             redis.terminate()
             redis.wait(30)
     MEASURED["redis limit delta"] = result["redis"] - result["memory"]
     MEASURED["cluster no limit"] = result["cluster, no limit"] / result["plain"]
     MEASURED["redis session delta"] = sessions["redis"] - sessions["memory"]
+    MEASURED["redis task"] = tasks["task on Redis"] / tasks["plain"]
     return [["Python API call with a fleet-wide rate limit (loopback Redis) vs the same limit in memory",
              fmt(result["redis"]), fmt(result["memory"]), _delta(result["redis"] - result["memory"])],
             ["Python API call with no limit, [cluster] set vs not", fmt(result["cluster, no limit"]),
              fmt(result["plain"]), ratio(result["cluster, no limit"], result["plain"])],
             ["call over a 2025-11-25 HTTP session, sessions and events on Redis vs in memory", fmt(sessions["redis"]),
-             fmt(sessions["memory"]), _delta(sessions["redis"] - sessions["memory"])]]
+             fmt(sessions["memory"]), _delta(sessions["redis"] - sessions["memory"])],
+            ["call as an MCP task, its record on loopback Redis ([cluster]) vs the plain call (in memory: "
+             f"{ratio(tasks['task'], tasks['plain'])})", fmt(tasks["task on Redis"]), fmt(tasks["plain"]),
+             ratio(tasks["task on Redis"], tasks["plain"])]]
 
 
 async def _sessions_on_redis(folder: Path, shared: str, calls: int, rounds: int) -> dict[str, float]:

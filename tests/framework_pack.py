@@ -20,6 +20,8 @@ FRAMEWORKS = {
     "fastmcp": ["fastmcp==4.2.3"],
     "llama_index": ["llama-index-tools-mcp==0.6.0"],
     "smolagents": ["smolagents[mcp]==1.26.0", "mcp<2"],
+    # FastMCP's client half of the tasks extension: fastmcp-tasks, whose last release pins FastMCP 4.1.4
+    "fastmcp_tasks": ["fastmcp==4.1.4", "fastmcp-tasks==4.1.4"],
 }
 
 

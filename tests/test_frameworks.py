@@ -139,6 +139,28 @@ def test_fastmcp_s_client_and_a_mounted_proxy_list_call_and_raise_on_an_error(se
     assert (seen["resource"], seen["prompt"]) == ("buy milk", "Say hello to Ada.")
 
 
+def test_fastmcp_s_client_polls_toolcrib_s_tasks_to_their_end_and_answers_their_questions(tmp_path: Path) -> None:
+    config = tmp_path / "toolcrib.toml"
+    config.write_text('[agents.a]\ntoken_env = "FRAMEWORK_TOKEN"\n[agents.a.permissions]\nplugins = { allow = '
+                      '["jobs"] }\ntools = { allow = ["*"] }\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLCRIB_")}
+    env.update({"TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD": "1", "TOOLCRIB_PLUGINS": "jobs=packs:JOBS",
+                "PYTHONPATH": str(TESTS), "FRAMEWORK_TOKEN": TOKEN})
+    proc, base, _ = start_http(config, "--log-level", "warning", env=env, said=None)
+    try:
+        script = TESTS / "frameworks" / "run_fastmcp_tasks.py"
+        run = subprocess.run([str(framework_python("fastmcp_tasks")), str(script),
+                              json.dumps({"url": f"{base}/agents/a/mcp", "token": TOKEN})],
+                             capture_output=True, text=True, timeout=600)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == {
+        "protocol": "2026-07-28", "only": "only 3", "asked": "Ada of Rome (accept)",
+        "questions": ["Your name?", "Your town?"]}
+
+
 def test_llama_index_calls_through_its_tools_and_keeps_the_error_flag_only_in_the_raw_result(
         served: dict[str, Any]) -> None:
     seen = seen_by("llama_index", served)
