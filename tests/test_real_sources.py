@@ -57,6 +57,8 @@ EVERYTHING_CALLS = {
     "everything__toggle_simulated_logging": ({}, "simulated, random-leveled logging"),
     "everything__toggle_subscriber_updates": ({}, "simulated resource updated notifications"),
     "everything__trigger_long_running_operation": ({"duration": 1, "steps": 2}, "Long running operation completed"),
+    # a tool it runs only as a 2025-11-25 task (SEP-1686): called as a task, polled, its result asked for
+    "everything__simulate_research_query": ({"topic": "tides"}, "# Research Report: tides\n"),
 }
 
 
@@ -95,11 +97,9 @@ def test_every_tool_of_server_everything_is_served_and_callable(node_servers: No
                 result = await view.call(name, arguments)
                 assert not result.is_error, (name, result.text)
                 assert says in result.text, (name, result.to_wire())
-            record = host.catalog.record("everything")
-            assert record.error == (
-                "tool 'simulate-research-query' is not served: it runs only as a 2025-11-25 MCP task (taskSupport "
-                "'required'), which toolcrib's client of upstream servers (the MCP SDK's) cannot make; a 2026-07-28 "
-                "server's tasks are served")
+            assert host.catalog.record("everything").error is None
+            research = view.lookup("everything__simulate_research_query")
+            assert research is not None and research.tool.task == "optional"  # toolcrib's clients may have a task
             # its prompts and resources pass through, names mapped too
             assert [p["name"] for p in view.mcp_prompts] == [
                 "everything__args_prompt", "everything__completable_prompt", "everything__resource_prompt",
@@ -271,3 +271,38 @@ def test_an_llm_toolbox_not_configured_is_listed_with_why_and_logs_nothing(
     assert lines[quickjs + 1] == ("    note: toolbox QuickJS not configured: to serve it, add "
                                   "[packs.llm.toolboxes.QuickJS] with its constructor's arguments")
     assert "registers the toolbox" not in err + capfd.readouterr().err  # no INFO line on every command
+
+
+def test_a_2025_task_s_question_reaches_the_agent_s_client_and_its_answer_the_task(node_servers: None,
+                                                                                   tmp_path: Path) -> None:
+    """server-everything's research task, asked to be ambiguous, stops for the user's choice (SEP-1686's
+    input_required): the question comes while toolcrib waits for the task's result, goes to the agent's client
+    (a 2025-11-25 session), and the answer shapes the report."""
+    import mcp_types as types
+    from mcp import Client
+
+    from toolcrib.mcp.adapter import build_server
+    from toolcrib.mcp.state import ServingState
+
+    asked: list[str] = []
+
+    async def on_elicit(context: Any, params: Any) -> Any:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"interpretation": "programming"})
+
+    async def main() -> Any:
+        host, pool = await _host(EVERYTHING_CONFIG, tmp_path)
+        try:
+            async with Client(build_server(ServingState(host), "a"), mode="legacy", cache=None,
+                              elicitation_callback=on_elicit) as client:
+                return await client.call_tool("everything__simulate_research_query",
+                                              {"topic": "python", "ambiguous": True})
+        finally:
+            host.close()
+            await pool.__aexit__(None, None, None)
+
+    result = anyio.run(main)
+    assert not result.is_error
+    assert result.content[0].text.startswith("# Research Report: python (programming)\n")
+    assert asked == ['The research query "python" could have multiple interpretations. Please clarify what '
+                     "you're looking for:"]

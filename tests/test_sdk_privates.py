@@ -67,3 +67,28 @@ def test_a_listening_stream_is_made_where_the_wait_for_its_headers_looks() -> No
     handler = inspect.getsource(StreamableHTTPServerTransport._handle_get_request)
     assert "self._request_streams[GET_STREAM_KEY] = anyio.create_memory_object_stream" in handler
     assert isinstance(GET_STREAM_KEY, str)
+
+
+def test_a_request_is_sent_stamped_and_its_result_read_unchecked() -> None:
+    """``send_unread``: a request goes out as the session sends any (stamped for its protocol era) and its result
+    comes back as the server gave it (here a method the session has no result type for)."""
+    from mcp_types import RequestParams
+
+    from toolcrib.mcp.sdk import send_unread
+
+    async def probe(ctx: Any, params: Any) -> Any:
+        return {"task": {"taskId": "t1", "status": "working"}, "seen": ctx.protocol_version}
+
+    server = Server("probe")
+    server.add_request_handler("tasks/get", RequestParams, probe)
+
+    async def main() -> list[dict[str, Any]]:
+        found = []
+        for mode in ("legacy", "auto"):
+            async with Client(server, mode=mode, cache=None) as client:
+                found.append(await send_unread(client.session, "tasks/get", {"taskId": "t1"}))
+        return found
+
+    legacy, modern = anyio.run(main)
+    assert legacy["task"] == modern["task"] == {"taskId": "t1", "status": "working"}
+    assert (legacy["seen"], modern["seen"]) == ("2025-11-25", "2026-07-28")

@@ -17,6 +17,10 @@ pyproject.toml (``mcp>=2.3,<2.4``) is raised knowingly.
   manager's own entry does.
 - ``StreamableHTTPServerTransport._request_streams``: ``toolcrib.mcp.sessions`` reads it to hold a listening
   stream's headers until the stream is made (``listening_stream_made``): the transport offers no way to know.
+- ``ClientSession._stamp`` and ``ClientSession._dispatcher.send_raw_request``: a 2025-11-25 server's tool that runs
+  only as a task (SEP-1686; server-everything's ``simulate-research-query``) answers ``tools/call`` with a task,
+  which the session's check of a ``tools/call`` result refuses (``send_unread``); the client has no task support
+  of that revision, and no way to send a request whose result it does not check.
 """
 
 from __future__ import annotations
@@ -68,3 +72,13 @@ async def listening_stream_made(transport: Any, longest: float = 5.0) -> bool:
         else:
             await anyio.sleep(0.001)  # held back (a loaded machine): looked for without holding a CPU
     return True
+
+
+async def send_unread(session: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Send a request as a ``ClientSession`` sends any (its stamp: the protocol version header, and on 2026-07-28
+    the envelope) and return its result as the server gave it, unchecked."""
+    data: dict[str, Any] = {"method": method, "params": params}
+    opts: dict[str, Any] = {}
+    session._stamp(data, opts)
+    result: dict[str, Any] = await session._dispatcher.send_raw_request(method, data.get("params"), opts)
+    return result

@@ -40,12 +40,8 @@ def tool_entries(connection: Connection, problems: list[str]) -> list[Entry]:
 def _entry(connection: Connection, tool: Any, served: str, problems: list[str]) -> Entry | None:
     name = tool.name
     execution = getattr(tool, "execution", None)
+    # (listed by a 2025-11-25 server only: 2026-07-28 lists no task support; its tasks are followed when they come)
     support = execution.task_support if execution is not None else None
-    if support == "required":  # (listed so by a 2025-11-25 server only: 2026-07-28 lists no task support)
-        problems.append(f"tool {name!r} is not served: it runs only as a 2025-11-25 MCP task (taskSupport "
-                        "'required'), which toolcrib's client of upstream servers (the MCP SDK's) cannot make; a "
-                        "2026-07-28 server's tasks are served")
-        return None
     annotations: dict[str, Any] = {}
     if tool.annotations is not None:
         for key, value in tool.annotations.model_dump(by_alias=True, exclude_none=True).items():
@@ -62,7 +58,8 @@ def _entry(connection: Connection, tool: Any, served: str, problems: list[str]) 
     description = clean(tool.description or "") or f"Tool {name} of the upstream server."
     title = getattr(tool, "title", None)
     namespace = connection.namespace
-    runner = UpstreamRunner(connection.client, name, namespace, connection.what, connection.lane)
+    runner = UpstreamRunner(connection.client, name, namespace, connection.what, connection.lane,
+                            as_task=support == "required")
     describe = None
     if "describe" in connection.checks.get("tool", {}).get(name, ()):
         describe = remote_describe(connection.check_line, name, description, lambda: connection.check_seconds)
@@ -79,7 +76,7 @@ def _entry(connection: Connection, tool: Any, served: str, problems: list[str]) 
         given_input_schema=input_schema,
         given_output_schema=output_schema,
         source_name=name if served != name else None,
-        task="optional" if support == "optional" else "forbidden",  # a long call, as its server says
+        task="optional" if support in ("optional", "required") else "forbidden",  # a long call, as its server says
     )
     return Entry(name=full_name(namespace, served), provenance=connection.provenance, definition=spec)
 

@@ -16,6 +16,8 @@ from toolcrib.errors import Suspend, ToolError
 from toolcrib.runner import Call
 from toolcrib.supply.mcp.pack_calls import Lane, LaneClosed
 
+TASK_TTL_MS = 3_600_000  # how long a 2025-11-25 server is asked to keep a task toolcrib makes (an hour)
+
 # The call an upstream tool is running for, in the task that awaits the server's answer: a server's request during
 # it (a 2026-07-28 server's input requests are answered within that task) is put to the call's own client.
 CALLING: contextvars.ContextVar[Call | None] = contextvars.ContextVar("toolcrib_upstream_call", default=None)
@@ -124,6 +126,7 @@ class UpstreamRunner:
     namespace: str
     what: str = "upstream server"  # or "isolated pack", in its messages
     lane: Lane | None = None  # an isolated pack's calls take its lane while it is open
+    as_task: bool = False  # a 2025-11-25 server runs it only as a task (SEP-1686): it is called as one
     is_async = True
 
     def start(self, model: BaseModel, call: Call) -> Any:
@@ -148,8 +151,11 @@ class UpstreamRunner:
         if call is not None:
             _IN_FLIGHT.setdefault(connection, []).append(call)
         try:
-            result = await self.client.call_tool(self.name, arguments,
-                                                 progress_callback=progress if channel is not None else None)
+            if self.as_task:
+                result = await self._as_task(arguments, channel)
+            else:
+                result = await self.client.call_tool(self.name, arguments,
+                                                     progress_callback=progress if channel is not None else None)
         except MCPError as exc:
             raise ToolError(f"{self.what} {self.namespace!r} refused the call: {exc.error.message}") from None
         except BaseExceptionGroup as group:  # the SDK's task group wraps what a callback raised
@@ -171,3 +177,38 @@ class UpstreamRunner:
             structured_content=result.structured_content,
             is_error=bool(result.is_error),
         )
+
+    async def _as_task(self, arguments: dict[str, Any], channel: Any) -> Any:
+        """A call of a tool a 2025-11-25 server runs only as a task (SEP-1686): made as a task, polled (its status
+        message is the call's progress) until it ends or has a question, then its result asked for (``tasks/result``
+        waits for its end; the server's questions meanwhile come as its requests, put to the agent's client as any
+        server's are). A call that ends first cancels the task upstream."""
+        import anyio
+        import mcp_types as types
+
+        from toolcrib.mcp.sdk import send_unread
+
+        session = self.client.session
+        created = await send_unread(session, "tools/call", {"name": self.name, "arguments": arguments,
+                                                             "task": {"ttl": TASK_TTL_MS}})
+        task: dict[str, Any] = created["task"] if isinstance(created.get("task"), dict) else created
+        task_id = task.get("taskId")
+        if not isinstance(task_id, str):
+            return types.CallToolResult.model_validate(created, by_name=False)  # answered at once, after all
+        try:
+            status = task.get("status")
+            while status not in ("completed", "failed", "cancelled", "input_required"):
+                await anyio.sleep(min(5.0, max(0.05, (task.get("pollInterval") or 500) / 1000)))
+                task = await send_unread(session, "tasks/get", {"taskId": task_id})
+                status = task.get("status")
+                if channel is not None and isinstance(task.get("statusMessage"), str):
+                    await channel.progress(0, None, task["statusMessage"])
+            if status == "cancelled":
+                raise ToolError(f"{self.what} {self.namespace!r} cancelled the call's task "
+                                f"({task.get('statusMessage') or 'no reason given'})")
+            return types.CallToolResult.model_validate(await send_unread(session, "tasks/result",
+                                                                         {"taskId": task_id}), by_name=False)
+        except BaseException:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5), contextlib.suppress(Exception):
+                await send_unread(session, "tasks/cancel", {"taskId": task_id})
+            raise
