@@ -18,6 +18,7 @@ import anyio
 import httpx2
 import jwt
 import pytest
+from mcp_types import CLIENT_CAPABILITIES_META_KEY
 
 from conftest import make_host
 from issuer import Issuer
@@ -642,3 +643,44 @@ def test_a_tool_hidden_by_a_lacking_scope_answers_its_routing_header_like_a_tool
     assert seen[0] == 400 and "Mcp-Param-Region header does not match" in seen[1]["error"]["message"]
     assert hidden[0] == missing[0]
     assert json.dumps(hidden[1]).replace("r__route", "NAME") == json.dumps(missing[1]).replace("r__nothing", "NAME")
+
+
+def test_an_mcp_task_is_its_oauth_subject_s_and_another_subject_or_the_agent_s_static_token_finds_none(
+        issuer: Issuer) -> None:
+    """A task made with alice's token is alice's, through a new token of hers too; bob, who acts as the same agent,
+    and the agent's static token get what a task that does not exist gets."""
+    from packs import JOBS
+
+    text = config(issuer.url).replace(
+        'plugins = { allow = ["files"] }\ntools = { allow = ["files__read", "files__write"] }',
+        'plugins = { allow = ["files", "jobs"] }\ntools = { allow = ["files__read", "files__write", "jobs__only"] }',
+        1)
+    tasks = {**META, CLIENT_CAPABILITIES_META_KEY: {"extensions": {"io.modelcontextprotocol/tasks": {}}}}
+
+    async def send(client: httpx2.AsyncClient, token: str, method: str, params: dict[str, Any]) -> Any:
+        body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": tasks}}
+        answer = await client.post("/agents/reader/mcp", json=body, headers={
+            **HEADERS, "Authorization": f"Bearer {token}", "MCP-Protocol-Version": "2026-07-28",
+            "Mcp-Method": method, **({"Mcp-Name": params["name"]} if "name" in params else {})})
+        return answer.json()
+
+    async def main() -> list[Any]:
+        async with serving(text, packs={"jobs": JOBS}) as (_, client):
+            alice = issuer.sign(READER)
+            made = (await send(client, alice, "tools/call", {"name": "jobs__only", "arguments": {"x": 7}}))["result"]
+            assert made["resultType"] == "task"
+            asked = {"taskId": made["taskId"]}
+            with anyio.fail_after(30):
+                while (found := await send(client, alice, "tasks/get", asked))["result"]["status"] == "working":
+                    await anyio.sleep(0.01)
+            again = await send(client, issuer.sign(READER, lifetime=600), "tasks/get", asked)  # a new token of hers
+            bob = await send(client, issuer.sign({**READER, "sub": "bob"}), "tasks/get", asked)
+            static = await send(client, "o" * 32, "tasks/get", asked)
+            cancel = await send(client, issuer.sign({**READER, "sub": "bob"}), "tasks/cancel", asked)
+            return [found, again, bob, static, cancel]
+
+    found, again, bob, static, cancel = anyio.run(main)
+    assert found["result"]["result"]["content"] == [{"type": "text", "text": "only 7"}]
+    assert again["result"]["status"] == "completed"
+    for refused in (bob, static, cancel):
+        assert refused["error"] == {"code": -32602, "message": "Failed to retrieve task: Task not found"}
