@@ -746,3 +746,237 @@ def test_an_upstream_servers_tasks_are_polled_through_and_their_questions_reach_
 
     anyio.run(main)
     assert asked[0] == "Your name?" and asked[-1] == "Your town?"
+
+
+def test_on_redis_a_task_is_the_documented_keys_with_their_lifetimes_and_its_principal_s_on_every_replica(
+        redis_url: str) -> None:
+    """What deploy.md says is on Redis, exactly: the record (no arguments), the lease held by the running replica,
+    the agent's set by expiry; each kept for its time; another principal finds nothing on any replica."""
+    import json
+
+    import redis.asyncio
+
+    from toolcrib.cluster import Fanout, Store
+    from toolcrib.config import ClusterConfig
+    from toolcrib.mcp.fleet import RedisTasks
+
+    async def main() -> None:
+        stores = [Store(ClusterConfig(redis_url=redis_url, key_prefix="t:", lease_seconds=9.0)) for _ in range(2)]
+        for store in stores:
+            await store.open()
+        one, two = (RedisTasks(store, Fanout(store)) for store in stores)
+        raw = redis.asyncio.Redis.from_url(redis_url)
+        stop = asyncio.Event()
+
+        async def work(task: Any) -> dict[str, Any]:
+            await task.ask("elicitation/create", {"mode": "form", "message": "Go?", "requestedSchema": {}})
+            await stop.wait()
+            return {"content": [{"type": "text", "text": "done"}], "isError": False}
+
+        try:
+            task = await one.start("a", "alice", "jobs__hold", 60.0, 5, work)
+            assert task is not None
+            await asyncio.sleep(0.05)  # the question is asked, and written
+            keys = sorted(k.decode() for k in await raw.keys("t:*"))
+            assert keys == [f"t:task:{task.id}", f"t:task:{task.id}:lease", "t:tasks:agent:a"]
+            assert 59_000 < await raw.pttl(f"t:task:{task.id}") <= 60_000
+            assert 8_000 < await raw.pttl(f"t:task:{task.id}:lease") <= 9_000
+            assert (await raw.get(f"t:task:{task.id}:lease")).decode() == one.fanout.replica
+            assert 59_000 < await raw.pttl("t:tasks:agent:a") <= 60_000
+            score = await raw.zscore("t:tasks:agent:a", task.id)
+            assert abs(score - (task.created + 60.0)) < 0.01
+            record = json.loads(await raw.get(f"t:task:{task.id}"))
+            assert record == {**task.record(), "asked": {"elicitation-1": {"method": "elicitation/create", "params": {
+                "mode": "form", "message": "Go?", "requestedSchema": {}}}}, "status": "input_required"} \
+                | {"updated": record["updated"]}
+            assert "arguments" not in json.dumps(record)
+            for agent, principal in (("a", "bob"), ("a", None), ("b", "alice")):
+                with pytest.raises(MCPError) as info:
+                    await two.find(agent, principal, task.id)
+                assert info.value.error.message == NOT_FOUND
+            seen = await two.find("a", "alice", task.id)
+            assert (seen.status, list(seen.asked), seen.runner) == ("input_required", ["elicitation-1"], None)
+            # an answer given on the other replica waits beside the record until the running one takes it
+            await two.answer(seen, {"elicitation-1": {"action": "accept", "content": {}}, "never-asked": {}})
+            left = f"t:task:{task.id}:answers"
+            assert 59_000 < await raw.pttl(left) <= 60_000  # (no replica listens here: it waits)
+            assert {k.decode(): json.loads(v) for k, v in (await raw.hgetall(left)).items()} == {
+                "elicitation-1": {"action": "accept", "content": {}}}
+            await one._take(task)  # (the announcement's work, done here at once)
+            assert await raw.exists(left) == 0
+            await asyncio.sleep(0.05)
+            assert (await two.find("a", "alice", task.id)).status == "working"
+            await two.cancel(await two.find("a", "alice", task.id))
+            assert 59_000 < await raw.pttl(f"t:task:{task.id}:cancel") <= 60_000
+            await one._take(task)
+            await asyncio.sleep(0.05)
+            ended = await two.find("a", "alice", task.id)
+            assert (ended.status, ended.message) == ("cancelled", "cancelled by the client")
+            assert sorted(k.decode() for k in await raw.keys("t:*")) == [f"t:task:{task.id}", "t:tasks:agent:a"]
+        finally:
+            stop.set()
+            for tasks in (one, two):
+                await tasks.close()
+            for store in stores:
+                await store.close()
+            await raw.aclose()
+
+    asyncio.run(main())
+
+
+# -- the task store, unit by unit ------------------------------------------------------------------------------
+
+
+def _store_run(main: Callable[[Any], Awaitable[None]]) -> None:
+    import toolcrib.mcp.tasks as tasks_module
+
+    asyncio.run(main(tasks_module))
+
+
+def test_a_task_s_times_are_utc_to_the_millisecond_and_its_record_reads_back_whole() -> None:
+    from toolcrib.mcp.tasks import Task, speaks_tasks
+
+    task = Task("i" * 32, "a", "alice", "jobs__hold", 60.0, created=1_800_000_000.25, updated=1_800_000_001.5)
+    wire = task.wire()
+    assert (wire["createdAt"], wire["lastUpdatedAt"]) == ("2027-01-15T08:00:00.250Z", "2027-01-15T08:00:01.500Z")
+    assert Task("j", "a", None, "t", 1.0, created=5.0).updated == 5.0  # made now: updated when made
+    back = Task.of_record(task.record())
+    assert (back.principal, back.created, back.updated, back.ttl) == ("alice", 1_800_000_000.25, 1_800_000_001.5, 60.0)
+    assert back.record() == task.record()
+    assert (speaks_tasks(None), speaks_tasks(types.ClientCapabilities()),
+            speaks_tasks(types.ClientCapabilities(extensions={EXTENSION: {}}))) == (False, False, True)
+
+
+def test_a_question_answered_puts_the_task_back_to_working_and_answers_are_checked_per_question(
+        caplog: pytest.LogCaptureFixture) -> None:
+    async def main(tasks: Any) -> None:
+        store = tasks.Tasks()
+        got: list[Any] = []
+
+        async def work(task: Any) -> dict[str, Any]:
+            got.append(await task.ask("sampling/createMessage", {"messages": [], "maxTokens": 5}))
+            got.append(await task.ask("elicitation/create", {"mode": "form", "message": "?", "requestedSchema": {}}))
+            return {"content": [], "isError": False}
+
+        task = await store.start("a", None, "t", 60.0, 5, work)
+        await asyncio.sleep(0)
+        assert (task.status, list(task.asked)) == ("input_required", ["sampling-1"])
+        turn = {"role": "assistant", "content": {"type": "text", "text": "hi"}, "model": "m", "stopReason": "endTurn"}
+        # an answer to a key never asked, before one that is: skipped, and the one after it still taken
+        await store.answer(task, {"never": {"action": "accept"}, "sampling-1": turn})
+        await asyncio.sleep(0)
+        assert got == [{**turn, "content": {"type": "text", "text": "hi"}}]
+        assert (task.status, list(task.asked)) == ("input_required", ["elicitation-2"])
+        with pytest.raises(MCPError) as info:  # a model's turn is no answer to a form
+            await store.answer(task, {"elicitation-2": turn})
+        assert info.value.error.message.startswith("inputResponses.elicitation-2.action: ")
+        await store.answer(task, {"elicitation-2": {"action": "decline"}})
+        task.take({"elicitation-2": {"action": "accept"}})  # a second answer to an answered question: nothing
+        await asyncio.sleep(0)
+        assert got[1] == {"action": "decline"} and (task.status, task.asked) == ("completed", {})
+
+    _store_run(main)
+
+
+def test_how_a_task_s_work_ends_is_what_it_says(caplog: pytest.LogCaptureFixture) -> None:
+    class Boom(Exception):
+        pass
+
+    async def main(tasks: Any) -> None:
+        store = tasks.Tasks()
+
+        async def refused(task: Any) -> dict[str, Any]:
+            raise MCPError(code=-32602, message="Unknown tool: t")
+
+        async def broken(task: Any) -> dict[str, Any]:
+            raise Boom("deep inside")
+
+        async def waits(task: Any) -> dict[str, Any]:
+            await asyncio.Event().wait()
+            return {}
+
+        one = await store.start("a", None, "t", 60.0, 5, refused)
+        two = await store.start("a", None, "t", 60.0, 5, broken)
+        three = await store.start("a", None, "t", 60.0, 5, waits)
+        await asyncio.sleep(0.01)
+        assert (one.status, one.message, one.error) == ("failed", "Unknown tool: t",
+                                                        {"code": -32602, "message": "Unknown tool: t"})
+        assert (two.status, two.message, two.error) == (
+            "failed", "the call failed inside toolcrib; the server's log says why",
+            {"code": -32603, "message": "Internal error: Boom"})
+        await store.fail(three, -32602, "Unknown tool: t", "its tool is no longer served to this agent")
+        assert three.runner is None and (three.status, three.error["code"]) == ("failed", -32602)
+        await asyncio.sleep(0.01)
+        assert three.status == "failed"  # its work, stopped, does not make it cancelled
+        await store.cancel(one)  # an ended task: nothing to stop
+        assert one.status == "failed"
+
+    with caplog.at_level("ERROR", logger="toolcrib.serve"):
+        _store_run(main)
+    assert [(r.getMessage(), r.exc_info) for r in caplog.records] == [
+        ("agent 'a', tool t: its task failed (Boom: deep inside)", None)]
+
+
+def test_on_redis_leases_are_renewed_writes_lost_to_an_outage_are_made_again_and_a_remote_failure_holds(
+        redis_url: str) -> None:
+    import json
+
+    import redis.asyncio
+
+    from toolcrib.cluster import Fanout, Store
+    from toolcrib.config import ClusterConfig
+    from toolcrib.mcp.fleet import RedisTasks
+
+    async def main() -> None:
+        stores = [Store(ClusterConfig(redis_url=redis_url, key_prefix="r:", lease_seconds=0.3)) for _ in range(2)]
+        for store in stores:
+            await store.open()
+        one, two = (RedisTasks(store, Fanout(store)) for store in stores)
+        raw = redis.asyncio.Redis.from_url(redis_url)
+        gates = [asyncio.Event(), asyncio.Event()]
+
+        def waiting(gate: asyncio.Event) -> Any:
+            async def work(task: Any) -> dict[str, Any]:
+                await gate.wait()
+                return {"content": [{"type": "text", "text": "done"}], "isError": False}
+            return work
+
+        try:
+            task = await one.start("a", None, "t", 60.0, 5, waiting(gates[0]))
+            assert task is not None
+            await asyncio.sleep(0.8)  # more than two leases: renewed every 0.1 s
+            assert await raw.exists(f"r:task:{task.id}:lease") == 1
+            assert (await two.find("a", None, task.id)).status == "working"
+            up, one.store.client = one.store.client, redis.asyncio.Redis.from_url(
+                "redis://127.0.0.1:1", socket_connect_timeout=0.1)
+            gates[0].set()
+            await asyncio.sleep(0.05)  # it ends while Redis is unreachable: its record is not written
+            assert task.status == "completed"
+            assert json.loads(await raw.get(f"r:task:{task.id}"))["status"] == "working"
+            await one.store.client.aclose()
+            one.store.client = up
+            await asyncio.sleep(0.5)  # the next renewal writes it
+            assert json.loads(await raw.get(f"r:task:{task.id}"))["status"] == "completed"
+            assert await raw.exists(f"r:task:{task.id}:lease") == 0
+            assert one._renewing is None  # nothing runs: no renewal
+
+            other = await one.start("a", None, "t", 60.0, 5, waiting(gates[1]))
+            assert other is not None
+            far = await two.find("a", None, other.id)
+            await two.fail(far, -32602, "Unknown tool: t", "its tool is no longer served to this agent")
+            assert far.status == "failed" and json.loads(await raw.get(f"r:task:{other.id}"))["status"] == "failed"
+            await one._take(other)
+            await asyncio.sleep(0.05)
+            assert (other.status, other.error, other.message) == (
+                "failed", {"code": -32602, "message": "Unknown tool: t"}, "its tool is no longer served to this agent")
+            assert json.loads(await raw.get(f"r:task:{other.id}"))["status"] == "failed"
+        finally:
+            for gate in gates:
+                gate.set()
+            for tasks in (one, two):
+                await tasks.close()
+            for store in stores:
+                await store.close()
+            await raw.aclose()
+
+    asyncio.run(main())
