@@ -980,3 +980,75 @@ def test_on_redis_leases_are_renewed_writes_lost_to_an_outage_are_made_again_and
             await raw.aclose()
 
     asyncio.run(main())
+
+
+def test_on_redis_ids_principals_failures_and_an_outage_answer_as_they_should_on_both_replicas(
+        redis_url: str) -> None:
+    import json
+
+    import redis.asyncio
+
+    from toolcrib.cluster import Fanout, Store
+    from toolcrib.config import ClusterConfig
+    from toolcrib.mcp.fleet import RedisTasks
+
+    async def main() -> None:
+        stores = [Store(ClusterConfig(redis_url=redis_url, key_prefix="f:")) for _ in range(2)]
+        for store in stores:
+            await store.open()
+        one, two = (RedisTasks(store, Fanout(store)) for store in stores)
+        raw = redis.asyncio.Redis.from_url(redis_url)
+        gate = asyncio.Event()
+
+        async def work(task: Any) -> dict[str, Any]:
+            await task.ask("elicitation/create", {"mode": "form", "message": "?", "requestedSchema": {}})
+            await gate.wait()
+            return {"content": [], "isError": False}
+
+        try:
+            here = await one.start("a", "alice", "t", 60.0, 5, work)
+            there = await one.start("a", "alice", "t", 60.0, 5, work)
+            assert here is not None and there is not None
+            await asyncio.sleep(0.05)
+            for store, principal, task_id in ((one, "bob", here.id), (two, "alice", "x" * 31 + ":"),
+                                              (two, "alice", "../" * 11)):
+                with pytest.raises(MCPError) as info:  # another principal where it runs; ids no task has
+                    await store.find("a", principal, task_id)
+                assert (info.value.error.code, info.value.error.message) == (-32602, NOT_FOUND)
+            await one.fail(here, -32602, "Unknown tool: t", "gone")  # where it runs: failed, its work stopped
+            await asyncio.sleep(0.05)
+            assert (here.status, here.error, here.asked, here.message) == (
+                "failed", {"code": -32602, "message": "Unknown tool: t"}, {}, "gone")
+            far = await two.find("a", "alice", there.id)
+            await two.fail(far, -32602, "Unknown tool: t", "gone")
+            assert (far.error, far.asked, far.message) == ({"code": -32602, "message": "Unknown tool: t"}, {}, "gone")
+            record = json.loads(await raw.get(f"f:task:{there.id}"))
+            assert (record["status"], record["error"], record["asked"]) == (
+                "failed", {"code": -32602, "message": "Unknown tool: t"}, {})
+            up, two.store.client = two.store.client, redis.asyncio.Redis.from_url(
+                "redis://127.0.0.1:1", socket_connect_timeout=0.1)
+            try:
+                for action in (lambda: two.cancel(Task_(there)), lambda: two.answer(Task_(there), {"elicitation-1": {
+                        "action": "accept"}}), lambda: two.find("a", "alice", there.id)):
+                    with pytest.raises(MCPError) as info:
+                        await action()
+                    assert (info.value.error.code, info.value.error.message) == (
+                        -32603, "the shared store where tasks are kept is unreachable; try again shortly")
+            finally:
+                await two.store.client.aclose()
+                two.store.client = up
+        finally:
+            gate.set()
+            for tasks in (one, two):
+                await tasks.close()
+            for store in stores:
+                await store.close()
+            await raw.aclose()
+
+    def Task_(task: Any) -> Any:  # the record of a task still asking, as another replica reads it
+        from toolcrib.mcp.tasks import Task
+
+        return Task.of_record({**task.record(), "status": "input_required",
+                               "asked": {"elicitation-1": {"method": "elicitation/create", "params": {}}}})
+
+    asyncio.run(main())
