@@ -2,7 +2,8 @@
 
 A tool that may run as a task (``@toolcrib.tool(task="optional")``, or ``[tools.X] task``) called by a client that
 declares the extension on its request answers at once with a task (``resultType: "task"``) while the same call
-goes on through the whole pipeline (rules, hooks, limits, audit) in the serving process. The client polls
+goes on through the whole pipeline (rules, hooks, limits, audit) in the serving process (with ``[cluster]``, its
+record is on Redis for every replica: ``toolcrib.mcp.fleet.RedisTasks``). The client polls
 ``tasks/get`` (the result is inlined there once the call ends), answers the questions the call asks
 (``inputRequests``: an approval, a form, a model turn) with ``tasks/update`` and stops it with ``tasks/cancel``.
 
