@@ -653,7 +653,7 @@ def test_stdio_and_http_serve_the_same_surface_with_the_same_capabilities(tmp_pa
         capabilities, resources, prompts, read, message = over_stdio
         assert {k: v for k, v in capabilities.items() if k != "experimental"} == {
             "logging": {}, "prompts": {"listChanged": True}, "resources": {"subscribe": True, "listChanged": True},
-            "tools": {"listChanged": True}, "completions": {}}
+            "tools": {"listChanged": True}, "completions": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}
         assert resources == ["test://static-binary", "test://static-text", "test://watched-resource"]
         assert prompts[:2] == ["test_prompt_with_arguments", "test_prompt_with_embedded_resource"]
         assert read == {"uri": "test://template/7/data", "mimeType": "application/json",
