@@ -57,6 +57,12 @@ def speaks_tasks(capabilities: types.ClientCapabilities | None) -> bool:
     return bool(extensions) and EXTENSION in extensions  # type: ignore[operator]
 
 
+def poll_seconds(ms: Any) -> float:
+    """Seconds to wait before polling an upstream server's task again: its poll interval (ms), held between 0.05
+    and 5 s; half a second when it gives none."""
+    return min(5.0, max(0.05, ms / 1000)) if isinstance(ms, int | float) and not isinstance(ms, bool) else 0.5
+
+
 class UpdateTaskParams(types.RequestParams):
     """``tasks/update``'s params: the task and the answers to questions it asked, by the keys it gave them."""
 

@@ -509,11 +509,6 @@ async def _list_items(connection: Connection, client: Any) -> None:
 # -- toolcrib as the client of an upstream server's tasks -----------------------------------------------------------
 
 
-def _interval(ms: Any) -> float:
-    """Seconds to wait before polling again: the server's pollIntervalMs, held between 0.05 and 5 s."""
-    return min(5.0, max(0.05, ms / 1000)) if isinstance(ms, int | float) and not isinstance(ms, bool) else 0.5
-
-
 @functools.cache
 def _tasks_client() -> Any:
     """``UpstreamTasks``, made when the first server is connected: the SDK's client and the MCP types are imported
@@ -523,7 +518,7 @@ def _tasks_client() -> Any:
     from mcp.shared.exceptions import MCPError
     from pydantic import ConfigDict, TypeAdapter
 
-    from toolcrib.mcp.tasks import EXTENSION, TERMINAL
+    from toolcrib.mcp.tasks import EXTENSION, TERMINAL, poll_seconds
 
     class Created(types.Result):
         """SEP-2663's CreateTaskResult, as an upstream server answers a call with it."""
@@ -563,7 +558,7 @@ def _tasks_client() -> Any:
                     Request(method=method, params=params), anything)
                 return found
 
-            wait = _interval(created.poll_interval_ms)
+            wait = poll_seconds(created.poll_interval_ms)
             ended: dict[str, Any] | None = None
             try:
                 while ended is None:
@@ -577,7 +572,7 @@ def _tasks_client() -> Any:
                                    for key, request in asked.items() if isinstance(request, dict)}
                         await send("tasks/update", taskId=created.task_id, inputResponses=answers)
                     else:
-                        await anyio.sleep(_interval(task.get("pollIntervalMs", wait * 1000)))
+                        await anyio.sleep(poll_seconds(task.get("pollIntervalMs", wait * 1000)))
             except BaseException:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                     try:

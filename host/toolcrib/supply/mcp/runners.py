@@ -187,6 +187,7 @@ class UpstreamRunner:
         import mcp_types as types
 
         from toolcrib.mcp.sdk import send_unread
+        from toolcrib.mcp.tasks import poll_seconds
 
         session = self.client.session
         created = await send_unread(session, "tools/call", {"name": self.name, "arguments": arguments,
@@ -198,7 +199,7 @@ class UpstreamRunner:
         try:
             status = task.get("status")
             while status not in ("completed", "failed", "cancelled", "input_required"):
-                await anyio.sleep(min(5.0, max(0.05, (task.get("pollInterval") or 500) / 1000)))
+                await anyio.sleep(poll_seconds(task.get("pollInterval")))
                 task = await send_unread(session, "tasks/get", {"taskId": task_id})
                 status = task.get("status")
                 if channel is not None and isinstance(task.get("statusMessage"), str):
