@@ -748,78 +748,106 @@ def test_an_upstream_servers_tasks_are_polled_through_and_their_questions_reach_
     assert asked[0] == "Your name?" and asked[-1] == "Your town?"
 
 
-def test_on_redis_a_task_is_the_documented_keys_with_their_lifetimes_and_its_principal_s_on_every_replica(
-        redis_url: str) -> None:
-    """What deploy.md says is on Redis, exactly: the record (no arguments), the lease held by the running replica,
-    the agent's set by expiry; each kept for its time; another principal finds nothing on any replica."""
-    import json
-
+@contextlib.asynccontextmanager
+async def _redis_replicas(url: str, prefix: str,
+                          lease: float = 30.0) -> AsyncIterator[tuple[Any, Any, Any]]:
+    """Two replicas' task stores on one real Redis (each with its own connection), and a plain client of it."""
     import redis.asyncio
 
     from toolcrib.cluster import Fanout, Store
     from toolcrib.config import ClusterConfig
     from toolcrib.mcp.fleet import RedisTasks
 
-    async def main() -> None:
-        stores = [Store(ClusterConfig(redis_url=redis_url, key_prefix="t:", lease_seconds=9.0)) for _ in range(2)]
+    stores = [Store(ClusterConfig(redis_url=url, key_prefix=prefix, lease_seconds=lease)) for _ in range(2)]
+    for store in stores:
+        await store.open()
+    one, two = (RedisTasks(store, Fanout(store)) for store in stores)
+    raw = redis.asyncio.Redis.from_url(url)
+    try:
+        yield one, two, raw
+    finally:
+        for tasks in (one, two):
+            await tasks.close()
         for store in stores:
-            await store.open()
-        one, two = (RedisTasks(store, Fanout(store)) for store in stores)
-        raw = redis.asyncio.Redis.from_url(redis_url)
-        stop = asyncio.Event()
+            await store.close()
+        await raw.aclose()
 
-        async def work(task: Any) -> dict[str, Any]:
-            await task.ask("elicitation/create", {"mode": "form", "message": "Go?", "requestedSchema": {}})
-            await stop.wait()
-            return {"content": [{"type": "text", "text": "done"}], "isError": False}
 
-        try:
-            task = await one.start("a", "alice", "jobs__hold", 60.0, 5, work)
-            assert task is not None
-            await asyncio.sleep(0.05)  # the question is asked, and written
-            keys = sorted(k.decode() for k in await raw.keys("t:*"))
-            assert keys == [f"t:task:{task.id}", f"t:task:{task.id}:lease", "t:tasks:agent:a"]
-            assert 59_000 < await raw.pttl(f"t:task:{task.id}") <= 60_000
-            assert 8_000 < await raw.pttl(f"t:task:{task.id}:lease") <= 9_000
-            assert (await raw.get(f"t:task:{task.id}:lease")).decode() == one.fanout.replica
-            assert 59_000 < await raw.pttl("t:tasks:agent:a") <= 60_000
-            score = await raw.zscore("t:tasks:agent:a", task.id)
-            assert abs(score - (task.created + 60.0)) < 0.01
-            record = json.loads(await raw.get(f"t:task:{task.id}"))
-            assert record == {**task.record(), "asked": {"elicitation-1": {"method": "elicitation/create", "params": {
-                "mode": "form", "message": "Go?", "requestedSchema": {}}}}, "status": "input_required"} \
-                | {"updated": record["updated"]}
-            assert "arguments" not in json.dumps(record)
-            for agent, principal in (("a", "bob"), ("a", None), ("b", "alice")):
-                with pytest.raises(MCPError) as info:
-                    await two.find(agent, principal, task.id)
-                assert info.value.error.message == NOT_FOUND
-            seen = await two.find("a", "alice", task.id)
-            assert (seen.status, list(seen.asked), seen.runner) == ("input_required", ["elicitation-1"], None)
-            # an answer given on the other replica waits beside the record until the running one takes it
-            await two.answer(seen, {"elicitation-1": {"action": "accept", "content": {}}, "never-asked": {}})
-            left = f"t:task:{task.id}:answers"
-            assert 59_000 < await raw.pttl(left) <= 60_000  # (no replica listens here: it waits)
-            assert {k.decode(): json.loads(v) for k, v in (await raw.hgetall(left)).items()} == {
-                "elicitation-1": {"action": "accept", "content": {}}}
-            await one._take(task)  # (the announcement's work, done here at once)
-            assert await raw.exists(left) == 0
-            await asyncio.sleep(0.05)
-            assert (await two.find("a", "alice", task.id)).status == "working"
-            await two.cancel(await two.find("a", "alice", task.id))
-            assert 59_000 < await raw.pttl(f"t:task:{task.id}:cancel") <= 60_000
-            await one._take(task)
-            await asyncio.sleep(0.05)
-            ended = await two.find("a", "alice", task.id)
-            assert (ended.status, ended.message) == ("cancelled", "cancelled by the client")
-            assert sorted(k.decode() for k in await raw.keys("t:*")) == [f"t:task:{task.id}", "t:tasks:agent:a"]
-        finally:
-            stop.set()
-            for tasks in (one, two):
-                await tasks.close()
-            for store in stores:
-                await store.close()
-            await raw.aclose()
+async def _eventually(check: Callable[[], Awaitable[bool]]) -> None:
+    """Wait until ``check()`` holds (what another task of the loop, or Redis, does meanwhile), with a hang guard."""
+    with anyio.fail_after(HANG_GUARD):
+        while not await check():
+            await asyncio.sleep(0.01)
+
+
+async def _status_on_redis(raw: Any, key: str, status: str) -> bool:
+    import json
+
+    record = await raw.get(key)
+    return record is not None and json.loads(record)["status"] == status
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+def test_on_redis_a_task_is_the_documented_keys_with_their_lifetimes_and_its_principal_s_on_every_replica(
+        redis_url: str) -> None:
+    """What deploy.md says is on Redis, exactly: the record (no arguments), the lease held by the running replica,
+    the agent's set by expiry; each kept for its time; another principal finds nothing on any replica."""
+    import json
+
+    async def main() -> None:
+        async with _redis_replicas(redis_url, "t:", 9.0) as (one, two, raw):
+            stop = asyncio.Event()
+
+            async def work(task: Any) -> dict[str, Any]:
+                await task.ask("elicitation/create", {"mode": "form", "message": "Go?", "requestedSchema": {}})
+                await stop.wait()
+                return {"content": [{"type": "text", "text": "done"}], "isError": False}
+
+            try:
+                task = await one.start("a", "alice", "jobs__hold", 60.0, 5, work)
+                assert task is not None
+                await _eventually(lambda: _status_on_redis(raw, f"t:task:{task.id}", "input_required"))
+                keys = sorted(k.decode() for k in await raw.keys("t:*"))
+                assert keys == [f"t:task:{task.id}", f"t:task:{task.id}:lease", "t:tasks:agent:a"]
+                assert 50_000 < await raw.pttl(f"t:task:{task.id}") <= 60_000
+                assert 3_000 < await raw.pttl(f"t:task:{task.id}:lease") <= 9_000
+                assert (await raw.get(f"t:task:{task.id}:lease")).decode() == one.fanout.replica
+                assert 50_000 < await raw.pttl("t:tasks:agent:a") <= 60_000
+                score = await raw.zscore("t:tasks:agent:a", task.id)
+                assert abs(score - (task.created + 60.0)) < 0.01
+                record = json.loads(await raw.get(f"t:task:{task.id}"))
+                assert record == {**task.record(), "asked": {"elicitation-1": {
+                    "method": "elicitation/create", "params": {
+                    "mode": "form", "message": "Go?", "requestedSchema": {}}}}, "status": "input_required"} \
+                    | {"updated": record["updated"]}
+                assert "arguments" not in json.dumps(record)
+                for agent, principal in (("a", "bob"), ("a", None), ("b", "alice")):
+                    with pytest.raises(MCPError) as info:
+                        await two.find(agent, principal, task.id)
+                    assert info.value.error.message == NOT_FOUND
+                seen = await two.find("a", "alice", task.id)
+                assert (seen.status, list(seen.asked), seen.runner) == ("input_required", ["elicitation-1"], None)
+                # an answer given on the other replica waits beside the record until the running one takes it
+                await two.answer(seen, {"elicitation-1": {"action": "accept", "content": {}}, "never-asked": {}})
+                left = f"t:task:{task.id}:answers"
+                assert 50_000 < await raw.pttl(left) <= 60_000  # (no replica listens here: it waits)
+                assert {k.decode(): json.loads(v) for k, v in (await raw.hgetall(left)).items()} == {
+                    "elicitation-1": {"action": "accept", "content": {}}}
+                await one._take(task)  # (the announcement's work, done here at once)
+                assert await raw.exists(left) == 0
+                await _eventually(lambda: _status_on_redis(raw, f"t:task:{task.id}", "working"))
+                await two.cancel(await two.find("a", "alice", task.id))
+                assert 50_000 < await raw.pttl(f"t:task:{task.id}:cancel") <= 60_000
+                await one._take(task)
+                await _eventually(lambda: _status_on_redis(raw, f"t:task:{task.id}", "cancelled"))
+                ended = await two.find("a", "alice", task.id)
+                assert (ended.status, ended.message) == ("cancelled", "cancelled by the client")
+                assert sorted(k.decode() for k in await raw.keys("t:*")) == [f"t:task:{task.id}", "t:tasks:agent:a"]
+            finally:
+                stop.set()
 
     asyncio.run(main())
 
@@ -923,61 +951,53 @@ def test_on_redis_leases_are_renewed_writes_lost_to_an_outage_are_made_again_and
 
     import redis.asyncio
 
-    from toolcrib.cluster import Fanout, Store
-    from toolcrib.config import ClusterConfig
-    from toolcrib.mcp.fleet import RedisTasks
-
     async def main() -> None:
-        stores = [Store(ClusterConfig(redis_url=redis_url, key_prefix="r:", lease_seconds=0.3)) for _ in range(2)]
-        for store in stores:
-            await store.open()
-        one, two = (RedisTasks(store, Fanout(store)) for store in stores)
-        raw = redis.asyncio.Redis.from_url(redis_url)
-        gates = [asyncio.Event(), asyncio.Event()]
+        async with _redis_replicas(redis_url, "r:", 3.0) as (one, two, raw):
+            gates = [asyncio.Event(), asyncio.Event()]
 
-        def waiting(gate: asyncio.Event) -> Any:
-            async def work(task: Any) -> dict[str, Any]:
-                await gate.wait()
-                return {"content": [{"type": "text", "text": "done"}], "isError": False}
-            return work
+            def waiting(gate: asyncio.Event) -> Any:
+                async def work(task: Any) -> dict[str, Any]:
+                    await gate.wait()
+                    return {"content": [{"type": "text", "text": "done"}], "isError": False}
+                return work
 
-        try:
-            task = await one.start("a", None, "t", 60.0, 5, waiting(gates[0]))
-            assert task is not None
-            await asyncio.sleep(0.8)  # more than two leases: renewed every 0.1 s
-            assert await raw.exists(f"r:task:{task.id}:lease") == 1
-            assert (await two.find("a", None, task.id)).status == "working"
-            up, one.store.client = one.store.client, redis.asyncio.Redis.from_url(
-                "redis://127.0.0.1:1", socket_connect_timeout=0.1)
-            gates[0].set()
-            await asyncio.sleep(0.05)  # it ends while Redis is unreachable: its record is not written
-            assert task.status == "completed"
-            assert json.loads(await raw.get(f"r:task:{task.id}"))["status"] == "working"
-            await one.store.client.aclose()
-            one.store.client = up
-            await asyncio.sleep(0.5)  # the next renewal writes it
-            assert json.loads(await raw.get(f"r:task:{task.id}"))["status"] == "completed"
-            assert await raw.exists(f"r:task:{task.id}:lease") == 0
-            assert one._renewing is None  # nothing runs: no renewal
+            try:
+                task = await one.start("a", None, "t", 60.0, 5, waiting(gates[0]))
+                assert task is not None
+                lease = f"r:task:{task.id}:lease"
+                first = await raw.pttl(lease)
 
-            other = await one.start("a", None, "t", 60.0, 5, waiting(gates[1]))
-            assert other is not None
-            far = await two.find("a", None, other.id)
-            await two.fail(far, -32602, "Unknown tool: t", "its tool is no longer served to this agent")
-            assert far.status == "failed" and json.loads(await raw.get(f"r:task:{other.id}"))["status"] == "failed"
-            await one._take(other)
-            await asyncio.sleep(0.05)
-            assert (other.status, other.error, other.message) == (
-                "failed", {"code": -32602, "message": "Unknown tool: t"}, "its tool is no longer served to this agent")
-            assert json.loads(await raw.get(f"r:task:{other.id}"))["status"] == "failed"
-        finally:
-            for gate in gates:
-                gate.set()
-            for tasks in (one, two):
-                await tasks.close()
-            for store in stores:
-                await store.close()
-            await raw.aclose()
+                async def renewed() -> bool:  # (renewed every second: its time left goes up again)
+                    return bool(await raw.pttl(lease) > first)
+
+                await asyncio.sleep(0.2)
+                await _eventually(renewed)
+                assert (await two.find("a", None, task.id)).status == "working"
+                up, one.store.client = one.store.client, redis.asyncio.Redis.from_url(
+                    "redis://127.0.0.1:1", socket_connect_timeout=0.1)
+                gates[0].set()
+                await _eventually(lambda: _true(task.status == "completed"))  # while Redis is unreachable: unwritten
+                assert json.loads(await raw.get(f"r:task:{task.id}"))["status"] == "working"
+                await one.store.client.aclose()
+                one.store.client = up
+                await _eventually(lambda: _status_on_redis(raw, f"r:task:{task.id}", "completed"))  # the next renewal
+                assert await raw.exists(lease) == 0
+                await _eventually(lambda: _true(one._renewing is None))  # nothing runs: the renewal stops
+
+                other = await one.start("a", None, "t", 60.0, 5, waiting(gates[1]))
+                assert other is not None
+                far = await two.find("a", None, other.id)
+                await two.fail(far, -32602, "Unknown tool: t", "its tool is no longer served to this agent")
+                assert far.status == "failed" and json.loads(await raw.get(f"r:task:{other.id}"))["status"] == "failed"
+                await one._take(other)
+                await _eventually(lambda: _true(other.status == "failed"))
+                assert (other.status, other.error, other.message) == (
+                    "failed", {"code": -32602, "message": "Unknown tool: t"},
+                    "its tool is no longer served to this agent")
+                assert json.loads(await raw.get(f"r:task:{other.id}"))["status"] == "failed"
+            finally:
+                for gate in gates:
+                    gate.set()
 
     asyncio.run(main())
 
@@ -988,67 +1008,57 @@ def test_on_redis_ids_principals_failures_and_an_outage_answer_as_they_should_on
 
     import redis.asyncio
 
-    from toolcrib.cluster import Fanout, Store
-    from toolcrib.config import ClusterConfig
-    from toolcrib.mcp.fleet import RedisTasks
-
     async def main() -> None:
-        stores = [Store(ClusterConfig(redis_url=redis_url, key_prefix="f:")) for _ in range(2)]
-        for store in stores:
-            await store.open()
-        one, two = (RedisTasks(store, Fanout(store)) for store in stores)
-        raw = redis.asyncio.Redis.from_url(redis_url)
-        gate = asyncio.Event()
+        async with _redis_replicas(redis_url, "f:") as (one, two, raw):
+            gate = asyncio.Event()
 
-        async def work(task: Any) -> dict[str, Any]:
-            await task.ask("elicitation/create", {"mode": "form", "message": "?", "requestedSchema": {}})
-            await gate.wait()
-            return {"content": [], "isError": False}
+            async def work(task: Any) -> dict[str, Any]:
+                await task.ask("elicitation/create", {"mode": "form", "message": "?", "requestedSchema": {}})
+                await gate.wait()
+                return {"content": [], "isError": False}
 
-        try:
-            here = await one.start("a", "alice", "t", 60.0, 5, work)
-            there = await one.start("a", "alice", "t", 60.0, 5, work)
-            assert here is not None and there is not None
-            await asyncio.sleep(0.05)
-            for store, principal, task_id in ((one, "bob", here.id), (two, "alice", "x" * 31 + ":"),
-                                              (two, "alice", "../" * 11)):
-                with pytest.raises(MCPError) as info:  # another principal where it runs; ids no task has
-                    await store.find("a", principal, task_id)
-                assert (info.value.error.code, info.value.error.message) == (-32602, NOT_FOUND)
-            await one.fail(here, -32602, "Unknown tool: t", "gone")  # where it runs: failed, its work stopped
-            await asyncio.sleep(0.05)
-            assert (here.status, here.error, here.asked, here.message) == (
-                "failed", {"code": -32602, "message": "Unknown tool: t"}, {}, "gone")
-            far = await two.find("a", "alice", there.id)
-            await two.fail(far, -32602, "Unknown tool: t", "gone")
-            assert (far.error, far.asked, far.message) == ({"code": -32602, "message": "Unknown tool: t"}, {}, "gone")
-            record = json.loads(await raw.get(f"f:task:{there.id}"))
-            assert (record["status"], record["error"], record["asked"]) == (
-                "failed", {"code": -32602, "message": "Unknown tool: t"}, {})
-            up, two.store.client = two.store.client, redis.asyncio.Redis.from_url(
-                "redis://127.0.0.1:1", socket_connect_timeout=0.1)
             try:
-                for action in (lambda: two.cancel(Task_(there)), lambda: two.answer(Task_(there), {"elicitation-1": {
-                        "action": "accept"}}), lambda: two.find("a", "alice", there.id)):
-                    with pytest.raises(MCPError) as info:
-                        await action()
-                    assert (info.value.error.code, info.value.error.message) == (
-                        -32603, "the shared store where tasks are kept is unreachable; try again shortly")
+                here = await one.start("a", "alice", "t", 60.0, 5, work)
+                there = await one.start("a", "alice", "t", 60.0, 5, work)
+                assert here is not None and there is not None
+                for asking in (here, there):
+                    await _eventually(lambda t=asking: _status_on_redis(raw, f"f:task:{t.id}", "input_required"))
+                for store, principal, task_id in ((one, "bob", here.id), (two, "alice", "x" * 31 + ":"),
+                                                  (two, "alice", "../" * 11)):
+                    with pytest.raises(MCPError) as info:  # another principal where it runs; ids no task has
+                        await store.find("a", principal, task_id)
+                    assert (info.value.error.code, info.value.error.message) == (-32602, NOT_FOUND)
+                await one.fail(here, -32602, "Unknown tool: t", "gone")  # where it runs: failed, its work stopped
+                await _eventually(lambda: _status_on_redis(raw, f"f:task:{here.id}", "failed"))
+                assert (here.status, here.error, here.asked, here.message) == (
+                    "failed", {"code": -32602, "message": "Unknown tool: t"}, {}, "gone")
+                far = await two.find("a", "alice", there.id)
+                await two.fail(far, -32602, "Unknown tool: t", "gone")
+                assert (far.error, far.asked, far.message) == (
+                    {"code": -32602, "message": "Unknown tool: t"}, {}, "gone")
+                record = json.loads(await raw.get(f"f:task:{there.id}"))
+                assert (record["status"], record["error"], record["asked"]) == (
+                    "failed", {"code": -32602, "message": "Unknown tool: t"}, {})
+                up, two.store.client = two.store.client, redis.asyncio.Redis.from_url(
+                    "redis://127.0.0.1:1", socket_connect_timeout=0.1)
+                try:
+                    answer = {"elicitation-1": {"action": "accept"}}
+                    for action in (lambda: two.cancel(Task_(there)), lambda: two.answer(Task_(there), answer),
+                                   lambda: two.find("a", "alice", there.id)):
+                        with pytest.raises(MCPError) as info:
+                            await action()
+                        assert (info.value.error.code, info.value.error.message) == (
+                            -32603, "the shared store where tasks are kept is unreachable; try again shortly")
+                finally:
+                    await two.store.client.aclose()
+                    two.store.client = up
             finally:
-                await two.store.client.aclose()
-                two.store.client = up
-        finally:
-            gate.set()
-            for tasks in (one, two):
-                await tasks.close()
-            for store in stores:
-                await store.close()
-            await raw.aclose()
+                gate.set()
 
     def Task_(task: Any) -> Any:  # the record of a task still asking, as another replica reads it
-        from toolcrib.mcp.tasks import Task
+            from toolcrib.mcp.tasks import Task
 
-        return Task.of_record({**task.record(), "status": "input_required",
-                               "asked": {"elicitation-1": {"method": "elicitation/create", "params": {}}}})
+            return Task.of_record({**task.record(), "status": "input_required",
+                                   "asked": {"elicitation-1": {"method": "elicitation/create", "params": {}}}})
 
     asyncio.run(main())
