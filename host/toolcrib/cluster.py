@@ -309,7 +309,7 @@ class RedisLimitBook:
 
 _EVENT_KINDS = frozenset({"resource_updated", "reload", "listening", "session_ended", "session_state", "task_update"})
 _DIGEST = re.compile(r"[0-9a-f]{32}")
-_TASK = re.compile(r"[A-Za-z0-9_-]{32}")  # a task's id (toolcrib.mcp.tasks)
+TASK_ID = re.compile(r"[A-Za-z0-9_-]{32}")  # an MCP task's id as toolcrib makes it: 24 random bytes, URL-safe
 MAX_EVENT_BYTES = 4096
 
 
@@ -389,7 +389,7 @@ class Fanout:
         if event["kind"] in ("listening", "session_ended", "session_state") and \
                 not _DIGEST.fullmatch(fields.get("session", "")):
             return
-        if event["kind"] == "task_update" and not _TASK.fullmatch(fields.get("task", "")):
+        if event["kind"] == "task_update" and not TASK_ID.fullmatch(fields.get("task", "")):
             return
         try:
             await handle(event["kind"], fields)

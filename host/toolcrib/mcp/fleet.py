@@ -34,7 +34,7 @@ from toolcrib.approvals import (
     Pending,
     new_id,
 )
-from toolcrib.cluster import Fanout, Store, unreachable
+from toolcrib.cluster import TASK_ID, Fanout, Store, unreachable
 from toolcrib.mcp.roundtrip import OnceUnreachable
 from toolcrib.mcp.sessions import EVENTS_PER_SESSION, MESSAGE, SessionRecord, ends
 from toolcrib.mcp.tasks import NOT_FOUND, TERMINAL, Task, Tasks, TasksUnavailable, Work
@@ -515,7 +515,7 @@ redis.call('SET', KEYS[2], ARGV[5], 'PX', ARGV[6])
 redis.call('SET', KEYS[3], ARGV[8], 'PX', ARGV[7])
 return 1
 """
-_TASK_ID = re.compile(r"[A-Za-z0-9_-]{32}")  # what Tasks makes: 24 random bytes, URL-safe base64
+_CANCEL = "cancel"
 _LAPSED = "the replica that ran it stopped before it ended"
 _STOPPED = "the replica that ran it was stopped before it ended"
 
@@ -523,7 +523,6 @@ _STOPPED = "the replica that ran it was stopped before it ended"
 def _down() -> tuple[type[BaseException], ...]:
     """What a request to the store that did not get its answer raises, or its not being open."""
     return (TasksUnavailable, *unreachable())
-_CANCEL = "cancel"
 
 
 class RedisTasks(Tasks):
@@ -659,7 +658,7 @@ class RedisTasks(Tasks):
     async def find(self, agent: str, principal: str | None, task_id: str) -> Task:
         if task_id in self._tasks:
             return await super().find(agent, principal, task_id)  # it runs here: its own state
-        if not _TASK_ID.fullmatch(task_id):
+        if not TASK_ID.fullmatch(task_id):
             raise MCPError(code=INVALID_PARAMS, message=NOT_FOUND)
         key = self.store.key("task", task_id)
         try:
