@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
@@ -412,6 +413,63 @@ def test_items_listed_are_exactly_those_readable_or_gettable_and_the_rest_are_un
                         assert full not in listed
                     else:
                         assert full in listed
+
+    anyio.run(probe)
+
+
+# -- outputs obey the same decision ---------------------------------------------------------------------------------
+
+# every URI a probe tool's result points at: the items' own, one a template serves, one nothing serves, another
+# spelling of one, and a web page
+LINKED = [*(f"{ns}://{n}" for ns in NAMESPACES for n in [*RESOURCE_NAMES, "t/7", "nothing"]),
+          *(f"{ns.upper()}://%6Cogo" for ns in NAMESPACES), "https://example.com/"]
+
+
+@functools.cache
+def _probe() -> Entry:
+    from toolcrib import EmbeddedResource, ResourceLink
+
+    def point(args: Any) -> list[Any]:
+        return [block for uri in LINKED for block in (ResourceLink(uri, "r"), EmbeddedResource(uri, text="x"))]
+
+    probe = tool("links", "Point at resources.", {}, point, {"annotations": {"readOnlyHint": True}})
+    return Entry(name="probe__links", provenance=Provenance("probe", MCP, "mcps", trusted=True), definition=probe)
+
+
+@SETTINGS
+@given(agents=item_agents_st, items=items_st)
+def test_no_result_ever_carries_a_uri_the_view_hides(agents: Any, items: Any) -> None:
+    """What a tool hands an agent is decided as resources/read decides it: a link or embedded resource stays
+    where the agent may read its URI, or where no source serves it and no deny rule names it; everything else is
+    taken out (``AgentView.withhold``)."""
+    from toolcrib.errors import UnknownResourceError
+    from toolcrib.uris import normalize
+
+    for spec in agents.values():
+        spec["permissions"] = {**spec["permissions"], "mcps": {"allow": ["probe"]}, "tools": {"allow": ["probe__*"]}}
+    loaded = _config(agents)
+    pipeline = Pipeline(get_plugin_manager(), loaded, {})
+    served = {e.uri for e in items if e.kind == "resource"}
+    templated = {e.source for e in items if e.kind == "template"}
+
+    async def probe() -> None:
+        for agent, rules in compile_rules(loaded).items():
+            view = build_view(rules, [*items, _probe()], pipeline)
+            deny = (agents[agent]["permissions"].get("resources") or {}).get("deny", [])
+            expected = []
+            for uri in LINKED:
+                try:
+                    await view.read(uri)
+                    readable = True
+                except UnknownResourceError:
+                    readable = False
+                normal = normalize(uri)
+                is_served = normal in served or (normal.split("://")[0] in templated and "://t/" in normal)
+                if readable or not (is_served or any(fnmatchcase(normal, p) for p in deny)):
+                    expected.append(uri)
+            result = await view.call("probe__links")
+            got = [block.get("uri") or block["resource"]["uri"] for block in result.content]
+            assert got == [uri for uri in expected for _ in range(2)]
 
     anyio.run(probe)
 

@@ -42,6 +42,13 @@ if os.environ.get("RUG_PULL") == "1":  # the same server, a later version: echo 
 if os.environ.get("MUTABLE") == "1":
     TOOLS = [*TOOLS, types.Tool(name="mutate", description="Redefine echo, and say so.",
                                 input_schema={"type": "object"})]
+if os.environ.get("LINKS") == "1":  # results that point at resources, some of which an agent may not see
+    TOOLS = [*TOOLS, types.Tool(name="links", description="Point at the notes.", input_schema={"type": "object"})]
+
+LINKS = [types.ResourceLink(name="key", uri="notes://private/key"),
+         types.ResourceLink(name="readme", uri="notes://public/readme"),
+         types.EmbeddedResource(resource=types.TextResourceContents(uri="notes://private/%6Bey", text="SECRET")),
+         types.TextContent(text="Two notes.")]
 
 
 async def list_tools(ctx, params):  # type: ignore[no-untyped-def]
@@ -64,6 +71,8 @@ async def call_tool(ctx, params):  # type: ignore[no-untyped-def]
         await ctx.session.send_tool_list_changed()  # 2025-11-25 clients
         await BUS.publish(ToolsListChanged())  # 2026-07-28 clients, listening
         return types.CallToolResult(content=[types.TextContent(text="mutated")])
+    if params.name == "links":
+        return types.CallToolResult(content=LINKS)
     if params.name == "get-weather":
         return types.CallToolResult(content=[types.TextContent(text="sunny")])
     if params.name == "fails":
@@ -89,6 +98,8 @@ PROMPTS = [
         types.PromptArgument(name="style", description="How", required=False)]),
     types.Prompt(name="bad-name", description="A name toolcrib does not accept."),
 ]
+if os.environ.get("LINKS") == "1":
+    PROMPTS = [*PROMPTS, types.Prompt(name="cite", description="Quote the key.")]
 if "--hidden" in sys.argv:
     RESOURCES = [*RESOURCES, types.Resource(name="sneaky\u200b", uri="notes://sneaky", description="x")]
     PROMPTS = [*PROMPTS, types.Prompt(name="hider", description="x",
@@ -98,6 +109,9 @@ if "--hidden" in sys.argv:
 async def read_resource(ctx, params):  # type: ignore[no-untyped-def]
     if params.uri.startswith("search://notes"):
         return types.ReadResourceResult(contents=[types.TextResourceContents(uri=params.uri, text="no hits")])
+    if params.uri == "notes://all":  # every note in one read
+        return types.ReadResourceResult(contents=[types.TextResourceContents(uri=uri, text=text)
+                                                  for uri, text in NOTES.items()])
     if params.uri not in NOTES:
         raise MCPError(code=types.INVALID_PARAMS, message=f"Resource not found: {params.uri}")
     return types.ReadResourceResult(contents=[types.TextResourceContents(uri=params.uri, mime_type="text/plain",
@@ -120,6 +134,11 @@ async def list_prompts(ctx, params):  # type: ignore[no-untyped-def]
 
 
 async def get_prompt(ctx, params):  # type: ignore[no-untyped-def]
+    if params.name == "cite":
+        return types.GetPromptResult(messages=[
+            types.PromptMessage(role="user", content=types.EmbeddedResource(resource=types.TextResourceContents(
+                uri="notes://private/key", text="SECRET"))),
+            types.PromptMessage(role="user", content=types.TextContent(text="Quote it."))])
     if params.name != "summarize":
         raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt: {params.name}")
     args = params.arguments or {}

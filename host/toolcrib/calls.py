@@ -11,6 +11,7 @@ a generic error result (the traceback goes to the host's log), a timeout is an e
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import inspect
 import itertools
@@ -57,6 +58,8 @@ if TYPE_CHECKING:
     from toolcrib.view import AgentView, ViewTool
 
 log = logging.getLogger("toolcrib.calls")
+
+WITHHELD_NOTE = "toolcrib.withheld"  # in an audit record's notes: the URIs taken out of what the agent was sent
 
 class _Nothing(BaseModel):
     """The validated parameters of what takes none (and of an upstream server's passthrough)."""
@@ -233,6 +236,7 @@ class Pipeline:
             result = await self._run(call, model)
         if post:
             result = await self._post_hooks(call, model.model_dump(mode="json"), result, post)
+        result = self._withheld(call, result)
         if self._observed:
             self._finish(call, outcome, result)
         return result
@@ -524,6 +528,22 @@ class Pipeline:
             kwargs["result"] = result
         return result
 
+    def _withheld(self, call: Call, result: ToolResult) -> ToolResult:
+        """``result`` without its blocks that refer to a resource the agent may not see (``AgentView.withhold``):
+        taken out as if the tool had not sent them, so that the agent cannot tell them from nothing, and named in
+        the call's audit record (``notes``) and the log for the operator."""
+        kept, taken = call.view.withhold(result.content)
+        if not taken:
+            return result
+        self._note_withheld(call, taken)
+        return dataclasses.replace(result, content=tuple(kept))
+
+    @staticmethod
+    def _note_withheld(call: Call, taken: list[str]) -> None:
+        log.info("%s %s for agent %r: withheld what refers to %s, which the agent may not see", call.kind, call.name,
+                 call.agent, ", ".join(map(repr, taken)))
+        call.notes = {**(call.notes or {}), WITHHELD_NOTE: taken}
+
     def _finish(self, call: Call, outcome: _Outcome, result: ToolResult) -> ToolResult:
         if self._observed:
             self._write_audit(call, outcome.decision, outcome.by, result.is_error)
@@ -560,6 +580,10 @@ class Pipeline:
         except (ToolError, InvalidArgumentsError):
             self._write_audit(call, "allowed", "rules", True)
             raise
+        kept, taken = view.withhold(contents)
+        if taken:
+            self._note_withheld(call, taken)
+            contents = [dict(item) for item in kept]
         self._write_audit(call, "allowed", "rules", False)
         return contents
 
@@ -594,6 +618,12 @@ class Pipeline:
         except (ToolError, InvalidArgumentsError):
             self._write_audit(call, "allowed", "rules", True)
             raise
+        messages = answer.get("messages")
+        if isinstance(messages, list):
+            kept, taken = view.withhold(messages, inner="content")
+            if taken:
+                self._note_withheld(call, taken)
+                answer = {**answer, "messages": kept}
         self._write_audit(call, "allowed", "rules", False)
         return answer
 

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import sys
@@ -55,7 +56,7 @@ from toolcrib.plugins import (
 from toolcrib.skills import discover as discover_skills
 from toolcrib.sources import Source
 from toolcrib.supply.kinds import KINDS, kind_named
-from toolcrib.view import AgentView, build_view, collector_paused, served_names
+from toolcrib.view import AgentView, ServedUris, build_view, collector_paused, served_names
 
 log = logging.getLogger("toolcrib.host")
 
@@ -215,15 +216,22 @@ class Host:
                     entries = [*self.catalog.entries.values(), *self.catalog.resources.values(),
                                *self.catalog.prompts.values()]
                     with collector_paused():
-                        view = build_view(rules, entries, self.pipeline, self)
+                        view = build_view(rules, entries, self.pipeline, self, lambda: self.served_uris)
                     self._views[key] = view
         return view
+
+    @functools.cached_property
+    def served_uris(self) -> ServedUris:
+        """Every resource URI some source serves (fixed ones and templates), for every view: what a result may
+        not hand an agent whose view hides it, and what ``explain`` finds a URI by."""
+        return ServedUris(self.catalog.resources.values())
 
     def forget_views(self) -> None:
         """Build each view afresh at its next use: for a process that changed its catalog in place (an isolated
         pack's, whose checks the host asks for: ``toolcrib.supply.mcp.pack_checks.defer_checks``)."""
         with self._lock:
             self._views.clear()
+            self.__dict__.pop("served_uris", None)
 
     def explain(self, agent: str, name: str, lacking: frozenset[str] = frozenset()) -> Decision | None:
         """Every check of the one decision for this agent and a tool, prompt or resource (by full name, or a
@@ -236,15 +244,15 @@ class Host:
         if entry is not None:
             return decide(rules, entry, detail=True, exhaustive=True)
         item = self.catalog.prompts.get(name) or self.catalog.resources.get(name)
-        resources = self.catalog.resources.values()
-        uri = uris.normalize(name)  # a URI as every rule sees it (docs://pages/%69nternal is docs://pages/internal)
-        item = item or next((r for r in resources if r.uri is not None and uris.normalize(r.uri) == uri), None)
         if item is not None:
             return decide(rules, item, detail=True, exhaustive=True)
-        fitting = ((r, r.resource.match(uri)) for r in resources if r.kind == "template")
-        template, parameters = next(((r, p) for r, p in fitting if p is not None), (None, None))
-        if template is None or parameters is None:
+        uri = uris.normalize(name)  # a URI as every rule sees it (docs://pages/%69nternal is docs://pages/internal)
+        found = self.served_uris.find(uri)
+        if found is None:
             return None
+        template, parameters = found
+        if template.kind == "resource":
+            return decide(rules, template, detail=True, exhaustive=True)
         decision = decide(rules, template, detail=True, exhaustive=True)
         expanded = uris.expand(template.resource.uri, parameters)
         named = uri_check(rules, [uri] if expanded in (None, uri) else [uri, expanded])

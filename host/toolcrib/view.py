@@ -199,6 +199,42 @@ class ResourcesAndPrompts(NamedTuple):
     prompts: tuple[tuple[str, Entry], ...] = ()  # (the name it is served under, the prompt)
 
 
+class ServedUris:
+    """Every resource URI some source serves, whatever the agent: the fixed resources' (in normal form) and the
+    templates. A result may not hand an agent one of these that its view does not let it read
+    (``AgentView.hides_uri``); ``explain`` finds what a URI is by it."""
+
+    def __init__(self, entries: Iterable[Entry]) -> None:
+        entries = list(entries)
+        self.fixed = {uris.normalize(e.resource.uri): e for e in entries if e.kind == "resource"}
+        self.templates = tuple(e for e in entries if e.kind == "template")
+
+    def find(self, normal: str) -> tuple[Entry, dict[str, str]] | None:
+        """What serves the normal URI ``normal``: a fixed resource, or the first template it fits with the
+        template's parameters; None when nothing does."""
+        fixed = self.fixed.get(normal)
+        if fixed is not None:
+            return fixed, {}
+        for template in self.templates:
+            parameters = template.resource.match(normal)
+            if parameters is not None:
+                return template, parameters
+        return None
+
+    def __contains__(self, normal: object) -> bool:
+        return isinstance(normal, str) and self.find(normal) is not None
+
+
+def referred_uri(item: Mapping[str, Any]) -> Any:
+    """The resource URI a content block, a prompt message's content or a read's contents item refers to: a
+    ``resource_link``'s, an embedded ``resource``'s, a contents item's own; None for anything else."""
+    kind = item.get("type")
+    if kind == "resource":
+        embedded = item.get("resource")
+        return embedded.get("uri") if isinstance(embedded, Mapping) else None
+    return item.get("uri") if kind in ("resource_link", None) else None
+
+
 class AgentView:
     """The tools one agent sees. Immutable once built; ``call`` runs the full pipeline. ``services`` is what the
     host lends the capabilities of ``Context`` (other agents' views, lazy servers), ``reach`` how they answer."""
@@ -207,7 +243,8 @@ class AgentView:
 
     def __init__(self, rules: AgentRules, tools: tuple[ViewTool, ...], pipeline: Pipeline,
                  services: HostServices | None = None,
-                 others: Callable[[], ResourcesAndPrompts] = ResourcesAndPrompts) -> None:
+                 others: Callable[[], ResourcesAndPrompts] = ResourcesAndPrompts,
+                 served: Callable[[], ServedUris] = lambda: ServedUris(())) -> None:
         self.rules = rules
         self.tools = tools
         self._header_schemas: dict[str, dict[str, Any] | None] = {}  # header_schema's answers, asked per tool
@@ -215,6 +252,7 @@ class AgentView:
         self._pipeline = pipeline
         self.services = services
         self._decide_others = others
+        self._served_of = served
 
     @cached_property
     def _others(self) -> ResourcesAndPrompts:
@@ -277,6 +315,35 @@ class AgentView:
                 return template, parameters, uri_check(self.rules, [normal] if expanded in (None, normal) else
                                                        [normal, expanded])
         return None
+
+    @cached_property
+    def _served(self) -> ServedUris:
+        return self._served_of()
+
+    def hides_uri(self, uri: Any) -> bool:
+        """Whether a result may not hand this agent ``uri``: a resource some source serves that this view does not
+        let it read, or a URI its rules name to hide (a deny rule of ``resources``, a scope its token lacks). The
+        decision of resources/list and resources/read, on the normal form. A URI that no source serves and no rule
+        names (a web page, a file a tool wrote) is no resource of the host's: it passes."""
+        if not isinstance(uri, str) or self.resource(uri) is not None:
+            return False
+        normal = uris.normalize(uri)
+        return normal in self._served or not uri_check(self.rules, [normal]).passed
+
+    def withhold(self, items: Sequence[Any], inner: str = "") -> tuple[list[Any], list[str]]:
+        """``items`` (a result's content blocks, a read's contents; with ``inner``, what holds one under that key: a
+        prompt's messages) without those that refer to a resource this agent may not see (``hides_uri``), and the
+        URIs of those taken out."""
+        kept: list[Any] = []
+        taken: list[str] = []
+        for item in items:
+            block = item.get(inner) if inner and isinstance(item, Mapping) else item
+            uri = referred_uri(block) if isinstance(block, Mapping) else None
+            if uri is not None and self.hides_uri(uri):
+                taken.append(uri)
+            else:
+                kept.append(item)
+        return kept, taken
 
     def prompt(self, name: Any) -> Entry | None:
         """The prompt of that name (served or full), or None: hidden and nonexistent alike."""
@@ -549,10 +616,11 @@ def view_tool(rules: AgentRules, entry: Entry, call_timeout: float, served: str 
 
 
 def build_view(rules: AgentRules, entries: Iterable[Entry], pipeline: Pipeline,
-               services: HostServices | None = None) -> AgentView:
+               services: HostServices | None = None, served: Callable[[], ServedUris] | None = None) -> AgentView:
     """The agent's view of ``entries`` (tools, resources, templates, prompts): each goes through ``decide``, the
     one decision function. The availability checks of what the rules permit run first, together, each within its
-    time budget."""
+    time budget. ``served``: every URI ``entries`` serve (the host keeps one for all its views); made from
+    ``entries`` at its first use otherwise."""
     entries = list(entries)
     checked = [e for e in entries if e.is_available is not None and permitted(rules, e)]
     answers = check_availability(rules, checked) if checked else None
@@ -572,7 +640,7 @@ def build_view(rules: AgentRules, entries: Iterable[Entry], pipeline: Pipeline,
         return ResourcesAndPrompts(tuple(shown["resource"]), tuple(shown["template"]),
                       tuple((prompt_names.get(p.name, p.name), p) for p in prompts))
 
-    return AgentView(rules, visible, pipeline, services, others)
+    return AgentView(rules, visible, pipeline, services, others, served or (lambda: ServedUris(entries)))
 
 
 def served_names(full_names: Sequence[str]) -> dict[str, str]:

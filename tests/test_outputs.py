@@ -1,0 +1,197 @@
+"""Outputs obey the decision: what a tool, a prompt or a read hands an agent never refers to a resource the agent's
+view hides (SPEC 4; docs/security.md "Results"). The same decision as resources/list and resources/read, on normal
+URIs; what refers to a hidden resource is taken out, as if it had not been sent, and named in the audit record."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+import toolcrib
+from conftest import config_from, make_host, offered
+from docs_pack import CONFIG as DOCS_CONFIG
+from docs_pack import Docs
+from toolcrib import EmbeddedResource, Message, ResourceLink, Text, ToolResult
+from toolcrib.host import Host
+from toolcrib.mcp.adapter import build_server
+from toolcrib.mcp.state import ServingState
+from toolcrib.supply import supply
+
+# every way a result can point at docs://secret and docs://pages/internal (agent b may see neither), a resource
+# b sees, a URI no source serves, and text
+LINKS = [
+    ResourceLink("docs://secret", "secret"),
+    ResourceLink("DOCS://%73ecret", "secret, spelt otherwise"),
+    EmbeddedResource("docs://pages/internal", text="Staff only."),
+    ResourceLink("docs://pages/intro", "intro"),
+    EmbeddedResource("docs://readme", text="# Readme"),
+    ResourceLink("https://example.com/page", "a web page"),
+    Text("That is all."),
+]
+SEEN_BY_B = [
+    {"type": "resource_link", "uri": "docs://pages/intro", "name": "intro"},
+    {"type": "resource", "resource": {"uri": "docs://readme", "text": "# Readme"}},
+    {"type": "resource_link", "uri": "https://example.com/page", "name": "a web page"},
+    {"type": "text", "text": "That is all."},
+]
+WITHHELD_FROM_B = ["docs://secret", "DOCS://%73ecret", "docs://pages/internal"]
+
+
+@toolcrib.tool(annotations={"readOnlyHint": True})
+def links() -> list[Any]:
+    """Point at the docs."""
+    return LINKS
+
+
+@toolcrib.tool(annotations={"readOnlyHint": True})
+def plain() -> str:
+    """Say nothing of the docs; a post-tool-use hook adds a link to the secret."""
+    return "plain"
+
+
+@toolcrib.prompt
+def cite() -> list[Message]:
+    """Quote the secret and the readme."""
+    return [Message("user", EmbeddedResource("docs://secret", text="s3cret")),
+            Message("user", ResourceLink("docs://readme", "readme")), Message("assistant", "Quoted.")]
+
+
+class Leaky:
+    @toolcrib.hookimpl
+    def toolcrib_tools(self) -> list[Any]:
+        return [links, plain]
+
+    @toolcrib.hookimpl
+    def toolcrib_prompts(self) -> list[Any]:
+        return [cite]
+
+    @toolcrib.hookimpl
+    def toolcrib_post_tool_use(self, tool: str, result: ToolResult) -> ToolResult | None:
+        if tool != "leaky__plain":
+            return None
+        return ToolResult((*result.content, ResourceLink("docs://pages/internal", "internal").to_wire()))
+
+    @toolcrib.hookimpl
+    def toolcrib_audit(self, record: Any) -> None:
+        AUDIT.append(dict(record))
+
+
+AUDIT: list[dict[str, Any]] = []
+
+CONFIG = DOCS_CONFIG.replace('prompts = { allow = ["docs__review"] }',
+                             'prompts = { allow = ["docs__review", "leaky__*"] }')
+
+
+def host() -> Host:
+    AUDIT.clear()
+    return make_host(CONFIG, {"docs": Docs(), "leaky": Leaky()})
+
+
+def test_a_tools_result_loses_what_refers_to_a_resource_the_agent_may_not_see() -> None:
+    served = host()
+
+    async def main() -> None:
+        async with Client(build_server(ServingState(served), "b"), mode="legacy", cache=None) as client:
+            result = await client.call_tool("leaky__links", {})
+            assert [block.model_dump(mode="json", exclude_none=True, by_alias=True) for block in result.content] == \
+                SEEN_BY_B
+            assert result.is_error is False
+            added = await client.call_tool("leaky__plain", {})  # what a post-tool-use hook adds is checked too
+            assert [(block.type, getattr(block, "text", None)) for block in added.content] == [("text", "plain")]
+        async with Client(build_server(ServingState(served), "a"), mode="legacy", cache=None) as client:
+            result = await client.call_tool("leaky__links", {})
+            assert len(result.content) == len(LINKS)  # a sees every one of them
+
+    anyio.run(main)
+    notes = [(r["agent"], r["tool"], r.get("notes")) for r in AUDIT if r["kind"] == "tool"]
+    assert notes == [("b", "leaky__links", {"toolcrib.withheld": WITHHELD_FROM_B}),
+                     ("b", "leaky__plain", {"toolcrib.withheld": ["docs://pages/internal"]}),
+                     ("a", "leaky__links", None)]
+
+
+def test_the_python_api_withholds_alike() -> None:
+    served = host()
+
+    async def main() -> None:
+        view = served.view("b")
+        assert list((await view.call("leaky__links")).content) == SEEN_BY_B
+
+    anyio.run(main)
+
+
+def test_a_prompts_messages_that_refer_to_a_hidden_resource_are_taken_out() -> None:
+    served = host()
+
+    async def main() -> None:
+        b = await served.view("b").get_prompt("leaky__cite")
+        assert b["messages"] == [
+            {"role": "user", "content": {"type": "resource_link", "uri": "docs://readme", "name": "readme"}},
+            {"role": "assistant", "content": {"type": "text", "text": "Quoted."}}]
+        a = await served.view("a").get_prompt("leaky__cite")
+        assert len(a["messages"]) == 3
+
+    anyio.run(main)
+    assert [(r["agent"], r.get("notes")) for r in AUDIT if r["kind"] == "prompt"] == [
+        ("b", {"toolcrib.withheld": ["docs://secret"]}), ("a", None)]
+
+
+def test_what_decides_is_the_view_of_resources_list_and_read() -> None:
+    view = host().view("b")
+    hidden = {"docs://secret", "docs://%73ecret", "DOCS://secret", "docs://pages/internal", "docs://pages/./internal"}
+    shown = {"docs://readme", "docs://pages/intro", "docs://pages/nowhere", "https://example.com/", "notes://x",
+             "not a uri"}
+    assert {uri for uri in hidden | shown if view.hides_uri(uri)} == hidden
+    for uri in hidden:
+        assert view.resource(uri) is None
+    # a URI no source serves is hidden when a rule names it: a deny rule of resources, a scope the token lacks
+    denying = make_host(CONFIG.replace('"docs://pages/internal"]', '"docs://pages/internal", "files://secret/*"]'),
+                        {"docs": Docs(), "leaky": Leaky()}).view("b")
+    assert (denying.hides_uri("files://secret/a"), denying.hides_uri("files://public/a")) == (True, False)
+    # an agent whose rules allow no resource at all: every served one is withheld, nothing else
+    none = host().view("none")
+    assert {uri for uri in ("docs://readme", "docs://pages/intro", "https://example.com/") if none.hides_uri(uri)} \
+        == {"docs://readme", "docs://pages/intro"}
+
+
+# -- an upstream server's results, reads and prompts ---------------------------------------------------------------
+
+SERVER = str(Path(__file__).parent / "upstream_server.py")
+UPSTREAM = f"""
+[mcps.up]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(SERVER)}]
+env = {{ LINKS = "1" }}
+
+[agents.a.permissions]
+mcps = {{ allow = ["up"] }}
+tools = {{ allow = ["*"] }}
+resources = {{ deny = ["notes://private/*"] }}
+prompts = {{ allow = ["*"] }}
+"""
+
+
+@pytest.mark.slow
+def test_an_upstream_servers_links_reads_and_prompts_obey_the_agents_view() -> None:
+    async def main() -> None:
+        loaded = config_from(UPSTREAM)
+        async with supply() as supplied:
+            sources = await supplied.sync(loaded)
+            assert [r.state for r in offered(sources)[0]] == ["loaded"]
+            served = Host(loaded, sources=sources, plugins={}, autoload=False, env={})
+            view = served.view("a")
+            result = await view.call("up__links")
+            assert [(b["type"], b.get("uri") or b.get("resource", {}).get("uri") or b.get("text"))
+                    for b in result.content] == [("resource_link", "notes://public/readme"),
+                                                 ("text", "Two notes.")]
+            contents = await view.read("notes://all")
+            assert [item["uri"] for item in contents] == ["notes://public/readme"]
+            prompt = await view.get_prompt("up__cite")
+            assert [m["content"]["type"] for m in prompt["messages"]] == ["text"]
+
+    anyio.run(main)
