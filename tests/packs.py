@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 
 import toolcrib
-from toolcrib import Context
+from toolcrib import Context, Deny, PolicyRequest
 
 
 class Pack:
@@ -53,6 +53,25 @@ def rm(path: str) -> str:
 
 
 FILES = Pack(read, write, touch, rm)
+
+
+class Policy:
+    """Keeps ``files__rm`` from agent a, and every call that names a path under secret/ from everyone."""
+
+    def __init__(self) -> None:
+        self.asked: list[PolicyRequest] = []
+
+    @toolcrib.hookimpl
+    def toolcrib_policy(self, request: PolicyRequest) -> Deny | None:
+        self.asked.append(request)
+        if request.action == "list" and request.agent == "a" and request.name == "files__rm":
+            return Deny("agent a removes nothing")
+        if request.action == "call" and str(request.arguments.get("path", "")).startswith("secret/"):
+            return Deny("secret/ is nobody's")
+        return toolcrib.Allow() if request.name == "files__touch" else None
+
+
+FILES_POLICY = Policy()
 
 
 class MediaSettings(BaseModel):

@@ -174,8 +174,8 @@ def test_unknown_hook_and_marker_free_hooks(dist_path: Callable[..., Path]) -> N
     records = ours(host.records, {"typo", "unmarked"})
     assert records["typo"].error == (
         "unknown hook(s) toolcrib_toolz; toolcrib's hooks are toolcrib_approve, toolcrib_audit, "
-        "toolcrib_post_tool_use, toolcrib_pre_tool_use, toolcrib_prompts, toolcrib_resources, toolcrib_settings_model, "
-        "toolcrib_skills, toolcrib_tools")
+        "toolcrib_policy, toolcrib_post_tool_use, toolcrib_pre_tool_use, toolcrib_prompts, toolcrib_resources, "
+        "toolcrib_settings_model, toolcrib_skills, toolcrib_tools")
     assert records["unmarked"].state == "loaded"
     assert "unmarked__lookup_order" in host.catalog.entries
 

@@ -64,6 +64,7 @@ TABLES = {
     "[agents.&lt;name&gt;.permissions]": [config.Permissions, config.Rule],
     "[oauth]": [config.OAuthConfig],
     "[cluster]": [config.ClusterConfig],
+    "[policy]": [config.PolicyConfig],
     "[[hooks.pre_tool_use]]": [config.CommandHook],
     '[tools."&lt;namespace&gt;__&lt;tool&gt;"]': [config.ToolCuration, config.ArgumentCuration],
 }

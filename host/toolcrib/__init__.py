@@ -25,6 +25,7 @@ from toolcrib.errors import (
 )
 from toolcrib.hookspecs import hookimpl, hookspec
 from toolcrib.host import Host
+from toolcrib.policy import PolicyRequest
 from toolcrib.runner import Call, PythonRunner, Runner
 from toolcrib.tool import Tool, Unserved, get_tool
 
@@ -43,6 +44,7 @@ __all__ = [
     "Image",
     "InvalidArgumentsError",
     "Message",
+    "PolicyRequest",
     "Problem",
     "PythonRunner",
     "ResourceLink",

@@ -50,6 +50,7 @@ from toolcrib.errors import (
 from toolcrib.limits import Lease, Limit, LimitBook, Limiter, Refusal, compile_limits
 from toolcrib.observe import Metrics
 from toolcrib.plugins import PluginHook, PluginManager, plugin_hooks
+from toolcrib.policy import Policies, principal_of, request_for
 from toolcrib.runner import Call, Runner
 from toolcrib.uris import normalize as normalize_uri
 
@@ -97,6 +98,7 @@ class Pipeline:
         self._post = plugin_hooks(pm, "toolcrib_post_tool_use")
         self._post_for: dict[tuple[str, str], list[PluginHook]] = {}
         self._approve = plugin_hooks(pm, "toolcrib_approve")
+        self.policies = Policies(tuple(plugin_hooks(pm, "toolcrib_policy")), loaded.config.policy.timeout)
         self.version = loaded.version  # what an operator's answer is bound to, beside the call itself
         self.desk: Desk | None = None  # where operators answer approvals: the serving process's (ServingState)
         self._feed: Any = None  # the operator console's live feed (toolcrib.mcp.console.Feed), when one watches
@@ -217,6 +219,12 @@ class Pipeline:
             denied, outcome, model = await self._policy(call, model, pre)
             if denied is not None:
                 return self._finish(call, outcome, denied)
+        if self.policies:  # once, on the arguments that will really run
+            passed, why = await self.policies.decide(request_for(
+                vt.entry, view.agent, "call", view.mode, model.model_dump(mode="json"), principal_of(call.identity)))
+            if not passed:
+                return self._finish(call, _Outcome("denied", why.split(":", 1)[0]),
+                                    ToolResult.error(f"Permission denied: {why}"))
 
         limits = self._limits_of(view.agent, vt.name) if self._limits else None
         if limits:
@@ -528,6 +536,18 @@ class Pipeline:
             kwargs["result"] = result
         return result
 
+    async def _policies_allow(self, call: Call, entry: Entry, action: str, arguments: Mapping[str, Any],
+                     uri: str | None = None) -> None:
+        """The policies' verdict on reading a resource or getting a prompt: ``ToolError`` (audited) when one
+        denies."""
+        if not self.policies:
+            return
+        passed, why = await self.policies.decide(request_for(entry, call.agent, action, call.view.mode, arguments,
+                                                             principal_of(call.identity), uri))
+        if not passed:
+            self._write_audit(call, "denied", why.split(":", 1)[0], True)
+            raise ToolError(f"Permission denied: {why}")
+
     def _withheld(self, call: Call, result: ToolResult) -> ToolResult:
         """``result`` without its blocks that refer to a resource the agent may not see (``AgentView.withhold``):
         taken out as if the tool had not sent them, so that the agent cannot tell them from nothing, and named in
@@ -566,6 +586,7 @@ class Pipeline:
         resource = entry.resource
         call = Call(view, uri, parameters or None, channel, started=started, kind="resource", workspace=self.workspace,
                     entry=entry)
+        await self._policies_allow(call, entry, "read", parameters, uri)
         try:
             if resource.passthrough:
                 contents = list(await self._invoke(call, _NOTHING))
@@ -601,6 +622,7 @@ class Pipeline:
         arguments = dict(arguments or {})
         call = Call(view, entry.name, arguments, channel, started=started, kind="prompt", workspace=self.workspace,
                     entry=entry)
+        await self._policies_allow(call, entry, "get", arguments)
         try:
             problem = payload_problem(arguments, self.max_argument_bytes)
             if problem is not None:

@@ -370,6 +370,13 @@ class OperatorConfig(Strict):
                                             "act as the operator, besides the operator token")
 
 
+class PolicyConfig(Strict):
+    """``[policy]``: policies as code, beside the rules (``toolcrib_policy``)."""
+
+    timeout: PositiveFloat = Field(1.0, description="seconds a policy may take to answer one request; one that "
+                                   "takes longer denies it (fail closed)")
+
+
 class Config(Strict):
     """The whole file."""
 
@@ -386,6 +393,7 @@ class Config(Strict):
                                            "their source serves them under")
     cluster: ClusterConfig | None = Field(None, description="state shared by replicas, on Redis")
     operator: OperatorConfig | None = Field(None, description="the operator endpoint (approvals out of band)")
+    policy: PolicyConfig = PolicyConfig()
 
 
 @dataclass(frozen=True)

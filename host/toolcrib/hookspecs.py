@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from toolcrib.answers import Allow, Ask, Deny
     from toolcrib.content import ToolResult
+    from toolcrib.policy import PolicyRequest
 
 hookspec = pluggy.HookspecMarker("toolcrib")
 hookimpl = pluggy.HookimplMarker("toolcrib")
@@ -105,6 +106,26 @@ def toolcrib_pre_tool_use(
     :param annotations: the tool's MCP annotations (``readOnlyHint``, ...), as trusted by the host.
     :param call_id: the call's id (the agent SDKs' ``toolUseID``): the same in the post-tool-use hooks and the
         audit record of this call; empty when nothing observes calls.
+    """
+
+
+@hookspec
+def toolcrib_policy(request: PolicyRequest) -> Deny | None:
+    """Add a verdict to the one decision: policies as code.
+
+    Asked about what the config's rules let through (never about what they hide: a policy can hide or refuse,
+    never reveal), for listing once per agent's view and thing (``request.action == "list"``: a tool, resource,
+    template or prompt, which a deny hides from every list, search, export and call, as a rule would), and once
+    per call (``"call"``, with the arguments that will really run, after every pre-tool-use hook), resource read
+    (``"read"``, with the URI read and the template's parameters) and prompt get (``"get"``). Return
+    ``toolcrib.Deny("why")`` to hide or refuse (the reason is shown by ``explain``, ``check`` and the console, and a
+    refused call's result says it), None or ``toolcrib.Allow()`` to have no objection. A deny wins; one that
+    raises, answers anything else or takes longer than ``[policy] timeout`` denies (fail closed). A plain function:
+    it runs on a worker thread, and must not wait on anything (an ``async def`` one denies).
+
+    :param request: a ``toolcrib.PolicyRequest``: the action, the agent, the principal (who the request acts for:
+        an OAuth subject with its client, issuer and scopes, a static token's variable, or the agent itself), and
+        the thing with its kind, full name, namespace, source, URI, annotations and arguments.
     """
 
 

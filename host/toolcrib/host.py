@@ -134,6 +134,9 @@ class Host:
             sinks = [plugin for _, plugin in builtins  # the audit log, when one is kept
                      if isinstance(plugin, AuditSink) and self.pm.is_registered(plugin)]
             self.pipeline = Pipeline(self.pm, loaded, self.catalog.settings, metrics, limits, sinks)
+            if self.pipeline.policies:  # the packs' policies join every agent's one decision
+                self.rules = {name: dataclasses.replace(rules, policies=self.pipeline.policies)
+                              for name, rules in self.rules.items()}
         self._views: dict[str | tuple[str, frozenset[str]], AgentView] = {}
         self._lock = threading.Lock()
         self._opened: list[Source] = []  # the sources from_config opened for this host
@@ -324,6 +327,8 @@ class Host:
         for agent, rules in sorted(self.rules.items()):
             found += self._rule_warnings(agent, rules)
             found += self._unpermitted_items(agent)
+        for plugin, failed in dict.fromkeys(self.pipeline.policies.failures):  # (while the views were built)
+            found.append(Problem("warning", f"policy {plugin!r}", failed))
         found += self._governing_warnings()
         from toolcrib.default_plugins.hooks import program_path
 

@@ -25,6 +25,7 @@ from toolcrib.config import AgentConfig, LoadedConfig
 from toolcrib.context import AvailabilityContext
 from toolcrib.entries import BUILTIN, RULE_DIMENSION, Entry
 from toolcrib.patterns import SELECTORS, Pattern, Specifiers
+from toolcrib.policy import PASSED, Policies, Verdict, request_for
 from toolcrib.sandbox import Unconfinable
 
 log = logging.getLogger("toolcrib.permissions")
@@ -239,6 +240,7 @@ class AgentRules:
     availability_timeout: float = 5.0
     # (dimension, pattern, scope): what the request's OAuth token may not see, lacking a scope (identity.needs_scope)
     scope_hidden: tuple[tuple[str, Pattern, str], ...] = ()
+    policies: Policies | None = None  # the packs' policies (toolcrib_policy), asked about what the rules permit
     _sources: dict[tuple[str, str, str | None], tuple[bool, Pattern | None]] = field(default_factory=dict, repr=False)
 
     def lacking(self, scopes: frozenset[str]) -> AgentRules:
@@ -336,7 +338,7 @@ def permitted(rules: AgentRules, entry: Entry) -> bool:
     """``decide``'s verdict with every availability check assumed to pass: whether the subject's check is worth
     running (``build_view`` runs those together, under one budget). Derived from ``decide``, so that the order
     and meaning of the checks are written once."""
-    return decide(rules, entry, availability=_ASSUMED).visible
+    return decide(rules, entry, availability=_ASSUMED, policy=_ASSUMED_POLICY).visible
 
 
 class _AssumedAvailable(Mapping[str, "Availability"]):
@@ -353,20 +355,23 @@ class _AssumedAvailable(Mapping[str, "Availability"]):
 
 
 def decide(rules: AgentRules, subject: Entry | Named, *, detail: bool = False, exhaustive: bool = False,
-           availability: Mapping[str, Availability] | None = None, chain: Sequence[str] = ()) -> Decision:
+           availability: Mapping[str, Availability] | None = None, chain: Sequence[str] = (),
+           policy: Mapping[str, Verdict] | None = None) -> Decision:
     """May ``rules.agent`` see ``subject``? The one decision, for every kind of thing an agent may be given.
 
     An entry (a tool, resource, template or prompt): the checks run in order - the definition lock, source, the
     rule of its kind's dimension (``tools``, ``resources``, ``prompts``; a resource's rule is matched against its
-    full name and its URI), the request's scopes, mode (tools only: reading changes nothing), availability - and
-    stop at the first that fails. The host's own entries (``toolcrib__*``) have no source to permit: each is
-    available when the agent may have some of what it serves (a skill, an agent, a server). Anything else (a
+    full name and its URI), the request's scopes, mode (tools only: reading changes nothing), the packs' policies
+    (``toolcrib_policy``, action ``list``), availability - and stop at the first that fails. The host's own
+    entries (``toolcrib__*``) have no source to permit: each is available when the agent may have some of what it
+    serves (a skill, an agent, a server). Anything else (a
     ``Named`` skill, agent or server): its dimension's rule; an agent is never offered itself, nor one of the
     ``chain`` of runs that led here.
 
     ``detail`` records each check with the rule or reason that decided it (``--all``, ``explain``); ``exhaustive``
     also runs the checks after a failing one (``explain``). The verdict is the same either way. ``availability``
-    holds answers of availability checks already run (``check_availability``), by ``availability_key``.
+    holds answers of availability checks already run (``check_availability``), by ``availability_key``; ``policy``
+    the policies' verdicts (``check_policies``), the same way.
     """
     kind = subject.kind if isinstance(subject, Entry) else KINDS.get(subject.dimension, subject.dimension)
     if not rules.has_permissions:
@@ -419,6 +424,11 @@ def decide(rules: AgentRules, subject: Entry | Named, *, detail: bool = False, e
         if detail:
             checks.append(Check("mode", passed, _mode_detail(rules, entry, passed)))
         visible = visible and passed
+    if rules.policies and (visible or exhaustive):
+        passed, why = _policy(rules, entry, policy)
+        if detail:
+            checks.append(Check("policy", passed, why))
+        visible = visible and passed
     if visible or exhaustive:
         answer = _availability(rules, entry, availability)
         passed = answer[0]
@@ -442,6 +452,25 @@ def _availability(rules: AgentRules, entry: Entry, known: Mapping[str, Availabil
                 None)
     found = known.get(availability_key(entry)) if known is not None else None
     return found if found is not None else check_availability(rules, [entry])[availability_key(entry)]
+
+
+def _policy(rules: AgentRules, entry: Entry, known: Mapping[str, Verdict] | None) -> Verdict:
+    """The policies' verdict on listing ``entry``: a given one (``check_policies``, asked once for a whole view),
+    else asked now."""
+    key = availability_key(entry)
+    found = known.get(key) if known is not None else None
+    return found if found is not None else check_policies(rules, [entry])[key]
+
+
+def check_policies(rules: AgentRules, entries: Sequence[Entry]) -> dict[str, Verdict]:
+    """The policies' verdicts on listing ``entries`` for ``rules.agent``, by ``availability_key``: asked on a
+    worker thread, each within ``[policy] timeout`` (one that hangs denies its entry, and the rest go on)."""
+    policies = rules.policies
+    if not policies:
+        return {}
+    asked = [(availability_key(entry), request_for(entry, rules.agent, "list", rules.mode)) for entry in entries]
+    outcomes = _run_checks([job for key, request in asked for job in policies.jobs(key, request)], policies.timeout)
+    return {key: policies.interpret_all(key, outcomes, request) for key, request in asked}
 
 
 def _scope_hides(rules: AgentRules, dimension: str, name: str, uri: str | None = None) -> tuple[str, Pattern] | None:
@@ -518,6 +547,22 @@ def _mode_detail(rules: AgentRules, entry: Entry, passed: bool) -> str:
 
 Availability = tuple[bool, str, "str | None"]
 _ASSUMED = _AssumedAvailable()
+
+
+class _AssumedPassed(Mapping[str, "Verdict"]):
+    """Every policy assumed to have no objection (``permitted``)."""
+
+    def __getitem__(self, name: str) -> Verdict:
+        return PASSED
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+_ASSUMED_POLICY = _AssumedPassed()
 """(available, the reason, a kind: ``"unconfinable"`` when the tool's programs could reach what governs the host)."""
 
 
@@ -569,9 +614,10 @@ def _interpret(rules: AgentRules, name: str, outcome: tuple[str, Any]) -> Availa
 
 
 class _Checks:
-    """Availability checks run in order on a thread of their own; ``current`` says which runs, since when."""
+    """Availability checks (or policies) run in order on a thread of their own; ``current`` says which runs, since
+    when."""
 
-    def __init__(self, jobs: Sequence[tuple[str, Any, AvailabilityContext]]) -> None:
+    def __init__(self, jobs: Sequence[tuple[str, Any, Any]]) -> None:
         self.jobs = jobs
         self.results: dict[str, tuple[str, Any]] = {}
         self.current = (0, time.monotonic())
@@ -593,7 +639,10 @@ class _Checks:
         self.done.set()
 
 
-def _run_checks(jobs: Sequence[tuple[str, Any, AvailabilityContext]], budget: float) -> dict[str, tuple[str, Any]]:
+def _run_checks(jobs: Sequence[tuple[str, Any, Any]], budget: float) -> dict[str, tuple[str, Any]]:
+    """``check(argument)`` of each job ``(key, check, argument)``, in order on a worker thread, each within
+    ``budget`` seconds: by key, ``("answer", what it returned)``, ``("raised", what it raised)`` or ``("timeout",
+    None)``; the thread of one that hangs is abandoned and the rest go on on another."""
     results: dict[str, tuple[str, Any]] = {}
     while jobs:
         batch = _Checks(jobs)

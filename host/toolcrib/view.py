@@ -28,7 +28,9 @@ from toolcrib.permissions import (
     CallRules,
     Check,
     availability_context,
+    availability_key,
     check_availability,
+    check_policies,
     decide,
     permitted,
     uri_check,
@@ -622,10 +624,17 @@ def build_view(rules: AgentRules, entries: Iterable[Entry], pipeline: Pipeline,
     time budget. ``served``: every URI ``entries`` serve (the host keeps one for all its views); made from
     ``entries`` at its first use otherwise."""
     entries = list(entries)
-    checked = [e for e in entries if e.is_available is not None and permitted(rules, e)]
+    verdicts = None
+    if rules.policies:  # the policies are asked about what the rules permit, all at once
+        allowed = [e for e in entries if permitted(rules, e)]
+        verdicts = check_policies(rules, allowed)
+        checked = [e for e in allowed if e.is_available is not None and verdicts[availability_key(e)][0]]
+    else:
+        checked = [e for e in entries if e.is_available is not None and permitted(rules, e)]
     answers = check_availability(rules, checked) if checked else None
     bare = rules.config.bare_names
-    tools = sorted((e for e in entries if e.kind == "tool" and decide(rules, e, availability=answers).visible),
+    tools = sorted((e for e in entries if e.kind == "tool" and decide(rules, e, availability=answers,
+                                                                       policy=verdicts).visible),
                    key=lambda e: e.name)
     tool_names = served_names([e.name for e in tools]) if bare else {}
     visible = tuple(view_tool(rules, entry, pipeline.call_timeout, tool_names.get(entry.name, "")) for entry in tools)
@@ -633,7 +642,7 @@ def build_view(rules: AgentRules, entries: Iterable[Entry], pipeline: Pipeline,
     def others() -> ResourcesAndPrompts:  # decided when first looked at, with the same availability answers
         shown: dict[str, list[Entry]] = {"resource": [], "template": [], "prompt": []}
         for entry in entries:
-            if entry.kind != "tool" and decide(rules, entry, availability=answers).visible:
+            if entry.kind != "tool" and decide(rules, entry, availability=answers, policy=verdicts).visible:
                 shown[entry.kind].append(entry)
         prompts = shown["prompt"]
         prompt_names = served_names([p.name for p in prompts]) if bare else {}
