@@ -250,6 +250,21 @@ def test_no_tool_replaces_the_jwks_file_that_decides_who_is_who(tmp_path: Path) 
     assert (tmp_path / "jwks.json").read_text() == '{"keys": []}'
 
 
+def test_no_tool_rewrites_the_cedar_policies_that_decide_what_it_sees(tmp_path: Path) -> None:
+    """An agent that could rewrite `[policy] cedar` would permit itself everything the rules let through."""
+    text = 'permit (principal, action, resource);\n'
+    (tmp_path / "policies.cedar").write_text(text)
+    host = fs_writer(tmp_path, """
+        [policy]
+        cedar = "policies.cedar"
+    """)
+    what = "the Cedar policies"
+    assert refused(host, "fs__write_file", path="policies.cedar", content="forbid (principal, action, resource);") \
+        == protected_message("policies.cedar", what)
+    assert refused(host, "fs__rm", path="policies.cedar") == protected_message("policies.cedar", what)
+    assert (tmp_path / "policies.cedar").read_text() == text
+
+
 def test_every_path_field_of_the_config_model_is_governing() -> None:
     """The governing files are found from the config's model: every field that names a file the host reads or runs
     carries the marker, so a new one cannot be forgotten by a hand-written list."""
@@ -267,7 +282,8 @@ def test_every_path_field_of_the_config_model_is_governing() -> None:
                     walk(kind, f"{where}.{name}")
 
     walk(Config, "")
-    assert marked == {".host.tool_dirs", ".host.audit_log", ".skills.path", ".oauth.jwks_file", ".openapi.document"}
+    assert marked == {".host.tool_dirs", ".host.audit_log", ".skills.path", ".oauth.jwks_file", ".openapi.document",
+                      ".policy.cedar"}
 
 
 def typing_args(annotation: Any) -> list[Any]:

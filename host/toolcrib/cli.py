@@ -1147,6 +1147,49 @@ def deny_call(approval_id: str) -> None:
     _answer(approval_id, "deny")
 
 
+# -- policies ---------------------------------------------------------------------------------------------------
+
+
+@main.group()
+def policy() -> None:
+    """Policies as code: the Cedar schema toolcrib publishes, and the config's rules written as Cedar.
+
+    \b
+    Example: toolcrib policy export --cedar > policies.cedar
+    """
+
+
+@policy.command("schema")
+def policy_schema() -> None:
+    """Print the Cedar schema that [policy] cedar policies are checked and evaluated against.
+
+    \b
+    Example: toolcrib policy schema > toolcrib.cedarschema
+    """
+    from toolcrib.cedar import SCHEMA
+
+    click.echo(SCHEMA, nl=False)
+
+
+@policy.command("export")
+@_common
+@click.option("--cedar", "as_cedar", is_flag=True, required=True, help="Write the rules as Cedar policies.")
+@_guard
+def policy_export(as_cedar: bool) -> None:
+    """Print the config's permission rules as Cedar policies that decide what they decide (a start for [policy]
+    cedar: with it, give the agents allow ["*"] in the file and let Cedar decide).
+
+    \b
+    Example: toolcrib policy export --cedar > policies.cedar
+    """
+    from toolcrib.cedar import export
+    from toolcrib.config import load_config
+    from toolcrib.permissions import compile_rules
+
+    loaded = load_config(click.get_current_context().ensure_object(State).config)
+    click.echo(export(compile_rules(loaded)), nl=False)
+
+
 # -- upstream servers ---------------------------------------------------------------------------------------------
 
 

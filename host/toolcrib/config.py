@@ -371,8 +371,11 @@ class OperatorConfig(Strict):
 
 
 class PolicyConfig(Strict):
-    """``[policy]``: policies as code, beside the rules (``toolcrib_policy``)."""
+    """``[policy]``: policies as code, beside the rules (``toolcrib_policy``, Cedar)."""
 
+    cedar: Annotated[str | None, Governs("the Cedar policies")] = Field(
+        None, description="a file of Cedar policies (relative to the config file) that decide with the rules; needs "
+        "pip install 'toolcrib[cedar]'")
     timeout: PositiveFloat = Field(1.0, description="seconds a policy may take to answer one request; one that "
                                    "takes longer denies it (fail closed)")
 

@@ -29,7 +29,7 @@ from toolcrib.content import ToolResult
 from toolcrib.curation import curate
 from toolcrib.default_plugins.builtins import Builtins
 from toolcrib.entries import Entry
-from toolcrib.errors import Problem, ToolDeclarationError, UnknownAgentError
+from toolcrib.errors import ConfigError, Problem, ToolDeclarationError, UnknownAgentError
 from toolcrib.governing import unlocated
 from toolcrib.limits import Limiter
 from toolcrib.names import HIDDEN_CHARACTERS, RESERVED_NAMESPACE, clean, clean_schema, full_name
@@ -134,12 +134,36 @@ class Host:
             sinks = [plugin for _, plugin in builtins  # the audit log, when one is kept
                      if isinstance(plugin, AuditSink) and self.pm.is_registered(plugin)]
             self.pipeline = Pipeline(self.pm, loaded, self.catalog.settings, metrics, limits, sinks)
+            if loaded.config.policy.cedar is not None:
+                self.pipeline.policies = dataclasses.replace(
+                    self.pipeline.policies, hooks=(self._cedar(), *self.pipeline.policies.hooks))
             if self.pipeline.policies:  # the packs' policies join every agent's one decision
                 self.rules = {name: dataclasses.replace(rules, policies=self.pipeline.policies)
                               for name, rules in self.rules.items()}
         self._views: dict[str | tuple[str, frozenset[str]], AgentView] = {}
         self._lock = threading.Lock()
         self._opened: list[Source] = []  # the sources from_config opened for this host
+
+    def _cedar(self) -> Any:
+        """The config's Cedar policies (``[policy] cedar``), checked against toolcrib's schema: a file that is
+        missing, does not parse or does not validate stops the config (a forbid that cannot be evaluated would
+        forbid nothing)."""
+        from toolcrib import cedar
+
+        where = f"{self.loaded.source}: policy.cedar"
+        path = self.loaded.base_dir / str(self.loaded.config.policy.cedar)
+        try:
+            text = path.read_text(encoding="utf-8")
+            problems = cedar.validate(text, where)
+        except (OSError, UnicodeDecodeError) as exc:
+            problems = [Problem("error", where, f"cannot read {path}: {exc}")]
+        except ImportError as exc:
+            problems = [Problem("error", where, str(exc))]
+        if problems:
+            raise ConfigError(problems)
+        entries = [*self.catalog.entries.values(), *self.catalog.resources.values(), *self.catalog.prompts.values()]
+        return cedar.CedarPolicy(text, where, entries, {name: agent.mode for name, agent in
+                                                        self.loaded.config.agents.items()})
 
     def _apply_lock(self) -> None:
         """Hold back what ``toolcrib.lock`` says changed (and, when strict, what it does not know)."""

@@ -1,0 +1,274 @@
+"""Cedar as a policy source (``[policy] cedar = "policies.cedar"``, the ``toolcrib[cedar]`` extra).
+
+The policies are evaluated by Cedar itself (``cedarpy``, the maintained bindings of the Rust implementation) against
+the entity schema toolcrib publishes (``SCHEMA``, ``toolcrib policy schema``): principals are agents (who the request
+acts for, an OAuth subject or a static token, is in ``context.principal``), actions are ``list``, ``call``, ``read``
+and ``get``, resources are tools, resources, templates and prompts with their namespace, source, annotations and URI.
+Cedar denies what no policy permits, and a ``forbid`` beats every ``permit``. In the host, Cedar is one more policy
+of the one decision: it can hide or refuse what the config's rules let through, never reveal what they hide.
+
+``export`` writes the config's TOML rules as Cedar (``toolcrib policy export --cedar``): the same decisions, which
+a differential test checks over generated configs and catalogs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from toolcrib.answers import Deny
+from toolcrib.entries import Entry
+from toolcrib.errors import Problem
+from toolcrib.permissions import VIEW_PROXIES, AgentRules, DimensionRule
+from toolcrib.policy import PolicyRequest
+
+log = logging.getLogger("toolcrib.cedar")
+
+NAMESPACE = "Toolcrib"
+ENTITY_TYPES = {"tool": "Tool", "resource": "Resource", "template": "Template", "prompt": "Prompt"}
+
+SCHEMA = """\
+// The entities toolcrib gives Cedar (toolcrib policy schema). Every request's principal is the agent; who the
+// request acts for (an OAuth subject, a static token) is context.principal.
+namespace Toolcrib {
+  entity Agent = { "name": String, "mode": String };
+  entity Namespace = { "name": String };
+  type Annotations = {
+    "readOnlyHint"?: Bool, "destructiveHint"?: Bool, "idempotentHint"?: Bool, "openWorldHint"?: Bool, "title"?: String
+  };
+  // what every tool, resource, template and prompt has: its full name, its namespace (also its parent), the source
+  // that serves it and that source's kind (pack, mcp, openapi, builtin), the permission dimension that names its
+  // source (plugins, mcps, openapi) and the installed plugin a pack serves it from ("" for none)
+  entity Tool in [Namespace] = {
+    "name": String, "namespace": String, "source": String, "source_kind": String, "dimension": String,
+    "origin": String, "annotations": Annotations, "read_only": Bool
+  };
+  entity Resource in [Namespace] = {
+    "name": String, "namespace": String, "source": String, "source_kind": String, "dimension": String,
+    "origin": String, "uri": String
+  };
+  entity Template in [Namespace] = {
+    "name": String, "namespace": String, "source": String, "source_kind": String, "dimension": String,
+    "origin": String, "uri": String
+  };
+  entity Prompt in [Namespace] = {
+    "name": String, "namespace": String, "source": String, "source_kind": String, "dimension": String,
+    "origin": String
+  };
+  type Principal = {
+    "kind": String, "subject"?: String, "client"?: String, "issuer"?: String, "credential"?: String,
+    "scopes"?: Set<String>
+  };
+  // uri: for read, the URI read (in its normal form)
+  type Context = { "principal": Principal, "mode": String, "uri"?: String };
+  action "list" appliesTo { principal: [Agent], resource: [Tool, Resource, Template, Prompt], context: Context };
+  action "call" appliesTo { principal: [Agent], resource: [Tool], context: Context };
+  action "read" appliesTo { principal: [Agent], resource: [Resource, Template], context: Context };
+  action "get" appliesTo { principal: [Agent], resource: [Prompt], context: Context };
+}
+"""
+
+NO_PERMIT = "no Cedar policy permits it (Cedar denies by default)"
+
+
+def _cedarpy() -> Any:
+    try:
+        import cedarpy
+    except ImportError:
+        raise ImportError("[policy] cedar needs the cedar extra: pip install 'toolcrib[cedar]'") from None
+    return cedarpy
+
+
+def _uid(kind: str, name: str) -> dict[str, str]:
+    return {"type": f"{NAMESPACE}::{kind}", "id": name}
+
+
+def entity(entry: Entry) -> dict[str, Any]:
+    """``entry`` as a Cedar entity (JSON form)."""
+    kind = entry.kind
+    provenance = entry.provenance
+    attrs: dict[str, Any] = {"name": entry.name, "namespace": entry.namespace, "source": provenance.source,
+                             "source_kind": provenance.kind.name, "dimension": provenance.dimension,
+                             "origin": (entry.tool.origin or "") if kind == "tool" else ""}
+    if kind == "tool":
+        annotations = entry.tool.annotations or {}
+        attrs["annotations"] = {key: value for key, value in annotations.items()
+                                if key in ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+                                and isinstance(value, bool)} | (
+            {"title": annotations["title"]} if isinstance(annotations.get("title"), str) else {})
+        attrs["read_only"] = bool(entry.read_only)
+    elif kind in ("resource", "template"):
+        attrs["uri"] = entry.uri or ""
+    return {"uid": _uid(ENTITY_TYPES[kind], entry.name), "attrs": attrs,
+            "parents": [_uid("Namespace", entry.namespace)]}
+
+
+class CedarPolicy:
+    """A Cedar policy set as one of the host's policies: called as ``toolcrib_policy`` implementations are, on the
+    calling thread (``inline``: Cedar's evaluation always ends, and quickly)."""
+
+    plugin = "cedar"
+    inline = True
+
+    def __init__(self, text: str, where: str, entries: Iterable[Entry] = (), agents: Mapping[str, str] | None = None):
+        cedarpy = _cedarpy()
+        self.where = where
+        self._cedarpy = cedarpy
+        self.policies = cedarpy.PolicySet.from_str(text)
+        self._ids = _ids(text)
+        self._entries = {(e.kind, e.name): e for e in entries}
+        self._agents = dict(agents or {})
+        self._entities: Any = None
+
+    @classmethod
+    def load(cls, path: Path, where: str, entries: Iterable[Entry] = (),
+             agents: Mapping[str, str] | None = None) -> CedarPolicy:
+        return cls(path.read_text(encoding="utf-8"), where, entries, agents)
+
+    def _entities_handle(self) -> Any:
+        if self._entities is None:
+            found = [{"uid": _uid("Agent", name), "attrs": {"name": name, "mode": mode}, "parents": []}
+                     for name, mode in self._agents.items()]
+            found += [{"uid": _uid("Namespace", ns), "attrs": {"name": ns}, "parents": []}
+                      for ns in sorted({e.namespace for e in self._entries.values()})]
+            found += [entity(e) for e in self._entries.values()]
+            self._entities = self._cedarpy.Entities.from_json_str(json.dumps(found))
+        return self._entities
+
+    def __call__(self, request: PolicyRequest) -> Deny | None:
+        context: dict[str, Any] = {"principal": dict(request.principal), "mode": request.mode}
+        if request.action == "read" and request.uri is not None:
+            context["uri"] = request.uri
+        if (request.kind, request.name) in self._entries:
+            entities = self._entities_handle()
+        else:  # (a thing the host did not have when the policy was loaded: a lazy server's tool)
+            entities = [self._request_entity(request), {"uid": _uid("Namespace", request.namespace),
+                                                        "attrs": {"name": request.namespace}, "parents": []},
+                        {"uid": _uid("Agent", request.agent), "attrs": {"name": request.agent, "mode": request.mode},
+                         "parents": []}]
+        result = self._cedarpy.is_authorized({
+            "principal": _uid("Agent", request.agent), "action": _uid("Action", request.action),
+            "resource": _uid(ENTITY_TYPES.get(request.kind, "Tool"), request.name), "context": context},
+            self.policies, entities)
+        diagnostics = result.diagnostics
+        if diagnostics.errors:  # Cedar skips a policy it cannot evaluate: a forbid among them would forbid nothing
+            return Deny(f"Cedar could not evaluate a policy (denied, fail closed): "
+                        f"{'; '.join(map(str, diagnostics.errors))}")
+        if result.allowed:
+            return None
+        reasons = [self._ids.get(reason, reason) for reason in diagnostics.reasons]
+        return Deny(f"forbidden by {', '.join(reasons)}" if reasons else NO_PERMIT)
+
+    @staticmethod
+    def _request_entity(request: PolicyRequest) -> dict[str, Any]:
+        attrs: dict[str, Any] = {"name": request.name, "namespace": request.namespace, "source": request.source,
+                                 "source_kind": request.source_kind, "dimension": "", "origin": ""}
+        if request.kind == "tool":
+            attrs["annotations"] = {k: v for k, v in request.annotations.items() if isinstance(v, bool)}
+            attrs["read_only"] = bool(request.annotations.get("readOnlyHint"))
+        elif request.kind in ("resource", "template"):
+            attrs["uri"] = request.uri or ""
+        return {"uid": _uid(ENTITY_TYPES.get(request.kind, "Tool"), request.name), "attrs": attrs,
+                "parents": [_uid("Namespace", request.namespace)]}
+
+
+def _ids(text: str) -> dict[str, str]:
+    """Each policy's name in a reason: ``policy0`` is the first policy, or its ``@id("...")`` annotation."""
+    cedarpy = _cedarpy()
+    found: dict[str, str] = {}
+    try:
+        parsed = json.loads(cedarpy.policies_to_json_str(text))
+    except Exception:  # (the set parsed already; a reason then keeps Cedar's own name)
+        return found
+    for policy_id, policy in (parsed.get("staticPolicies") or {}).items():
+        label = (policy.get("annotations") or {}).get("id")
+        found[policy_id] = f"{policy.get('effect', 'policy')} {label!r}" if label else \
+            f"{policy.get('effect', 'policy')} #{policy_id.removeprefix('policy')}"
+    return found
+
+
+def validate(text: str, where: str) -> list[Problem]:
+    """``toolcrib check``'s findings on a policy file: Cedar's parse and validation errors against ``SCHEMA``."""
+    cedarpy = _cedarpy()
+    try:
+        cedarpy.PolicySet.from_str(text)
+    except Exception as exc:
+        return [Problem("error", where, f"the policies do not parse: {exc}")]
+    result = cedarpy.validate_policies(text, SCHEMA)
+    if result.validation_passed:
+        return []
+    return [Problem("error", where, f"does not validate against toolcrib's schema: {error}")
+            for error in result.errors]
+
+
+# -- the TOML rules as Cedar ---------------------------------------------------------------------------------------
+
+
+def _string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _matches(attribute: str, patterns: Iterable[Any]) -> str:
+    """A Cedar condition true where ``attribute`` matches one of the compiled patterns (globs with ``like``, whose
+    only wildcard is ``*``, as toolcrib's)."""
+    tests = []
+    for pattern in patterns:
+        name = pattern.name
+        tests.append(f"{attribute} like {_string(name)}" if "*" in name else f"{attribute} == {_string(name)}")
+    return "(" + " || ".join(tests) + ")" if tests else "false"
+
+
+def _rule(rule: DimensionRule, *attributes: str) -> str:
+    """The condition of one dimension's rule over the attributes it is matched against (a resource's name and
+    URI): an allow that matches any lets it through, a deny that matches any hides it, a missing rule permits
+    nothing."""
+    if rule.kind == "missing":
+        return "false"
+    deciding = [p for p in rule.patterns if rule.kind == "allow" or p.specifier is None]
+    matched = " || ".join(_matches(attribute, deciding) for attribute in attributes)
+    return f"({matched})" if rule.kind == "allow" else f"!({matched})"
+
+
+def _source(rules: AgentRules) -> str:
+    """The source check: the rule of the dimension that names the source (by its name, or the plugin a pack serves
+    the tool from), the host's own things always."""
+    parts = ['resource.source_kind == "builtin"']
+    for dimension in ("plugins", "mcps"):
+        rule = rules.dimensions[dimension]
+        if rule.kind == "missing":
+            continue
+        deciding = [p for p in rule.patterns if rule.kind == "allow" or p.specifier is None]
+        by_source = _matches("resource.source", deciding)
+        by_origin = f'(resource.origin != "" && {_matches("resource.origin", deciding)})'
+        named = f"({by_source} || {by_origin})"
+        parts.append(f'(resource.dimension == "{dimension}" && ' + (named if rule.kind == "allow" else f"!{named}")
+                     + ")")
+    return "(" + " || ".join(parts) + ")"
+
+
+def export(rules: Mapping[str, AgentRules]) -> str:
+    """The config's rules as Cedar policies: one ``permit`` per agent, for every action, when its source, its
+    kind's rule and its mode let a thing through (what ``decide`` checks of the rules; definition locks,
+    availability checks and token scopes are not rules of the file and stay with the host)."""
+    out = ["// toolcrib policy export --cedar: the config's rules as Cedar (deny by default: what no permit lets",
+           "// through is hidden)."]
+    proxies = " || ".join(f"resource.name == {_string(name)}" for name in sorted(VIEW_PROXIES)) or "false"
+    for agent, agent_rules in sorted(rules.items()):
+        if not agent_rules.has_permissions:
+            out.append(f"// agent {agent!r} has no permissions table: it sees nothing")
+            continue
+        dims = agent_rules.dimensions
+        mode = "" if agent_rules.mode != "plan" else f" && (resource.read_only || {proxies})"
+        kinds = " ||\n    ".join([
+            f"(resource is {NAMESPACE}::Tool && {_rule(dims['tools'], 'resource.name')}{mode})",
+            f"(resource is {NAMESPACE}::Resource && {_rule(dims['resources'], 'resource.name', 'resource.uri')})",
+            f"(resource is {NAMESPACE}::Template && {_rule(dims['resources'], 'resource.name', 'resource.uri')})",
+            f"(resource is {NAMESPACE}::Prompt && {_rule(dims['prompts'], 'resource.name')})",
+        ])
+        out.append(f'@id("agent {agent}")\npermit (principal == {NAMESPACE}::Agent::{_string(agent)}, action, '
+                   f"resource)\nwhen {{\n  {_source(agent_rules)} &&\n  (\n    {kinds}\n  )\n}};")
+    return "\n".join(out) + "\n"
+
