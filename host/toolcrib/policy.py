@@ -141,22 +141,29 @@ class Policies:
         """Every policy's verdict on one call, read or get, each within ``timeout`` on a worker thread (so that one
         that hangs costs its budget, not the loop)."""
         for hook in self.hooks:
-            kind, answer = "timeout", None
-            with anyio.move_on_after(self.timeout):
+            if getattr(hook, "inline", False):  # (Cedar: an evaluation that always ends, in microseconds)
                 try:
-                    if getattr(hook, "inline", False):  # (Cedar: an evaluation that always ends, in microseconds)
-                        answer = hook(request=request)
-                    else:
-                        answer = await anyio.to_thread.run_sync(_asked, hook, request, abandon_on_cancel=True)
-                    kind = "answer"
-                except BaseException as exc:
-                    if not contained(exc):
-                        raise
+                    kind, answer = "answer", hook(request=request)
+                except Exception as exc:
                     kind, answer = "raised", exc
+            else:
+                kind, answer = await self._ask(hook, request)
             verdict = self.interpret(hook, kind, answer, request)
             if not verdict[0]:
                 return verdict
         return PASSED
+
+    async def _ask(self, hook: Any, request: PolicyRequest) -> tuple[str, Any]:
+        """One pack's policy, on a worker thread within ``timeout``: ("answer", what it returned), ("raised", what
+        it raised) or ("timeout", None)."""
+        with anyio.move_on_after(self.timeout):
+            try:
+                return "answer", await anyio.to_thread.run_sync(_asked, hook, request, abandon_on_cancel=True)
+            except BaseException as exc:
+                if not contained(exc):
+                    raise
+                return "raised", exc
+        return "timeout", None
 
 
 def _asked(hook: PluginHook, request: PolicyRequest) -> Any:
