@@ -2,7 +2,8 @@
 # Mutation testing of the security-critical modules (patterns, permissions, entries, workspace, HTTP auth, OAuth,
 # tool search, approvals and the operator endpoint and console, OpenAPI calls, what a confined server may reach,
 # an isolated pack's calls lane and its checks line, the HTTP exchange of 2026-07-28 requests, limits, the shared
-# store that counts them, and the sessions and approvals the fleet shares, and MCP tasks: whose a task is),
+# store that counts them, and the sessions and approvals the fleet shares, MCP tasks: whose a task is, and the
+# policies of the one decision, Cedar's among them),
 # as configured in pyproject.toml ([tool.mutmut]). A developer command: it takes tens of minutes.
 #   benchmarks/mutation.sh            run, then print the score per module
 #   benchmarks/mutation.sh --keep     go on from the last run's mutants, test map and verdicts (a stopped run resumes

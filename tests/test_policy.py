@@ -193,7 +193,9 @@ def test_the_policys_reason_is_shown_by_explain_and_tools_all(cli_config: Any) -
         "hidden   files__rm  (policy policy: agent a removes nothing)"]
 
 
-def test_the_console_and_mcp_clients_see_the_same_view() -> None:
+def test_the_console_and_mcp_clients_see_the_same_view_and_the_console_says_why() -> None:
+    from toolcrib.mcp.console import _agent_page
+
     host = make_host(CONFIG, {"files": FILES, "policy": Policy()})
 
     async def main() -> list[str]:
@@ -201,3 +203,8 @@ def test_the_console_and_mcp_clients_see_the_same_view() -> None:
             return sorted(t.name for t in (await client.list_tools()).tools)
 
     assert anyio.run(main) == host.view("a").names == ["files__read", "files__write"]
+    page = _agent_page(host, "a")
+    assert [t["name"] for t in page["tools"]] == ["files__read", "files__write"]
+    assert page["hidden"] == [{"name": "files__rm", "reason": "policy policy: agent a removes nothing"},
+                              {"name": "files__touch", "reason": "denied by agents.a.permissions.tools.deny "
+                                                                 "'files__touch'"}]

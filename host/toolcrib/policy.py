@@ -144,7 +144,9 @@ class Policies:
             if getattr(hook, "inline", False):  # (Cedar: an evaluation that always ends, in microseconds)
                 try:
                     kind, answer = "answer", hook(request=request)
-                except Exception as exc:
+                except BaseException as exc:
+                    if not contained(exc):
+                        raise
                     kind, answer = "raised", exc
             else:
                 kind, answer = await self._ask(hook, request)
