@@ -198,7 +198,8 @@ def test_a_forbid_names_itself_and_sees_the_principal(tmp_path: Path) -> None:
     host = cedar_host(tmp_path)
     policy = host.pipeline.policies.hooks[0]
     entry = host.catalog.entries["files__write"]
-    oauth = principal_of(Identity("oauth", subject="alice", scopes=frozenset({"files"})))
+    oauth = principal_of(Identity("oauth", subject="alice", scopes=frozenset({"files"}),
+                                  claims={"sub": "alice", "exp": 1.5, "nothing": None}))  # (no Cedar value)
     denied = policy(request=request_for(entry, "b", "call", "default", {"path": "x"}, oauth))
     assert denied == toolcrib.Deny("forbidden by forbid 'no removals by oauth'")
     assert policy(request=request_for(entry, "b", "call", "default", {"path": "x"}, None)) is None

@@ -20,6 +20,7 @@ import jwt
 import pytest
 from mcp_types import CLIENT_CAPABILITIES_META_KEY
 
+import toolcrib
 from conftest import make_host
 from issuer import Issuer
 from packs import FILES, Pack
@@ -684,3 +685,35 @@ def test_an_mcp_task_is_its_oauth_subject_s_and_another_subject_or_the_agent_s_s
     assert again["result"]["status"] == "completed"
     for refused in (bob, static, cancel):
         assert refused["error"] == {"code": -32602, "message": "Failed to retrieve task: Task not found"}
+
+
+def test_a_policy_sees_who_a_call_acts_for_its_verified_claims_and_never_a_token(issuer: Issuer) -> None:
+    """toolcrib_policy's principal over HTTP: the OAuth subject with its client, issuer, scopes and verified claims,
+    or the static token's variable; the same call is refused for one and not the other."""
+    seen: list[dict[str, Any]] = []
+
+    class StaffOnly:
+        @toolcrib.hookimpl
+        def toolcrib_policy(self, request: Any) -> Any:
+            if request.action != "call":
+                return None
+            seen.append(dict(request.principal))
+            groups = request.principal.get("claims", {}).get("groups", [])
+            return None if request.principal["kind"] == "token" or "staff" in groups else toolcrib.Deny("staff only")
+
+    async def main() -> None:
+        async with serving(config(issuer.url), packs={"staff": StaffOnly()}) as (_, client):
+            for token in (issuer.sign(READER), issuer.sign({**READER, "groups": ["admins"]}), STATIC["TOK_NEW"]):
+                status, message, _ = await rpc(client, "reader", token, "tools/call",
+                                               {"name": "files__read", "arguments": {"path": "a"}})
+                assert status == 200
+                seen[-1]["answer"] = message["result"]["content"][0]["text"]
+
+    anyio.run(main)
+    assert [(p["kind"], p.get("subject"), p.get("credential"), p["answer"]) for p in seen] == [
+        ("oauth", "alice", None, "contents of a"),
+        ("oauth", "alice", None, "Permission denied: policy staff: staff only"),
+        ("token", None, "$TOK_NEW", "contents of a")]
+    assert (seen[0]["client"], seen[0]["issuer"], seen[0]["scopes"], seen[0]["claims"]["groups"]) == (
+        "reader-cli", issuer.url, ["tools"], ["staff"])
+    assert not any(STATIC["TOK_NEW"] in json.dumps(p, default=str) for p in seen)

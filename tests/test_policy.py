@@ -123,9 +123,11 @@ def test_reads_and_gets_are_asked_about_with_their_uri_and_arguments() -> None:
 
 
 def test_the_principal_is_who_the_request_acts_for_never_its_token() -> None:
-    oauth = Identity("oauth", subject="alice", client="bot", issuer="https://idp.example", scopes=frozenset({"b", "a"}))
+    oauth = Identity("oauth", subject="alice", client="bot", issuer="https://idp.example", scopes=frozenset({"b", "a"}),
+                     claims={"sub": "alice", "groups": ["staff"], "exp": 1.5})
     assert principal_of(oauth) == {"kind": "oauth", "subject": "alice", "client": "bot", "issuer": "https://idp.example",
-                                   "scopes": ["a", "b"]}
+                                   "scopes": ["a", "b"], "claims": {"sub": "alice", "groups": ["staff"], "exp": 1.5}}
+    assert "claims" not in oauth.record() and "staff" not in repr(oauth)
     assert principal_of(Identity("token", credential="$TOK")) == {"kind": "token", "credential": "$TOK"}
     assert principal_of(None) is None
 

@@ -221,7 +221,7 @@ class Pipeline:
                 return self._finish(call, outcome, denied)
         if self.policies:  # once, on the arguments that will really run
             passed, why = await self.policies.decide(request_for(
-                vt.entry, view.agent, "call", view.mode, model.model_dump(mode="json"), principal_of(call.identity)))
+                vt.entry, view.agent, "call", view.mode, model.model_dump(mode="json"), principal_of(call.principal)))
             if not passed:
                 return self._finish(call, _Outcome("denied", why.split(":", 1)[0]),
                                     ToolResult.error(f"Permission denied: {why}"))
@@ -543,7 +543,7 @@ class Pipeline:
         if not self.policies:
             return
         passed, why = await self.policies.decide(request_for(entry, call.agent, action, call.view.mode, arguments,
-                                                             principal_of(call.identity), uri))
+                                                             principal_of(call.principal), uri))
         if not passed:
             self._write_audit(call, "denied", why.split(":", 1)[0], True)
             raise ToolError(f"Permission denied: {why}")

@@ -139,7 +139,9 @@ class CedarPolicy:
         return self._entities
 
     def __call__(self, request: PolicyRequest) -> Deny | None:
-        context: dict[str, Any] = {"principal": dict(request.principal), "mode": request.mode}
+        # (a token's claims are any JSON, which Cedar's schema cannot type: policies in Python see them)
+        principal = {key: value for key, value in request.principal.items() if key != "claims"}
+        context: dict[str, Any] = {"principal": principal, "mode": request.mode}
         if request.action == "read" and request.uri is not None:
             context["uri"] = request.uri
         if (request.kind, request.name) in self._entries:

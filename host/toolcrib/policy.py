@@ -42,7 +42,8 @@ NO_ARGUMENTS: Mapping[str, Any] = types.MappingProxyType({})
 @dataclass(frozen=True, slots=True)
 class PolicyRequest:
     """What a policy decides on (``toolcrib_policy``). ``principal`` is who the request acts for, as the front end
-    authenticated them: ``{"kind": "oauth", "subject", "client", "issuer", "scopes"}``, ``{"kind": "token",
+    authenticated them: ``{"kind": "oauth", "subject", "client", "issuer", "scopes", "claims"}`` (the verified
+    token's claims), ``{"kind": "token",
     "credential": "$VAR"}``, or ``{"kind": "agent"}`` (in-process, stdio, and listing, which is decided once for
     each agent's view)."""
 
@@ -83,6 +84,7 @@ def principal_of(identity: Any) -> dict[str, Any] | None:
     found: dict[str, Any] = dict(identity.record())
     if identity.kind == "oauth":
         found["scopes"] = sorted(identity.scopes)
+        found["claims"] = identity.claims
     return found
 
 

@@ -98,8 +98,13 @@ class Call:
 
     @property
     def identity(self) -> Any:
-        """Who is calling, as the front end authenticated them (``toolcrib.mcp.oauth.Identity``), or None."""
+        """Who is calling, as the audit log records it (``toolcrib.mcp.oauth.Identity.record``), or None."""
         return getattr(self.channel, "identity", None) if self.channel is not None else None
+
+    @property
+    def principal(self) -> Any:
+        """Who is calling, as the front end authenticated them (``toolcrib.mcp.oauth.Identity``), or None."""
+        return getattr(self.channel, "principal", None) if self.channel is not None else None
 
     def context(self) -> Context:
         """The ``toolcrib.Context`` of this call (one per call, made when a handler first asks for it)."""

@@ -94,6 +94,11 @@ class _Channel:
         found = identity_of_request(self._ctx)
         return found.record() if found is not None else None
 
+    @property
+    def principal(self) -> Identity | None:
+        """Who the request acts for, as the front end authenticated them (what policies see)."""
+        return identity_of_request(self._ctx)
+
     async def progress(self, progress: float, total: float | None, message: str | None) -> None:
         await self._ctx.session.report_progress(progress, total, message)
 
@@ -194,6 +199,10 @@ class _TaskChannel:
     @property
     def identity(self) -> dict[str, str] | None:
         return self._identity.record() if self._identity is not None else None
+
+    @property
+    def principal(self) -> Identity | None:
+        return self._identity
 
     async def progress(self, progress: float, total: float | None, message: str | None) -> None:
         self.task.touch(message=message if message else f"{progress:g} of {total:g}" if total else f"{progress:g}")

@@ -19,7 +19,9 @@ import json
 import logging
 import re
 import time
+import types
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,7 +48,8 @@ MAX_VERIFIED = 4096  # access tokens remembered as verified
 class Identity:
     """Who a request acts for. ``kind`` "token": a static token (``credential``: the variable that holds it);
     "oauth": a verified access token, its subject, client, issuer and scopes. ``lacking``: the scopes of the agent's
-    ``identity.needs_scope`` that the token does not carry."""
+    ``identity.needs_scope`` that the token does not carry. ``claims``: the verified token's claims, for policies
+    (``toolcrib_policy``); never in the audit log."""
 
     kind: str
     credential: str | None = None
@@ -55,6 +58,7 @@ class Identity:
     issuer: str | None = None
     scopes: frozenset[str] = frozenset()
     lacking: frozenset[str] = frozenset()
+    claims: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False, hash=False)
 
     def record(self) -> dict[str, str]:
         """What the audit log and ``explain`` show: never the token."""
@@ -145,7 +149,8 @@ def identity_of(claims: dict[str, Any], identity: IdentityConfig) -> Identity:
     subject = claims.get("sub")
     return Identity(kind="oauth", subject=subject if isinstance(subject, str) else None,
                     client=client[0] if client else None, issuer=str(claims.get("iss")), scopes=scopes,
-                    lacking=frozenset(scope for scope in identity.needs_scope if scope not in scopes))
+                    lacking=frozenset(scope for scope in identity.needs_scope if scope not in scopes),
+                    claims=types.MappingProxyType(dict(claims)))
 
 
 # -- keys ------------------------------------------------------------------------------------------------------

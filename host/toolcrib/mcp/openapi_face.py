@@ -53,6 +53,10 @@ class _Channel:
         found: dict[str, str] | None = self._identity.record() if self._identity is not None else None
         return found
 
+    @property
+    def principal(self) -> Any:
+        return self._identity
+
     async def progress(self, progress: float, total: float | None, message: str | None) -> None:
         return None
 
