@@ -311,3 +311,52 @@ def test_a_policy_cedar_cannot_evaluate_denies_where_cedar_alone_would_allow(tmp
     assert decision is not None and [c.detail for c in decision.checks if c.name == "policy"] == [
         "policy cedar: Cedar could not evaluate a policy (denied, fail closed): error while evaluating policy "
         "`policy1`: integer overflow while attempting to add the values `9223372036854775807` and `1`"]
+
+
+def test_serving_reloads_when_the_policies_change_and_keeps_the_old_ones_when_the_new_do_not_validate(
+        tmp_path: Path) -> None:
+    from redis_server import HANG_GUARD
+    from toolcrib.config import load_config
+    from toolcrib.host import Host
+    from toolcrib.mcp.state import ServingState
+
+    (tmp_path / "policies.cedar").write_text(POLICIES)
+    config = tmp_path / "toolcrib.toml"
+    config.write_text(CONFIG)
+
+    def make() -> Host:
+        return Host(load_config(config, {}), plugins={"files": FILES}, autoload=False, env={})
+
+    state = ServingState(make(), make_host=make)
+    reloads: list[bool] = []
+    reload = state.reload
+
+    async def counted(**kwargs: Any) -> bool:
+        reloads.append(await reload(**kwargs))
+        return reloads[-1]
+
+    state.reload = counted  # type: ignore[method-assign]
+
+    async def names_become(expected: list[str]) -> None:
+        with anyio.fail_after(HANG_GUARD):
+            while state.view("b").names != expected:
+                await anyio.sleep(0.02)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(state.watch, config, 0.02)
+            await anyio.wait_all_tasks_blocked()  # (the watch has taken the files' stamps)
+            assert state.view("b").names == ["files__read", "files__write"]
+            (tmp_path / "policies.cedar").write_text(POLICIES + '\npermit (principal, action, resource);\n')
+            await names_become(["files__read", "files__rm", "files__touch", "files__write"])
+            reloaded = state.host
+            assert reloads == [True]
+            (tmp_path / "policies.cedar").write_text('forbid (principal, action, resource) when { resource.nmae };')
+            with anyio.fail_after(HANG_GUARD):  # a reload is tried, refused, and the policies in force stay
+                while len(reloads) < 2:
+                    await anyio.sleep(0.02)
+            assert reloads == [True, False]
+            assert state.host is reloaded and state.view("b").names[:2] == ["files__read", "files__rm"]
+            tg.cancel_scope.cancel()
+
+    anyio.run(main)

@@ -348,14 +348,23 @@ class ServingState:
         return True
 
     async def watch(self, path: Path, interval: float = 1.0) -> None:
-        """Reload when the config file changes (polled: no extra dependency) or on SIGHUP."""
+        """Reload when the config file, or the Cedar policies it names (``[policy] cedar``), changes (polled: no
+        extra dependency), or on SIGHUP."""
 
-        def stamp() -> tuple[int, int] | None:
+        def one(file: Path) -> tuple[int, int] | None:
             try:
-                st = os.stat(path)
+                st = os.stat(file)
             except OSError:
                 return None
             return st.st_mtime_ns, st.st_size
+
+        def stamp() -> tuple[tuple[int, int] | None, ...] | None:
+            config = one(path)
+            if config is None:
+                return None
+            loaded = self.host.loaded
+            cedar = loaded.config.policy.cedar
+            return (config, one(loaded.base_dir / cedar)) if cedar is not None else (config,)
 
         last = stamp()
         async with anyio.create_task_group() as tg:
