@@ -97,8 +97,9 @@ def test_a_hidden_resource_answers_like_one_that_does_not_exist(mode: str) -> No
         assert [t.uri_template for t in (await client.list_resource_templates()).resource_templates] == [
             "docs://pages/{slug}"]
         assert (await client.read_resource("docs://pages/intro")).contents[0].text == "Welcome."  # type: ignore[union-attr]
+        code = -32002 if mode == "legacy" else -32602  # 2025-11-25's own code; 2026-07-28's (SEP-2164)
         for uri in ("docs://secret", "docs://pages/internal", "docs://nothing"):
-            assert await refused(client.read_resource(uri)) == (-32002, f"Unknown resource: {uri}")
+            assert await refused(client.read_resource(uri)) == (code, f"Unknown resource: {uri}")
 
     run("b", mode, body)
 
@@ -145,7 +146,8 @@ def test_an_agent_without_the_dimensions_sees_no_resources_or_prompts(mode: str)
         assert (await client.list_resources()).resources == []
         assert (await client.list_resource_templates()).resource_templates == []
         assert (await client.list_prompts()).prompts == []
-        assert await refused(client.read_resource("docs://readme")) == (-32002, "Unknown resource: docs://readme")
+        assert await refused(client.read_resource("docs://readme")) == (
+            -32002 if mode == "legacy" else -32602, "Unknown resource: docs://readme")
         assert await refused(client.get_prompt("docs__review", {"topic": "x"})) == (
             -32602, "Unknown prompt: docs__review")
         assert [t.name for t in (await client.list_tools()).tools] == ["docs__ask_name", "docs__chatty"]

@@ -160,7 +160,8 @@ def test_upstream_resources_templates_and_prompts_pass_through_behind_the_rules(
                 for uri in ("notes://private/key", "other://x"):  # denied (through the template too), or no one's
                     with pytest.raises(MCPError) as info:
                         await client.read_resource(uri)
-                    assert (info.value.error.code, info.value.error.message) == (-32002, f"Unknown resource: {uri}")
+                    assert (info.value.error.code, info.value.error.message) == (  # (2026-07-28: SEP-2164)
+                        -32602, f"Unknown resource: {uri}")
                 with pytest.raises(MCPError) as info:
                     await client.read_resource("notes://public/nothing")  # the server's own answer, passed on
                 assert info.value.error.message == ("upstream server 'up' could not read 'notes://public/nothing': "

@@ -68,7 +68,7 @@ APPROVAL_KEY = "toolcrib_approval"
 SAMPLE_KEY = "toolcrib_sample"
 ELICIT_KEY = "toolcrib_elicit"
 ASKED = {"sample": SAMPLE_KEY, "elicit": ELICIT_KEY}  # what a round asked the client for -> its answer's key
-RESOURCE_NOT_FOUND = -32002  # MCP's error code for a resource that is not there (hidden ones answer alike)
+RESOURCE_NOT_FOUND = -32002  # 2025-11-25's error code for a resource that is not there (hidden ones answer alike)
 MAX_STATE_CHARS = 2 * 1024 * 1024  # request state goes back and forth with every round; HTTP bodies cap at 4 MiB
 
 _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
@@ -646,8 +646,9 @@ class _Handlers:
     async def read_resource(self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams) -> Any:
         try:
             contents = await self.view_of(ctx).read(str(params.uri), channel=_Channel(ctx))
-        except UnknownResourceError as exc:
-            raise MCPError(code=RESOURCE_NOT_FOUND, message=str(exc), data={"uri": str(params.uri)}) from None
+        except UnknownResourceError as exc:  # (2026-07-28, SEP-2164: invalid params; 2025-11-25: its own -32002)
+            code = types.INVALID_PARAMS if ctx.protocol_version in _MODERN else RESOURCE_NOT_FOUND
+            raise MCPError(code=code, message=str(exc), data={"uri": str(params.uri)}) from None
         except InvalidArgumentsError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
         except ToolError as exc:
