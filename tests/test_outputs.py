@@ -171,7 +171,7 @@ env = {{ LINKS = "1" }}
 [agents.a.permissions]
 mcps = {{ allow = ["up"] }}
 tools = {{ allow = ["*"] }}
-resources = {{ deny = ["notes://private/*"] }}
+resources = {{ deny = ["notes://private/*", "ui://app/secret"] }}
 prompts = {{ allow = ["*"] }}
 """
 
@@ -189,6 +189,13 @@ def test_an_upstream_servers_links_reads_and_prompts_obey_the_agents_view() -> N
             assert [(b["type"], b.get("uri") or b.get("resource", {}).get("uri") or b.get("text"))
                     for b in result.content] == [("resource_link", "notes://public/readme"),
                                                  ("text", "Two notes.")]
+            # a result's _meta passes on but what would speak for toolcrib, and an App's hidden ui:// resource
+            assert result.to_wire()["_meta"] == {"vendor/y": "hi"}
+            app = await view.call("up__app")
+            assert app.to_wire()["_meta"] == {"ui": {"resourceUri": "ui://app/main"}, "vendor/y": "hi"}
+            wires = {w["name"]: w.get("_meta") for w in view.mcp_tools}
+            assert (wires["up__links"], wires["up__app"]) == (
+                {"vendor/x": 1}, {"ui": {"resourceUri": "ui://app/main"}, "vendor/note": "shown"})
             contents = await view.read("notes://all")
             assert [item["uri"] for item in contents] == ["notes://public/readme"]
             prompt = await view.get_prompt("up__cite")

@@ -43,7 +43,11 @@ if os.environ.get("MUTABLE") == "1":
     TOOLS = [*TOOLS, types.Tool(name="mutate", description="Redefine echo, and say so.",
                                 input_schema={"type": "object"})]
 if os.environ.get("LINKS") == "1":  # results that point at resources, some of which an agent may not see
-    TOOLS = [*TOOLS, types.Tool(name="links", description="Point at the notes.", input_schema={"type": "object"})]
+    TOOLS = [*TOOLS, types.Tool(name="links", description="Point at the notes.", input_schema={"type": "object"},
+                                meta={"ui": {"resourceUri": "ui://app/secret"}, "io.toolcrib/source-name": "forged",
+                                      "vendor/x": 1}),
+             types.Tool(name="app", description="An MCP App.", input_schema={"type": "object"},
+                        meta={"ui": {"resourceUri": "ui://app/main"}, "vendor/note": "shown\u200b"})]
 
 LINKS = [types.ResourceLink(name="key", uri="notes://private/key"),
          types.ResourceLink(name="readme", uri="notes://public/readme"),
@@ -72,7 +76,12 @@ async def call_tool(ctx, params):  # type: ignore[no-untyped-def]
         await BUS.publish(ToolsListChanged())  # 2026-07-28 clients, listening
         return types.CallToolResult(content=[types.TextContent(text="mutated")])
     if params.name == "links":
-        return types.CallToolResult(content=LINKS)
+        return types.CallToolResult(content=LINKS, meta={"ui": {"resourceUri": "ui://app/secret"},
+                                                         "toolcrib/interrupt": True, "vendor/y": "hi"})
+    if params.name == "app":
+        return types.CallToolResult(content=[types.TextContent(text="app")],
+                                    meta={"ui": {"resourceUri": "ui://app/main"}, "vendor/y": "hi",
+                                          "io.modelcontextprotocol/related-task": {"taskId": "x"}})
     if params.name == "get-weather":
         return types.CallToolResult(content=[types.TextContent(text="sunny")])
     if params.name == "fails":

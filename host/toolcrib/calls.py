@@ -512,7 +512,8 @@ class Pipeline:
                 left -= len(text)
             blocks.append({**block, "text": text})
         structured = result.structured_content if vt.tool.output_adapter is not None else None
-        return ToolResult(content=tuple(blocks), structured_content=structured, is_error=result.is_error)
+        return ToolResult(content=tuple(blocks), structured_content=structured, is_error=result.is_error,
+                          meta=result.meta)
 
     async def _post_hooks(self, call: Call, arguments: Mapping[str, Any], result: ToolResult,
                           post: list[PluginHook]) -> ToolResult:
@@ -553,10 +554,11 @@ class Pipeline:
         taken out as if the tool had not sent them, so that the agent cannot tell them from nothing, and named in
         the call's audit record (``notes``) and the log for the operator."""
         kept, taken = call.view.withhold(result.content)
+        meta = call.view.withhold_app(result.meta, taken) if result.meta else result.meta
         if not taken:
             return result
         self._note_withheld(call, taken)
-        return dataclasses.replace(result, content=tuple(kept))
+        return dataclasses.replace(result, content=tuple(kept), meta=meta)
 
     @staticmethod
     def _note_withheld(call: Call, taken: list[str]) -> None:

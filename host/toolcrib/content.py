@@ -111,6 +111,7 @@ class ToolResult:
     structured_content: Any = None
     is_error: bool = False
     interrupt: bool = False  # a policy ended the agent's turn with this result (``Deny(..., interrupt=True)``)
+    meta: Mapping[str, Any] | None = None  # the result's _meta (an upstream server's, as names.foreign_meta keeps it)
 
     @classmethod
     def error(cls, message: str) -> ToolResult:
@@ -126,8 +127,8 @@ class ToolResult:
         wire: dict[str, Any] = {"content": list(self.content), "isError": self.is_error}
         if self.structured_content is not None:
             wire["structuredContent"] = self.structured_content
-        if self.interrupt:
-            wire["_meta"] = {INTERRUPT_META: True}
+        if self.meta or self.interrupt:
+            wire["_meta"] = {**(self.meta or {}), **({INTERRUPT_META: True} if self.interrupt else {})}
         return wire
 
 
@@ -156,6 +157,8 @@ def result_problem(result: ToolResult) -> str | None:
         return "structured_content must be a JSON object (a dict) or None"
     if not isinstance(is_error, bool):
         return "is_error must be a bool"
+    if result.meta is not None and not isinstance(result.meta, Mapping):
+        return "meta must be a JSON object (a dict) or None"
     for i, block in enumerate(content):
         if block.get("type") not in _CONTENT_TYPES:
             return f"content block {i} has type {block.get('type')!r}; MCP content is one of: {_TYPE_LIST}"

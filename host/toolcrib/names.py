@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 SEPARATOR = "__"
@@ -133,6 +134,20 @@ def tool_name_problem(name: object) -> str | None:
 
 
 SOURCE_NAME_KEY = "io.toolcrib/source-name"  # in a served tool's _meta: the name its source gives it
+# _meta keys a source may not set: toolcrib's own (which only the host speaks), and the protocol's, which describe
+# the hop between the source and toolcrib, not the one to the agent's client
+_NOT_A_SOURCES = ("io.toolcrib/", "toolcrib/", "io.modelcontextprotocol/")
+
+
+def foreign_meta(meta: Any) -> dict[str, Any] | None:
+    """A source's ``_meta`` (of a tool, a result) as toolcrib passes it on: its keys but those that would let it
+    speak for toolcrib or for the protocol (``_NOT_A_SOURCES``); None when nothing is left. Its text loses hidden
+    characters, as every text of a source does."""
+    if not isinstance(meta, Mapping):
+        return None
+    kept = {clean(key): _clean_strings(value) for key, value in meta.items()
+            if isinstance(key, str) and not key.startswith(_NOT_A_SOURCES)}
+    return kept or None
 
 
 def served_name(name: str) -> str:

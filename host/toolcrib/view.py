@@ -164,8 +164,11 @@ class ViewTool:
             if isinstance(annotations.get("title"), str):
                 annotations["title"] = clean(annotations["title"])
             wire["annotations"] = annotations
+        meta = dict(tool.meta) if tool.meta else {}
         if tool.source_name is not None:
-            wire["_meta"] = {SOURCE_NAME_KEY: tool.source_name}
+            meta[SOURCE_NAME_KEY] = tool.source_name  # toolcrib's own key, beside the source's
+        if meta:
+            wire["_meta"] = meta
         return wire
 
 
@@ -347,6 +350,19 @@ class AgentView:
                 kept.append(item)
         return kept, taken
 
+    def withhold_app(self, meta: Mapping[str, Any], taken: list[str]) -> Mapping[str, Any]:
+        """A tool's or a result's ``_meta`` without its MCP App's ``ui`` (``ui.resourceUri``, or the older
+        ``ui/resourceUri``) where that names a resource this agent may not see (its URI appended to ``taken``):
+        ``meta`` itself when nothing is withheld."""
+        ui = meta.get("ui")
+        named = [ui.get("resourceUri")] if isinstance(ui, Mapping) else []
+        named.append(meta.get("ui/resourceUri"))
+        hidden = [uri for uri in named if isinstance(uri, str) and self.hides_uri(uri)]
+        if not hidden:
+            return meta
+        taken += hidden
+        return {key: value for key, value in meta.items() if key not in ("ui", "ui/resourceUri")}
+
     def prompt(self, name: Any) -> Entry | None:
         """The prompt of that name (served or full), or None: hidden and nonexistent alike."""
         return self._prompts.get(name) if isinstance(name, str) else None
@@ -428,6 +444,10 @@ class AgentView:
             for vt, wire in zip(self.tools, wires, strict=True):
                 if vt.name in VIEW_PROXIES:
                     wire["annotations"] = {**wire.get("annotations", {}), **self._reached_annotations()}
+                if vt.tool.meta:  # an MCP App's ui:// resource this agent may not see is not named to it
+                    meta = self.withhold_app(wire["_meta"], [])
+                    if meta is not wire["_meta"]:
+                        wire["_meta"] = meta
             return wires
 
     @cached_property

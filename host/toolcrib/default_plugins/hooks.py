@@ -525,5 +525,5 @@ def _post_answer(result: ToolResult, answer: dict[str, Any]) -> ToolResult | str
     context = _text(specific.get("additionalContext"))
     if context is not None:
         result = ToolResult(content=(*result.content, {"type": "text", "text": context}),
-                            structured_content=result.structured_content, is_error=result.is_error)
+                            structured_content=result.structured_content, is_error=result.is_error, meta=result.meta)
     return result if replaced is not None or context is not None else None

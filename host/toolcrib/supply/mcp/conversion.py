@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, create_model
 from toolcrib.declarations import Prompt, Resource, template_variables
 from toolcrib.entries import Entry
 from toolcrib.errors import InvalidArgumentsError, ToolError
-from toolcrib.names import clean, clean_schema, full_name, serving_names
+from toolcrib.names import clean, clean_schema, foreign_meta, full_name, serving_names
 from toolcrib.runner import Call
 from toolcrib.supply.mcp.pack_checks import remote_describe
 from toolcrib.supply.mcp.runners import UpstreamRunner
@@ -76,6 +76,7 @@ def _entry(connection: Connection, tool: Any, served: str, problems: list[str]) 
         given_input_schema=input_schema,
         given_output_schema=output_schema,
         source_name=name if served != name else None,
+        meta=foreign_meta(getattr(tool, "meta", None)),
         task="optional" if support in ("optional", "required") else "forbidden",  # a long call, as its server says
     )
     return Entry(name=full_name(namespace, served), provenance=connection.provenance, definition=spec)

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from toolcrib.content import ToolResult
 from toolcrib.errors import Suspend, ToolError
+from toolcrib.names import foreign_meta
 from toolcrib.runner import Call
 from toolcrib.supply.mcp.pack_calls import Lane, LaneClosed
 
@@ -176,6 +177,7 @@ class UpstreamRunner:
             content=tuple(block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content),
             structured_content=result.structured_content,
             is_error=bool(result.is_error),
+            meta=foreign_meta(getattr(result, "meta", None)),
         )
 
     async def _as_task(self, arguments: dict[str, Any], channel: Any) -> Any:
