@@ -753,6 +753,9 @@ async def _redis_replicas(url: str, prefix: str,
                           lease: float = 30.0) -> AsyncIterator[tuple[Any, Any, Any]]:
     """Two replicas' task stores on one real Redis (each with its own connection), and a plain client of it."""
     import redis.asyncio
+    import redis.exceptions
+    from redis.asyncio.retry import Retry
+    from redis.backoff import ExponentialBackoff
 
     from toolcrib.cluster import Fanout, Store
     from toolcrib.config import ClusterConfig
@@ -762,7 +765,9 @@ async def _redis_replicas(url: str, prefix: str,
     for store in stores:
         await store.open()
     one, two = (RedisTasks(store, Fanout(store)) for store in stores)
-    raw = redis.asyncio.Redis.from_url(url)
+    # the test's own look at Redis: a connection the server drops (a loaded machine) is made again, never waited on
+    raw = redis.asyncio.Redis.from_url(url, socket_timeout=HANG_GUARD / 6, retry=Retry(ExponentialBackoff(), 3),
+                                       retry_on_error=[redis.exceptions.ConnectionError, redis.exceptions.TimeoutError])
     try:
         yield one, two, raw
     finally:
