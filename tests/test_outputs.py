@@ -202,3 +202,50 @@ def test_an_upstream_servers_links_reads_and_prompts_obey_the_agents_view() -> N
             assert [m["content"]["type"] for m in prompt["messages"]] == ["text"]
 
     anyio.run(main)
+
+
+# -- what an upstream server sends the agent's client during a call: forwarded, or not ([mcps.x] forward) -----------
+
+FORWARDING = f"""
+[mcps.up]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(SERVER)}]
+env = {{ LINKS = "1" }}
+
+[mcps.quiet]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(SERVER)}]
+env = {{ LINKS = "1" }}
+forward = ["progress", "elicitation", "sampling"]
+
+[agents.a.permissions]
+mcps = {{ allow = ["*"] }}
+tools = {{ allow = ["*"] }}
+"""
+
+
+@pytest.mark.slow
+def test_an_upstream_servers_log_messages_reach_the_agents_client_unless_its_forward_leaves_them_out() -> None:
+    """(A server's questions and requests for a model's turn, forwarded or refused: tests/test_real_sources.py, with
+    server-everything, which asks them in the middle of its calls.)"""
+    from toolcrib.mcp.adapter import build_server
+    from toolcrib.mcp.state import ServingState
+
+    logs: list[tuple[str, str | None, Any]] = []
+
+    async def on_log(params: Any) -> None:
+        logs.append((params.level, params.logger, params.data))
+
+    async def main() -> None:
+        loaded = config_from(FORWARDING)
+        async with supply() as supplied:
+            sources = await supplied.sync(loaded)
+            served = Host(loaded, sources=sources, plugins={}, autoload=False, env={})
+            async with Client(build_server(ServingState(served), "a"), mode="legacy", cache=None,
+                              logging_callback=on_log) as client:
+                await client.set_logging_level("info")
+                for name in ("up__chatty", "quiet__chatty"):
+                    assert (await client.call_tool(name, {})).content[0].text == "said"  # type: ignore[union-attr]
+
+    anyio.run(main)
+    assert logs == [("info", "toolcrib.pack.up", "upstream says hi")]  # (the debug one: below the client's level)

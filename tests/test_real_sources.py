@@ -254,6 +254,43 @@ def test_a_real_server_s_questions_and_sampling_reach_the_agent_s_client(node_se
     assert '"text": "sampled words"' in sampled and '"model": "the-agent-s-model"' in sampled
 
 
+def test_a_real_servers_questions_and_sampling_are_refused_to_it_where_its_forward_leaves_them_out(
+        node_servers: None, tmp_path: Path) -> None:
+    """[mcps.everything] forward = ["progress", "log"]: server-everything's question and its request for a turn of
+    the model are refused to it, saying why, and the agent's client is never asked."""
+    from mcp import Client
+
+    from toolcrib.mcp.adapter import build_server
+    from toolcrib.mcp.state import ServingState
+
+    text = EVERYTHING_CONFIG.replace("args = [", 'forward = ["progress", "log"]\nargs = [', 1)
+    asked: list[str] = []
+
+    async def on_ask(context: Any, params: Any) -> Any:
+        asked.append(type(params).__name__)
+        raise AssertionError("the agent's client is never asked")
+
+    async def main() -> list[str]:
+        host, pool = await _host(text, tmp_path)
+        try:
+            async with Client(build_server(ServingState(host), "a"), mode="legacy", cache=None,
+                              elicitation_callback=on_ask, sampling_callback=on_ask) as client:
+                answers = [await client.call_tool("everything__trigger_elicitation_request", {}),
+                           await client.call_tool("everything__trigger_sampling_request",
+                                                  {"prompt": "say hi", "maxTokens": 20})]
+                return ["\n".join(c.text for c in a.content if c.type == "text") for a in answers]
+        finally:
+            host.close()
+            await pool.__aexit__(None, None, None)
+
+    elicited, sampled = anyio.run(main)
+    assert asked == []
+    assert ("toolcrib does not forward questions to the user from upstream server 'everything' to the agent's "
+            "client ([mcps.everything] forward)") in elicited
+    assert ("toolcrib does not forward requests for a model's turn from upstream server 'everything' to the "
+            "agent's client ([mcps.everything] forward)") in sampled
+
+
 def test_an_llm_toolbox_not_configured_is_listed_with_why_and_logs_nothing(
         tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("llm_tools_sqlite", reason="the test extras install the real llm plugins")

@@ -46,6 +46,7 @@ if os.environ.get("LINKS") == "1":  # results that point at resources, some of w
     TOOLS = [*TOOLS, types.Tool(name="links", description="Point at the notes.", input_schema={"type": "object"},
                                 meta={"ui": {"resourceUri": "ui://app/secret"}, "io.toolcrib/source-name": "forged",
                                       "vendor/x": 1}),
+             types.Tool(name="chatty", description="Log twice.", input_schema={"type": "object"}),
              types.Tool(name="app", description="An MCP App.", input_schema={"type": "object"},
                         meta={"ui": {"resourceUri": "ui://app/main"}, "vendor/note": "shown\u200b"})]
 
@@ -78,6 +79,10 @@ async def call_tool(ctx, params):  # type: ignore[no-untyped-def]
     if params.name == "links":
         return types.CallToolResult(content=LINKS, meta={"ui": {"resourceUri": "ui://app/secret"},
                                                          "toolcrib/interrupt": True, "vendor/y": "hi"})
+    if params.name == "chatty":
+        await ctx.session.send_log_message("info", "upstream says hi", "chatter", related_request_id=ctx.request_id)
+        await ctx.session.send_log_message("debug", {"detail": 1}, "chatter", related_request_id=ctx.request_id)
+        return types.CallToolResult(content=[types.TextContent(text="said")])
     if params.name == "app":
         return types.CallToolResult(content=[types.TextContent(text="app")],
                                     meta={"ui": {"resourceUri": "ui://app/main"}, "vendor/y": "hi",

@@ -157,7 +157,8 @@ def result_problem(result: ToolResult) -> str | None:
         return "structured_content must be a JSON object (a dict) or None"
     if not isinstance(is_error, bool):
         return "is_error must be a bool"
-    if result.meta is not None and not isinstance(result.meta, Mapping):
+    meta: Any = result.meta
+    if meta is not None and not isinstance(meta, Mapping):
         return "meta must be a JSON object (a dict) or None"
     for i, block in enumerate(content):
         if block.get("type") not in _CONTENT_TYPES:

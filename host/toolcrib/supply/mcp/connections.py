@@ -33,7 +33,7 @@ from toolcrib.supply.mcp.conversion import item_entries, tool_entries
 from toolcrib.supply.mcp.isolated import ENTRY_POINT
 from toolcrib.supply.mcp.pack_calls import Lane, opened
 from toolcrib.supply.mcp.pack_checks import CheckLine, remote_check
-from toolcrib.supply.mcp.runners import answer_task_question, elicit, sample
+from toolcrib.supply.mcp.runners import answer_task_question, elicit, forward_log, sample
 from toolcrib.supply.mcp.settings import McpConfig
 from toolcrib.supply.mcp.source import UpstreamSource
 
@@ -394,9 +394,14 @@ class UpstreamPool:
             if type(message).__name__ in _LIST_CHANGED:  # handshake-era notifications
                 self._stale(connection)
 
+        async def on_log(params: Any) -> None:  # (the session is the client's, known once it is open)
+            await forward_log(client.session, params)
+
+        # log_level: 2026-07-28 servers send log messages only to requests that ask (the agent's client's own
+        # level then filters what it is sent)
         async with _transport(target, tail) as transport, Client(
                 transport, mode="auto", cache=None, read_timeout_seconds=read_timeout,
-                message_handler=on_message, elicitation_callback=elicit,
+                message_handler=on_message, elicitation_callback=elicit, logging_callback=on_log, log_level="debug",
                 sampling_callback=sample, extensions=[_tasks_client()(answer_task_question)]) as client:
             connection.tools = await _every(client.list_tools, "tools")
             await _list_items(connection, client)

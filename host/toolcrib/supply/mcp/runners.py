@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
+import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +18,8 @@ from toolcrib.errors import Suspend, ToolError
 from toolcrib.names import foreign_meta
 from toolcrib.runner import Call
 from toolcrib.supply.mcp.pack_calls import Lane, LaneClosed
+
+log = logging.getLogger("toolcrib.upstream")
 
 TASK_TTL_MS = 3_600_000  # how long a 2025-11-25 server is asked to keep a task toolcrib makes (an hour)
 
@@ -34,6 +38,44 @@ def _asking(context: Any) -> Call | None:
     calls = _IN_FLIGHT.get(id(getattr(context, "session", None)), [])
     return calls[0] if len(calls) == 1 else None
 
+
+FORWARDED = frozenset({"progress", "log", "elicitation", "sampling"})  # [mcps.x] forward's default
+
+
+def withheld(call: Call | None, what: str) -> str | None:
+    """Why ``what`` (``elicitation``, ``sampling``, ``log``) of the server a call's tool is of does not reach the
+    agent's client, or None when it does."""
+    vt = call.tool if call is not None else None
+    runner = vt.tool.runner if vt is not None else None
+    if not isinstance(runner, UpstreamRunner) or what in runner.forward:
+        return None
+    return (f"toolcrib does not forward {_FORWARD_WORDS[what]} from {runner.what} {runner.namespace!r} to the "
+            f"agent's client ([mcps.{runner.namespace}] forward)")
+
+
+_FORWARD_WORDS = {"elicitation": "questions to the user", "sampling": "requests for a model's turn",
+                  "log": "log messages"}
+
+
+async def forward_log(session: Any, params: Any) -> None:
+    """A server's log message (``notifications/message``): during its one call in flight on that connection, to
+    the agent's client of the call (at the level that client asked for, from the tool's logger, which names the
+    server), and to the host's log; otherwise to the host's log only (whose call it is cannot be told)."""
+    from toolcrib.context import LOG_LEVELS
+    from toolcrib.names import clean
+
+    level = str(getattr(params, "level", "info"))
+    data = getattr(params, "data", None)
+    text = clean(data if isinstance(data, str) else json.dumps(data, default=str))[:MAX_LOG_CHARS]
+    calls = _IN_FLIGHT.get(id(session), [])
+    call = calls[0] if len(calls) == 1 else None
+    if call is None or level not in LOG_LEVELS or withheld(call, "log") is not None:
+        log.info("log message (%s) of an upstream server outside one call: %s", level, text)
+        return
+    await call.context().log(level, text)
+
+
+MAX_LOG_CHARS = 10_000  # of one forwarded log message
 
 MID_CALL = ("the agent's client speaks MCP 2026-07-28, where a call's questions are answered between its rounds, "
             "and this server asked in the middle of its call (as a 2025-11-25 server does); toolcrib cannot put that "
@@ -60,6 +102,9 @@ async def elicit(context: Any, params: Any) -> Any:
 
     call = _asking(context)
     schema = getattr(params, "requested_schema", None)
+    refused = withheld(call, "elicitation")
+    if refused is not None:
+        return types.ErrorData(code=types.INVALID_REQUEST, message=refused)
     if call is None or schema is None:
         return types.ErrorData(code=types.INVALID_REQUEST, message="toolcrib asks its client only during one call, "
                                "and only for a form")
@@ -84,6 +129,9 @@ async def answer_task_question(method: str, params: dict[str, Any]) -> dict[str,
     call = CALLING.get()
     if call is None:
         raise ToolError("the upstream server's task asks a question, and no call of the agent waits for it")
+    refused = withheld(call, "elicitation" if method == "elicitation/create" else "sampling")
+    if refused is not None:
+        raise ToolError(refused)
     if method == "elicitation/create":
         schema = params.get("requestedSchema")
         if params.get("mode", "form") != "form" or not isinstance(schema, dict):
@@ -106,6 +154,9 @@ async def sample(context: Any, params: Any) -> Any:
     import mcp_types as types
 
     call = _asking(context)
+    refused = withheld(call, "sampling")
+    if refused is not None:
+        return types.ErrorData(code=types.INVALID_REQUEST, message=refused)
     model = getattr(call.channel, "sample", None) if call is not None and call.channel is not None else None
     if model is None:
         return types.ErrorData(code=types.INVALID_REQUEST, message="the agent's client cannot sample for this call")
@@ -128,6 +179,7 @@ class UpstreamRunner:
     what: str = "upstream server"  # or "isolated pack", in its messages
     lane: Lane | None = None  # an isolated pack's calls take its lane while it is open
     as_task: bool = False  # a 2025-11-25 server runs it only as a task (SEP-1686): it is called as one
+    forward: frozenset[str] = FORWARDED  # what of the server's reaches the agent's client ([mcps.x] forward)
     is_async = True
 
     def start(self, model: BaseModel, call: Call) -> Any:
@@ -155,8 +207,9 @@ class UpstreamRunner:
             if self.as_task:
                 result = await self._as_task(arguments, channel)
             else:
+                forwarded = channel is not None and "progress" in self.forward
                 result = await self.client.call_tool(self.name, arguments,
-                                                     progress_callback=progress if channel is not None else None)
+                                                     progress_callback=progress if forwarded else None)
         except MCPError as exc:
             raise ToolError(f"{self.what} {self.namespace!r} refused the call: {exc.error.message}") from None
         except BaseExceptionGroup as group:  # the SDK's task group wraps what a callback raised

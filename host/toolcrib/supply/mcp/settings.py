@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
@@ -29,6 +30,11 @@ class McpConfig(Strict):
     lazy: bool = Field(False, description="connect only when an agent loads it through the dynamic tools")
     enabled: bool = Field(True, description="false: never started")
     timeout: PositiveFloat = Field(30.0, description="seconds to connect and list its tools")
+    forward: list[Literal["progress", "log", "elicitation", "sampling"]] = Field(
+        ["progress", "log", "elicitation", "sampling"], description="what the server may send the agent's client "
+        "during a call: its progress, its log messages, its questions to the user (forms), its requests for a "
+        "turn of the client's model; what is left out is refused to the server (or, for progress and logs, kept "
+        "in the host's log)")
     confine: bool = Field(False, description="run the stdio server confined: it reads only the system's folders, "
                           "its own code and read, writes only a temporary folder of its own and write, has no network "
                           "unless network, and runs under the limits below (Linux: Landlock and seccomp)")
