@@ -546,6 +546,7 @@ def _mode_detail(rules: AgentRules, entry: Entry, passed: bool) -> str:
 # -- availability checks -----------------------------------------------------------------------------------------
 
 Availability = tuple[bool, str, "str | None"]
+"""(available, the reason, a kind: ``"unconfinable"`` when the tool's programs could reach what governs the host)."""
 _ASSUMED = _AssumedAvailable()
 
 
@@ -563,7 +564,6 @@ class _AssumedPassed(Mapping[str, "Verdict"]):
 
 
 _ASSUMED_POLICY = _AssumedPassed()
-"""(available, the reason, a kind: ``"unconfinable"`` when the tool's programs could reach what governs the host)."""
 
 
 def check_availability(rules: AgentRules, entries: Sequence[Entry],

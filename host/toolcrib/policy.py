@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("toolcrib.policy")
 
-ACTIONS = ("list", "call", "read", "get")
 MAX_FAILURES = 100
 NO_ARGUMENTS: Mapping[str, Any] = types.MappingProxyType({})
 
@@ -43,9 +42,9 @@ NO_ARGUMENTS: Mapping[str, Any] = types.MappingProxyType({})
 class PolicyRequest:
     """What a policy decides on (``toolcrib_policy``). ``principal`` is who the request acts for, as the front end
     authenticated them: ``{"kind": "oauth", "subject", "client", "issuer", "scopes", "claims"}`` (the verified
-    token's claims), ``{"kind": "token",
-    "credential": "$VAR"}``, or ``{"kind": "agent"}`` (in-process, stdio, and listing, which is decided once for
-    each agent's view)."""
+    token's claims), ``{"kind": "token", "credential": "$VAR"}``, or ``{"kind": "agent"}`` (in-process, stdio, and
+    listing, which is decided once for each agent's view). ``annotations`` are a tool's as its source declares them
+    (an untrusted server's are its claims)."""
 
     action: str  # "list" | "call" | "read" | "get"
     agent: str
