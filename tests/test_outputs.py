@@ -196,6 +196,14 @@ def test_an_upstream_servers_links_reads_and_prompts_obey_the_agents_view() -> N
             wires = {w["name"]: w.get("_meta") for w in view.mcp_tools}
             assert (wires["up__links"], wires["up__app"]) == (
                 {"vendor/x": 1}, {"ui": {"resourceUri": "ui://app/main"}, "vendor/note": "shown"})
+            # icons: https: and raster data: only (no http:, no SVG, no script)
+            icons = {w["name"]: w.get("icons") for w in [*view.mcp_tools, *view.mcp_prompts]}
+            assert (icons["up__app"], icons["up__cite"], icons["up__links"]) == (
+                [{"src": "https://example.com/app.png", "mimeType": "image/png", "sizes": ["48x48"]},
+                 {"src": "data:image/png;base64,iVBORw0KGgo=", "theme": "dark"}],
+                [{"src": "https://example.com/cite.png"}], None)
+            assert [(r["uri"], r.get("icons")) for r in view.mcp_resources] == [
+                ("ui://app/main", [{"src": "https://example.com/page.png"}]), ("notes://public/readme", None)]
             contents = await view.read("notes://all")
             assert [item["uri"] for item in contents] == ["notes://public/readme"]
             prompt = await view.get_prompt("up__cite")

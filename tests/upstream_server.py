@@ -48,7 +48,12 @@ if os.environ.get("LINKS") == "1":  # results that point at resources, some of w
                                       "vendor/x": 1}),
              types.Tool(name="chatty", description="Log twice.", input_schema={"type": "object"}),
              types.Tool(name="app", description="An MCP App.", input_schema={"type": "object"},
-                        meta={"ui": {"resourceUri": "ui://app/main"}, "vendor/note": "shown\u200b"})]
+                        meta={"ui": {"resourceUri": "ui://app/main"}, "vendor/note": "shown\u200b"},
+                        icons=[types.Icon(src="https://example.com/app.png", mime_type="image/png", sizes=["48x48"]),
+                               types.Icon(src="http://example.com/app.png"),
+                               types.Icon(src="data:image/svg+xml;base64,PHN2Zz48L3N2Zz4="),
+                               types.Icon(src="data:image/png;base64,iVBORw0KGgo=", theme="dark"),
+                               types.Icon(src="javascript:alert(1)")])]
 
 LINKS = [types.ResourceLink(name="key", uri="notes://private/key"),
          types.ResourceLink(name="readme", uri="notes://public/readme"),
@@ -113,7 +118,10 @@ PROMPTS = [
     types.Prompt(name="bad-name", description="A name toolcrib does not accept."),
 ]
 if os.environ.get("LINKS") == "1":
-    PROMPTS = [*PROMPTS, types.Prompt(name="cite", description="Quote the key.")]
+    PROMPTS = [*PROMPTS, types.Prompt(name="cite", description="Quote the key.",
+                                      icons=[types.Icon(src="https://example.com/cite.png"), types.Icon(src="x")])]
+    RESOURCES = [*RESOURCES, types.Resource(name="page", uri="ui://app/main", description="The App's page.",
+                                            icons=[types.Icon(src="https://example.com/page.png")])]
 if "--hidden" in sys.argv:
     RESOURCES = [*RESOURCES, types.Resource(name="sneaky\u200b", uri="notes://sneaky", description="x")]
     PROMPTS = [*PROMPTS, types.Prompt(name="hider", description="x",

@@ -130,6 +130,7 @@ class Resource:
     complete: Mapping[str, Completer] = dataclasses.field(default_factory=dict)
     make_model: Callable[[], type[BaseModel]] | None = dataclasses.field(default=None, repr=False)
     passthrough: bool = False  # an upstream server's: its runner answers MCP's resource contents itself
+    icons: tuple[Mapping[str, Any], ...] = ()  # its source's (names.foreign_icons)
 
     @property
     def is_template(self) -> bool:
@@ -168,6 +169,8 @@ class Resource:
         wire["description"] = self.description
         if self.mime_type:
             wire["mimeType"] = self.mime_type
+        if self.icons:
+            wire["icons"] = [dict(icon) for icon in self.icons]
         return wire
 
 
@@ -329,6 +332,7 @@ class Prompt:
     make_model: Callable[[], type[BaseModel]] = dataclasses.field(default=lambda: BaseModel, repr=False)
     passthrough: bool = False  # an upstream server's: its runner answers MCP's prompts/get itself
     source_name: str | None = None  # the name its source gives it, when served under another
+    icons: tuple[Mapping[str, Any], ...] = ()  # its source's (names.foreign_icons)
 
     @cached_property
     def model(self) -> type[BaseModel]:
@@ -342,6 +346,8 @@ class Prompt:
         wire["description"] = self.description
         wire["arguments"] = [{"name": n, **({"description": d} if d else {}), "required": r}
                              for n, d, r in self.arguments]
+        if self.icons:
+            wire["icons"] = [dict(icon) for icon in self.icons]
         if self.source_name is not None:
             wire["_meta"] = {SOURCE_NAME_KEY: self.source_name}
         return wire

@@ -139,6 +139,34 @@ SOURCE_NAME_KEY = "io.toolcrib/source-name"  # in a served tool's _meta: the nam
 _NOT_A_SOURCES = ("io.toolcrib/", "toolcrib/", "io.modelcontextprotocol/")
 
 
+MAX_ICONS = 8  # of one tool, resource or prompt
+MAX_ICON_CHARS = 100_000  # of one icon's src (a data: URI holds the image itself)
+_ICON_SRC = re.compile(r"https://[^\s\\]+|data:image/(?:png|jpeg|gif|webp);base64,[A-Za-z0-9+/=]+")
+
+
+def foreign_icons(icons: Any) -> tuple[dict[str, Any], ...]:
+    """A source's icons (of a tool, a resource, a prompt) as toolcrib passes them on: those whose ``src`` is an
+    ``https:`` URL or a ``data:`` URI of a raster image, with their ``mimeType``, ``sizes`` and ``theme``. Others
+    are dropped: ``http:``, ``file:`` and ``javascript:`` URLs, and SVG, which can carry script into a client that
+    renders it."""
+    kept: list[dict[str, Any]] = []
+    for icon in icons if isinstance(icons, list | tuple) else ():
+        found = icon.model_dump(by_alias=True, mode="json", exclude_none=True) if hasattr(icon, "model_dump") else icon
+        src = found.get("src") if isinstance(found, Mapping) else None
+        if not isinstance(src, str) or len(src) > MAX_ICON_CHARS or _ICON_SRC.fullmatch(src) is None:
+            continue
+        icon_out: dict[str, Any] = {"src": src}
+        if isinstance(found.get("mimeType"), str):
+            icon_out["mimeType"] = clean(found["mimeType"])
+        sizes = found.get("sizes")
+        if isinstance(sizes, list) and all(isinstance(size, str) for size in sizes):
+            icon_out["sizes"] = [clean(size) for size in sizes]
+        if found.get("theme") in ("light", "dark"):
+            icon_out["theme"] = found["theme"]
+        kept.append(icon_out)
+    return tuple(kept[:MAX_ICONS])
+
+
 def foreign_meta(meta: Any) -> dict[str, Any] | None:
     """A source's ``_meta`` (of a tool, a result) as toolcrib passes it on: its keys but those that would let it
     speak for toolcrib or for the protocol (``_NOT_A_SOURCES``); None when nothing is left. Its text loses hidden

@@ -73,6 +73,7 @@ class Tool:
     given_output_schema: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
     source_name: str | None = None  # the name its source gives it, when served under another (names.served_name)
     meta: Mapping[str, Any] | None = None  # its source's _meta (names.foreign_meta): an MCP App's ui, ...
+    icons: tuple[Mapping[str, Any], ...] = ()  # its source's icons (names.foreign_icons)
     # The decorated function's arguments, name -> (annotation, default or ...): their schema is written directly
     # when they are plain (toolcrib.fastschema)
     signature: Mapping[str, tuple[Any, Any]] | None = dataclasses.field(default=None, repr=False)

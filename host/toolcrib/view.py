@@ -164,6 +164,8 @@ class ViewTool:
             if isinstance(annotations.get("title"), str):
                 annotations["title"] = clean(annotations["title"])
             wire["annotations"] = annotations
+        if tool.icons:
+            wire["icons"] = [dict(icon) for icon in tool.icons]
         meta = dict(tool.meta) if tool.meta else {}
         if tool.source_name is not None:
             meta[SOURCE_NAME_KEY] = tool.source_name  # toolcrib's own key, beside the source's

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, create_model
 from toolcrib.declarations import Prompt, Resource, template_variables
 from toolcrib.entries import Entry
 from toolcrib.errors import InvalidArgumentsError, ToolError
-from toolcrib.names import clean, clean_schema, foreign_meta, full_name, serving_names
+from toolcrib.names import clean, clean_schema, foreign_icons, foreign_meta, full_name, serving_names
 from toolcrib.runner import Call
 from toolcrib.supply.mcp.pack_checks import remote_describe
 from toolcrib.supply.mcp.runners import UpstreamRunner
@@ -77,6 +77,7 @@ def _entry(connection: Connection, tool: Any, served: str, problems: list[str]) 
         given_output_schema=output_schema,
         source_name=name if served != name else None,
         meta=foreign_meta(getattr(tool, "meta", None)),
+        icons=foreign_icons(getattr(tool, "icons", None)),
         task="optional" if support in ("optional", "required") else "forbidden",  # a long call, as its server says
     )
     return Entry(name=full_name(namespace, served), provenance=connection.provenance, definition=spec)
@@ -148,7 +149,8 @@ def _resource(connection: Connection, name: str, uri: str, declared: Any,
                     runner=_Passthrough(lambda call: read(call.name)),
                     mime_type=clean(declared.mime_type) if declared.mime_type else None,
                     title=clean(title) if title else None, parameters=parameters, complete=completions,
-                    passthrough=True, is_available=connection.own_check("resource", uri))
+                    passthrough=True, is_available=connection.own_check("resource", uri),
+                    icons=foreign_icons(getattr(declared, "icons", None)))
 
 
 def _prompt(connection: Connection, declared: Any, served: str, problems: list[str]) -> Prompt | None:
@@ -181,7 +183,8 @@ def _prompt(connection: Connection, declared: Any, served: str, problems: list[s
     return Prompt(name=served, description=clean(declared.description or "") or f"The prompt {name} of the upstream "
                   "server.", runner=_Passthrough(lambda call: get(call.arguments)), arguments=tuple(arguments),
                   title=clean(title) if title else None, complete=completions, passthrough=True,
-                  source_name=name if served != name else None, is_available=connection.own_check("prompt", name))
+                  source_name=name if served != name else None, is_available=connection.own_check("prompt", name),
+                  icons=foreign_icons(getattr(declared, "icons", None)))
 
 
 @dataclass(frozen=True, slots=True)
