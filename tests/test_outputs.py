@@ -257,3 +257,29 @@ def test_an_upstream_servers_log_messages_reach_the_agents_client_unless_its_for
 
     anyio.run(main)
     assert logs == [("info", "toolcrib.pack.up", "upstream says hi")]  # (the debug one: below the client's level)
+
+
+def test_check_says_what_each_upstream_server_forwards(cli_config: Any) -> None:
+    from conftest import cli
+
+    path = cli_config("""
+[mcps.quiet]
+command = "/no/such/program"
+timeout = 10
+forward = ["progress"]
+
+[mcps.chatty]
+command = "/no/such/program"
+timeout = 10
+
+[mcps.off]
+command = "/no/such/program"
+enabled = false
+""", "")
+    code, out, _ = cli("--config", path, "check")
+    assert [line for line in out.splitlines() if line.startswith("upstream server")] == [
+        "upstream server 'chatty' forwards to the agents' clients: progress, log, elicitation, sampling",
+        "upstream server 'quiet' forwards to the agents' clients: progress (not log, elicitation, sampling)"]
+    code, out, _ = cli("--config", path, "check", "--json")
+    assert json.loads(out)["forwarding"] == {"chatty": ["progress", "log", "elicitation", "sampling"],
+                                             "quiet": ["progress"]}

@@ -280,9 +280,13 @@ def check(strict: bool, as_json: bool) -> None:
         from toolcrib.search import ranking as search_ranking
 
         ranking = search_ranking()
+    # what each upstream server may send the agents' clients during a call ([mcps.x] forward)
+    forwarding = {name: list(server.forward) for name, server in sorted(host.loaded.config.mcps.items())
+                  if server.enabled}
     if as_json:
         _echo_json({"config": host.loaded.source, "loaded": True, "agents": len(host.agents), "tools": tools,
-                    **({"tool_search_ranking": ranking} if ranking is not None else {}), "errors": errors,
+                    **({"tool_search_ranking": ranking} if ranking is not None else {}),
+                    **({"forwarding": forwarding} if forwarding else {}), "errors": errors,
                     "warnings": warnings, "problems": [{"severity": p.severity, "where": p.where,
                                                         "message": p.message} for p in problems]})
     else:
@@ -292,6 +296,10 @@ def check(strict: bool, as_json: bool) -> None:
                    f"{warnings} warning(s)")
         if ranking is not None:
             click.echo(f"tool search ({', '.join(searching)}): ranked by {ranking}")
+        for name, forwarded in forwarding.items():
+            left = [what for what in ("progress", "log", "elicitation", "sampling") if what not in forwarded]
+            click.echo(f"upstream server {name!r} forwards to the agents' clients: {', '.join(forwarded) or 'nothing'}"
+                       + (f" (not {', '.join(left)})" if left else ""))
     if errors or (strict and warnings):
         sys.exit(1)
 
