@@ -277,9 +277,10 @@ command = "/no/such/program"
 enabled = false
 """, "")
     code, out, _ = cli("--config", path, "check")
+    assert code == 1  # (the servers do not start: errors)
     assert [line for line in out.splitlines() if line.startswith("upstream server")] == [
         "upstream server 'chatty' forwards to the agents' clients: progress, log, elicitation, sampling",
         "upstream server 'quiet' forwards to the agents' clients: progress (not log, elicitation, sampling)"]
     code, out, _ = cli("--config", path, "check", "--json")
-    assert json.loads(out)["forwarding"] == {"chatty": ["progress", "log", "elicitation", "sampling"],
+    assert code == 1 and json.loads(out)["forwarding"] == {"chatty": ["progress", "log", "elicitation", "sampling"],
                                              "quiet": ["progress"]}

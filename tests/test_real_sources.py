@@ -223,6 +223,7 @@ def test_a_real_server_s_questions_and_sampling_reach_the_agent_s_client(node_se
 
     async def on_sample(context: Any, params: Any) -> Any:
         asked.append(("sample", params.messages[0].content.text))
+        asked.append(("asked with", params.max_tokens, params.temperature, params.include_context))
         return types.CreateMessageResult(role="assistant", content=types.TextContent(text="sampled words"),
                                          model="the-agent-s-model")
 
@@ -248,9 +249,10 @@ def test_a_real_server_s_questions_and_sampling_reach_the_agent_s_client(node_se
         assert asked == []
         return
     assert not elicit_failed and not sample_failed
-    assert ("elicit", "Please provide inputs for the following fields:") in asked
+    assert ("elicit", "[upstream server 'everything'] Please provide inputs for the following fields:") in asked
     assert "User provided the requested information!" in elicited and "Ann Example" in elicited
     assert ("sample", "Resource trigger-sampling-request context: say hi") in asked
+    assert ("asked with", 20, 0.7, None) in asked  # every field as the server asked it (its temperature)
     assert '"text": "sampled words"' in sampled and '"model": "the-agent-s-model"' in sampled
 
 
@@ -341,5 +343,5 @@ def test_a_2025_task_s_question_reaches_the_agent_s_client_and_its_answer_the_ta
     result = anyio.run(main)
     assert not result.is_error
     assert result.content[0].text.startswith("# Research Report: python (programming)\n")
-    assert asked == ['The research query "python" could have multiple interpretations. Please clarify what '
-                     "you're looking for:"]
+    assert asked == ["[upstream server 'everything'] The research query \"python\" could have multiple "
+                     "interpretations. Please clarify what you're looking for:"]

@@ -745,7 +745,7 @@ def test_an_upstream_servers_tasks_are_polled_through_and_their_questions_reach_
                 host.close()
 
     anyio.run(main)
-    assert asked[0] == "Your name?" and asked[-1] == "Your town?"
+    assert asked[0] == "[upstream server 'up'] Your name?" and asked[-1] == "[upstream server 'up'] Your town?"
 
 
 @contextlib.asynccontextmanager

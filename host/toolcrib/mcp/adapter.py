@@ -119,9 +119,14 @@ class _Channel:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # sampling is deprecated as of 2026-07-28, yet clients still use it
-                result = await ctx.session.create_message(
-                    params.messages, max_tokens=params.max_tokens, system_prompt=params.system_prompt,
-                    tools=params.tools, related_request_id=ctx.request_id)
+                asked: dict[str, Any] = {  # every field of the request, as it was asked
+                    "max_tokens": params.max_tokens, "system_prompt": params.system_prompt,
+                    "include_context": params.include_context, "temperature": params.temperature,
+                    "stop_sequences": params.stop_sequences, "metadata": params.metadata,
+                    "model_preferences": params.model_preferences, "tools": params.tools,
+                    "tool_choice": params.tool_choice}
+                result: types.Result = await ctx.session.create_message(params.messages, **asked,
+                                                                        related_request_id=ctx.request_id)
         except MCPError as exc:
             raise ToolError(f"The client's model did not answer: {exc.error.message}") from None
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)

@@ -53,6 +53,16 @@ def withheld(call: Call | None, what: str) -> str | None:
             f"agent's client ([mcps.{runner.namespace}] forward)")
 
 
+def named(call: Call, message: str) -> str:
+    """A server's question as the agent's client shows it: cleaned, and naming the server that asks (the user
+    answers toolcrib's client, and should know who wants to know)."""
+    from toolcrib.names import clean
+
+    runner = call.tool.tool.runner if call.tool is not None else None
+    who = f"{runner.what} {runner.namespace!r}" if isinstance(runner, UpstreamRunner) else "an upstream server"
+    return f"[{who}] {clean(message)}"
+
+
 _FORWARD_WORDS = {"elicitation": "questions to the user", "sampling": "requests for a model's turn",
                   "log": "log messages"}
 
@@ -114,7 +124,7 @@ async def elicit(context: Any, params: Any) -> Any:
 
     async def ask() -> Any:
         try:
-            answer = await context_of.elicit(params.message, schema)
+            answer = await context_of.elicit(named(call, params.message), schema)
         except ToolError as exc:
             return types.ErrorData(code=types.INVALID_REQUEST, message=str(exc))
         return types.ElicitResult(action=answer.action, content=answer.content)
@@ -137,7 +147,7 @@ async def answer_task_question(method: str, params: dict[str, Any]) -> dict[str,
         if params.get("mode", "form") != "form" or not isinstance(schema, dict):
             raise ToolError("the upstream server's task asks for something other than a form, which toolcrib does "
                             "not put to the agent's client")
-        answer = await call.context().elicit(str(params.get("message", "")), schema)
+        answer = await call.context().elicit(named(call, str(params.get("message", ""))), schema)
         return {"action": answer.action, **({"content": answer.content} if answer.content is not None else {})}
     if method == "sampling/createMessage":
         model = getattr(call.channel, "sample", None) if call.channel is not None else None
