@@ -479,3 +479,19 @@ def test_a_model_no_plugin_offers_is_a_clear_error() -> None:
         'error: conf.toml: agents.b.max_run_tokens: a token budget applies to runs on the agent\'s own model '
         '(runner = "llm"); on the client\'s model, the client counts',
     ]
+
+
+def test_check_says_which_sub_agents_depend_on_the_clients_sampling(cli_config: Any) -> None:
+    """Sampling is deprecated as of 2026-07-28 (SEP-2577): a sub-agent that runs on the calling client's model may
+    find no model to run on. An agent no one may run, or one that runs on its own model, is not named."""
+    from conftest import cli
+
+    path = cli_config(CHAIN + '\n[models."echo"]\n[agents.own]\nmodel = "echo"\nrunner = "llm"\n'
+                      '[agents.own.permissions]\nplugins = { allow = ["count"] }\n'
+                      .replace('subagents = { allow = ["leaf"] }', 'subagents = { allow = ["leaf", "own"] }'), "")
+    code, out, _ = cli("--config", path, "check")
+    assert code == 0 and [line for line in out.splitlines() if line.startswith("sub-agents")] == [
+        "sub-agents on the calling client's model (MCP sampling, deprecated as of 2026-07-28: a client may not "
+        "offer it; runner = \"llm\" with a model runs one on its own): leaf (of mid), mid (of boss)"]
+    code, out, _ = cli("--config", path, "check", "--json")
+    assert code == 0 and json.loads(out)["sampling_subagents"] == {"leaf": ["mid"], "mid": ["boss"]}

@@ -283,10 +283,12 @@ def check(strict: bool, as_json: bool) -> None:
     # what each upstream server may send the agents' clients during a call ([mcps.x] forward)
     forwarding = {name: list(server.forward) for name, server in sorted(host.loaded.config.mcps.items())
                   if server.enabled}
+    sampling = host.sampling_subagents()
     if as_json:
         _echo_json({"config": host.loaded.source, "loaded": True, "agents": len(host.agents), "tools": tools,
                     **({"tool_search_ranking": ranking} if ranking is not None else {}),
-                    **({"forwarding": forwarding} if forwarding else {}), "errors": errors,
+                    **({"forwarding": forwarding} if forwarding else {}),
+                    **({"sampling_subagents": sampling} if sampling else {}), "errors": errors,
                     "warnings": warnings, "problems": [{"severity": p.severity, "where": p.where,
                                                         "message": p.message} for p in problems]})
     else:
@@ -300,6 +302,10 @@ def check(strict: bool, as_json: bool) -> None:
             left = [what for what in ("progress", "log", "elicitation", "sampling") if what not in forwarded]
             click.echo(f"upstream server {name!r} forwards to the agents' clients: {', '.join(forwarded) or 'nothing'}"
                        + (f" (not {', '.join(left)})" if left else ""))
+        if sampling:
+            click.echo("sub-agents on the calling client's model (MCP sampling, deprecated as of 2026-07-28: a client "
+                       "may not offer it; runner = \"llm\" with a model runs one on its own): "
+                       + ", ".join(f"{name} (of {', '.join(by)})" for name, by in sampling.items()))
     if errors or (strict and warnings):
         sys.exit(1)
 

@@ -42,6 +42,7 @@ from toolcrib.permissions import (
     check_availability,
     compile_rules,
     decide,
+    permits,
     permitted,
     uri_check,
 )
@@ -365,6 +366,16 @@ class Host:
                 found.append(Problem("warning", f"{self.loaded.source}: {where}.command",
                                      f"program {program!r} is not found{shown}; {what}"))
         return found
+
+    def sampling_subagents(self) -> dict[str, list[str]]:
+        """The agents that run as sub-agents on the calling client's model (MCP sampling, deprecated as of 2026-07-28
+        by SEP-2577: a client of that era may not offer it), each with the agents that may hand it a task
+        (``toolcrib check`` says so)."""
+        agents = self.loaded.config.agents
+        callers = {name: sorted(caller for caller, rules in self.rules.items()
+                                if caller != name and permits(rules, "subagents", name))
+                   for name in agents if agents[name].runner == "client"}
+        return {name: by for name, by in sorted(callers.items()) if by}
 
     def _failed_source(self, pattern: str) -> str | None:
         """The failed pack or server a rule's pattern names by its namespace (``orders__*``), if any."""
