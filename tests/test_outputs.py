@@ -202,6 +202,14 @@ def test_an_upstream_servers_links_reads_and_prompts_obey_the_agents_view() -> N
                 [{"src": "https://example.com/app.png", "mimeType": "image/png", "sizes": ["48x48"]},
                  {"src": "data:image/png;base64,iVBORw0KGgo=", "theme": "dark"}],
                 [{"src": "https://example.com/cite.png"}], None)
+            # a tool an App keeps for itself: listed for the client's App host, left out of what a model is given
+            assert "up__app_only" in [w["name"] for w in view.mcp_tools]
+            for format in ("openai", "openai-responses", "anthropic"):
+                exported = [t.get("name") or t.get("function", {}).get("name") for t in view.export(format)]
+                assert "up__app" in exported and "up__app_only" not in exported, format
+            assert "up__app_only" not in [found["name"] for found in view.search("refresh the App's page", 20)]
+            assert "up__app" in [found["name"] for found in view.search("an MCP App", 20)]
+            assert (await view.call("up__app_only")).text == "refreshed"  # the App's host calls it
             assert [(r["uri"], r.get("icons")) for r in view.mcp_resources] == [
                 ("ui://app/main", [{"src": "https://example.com/page.png"}]), ("notes://public/readme", None)]
             contents = await view.read("notes://all")

@@ -47,6 +47,8 @@ if os.environ.get("LINKS") == "1":  # results that point at resources, some of w
                                 meta={"ui": {"resourceUri": "ui://app/secret"}, "io.toolcrib/source-name": "forged",
                                       "vendor/x": 1}),
              types.Tool(name="chatty", description="Log twice.", input_schema={"type": "object"}),
+             types.Tool(name="app_only", description="Refresh the App's page.", input_schema={"type": "object"},
+                        meta={"ui": {"resourceUri": "ui://app/main", "visibility": ["app"]}}),
              types.Tool(name="app", description="An MCP App.", input_schema={"type": "object"},
                         meta={"ui": {"resourceUri": "ui://app/main"}, "vendor/note": "shown\u200b"},
                         icons=[types.Icon(src="https://example.com/app.png", mime_type="image/png", sizes=["48x48"]),
@@ -84,6 +86,8 @@ async def call_tool(ctx, params):  # type: ignore[no-untyped-def]
     if params.name == "links":
         return types.CallToolResult(content=LINKS, meta={"ui": {"resourceUri": "ui://app/secret"},
                                                          "toolcrib/interrupt": True, "vendor/y": "hi"})
+    if params.name == "app_only":
+        return types.CallToolResult(content=[types.TextContent(text="refreshed")])
     if params.name == "chatty":
         await ctx.session.send_log_message("info", "upstream says hi", "chatter", related_request_id=ctx.request_id)
         await ctx.session.send_log_message("debug", {"detail": 1}, "chatter", related_request_id=ctx.request_id)

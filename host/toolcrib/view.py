@@ -530,7 +530,8 @@ class AgentView:
     @cached_property
     def _index(self) -> ToolIndex:
         with collector_paused():
-            return ToolIndex(self.mcp_tools, {vt.served: vt.tool.keywords for vt in self.tools if vt.tool.keywords})
+            return ToolIndex([wire for wire in self.mcp_tools if for_model(wire)],
+                             {vt.served: vt.tool.keywords for vt in self.tools if vt.tool.keywords})
 
     def export(self, format: str = "mcp", strict: bool = False) -> list[dict[str, Any]]:
         """This view's tools for a framework: ``mcp`` (the tools/list objects), ``openai`` (function tools for
@@ -541,7 +542,7 @@ class AgentView:
             return [dict(t) for t in tools]
         if format == "openai":
             out = []
-            for t in self.listed_tools:
+            for t in filter(for_model, self.listed_tools):
                 function = {"name": t["name"], "description": t["description"], "parameters": t["inputSchema"]}
                 if strict:
                     function.update(_strict_parameters(t["inputSchema"]))
@@ -552,12 +553,12 @@ class AgentView:
         if format == "anthropic":
             if not self.deferring:
                 return [{"name": t["name"], "description": t["description"], "input_schema": t["inputSchema"]}
-                        for t in self.listed_tools]
+                        for t in self.listed_tools if for_model(t)]
             # tool_search: the tools not listed up front are deferred, and the API's own tool search finds them
             listed = {t["name"] for t in self.listed_tools}
             defined = [{"name": t["name"], "description": t["description"], "input_schema": t["inputSchema"],
                         **({} if t["name"] in listed else {"defer_loading": True})}
-                       for t in tools if t["name"] not in self.searching_names]
+                       for t in tools if t["name"] not in self.searching_names and for_model(t)]
             return [ANTHROPIC_TOOL_SEARCH, *defined]
         raise ValueError(f"unknown export format {format!r}; formats: {', '.join(EXPORT_FORMATS)}")
 
@@ -583,11 +584,11 @@ class AgentView:
             return {**made, **({"defer_loading": True} if deferred else {})}
 
         if not self.deferring:
-            return [function(wire) for wire in self.listed_tools]
-        pairs = list(zip(self.tools, self.mcp_tools, strict=True))
+            return [function(wire) for wire in self.listed_tools if for_model(wire)]
+        pairs = [(vt, wire) for vt, wire in zip(self.tools, self.mcp_tools, strict=True) if for_model(wire)]
         listed = {t["name"] for t in self.listed_tools} - self.searching_names
         out: list[dict[str, Any]] = [{"type": "tool_search"}]
-        out += [function(wire) for wire in self.mcp_tools if wire["name"] in listed]
+        out += [function(wire) for wire in self.mcp_tools if wire["name"] in listed and for_model(wire)]
         groups: dict[str, list[tuple[ViewTool, dict[str, Any]]]] = {}
         for vt, wire in pairs:
             if wire["name"] not in listed and wire["name"] not in self.searching_names:
@@ -672,6 +673,15 @@ def build_view(rules: AgentRules, entries: Iterable[Entry], pipeline: Pipeline,
                       tuple((prompt_names.get(p.name, p.name), p) for p in prompts))
 
     return AgentView(rules, visible, pipeline, services, others, served or (lambda: ServedUris(entries)))
+
+
+def for_model(wire: Mapping[str, Any]) -> bool:
+    """Whether a tool is for the model: not one an MCP App declares for the App alone (``_meta.ui.visibility``
+    without ``"model"``), which an MCP client lists for the App's host and keeps from the model, and which a search
+    or an export for a model's API leaves out."""
+    ui = (wire.get("_meta") or {}).get("ui")
+    visibility = ui.get("visibility") if isinstance(ui, Mapping) else None
+    return not isinstance(visibility, list) or "model" in visibility
 
 
 def served_names(full_names: Sequence[str]) -> dict[str, str]:
