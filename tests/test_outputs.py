@@ -173,6 +173,11 @@ mcps = {{ allow = ["up"] }}
 tools = {{ allow = ["*"] }}
 resources = {{ deny = ["notes://private/*", "ui://app/secret"] }}
 prompts = {{ allow = ["*"] }}
+
+[agents.b.permissions]
+mcps = {{ allow = ["up"] }}
+tools = {{ deny = ["up__app*"] }}
+resources = {{ allow = ["*"] }}
 """
 
 
@@ -210,6 +215,14 @@ def test_an_upstream_servers_links_reads_and_prompts_obey_the_agents_view() -> N
             assert "up__app_only" not in [found["name"] for found in view.search("refresh the App's page", 20)]
             assert "up__app" in [found["name"] for found in view.search("an MCP App", 20)]
             assert (await view.call("up__app_only")).text == "refreshed"  # the App's host calls it
+            # an App's page is its tools': an agent that sees none of them does not see it either
+            b = served.view("b")
+            assert [r["uri"] for r in b.mcp_resources] == ["notes://private/key", "notes://public/readme"]
+            with pytest.raises(toolcrib.UnknownResourceError):
+                await b.read("ui://app/main")
+            decision = served.explain("b", "ui://app/main")
+            assert decision is not None and (decision.visible, decision.checks[-1].detail) == (
+                False, "the MCP App of up__app, up__app_only, which the agent does not see")
             assert [(r["uri"], r.get("icons")) for r in view.mcp_resources] == [
                 ("ui://app/main", [{"src": "https://example.com/page.png"}]), ("notes://public/readme", None)]
             contents = await view.read("notes://all")

@@ -57,7 +57,7 @@ from toolcrib.plugins import (
 from toolcrib.skills import discover as discover_skills
 from toolcrib.sources import Source
 from toolcrib.supply.kinds import KINDS, kind_named
-from toolcrib.view import AgentView, ServedUris, build_view, collector_paused, served_names
+from toolcrib.view import AgentView, ServedUris, build_view, collector_paused, hidden_apps, served_names
 
 log = logging.getLogger("toolcrib.host")
 
@@ -273,14 +273,14 @@ class Host:
             return decide(rules, entry, detail=True, exhaustive=True)
         item = self.catalog.prompts.get(name) or self.catalog.resources.get(name)
         if item is not None:
-            return decide(rules, item, detail=True, exhaustive=True)
+            return self._app_check(agent, lacking, decide(rules, item, detail=True, exhaustive=True))
         uri = uris.normalize(name)  # a URI as every rule sees it (docs://pages/%69nternal is docs://pages/internal)
         found = self.served_uris.find(uri)
         if found is None:
             return None
         template, parameters = found
         if template.kind == "resource":
-            return decide(rules, template, detail=True, exhaustive=True)
+            return self._app_check(agent, lacking, decide(rules, template, detail=True, exhaustive=True))
         decision = decide(rules, template, detail=True, exhaustive=True)
         expanded = uris.expand(template.resource.uri, parameters)
         named = uri_check(rules, [uri] if expanded in (None, uri) else [uri, expanded])
@@ -288,6 +288,20 @@ class Host:
         check = Check("uri", named.passed, detail if named.passed else f"{detail}; {named.detail}")
         return dataclasses.replace(decision, name=name, visible=decision.visible and named.passed,
                                    checks=(*decision.checks, check))
+
+    def _app_check(self, agent: str, lacking: frozenset[str], decision: Decision) -> Decision:
+        """A fixed resource's decision, failing where it is the MCP App of tools the agent does not see (an App is its
+        tool's: hidden with it)."""
+        entry = self.catalog.resources.get(decision.name)
+        if entry is None or entry.kind != "resource":
+            return decision
+        view = self.view(agent, lacking)
+        using = hidden_apps(self.catalog.entries.values(), {vt.entry.name for vt in view.tools}).get(
+            uris.normalize(entry.resource.uri))
+        if using is None:
+            return decision
+        check = Check("app", False, f"the MCP App of {', '.join(using)}, which the agent does not see")
+        return dataclasses.replace(decision, visible=False, checks=(*decision.checks, check))
 
     def similar(self, name: str, n: int = 3) -> list[str]:
         """Installed tools, prompts and resources whose names (or URIs) are close to ``name`` (for "did you
