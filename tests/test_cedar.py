@@ -360,3 +360,23 @@ def test_serving_reloads_when_the_policies_change_and_keeps_the_old_ones_when_th
             tg.cancel_scope.cancel()
 
     anyio.run(main)
+
+
+def test_a_thing_loaded_after_the_policies_is_decided_from_its_request_alike() -> None:
+    """A lazy server's tool is not among the entities the policy was given: it is decided from the request, as
+    the same tool among them would be."""
+    policies = """
+permit (principal, action, resource) when { resource is Toolcrib::Tool && resource.read_only };
+permit (principal, action, resource) when { resource is Toolcrib::Resource && resource.uri like "docs://*" };
+forbid (principal, action, resource in Toolcrib::Namespace::"web");
+"""
+    entries = [Entry(name=f"{ns}__{name}", provenance=Provenance(ns, PACK), definition=_tool(read_only, None))
+               for ns in ("fs", "web") for name, read_only in (("read", True), ("rm", False))]
+    entries.append(Entry(name="docs__readme", provenance=Provenance("docs", PACK),
+                         definition=_item("docs", "resource")))
+    known = CedarPolicy(policies, "known", entries, {"a": "default"})
+    unknown = CedarPolicy(policies, "unknown", [], {})
+    verdicts = [(e.name, known(request_for(e, "a", "list")), unknown(request_for(e, "a", "list"))) for e in entries]
+    assert [(name, k is None) for name, k, _ in verdicts] == [
+        ("fs__read", True), ("fs__rm", False), ("web__read", False), ("web__rm", False), ("docs__readme", True)]
+    assert all(k == u for _, k, u in verdicts)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from toolcrib.answers import Deny
@@ -122,11 +121,6 @@ class CedarPolicy:
         self._entries = {(e.kind, e.name): e for e in entries}
         self._agents = dict(agents or {})
         self._entities: Any = None
-
-    @classmethod
-    def load(cls, path: Path, where: str, entries: Iterable[Entry] = (),
-             agents: Mapping[str, str] | None = None) -> CedarPolicy:
-        return cls(path.read_text(encoding="utf-8"), where, entries, agents)
 
     def _entities_handle(self) -> Any:
         if self._entities is None:
