@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import toolcrib
 from conftest import cli, examples, make_host
 from packs import FILES
-from toolcrib.cedar import SCHEMA, CedarPolicy, export, validate
+from toolcrib.cedar import NO_PERMIT, SCHEMA, CedarPolicy, export, validate
 from toolcrib.config import Config, LoadedConfig, check_config
 from toolcrib.declarations import get_prompt, get_resource, prompt, resource
 from toolcrib.entries import PACK, Entry, Provenance
@@ -380,3 +380,89 @@ forbid (principal, action, resource in Toolcrib::Namespace::"web");
     assert [(name, k is None) for name, k, _ in verdicts] == [
         ("fs__read", True), ("fs__rm", False), ("web__read", False), ("web__rm", False), ("docs__readme", True)]
     assert all(k == u for _, k, u in verdicts)
+
+
+# -- what Cedar is given of each request: every attribute the schema names reaches it ---------------------------------
+
+EVERY_FIELD = """
+permit (principal, action == Toolcrib::Action::"list", resource is Toolcrib::Tool)
+when { principal.mode == "default" && principal.name == "a" };
+permit (principal, action == Toolcrib::Action::"call", resource is Toolcrib::Tool)
+when { context.mode == "acceptEdits" && context.principal has scopes && context.principal.scopes.contains("files") };
+permit (principal, action == Toolcrib::Action::"read", resource is Toolcrib::Template)
+when { context has uri && context.uri == "docs://t/7" };
+forbid (principal, action, resource is Toolcrib::Tool) when { resource.annotations has readOnlyHint &&
+  resource.annotations has destructiveHint && resource.annotations has idempotentHint &&
+  resource.annotations has openWorldHint && resource.annotations has title && resource.annotations.title == "Every" };
+forbid (principal, action, resource is Toolcrib::Tool) when { resource.namespace == "web" };
+"""
+
+
+def test_cedar_is_given_every_attribute_the_schema_names() -> None:
+    from toolcrib.mcp.oauth import Identity
+    from toolcrib.policy import principal_of
+
+    every = toolcrib.tool("every", "All the hints.", {}, lambda args: "ok", {"annotations": {
+        "readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False,
+        "title": "Every"}})
+    entries = [Entry(name="fs__read", provenance=Provenance("fs", PACK), definition=_tool(True, None)),
+               Entry(name="fs__every", provenance=Provenance("fs", PACK), definition=every),
+               Entry(name="web__read", provenance=Provenance("web", PACK), definition=_tool(True, None)),
+               Entry(name="docs__page", provenance=Provenance("docs", PACK), definition=_item("docs", "template"))]
+    assert validate(EVERY_FIELD, "every") == []
+    policy = CedarPolicy(EVERY_FIELD, "every", entries, {"a": "default", "b": "default"})
+    read, every_entry, web, page = entries
+
+    def allowed(entry: Entry, agent: str = "a", action: str = "list", mode: str = "default",
+                principal: Any = None, uri: str | None = None) -> bool:
+        return policy(request_for(entry, agent, action, mode, {}, principal, uri)) is None
+
+    assert (allowed(read), allowed(read, "b"), allowed(every_entry), allowed(web)) == (True, False, False, False)
+    files = principal_of(Identity("oauth", subject="s", scopes=frozenset({"files"})))
+    other = principal_of(Identity("oauth", subject="s", scopes=frozenset({"other"})))
+    assert (allowed(read, action="call", mode="acceptEdits", principal=files),
+            allowed(read, action="call", mode="default", principal=files),
+            allowed(read, action="call", mode="acceptEdits", principal=other)) == (True, False, False)
+    assert (allowed(page, action="read", uri="docs://t/7"), allowed(page, action="read", uri="docs://t/8"),
+            allowed(page, action="list")) == (True, False, False)
+    assert policy(request_for(web, "a", "list")) == toolcrib.Deny("forbidden by forbid #4")  # (no @id: its place)
+    # the same, for things Cedar was not given (a lazy server's), from their requests
+    lazy = CedarPolicy(EVERY_FIELD, "lazy", [], {})
+    assert [lazy(request_for(e, "a", "list")) is None for e in entries] == [True, False, False, False]
+
+
+def test_an_untrusted_servers_read_only_claim_is_not_what_cedar_sees() -> None:
+    """read_only is the host's belief: a lazy, untrusted server's tool that claims readOnlyHint is not read-only."""
+    claimed = _tool(True, None)
+    entry = Entry(name="up__read", provenance=Provenance("up", MCP, "mcps", trusted=False), definition=claimed)
+    trusted = Entry(name="up__read", provenance=Provenance("up", MCP, "mcps", trusted=True), definition=claimed)
+    policies = "permit (principal, action, resource) when { resource is Toolcrib::Tool && resource.read_only };"
+    for policy in (CedarPolicy(policies, "known", [entry], {}), CedarPolicy(policies, "lazy", [], {})):
+        assert policy(request_for(entry, "a", "list")) == toolcrib.Deny(NO_PERMIT)
+    assert CedarPolicy(policies, "lazy", [], {})(request_for(trusted, "a", "list")) is None
+
+
+def test_two_errors_are_both_named_and_strings_are_written_as_cedar_reads_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from toolcrib.cedar import _string
+
+    erring = ('permit (principal, action, resource);\n'
+              'forbid (principal, action, resource) when { 9223372036854775807 + 1 > 0 };\n'
+              'forbid (principal, action, resource) when { 9223372036854775807 * 2 > 0 };\n')
+    denied = CedarPolicy(erring, "x", [], {})(request_for(_entries([("fs", "read", True, "pack", True, None)])[0],
+                                                          "a", "list"))
+    assert denied == toolcrib.Deny(
+        "Cedar could not evaluate a policy (denied, fail closed): error while evaluating policy `policy1`: integer "
+        "overflow while attempting to add the values `9223372036854775807` and `1`; error while evaluating policy "
+        "`policy2`: integer overflow while attempting to multiply the values `9223372036854775807` and `2`")
+    quoted = 'a"b\\c'
+    checked = ("permit (principal, action, resource) when { resource is Toolcrib::Tool && resource.name == "
+               f"{_string(quoted)} }};")
+    assert validate(checked, "x") == []
+    tool = Entry(name='a"b\\c', provenance=Provenance("a", PACK), definition=_tool(True, None))
+    assert CedarPolicy(checked, "x", [], {})(request_for(tool, "a", "list")) is None
+    monkeypatch.setitem(sys.modules, "cedarpy", None)  # (not installed)
+    with pytest.raises(ImportError) as missing:
+        validate("", "x")
+    assert str(missing.value) == "[policy] cedar needs the cedar extra: pip install 'toolcrib[cedar]'"

@@ -15,7 +15,7 @@ import toolcrib
 from conftest import cli, make_host
 from docs_pack import CONFIG as DOCS_CONFIG
 from docs_pack import Docs
-from packs import FILES, Policy
+from packs import FILES, Pack, Policy
 from toolcrib import Deny, PolicyRequest
 from toolcrib.errors import ToolError, UnknownToolError
 from toolcrib.mcp.adapter import build_server
@@ -211,3 +211,94 @@ def test_the_console_and_mcp_clients_see_the_same_view_and_the_console_says_why(
     assert page["hidden"] == [{"name": "files__rm", "reason": "policy policy: agent a removes nothing"},
                               {"name": "files__touch", "reason": "denied by agents.a.permissions.tools.deny "
                                                                  "'files__touch'"}]
+
+
+def test_what_a_request_says_of_a_tool_a_resource_and_a_prompt() -> None:
+    from toolcrib.policy import request_for
+
+    host = make_host(DOCS_CONFIG, {"docs": Docs(), "files": FILES})
+    tool = host.catalog.entries["docs__chatty"]
+    readme = host.catalog.resources["docs__readme"]
+    page = host.catalog.resources["docs__page"]
+    listed = request_for(tool, "a", "list")
+    assert (listed.mode, listed.kind, listed.uri, listed.read_only, dict(listed.annotations)) == (
+        "default", "tool", None, False, {})
+    files = request_for(make_host(CONFIG, {"files": FILES}).catalog.entries["files__read"], "a", "call", "plan",
+                        {"path": "x"})
+    assert (files.mode, files.read_only, dict(files.annotations), dict(files.arguments)) == (
+        "plan", True, {"readOnlyHint": True}, {"path": "x"})
+    assert (request_for(readme, "a", "list").uri, dict(request_for(readme, "a", "list").annotations)) == (
+        "docs://readme", {})
+    assert request_for(page, "a", "read", uri="docs://pages/intro").uri == "docs://pages/intro"
+    assert request_for(page, "a", "list").uri == "docs://pages/{slug}"
+
+
+class CallTimeBroken:
+    """Lists everything; at call time raises, hangs or answers with an awaitable, by the call's path."""
+
+    @toolcrib.hookimpl
+    def toolcrib_policy(self, request: PolicyRequest) -> Any:
+        if request.action != "call":
+            return None
+        path = request.arguments.get("path")
+        if path == "raise":
+            raise KeyboardInterrupt  # (contained: only the operator's own Ctrl-C is not)
+        if path == "hang":
+            RELEASE.wait()
+        return None
+
+
+def test_at_call_time_a_policy_that_raises_or_hangs_refuses_the_call_and_says_so(
+        caplog: pytest.LogCaptureFixture) -> None:
+    RELEASE.clear()
+    try:
+        host = make_host(CONFIG + "\n[policy]\ntimeout = 0.2\n", {"files": FILES, "broken": CallTimeBroken()})
+
+        async def main() -> list[str]:
+            view = host.view("b")
+            return [(await view.call("files__read", {"path": path})).text for path in ("raise", "hang", "fine")]
+
+        with caplog.at_level("ERROR", logger="toolcrib.policy"):
+            assert anyio.run(main) == [
+                "Permission denied: policy broken: raised KeyboardInterrupt (fail closed)",
+                "Permission denied: policy broken: no answer within 0.2 seconds (fail closed)",
+                "contents of fine"]
+    finally:
+        RELEASE.set()
+    logged = [(r.getMessage(), r.exc_info is not None) for r in caplog.records if r.name == "toolcrib.policy"]
+    assert logged == [
+        ("toolcrib_policy of 'broken' raised KeyboardInterrupt (call files__read for agent 'b'); denied (fail closed)",
+         True),
+        ("toolcrib_policy of 'broken' no answer within 0.2 seconds (call files__read for agent 'b'); denied (fail "
+         "closed)", False)]
+
+
+def test_the_failures_check_lists_are_bounded() -> None:
+    from toolcrib.policy import MAX_FAILURES
+
+    many = Pack(*[toolcrib.tool(f"t{i}", "A tool.", {}, lambda args: "ok") for i in range(MAX_FAILURES + 20)])
+
+    class Raising:
+        @toolcrib.hookimpl
+        def toolcrib_policy(self, request: PolicyRequest) -> None:
+            raise RuntimeError("no")
+
+    host = make_host(CONFIG.replace('"files"', '"many"'), {"many": many, "raising": Raising()})
+    assert host.view("b").names == []
+    assert len(host.pipeline.policies.failures) == MAX_FAILURES
+    hundredth = sorted(f"many__t{i}" for i in range(MAX_FAILURES + 20))[MAX_FAILURES - 1]  # (asked by name)
+    assert host.pipeline.policies.failures[-1] == (
+        "raising", f"raised RuntimeError (list {hundredth} for agent 'b'); denied, fail closed")
+
+
+def test_an_async_policys_answer_is_closed_not_left_unawaited(recwarn: pytest.WarningsRecorder) -> None:
+    import gc
+
+    class Waiting:
+        @toolcrib.hookimpl
+        async def toolcrib_policy(self, request: PolicyRequest) -> None:
+            return None
+
+    assert make_host(CONFIG, {"files": FILES, "waiting": Waiting()}).view("b").names == []
+    gc.collect()
+    assert [str(w.message) for w in recwarn if "never awaited" in str(w.message)] == []

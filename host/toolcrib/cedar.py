@@ -34,7 +34,7 @@ SCHEMA = """\
 // request acts for (an OAuth subject, a static token) is context.principal.
 namespace Toolcrib {
   entity Agent = { "name": String, "mode": String };
-  entity Namespace = { "name": String };
+  entity Namespace;
   type Annotations = {
     "readOnlyHint"?: Bool, "destructiveHint"?: Bool, "idempotentHint"?: Bool, "openWorldHint"?: Bool, "title"?: String
   };
@@ -85,6 +85,26 @@ def _uid(kind: str, name: str) -> dict[str, str]:
     return {"type": f"{NAMESPACE}::{kind}", "id": name}
 
 
+_HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+
+
+def _annotations(annotations: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool's annotations as the schema types them: its boolean hints and its title."""
+    found: dict[str, Any] = {key: annotations[key] for key in _HINTS if isinstance(annotations.get(key), bool)}
+    if isinstance(annotations.get("title"), str):
+        found["title"] = annotations["title"]
+    return found
+
+
+def _thing(kind: str, name: str, namespace: str, attrs: dict[str, Any]) -> dict[str, Any]:
+    """A tool, resource, template or prompt as a Cedar entity (JSON form), in its namespace."""
+    return {"uid": _uid(ENTITY_TYPES[kind], name), "attrs": attrs, "parents": [_uid("Namespace", namespace)]}
+
+
+def _agent(name: str, mode: str) -> dict[str, Any]:
+    return {"uid": _uid("Agent", name), "attrs": {"name": name, "mode": mode}, "parents": []}
+
+
 def entity(entry: Entry) -> dict[str, Any]:
     """``entry`` as a Cedar entity (JSON form)."""
     kind = entry.kind
@@ -93,16 +113,11 @@ def entity(entry: Entry) -> dict[str, Any]:
                              "source_kind": provenance.kind.name, "dimension": provenance.dimension,
                              "origin": (entry.tool.origin or "") if kind == "tool" else ""}
     if kind == "tool":
-        annotations = entry.tool.annotations or {}
-        attrs["annotations"] = {key: value for key, value in annotations.items()
-                                if key in ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
-                                and isinstance(value, bool)} | (
-            {"title": annotations["title"]} if isinstance(annotations.get("title"), str) else {})
+        attrs["annotations"] = _annotations(entry.tool.annotations or {})
         attrs["read_only"] = bool(entry.read_only)
     elif kind in ("resource", "template"):
         attrs["uri"] = entry.uri or ""
-    return {"uid": _uid(ENTITY_TYPES[kind], entry.name), "attrs": attrs,
-            "parents": [_uid("Namespace", entry.namespace)]}
+    return _thing(kind, entry.name, entry.namespace, attrs)
 
 
 class CedarPolicy:
@@ -124,10 +139,7 @@ class CedarPolicy:
 
     def _entities_handle(self) -> Any:
         if self._entities is None:
-            found = [{"uid": _uid("Agent", name), "attrs": {"name": name, "mode": mode}, "parents": []}
-                     for name, mode in self._agents.items()]
-            found += [{"uid": _uid("Namespace", ns), "attrs": {"name": ns}, "parents": []}
-                      for ns in sorted({e.namespace for e in self._entries.values()})]
+            found = [_agent(name, mode) for name, mode in self._agents.items()]
             found += [entity(e) for e in self._entries.values()]
             self._entities = self._cedarpy.Entities.from_json_str(json.dumps(found))
         return self._entities
@@ -141,13 +153,10 @@ class CedarPolicy:
         if (request.kind, request.name) in self._entries:
             entities = self._entities_handle()
         else:  # (a thing the host did not have when the policy was loaded: a lazy server's tool)
-            entities = [self._request_entity(request), {"uid": _uid("Namespace", request.namespace),
-                                                        "attrs": {"name": request.namespace}, "parents": []},
-                        {"uid": _uid("Agent", request.agent), "attrs": {"name": request.agent, "mode": request.mode},
-                         "parents": []}]
+            entities = [_requested(request), _agent(request.agent, request.mode)]
         result = self._cedarpy.is_authorized({
             "principal": _uid("Agent", request.agent), "action": _uid("Action", request.action),
-            "resource": _uid(ENTITY_TYPES.get(request.kind, "Tool"), request.name), "context": context},
+            "resource": _uid(ENTITY_TYPES[request.kind], request.name), "context": context},
             self.policies, entities)
         diagnostics = result.diagnostics
         if diagnostics.errors:  # Cedar skips a policy it cannot evaluate: a forbid among them would forbid nothing
@@ -158,17 +167,18 @@ class CedarPolicy:
         reasons = [self._ids.get(reason, reason) for reason in diagnostics.reasons]
         return Deny(f"forbidden by {', '.join(reasons)}" if reasons else NO_PERMIT)
 
-    @staticmethod
-    def _request_entity(request: PolicyRequest) -> dict[str, Any]:
-        attrs: dict[str, Any] = {"name": request.name, "namespace": request.namespace, "source": request.source,
-                                 "source_kind": request.source_kind, "dimension": "", "origin": ""}
-        if request.kind == "tool":
-            attrs["annotations"] = {k: v for k, v in request.annotations.items() if isinstance(v, bool)}
-            attrs["read_only"] = bool(request.annotations.get("readOnlyHint"))
-        elif request.kind in ("resource", "template"):
-            attrs["uri"] = request.uri or ""
-        return {"uid": _uid(ENTITY_TYPES.get(request.kind, "Tool"), request.name), "attrs": attrs,
-                "parents": [_uid("Namespace", request.namespace)]}
+
+
+def _requested(request: PolicyRequest) -> dict[str, Any]:
+    """The entity of a thing known only from its request (a lazy server's tool): what the request says of it."""
+    attrs: dict[str, Any] = {"name": request.name, "namespace": request.namespace, "source": request.source,
+                             "source_kind": request.source_kind, "dimension": "", "origin": ""}
+    if request.kind == "tool":
+        attrs["annotations"] = _annotations(request.annotations)
+        attrs["read_only"] = request.read_only  # (the host's belief, not an untrusted server's claim)
+    elif request.kind in ("resource", "template"):
+        attrs["uri"] = request.uri or ""
+    return _thing(request.kind, request.name, request.namespace, attrs)
 
 
 def _ids(text: str) -> dict[str, str]:

@@ -44,7 +44,7 @@ class PolicyRequest:
     authenticated them: ``{"kind": "oauth", "subject", "client", "issuer", "scopes", "claims"}`` (the verified
     token's claims), ``{"kind": "token", "credential": "$VAR"}``, or ``{"kind": "agent"}`` (in-process, stdio, and
     listing, which is decided once for each agent's view). ``annotations`` are a tool's as its source declares them
-    (an untrusted server's are its claims)."""
+    (an untrusted server's are its claims); ``read_only`` is what the host believes of it."""
 
     action: str  # "list" | "call" | "read" | "get"
     agent: str
@@ -55,6 +55,7 @@ class PolicyRequest:
     source_kind: str  # "pack" | "mcp" | "openapi" | "builtin" | ...
     uri: str | None = None  # a resource's URI (a template's, for listing; the one read, for read)
     annotations: Mapping[str, Any] = field(default_factory=lambda: NO_ARGUMENTS)
+    read_only: bool = False  # a tool the host believes only reads (its source trusted, or its own pack's)
     arguments: Mapping[str, Any] = field(default_factory=lambda: NO_ARGUMENTS)
     principal: Mapping[str, Any] = field(default_factory=lambda: types.MappingProxyType({"kind": "agent"}))
     mode: str = "default"
@@ -69,7 +70,7 @@ def request_for(entry: Entry, agent: str, action: str, mode: str = "default",
     return PolicyRequest(
         action=action, agent=agent, kind=entry.kind, name=entry.name, namespace=entry.namespace,
         source=provenance.source, source_kind=provenance.kind.name, uri=uri if uri is not None else entry.uri,
-        annotations=types.MappingProxyType(dict(annotations or {})),
+        annotations=types.MappingProxyType(dict(annotations or {})), read_only=entry.kind == "tool" and entry.read_only,
         arguments=types.MappingProxyType(dict(arguments)) if arguments else NO_ARGUMENTS,
         principal=types.MappingProxyType(dict(principal)) if principal else types.MappingProxyType({"kind": "agent"}),
         mode=mode)
@@ -110,7 +111,7 @@ class Policies:
     def interpret_all(self, key: str, outcomes: Mapping[str, tuple[str, Any]], request: PolicyRequest) -> Verdict:
         """The verdict of every policy on one listing request, from the outcomes of its ``jobs``: the first deny."""
         for n, hook in enumerate(self.hooks):
-            kind, answer = outcomes.get(f"{key}\0{n}", ("timeout", None))
+            kind, answer = outcomes[f"{key}\0{n}"]
             verdict = self.interpret(hook, kind, answer, request)
             if not verdict[0]:
                 return verdict
