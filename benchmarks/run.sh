@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv benchmarks/.venv
-benchmarks/.venv/bin/pip install -q -e ".[cluster]" -e plugins/toolcrib-fs -e plugins/toolcrib-vectors "fastmcp>=4.2,<5" "opentelemetry-sdk>=1.30" "rank-bm25==0.2.2"
+benchmarks/.venv/bin/pip install -q -e ".[cluster,cedar]" -e plugins/toolcrib-fs -e plugins/toolcrib-vectors "fastmcp>=4.2,<5" "opentelemetry-sdk>=1.30" "rank-bm25==0.2.2"
 case " $* " in
   *" --setup "*) exit 0 ;;
   *" --quick "*) benchmarks/.venv/bin/python benchmarks/run.py "$@" ;;

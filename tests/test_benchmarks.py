@@ -25,6 +25,11 @@ def test_the_harness_runs_in_quick_mode(tmp_path) -> None:  # type: ignore[no-un
                 "| call with metrics |", "| call with spans (an OpenTelemetry SDK, no exporter) |",
                 "| view.call vs a bare pydantic-validated call", "| 100 concurrent 100 ms calls, async |",
                 "| view build, ", "| toolcrib tools, 20 packs of 10 tools |", "| toolcrib plugins",
+                "| one view of 1,000 tools under a 20-policy Cedar file vs 20 TOML patterns "
+                "(`benchmarks/bench_policy.py`) |",
+                "| a Python API call decided by that Cedar file vs by the TOML rules, p50 |",
+                "| view build, 1,000 tools, a 20-policy Cedar file vs the TOML rules | <= 2.00x | ",
+                "| a call's decision by that Cedar file over the TOML rules, p50 | <= 50 us | ",
                 "| call, in-memory (2026-07-28): the server's part only |",
                 "| 1000 tools, 2026-07-28: process start to the first tools/call answered (the same processes) |",
                 "| 1000 tools, 2025-11-25: the server process's peak memory, after that list and call | ",
