@@ -62,6 +62,7 @@ log = logging.getLogger("toolcrib.calls")
 
 WITHHELD_NOTE = "toolcrib.withheld"  # in an audit record's notes: the URIs taken out of what the agent was sent
 
+
 class _Nothing(BaseModel):
     """The validated parameters of what takes none (and of an upstream server's passthrough)."""
 
@@ -538,7 +539,7 @@ class Pipeline:
         return result
 
     async def _policies_allow(self, call: Call, entry: Entry, action: str, arguments: Mapping[str, Any],
-                     uri: str | None = None) -> None:
+                              uri: str | None = None) -> None:
         """The policies' verdict on reading a resource or getting a prompt: ``ToolError`` (audited) when one
         denies."""
         if not self.policies:
