@@ -125,6 +125,9 @@ ALL = {"plugins": {"allow": ["*"]}, "mcps": {"allow": ["*"]}, "tools": {"allow":
 @example(agents={"a": {"mode": "plan", "permissions": ALL}},
          spec=[("fs", "read", True, "mcp", False, None), ("fs", "rm", True, "mcp", True, None),
                ("web", "read", False, "pack", True, None), ("web", "resource", False, "pack", True, None)])
+# an allow with a specifier lets its tool through (its calls are restricted); a deny with one hides nothing
+@example(agents={"a": {"mode": "default", "permissions": {**ALL, "tools": {"allow": ["fs__rm(a*)"]}}}},
+         spec=[("fs", "rm", False, "pack", True, None), ("fs", "read", True, "pack", True, None)])
 # a resource's rule matches its full name or its URI; a deny with a specifier hides nothing
 @example(agents={"a": {"mode": "default", "permissions": {**ALL, "resources": {"deny": ["fs://*"]},
                                                           "tools": {"deny": ["fs__rm(a*)"]}}},
@@ -391,10 +394,16 @@ permit (principal, action == Toolcrib::Action::"call", resource is Toolcrib::Too
 when { context.mode == "acceptEdits" && context.principal has scopes && context.principal.scopes.contains("files") };
 permit (principal, action == Toolcrib::Action::"read", resource is Toolcrib::Template)
 when { context has uri && context.uri == "docs://t/7" };
+permit (principal, action == Toolcrib::Action::"list", resource is Toolcrib::Template)
+when { !(context has uri) && resource.source_kind == "pack" && resource.dimension == "plugins" &&
+  resource.origin == "" && resource.source == "docs" };
 forbid (principal, action, resource is Toolcrib::Tool) when { resource.annotations has readOnlyHint &&
   resource.annotations has destructiveHint && resource.annotations has idempotentHint &&
   resource.annotations has openWorldHint && resource.annotations has title && resource.annotations.title == "Every" };
+@id("not the web")
 forbid (principal, action, resource is Toolcrib::Tool) when { resource.namespace == "web" };
+@id("nor its reader")
+forbid (principal, action, resource is Toolcrib::Tool) when { resource.name == "web__read" };
 """
 
 
@@ -424,11 +433,13 @@ def test_cedar_is_given_every_attribute_the_schema_names() -> None:
             allowed(read, action="call", mode="default", principal=files),
             allowed(read, action="call", mode="acceptEdits", principal=other)) == (True, False, False)
     assert (allowed(page, action="read", uri="docs://t/7"), allowed(page, action="read", uri="docs://t/8"),
-            allowed(page, action="list")) == (True, False, False)
-    assert policy(request_for(web, "a", "list")) == toolcrib.Deny("forbidden by forbid #4")  # (no @id: its place)
+            allowed(page, action="list")) == (True, False, True)
+    assert policy(request_for(web, "a", "list")) == toolcrib.Deny(
+        "forbidden by forbid 'not the web', forbid 'nor its reader'")
+    assert policy(request_for(every_entry, "a", "list")) == toolcrib.Deny("forbidden by forbid #4")  # (its place)
     # the same, for things Cedar was not given (a lazy server's), from their requests
     lazy = CedarPolicy(EVERY_FIELD, "lazy", [], {})
-    assert [lazy(request_for(e, "a", "list")) is None for e in entries] == [True, False, False, False]
+    assert [lazy(request_for(e, "a", "list")) is None for e in entries] == [True, False, False, True]
 
 
 def test_an_untrusted_servers_read_only_claim_is_not_what_cedar_sees() -> None:

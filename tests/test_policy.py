@@ -302,3 +302,20 @@ def test_an_async_policys_answer_is_closed_not_left_unawaited(recwarn: pytest.Wa
     assert make_host(CONFIG, {"files": FILES, "waiting": Waiting()}).view("b").names == []
     gc.collect()
     assert [str(w.message) for w in recwarn if "never awaited" in str(w.message)] == []
+
+
+def test_an_inline_policy_that_raises_denies() -> None:
+    """Cedar's policies run inline (on the calling thread, no timeout: an evaluation always ends); one that raises
+    all the same denies, as a pack's does."""
+    from toolcrib.policy import Policies, request_for
+
+    class Inline:
+        plugin = "inline"
+        inline = True
+
+        def __call__(self, request: PolicyRequest) -> None:
+            raise MemoryError
+
+    entry = make_host(CONFIG, {"files": FILES}).catalog.entries["files__read"]
+    assert anyio.run(Policies((Inline(),)).decide, request_for(entry, "b", "call")) == (
+        False, "policy inline: raised MemoryError (fail closed)")

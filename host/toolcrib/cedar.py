@@ -164,7 +164,9 @@ class CedarPolicy:
                         f"{'; '.join(map(str, diagnostics.errors))}")
         if result.allowed:
             return None
-        reasons = [self._ids.get(reason, reason) for reason in diagnostics.reasons]
+        order = list(self._ids)  # (Cedar gives its reasons in no order: the file's is the one to read them in)
+        ranked = sorted(diagnostics.reasons, key=lambda reason: order.index(reason) if reason in order else len(order))
+        reasons = [self._ids.get(reason, reason) for reason in ranked]
         return Deny(f"forbidden by {', '.join(reasons)}" if reasons else NO_PERMIT)
 
 
@@ -172,7 +174,8 @@ class CedarPolicy:
 def _requested(request: PolicyRequest) -> dict[str, Any]:
     """The entity of a thing known only from its request (a lazy server's tool): what the request says of it."""
     attrs: dict[str, Any] = {"name": request.name, "namespace": request.namespace, "source": request.source,
-                             "source_kind": request.source_kind, "dimension": "", "origin": ""}
+                             "source_kind": request.source_kind, "dimension": request.dimension,
+                             "origin": request.origin}
     if request.kind == "tool":
         attrs["annotations"] = _annotations(request.annotations)
         attrs["read_only"] = request.read_only  # (the host's belief, not an untrusted server's claim)
@@ -189,7 +192,8 @@ def _ids(text: str) -> dict[str, str]:
         parsed = json.loads(cedarpy.policies_to_json_str(text))
     except Exception:  # (the set parsed already; a reason then keeps Cedar's own name)
         return found
-    for policy_id, policy in (parsed.get("staticPolicies") or {}).items():
+    static = (parsed.get("staticPolicies") or {}).items()
+    for policy_id, policy in sorted(static, key=lambda item: (len(item[0]), item[0])):  # policy0, policy1, ...
         label = (policy.get("annotations") or {}).get("id")
         found[policy_id] = f"{policy.get('effect', 'policy')} {label!r}" if label else \
             f"{policy.get('effect', 'policy')} #{policy_id.removeprefix('policy')}"
@@ -246,9 +250,8 @@ def _source(rules: AgentRules) -> str:
         rule = rules.dimensions[dimension]
         if rule.kind == "missing":
             continue
-        deciding = [p for p in rule.patterns if rule.kind == "allow" or p.specifier is None]
-        by_source = _matches("resource.source", deciding)
-        by_origin = f'(resource.origin != "" && {_matches("resource.origin", deciding)})'
+        by_source = _matches("resource.source", rule.patterns)  # (a source's patterns have no specifier)
+        by_origin = f'(resource.origin != "" && {_matches("resource.origin", rule.patterns)})'
         named = f"({by_source} || {by_origin})"
         parts.append(f'(resource.dimension == "{dimension}" && ' + (named if rule.kind == "allow" else f"!{named}")
                      + ")")

@@ -53,6 +53,8 @@ class PolicyRequest:
     namespace: str
     source: str  # the pack, server or OpenAPI document that serves it
     source_kind: str  # "pack" | "mcp" | "openapi" | "builtin" | ...
+    dimension: str = "plugins"  # the permission dimension that names its source ("plugins", "mcps")
+    origin: str = ""  # the installed plugin a pack serves a tool from (llm-tools-simpleeval), or ""
     uri: str | None = None  # a resource's URI (a template's, for listing; the one read, for read)
     annotations: Mapping[str, Any] = field(default_factory=lambda: NO_ARGUMENTS)
     read_only: bool = False  # a tool the host believes only reads (its source trusted, or its own pack's)
@@ -69,7 +71,8 @@ def request_for(entry: Entry, agent: str, action: str, mode: str = "default",
     annotations = entry.tool.annotations if entry.kind == "tool" else {}
     return PolicyRequest(
         action=action, agent=agent, kind=entry.kind, name=entry.name, namespace=entry.namespace,
-        source=provenance.source, source_kind=provenance.kind.name, uri=uri if uri is not None else entry.uri,
+        source=provenance.source, source_kind=provenance.kind.name, dimension=provenance.dimension,
+        origin=(entry.tool.origin or "") if entry.kind == "tool" else "", uri=uri if uri is not None else entry.uri,
         annotations=types.MappingProxyType(dict(annotations or {})), read_only=entry.kind == "tool" and entry.read_only,
         arguments=types.MappingProxyType(dict(arguments)) if arguments else NO_ARGUMENTS,
         principal=types.MappingProxyType(dict(principal)) if principal else types.MappingProxyType({"kind": "agent"}),
