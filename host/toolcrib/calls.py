@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("toolcrib.calls")
 
 WITHHELD_NOTE = "toolcrib.withheld"  # in an audit record's notes: the URIs taken out of what the agent was sent
+_REFERRING = frozenset({"resource_link", "resource"})  # the content blocks that name a resource
 
 
 class _Nothing(BaseModel):
@@ -220,7 +221,7 @@ class Pipeline:
             denied, outcome, model = await self._policy(call, model, pre)
             if denied is not None:
                 return self._finish(call, outcome, denied)
-        if self.policies:  # once, on the arguments that will really run
+        if self.policies.hooks:  # once, on the arguments that will really run
             passed, why = await self.policies.decide(request_for(
                 vt.entry, view.agent, "call", view.mode, model.model_dump(mode="json"), principal_of(call.principal)))
             if not passed:
@@ -554,6 +555,10 @@ class Pipeline:
         """``result`` without its blocks that refer to a resource the agent may not see (``AgentView.withhold``):
         taken out as if the tool had not sent them, so that the agent cannot tell them from nothing, and named in
         the call's audit record (``notes``) and the log for the operator."""
+        content = result.content
+        if result.meta is None and ((len(content) == 1 and content[0].get("type") == "text") or
+                                    not any(block.get("type") in _REFERRING for block in content)):
+            return result  # (the usual result: text, images, nothing that names a resource)
         kept, taken = call.view.withhold(result.content)
         meta = call.view.withhold_app(result.meta, taken) if result.meta else result.meta
         if not taken:
