@@ -96,6 +96,25 @@ def config_from(text: str, base_dir: Path | None = None, source: str = "toolcrib
     return parse_config(textwrap.dedent(text), source, base_dir or Path.cwd())
 
 
+def generated_config(agents: Mapping[str, Any]) -> LoadedConfig:
+    """A config of generated agents (the property and differential tests'): each ``{"mode", "permissions",
+    "model"?}``, permissions' dimensions None where absent; checked to be valid."""
+    from toolcrib.config import Config, check_config
+
+    data: dict[str, Any] = {"models": {"vision-model": {"vision": True}, "text-model": {"vision": False}},
+                            "agents": {}}
+    for name, spec in agents.items():
+        agent: dict[str, Any] = {"mode": spec["mode"], **({"model": spec["model"]} if "model" in spec else {})}
+        if spec["mode"] == "bypassPermissions":
+            agent["allow_dangerously_skip_permissions"] = True
+        if spec["permissions"] is not None:
+            agent["permissions"] = {k: v for k, v in spec["permissions"].items() if v is not None}
+        data["agents"][name] = agent
+    config = Config.model_validate(data)
+    assert check_config(config, "generated") == []
+    return LoadedConfig(config=config, source="generated", base_dir=Path.cwd())
+
+
 def make_host(text: str, plugins: Mapping[str, Any] | None = None, base_dir: Path | None = None) -> Host:
     """A host around explicitly given packs only: installed entry points are not loaded."""
     return Host(config_from(text, base_dir), plugins=plugins or {}, autoload=False, env={})

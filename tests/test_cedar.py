@@ -14,10 +14,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import toolcrib
-from conftest import cli, examples, make_host
+from conftest import cli, examples, generated_config, make_host
 from packs import FILES
 from toolcrib.cedar import NO_PERMIT, SCHEMA, CedarPolicy, export, validate
-from toolcrib.config import Config, LoadedConfig, check_config
 from toolcrib.declarations import get_prompt, get_resource, prompt, resource
 from toolcrib.entries import PACK, Entry, Provenance
 from toolcrib.errors import UnknownToolError
@@ -99,18 +98,6 @@ agents_st = st.dictionaries(st.sampled_from(["a", "b"]), st.fixed_dictionaries({
 }), min_size=1, max_size=2)
 
 
-def _config(agents: dict[str, Any]) -> LoadedConfig:
-    data: dict[str, Any] = {"agents": {}}
-    for name, spec in agents.items():
-        agent: dict[str, Any] = {"mode": spec["mode"]}
-        if spec["permissions"] is not None:
-            agent["permissions"] = {k: v for k, v in spec["permissions"].items() if v is not None}
-        data["agents"][name] = agent
-    config = Config.model_validate(data)
-    assert check_config(config, "generated") == []
-    return LoadedConfig(config=config, source="generated", base_dir=Path.cwd())
-
-
 ALL = {"plugins": {"allow": ["*"]}, "mcps": {"allow": ["*"]}, "tools": {"allow": ["*"]},
        "resources": {"allow": ["*"]}, "prompts": {"allow": ["*"]}}
 
@@ -135,7 +122,7 @@ ALL = {"plugins": {"allow": ["*"]}, "mcps": {"allow": ["*"]}, "tools": {"allow":
          spec=[("fs", "resource", True, "pack", True, None), ("web", "template", True, "pack", True, None),
                ("fs", "rm", False, "pack", True, None)])
 def test_the_toml_rules_and_their_cedar_translation_decide_every_case_alike(agents: Any, spec: Any) -> None:
-    loaded = _config(agents)
+    loaded = generated_config(agents)
     rules = compile_rules(loaded)
     entries = _entries(spec)
     text = export(rules)

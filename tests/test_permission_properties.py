@@ -12,7 +12,6 @@ import copy
 import dataclasses
 import functools
 from fnmatch import fnmatchcase
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -20,10 +19,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conftest import examples
+from conftest import examples, generated_config
 from toolcrib import tool
 from toolcrib.calls import Pipeline
-from toolcrib.config import Config, LoadedConfig, check_config
+from toolcrib.config import LoadedConfig
 from toolcrib.declarations import get_prompt, get_resource
 from toolcrib.entries import PACK, Entry, Provenance
 from toolcrib.errors import UnknownToolError
@@ -104,21 +103,6 @@ agent_st = st.fixed_dictionaries({
 agents_st = st.dictionaries(st.sampled_from(["a", "b", "c"]), agent_st, min_size=1, max_size=3)
 
 
-def _config(agents: dict[str, Any]) -> LoadedConfig:
-    data: dict[str, Any] = {"models": {"vision-model": {"vision": True}, "text-model": {"vision": False}},
-                            "agents": {}}
-    for name, spec in agents.items():
-        agent: dict[str, Any] = {"model": spec["model"], "mode": spec["mode"]}
-        if spec["mode"] == "bypassPermissions":
-            agent["allow_dangerously_skip_permissions"] = True
-        if spec["permissions"] is not None:
-            agent["permissions"] = {k: v for k, v in spec["permissions"].items() if v is not None}
-        data["agents"][name] = agent
-    config = Config.model_validate(data)
-    assert check_config(config, "generated") == []
-    return LoadedConfig(config=config, source="generated", base_dir=Path.cwd())
-
-
 def _catalog(spec: dict[tuple[str, str], tuple[bool, str, str, bool, str | None]]) -> dict[str, Entry]:
     entries = {}
     for (ns, name), (read_only, availability, kind, trusted, origin) in spec.items():
@@ -186,7 +170,7 @@ UNTRUSTED_PLAN = {"a": {"model": "vision-model", "mode": "plan",
                                       ("web", "get"): (True, "vision", "mcp", True, None)})
 @given(agents=agents_st, spec=entries_st)
 def test_rules_agree_with_the_reference_and_deny_wins(agents: dict[str, Any], spec: Any) -> None:
-    loaded = _config(agents)
+    loaded = generated_config(agents)
     entries = _catalog(spec)
     visible = _visible(loaded, entries)
     for agent, names in visible.items():
@@ -210,7 +194,7 @@ def test_rules_agree_with_the_reference_and_deny_wins(agents: dict[str, Any], sp
 @settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(agents=agents_st, spec=entries_st)
 def test_callable_names_equal_listed_names(agents: dict[str, Any], spec: Any) -> None:
-    loaded = _config(agents)
+    loaded = generated_config(agents)
     entries = _catalog(spec)
     pipeline = Pipeline(get_plugin_manager(), loaded, {})
     views = {a: build_view(r, entries.values(), pipeline) for a, r in compile_rules(loaded).items()}
@@ -236,7 +220,7 @@ def test_callable_names_equal_listed_names(agents: dict[str, Any], spec: Any) ->
 def test_a_search_finds_only_what_the_agent_sees(agents: dict[str, Any], spec: Any, query: str) -> None:
     """Whatever the rules and the query (a word, a served name of a hidden tool, a regex matching every name), a
     view's search returns only tools of its own list, in the order of no hidden one."""
-    loaded = _config(agents)
+    loaded = generated_config(agents)
     entries = _catalog(spec)
     pipeline = Pipeline(get_plugin_manager(), loaded, {})
     for rules in compile_rules(loaded).values():
@@ -252,7 +236,7 @@ def test_a_search_finds_only_what_the_agent_sees(agents: dict[str, Any], spec: A
 @given(agents=agents_st, spec=entries_st, data=st.data())
 def test_adding_an_allow_never_hides_and_adding_a_deny_never_reveals(agents: Any, spec: Any, data: Any) -> None:
     entries = _catalog(spec)
-    before = _visible(_config(agents), entries)
+    before = _visible(generated_config(agents), entries)
     agent = data.draw(st.sampled_from(sorted(agents)))
     permissions = agents[agent]["permissions"]
     if permissions is None:
@@ -264,7 +248,7 @@ def test_adding_an_allow_never_hides_and_adding_a_deny_never_reveals(agents: Any
     changed = copy.deepcopy(agents)
     kind = "allow" if "allow" in rule else "deny"
     changed[agent]["permissions"][dimension][kind].append(data.draw(_patterns(dimension)))
-    after = _visible(_config(changed), entries)
+    after = _visible(generated_config(changed), entries)
     if kind == "allow":
         assert set(before[agent]) <= set(after[agent])
     else:
@@ -283,7 +267,7 @@ def test_pattern_order_is_irrelevant(agents: Any, spec: Any, seed: Any) -> None:
         for rule in (agent["permissions"] or {}).values():
             if rule:
                 seed.shuffle(next(iter(rule.values())))
-    assert _visible(_config(shuffled), entries) == _visible(_config(agents), entries)
+    assert _visible(generated_config(shuffled), entries) == _visible(generated_config(agents), entries)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -293,7 +277,7 @@ def test_no_mode_reveals_what_the_lists_hide(mode: str) -> None:
                                     "tools": {"deny": ["fs__*"]}}}}
     entries = _catalog({("fs", "read"): (True, "none", "pack", True, None),
                         ("web", "get"): (True, "none", "pack", True, None)})
-    assert _visible(_config(agents), entries) == {"a": ["web__get"]}
+    assert _visible(generated_config(agents), entries) == {"a": ["web__get"]}
 
 
 # -- resources and prompts: the same rules, over full names and URIs ---------------------------------------------
@@ -382,7 +366,7 @@ def test_items_listed_are_exactly_those_readable_or_gettable_and_the_rest_are_un
                                                                                      items: Any) -> None:
     from toolcrib.errors import UnknownPromptError, UnknownResourceError
 
-    loaded = _config(agents)
+    loaded = generated_config(agents)
     pipeline = Pipeline(get_plugin_manager(), loaded, {})
     views = {a: build_view(r, items, pipeline) for a, r in compile_rules(loaded).items()}
 
@@ -447,7 +431,7 @@ def test_no_result_ever_carries_a_uri_the_view_hides(agents: Any, items: Any) ->
 
     for spec in agents.values():
         spec["permissions"] = {**spec["permissions"], "mcps": {"allow": ["probe"]}, "tools": {"allow": ["probe__*"]}}
-    loaded = _config(agents)
+    loaded = generated_config(agents)
     pipeline = Pipeline(get_plugin_manager(), loaded, {})
     served = {e.uri for e in items if e.kind == "resource"}
     templated = {e.source for e in items if e.kind == "template"}
