@@ -56,7 +56,7 @@ def _sides(entries: dict[str, Entry], folder: Path) -> dict[str, tuple[Any, Any]
         pipeline = Pipeline(get_plugin_manager(), loaded, {})
         rules = compile_rules(loaded)["bench"]
         if name == "cedar":
-            policy = CedarPolicy(CEDAR, "bench", entries.values(), {"bench": "default"})
+            policy = CedarPolicy(CEDAR, entries.values(), {"bench": "default"})
             pipeline.policies = dataclasses.replace(pipeline.policies, hooks=(policy,))
             rules = dataclasses.replace(rules, policies=pipeline.policies)
         sides[name] = (rules, pipeline)

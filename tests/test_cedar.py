@@ -127,7 +127,7 @@ def test_the_toml_rules_and_their_cedar_translation_decide_every_case_alike(agen
     entries = _entries(spec)
     text = export(rules)
     assert validate(text, "export") == []
-    policy = CedarPolicy(text, "export", entries, {name: r.mode for name, r in rules.items()})
+    policy = CedarPolicy(text, entries, {name: r.mode for name, r in rules.items()})
     for agent, agent_rules in rules.items():
         for entry in entries:
             toml = permitted(agent_rules, entry)
@@ -364,8 +364,8 @@ forbid (principal, action, resource in Toolcrib::Namespace::"web");
                for ns in ("fs", "web") for name, read_only in (("read", True), ("rm", False))]
     entries.append(Entry(name="docs__readme", provenance=Provenance("docs", PACK),
                          definition=_item("docs", "resource")))
-    known = CedarPolicy(policies, "known", entries, {"a": "default"})
-    unknown = CedarPolicy(policies, "unknown", [], {})
+    known = CedarPolicy(policies, entries, {"a": "default"})
+    unknown = CedarPolicy(policies, [], {})
     verdicts = [(e.name, known(request_for(e, "a", "list")), unknown(request_for(e, "a", "list"))) for e in entries]
     assert [(name, k is None) for name, k, _ in verdicts] == [
         ("fs__read", True), ("fs__rm", False), ("web__read", False), ("web__rm", False), ("docs__readme", True)]
@@ -406,7 +406,7 @@ def test_cedar_is_given_every_attribute_the_schema_names() -> None:
                Entry(name="web__read", provenance=Provenance("web", PACK), definition=_tool(True, None)),
                Entry(name="docs__page", provenance=Provenance("docs", PACK), definition=_item("docs", "template"))]
     assert validate(EVERY_FIELD, "every") == []
-    policy = CedarPolicy(EVERY_FIELD, "every", entries, {"a": "default", "b": "default"})
+    policy = CedarPolicy(EVERY_FIELD, entries, {"a": "default", "b": "default"})
     read, every_entry, web, page = entries
 
     def allowed(entry: Entry, agent: str = "a", action: str = "list", mode: str = "default",
@@ -425,7 +425,7 @@ def test_cedar_is_given_every_attribute_the_schema_names() -> None:
         "forbidden by forbid 'not the web', forbid 'nor its reader'")
     assert policy(request_for(every_entry, "a", "list")) == toolcrib.Deny("forbidden by forbid #4")  # (its place)
     # the same, for things Cedar was not given (a lazy server's), from their requests
-    lazy = CedarPolicy(EVERY_FIELD, "lazy", [], {})
+    lazy = CedarPolicy(EVERY_FIELD, [], {})
     assert [lazy(request_for(e, "a", "list")) is None for e in entries] == [True, False, False, True]
 
 
@@ -435,9 +435,9 @@ def test_an_untrusted_servers_read_only_claim_is_not_what_cedar_sees() -> None:
     entry = Entry(name="up__read", provenance=Provenance("up", MCP, "mcps", trusted=False), definition=claimed)
     trusted = Entry(name="up__read", provenance=Provenance("up", MCP, "mcps", trusted=True), definition=claimed)
     policies = "permit (principal, action, resource) when { resource is Toolcrib::Tool && resource.read_only };"
-    for policy in (CedarPolicy(policies, "known", [entry], {}), CedarPolicy(policies, "lazy", [], {})):
+    for policy in (CedarPolicy(policies, [entry], {}), CedarPolicy(policies, [], {})):
         assert policy(request_for(entry, "a", "list")) == toolcrib.Deny(NO_PERMIT)
-    assert CedarPolicy(policies, "lazy", [], {})(request_for(trusted, "a", "list")) is None
+    assert CedarPolicy(policies, [], {})(request_for(trusted, "a", "list")) is None
 
 
 def test_two_errors_are_both_named_and_strings_are_written_as_cedar_reads_them(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -448,7 +448,7 @@ def test_two_errors_are_both_named_and_strings_are_written_as_cedar_reads_them(m
     erring = ('permit (principal, action, resource);\n'
               'forbid (principal, action, resource) when { 9223372036854775807 + 1 > 0 };\n'
               'forbid (principal, action, resource) when { 9223372036854775807 * 2 > 0 };\n')
-    denied = CedarPolicy(erring, "x", [], {})(request_for(_entries([("fs", "read", True, "pack", True, None)])[0],
+    denied = CedarPolicy(erring, [], {})(request_for(_entries([("fs", "read", True, "pack", True, None)])[0],
                                                           "a", "list"))
     assert denied == toolcrib.Deny(
         "Cedar could not evaluate a policy (denied, fail closed): error while evaluating policy `policy1`: integer "
@@ -459,7 +459,7 @@ def test_two_errors_are_both_named_and_strings_are_written_as_cedar_reads_them(m
                f"{_string(quoted)} }};")
     assert validate(checked, "x") == []
     tool = Entry(name='a"b\\c', provenance=Provenance("a", PACK), definition=_tool(True, None))
-    assert CedarPolicy(checked, "x", [], {})(request_for(tool, "a", "list")) is None
+    assert CedarPolicy(checked, [], {})(request_for(tool, "a", "list")) is None
     monkeypatch.setitem(sys.modules, "cedarpy", None)  # (not installed)
     with pytest.raises(ImportError) as missing:
         validate("", "x")

@@ -14,7 +14,6 @@ a differential test checks over generated configs and catalogs.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -22,9 +21,7 @@ from toolcrib.answers import Deny
 from toolcrib.entries import Entry
 from toolcrib.errors import Problem
 from toolcrib.permissions import VIEW_PROXIES, AgentRules, DimensionRule
-from toolcrib.policy import PolicyRequest
-
-log = logging.getLogger("toolcrib.cedar")
+from toolcrib.policy import PolicyRequest, request_for
 
 NAMESPACE = "Toolcrib"
 ENTITY_TYPES = {"tool": "Tool", "resource": "Resource", "template": "Template", "prompt": "Prompt"}
@@ -106,18 +103,8 @@ def _agent(name: str, mode: str) -> dict[str, Any]:
 
 
 def entity(entry: Entry) -> dict[str, Any]:
-    """``entry`` as a Cedar entity (JSON form)."""
-    kind = entry.kind
-    provenance = entry.provenance
-    attrs: dict[str, Any] = {"name": entry.name, "namespace": entry.namespace, "source": provenance.source,
-                             "source_kind": provenance.kind.name, "dimension": provenance.dimension,
-                             "origin": (entry.tool.origin or "") if kind == "tool" else ""}
-    if kind == "tool":
-        attrs["annotations"] = _annotations(entry.tool.annotations or {})
-        attrs["read_only"] = bool(entry.read_only)
-    elif kind in ("resource", "template"):
-        attrs["uri"] = entry.uri or ""
-    return _thing(kind, entry.name, entry.namespace, attrs)
+    """``entry`` as a Cedar entity (JSON form): what a request about it says of it."""
+    return _entity(request_for(entry, "", "list"))
 
 
 class CedarPolicy:
@@ -127,9 +114,8 @@ class CedarPolicy:
     plugin = "cedar"
     inline = True
 
-    def __init__(self, text: str, where: str, entries: Iterable[Entry] = (), agents: Mapping[str, str] | None = None):
+    def __init__(self, text: str, entries: Iterable[Entry] = (), agents: Mapping[str, str] | None = None) -> None:
         cedarpy = _cedarpy()
-        self.where = where
         self._cedarpy = cedarpy
         self.policies = cedarpy.PolicySet.from_str(text)
         self._ids = _ids(text)
@@ -153,7 +139,7 @@ class CedarPolicy:
         if (request.kind, request.name) in self._entries:
             entities = self._entities_handle()
         else:  # (a thing the host did not have when the policy was loaded: a lazy server's tool)
-            entities = [_requested(request), _agent(request.agent, request.mode)]
+            entities = [_entity(request), _agent(request.agent, request.mode)]
         result = self._cedarpy.is_authorized({
             "principal": _uid("Agent", request.agent), "action": _uid("Action", request.action),
             "resource": _uid(ENTITY_TYPES[request.kind], request.name), "context": context},
@@ -170,9 +156,9 @@ class CedarPolicy:
         return Deny(f"forbidden by {', '.join(reasons)}" if reasons else NO_PERMIT)
 
 
-
-def _requested(request: PolicyRequest) -> dict[str, Any]:
-    """The entity of a thing known only from its request (a lazy server's tool): what the request says of it."""
+def _entity(request: PolicyRequest) -> dict[str, Any]:
+    """The Cedar entity of what ``request`` is about (JSON form), from what the request says of it: the host's
+    catalog's things are made so once, a thing loaded later (a lazy server's tool) at each request."""
     attrs: dict[str, Any] = {"name": request.name, "namespace": request.namespace, "source": request.source,
                              "source_kind": request.source_kind, "dimension": request.dimension,
                              "origin": request.origin}
@@ -237,8 +223,7 @@ def _rule(rule: DimensionRule, *attributes: str) -> str:
     nothing."""
     if rule.kind == "missing":
         return "false"
-    deciding = [p for p in rule.patterns if rule.kind == "allow" or p.specifier is None]
-    matched = " || ".join(_matches(attribute, deciding) for attribute in attributes)
+    matched = " || ".join(_matches(attribute, rule.deciding) for attribute in attributes)
     return f"({matched})" if rule.kind == "allow" else f"!({matched})"
 
 

@@ -128,6 +128,7 @@ class Entry:
     trusted: bool | None = None  # (its provenance's unless given: never None once made)
     curation: Any = None  # toolcrib.curation.Curation: what the operator changed of the tool its source serves
     held: str | None = None  # why the definition lock holds the tool back (toolcrib.lock), or None
+    app_of: tuple[Entry, ...] = ()  # a resource that is the MCP App (ui://) of these tools: hidden with them
     # from the definition, once (the decision reads them for every entry of every view):
     kind: str = field(init=False)  # "tool" | "resource" | "template" | "prompt"
     uri: str | None = field(init=False)  # a resource's URI (or a template's); None for a tool or a prompt

@@ -57,7 +57,7 @@ from toolcrib.plugins import (
 from toolcrib.skills import discover as discover_skills
 from toolcrib.sources import Source
 from toolcrib.supply.kinds import KINDS, kind_named
-from toolcrib.view import AgentView, ServedUris, build_view, collector_paused, hidden_apps, served_names
+from toolcrib.view import AgentView, ServedUris, app_uri, build_view, collector_paused, served_names
 
 log = logging.getLogger("toolcrib.host")
 
@@ -131,6 +131,7 @@ class Host:
             self.catalog.entries, curation_problems = curate(self.catalog.entries, loaded, frozenset(self.lazy_servers))
             self.catalog.problems.extend(curation_problems)
             self._apply_lock()
+            self._mark_apps()
             self.rules: dict[str, AgentRules] = compile_rules(loaded)
             sinks = [plugin for _, plugin in builtins  # the audit log, when one is kept
                      if isinstance(plugin, AuditSink) and self.pm.is_registered(plugin)]
@@ -163,8 +164,22 @@ class Host:
         if problems:
             raise ConfigError(problems)
         entries = [*self.catalog.entries.values(), *self.catalog.resources.values(), *self.catalog.prompts.values()]
-        return cedar.CedarPolicy(text, where, entries, {name: agent.mode for name, agent in
-                                                        self.loaded.config.agents.items()})
+        return cedar.CedarPolicy(text, entries, {name: agent.mode for name, agent in self.loaded.config.agents.items()})
+
+    def _mark_apps(self) -> None:
+        """Each resource that is an MCP App's page (a tool's ``_meta.ui.resourceUri``) learns its tools: ``decide``
+        hides it from an agent that sees none of them."""
+        apps: dict[str, list[Entry]] = {}
+        for entry in self.catalog.entries.values():
+            uri = app_uri(entry.tool)
+            if uri is not None:
+                apps.setdefault(uri, []).append(entry)
+        if not apps:
+            return
+        for name, entry in self.catalog.resources.items():
+            tools = apps.get(uris.normalize(entry.resource.uri)) if entry.kind == "resource" else None
+            if tools:
+                self.catalog.resources[name] = dataclasses.replace(entry, app_of=tuple(tools))
 
     def _apply_lock(self) -> None:
         """Hold back what ``toolcrib.lock`` says changed (and, when strict, what it does not know)."""
@@ -273,14 +288,14 @@ class Host:
             return decide(rules, entry, detail=True, exhaustive=True)
         item = self.catalog.prompts.get(name) or self.catalog.resources.get(name)
         if item is not None:
-            return self._app_check(agent, lacking, decide(rules, item, detail=True, exhaustive=True))
+            return decide(rules, item, detail=True, exhaustive=True)
         uri = uris.normalize(name)  # a URI as every rule sees it (docs://pages/%69nternal is docs://pages/internal)
         found = self.served_uris.find(uri)
         if found is None:
             return None
         template, parameters = found
         if template.kind == "resource":
-            return self._app_check(agent, lacking, decide(rules, template, detail=True, exhaustive=True))
+            return decide(rules, template, detail=True, exhaustive=True)
         decision = decide(rules, template, detail=True, exhaustive=True)
         expanded = uris.expand(template.resource.uri, parameters)
         named = uri_check(rules, [uri] if expanded in (None, uri) else [uri, expanded])
@@ -288,20 +303,6 @@ class Host:
         check = Check("uri", named.passed, detail if named.passed else f"{detail}; {named.detail}")
         return dataclasses.replace(decision, name=name, visible=decision.visible and named.passed,
                                    checks=(*decision.checks, check))
-
-    def _app_check(self, agent: str, lacking: frozenset[str], decision: Decision) -> Decision:
-        """A fixed resource's decision, failing where it is the MCP App of tools the agent does not see (an App is its
-        tool's: hidden with it)."""
-        entry = self.catalog.resources.get(decision.name)
-        if entry is None or entry.kind != "resource":
-            return decision
-        view = self.view(agent, lacking)
-        using = hidden_apps(self.catalog.entries.values(), {vt.entry.name for vt in view.tools}).get(
-            uris.normalize(entry.resource.uri))
-        if using is None:
-            return decision
-        check = Check("app", False, f"the MCP App of {', '.join(using)}, which the agent does not see")
-        return dataclasses.replace(decision, visible=False, checks=(*decision.checks, check))
 
     def similar(self, name: str, n: int = 3) -> list[str]:
         """Installed tools, prompts and resources whose names (or URIs) are close to ``name`` (for "did you

@@ -83,6 +83,11 @@ class Named:
 KINDS = {"skills": "skill", "subagents": "agent", "mcps": "server", "plugins": "pack"}
 
 
+def _deciding(kind: str, patterns: Sequence[Pattern]) -> tuple[Pattern, ...]:
+    """A deny hides only with a bare pattern; a pattern with a specifier restricts calls instead."""
+    return tuple(p for p in patterns if kind == "allow" or p.specifier is None)
+
+
 @dataclass(frozen=True, slots=True)
 class DimensionRule:
     """One compiled dimension of one agent: ``kind`` is "allow", "deny" or "missing"."""
@@ -96,16 +101,19 @@ class DimensionRule:
 
     @classmethod
     def build(cls, dimension: str, kind: str, compiled: tuple[Pattern, ...], where: str) -> DimensionRule:
-        # A deny hides only with a bare pattern; a pattern with a specifier restricts calls instead.
-        deciding = [p for p in compiled if kind == "allow" or p.specifier is None]
         exact: dict[str, Pattern] = {}
         globs: list[Pattern] = []
-        for p in deciding:
+        for p in _deciding(kind, compiled):
             if "*" in p.name:
                 globs.append(p)
             else:
                 exact.setdefault(p.name, p)
         return cls(dimension, kind, compiled, where, exact, tuple(globs))
+
+    @property
+    def deciding(self) -> tuple[Pattern, ...]:
+        """The patterns that decide whether a name is seen (what ``match`` matches)."""
+        return _deciding(self.kind, self.patterns)
 
     def match(self, name: str) -> Pattern | None:
         """The first pattern that decides for ``name`` (exact names first, then globs), or None."""
@@ -362,7 +370,8 @@ def decide(rules: AgentRules, subject: Entry | Named, *, detail: bool = False, e
     An entry (a tool, resource, template or prompt): the checks run in order - the definition lock, source, the
     rule of its kind's dimension (``tools``, ``resources``, ``prompts``; a resource's rule is matched against its
     full name and its URI), the request's scopes, mode (tools only: reading changes nothing), the packs' policies
-    (``toolcrib_policy``, action ``list``), availability - and stop at the first that fails. The host's own
+    (``toolcrib_policy``, action ``list``), availability, and for a resource that is an MCP App's page, that the
+    agent sees one of its tools - and stop at the first that fails. The host's own
     entries (``toolcrib__*``) have no source to permit: each is available when the agent may have some of what it
     serves (a skill, an agent, a server). Anything else (a
     ``Named`` skill, agent or server): its dimension's rule; an agent is never offered itself, nor one of the
@@ -435,6 +444,14 @@ def decide(rules: AgentRules, subject: Entry | Named, *, detail: bool = False, e
         if detail:
             checks.append(Check("available", passed, answer[1], answer[2]))
         visible = visible and passed
+    if entry.app_of and (visible or exhaustive):  # an App's page is its tools': seen with one of them, or not at all
+        seen = [tool.name for tool in entry.app_of
+                if decide(rules, tool, availability=availability, policy=policy, chain=chain).visible]
+        if detail:
+            names = ", ".join(tool.name for tool in entry.app_of)
+            checks.append(Check("app", bool(seen), f"the MCP App of {', '.join(seen)}" if seen else
+                                f"the MCP App of {names}, which the agent does not see"))
+        visible = visible and bool(seen)
     return Decision(rules.agent, entry.name, visible and entry.held is None, tuple(checks), kind)
 
 

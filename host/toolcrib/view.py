@@ -10,7 +10,7 @@ import gc
 import json
 import logging
 import math
-from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -664,11 +664,8 @@ def build_view(rules: AgentRules, entries: Iterable[Entry], pipeline: Pipeline,
 
     def others() -> ResourcesAndPrompts:  # decided when first looked at, with the same availability answers
         shown: dict[str, list[Entry]] = {"resource": [], "template": [], "prompt": []}
-        apps = hidden_apps(entries, {vt.entry.name for vt in visible})
         for entry in entries:
-            if entry.kind == "tool" or (entry.kind == "resource" and uris.normalize(entry.resource.uri) in apps):
-                continue  # (an App's page, of tools the agent does not see)
-            if decide(rules, entry, availability=answers, policy=verdicts).visible:
+            if entry.kind != "tool" and decide(rules, entry, availability=answers, policy=verdicts).visible:
                 shown[entry.kind].append(entry)
         prompts = shown["prompt"]
         prompt_names = served_names([p.name for p in prompts]) if bare else {}
@@ -685,20 +682,6 @@ def app_uri(tool: Tool) -> str | None:
     ui = meta.get("ui")
     uri = ui.get("resourceUri") if isinstance(ui, Mapping) else meta.get("ui/resourceUri")
     return uris.normalize(uri) if isinstance(uri, str) else None
-
-
-def hidden_apps(entries: Iterable[Entry], seen: Collection[str]) -> dict[str, list[str]]:
-    """The Apps' resources an agent does not see with their tools: each App resource (normal URI) that only tools
-    outside ``seen`` (full names) declare, with those tools' names. An App is its tool's: hidden with it."""
-    using: dict[str, list[str]] = {}
-    kept: set[str] = set()
-    for entry in entries:
-        if entry.kind == "tool" and (uri := app_uri(entry.tool)) is not None:
-            if entry.name in seen:
-                kept.add(uri)
-            else:
-                using.setdefault(uri, []).append(entry.name)
-    return {uri: names for uri, names in using.items() if uri not in kept}
 
 
 def for_model(wire: Mapping[str, Any]) -> bool:
