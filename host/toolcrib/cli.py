@@ -281,6 +281,8 @@ def check(strict: bool, as_json: bool) -> None:
 
         ranking = search_ranking()
     # what each upstream server may send the agents' clients during a call ([mcps.x] forward)
+    from toolcrib.supply.mcp.settings import FORWARDABLE
+
     forwarding = {name: list(server.forward) for name, server in sorted(host.loaded.config.mcps.items())
                   if server.enabled}
     sampling = host.sampling_subagents()
@@ -299,7 +301,7 @@ def check(strict: bool, as_json: bool) -> None:
         if ranking is not None:
             click.echo(f"tool search ({', '.join(searching)}): ranked by {ranking}")
         for name, forwarded in forwarding.items():
-            left = [what for what in ("progress", "log", "elicitation", "sampling") if what not in forwarded]
+            left = [what for what in FORWARDABLE if what not in forwarded]
             click.echo(f"upstream server {name!r} forwards to the agents' clients: {', '.join(forwarded) or 'nothing'}"
                        + (f" (not {', '.join(left)})" if left else ""))
         if sampling:

@@ -18,6 +18,7 @@ from toolcrib.errors import Suspend, ToolError
 from toolcrib.names import foreign_meta
 from toolcrib.runner import Call
 from toolcrib.supply.mcp.pack_calls import Lane, LaneClosed
+from toolcrib.supply.mcp.settings import FORWARDABLE
 
 log = logging.getLogger("toolcrib.upstream")
 
@@ -39,15 +40,17 @@ def _asking(context: Any) -> Call | None:
     return calls[0] if len(calls) == 1 else None
 
 
-FORWARDED = frozenset({"progress", "log", "elicitation", "sampling"})  # [mcps.x] forward's default
+def _upstream(call: Call | None) -> UpstreamRunner | None:
+    """The upstream runner of a call's tool, if it is an upstream server's."""
+    runner = call.tool.tool.runner if call is not None and call.tool is not None else None
+    return runner if isinstance(runner, UpstreamRunner) else None
 
 
 def withheld(call: Call | None, what: str) -> str | None:
     """Why ``what`` (``elicitation``, ``sampling``, ``log``) of the server a call's tool is of does not reach the
     agent's client, or None when it does."""
-    vt = call.tool if call is not None else None
-    runner = vt.tool.runner if vt is not None else None
-    if not isinstance(runner, UpstreamRunner) or what in runner.forward:
+    runner = _upstream(call)
+    if runner is None or what in runner.forward:
         return None
     return (f"toolcrib does not forward {_FORWARD_WORDS[what]} from {runner.what} {runner.namespace!r} to the "
             f"agent's client ([mcps.{runner.namespace}] forward)")
@@ -58,8 +61,8 @@ def named(call: Call, message: str) -> str:
     answers toolcrib's client, and should know who wants to know)."""
     from toolcrib.names import clean
 
-    runner = call.tool.tool.runner if call.tool is not None else None
-    who = f"{runner.what} {runner.namespace!r}" if isinstance(runner, UpstreamRunner) else "an upstream server"
+    runner = _upstream(call)
+    who = f"{runner.what} {runner.namespace!r}" if runner is not None else "an upstream server"
     return f"[{who}] {clean(message)}"
 
 
@@ -80,7 +83,7 @@ async def forward_log(session: Any, params: Any) -> None:
     calls = _IN_FLIGHT.get(id(session), [])
     call = calls[0] if len(calls) == 1 else None
     if call is None or level not in LOG_LEVELS or withheld(call, "log") is not None:
-        log.info("log message (%s) of an upstream server outside one call: %s", level, text)
+        log.info("log message (%s) of an upstream server, kept in the host's log: %s", level, text)
         return
     await call.context().log(level, text)
 
@@ -189,7 +192,7 @@ class UpstreamRunner:
     what: str = "upstream server"  # or "isolated pack", in its messages
     lane: Lane | None = None  # an isolated pack's calls take its lane while it is open
     as_task: bool = False  # a 2025-11-25 server runs it only as a task (SEP-1686): it is called as one
-    forward: frozenset[str] = FORWARDED  # what of the server's reaches the agent's client ([mcps.x] forward)
+    forward: frozenset[str] = frozenset(FORWARDABLE)  # what of the server's reaches the agent's client
     is_async = True
 
     def start(self, model: BaseModel, call: Call) -> Any:

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from toolcrib.governing import Launch
 from toolcrib.strict import Strict
+
+# what an upstream server may send the agent's client during a call, each forwarded by default ([mcps.x] forward)
+Forwardable = Literal["progress", "log", "elicitation", "sampling"]
+FORWARDABLE: tuple[Forwardable, ...] = get_args(Forwardable)
 
 
 class McpConfig(Strict):
@@ -30,8 +34,8 @@ class McpConfig(Strict):
     lazy: bool = Field(False, description="connect only when an agent loads it through the dynamic tools")
     enabled: bool = Field(True, description="false: never started")
     timeout: PositiveFloat = Field(30.0, description="seconds to connect and list its tools")
-    forward: list[Literal["progress", "log", "elicitation", "sampling"]] = Field(
-        ["progress", "log", "elicitation", "sampling"], description="what the server may send the agent's client "
+    forward: list[Forwardable] = Field(
+        list(FORWARDABLE), description="what the server may send the agent's client "
         "during a call: its progress, its log messages, its questions to the user (forms), its requests for a "
         "turn of the client's model; what is left out is refused to the server (or, for progress and logs, kept "
         "in the host's log)")
@@ -75,4 +79,4 @@ def problems(server: McpConfig) -> list[tuple[tuple[str, ...], str]]:
     return found
 
 
-__all__ = ["McpConfig", "problems"]
+__all__ = ["FORWARDABLE", "McpConfig", "problems"]
