@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 import toolcrib
-from toolcrib import Context, EmbeddedResource, Image, Message, Text, ToolError
+from toolcrib import Context, EmbeddedResource, Form, Image, Message, Roots, Sample, Text, ToolError
 
 # a 1x1 red pixel
 PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJ"
@@ -153,11 +153,131 @@ async def test_elicitation_sep1330_enums(ctx: Context) -> str:
 json_schema_2020_12_tool = toolcrib.tool("json_schema_2020_12_tool", "Tool with JSON Schema 2020-12 features", {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
-    "$defs": {"address": {"type": "object",
+    "$defs": {"address": {"$anchor": "addressDef", "type": "object",
                           "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}},
-    "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
+    "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"},
+                   "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+                   "phone": {"type": "string"}, "email": {"type": "string"}},
+    "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+    "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+    "then": {"required": ["phone"]},
+    "else": {"required": ["email"]},
     "additionalProperties": False,
 }, lambda args: f"Hello {args.get('name', 'nobody')}")
+
+
+# -- MCP 2026-07-28's fixtures: questions under the suite's keys (SEP-2322), capabilities (SEP-2575), headers -------
+
+
+def form(message: str, field: str, kind: str = "string") -> Form:
+    return Form(message, {"type": "object", "properties": {field: {"type": kind}}, "required": [field]})
+
+
+def said(message: str) -> Sample:
+    return Sample([{"role": "user", "content": {"type": "text", "text": message}}], max_tokens=100)
+
+
+@toolcrib.tool
+async def test_input_required_result_elicitation(ctx: Context) -> str:
+    """Ask for the user's name."""
+    answers = await ctx.ask({"user_name": form("What is your name?", "name")})
+    return f"Hello, {(answers['user_name'].content or {}).get('name')}!"
+
+
+@toolcrib.tool
+async def test_input_required_result_sampling(ctx: Context) -> str:
+    """Ask the client's model a question."""
+    answers = await ctx.ask({"capital_question": said("What is the capital of France?")})
+    return f"Sampling response: {answers['capital_question']['content'].get('text')}"
+
+
+@toolcrib.tool
+async def test_input_required_result_list_roots(ctx: Context) -> str:
+    """Ask for the client's roots."""
+    roots = (await ctx.ask({"client_roots": Roots()}))["client_roots"]
+    return f"Client exposed {len(roots)} root(s): {', '.join(root['uri'] for root in roots)}"
+
+
+@toolcrib.tool
+async def test_input_required_result_request_state(ctx: Context) -> str:
+    """Ask for a confirmation (the round's state is toolcrib's sealed one, verified when it comes back)."""
+    await ctx.ask({"confirm": form("Please confirm", "ok", "boolean")})
+    return "state-ok: requestState verified and confirmation received"
+
+
+@toolcrib.tool
+async def test_input_required_result_multiple_inputs(ctx: Context) -> str:
+    """Ask three questions at once."""
+    answers = await ctx.ask({"user_name": form("What is your name?", "name"),
+                             "greeting": Sample([{"role": "user", "content": {"type": "text",
+                                                                              "text": "Generate a greeting"}}],
+                                                max_tokens=50),
+                             "client_roots": Roots()})
+    return (f"{answers['greeting']['content'].get('text')} {(answers['user_name'].content or {}).get('name')}, "
+            f"{len(answers['client_roots'])} root(s) visible")
+
+
+@toolcrib.tool
+async def test_input_required_result_multi_round(ctx: Context) -> str:
+    """Ask one question, then another."""
+    name = (await ctx.ask({"step1": form("Step 1: What is your name?", "name")}))["step1"]
+    color = (await ctx.ask({"step2": form("Step 2: What is your favorite color?", "color")}))["step2"]
+    return f"Multi-round complete: {(name.content or {}).get('name')} likes {(color.content or {}).get('color')}"
+
+
+@toolcrib.tool
+async def test_input_required_result_tampered_state(ctx: Context) -> str:
+    """Ask for a confirmation; a state changed on the way back is refused before this runs again."""
+    await ctx.ask({"confirm": form("Please confirm", "ok", "boolean")})
+    return "integrity-ok: requestState verified"
+
+
+@toolcrib.tool
+async def test_input_required_result_capabilities(ctx: Context) -> str:
+    """Ask only what the client declared it can answer."""
+    wanted = {"greeting": said("Generate a short greeting"), "user_name": form("What is your name?", "name"),
+              "client_roots": Roots()}
+    questions = {key: question for key, question in wanted.items() if ctx.can_ask(question)}
+    if not questions:
+        return "No declared client capability supports an in-band input request"
+    await ctx.ask(questions)
+    return "Capability-aware input requests fulfilled"
+
+
+@toolcrib.tool
+async def test_missing_capability(ctx: Context) -> str:
+    """Needs the client's model: a client that did not declare sampling gets the missing-capability error."""
+    await ctx.ask({"capability_sample": said("Need sampling to continue")})
+    return "Success"
+
+
+@toolcrib.tool
+async def test_streaming_elicitation(ctx: Context) -> str:
+    """Ask the user (on 2026-07-28 an input-required result, never a request on the response's stream)."""
+    answers = await ctx.ask({"user_name": form("What is your name?", "name")})
+    return f"Hello, {(answers['user_name'].content or {}).get('name')}!"
+
+
+@toolcrib.tool
+async def test_logging_tool(ctx: Context) -> str:
+    """Log a line (sent only to a client that asked for log messages)."""
+    await ctx.info("Per-request log line")
+    return "Logging tool complete"
+
+
+test_x_mcp_header = toolcrib.tool("test_x_mcp_header", "A tool whose region argument is mirrored into a header", {
+    "type": "object",
+    "properties": {"region": {"type": "string", "description": "mirrored into Mcp-Param-Region",
+                              "x-mcp-header": "Region"},
+                   "level": {"type": "integer", "description": "not mirrored"}},
+}, lambda args: f"region={args.get('region', '<none>')}")
+
+
+@toolcrib.prompt
+async def test_input_required_result_prompt(ctx: Context) -> str:
+    """A prompt that asks the user for its context first."""
+    answers = await ctx.ask({"user_context": form("What context should the prompt use?", "context")})
+    return f"Prompt with context: {(answers['user_context'].content or {}).get('context')}"
 
 
 @toolcrib.resource("test://static-text", mime_type="text/plain")
@@ -271,13 +391,20 @@ class TasksPack:
 TASKS = TasksPack()
 
 
+MODERN_TOOLS = [test_input_required_result_elicitation, test_input_required_result_sampling,
+                test_input_required_result_list_roots, test_input_required_result_request_state,
+                test_input_required_result_multiple_inputs, test_input_required_result_multi_round,
+                test_input_required_result_tampered_state, test_input_required_result_capabilities,
+                test_missing_capability, test_streaming_elicitation, test_logging_tool, test_x_mcp_header]
+
+
 class ConformancePack:
     @toolcrib.hookimpl
     def toolcrib_tools(self) -> list[Any]:
         return [test_simple_text, test_image_content, test_audio_content, test_embedded_resource,
                 test_multiple_content_types, test_tool_with_logging, test_error_handling, test_tool_with_progress,
                 test_reconnection, test_sampling, test_elicitation, test_elicitation_sep1034_defaults,
-                test_elicitation_sep1330_enums, json_schema_2020_12_tool]
+                test_elicitation_sep1330_enums, json_schema_2020_12_tool, *MODERN_TOOLS]
 
     @toolcrib.hookimpl
     def toolcrib_resources(self) -> list[Any]:
@@ -286,7 +413,7 @@ class ConformancePack:
     @toolcrib.hookimpl
     def toolcrib_prompts(self) -> list[Any]:
         return [test_simple_prompt, test_prompt_with_arguments, test_prompt_with_embedded_resource,
-                test_prompt_with_image]
+                test_prompt_with_image, test_input_required_result_prompt]
 
 
 PACK = ConformancePack()
@@ -308,14 +435,4 @@ resources = { allow = ["*"] }
 prompts = { allow = ["*"] }
 
 [agents.silent]
-"""
-
-
-TASKS_CONFIG = """
-[agents.judge]
-token_env = "TOK_JUDGE"
-bare_names = true
-[agents.judge.permissions]
-plugins = { allow = ["tasks"] }
-tools = { allow = ["*"] }
 """

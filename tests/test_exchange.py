@@ -634,9 +634,10 @@ def test_a_call_here_acts_for_the_token_that_made_it(tmp_path: Any) -> None:
         ("w__text", {"kind": "token", "credential": "$TOK_A"}), ("s__sampler", {"kind": "token",
                                                                                "credential": "$TOK_A"})]
     assert asked["result"]["resultType"] == "input_required"
-    assert refused["result"]["content"] == [{"type": "text", "text": "This needs the client's model, and the client "
-                                                                      "offers none (it does not support MCP "
-                                                                      "sampling)."}]
+    # a client that declared no sampling: the protocol's missing-capability error (SEP-2575), naming what it lacks
+    assert refused["error"] == {"code": -32021, "message": "This needs the client's model, and the client offers "
+                                                           "none (it does not support MCP sampling).",
+                                "data": {"requiredCapabilities": {"sampling": {}}}}
 
 
 @pytest.mark.parametrize(("length", "handed", "status"), [

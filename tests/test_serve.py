@@ -192,10 +192,10 @@ def test_modern_approval_is_sealed_to_the_call() -> None:
                                                    allow_input_required=True)
             assert isinstance(first, types.InputRequiredResult)
             responses = {"toolcrib_approval": types.ElicitResult(action="accept", content={})}
-            other = await client.session.call_tool("files__write", {"path": "/etc/passwd", "text": "x"},
-                                                   input_responses=responses, request_state=first.request_state)
-            assert other.is_error  # type: ignore[union-attr]
-            assert other.content[0].text == UNVERIFIABLE  # type: ignore[union-attr]
+            with pytest.raises(MCPError) as other:  # refused as the request's invalid params (SEP-2322)
+                await client.session.call_tool("files__write", {"path": "/etc/passwd", "text": "x"},
+                                               input_responses=responses, request_state=first.request_state)
+            assert (other.value.error.code, other.value.error.message) == (-32602, UNVERIFIABLE)
             same = await client.session.call_tool("files__write", {"path": "a", "text": "x"},
                                                   input_responses=responses, request_state=first.request_state)
             assert same.content[0].text == "wrote 1 characters to a"  # type: ignore[union-attr]
@@ -285,12 +285,17 @@ def test_replicas_accept_each_others_rounds_only_with_one_secret(shared: bool) -
             first = await one.session.call_tool("files__write", args, allow_input_required=True)
             assert isinstance(first, types.InputRequiredResult)
             responses = {"toolcrib_approval": types.ElicitResult(action="accept", content={})}
-            return await two.session.call_tool("files__write", args, input_responses=responses,
-                                               request_state=first.request_state)
+            try:
+                return await two.session.call_tool("files__write", args, input_responses=responses,
+                                                   request_state=first.request_state)
+            except MCPError as exc:
+                return exc.error.code, exc.error.message
 
     result = anyio.run(main)
-    assert result.content[0].text == ("wrote 1 characters to a" if shared else UNVERIFIABLE)
-    assert result.is_error is not shared
+    if shared:
+        assert (result.is_error, result.content[0].text) == (False, "wrote 1 characters to a")
+    else:  # the request's params refused (SEP-2322): nothing ran, nothing was granted
+        assert result == (-32602, UNVERIFIABLE)
 
 
 def test_a_short_state_secret_is_refused_before_serving(config_file: Path) -> None:

@@ -19,6 +19,7 @@ import anyio
 import mcp_types as types
 import pytest
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 
 import toolcrib
 from attacking import TESTS, call, host_at
@@ -186,12 +187,13 @@ def test_a_state_that_cannot_be_verified_ends_the_call_and_says_why(state: str) 
         server = build_server(ServingState(make_host(ASKING, {"files": FILES})), "w")
         async with Client(server, cache=None) as client:
             responses = {"toolcrib_approval": types.ElicitResult(action="accept", content={})}
-            return await client.session.call_tool("files__write", {"path": "a", "text": "x"},
-                                                  input_responses=responses, request_state=state or None)
+            with pytest.raises(MCPError) as refused:
+                await client.session.call_tool("files__write", {"path": "a", "text": "x"},
+                                               input_responses=responses, request_state=state or None)
+            return refused.value.error
 
-    result = anyio.run(main)
-    assert isinstance(result, types.CallToolResult) and result.is_error
-    assert result.content == [types.TextContent(text=UNVERIFIABLE)]
+    error = anyio.run(main)
+    assert (error.code, error.message) == (-32602, UNVERIFIABLE)  # the request's params refused (SEP-2322)
 
 
 # -- low, but crashes ------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 
 import toolcrib
 from conftest import examples, make_host
@@ -275,11 +276,10 @@ def test_a_2026_round_trip_state_cannot_be_forged() -> None:
             body, _, mac = (second.request_state or "").rpartition(".")
             forged = body[:-4] + ("AAAA" if body[-4:] != "AAAA" else "BBBB") + "." + mac
             for state, other_args in ((forged, args), (second.request_state, {"agent": "mid", "task": "Other."})):
-                again = await client.session.call_tool("toolcrib__run_agent", other_args, allow_input_required=True,
-                                                       input_responses={"toolcrib_sample": turn},
-                                                       request_state=state)
-                assert isinstance(again, types.CallToolResult) and again.is_error
-                assert again.content == [types.TextContent(text=UNVERIFIABLE)]
+                with pytest.raises(MCPError) as again:
+                    await client.session.call_tool("toolcrib__run_agent", other_args, allow_input_required=True,
+                                                   input_responses={"toolcrib_sample": turn}, request_state=state)
+                assert (again.value.error.code, again.value.error.message) == (-32602, UNVERIFIABLE)
             assert BUMPS == ["mid"]  # nothing run again, nothing recorded believed
 
     anyio.run(main)

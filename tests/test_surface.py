@@ -278,11 +278,19 @@ def test_a_tool_asks_the_user_in_both_eras(mode: str, action: str) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_client_that_cannot_elicit_gets_a_clear_error(mode: str) -> None:
+    """2025-11-25: the call's error result says why; 2026-07-28: the protocol's missing-capability error (SEP-2575)
+    names the capability."""
+    why = "This needs the user's answer, and the client cannot ask for one (it does not support MCP elicitation)."
+
     async def body(client: Client) -> None:
-        result = await client.call_tool("docs__ask_name", {})
-        assert (result.is_error, result.content[0].text) == (True, (  # type: ignore[union-attr]
-            "This needs the user's answer, and the client cannot ask for one (it does not support MCP "
-            "elicitation)."))
+        if mode == "legacy":
+            result = await client.call_tool("docs__ask_name", {})
+            assert (result.is_error, result.content[0].text) == (True, why)  # type: ignore[union-attr]
+            return
+        with pytest.raises(MCPError) as info:
+            await client.call_tool("docs__ask_name", {})
+        assert (info.value.error.code, info.value.error.message, info.value.error.data) == (
+            -32021, why, {"requiredCapabilities": {"elicitation": {"form": {}}}})
 
     run("a", mode, body)
 

@@ -1067,3 +1067,37 @@ def test_on_redis_ids_principals_failures_and_an_outage_answer_as_they_should_on
                                    "asked": {"elicitation-1": {"method": "elicitation/create", "params": {}}}})
 
     asyncio.run(main())
+
+
+@toolcrib.tool(task="optional")
+async def survey(ctx: toolcrib.Context) -> str:
+    """Ask two things at once."""
+    got = await ctx.ask({"who": toolcrib.Form("Your name?", {"type": "object", "properties": {
+        "name": {"type": "string"}}}), "where": toolcrib.Roots()})
+    return f"{got['who'].content['name']} in {got['where'][0]['uri']}"
+
+
+def test_a_task_asks_several_questions_at_once_and_goes_on_when_all_are_answered() -> None:
+    """``Context.ask`` in a task: every question open at once in one tasks/get (under the task's own keys, as all
+    its questions are), a roots/list among them; the call goes on with the answers."""
+    seen: list[dict[str, Any]] = []
+
+    async def answer(key: str, request: dict[str, Any]) -> dict[str, Any]:
+        if request["method"] == "roots/list":
+            return {"roots": [{"uri": "file:///work"}]}
+        return {"action": "accept", "content": {"name": "Ada"}}
+
+    async def main() -> None:
+        async with Client(build_server(ServingState(make_host(CONFIG, {"jobs": Pack(survey)})), "a"), cache=None,
+                          extensions=[Tasks(answer, seen)], elicitation_callback=lambda c, p: _accept("", {}),
+                          list_roots_callback=lambda c: _accept("", {})) as client:  # (declares both)
+            result = await client.call_tool("jobs__survey", {})
+            assert result.content[0].text == "Ada in file:///work"  # type: ignore[union-attr]
+
+    anyio.run(main)
+    asking = next(task for task in seen if task["status"] == "input_required")
+    assert asking["inputRequests"] == {
+        "elicitation-1": {"method": "elicitation/create", "params": {
+            "mode": "form", "message": "Your name?",
+            "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}}},
+        "roots-2": {"method": "roots/list", "params": {}}}

@@ -8,7 +8,7 @@ file which agent sees which tools; a denied tool is invisible. Importing this pa
 from toolcrib._version import __version__
 from toolcrib.answers import Allow, Ask, Deny
 from toolcrib.content import Audio, EmbeddedResource, Image, ResourceLink, Text, ToolResult
-from toolcrib.context import AvailabilityContext, Context, Elicitation
+from toolcrib.context import AvailabilityContext, Context, Elicitation, Form, Roots, Sample
 from toolcrib.declarations import Message, get_prompt, get_resource, prompt, resource, resource_updated
 from toolcrib.decorator import tool
 from toolcrib.errors import (
@@ -40,6 +40,7 @@ __all__ = [
     "Deny",
     "Elicitation",
     "EmbeddedResource",
+    "Form",
     "Host",
     "Image",
     "InvalidArgumentsError",
@@ -48,7 +49,9 @@ __all__ = [
     "Problem",
     "PythonRunner",
     "ResourceLink",
+    "Roots",
     "Runner",
+    "Sample",
     "Text",
     "Tool",
     "ToolDeclarationError",

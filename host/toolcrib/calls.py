@@ -236,14 +236,14 @@ class Pipeline:
                                     ToolResult.error(entered.text))
             call.lease = entered
             try:
-                result = await self._run(call, model)
+                result = await self._run(call, model, outcome)
             finally:
                 gone = call.lease.abandon()  # a sync handler still running gives its place back when it really ends
                 if gone is not None:
                     with anyio.CancelScope(shield=True):  # given back even by a cancelled call
                         await gone
         else:
-            result = await self._run(call, model)
+            result = await self._run(call, model, outcome)
         if post:
             result = await self._post_hooks(call, model.model_dump(mode="json"), result, post)
         result = self._withheld(call, result)
@@ -471,7 +471,7 @@ class Pipeline:
             return True, f"approved by {by}"
         return False, f"Permission denied: {need}, and {by} denied it."
 
-    async def _run(self, call: Call, model: Any) -> ToolResult:
+    async def _run(self, call: Call, model: Any, outcome: _Outcome) -> ToolResult:
         vt = call.tool
         assert vt is not None
         tool = vt.tool
@@ -479,6 +479,10 @@ class Pipeline:
             value = await self._execute(call, tool.runner, model, vt.timeout, "Tool", vt.name)
         except ToolError as exc:
             return ToolResult.error(str(exc) or f"Tool {vt.name} failed.")
+        except Suspend as suspended:
+            if suspended.ends and self._observed:  # the front end ends the call with a protocol error: audited
+                self._finish(call, outcome, ToolResult.error(str(suspended)))
+            raise
         try:
             check = tool.check_output
             result = normalize(value, check(value) if check is not None else None)

@@ -88,6 +88,50 @@ class Elicitation:
     content: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Form:
+    """A question for ``Context.ask``: a form for the user to fill in (MCP elicitation, form mode); ``schema`` as
+    ``Context.elicit`` takes it. Its answer is an ``Elicitation``."""
+
+    message: str
+    schema: Mapping[str, Any] | type[BaseModel]
+
+    def wire(self) -> dict[str, Any]:
+        schema = self.schema
+        if isinstance(schema, type) and issubclass(schema, BaseModel):
+            schema = json_schema_of(schema, "validation")
+        return {"method": "elicitation/create",
+                "params": {"mode": "form", "message": self.message, "requestedSchema": dict(schema)}}
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """A question for ``Context.ask``: one turn of the client's model (MCP sampling), as ``Context.sample`` takes
+    it. Its answer is the model's message (``role``, ``content``, ``model``, ``stopReason``)."""
+
+    messages: list[dict[str, Any]]
+    max_tokens: int = 1024
+    system_prompt: str | None = None
+
+    def wire(self) -> dict[str, Any]:
+        params: dict[str, Any] = {"messages": self.messages, "maxTokens": self.max_tokens}
+        if self.system_prompt is not None:
+            params["systemPrompt"] = self.system_prompt
+        return {"method": "sampling/createMessage", "params": params}
+
+
+@dataclass(frozen=True, slots=True)
+class Roots:
+    """A question for ``Context.ask``: the client's roots (MCP ``roots/list``: the folders or files the user has
+    shared). Its answer is a list of roots, each a dict with ``uri`` and maybe ``name``."""
+
+    def wire(self) -> dict[str, Any]:
+        return {"method": "roots/list", "params": {}}
+
+
+Question = Form | Sample | Roots
+
+
 class _Done:
     """An already-finished awaitable, returned when a sync handler's call has been carried out in place."""
 
@@ -281,6 +325,47 @@ class Context:
         content = answer.get("content")
         return Elicitation(str(answer.get("action", "cancel")), dict(content) if isinstance(content, dict) else None)
 
+    def can_ask(self, question: Question) -> bool:
+        """Whether this call's client can answer ``question`` (it declared the MCP capability it takes): a tool
+        that can do without an answer asks only what it can be given."""
+        can = getattr(self._channel, "can", None)
+        if can is not None:
+            return bool(can(question.wire()))
+        wanted = {Form: "elicit", Sample: "sample"}.get(type(question))
+        return wanted is not None and getattr(self._channel, wanted, None) is not None
+
+    async def ask(self, questions: Mapping[str, Question]) -> dict[str, Any]:
+        """Put several questions to the client at once, each under a key the tool chooses (``Form``: an
+        ``Elicitation``; ``Sample``: the model's message; ``Roots``: a list of roots), and answer them by key
+        (async handlers only). On MCP 2026-07-28 they are one round's ``inputRequests`` under these very keys (the
+        call is made again with the answers and replayed, never re-run past this point); on 2025-11-25 they are
+        asked one after another. A question the client cannot answer (it did not declare the capability) fails
+        the call: on 2026-07-28 with the protocol's missing-capability error, elsewhere with a ``ToolError``; ask
+        ``can_ask`` first where the tool can do without. Keys starting ``toolcrib`` are the host's own."""
+        if not questions:
+            return {}
+        for key in questions:
+            if not isinstance(key, str) or not key or key.startswith("toolcrib"):
+                raise ValueError(f"a question's key must be a non-empty string not starting 'toolcrib', not {key!r}")
+        ask = getattr(self._channel, "ask", None)
+        if ask is not None:
+            answers: dict[str, Any] = await ask({key: q.wire() for key, q in questions.items()})
+        else:
+            answers = {}
+            for key, question in questions.items():
+                answers[key] = await self._ask_one(question)
+        return {key: _answer(question, answers[key]) for key, question in questions.items()}
+
+    async def _ask_one(self, question: Question) -> Any:
+        """One question, through a channel that asks one thing at a time (or none)."""
+        if isinstance(question, Form):
+            found = await self.elicit(question.message, question.schema)
+            return {"action": found.action, "content": found.content}
+        if isinstance(question, Sample):
+            return await self.sample(question.messages, system_prompt=question.system_prompt,
+                                     max_tokens=question.max_tokens)
+        raise ToolError("This needs the client's roots, and there is no MCP client to ask here.")
+
     def debug(self, message: str) -> Awaitable[None]:
         return self.log("debug", message)
 
@@ -314,6 +399,16 @@ _PY_LEVELS = {
     "warning": logging.WARNING,
     "error": logging.ERROR,
 }
+
+
+def _answer(question: Question, answer: Any) -> Any:
+    """A channel's wire answer to ``question``, as ``Context.ask`` gives it."""
+    if isinstance(question, Form):
+        content = answer.get("content")
+        return Elicitation(str(answer.get("action", "cancel")), dict(content) if isinstance(content, dict) else None)
+    if isinstance(question, Roots):
+        return [dict(root) for root in answer.get("roots", [])]
+    return dict(answer)
 
 
 def held_messages(ctx: Context | None, held: list[Awaitable[None]]) -> Callable[[], None]:

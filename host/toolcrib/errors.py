@@ -44,7 +44,10 @@ class UnknownToolError(ToolcribError, LookupError):
 class Suspend(BaseException):
     """Raised by a front end's approver or channel when a call cannot go on until the client answers something (MCP
     2026-07-28's input-required round trip): the pipeline lets it through untouched, and the front end makes the
-    call again with the answer. A ``BaseException``, so that a handler's ``except Exception`` cannot swallow it."""
+    call again with the answer. A ``BaseException``, so that a handler's ``except Exception`` cannot swallow it.
+    One that ``ends`` the call instead (the client cannot give what the call needs) is audited as its error."""
+
+    ends = False
 
 
 class UnknownResourceError(ToolcribError, LookupError):

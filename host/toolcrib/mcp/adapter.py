@@ -41,11 +41,14 @@ from toolcrib.mcp.roundtrip import (
     REUSED,
     UNVERIFIABLE,
     ApprovalPending,
+    AskPending,
     ElicitPending,
     Journal,
+    MissingCapability,
     OnceUnreachable,
     SamplePending,
     Unverifiable,
+    answer_to,
 )
 from toolcrib.mcp.sdk import connection_of
 from toolcrib.mcp.sessions import LOG_LEVEL, SUBSCRIPTIONS
@@ -68,6 +71,7 @@ APPROVAL_KEY = "toolcrib_approval"
 SAMPLE_KEY = "toolcrib_sample"
 ELICIT_KEY = "toolcrib_elicit"
 ASKED = {"sample": SAMPLE_KEY, "elicit": ELICIT_KEY}  # what a round asked the client for -> its answer's key
+PROMPT_BINDING = "prompts/get "  # a prompt's round-trip state is bound to this and its name (never a tool's)
 RESOURCE_NOT_FOUND = -32002  # 2025-11-25's error code for a resource that is not there (hidden ones answer alike)
 MAX_STATE_CHARS = 2 * 1024 * 1024  # request state goes back and forth with every round; HTTP bodies cap at 4 MiB
 
@@ -84,9 +88,11 @@ class _Channel:
     anything twice.
     """
 
-    def __init__(self, ctx: ServerRequestContext[Any, Any], journal: Journal | None = None) -> None:
+    def __init__(self, ctx: ServerRequestContext[Any, Any], journal: Journal | None = None,
+                 answers: Mapping[str, Any] | None = None) -> None:
         self._ctx = ctx
         self.journal = journal
+        self.answers = answers or {}  # 2026-07-28: what the client has answered so far, by the keys the tool chose
 
     @property
     def identity(self) -> dict[str, str] | None:
@@ -109,7 +115,8 @@ class _Channel:
         if self.journal is None and not ctx.session.can_send_request:
             raise ToolError("This needs the client's model, which this connection cannot be asked for (a stateless "
                             "2025-11-25 connection has no back-channel).")
-        _can_sample(ctx.session.client_capabilities, request)
+        _check(ctx.session.client_capabilities, {"method": "sampling/createMessage", "params": request},
+               self.journal is not None)
         if self.journal is not None:  # 2026-07-28: replay the turns earlier rounds got, then ask for the next
             recorded = self.journal.replay("sample")
             if recorded is not None:
@@ -145,7 +152,7 @@ class _Channel:
         """The user's answer to a form (``elicitation/create``): pushed on 2025-11-25 sessions; on 2026-07-28
         replayed from the journal, or asked for by ending the round (``ElicitPending``)."""
         ctx = self._ctx
-        _can_elicit(ctx.session.client_capabilities)
+        _check(ctx.session.client_capabilities, {"method": "elicitation/create"}, self.journal is not None)
         if self.journal is not None:
             recorded = self.journal.replay("elicit")
             if recorded is not None:
@@ -160,6 +167,49 @@ class _Channel:
             raise ToolError(f"The client did not ask the user: {exc.error.message}") from None
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
+    def can(self, question: Mapping[str, Any]) -> bool:
+        """Whether the client declared what it takes to answer ``question`` (``{"method", "params"}``)."""
+        return _lacking(self._ctx.session.client_capabilities, question) is None
+
+    async def ask(self, questions: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        """Answers to several questions, by the keys the tool chose: asked one by one on 2025-11-25 sessions; on
+        2026-07-28 replayed from the journal, taken from what the client answered, or asked for by ending the
+        round (``AskPending``, which carries the answers this round brought)."""
+        modern = self.journal is not None
+        for question in questions.values():
+            _check(self._ctx.session.client_capabilities, question, modern)
+        if self.journal is None:
+            return {key: await self._push(question) for key, question in questions.items()}
+        recorded = self.journal.replay("asked")
+        if recorded is not None:
+            return dict(recorded)
+        answers: dict[str, Any] = {}
+        for key, question in questions.items():
+            found = answer_to(question["method"], self.answers.get(key))
+            if found is not None:
+                answers[key] = found
+        if len(answers) < len(questions):
+            raise AskPending({key: q for key, q in questions.items() if key not in answers}, answers)
+        self.journal.record("asked", answers)
+        return answers
+
+    async def _push(self, question: Mapping[str, Any]) -> dict[str, Any]:
+        """One question, asked of a 2025-11-25 session."""
+        params = dict(question.get("params") or {})
+        if question["method"] == "elicitation/create":
+            return await self.elicit(params["message"], params["requestedSchema"])
+        if question["method"] == "sampling/createMessage":
+            return await self.sample(params)
+        ctx = self._ctx
+        if not ctx.session.can_send_request:
+            raise ToolError("This needs the client's roots, which this connection cannot be asked for (a stateless "
+                            "2025-11-25 connection has no back-channel).")
+        try:
+            roots = await ctx.session.list_roots()
+        except MCPError as exc:
+            raise ToolError(f"The client did not give its roots: {exc.error.message}") from None
+        return roots.model_dump(by_alias=True, mode="json", exclude_none=True)
+
     async def log(self, level: str, message: str, logger: str | None) -> None:
         connection = connection_of(self._ctx.session)
         chosen = connection.state.get(LOG_LEVEL) if connection is not None else None
@@ -171,22 +221,39 @@ class _Channel:
                                                      related_request_id=self._ctx.request_id)
 
 
-def _can_sample(capabilities: types.ClientCapabilities | None, request: Mapping[str, Any]) -> None:
-    """Refuse a model turn the client cannot give (``ToolError``, which the call's result says)."""
-    sampling = capabilities.sampling if capabilities is not None else None
-    if sampling is None:
-        raise ToolError("This needs the client's model, and the client offers none (it does not support MCP "
-                        "sampling).")
-    if request.get("tools") and sampling.tools is None:
-        raise ToolError("This needs the client's model with tools, and the client's sampling does not take "
-                        "tools.")
+def _lacking(capabilities: types.ClientCapabilities | None,
+             question: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """What keeps the client from answering ``question`` (``{"method", "params"}``): why, and the capabilities it
+    would have to declare (as the protocol's -32021 error names them); None when nothing does."""
+    method = question["method"]
+    if method == "elicitation/create":
+        if capabilities is not None and capabilities.elicitation is not None:
+            return None
+        return ("This needs the user's answer, and the client cannot ask for one (it does not support MCP "
+                "elicitation).", {"elicitation": {"form": {}}})
+    if method == "sampling/createMessage":
+        sampling = capabilities.sampling if capabilities is not None else None
+        if sampling is None:
+            return ("This needs the client's model, and the client offers none (it does not support MCP "
+                    "sampling).", {"sampling": {}})
+        if (question.get("params") or {}).get("tools") and sampling.tools is None:
+            return ("This needs the client's model with tools, and the client's sampling does not take tools.",
+                    {"sampling": {"tools": {}}})
+        return None
+    if capabilities is not None and capabilities.roots is not None:
+        return None
+    return "This needs the client's roots, and the client shares none (it does not support MCP roots).", {"roots": {}}
 
 
-def _can_elicit(capabilities: types.ClientCapabilities | None) -> None:
-    """Refuse a form the client cannot put to its user."""
-    if capabilities is None or capabilities.elicitation is None:
-        raise ToolError("This needs the user's answer, and the client cannot ask for one (it does not support "
-                        "MCP elicitation).")
+def _check(capabilities: types.ClientCapabilities | None, question: Mapping[str, Any], modern: bool) -> None:
+    """Refuse a question the client cannot answer: on 2026-07-28 with the protocol's missing-capability error
+    (``MissingCapability``), elsewhere with a ``ToolError`` (which the call's result says)."""
+    lacking = _lacking(capabilities, question)
+    if lacking is None:
+        return
+    if modern:
+        raise MissingCapability(*lacking)
+    raise ToolError(lacking[0])
 
 
 class _TaskChannel:
@@ -216,15 +283,26 @@ class _TaskChannel:
         return  # nobody listens: a task's client polls for its status, not for its log
 
     async def sample(self, request: dict[str, Any]) -> dict[str, Any]:
-        _can_sample(self.capabilities, request)
+        _check(self.capabilities, {"method": "sampling/createMessage", "params": request}, False)
         params = types.CreateMessageRequestParams.model_validate(request, by_name=False)
         return await self.task.ask("sampling/createMessage",
                                    params.model_dump(by_alias=True, mode="json", exclude_none=True))
 
     async def elicit(self, message: str, schema: dict[str, Any]) -> dict[str, Any]:
-        _can_elicit(self.capabilities)
+        _check(self.capabilities, {"method": "elicitation/create"}, False)
         return await self.task.ask("elicitation/create", {"mode": "form", "message": message,
                                                            "requestedSchema": schema})
+
+    def can(self, question: Mapping[str, Any]) -> bool:
+        return _lacking(self.capabilities, question) is None
+
+    async def ask(self, questions: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        """Several questions of the task at once (each under a key of the task's own, as all its questions)."""
+        for question in questions.values():
+            _check(self.capabilities, question, False)
+        found = await asyncio.gather(*(self.task.ask(q["method"], dict(q.get("params") or {}))
+                                       for q in questions.values()))
+        return dict(zip(questions, found, strict=True))
 
     async def remember(self, kind: str, compute: Any) -> Any:
         return await compute()  # a task's call runs once, whole
@@ -358,10 +436,12 @@ class _Handlers:
         try:
             result = await view.call(name, arguments,
                                      approver=self._approver(ctx, name, responses, earlier is not None, approved),
-                                     channel=_Channel(ctx, journal))
+                                     channel=_Channel(ctx, journal, _answers(responses, earlier)))
         except UnknownToolError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
-        except (ApprovalPending, SamplePending, ElicitPending) as need:
+        except MissingCapability as lacking:
+            raise _missing(lacking) from None
+        except (ApprovalPending, SamplePending, ElicitPending, AskPending) as need:
             return self._input_required(ctx, need, name, arguments, journal, approved or _answered_yes(
                 responses, earlier))
         finally:
@@ -454,8 +534,8 @@ class _Handlers:
             if view.lookup(name) is None:
                 raise MCPError(code=types.INVALID_PARAMS, message=str(UnknownToolError(name))) from None
             log.warning("agent %r, tool %s: a round-trip state could not be verified (replicas with different "
-                        "TOOLCRIB_STATE_SECRET, or an altered state); the call is ended", self.agent, name)
-            return _ended(UNVERIFIABLE)
+                        "TOOLCRIB_STATE_SECRET, or an altered state); the call is refused", self.agent, name)
+            raise MCPError(code=types.INVALID_PARAMS, message=UNVERIFIABLE) from None
         if earlier is not None and (earlier.get("approval") is True or earlier.get("approved") is True):
             refused = await self._use_approval(earlier)
             if refused is not None:
@@ -463,12 +543,7 @@ class _Handlers:
                     raise MCPError(code=types.INVALID_PARAMS, message=str(UnknownToolError(name)))
                 log.warning("agent %r, tool %s: %s", self.agent, name, refused)
                 return _ended(refused)
-        events = list(earlier.get("journal", [])) if earlier is not None else []
-        asked = earlier.get("asked") if earlier is not None else None
-        answer = (responses or {}).get(ASKED[asked]) if asked in ASKED else None
-        if answer is not None:
-            events.append({asked: answer.model_dump(by_alias=True, mode="json", exclude_none=True)})
-        return earlier, Journal(events)
+        return earlier, _journal(earlier, responses)
 
     def _poll(self, ctx: ServerRequestContext[Any, Any]) -> asyncio.TimerHandle | None:
         """With ``[host] http_stream_seconds``, close this call's SSE stream once it has run that long (the client
@@ -504,10 +579,11 @@ class _Handlers:
         return {**payload, "once": secrets.token_hex(16), "version": self.state.host.loaded.version}
 
     def _input_required(self, ctx: ServerRequestContext[Any, Any],
-                        need: ApprovalPending | SamplePending | ElicitPending, name: str, arguments: dict[str, Any],
-                        journal: Journal | None, approved: bool) -> Any:
-        """A 2026-07-28 call that must ask its client first (an approval, a sample, an elicitation): the question,
-        and the sealed state the client sends back with its answer, in which the call goes on."""
+                        need: ApprovalPending | SamplePending | ElicitPending | AskPending, name: str,
+                        arguments: dict[str, Any], journal: Journal | None, approved: bool) -> Any:
+        """A 2026-07-28 call that must ask its client first (an approval, a sample, an elicitation, the questions a
+        tool asked under its own keys): the questions, and the sealed state the client sends back with its answer,
+        in which the call goes on."""
         if isinstance(need, ApprovalPending):
             request = types.ElicitRequest(params=types.ElicitRequestFormParams(
                 message=need.message,
@@ -517,8 +593,10 @@ class _Handlers:
                                           self._approval_bound({"approval": True}))
             return types.InputRequiredResult(input_requests={APPROVAL_KEY: request}, request_state=sealed)
         assert journal is not None
-        kind = "sample" if isinstance(need, SamplePending) else "elicit"
-        carried = {"asked": kind, "journal": journal.events, "approved": approved}
+        kind = "sample" if isinstance(need, SamplePending) else "elicit" if isinstance(need, ElicitPending) else None
+        carried: dict[str, Any] = {"asked": kind, "journal": journal.events, "approved": approved}
+        if isinstance(need, AskPending):
+            carried["given"] = dict(need.given)
         if approved:
             carried = self._approval_bound(carried)
         sealed = self.state.seal.seal(self.agent, name, arguments, _principal(ctx), carried)
@@ -526,14 +604,14 @@ class _Handlers:
             return types.CallToolResult(is_error=True, content=[types.TextContent(text=(
                 f"Tool {name} stopped: its conversation grew past what a 2026-07-28 round trip carries "
                 f"({MAX_STATE_CHARS} characters of request state); a 2025-11-25 session has no such limit."))])
-        question: Any
-        if kind == "sample":
-            question = types.CreateMessageRequest(
-                params=types.CreateMessageRequestParams.model_validate(need.request, by_name=False))
+        if isinstance(need, AskPending):
+            asked = {key: _request(question["method"], question.get("params") or {})
+                     for key, question in need.questions.items()}
         else:
-            question = types.ElicitRequest(
-                params=types.ElicitRequestFormParams.model_validate(need.request, by_name=False))
-        return types.InputRequiredResult(input_requests={ASKED[kind]: question}, request_state=sealed)
+            assert kind is not None
+            asked = {ASKED[kind]: _request("sampling/createMessage" if kind == "sample" else "elicitation/create",
+                                           need.request)}
+        return types.InputRequiredResult(input_requests=asked, request_state=sealed)
 
     def _approver(self, ctx: ServerRequestContext[Any, Any], name: str, responses: Mapping[str, Any] | None,
                   sealed: bool, approved: bool) -> Any:
@@ -601,6 +679,8 @@ class _Handlers:
         assert params is not None
         if method == "prompts/get":
             result = await self.prompt(ctx, params["name"], params.get("arguments"))
+            if not isinstance(result, dict):  # a question first (2026-07-28): the SDK's own shaping
+                return self._asking(result)
             if not all(message["content"].get("type") == "text" for message in result["messages"]):
                 result = serialize_server_result(method, version, result)
             if modern:
@@ -609,10 +689,8 @@ class _Handlers:
                 result.pop("resultType", None)
             return result
         result = await self.call(ctx, params["name"], params.get("arguments"), None, None)
-        if not isinstance(result, dict):  # an approval round-trip (2026-07-28): the SDK's own shaping
-            result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
-            result["_meta"] = {SERVER_INFO_META_KEY: self.stamp}
-            return result
+        if not isinstance(result, dict):  # a question first (2026-07-28): the SDK's own shaping
+            return self._asking(result)
         if result["resultType"] == "task":  # a task (2026-07-28 only): its own shape, which the SDK leaves be
             result["_meta"] = {SERVER_INFO_META_KEY: self.stamp}
             return result
@@ -687,17 +765,35 @@ class _Handlers:
         return {"prompts": self.view_of(ctx).mcp_prompts, **UNCACHED}
 
     async def get_prompt(self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams) -> Any:
-        return await self.prompt(ctx, params.name, params.arguments)
+        return await self.prompt(ctx, params.name, params.arguments, params.input_responses, params.request_state)
 
-    async def prompt(self, ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, str] | None) -> Any:
+    async def prompt(self, ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, str] | None,
+                     responses: Mapping[str, Any] | None = None, request_state: str | None = None) -> Any:
+        """A prompt, which may ask the client as a tool does (``Context.ask``, ``elicit``, ``sample``): on
+        2026-07-28 in rounds, each ending with the questions and a sealed state (approvals are only for tools)."""
+        view = self.view_of(ctx)
+        journal, answers = None, None
+        if ctx.protocol_version in _MODERN:
+            if view.prompt(name) is None:
+                raise MCPError(code=types.INVALID_PARAMS, message=str(UnknownPromptError(name)))
+            try:
+                earlier = self.state.seal.open(self.agent, PROMPT_BINDING + name, arguments or {}, _principal(ctx),
+                                               request_state) if request_state else None
+            except Unverifiable:
+                raise MCPError(code=types.INVALID_PARAMS, message=UNVERIFIABLE) from None
+            journal, answers = _journal(earlier, responses), _answers(responses, earlier)
         try:
-            answer = await self.view_of(ctx).get_prompt(name, arguments, channel=_Channel(ctx))
+            answer = await view.get_prompt(name, arguments, channel=_Channel(ctx, journal, answers))
         except UnknownPromptError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
         except InvalidArgumentsError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
         except ToolError as exc:
             raise MCPError(code=types.INTERNAL_ERROR, message=str(exc)) from None
+        except MissingCapability as lacking:
+            raise _missing(lacking) from None
+        except (SamplePending, ElicitPending, AskPending) as need:
+            return self._input_required(ctx, need, PROMPT_BINDING + name, arguments or {}, journal, False)
         return {**answer, "resultType": "complete"}
 
     async def complete(self, ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams) -> Any:
@@ -711,6 +807,12 @@ class _Handlers:
         _state_of(ctx)[LOG_LEVEL] = params.level
         await self.state.session_changed(self.agent, connection_of(ctx.session))
         return {}
+
+    def _asking(self, result: types.Result) -> dict[str, Any]:
+        """An input-required result (2026-07-28) as the fast paths send it, stamped like the rest."""
+        shaped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        shaped["_meta"] = {SERVER_INFO_META_KEY: self.stamp}
+        return shaped
 
     @property
     def stamp(self) -> dict[str, Any]:
@@ -846,6 +948,39 @@ async def _ask_in_a_round(_agent: str, _tool: str, _args: Mapping[str, Any], mes
     """The approver of a 2026-07-28 call that carries no answer and no earlier approval: the call ends with the
     question (an input-required result), and its next round carries the answer."""
     raise ApprovalPending(message)
+
+
+def _journal(earlier: Mapping[str, Any] | None, responses: Mapping[str, Any] | None) -> Journal:
+    """What earlier rounds of a request got, with this round's answer to the question the host asked last."""
+    events = list(earlier.get("journal", [])) if earlier is not None else []
+    asked = earlier.get("asked") if earlier is not None else None
+    answer = (responses or {}).get(ASKED[asked]) if asked in ASKED else None
+    if answer is not None:
+        events.append({asked: answer.model_dump(by_alias=True, mode="json", exclude_none=True)})
+    return Journal(events)
+
+
+def _request(method: str, params: Mapping[str, Any]) -> Any:
+    """A question to put in a round's ``inputRequests``, from its wire method and params."""
+    if method == "sampling/createMessage":
+        return types.CreateMessageRequest(params=types.CreateMessageRequestParams.model_validate(params, by_name=False))
+    if method == "elicitation/create":
+        return types.ElicitRequest(params=types.ElicitRequestFormParams.model_validate(params, by_name=False))
+    return types.ListRootsRequest()
+
+
+def _answers(responses: Mapping[str, Any] | None, earlier: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What the client has answered of the questions a tool asked under its own keys: the answers earlier rounds
+    brought (sealed in their state, so they stand), then this round's. An answer is data the client gives, as
+    arguments are: it needs no state of its own (approvals, which do, are the host's keys)."""
+    sealed = earlier.get("given") if earlier is not None else None
+    return {**(responses or {}), **(sealed if isinstance(sealed, dict) else {})}
+
+
+def _missing(lacking: MissingCapability) -> MCPError:
+    """The protocol's answer to a request that needs what the client did not declare (2026-07-28: -32021)."""
+    return MCPError(code=types.MISSING_REQUIRED_CLIENT_CAPABILITY, message=lacking.message,
+                    data={"requiredCapabilities": dict(lacking.required)})
 
 
 def _ended(text: str) -> dict[str, Any]:

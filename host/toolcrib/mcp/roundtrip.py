@@ -12,7 +12,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+import mcp_types as types
 from mcp.server.request_state import AESGCMRequestStateCodec, InvalidRequestState
+from pydantic import ValidationError
 
 from toolcrib.errors import Suspend, ToolError
 
@@ -39,6 +41,52 @@ class SamplePending(Suspend):
     def __init__(self, request: Mapping[str, Any]) -> None:
         super().__init__("the client's model must answer first")
         self.request = request
+
+
+class AskPending(Suspend):
+    """Raised by a channel that must put questions to the client (``questions``: key -> ``{"method", "params"}``,
+    under the keys the tool chose); ``given``: the answers this round already brought, carried to the next."""
+
+    def __init__(self, questions: Mapping[str, Mapping[str, Any]], given: Mapping[str, Any]) -> None:
+        super().__init__("the client must answer first")
+        self.questions = questions
+        self.given = given
+
+
+class MissingCapability(Suspend):
+    """Raised on MCP 2026-07-28 by a channel asked for what the client did not declare it can give (``required``:
+    the ``ClientCapabilities`` it would need, as the protocol's -32021 error names them)."""
+
+    ends = True
+
+    def __init__(self, message: str, required: Mapping[str, Any]) -> None:
+        super().__init__(message)
+        self.message = message
+        self.required = required
+
+
+# What answers each kind of question: the first model is the one a refusal names.
+ANSWERS: dict[str, tuple[type[Any], ...]] = {
+    "elicitation/create": (types.ElicitResult,),
+    "sampling/createMessage": (types.CreateMessageResult, types.CreateMessageResultWithTools),
+    "roots/list": (types.ListRootsResult,),
+}
+
+
+def answer_to(method: str, given: Any) -> dict[str, Any] | None:
+    """``given`` as a wire answer to a question of ``method``; None when it is none (absent, or an answer to
+    another kind of question), so the question is asked again."""
+    if given is None:
+        return None
+    if isinstance(given, types.Result):
+        given = given.model_dump(by_alias=True, mode="json", exclude_none=True)
+    for model in ANSWERS[method]:
+        try:
+            model.model_validate(given, by_name=False)
+        except ValidationError:
+            continue
+        return dict(given)
+    return None
 
 
 class Journal:

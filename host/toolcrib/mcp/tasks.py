@@ -29,6 +29,8 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
+from toolcrib.mcp.roundtrip import ANSWERS
+
 log = logging.getLogger("toolcrib.serve")
 
 EXTENSION = "io.modelcontextprotocol/tasks"
@@ -139,7 +141,8 @@ class Task:
                    record["error"], dict(record["asked"]))
 
     async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        """Put a question to the client (``elicitation/create`` or ``sampling/createMessage``) and wait for its
+        """Put a question to the client (``elicitation/create``, ``sampling/createMessage`` or ``roots/list``) and
+        wait for its
         answer, which a ``tasks/update`` brings; meanwhile the task is ``input_required``. Each question's key is
         new for the task's whole life."""
         self._keys += 1
@@ -165,7 +168,7 @@ class Task:
             asked = self.asked.get(key)
             if asked is None:
                 continue
-            model = types.ElicitResult if asked["method"] == "elicitation/create" else types.CreateMessageResult
+            model = ANSWERS[asked["method"]][0]
             try:
                 valid = model.model_validate(response, by_name=False)
             except ValidationError as exc:

@@ -1,0 +1,222 @@
+"""``Context.ask``: a tool (or prompt) puts several questions to the client at once, under keys it chooses, through
+the SDK's own client in both protocol eras: one 2026-07-28 round's ``inputRequests`` under those very keys (answers
+carried between rounds in the sealed state), or 2025-11-25 requests one after another; and what a client that
+cannot answer gets."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+
+import toolcrib
+from conftest import make_host
+from toolcrib import Context, Form, Roots, Sample
+from toolcrib.mcp.adapter import build_server
+from toolcrib.mcp.state import ServingState
+
+NAME = Form("What is your name?", {"type": "object", "properties": {"name": {"type": "string"}},
+                                   "required": ["name"]})
+GREETING = Sample([{"role": "user", "content": {"type": "text", "text": "Say hello"}}], max_tokens=50)
+
+
+@toolcrib.tool
+async def introduce(ctx: Context) -> str:
+    """Ask three things at once."""
+    got = await ctx.ask({"user_name": NAME, "greeting": GREETING, "client_roots": Roots()})
+    return (f"{got['greeting']['content']['text']} {got['user_name'].content['name']} "
+            f"({', '.join(root['uri'] for root in got['client_roots'])})")
+
+
+@toolcrib.tool
+async def two_steps(ctx: Context) -> str:
+    """Ask, then ask again."""
+    first = (await ctx.ask({"step1": NAME}))["step1"]
+    second = (await ctx.ask({"step2": Form("Colour?", {"type": "object", "properties": {
+        "colour": {"type": "string"}}})}))["step2"]
+    return f"{first.content['name']} likes {second.content['colour']}"
+
+
+@toolcrib.tool
+async def what_it_can(ctx: Context) -> str:
+    """Say what the client could be asked."""
+    return " ".join(kind for kind, question in (("form", NAME), ("sample", GREETING), ("roots", Roots()))
+                    if ctx.can_ask(question))
+
+
+@toolcrib.prompt
+async def briefing(ctx: Context) -> str:
+    """A prompt that asks the user for its context first."""
+    got = await ctx.ask({"user_context": Form("Context?", {"type": "object", "properties": {
+        "context": {"type": "string"}}})})
+    return f"Brief me on {got['user_context'].content['context']}."
+
+
+class Asking:
+    @toolcrib.hookimpl
+    def toolcrib_tools(self) -> list[Any]:
+        return [introduce, two_steps, what_it_can]
+
+    @toolcrib.hookimpl
+    def toolcrib_prompts(self) -> list[Any]:
+        return [briefing]
+
+
+CONFIG = """
+[agents.a]
+[agents.a.permissions]
+plugins = { allow = ["ask"] }
+tools = { allow = ["*"] }
+prompts = { allow = ["*"] }
+"""
+
+ALICE = types.ElicitResult(action="accept", content={"name": "Alice"})
+HELLO = types.CreateMessageResult(role="assistant", content=types.TextContent(text="Hello"), model="m")
+ROOTS = types.ListRootsResult(roots=[types.Root(uri="file:///work", name="work")])
+
+
+def server() -> Any:
+    return build_server(ServingState(make_host(CONFIG, {"ask": Asking()})), "a")
+
+
+async def on_elicit(_: Any, params: Any) -> types.ElicitResult:
+    return ALICE if "name" in params.message else types.ElicitResult(action="accept", content={
+        "colour": "green", "context": "tides"})
+
+
+async def on_sample(_: Any, params: Any) -> types.CreateMessageResult:
+    return HELLO
+
+
+async def on_roots(_: Any) -> types.ListRootsResult:
+    return ROOTS
+
+
+def client(mode: str = "auto", **callbacks: Any) -> Client:
+    chosen = {"elicitation_callback": on_elicit, "sampling_callback": on_sample, "list_roots_callback": on_roots}
+    return Client(server(), mode=mode, cache=None, **{**chosen, **callbacks})  # type: ignore[arg-type]
+
+
+def wire(request: Any) -> Any:
+    return request.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def test_one_round_asks_every_question_under_the_tools_keys_and_answers_arrive_over_rounds() -> None:
+    """2026-07-28: the three questions are one round's inputRequests under the tool's keys; a round that answers
+    only some is asked the rest (the answers it brought are carried in the sealed state), and the call completes
+    once all are answered, its handler having run to the end once."""
+
+    async def main() -> None:
+        async with client() as c:
+            first = await c.session.call_tool("ask__introduce", {}, allow_input_required=True)
+            assert isinstance(first, types.InputRequiredResult)
+            assert {key: wire(q) for key, q in (first.input_requests or {}).items()} == {
+                "user_name": {"method": "elicitation/create", "params": {
+                    "mode": "form", "message": "What is your name?", "requestedSchema": {
+                        "type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}}},
+                "greeting": {"method": "sampling/createMessage", "params": {
+                    "messages": [{"role": "user", "content": {"type": "text", "text": "Say hello"}}],
+                    "maxTokens": 50}},
+                "client_roots": {"method": "roots/list"}}
+            second = await c.session.call_tool("ask__introduce", {}, allow_input_required=True,
+                                               input_responses={"user_name": ALICE},
+                                               request_state=first.request_state)
+            assert isinstance(second, types.InputRequiredResult)
+            assert sorted(second.input_requests or {}) == ["client_roots", "greeting"]
+            done = await c.session.call_tool("ask__introduce", {}, allow_input_required=True,
+                                             input_responses={"greeting": HELLO, "client_roots": ROOTS},
+                                             request_state=second.request_state)
+            assert isinstance(done, types.CallToolResult)
+            assert done.content == [types.TextContent(text="Hello Alice (file:///work)")]
+
+    anyio.run(main)
+
+
+def test_an_answer_of_the_wrong_kind_or_under_another_key_is_asked_again() -> None:
+    """A client's answers are data like arguments: ones under keys never asked are ignored, and an answer that is
+    not one to its question (roots for a form) leaves the question open, so it is asked again."""
+
+    async def main() -> None:
+        async with client() as c:
+            again = await c.session.call_tool("ask__introduce", {}, allow_input_required=True, input_responses={
+                "user_name": ROOTS, "greeting": HELLO, "client_roots": ROOTS, "other": ALICE})
+            assert isinstance(again, types.InputRequiredResult)
+            assert list(again.input_requests or {}) == ["user_name"]
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_questions_asked_round_after_round_and_in_a_2025_session(mode: str) -> None:
+    """The SDK's client answers each round by itself (2026-07-28) or each request (2025-11-25): the same result."""
+
+    async def main() -> None:
+        async with client(mode) as c:
+            assert (await c.call_tool("ask__introduce", {})).content == [
+                types.TextContent(text="Hello Alice (file:///work)")]
+            assert (await c.call_tool("ask__two_steps", {})).content == [
+                types.TextContent(text="Alice likes green")]
+            got = await c.get_prompt("ask__briefing")
+            assert [wire(m) for m in got.messages] == [
+                {"role": "user", "content": {"type": "text", "text": "Brief me on tides."}}]
+
+    anyio.run(main)
+
+
+def test_a_prompt_asks_in_rounds_of_its_own() -> None:
+    """prompts/get answers input_required too (SEP-2322), its state bound to the prompt (a tool's will not do)."""
+
+    async def main() -> None:
+        async with client() as c:
+            first = await c.session.get_prompt("ask__briefing", allow_input_required=True)
+            assert isinstance(first, types.InputRequiredResult)
+            assert list(first.input_requests or {}) == ["user_context"]
+            context = types.ElicitResult(action="accept", content={"context": "tides"})
+            with pytest.raises(MCPError) as refused:
+                await c.session.call_tool("ask__two_steps", {}, input_responses={"step1": ALICE},
+                                          request_state=first.request_state)
+            assert refused.value.error.code == -32602
+            done = await c.session.get_prompt("ask__briefing", input_responses={"user_context": context},
+                                              request_state=first.request_state)
+            assert isinstance(done, types.GetPromptResult)
+            assert done.messages[0].content == types.TextContent(text="Brief me on tides.")
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_a_question_the_client_cannot_answer(mode: str) -> None:
+    """A client that declared no roots: ``can_ask`` says so, and asking anyway fails the call, on 2026-07-28 with
+    the protocol's missing-capability error (SEP-2575) naming the capability, on 2025-11-25 with a tool error."""
+    why = "This needs the client's roots, and the client shares none (it does not support MCP roots)."
+
+    async def main() -> None:
+        async with client(mode, list_roots_callback=None) as c:
+            assert (await c.call_tool("ask__what_it_can", {})).content == [types.TextContent(text="form sample")]
+            if mode == "legacy":
+                result = await c.call_tool("ask__introduce", {})
+                assert (result.is_error, result.content) == (True, [types.TextContent(text=why)])
+                return
+            with pytest.raises(MCPError) as refused:
+                await c.call_tool("ask__introduce", {})
+            assert (refused.value.error.code, refused.value.error.message, refused.value.error.data) == (
+                -32021, why, {"requiredCapabilities": {"roots": {}}})
+
+    anyio.run(main)
+
+
+def test_keys_are_the_tools_and_never_the_hosts(tmp_path: Path) -> None:
+    ctx = Context("a", "t", None, tmp_path, logging.getLogger("t"))
+    for key in ("toolcrib_approval", ""):
+        with pytest.raises(ValueError, match="a question's key must be a non-empty string not starting 'toolcrib'"):
+            anyio.run(ctx.ask, {key: Roots()})
+    assert anyio.run(ctx.ask, {}) == {}
+    with pytest.raises(toolcrib.ToolError, match="This needs the client's roots, and there is no MCP client"):
+        anyio.run(ctx.ask, {"r": Roots()})
+    assert not ctx.can_ask(Roots()) and not ctx.can_ask(NAME)
