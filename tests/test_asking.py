@@ -6,6 +6,7 @@ cannot answer gets."""
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,7 @@ tools = { allow = ["*"] }
 prompts = { allow = ["*"] }
 """
 
+DOCS = Path(__file__).resolve().parent.parent / "docs"
 ALICE = types.ElicitResult(action="accept", content={"name": "Alice"})
 HELLO = types.CreateMessageResult(role="assistant", content=types.TextContent(text="Hello"), model="m")
 ROOTS = types.ListRootsResult(roots=[types.Root(uri="file:///work", name="work")])
@@ -86,8 +88,8 @@ def server() -> Any:
 
 
 async def on_elicit(_: Any, params: Any) -> types.ElicitResult:
-    return ALICE if "name" in params.message else types.ElicitResult(action="accept", content={
-        "colour": "green", "context": "tides"})
+    return ALICE if "name" in params.requested_schema["properties"] else types.ElicitResult(
+        action="accept", content={"colour": "green", "context": "tides"})
 
 
 async def on_sample(_: Any, params: Any) -> types.CreateMessageResult:
@@ -220,3 +222,27 @@ def test_keys_are_the_tools_and_never_the_hosts(tmp_path: Path) -> None:
     with pytest.raises(toolcrib.ToolError, match="This needs the client's roots, and there is no MCP client"):
         anyio.run(ctx.ask, {"r": Roots()})
     assert not ctx.can_ask(Roots()) and not ctx.can_ask(NAME)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+@pytest.mark.parametrize("model", [True, False])
+def test_the_docs_example_asks_what_the_client_can_answer(mode: str, model: bool) -> None:
+    block = next(b for b in re.findall(r"```python\n(.*?)```", (DOCS / "writing-packs.md").read_text(), flags=re.S)
+                 if "def plan_trip" in b)
+    scope: dict[str, Any] = {"toolcrib": toolcrib}
+    exec(block, scope)
+
+    class Trips:
+        @toolcrib.hookimpl
+        def toolcrib_tools(self) -> list[Any]:
+            return [scope["plan_trip"]]
+
+    host = make_host(CONFIG.replace('allow = ["ask"]', 'allow = ["trips"]'), {"trips": Trips()})
+
+    async def main() -> None:
+        async with Client(build_server(ServingState(host), "a"), mode=mode, cache=None, elicitation_callback=on_elicit,
+                          list_roots_callback=on_roots, sampling_callback=on_sample if model else None) as c:
+            assert (await c.call_tool("trips__plan_trip", {})).content == [types.TextContent(
+                text=f"{'Hello' if model else 'Bon voyage'}, Alice: plans go in file:///work")]
+
+    anyio.run(main)
