@@ -59,10 +59,16 @@ async def briefing(ctx: Context) -> str:
     return f"Brief me on {got['user_context'].content['context']}."
 
 
+@toolcrib.tool
+async def sign_in(ctx: Context) -> str:
+    """Send the user to a page."""
+    return (await ctx.elicit_url("Sign in to Acme.", "https://acme.example/auth", "acme-1")).action
+
+
 class Asking:
     @toolcrib.hookimpl
     def toolcrib_tools(self) -> list[Any]:
-        return [introduce, two_steps, what_it_can]
+        return [introduce, two_steps, what_it_can, sign_in]
 
     @toolcrib.hookimpl
     def toolcrib_prompts(self) -> list[Any]:
@@ -246,3 +252,50 @@ def test_the_docs_example_asks_what_the_client_can_answer(mode: str, model: bool
                 text=f"{'Hello' if model else 'Bon voyage'}, Alice: plans go in file:///work")]
 
     anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_a_tool_sends_the_user_to_a_page_in_both_eras(mode: str) -> None:
+    """``ctx.elicit_url``: a 2026-07-28 round's URL-mode question, or a 2025-11-25 request; a client that cannot send
+    its user to a page gets -32021 naming URL elicitation (2026-07-28) or the call's error (2025-11-25)."""
+    pages: list[Any] = []
+
+    async def on_page(_: Any, params: Any) -> types.ElicitResult:
+        pages.append(wire(params))
+        return types.ElicitResult(action="accept")
+
+    async def main() -> None:
+        async with client(mode, elicitation_callback=on_page) as c:
+            if mode == "auto":
+                first = await c.session.call_tool("ask__sign_in", {}, allow_input_required=True)
+                assert isinstance(first, types.InputRequiredResult)
+                assert {k: wire(q) for k, q in (first.input_requests or {}).items()} == {"toolcrib_elicit": {
+                    "method": "elicitation/create", "params": {"mode": "url", "message": "Sign in to Acme.",
+                                                               "url": "https://acme.example/auth",
+                                                               "elicitationId": "acme-1"}}}
+            assert (await c.call_tool("ask__sign_in", {})).content == [types.TextContent(text="accept")]
+        async with client(mode, elicitation_callback=None) as c:
+            if mode == "legacy":
+                result = await c.call_tool("ask__sign_in", {})
+                assert result.content == [types.TextContent(text=URL_LACKING)] and result.is_error
+                return
+            with pytest.raises(MCPError) as refused:
+                await c.call_tool("ask__sign_in", {})
+            assert (refused.value.error.code, refused.value.error.message, refused.value.error.data) == (
+                -32021, URL_LACKING, {"requiredCapabilities": {"elicitation": {"url": {}}}})
+
+    anyio.run(main)
+    assert pages == [{"mode": "url", "message": "Sign in to Acme.", "url": "https://acme.example/auth",
+                      "elicitationId": "acme-1"}]
+
+
+URL_LACKING = ("This needs the user to open a page, and the client cannot send its user to one (it does not support "
+               "MCP URL elicitation).")
+
+
+def test_a_page_must_be_https(tmp_path: Path) -> None:
+    ctx = Context("a", "t", None, tmp_path, logging.getLogger("t"))
+    with pytest.raises(ValueError, match=re.escape("a URL to send the user to must be https:, not 'http://acme.example'")):
+        anyio.run(ctx.elicit_url, "Sign in.", "http://acme.example", "x")
+    with pytest.raises(toolcrib.ToolError, match="This needs the user to open a page, and nobody can be asked"):
+        anyio.run(ctx.elicit_url, "Sign in.", "https://acme.example", "x")

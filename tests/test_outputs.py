@@ -5,11 +5,13 @@ URIs; what refers to a hidden resource is taken out, as if it had not been sent,
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp_types as types
 import pytest
 from mcp import Client
 
@@ -280,6 +282,56 @@ def test_an_upstream_servers_log_messages_reach_the_agents_client_unless_its_for
     assert logs == [("info", "toolcrib.pack.up", "upstream says hi")]  # (the debug one: below the client's level)
 
 
+@pytest.mark.slow
+def test_an_upstream_servers_page_reaches_the_agents_client_where_its_forward_lets_it() -> None:
+    """A URL elicitation of a server (a 2026-07-28 round of its call) whose forward has url_elicitation: the agent's
+    client is asked, the server named, the id namespaced; where the forward has it not, it is refused to the server
+    and the agent's client never asked."""
+    asked: list[Any] = []
+
+    async def on_elicit(_: Any, params: Any) -> Any:
+        asked.append((params.mode, params.message, params.url, params.elicitation_id))
+        return types.ElicitResult(action="accept")
+
+    async def main() -> None:
+        loaded = config_from(FORWARDING.replace('forward = ["progress", "elicitation", "sampling"]',
+                                                'forward = ["url_elicitation"]'))
+        async with supply() as supplied:
+            sources = await supplied.sync(loaded)
+            served = Host(loaded, sources=sources, plugins={}, autoload=False, env={})
+            async with Client(build_server(ServingState(served), "a"), mode="legacy", cache=None,
+                              elicitation_callback=on_elicit) as client:
+                refused = await client.call_tool("up__sign_in", {})
+                assert refused.is_error and "toolcrib does not forward pages to send the user to from upstream " \
+                    "server 'up'" in refused.content[0].text  # type: ignore[union-attr]
+                assert (await client.call_tool("quiet__sign_in", {})).content[0].text == "accept"  # type: ignore[union-attr]
+
+    anyio.run(main)
+    # (a 2026-07-28 server's URL elicitation carries no id, as that era has no completion notice: a new one, namespaced)
+    assert [(mode, message, url) for mode, message, url, _ in asked] == [
+        ("url", "[upstream server 'quiet'] Sign in.", "https://example.com/auth")]
+    assert re.fullmatch(r"quiet:[0-9a-f]{16}", asked[0][3])
+
+
+def test_a_servers_completion_of_a_page_reaches_the_client_whose_user_it_sent_there_once() -> None:
+    """(2025-11-25's notifications/elicitation/complete; no server in these tests sends one, so the record of pages
+    is driven here as the connection's message handler drives it.)"""
+    from toolcrib.supply.mcp import runners
+
+    told: list[str] = []
+
+    async def tell(shown: str) -> None:
+        told.append(shown)
+
+    async def main() -> None:
+        runners._PAGES[("up", "s-1")] = ("up:s-1", tell)
+        for namespace, elicitation_id in (("other", "s-1"), ("up", "s-1"), ("up", "s-1"), ("up", "never")):
+            await runners.elicitation_completed(namespace, elicitation_id)
+
+    anyio.run(main)
+    assert told == ["up:s-1"]
+
+
 def test_check_says_what_each_upstream_server_forwards(cli_config: Any) -> None:
     from conftest import cli
 
@@ -300,8 +352,10 @@ enabled = false
     code, out, _ = cli("--config", path, "check")
     assert code == 1  # (the servers do not start: errors)
     assert [line for line in out.splitlines() if line.startswith("upstream server")] == [
-        "upstream server 'chatty' forwards to the agents' clients: progress, log, elicitation, sampling",
-        "upstream server 'quiet' forwards to the agents' clients: progress (not log, elicitation, sampling)"]
+        "upstream server 'chatty' forwards to the agents' clients: progress, log, elicitation, sampling (not "
+        "url_elicitation)",
+        "upstream server 'quiet' forwards to the agents' clients: progress (not log, elicitation, url_elicitation, "
+        "sampling)"]
     code, out, _ = cli("--config", path, "check", "--json")
     assert code == 1 and json.loads(out)["forwarding"] == {"chatty": ["progress", "log", "elicitation", "sampling"],
                                              "quiet": ["progress"]}

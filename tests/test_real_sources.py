@@ -293,6 +293,54 @@ def test_a_real_servers_questions_and_sampling_are_refused_to_it_where_its_forwa
             "agent's client ([mcps.everything] forward)") in sampled
 
 
+@pytest.mark.parametrize("forward", ["default", "url_elicitation"])
+def test_a_real_servers_url_elicitation_reaches_the_agents_client_only_where_its_forward_lets_it(
+        node_servers: None, tmp_path: Path, forward: str) -> None:
+    """server-everything sends the user to a page (URL elicitation): refused to it by default, since the page is
+    the server's; with url_elicitation in its forward, put to the agent's client naming the server, under an id
+    namespaced by the server, https only (an http page is refused to the server, the client never asked)."""
+    import mcp_types as types
+    from mcp import Client
+
+    from toolcrib.mcp.adapter import build_server
+    from toolcrib.mcp.state import ServingState
+
+    text = EVERYTHING_CONFIG
+    if forward != "default":
+        text = text.replace("args = [", 'forward = ["elicitation", "url_elicitation"]\nargs = [', 1)
+    asked: list[Any] = []
+
+    async def on_elicit(context: Any, params: Any) -> Any:
+        asked.append((params.mode, params.message, params.url, params.elicitation_id))
+        return types.ElicitResult(action="accept")
+
+    async def main() -> list[str]:
+        host, pool = await _host(text, tmp_path)
+        try:
+            async with Client(build_server(ServingState(host), "a"), mode="legacy", cache=None,
+                              elicitation_callback=on_elicit) as client:
+                said = []
+                for url in ("https://example.com/sign-in", "http://example.com/sign-in"):
+                    answer = await client.call_tool("everything__trigger_url_elicitation", {
+                        "url": url, "message": "Sign in, please.", "elicitationId": "e-1"})
+                    said.append("\n".join(c.text for c in answer.content if c.type == "text"))
+                return said
+        finally:
+            host.close()
+            await pool.__aexit__(None, None, None)
+
+    secure, plain = anyio.run(main)
+    if forward == "default":
+        assert asked == []
+        assert ("toolcrib does not forward pages to send the user to from upstream server 'everything' to the "
+                "agent's client ([mcps.everything] forward)") in secure
+        return
+    assert asked == [("url", "[upstream server 'everything'] Sign in, please.", "https://example.com/sign-in",
+                      "everything:e-1")]
+    assert "User completed the URL elicitation flow." in secure and "Elicitation ID: e-1" in secure
+    assert "toolcrib sends the agent's user only to https: pages" in plain
+
+
 def test_an_llm_toolbox_not_configured_is_listed_with_why_and_logs_nothing(
         tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("llm_tools_sqlite", reason="the test extras install the real llm plugins")

@@ -47,6 +47,7 @@ if os.environ.get("LINKS") == "1":  # results that point at resources, some of w
                                 meta={"ui": {"resourceUri": "ui://app/secret"}, "io.toolcrib/source-name": "forged",
                                       "vendor/x": 1}),
              types.Tool(name="chatty", description="Log twice.", input_schema={"type": "object"}),
+             types.Tool(name="sign_in", description="Send the user to sign in.", input_schema={"type": "object"}),
              types.Tool(name="app_only", description="Refresh the App's page.", input_schema={"type": "object"},
                         meta={"ui": {"resourceUri": "ui://app/main", "visibility": ["app"]}}),
              types.Tool(name="app", description="An MCP App.", input_schema={"type": "object"},
@@ -92,6 +93,13 @@ async def call_tool(ctx, params):  # type: ignore[no-untyped-def]
         await ctx.session.send_log_message("info", "upstream says hi", "chatter", related_request_id=ctx.request_id)
         await ctx.session.send_log_message("debug", {"detail": 1}, "chatter", related_request_id=ctx.request_id)
         return types.CallToolResult(content=[types.TextContent(text="said")])
+    if params.name == "sign_in":  # a URL elicitation, as a 2026-07-28 round (that era has no completion notice)
+        answer = (params.input_responses or {}).get("page")
+        if answer is None:
+            return types.InputRequiredResult(input_requests={"page": types.ElicitRequest(
+                params=types.ElicitRequestURLParams(message="Sign in.", url="https://example.com/auth",
+                                                    elicitation_id="s-1"))})
+        return types.CallToolResult(content=[types.TextContent(text=answer.action)])
     if params.name == "app":
         return types.CallToolResult(content=[types.TextContent(text="app")],
                                     meta={"ui": {"resourceUri": "ui://app/main"}, "vendor/y": "hi",

@@ -366,6 +366,21 @@ class Context:
                                      max_tokens=question.max_tokens)
         raise ToolError("This needs the client's roots, and there is no MCP client to ask here.")
 
+    async def elicit_url(self, message: str, url: str, elicitation_id: str) -> Elicitation:
+        """Send the user to a page (MCP elicitation, URL mode: a sign-in, a payment, anything the client must not
+        see the answers of; async handlers only): ``url`` must be ``https:``. Returns whether the user agreed to
+        open it (``accept``), or ``decline`` / ``cancel``; the page's outcome comes back out of band (MCP's
+        ``notifications/elicitation/complete`` names ``elicitation_id``). Both protocol eras, as ``elicit``. A
+        ``ToolError`` says so when the client cannot send its user to a page."""
+        if not url.startswith("https://"):
+            raise ValueError(f"a URL to send the user to must be https:, not {url[:80]!r}")
+        ask = getattr(self._channel, "elicit_url", None)
+        if ask is None:
+            raise ToolError("This needs the user to open a page, and nobody can be asked here (no MCP client that "
+                            "supports URL elicitation).")
+        answer: dict[str, Any] = await ask(message, url, elicitation_id)
+        return Elicitation(str(answer.get("action", "cancel")))
+
     def debug(self, message: str) -> Awaitable[None]:
         return self.log("debug", message)
 

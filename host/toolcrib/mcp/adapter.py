@@ -167,6 +167,32 @@ class _Channel:
             raise ToolError(f"The client did not ask the user: {exc.error.message}") from None
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
+    async def elicit_url(self, message: str, url: str, elicitation_id: str) -> dict[str, Any]:
+        """The user's answer to a page to open (``elicitation/create``, URL mode), as ``elicit`` asks a form."""
+        ctx = self._ctx
+        params = {"mode": "url", "message": message, "url": url, "elicitationId": elicitation_id}
+        _check(ctx.session.client_capabilities, {"method": "elicitation/create", "params": params},
+               self.journal is not None)
+        if self.journal is not None:
+            recorded = self.journal.replay("elicit")
+            if recorded is not None:
+                return dict(recorded)
+            raise ElicitPending(params)
+        if not ctx.session.can_send_request:
+            raise ToolError("This needs the user to open a page, which this connection cannot ask for (a stateless "
+                            "2025-11-25 connection has no back-channel).")
+        try:
+            result = await ctx.session.elicit_url(message, url, elicitation_id, related_request_id=ctx.request_id)
+        except MCPError as exc:
+            raise ToolError(f"The client did not ask the user: {exc.error.message}") from None
+        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+    async def elicitation_complete(self, elicitation_id: str) -> None:
+        """Tell the client that the page of a URL elicitation is done with (2025-11-25 sessions; a 2026-07-28
+        client makes the call again instead)."""
+        if self.journal is None and self._ctx.session.can_send_request:
+            await self._ctx.session.send_elicit_complete(elicitation_id, related_request_id=self._ctx.request_id)
+
     def can(self, question: Mapping[str, Any]) -> bool:
         """Whether the client declared what it takes to answer ``question`` (``{"method", "params"}``)."""
         return _lacking(self._ctx.session.client_capabilities, question) is None
@@ -226,6 +252,12 @@ def _lacking(capabilities: types.ClientCapabilities | None,
     """What keeps the client from answering ``question`` (``{"method", "params"}``): why, and the capabilities it
     would have to declare (as the protocol's -32021 error names them); None when nothing does."""
     method = question["method"]
+    if method == "elicitation/create" and (question.get("params") or {}).get("mode") == "url":
+        elicitation = capabilities.elicitation if capabilities is not None else None
+        if elicitation is not None and elicitation.url is not None:
+            return None
+        return ("This needs the user to open a page, and the client cannot send its user to one (it does not "
+                "support MCP URL elicitation).", {"elicitation": {"url": {}}})
     if method == "elicitation/create":
         if capabilities is not None and capabilities.elicitation is not None:
             return None
@@ -292,6 +324,11 @@ class _TaskChannel:
         _check(self.capabilities, {"method": "elicitation/create"}, False)
         return await self.task.ask("elicitation/create", {"mode": "form", "message": message,
                                                            "requestedSchema": schema})
+
+    async def elicit_url(self, message: str, url: str, elicitation_id: str) -> dict[str, Any]:
+        params = {"mode": "url", "message": message, "url": url, "elicitationId": elicitation_id}
+        _check(self.capabilities, {"method": "elicitation/create", "params": params}, False)
+        return await self.task.ask("elicitation/create", params)
 
     def can(self, question: Mapping[str, Any]) -> bool:
         return _lacking(self.capabilities, question) is None
@@ -965,7 +1002,8 @@ def _request(method: str, params: Mapping[str, Any]) -> Any:
     if method == "sampling/createMessage":
         return types.CreateMessageRequest(params=types.CreateMessageRequestParams.model_validate(params, by_name=False))
     if method == "elicitation/create":
-        return types.ElicitRequest(params=types.ElicitRequestFormParams.model_validate(params, by_name=False))
+        model = types.ElicitRequestURLParams if params.get("mode") == "url" else types.ElicitRequestFormParams
+        return types.ElicitRequest(params=model.model_validate(params, by_name=False))
     return types.ListRootsRequest()
 
 

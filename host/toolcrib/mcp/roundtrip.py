@@ -28,7 +28,7 @@ class ApprovalPending(Suspend):
 
 
 class ElicitPending(Suspend):
-    """Raised by a channel that must ask the user (``request``: ``elicitation/create`` params, form mode)."""
+    """Raised by a channel that must ask the user (``request``: ``elicitation/create`` params, form or URL mode)."""
 
     def __init__(self, request: Mapping[str, Any]) -> None:
         super().__init__("the user must answer first")

@@ -33,7 +33,13 @@ from toolcrib.supply.mcp.conversion import item_entries, tool_entries
 from toolcrib.supply.mcp.isolated import ENTRY_POINT
 from toolcrib.supply.mcp.pack_calls import Lane, opened
 from toolcrib.supply.mcp.pack_checks import CheckLine, remote_check
-from toolcrib.supply.mcp.runners import answer_task_question, elicit, forward_log, sample
+from toolcrib.supply.mcp.runners import (
+    answer_task_question,
+    elicit,
+    elicitation_completed,
+    forward_log,
+    sample,
+)
 from toolcrib.supply.mcp.settings import McpConfig
 from toolcrib.supply.mcp.source import UpstreamSource
 
@@ -393,6 +399,8 @@ class UpstreamPool:
         async def on_message(message: Any) -> None:
             if type(message).__name__ in _LIST_CHANGED:  # handshake-era notifications
                 self._stale(connection)
+            elif type(message).__name__ == "ElicitCompleteNotification":
+                await elicitation_completed(connection.namespace, str(message.params.elicitation_id))
 
         async def on_log(params: Any) -> None:  # (the session is the client's, known once it is open)
             await forward_log(client.session, params)

@@ -7,6 +7,7 @@ import contextlib
 import contextvars
 import json
 import logging
+import secrets
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,7 @@ from toolcrib.errors import Suspend, ToolError
 from toolcrib.names import foreign_meta
 from toolcrib.runner import Call
 from toolcrib.supply.mcp.pack_calls import Lane, LaneClosed
-from toolcrib.supply.mcp.settings import FORWARDABLE
+from toolcrib.supply.mcp.settings import FORWARDED
 
 log = logging.getLogger("toolcrib.upstream")
 
@@ -47,8 +48,8 @@ def _upstream(call: Call | None) -> UpstreamRunner | None:
 
 
 def withheld(call: Call | None, what: str) -> str | None:
-    """Why ``what`` (``elicitation``, ``sampling``, ``log``) of the server a call's tool is of does not reach the
-    agent's client, or None when it does."""
+    """Why ``what`` (``elicitation``, ``url_elicitation``, ``sampling``, ``log``) of the server a call's tool is of
+    does not reach the agent's client, or None when it does."""
     runner = _upstream(call)
     if runner is None or what in runner.forward:
         return None
@@ -67,7 +68,7 @@ def named(call: Call, message: str) -> str:
 
 
 _FORWARD_WORDS = {"elicitation": "questions to the user", "sampling": "requests for a model's turn",
-                  "log": "log messages"}
+                  "log": "log messages", "url_elicitation": "pages to send the user to"}
 
 
 async def forward_log(session: Any, params: Any) -> None:
@@ -110,17 +111,20 @@ async def _put(ask: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
 
 async def elicit(context: Any, params: Any) -> Any:
     """A server asks the user something during a call: the call's ``Context.elicit`` asks the agent's client (with
-    toolcrib's checks of the form); outside a call, or for a URL, it is refused."""
+    toolcrib's checks of the form), or ``Context.elicit_url`` sends the user to an ``https:`` page where the
+    server's ``forward`` has ``url_elicitation``; outside a call it is refused."""
     import mcp_types as types
 
     call = _asking(context)
-    schema = getattr(params, "requested_schema", None)
-    refused = withheld(call, "elicitation")
+    url = getattr(params, "url", None) if getattr(params, "mode", "form") == "url" else None
+    refused = withheld(call, "url_elicitation" if url is not None else "elicitation")
     if refused is not None:
         return types.ErrorData(code=types.INVALID_REQUEST, message=refused)
+    if call is not None and url is not None:
+        return await _to_page(call, str(params.message), str(url), params.elicitation_id)
+    schema = getattr(params, "requested_schema", None)
     if call is None or schema is None:
-        return types.ErrorData(code=types.INVALID_REQUEST, message="toolcrib asks its client only during one call, "
-                               "and only for a form")
+        return types.ErrorData(code=types.INVALID_REQUEST, message="toolcrib asks its client only during one call")
     if hasattr(schema, "model_dump"):
         schema = schema.model_dump(by_alias=True, mode="json", exclude_none=True)
     context_of = call.context()
@@ -133,6 +137,58 @@ async def elicit(context: Any, params: Any) -> Any:
         return types.ElicitResult(action=answer.action, content=answer.content)
 
     return await _put(ask)
+
+
+async def _to_page(call: Call, message: str, url: str, elicitation_id: str | None) -> Any:
+    """A server's URL elicitation, put to the agent's client: only an ``https:`` URL with nothing hidden in it, its
+    message naming the server, its id the server's namespaced (so a completion one server announces never passes
+    for another's; a 2026-07-28 server gives none, and announces no completion: a new one); the client's channel
+    is kept to tell it when the server says the page is done with."""
+    import mcp_types as types
+
+    from toolcrib.names import clean
+
+    if not url.startswith("https://") or clean(url) != url or any(c.isspace() for c in url):
+        return types.ErrorData(code=types.INVALID_REQUEST, message="toolcrib sends the agent's user only to https: "
+                               "pages with no spaces or hidden characters in their address")
+    runner = _upstream(call)
+    namespace = runner.namespace if runner is not None else ""
+    shown = f"{namespace}:{elicitation_id if elicitation_id is not None else secrets.token_hex(8)}"
+    context_of = call.context()
+
+    async def ask() -> Any:
+        try:
+            answer = await context_of.elicit_url(named(call, message), url, shown)
+        except ToolError as exc:
+            return types.ErrorData(code=types.INVALID_REQUEST, message=str(exc))
+        tell = getattr(call.channel, "elicitation_complete", None)
+        if tell is not None and answer.action == "accept" and elicitation_id is not None:
+            _PAGES[(namespace, elicitation_id)] = (shown, tell)
+            while len(_PAGES) > MAX_PAGES:
+                _PAGES.pop(next(iter(_PAGES)))
+        return types.ElicitResult(action=answer.action)
+
+    return await _put(ask)
+
+
+# The pages agents' users were sent to, by (server, the server's elicitation id): the id their client was given,
+# and how to tell that client the page is done with (a 2025-11-25 session's channel). The oldest go first.
+_PAGES: dict[tuple[str, str], tuple[str, Callable[[str], Coroutine[Any, Any, None]]]] = {}
+MAX_PAGES = 1000
+
+
+async def elicitation_completed(namespace: str, elicitation_id: str) -> None:
+    """A server says the page of one of its URL elicitations is done with: the client whose user it sent there is
+    told, once (a completion for a page toolcrib never sent anyone to is dropped)."""
+    found = _PAGES.pop((namespace, elicitation_id), None)
+    if found is None:
+        log.info("upstream server %r completed an elicitation toolcrib did not send anyone to; dropped", namespace)
+        return
+    shown, tell = found
+    try:
+        await tell(shown)
+    except Exception:  # the client went: nobody is left to tell
+        log.debug("could not tell a client that elicitation %s completed", shown, exc_info=True)
 
 
 async def answer_task_question(method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -192,7 +248,7 @@ class UpstreamRunner:
     what: str = "upstream server"  # or "isolated pack", in its messages
     lane: Lane | None = None  # an isolated pack's calls take its lane while it is open
     as_task: bool = False  # a 2025-11-25 server runs it only as a task (SEP-1686): it is called as one
-    forward: frozenset[str] = frozenset(FORWARDABLE)  # what of the server's reaches the agent's client
+    forward: frozenset[str] = frozenset(FORWARDED)  # what of the server's reaches the agent's client
     is_async = True
 
     def start(self, model: BaseModel, call: Call) -> Any:

@@ -12,9 +12,11 @@ from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 from toolcrib.governing import Launch
 from toolcrib.strict import Strict
 
-# what an upstream server may send the agent's client during a call, each forwarded by default ([mcps.x] forward)
-Forwardable = Literal["progress", "log", "elicitation", "sampling"]
+# what an upstream server may send the agent's client during a call ([mcps.x] forward); all by default but
+# url_elicitation (a page the user is sent to is the server's: a phishing path, to be let through knowingly)
+Forwardable = Literal["progress", "log", "elicitation", "url_elicitation", "sampling"]
 FORWARDABLE: tuple[Forwardable, ...] = get_args(Forwardable)
+FORWARDED: tuple[Forwardable, ...] = tuple(what for what in FORWARDABLE if what != "url_elicitation")
 
 
 class McpConfig(Strict):
@@ -35,10 +37,10 @@ class McpConfig(Strict):
     enabled: bool = Field(True, description="false: never started")
     timeout: PositiveFloat = Field(30.0, description="seconds to connect and list its tools")
     forward: list[Forwardable] = Field(
-        list(FORWARDABLE), description="what the server may send the agent's client "
-        "during a call: its progress, its log messages, its questions to the user (forms), its requests for a "
-        "turn of the client's model; what is left out is refused to the server (or, for progress and logs, kept "
-        "in the host's log)")
+        list(FORWARDED), description="what the server may send the agent's client "
+        "during a call: its progress, its log messages, its questions to the user (forms), pages it sends the user "
+        "to (url_elicitation: https only, never by default), its requests for a turn of the client's model; what "
+        "is left out is refused to the server (or, for progress and logs, kept in the host's log)")
     confine: bool = Field(False, description="run the stdio server confined: it reads only the system's folders, "
                           "its own code and read, writes only a temporary folder of its own and write, has no network "
                           "unless network, and runs under the limits below (Linux: Landlock and seccomp)")
@@ -79,4 +81,4 @@ def problems(server: McpConfig) -> list[tuple[tuple[str, ...], str]]:
     return found
 
 
-__all__ = ["FORWARDABLE", "McpConfig", "problems"]
+__all__ = ["FORWARDABLE", "FORWARDED", "McpConfig", "problems"]
