@@ -382,13 +382,7 @@ async def multi_input(ctx: Context) -> str:
     return f"{first.action} and {second.action}"
 
 
-class TasksPack:
-    @toolcrib.hookimpl
-    def toolcrib_tools(self) -> list[Any]:
-        return [greet, slow_compute, failing_job, protocol_error_job, confirm_delete, multi_input]
-
-
-TASKS = TasksPack()
+TASK_TOOLS = [greet, slow_compute, failing_job, protocol_error_job, confirm_delete, multi_input]
 
 
 MODERN_TOOLS = [test_input_required_result_elicitation, test_input_required_result_sampling,
@@ -399,12 +393,18 @@ MODERN_TOOLS = [test_input_required_result_elicitation, test_input_required_resu
 
 
 class ConformancePack:
+    """The fixtures of the 2025-11-25 scenarios and of 2026-07-28's; with ``tasks``, the tasks extension's too."""
+
+    def __init__(self, tasks: bool = False) -> None:
+        self.tasks = tasks
+
     @toolcrib.hookimpl
     def toolcrib_tools(self) -> list[Any]:
-        return [test_simple_text, test_image_content, test_audio_content, test_embedded_resource,
-                test_multiple_content_types, test_tool_with_logging, test_error_handling, test_tool_with_progress,
-                test_reconnection, test_sampling, test_elicitation, test_elicitation_sep1034_defaults,
-                test_elicitation_sep1330_enums, json_schema_2020_12_tool, *MODERN_TOOLS]
+        return [*(TASK_TOOLS if self.tasks else []), test_simple_text, test_image_content, test_audio_content,
+                test_embedded_resource, test_multiple_content_types, test_tool_with_logging, test_error_handling,
+                test_tool_with_progress, test_reconnection, test_sampling, test_elicitation,
+                test_elicitation_sep1034_defaults, test_elicitation_sep1330_enums, json_schema_2020_12_tool,
+                *MODERN_TOOLS]
 
     @toolcrib.hookimpl
     def toolcrib_resources(self) -> list[Any]:
@@ -417,6 +417,7 @@ class ConformancePack:
 
 
 PACK = ConformancePack()
+ALL = ConformancePack(tasks=True)
 
 
 TOKEN = "conformance-token-0123456789"

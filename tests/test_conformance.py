@@ -157,6 +157,15 @@ class NameMapper:
                     item["name"] = item["name"].removeprefix(cls.PREFIX)
         return json.dumps(message).encode()
 
+    @staticmethod
+    def _named(body: bytes) -> bool:
+        """Whether a request names a tool or a prompt (whose Mcp-Name header, if any, then names it too)."""
+        try:
+            message = json.loads(body) if body else None
+        except ValueError:
+            return False
+        return isinstance(message, dict) and message.get("method") in ("tools/call", "prompts/get")
+
     async def app(self, scope: dict, receive: Any, send: Any) -> None:  # type: ignore[type-arg]
         import anyio
         import httpx2
@@ -168,6 +177,8 @@ class NameMapper:
             more = event.get("more_body", False)
         headers = [(k, v) for k, v in scope["headers"] if k not in (b"content-length", b"authorization")]
         headers.append((b"authorization", f"Bearer {self.token}".encode()))
+        if self._named(body):  # SEP-2243's Mcp-Name header mirrors the name in the body: mapped alike
+            headers = [(k, self.PREFIX.encode() + v if k == b"mcp-name" else v) for k, v in headers]
         url = self.target + scope["path"] + ("?" + scope["query_string"].decode() if scope["query_string"] else "")
         async with httpx2.AsyncClient(timeout=None) as client:
             request = client.build_request(scope["method"], url, headers=headers,
@@ -251,7 +262,7 @@ def test_every_server_scenario_of_the_official_suite_passes(suite: tuple[Path, P
 # Conformance 0.2 (the `conformance-next` alias, pinned in tests/conftest.py) runs what each revision requires,
 # frozen at its release: every scenario of 2025-11-25 and of 2026-07-28 (MRTR's input-required rounds, the
 # stateless surface, SEP-2243's headers, the tasks extension), against one agent that serves the conformance pack
-# and the tasks pack. Where toolcrib parts from the suite, and why:
+# with the tasks extension's fixtures. Where toolcrib parts from the suite, and why:
 # - protocol_error_job is to fail at the protocol level, and a toolcrib pack cannot: whatever a handler raises is the
 #   tool's error result, so its task ends "completed" with isError (toolcrib fails a task only when its call cannot
 #   run: its tool gone from the agent's view after a reload).
@@ -295,17 +306,18 @@ PARTED = {"2025-11-25": {},
                                               "sep-2575-server-sends-tools-list-changed-on-subscription"]}}
 
 
-@pytest.mark.parametrize("where", ["one process", "[cluster]"])
+@pytest.mark.parametrize("where", ["bare names", "full names", "bare names, [cluster]"])
 def test_every_scenario_each_revision_requires_of_a_server_passes_but_where_toolcrib_parts_from_its_fixtures(
         tmp_path: Path, where: str, request: pytest.FixtureRequest) -> None:
     modules = npm_packages()
     node, script = modules / "node" / "bin" / "node", modules / "conformance-next" / "dist" / "index.js"
     config = tmp_path / "toolcrib.toml"
-    shared = f'[cluster]\nredis_url = "{request.getfixturevalue("redis_url")}"\n' if where == "[cluster]" else ""
-    config.write_text(shared + CONFIG.replace('allow = ["conformance"]', 'allow = ["conformance", "tasks"]'))
-    proc, base, log = start_http(config, env={
-        "TOOLCRIB_PLUGINS": "conformance=conformance_pack:PACK,tasks=conformance_pack:TASKS", "TOK_JUDGE": TOKEN})
-    relay = TokenRelay(("127.0.0.1", int(base.rsplit(":", 1)[1])), TOKEN)
+    shared = f'[cluster]\nredis_url = "{request.getfixturevalue("redis_url")}"\n' if where.endswith("]") else ""
+    config.write_text(shared + (CONFIG if where.startswith("bare") else CONFIG.replace("bare_names = true\n", "")))
+    proc, base, log = start_http(config, env={"TOOLCRIB_PLUGINS": "conformance=conformance_pack:ALL",
+                                              "TOK_JUDGE": TOKEN})
+    relay = TokenRelay(("127.0.0.1", int(base.rsplit(":", 1)[1])), TOKEN) if where.startswith("bare") else \
+        NameMapper(base, TOKEN)
     checks: dict[str, dict[str, list[dict]]] = {}  # type: ignore[type-arg]
     try:
         for revision in REVISIONS:
