@@ -265,6 +265,37 @@ async def test_logging_tool(ctx: Context) -> str:
     return "Logging tool complete"
 
 
+ADDED: set[str] = set()  # what the triggers below have added (each call of one adds its item, or takes it away)
+
+
+@toolcrib.tool
+def test_trigger_tool_change() -> str:
+    """Add test_added_tool to the tool list, or take it away: the host loads again and listeners hear of it."""
+    ADDED.symmetric_difference_update({"tool"})
+    toolcrib.catalog_changed()
+    return "test_added_tool"
+
+
+@toolcrib.tool
+def test_trigger_prompt_change() -> str:
+    """Add test_added_prompt to the prompt list, or take it away."""
+    ADDED.symmetric_difference_update({"prompt"})
+    toolcrib.catalog_changed()
+    return "test_added_prompt"
+
+
+@toolcrib.tool
+def test_added_tool() -> str:
+    """Added by test_trigger_tool_change."""
+    return "test_added_tool"
+
+
+@toolcrib.prompt
+def test_added_prompt() -> str:
+    """Added by test_trigger_prompt_change."""
+    return "test_added_prompt"
+
+
 test_x_mcp_header = toolcrib.tool("test_x_mcp_header", "A tool whose region argument is mirrored into a header", {
     "type": "object",
     "properties": {"region": {"type": "string", "description": "mirrored into Mcp-Param-Region",
@@ -389,7 +420,8 @@ MODERN_TOOLS = [test_input_required_result_elicitation, test_input_required_resu
                 test_input_required_result_list_roots, test_input_required_result_request_state,
                 test_input_required_result_multiple_inputs, test_input_required_result_multi_round,
                 test_input_required_result_tampered_state, test_input_required_result_capabilities,
-                test_missing_capability, test_streaming_elicitation, test_logging_tool, test_x_mcp_header]
+                test_missing_capability, test_streaming_elicitation, test_logging_tool, test_x_mcp_header,
+                test_trigger_tool_change, test_trigger_prompt_change]
 
 
 class ConformancePack:
@@ -404,7 +436,7 @@ class ConformancePack:
                 test_embedded_resource, test_multiple_content_types, test_tool_with_logging, test_error_handling,
                 test_tool_with_progress, test_reconnection, test_sampling, test_elicitation,
                 test_elicitation_sep1034_defaults, test_elicitation_sep1330_enums, json_schema_2020_12_tool,
-                *MODERN_TOOLS]
+                *MODERN_TOOLS, *([test_added_tool] if "tool" in ADDED else [])]
 
     @toolcrib.hookimpl
     def toolcrib_resources(self) -> list[Any]:
@@ -413,7 +445,8 @@ class ConformancePack:
     @toolcrib.hookimpl
     def toolcrib_prompts(self) -> list[Any]:
         return [test_simple_prompt, test_prompt_with_arguments, test_prompt_with_embedded_resource,
-                test_prompt_with_image, test_input_required_result_prompt]
+                test_prompt_with_image, test_input_required_result_prompt,
+                *([test_added_prompt] if "prompt" in ADDED else [])]
 
 
 PACK = ConformancePack()

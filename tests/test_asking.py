@@ -18,6 +18,7 @@ from mcp.shared.exceptions import MCPError
 
 import toolcrib
 from conftest import make_host
+from redis_server import HANG_GUARD
 from toolcrib import Context, Form, Roots, Sample
 from toolcrib.mcp.adapter import build_server
 from toolcrib.mcp.state import ServingState
@@ -299,3 +300,54 @@ def test_a_page_must_be_https(tmp_path: Path) -> None:
         anyio.run(ctx.elicit_url, "Sign in.", "http://acme.example", "x")
     with pytest.raises(toolcrib.ToolError, match="This needs the user to open a page, and nobody can be asked"):
         anyio.run(ctx.elicit_url, "Sign in.", "https://acme.example", "x")
+
+
+SHELF: set[str] = set()
+
+
+@toolcrib.tool
+def shelve() -> str:
+    """Put a tool on the shelf, or take it off, and say so."""
+    SHELF.symmetric_difference_update({"extra"})
+    toolcrib.catalog_changed()
+    return "changed"
+
+
+@toolcrib.tool
+def extra() -> str:
+    """On the shelf now and then."""
+    return "extra"
+
+
+class Shelf:
+    @toolcrib.hookimpl
+    def toolcrib_tools(self) -> list[Any]:
+        return [shelve, *([extra] if "extra" in SHELF else [])]
+
+
+def test_a_pack_that_says_its_catalog_changed_is_loaded_again_and_its_agents_clients_hear_of_it() -> None:
+    """``toolcrib.catalog_changed()``: the serving state loads again (as on a config change) and a 2025-11-25
+    session hears tools/list_changed; the next listing has the tool the pack added, then not."""
+    SHELF.clear()
+    make = lambda: make_host(CONFIG.replace('allow = ["ask"]', 'allow = ["shelf"]'), {"shelf": Shelf()})  # noqa: E731
+    heard: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            heard.append("tools")
+
+    async def main() -> list[list[str]]:
+        state = ServingState(make(), make_host=make)
+        state.watch_resources()
+        listed = []
+        async with Client(build_server(state, "a"), mode="legacy", cache=None, message_handler=on_message) as c:
+            for expected in (1, 2):
+                listed.append([t.name for t in (await c.list_tools()).tools])
+                assert (await c.call_tool("shelf__shelve", {})).content == [types.TextContent(text="changed")]
+                with anyio.fail_after(HANG_GUARD):
+                    while len(heard) < expected:
+                        await anyio.sleep(0.01)
+            listed.append([t.name for t in (await c.list_tools()).tools])
+        return listed
+
+    assert anyio.run(main) == [["shelf__shelve"], ["shelf__extra", "shelf__shelve"], ["shelf__shelve"]]

@@ -9,7 +9,15 @@ from toolcrib._version import __version__
 from toolcrib.answers import Allow, Ask, Deny
 from toolcrib.content import Audio, EmbeddedResource, Image, ResourceLink, Text, ToolResult
 from toolcrib.context import AvailabilityContext, Context, Elicitation, Form, Roots, Sample
-from toolcrib.declarations import Message, get_prompt, get_resource, prompt, resource, resource_updated
+from toolcrib.declarations import (
+    Message,
+    catalog_changed,
+    get_prompt,
+    get_resource,
+    prompt,
+    resource,
+    resource_updated,
+)
 from toolcrib.decorator import tool
 from toolcrib.errors import (
     ConfigError,
@@ -64,6 +72,7 @@ __all__ = [
     "UnknownToolError",
     "Unserved",
     "__version__",
+    "catalog_changed",
     "get_prompt",
     "get_resource",
     "get_tool",

@@ -269,23 +269,35 @@ def resource_contents(uri: str, mime_type: str | None, value: Any) -> list[dict[
     return [contents]
 
 
-_update_listeners: list[Callable[[str], None]] = []
+_update_listeners: list[Callable[[str | None], None]] = []
 
 
 def resource_updated(uri: str) -> None:
     """Tell the clients that subscribed to ``uri`` that the resource changed (MCP ``notifications/resources/
     updated``), from any thread. A pack calls it when what one of its resources would read has changed; only clients
     of agents that may read the resource hear of it."""
+    _tell(uri)
+
+
+def catalog_changed() -> None:
+    """Tell the host that what a pack's hooks answer has changed (its tools, resources or prompts), from any thread:
+    ``toolcrib serve`` loads again, as if its config had changed (with ``[cluster]``, every replica does), and the
+    clients of agents whose lists changed hear of it (``list_changed``). Elsewhere (the Python API, the CLI's one-off
+    commands) nothing listens, and the next host built sees the change."""
+    _tell(None)
+
+
+def _tell(uri: str | None) -> None:
     for listener in list(_update_listeners):
         try:
             listener(uri)
         except Exception:  # one front end's trouble is not the pack's, nor the other front ends'
-            logging.getLogger("toolcrib").exception("a resource update listener failed")
+            logging.getLogger("toolcrib").exception("a pack update listener failed")
 
 
-def add_update_listener(listener: Callable[[str], None]) -> Callable[[], None]:
-    """Have ``resource_updated`` call ``listener(uri)`` (a front end that serves clients registers one); returns
-    the function that stops it."""
+def add_update_listener(listener: Callable[[str | None], None]) -> Callable[[], None]:
+    """Have ``resource_updated`` call ``listener(uri)`` and ``catalog_changed`` call ``listener(None)`` (a front end
+    that serves clients registers one); returns the function that stops it."""
     _update_listeners.append(listener)
 
     def remove() -> None:

@@ -81,6 +81,7 @@ async def serving_state(path: Path | None, metrics: Metrics | None = None,
             return await anyio.to_thread.run_sync(made)
 
         state = ServingState(await build(), make_host=build)
+        state.watch_resources()  # (a pack's catalog_changed reloads, whoever listens)
         state.serves = serves
         state.metrics = metrics
         state.store = store
@@ -90,7 +91,6 @@ async def serving_state(path: Path | None, metrics: Metrics | None = None,
             served = state.host.loaded.config.host
             state.sessions = RedisSessions(store, state.fanout, served.http_session_idle, served.http_max_sessions)
             state.tasks = RedisTasks(store, state.fanout)  # MCP tasks any replica answers for
-            state.watch_resources()  # this replica's updates go out even when none of its own clients listens
             subscribed = anyio.Event()
             tg.start_soon(functools.partial(state.fanout.listen, state.on_event, ready=subscribed))
             with anyio.move_on_after(store.config.timeout * 2):
@@ -128,7 +128,7 @@ class ServingState:
         self._listeners: dict[tuple[str, frozenset[str]], ListenHandler] = {}
         self._sessions: dict[str, OrderedDict[int, Any]] = {}
         self.on_reload: list[Callable[[], Awaitable[None]]] = []  # front ends that must follow (new agents, tokens)
-        self._updates: Callable[[str], None] | None = None
+        self._updates: Callable[[str | None], None] | None = None
         self._sending: set[asyncio.Task[None]] = set()  # resource updates on their way (held, or they may vanish)
         self.metrics: Metrics | None = None  # the serving process's, when it keeps them
         self.store: Store | None = None  # the shared store of [cluster], when serving with one
@@ -263,16 +263,19 @@ class ServingState:
             await self.tasks.heard(fields["task"])
 
     def watch_resources(self) -> None:
-        """Start passing ``toolcrib.resource_updated(uri)`` (from any thread) on to the clients; call it from the
-        event loop that serves."""
+        """Start passing ``toolcrib.resource_updated(uri)`` (from any thread) on to the clients, and reloading on
+        ``toolcrib.catalog_changed()``; call it from the event loop that serves."""
         if self._updates is not None:
             return
         loop = asyncio.get_running_loop()
 
-        def send(uri: str) -> None:
-            self.keep(loop.create_task(self._updated(uri)))
+        async def reload() -> None:
+            await self.reload()
 
-        def updated(uri: str) -> None:
+        def send(uri: str | None) -> None:
+            self.keep(loop.create_task(self._updated(uri) if uri is not None else reload()))
+
+        def updated(uri: str | None) -> None:
             try:
                 loop.call_soon_threadsafe(send, uri)
             except RuntimeError:  # that loop is closed: this state serves no one any more
