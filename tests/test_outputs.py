@@ -14,6 +14,7 @@ import anyio
 import mcp_types as types
 import pytest
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 
 import toolcrib
 from conftest import config_from, make_host, offered
@@ -231,6 +232,65 @@ def test_an_upstream_servers_links_reads_and_prompts_obey_the_agents_view() -> N
             assert [item["uri"] for item in contents] == ["notes://public/readme"]
             prompt = await view.get_prompt("up__cite")
             assert [m["content"]["type"] for m in prompt["messages"]] == ["text"]
+
+    anyio.run(main)
+
+
+APPS = f"""
+[mcps.clock]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(str(Path(__file__).parent / "apps_server.py"))}]
+
+[agents.a.permissions]
+mcps = {{ allow = ["clock"] }}
+tools = {{ allow = ["*"] }}
+resources = {{ allow = ["*"] }}
+
+[agents.b.permissions]
+mcps = {{ allow = ["clock"] }}
+tools = {{ allow = ["clock__plain_time"] }}
+resources = {{ allow = ["*"] }}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_a_real_mcp_app_is_served_through_whole_and_under_the_decision(mode: str) -> None:
+    """An MCP App the mcp SDK builds (mcp.server.apps): through toolcrib to an MCP client its tools keep _meta.ui,
+    the page is served as the App's (ui:// kept, its MIME type and CSP as the server gave them) and read whole, the
+    tool only the page calls is listed for the client's App host and callable, yet left out of what a model is
+    given; an agent that sees none of the App's tools neither lists nor reads its page, as if it did not exist."""
+
+    async def main() -> None:
+        loaded = config_from(APPS)
+        async with supply() as supplied:
+            sources = await supplied.sync(loaded)
+            served = Host(loaded, sources=sources, plugins={}, autoload=False, env={})
+            state = ServingState(served)
+            async with Client(build_server(state, "a"), mode=mode, cache=None) as client:
+                tools = {t.name: t.meta for t in (await client.list_tools()).tools}
+                assert tools == {
+                    "clock__plain_time": None,
+                    "clock__refresh_time": {"ui": {"resourceUri": "ui://clock/app.html", "visibility": ["app"]}},
+                    "clock__show_time": {"ui": {"resourceUri": "ui://clock/app.html"}}}
+                page = [r for r in (await client.list_resources()).resources if r.uri == "ui://clock/app.html"]
+                assert [(r.mime_type, r.meta) for r in page] == [
+                    ("text/html;profile=mcp-app", {"ui": {"csp": {"connectDomains": ["https://time.example"]}}})]
+                read = (await client.read_resource("ui://clock/app.html")).contents
+                assert [(c.uri, c.mime_type, c.text, c.meta) for c in read] == [  # type: ignore[union-attr]
+                    ("ui://clock/app.html", "text/html;profile=mcp-app",
+                     "<!doctype html><title>Clock</title><p id=time></p>",
+                     {"ui": {"csp": {"connectDomains": ["https://time.example"]}}})]
+                assert (await client.call_tool("clock__refresh_time", {})).content == [
+                    types.TextContent(text="12:01")]  # the App's host calls it on the agent's behalf
+            view = served.view("a")
+            assert [t["name"] for t in view.export("openai-responses")] == ["clock__plain_time", "clock__show_time"]
+            async with Client(build_server(state, "b"), mode=mode, cache=None) as client:
+                assert [r.uri for r in (await client.list_resources()).resources] == []
+                with pytest.raises(MCPError) as hidden:
+                    await client.read_resource("ui://clock/app.html")
+                assert (hidden.value.error.code, hidden.value.error.message) == (
+                    -32602 if mode == "auto" else -32002, "Unknown resource: ui://clock/app.html")
 
     anyio.run(main)
 

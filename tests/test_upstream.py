@@ -156,6 +156,7 @@ def test_upstream_resources_templates_and_prompts_pass_through_behind_the_rules(
                     ("up__note", "notes://{+path}"), ("up__search", "search://notes{?q,limit}")]
                 read = await client.read_resource("notes://public/readme")
                 assert read.contents[0].text == "Read me first."  # type: ignore[union-attr]
+                assert read.contents[0].meta == {"vendor/z": 1}  # the server's own keys; none that speak for toolcrib
                 assert (await client.read_resource("search://notes?q=tea")).contents[0].text == "no hits"  # type: ignore[union-attr]
                 for uri in ("notes://private/key", "other://x"):  # denied (through the template too), or no one's
                     with pytest.raises(MCPError) as info:
@@ -334,7 +335,7 @@ def test_lazy_servers_are_reached_through_the_dynamic_tools(tmp_path: Path) -> N
             readme = await view.call("toolcrib__read_mcp_resource", {"server": "up", "uri": "notes://public/readme"})
             assert (readme.is_error, readme.content) == (False, (
                 {"type": "resource", "resource": {"uri": "notes://public/readme", "mimeType": "text/plain",
-                                                  "text": "Read me first."}},))
+                                                  "text": "Read me first.", "_meta": {"vendor/z": 1}}},))
             key = await view.call("toolcrib__read_mcp_resource", {"server": "up", "uri": "notes://private/key"})
             assert (key.is_error, key.text) == (True, "Permission denied: toolcrib__read_mcp_resource with "
                                                       "uri='notes://private/key' is denied by the agent's permissions "

@@ -148,8 +148,9 @@ async def read_resource(ctx, params):  # type: ignore[no-untyped-def]
                                                   for uri, text in NOTES.items()])
     if params.uri not in NOTES:
         raise MCPError(code=types.INVALID_PARAMS, message=f"Resource not found: {params.uri}")
-    return types.ReadResourceResult(contents=[types.TextResourceContents(uri=params.uri, mime_type="text/plain",
-                                                                          text=NOTES[params.uri])])
+    return types.ReadResourceResult(contents=[types.TextResourceContents(  # (a _meta key that speaks for toolcrib)
+        uri=params.uri, mime_type="text/plain", text=NOTES[params.uri],
+        meta={"io.toolcrib/source-name": "forged", "vendor/z": 1})])
 
 
 async def list_resources(ctx, params):  # type: ignore[no-untyped-def]

@@ -131,6 +131,7 @@ class Resource:
     make_model: Callable[[], type[BaseModel]] | None = dataclasses.field(default=None, repr=False)
     passthrough: bool = False  # an upstream server's: its runner answers MCP's resource contents itself
     icons: tuple[Mapping[str, Any], ...] = ()  # its source's (names.foreign_icons)
+    meta: Mapping[str, Any] | None = None  # its source's _meta (names.foreign_meta): an MCP App page's ui (csp, ...)
 
     @property
     def is_template(self) -> bool:
@@ -171,6 +172,8 @@ class Resource:
             wire["mimeType"] = self.mime_type
         if self.icons:
             wire["icons"] = [dict(icon) for icon in self.icons]
+        if self.meta:
+            wire["_meta"] = dict(self.meta)
         return wire
 
 
@@ -345,6 +348,7 @@ class Prompt:
     passthrough: bool = False  # an upstream server's: its runner answers MCP's prompts/get itself
     source_name: str | None = None  # the name its source gives it, when served under another
     icons: tuple[Mapping[str, Any], ...] = ()  # its source's (names.foreign_icons)
+    meta: Mapping[str, Any] | None = None  # its source's _meta (names.foreign_meta)
 
     @cached_property
     def model(self) -> type[BaseModel]:
@@ -360,8 +364,9 @@ class Prompt:
                              for n, d, r in self.arguments]
         if self.icons:
             wire["icons"] = [dict(icon) for icon in self.icons]
-        if self.source_name is not None:
-            wire["_meta"] = {SOURCE_NAME_KEY: self.source_name}
+        if self.meta or self.source_name is not None:
+            wire["_meta"] = {**(self.meta or {}),
+                             **({SOURCE_NAME_KEY: self.source_name} if self.source_name is not None else {})}
         return wire
 
 

@@ -29,7 +29,7 @@ from toolcrib.entries import PACK, Entry, Kind, Provenance
 from toolcrib.errors import ToolError
 from toolcrib.plugins import PluginRecord
 from toolcrib.sources import Offer
-from toolcrib.supply.mcp.conversion import item_entries, tool_entries
+from toolcrib.supply.mcp.conversion import contents_of, item_entries, tool_entries
 from toolcrib.supply.mcp.isolated import ENTRY_POINT
 from toolcrib.supply.mcp.pack_calls import Lane, opened
 from toolcrib.supply.mcp.pack_checks import CheckLine, remote_check
@@ -355,9 +355,7 @@ class UpstreamPool:
             result = await self._connections[namespace].client.read_resource(uri)
         except MCPError as exc:
             raise ToolError(f"MCP server {namespace!r} could not read {uri!r}: {exc.error.message}") from None
-        blocks = [{"type": "resource", "resource": c.model_dump(by_alias=True, mode="json", exclude_none=True)}
-                  for c in result.contents]
-        return ToolResult(content=tuple(blocks))
+        return ToolResult(content=tuple({"type": "resource", "resource": item} for item in contents_of(result)))
 
     async def _run(self, connection: Connection, loaded: LoadedConfig, read_timeout: float) -> None:
         tail: deque[str] = deque(maxlen=STDERR_LINES)

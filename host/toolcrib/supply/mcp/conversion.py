@@ -142,7 +142,7 @@ def _resource(connection: Connection, name: str, uri: str, declared: Any,
         except MCPError as exc:
             raise ToolError(f"upstream server {connection.namespace!r} could not read {uri!r}: "
                             f"{exc.error.message}") from None
-        return [c.model_dump(by_alias=True, mode="json", exclude_none=True) for c in result.contents]
+        return contents_of(result)
 
     completions = {p: _completer(client, "ref/resource", uri, p) for p in parameters}
     return Resource(name=name, uri=uri, description=clean(declared.description or "") or f"The resource {uri}.",
@@ -150,7 +150,20 @@ def _resource(connection: Connection, name: str, uri: str, declared: Any,
                     mime_type=clean(declared.mime_type) if declared.mime_type else None,
                     title=clean(title) if title else None, parameters=parameters, complete=completions,
                     passthrough=True, is_available=connection.own_check("resource", uri),
-                    icons=foreign_icons(getattr(declared, "icons", None)))
+                    icons=foreign_icons(getattr(declared, "icons", None)),
+                    meta=foreign_meta(getattr(declared, "meta", None)))
+
+
+def contents_of(result: Any) -> list[dict[str, Any]]:
+    """A server's ``resources/read`` result as toolcrib passes it on: its contents, each with only the ``_meta``
+    keys ``names.foreign_meta`` keeps (none that speak for toolcrib or the protocol)."""
+    contents = [c.model_dump(by_alias=True, mode="json", exclude_none=True) for c in result.contents]
+    for item in contents:
+        if "_meta" in item:
+            meta = foreign_meta(item.pop("_meta"))
+            if meta:
+                item["_meta"] = meta
+    return contents
 
 
 def _prompt(connection: Connection, declared: Any, served: str, problems: list[str]) -> Prompt | None:
@@ -184,7 +197,8 @@ def _prompt(connection: Connection, declared: Any, served: str, problems: list[s
                   "server.", runner=_Passthrough(lambda call: get(call.arguments)), arguments=tuple(arguments),
                   title=clean(title) if title else None, complete=completions, passthrough=True,
                   source_name=name if served != name else None, is_available=connection.own_check("prompt", name),
-                  icons=foreign_icons(getattr(declared, "icons", None)))
+                  icons=foreign_icons(getattr(declared, "icons", None)),
+                  meta=foreign_meta(getattr(declared, "meta", None)))
 
 
 @dataclass(frozen=True, slots=True)
