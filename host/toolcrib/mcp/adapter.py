@@ -15,7 +15,7 @@ import secrets
 import time
 import warnings
 import weakref
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import mcp_types as types
@@ -152,25 +152,20 @@ class _Channel:
         """The user's answer to a form (``elicitation/create``): pushed on 2025-11-25 sessions; on 2026-07-28
         replayed from the journal, or asked for by ending the round (``ElicitPending``)."""
         ctx = self._ctx
-        _check(ctx.session.client_capabilities, {"method": "elicitation/create"}, self.journal is not None)
-        if self.journal is not None:
-            recorded = self.journal.replay("elicit")
-            if recorded is not None:
-                return dict(recorded)
-            raise ElicitPending({"mode": "form", "message": message, "requestedSchema": schema})
-        if not ctx.session.can_send_request:
-            raise ToolError("This needs the user's answer, which this connection cannot ask for (a stateless "
-                            "2025-11-25 connection has no back-channel).")
-        try:
-            result = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
-        except MCPError as exc:
-            raise ToolError(f"The client did not ask the user: {exc.error.message}") from None
-        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return await self._user({"mode": "form", "message": message, "requestedSchema": schema},
+                                lambda: ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id))
 
     async def elicit_url(self, message: str, url: str, elicitation_id: str) -> dict[str, Any]:
         """The user's answer to a page to open (``elicitation/create``, URL mode), as ``elicit`` asks a form."""
         ctx = self._ctx
-        params = {"mode": "url", "message": message, "url": url, "elicitationId": elicitation_id}
+        return await self._user({"mode": "url", "message": message, "url": url, "elicitationId": elicitation_id},
+                                lambda: ctx.session.elicit_url(message, url, elicitation_id,
+                                                               related_request_id=ctx.request_id))
+
+    async def _user(self, params: dict[str, Any], push: Callable[[], Awaitable[types.ElicitResult]]) -> dict[str, Any]:
+        """An ``elicitation/create`` (``params``) put to the user: ``push()`` on 2025-11-25 sessions; on 2026-07-28
+        replayed from the journal, or asked for by ending the round."""
+        ctx = self._ctx
         _check(ctx.session.client_capabilities, {"method": "elicitation/create", "params": params},
                self.journal is not None)
         if self.journal is not None:
@@ -179,10 +174,10 @@ class _Channel:
                 return dict(recorded)
             raise ElicitPending(params)
         if not ctx.session.can_send_request:
-            raise ToolError("This needs the user to open a page, which this connection cannot ask for (a stateless "
+            raise ToolError("This needs the user's answer, which this connection cannot ask for (a stateless "
                             "2025-11-25 connection has no back-channel).")
         try:
-            result = await ctx.session.elicit_url(message, url, elicitation_id, related_request_id=ctx.request_id)
+            result = await push()
         except MCPError as exc:
             raise ToolError(f"The client did not ask the user: {exc.error.message}") from None
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)
