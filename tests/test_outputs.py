@@ -201,6 +201,7 @@ def test_an_upstream_servers_links_reads_and_prompts_obey_the_agents_view() -> N
             assert result.to_wire()["_meta"] == {"vendor/y": "hi"}
             app = await view.call("up__app")
             assert app.to_wire()["_meta"] == {"ui": {"resourceUri": "ui://app/main"}, "vendor/y": "hi"}
+            assert app.content == ({"type": "text", "text": "app", "_meta": {"vendor/c": 1}},)  # (a block's too)
             wires = {w["name"]: w.get("_meta") for w in view.mcp_tools}
             assert (wires["up__links"], wires["up__app"]) == (
                 {"vendor/x": 1}, {"ui": {"resourceUri": "ui://app/main"}, "vendor/note": "shown"})

@@ -101,7 +101,8 @@ async def call_tool(ctx, params):  # type: ignore[no-untyped-def]
                                                     elicitation_id="s-1"))})
         return types.CallToolResult(content=[types.TextContent(text=answer.action)])
     if params.name == "app":
-        return types.CallToolResult(content=[types.TextContent(text="app")],
+        return types.CallToolResult(content=[types.TextContent(text="app", meta={"toolcrib/interrupt": True,
+                                                                               "vendor/c": 1})],
                                     meta={"ui": {"resourceUri": "ui://app/main"}, "vendor/y": "hi",
                                           "io.modelcontextprotocol/related-task": {"taskId": "x"}})
     if params.name == "get-weather":

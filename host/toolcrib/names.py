@@ -178,6 +178,17 @@ def foreign_meta(meta: Any) -> dict[str, Any] | None:
     return kept or None
 
 
+def foreign_item(item: dict[str, Any]) -> dict[str, Any]:
+    """A source's content block or resource contents (in MCP's wire shape) with only the ``_meta`` keys
+    ``foreign_meta`` keeps, its embedded resource's too; changed in place, and returned."""
+    for part in (item, item.get("resource")):
+        if isinstance(part, dict) and "_meta" in part:
+            meta = foreign_meta(part.pop("_meta"))
+            if meta:
+                part["_meta"] = meta
+    return item
+
+
 def served_name(name: str) -> str:
     """The name toolcrib serves a source's tool (or prompt) under when the source's own name breaks the tool-name
     rule (MCP allows 1-128 characters of ``[A-Za-z0-9_.-]``): every other character becomes ``_``, runs of

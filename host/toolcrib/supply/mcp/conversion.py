@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, create_model
 from toolcrib.declarations import Prompt, Resource, template_variables
 from toolcrib.entries import Entry
 from toolcrib.errors import InvalidArgumentsError, ToolError
-from toolcrib.names import clean, clean_schema, foreign_icons, foreign_meta, full_name, serving_names
+from toolcrib.names import clean, clean_schema, foreign_icons, foreign_item, foreign_meta, full_name, serving_names
 from toolcrib.runner import Call
 from toolcrib.supply.mcp.pack_checks import remote_describe
 from toolcrib.supply.mcp.runners import UpstreamRunner
@@ -157,13 +157,7 @@ def _resource(connection: Connection, name: str, uri: str, declared: Any,
 def contents_of(result: Any) -> list[dict[str, Any]]:
     """A server's ``resources/read`` result as toolcrib passes it on: its contents, each with only the ``_meta``
     keys ``names.foreign_meta`` keeps (none that speak for toolcrib or the protocol)."""
-    contents = [c.model_dump(by_alias=True, mode="json", exclude_none=True) for c in result.contents]
-    for item in contents:
-        if "_meta" in item:
-            meta = foreign_meta(item.pop("_meta"))
-            if meta:
-                item["_meta"] = meta
-    return contents
+    return [foreign_item(c.model_dump(by_alias=True, mode="json", exclude_none=True)) for c in result.contents]
 
 
 def _prompt(connection: Connection, declared: Any, served: str, problems: list[str]) -> Prompt | None:
@@ -189,6 +183,9 @@ def _prompt(connection: Connection, declared: Any, served: str, problems: list[s
             raise ToolError(f"upstream server {namespace!r} could not give prompt {name!r}: "
                             f"{exc.error.message}") from None
         answer = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        for message in answer.get("messages", []):
+            if isinstance(message.get("content"), dict):
+                foreign_item(message["content"])
         return {k: v for k, v in answer.items() if k in ("description", "messages")}
 
     title = getattr(declared, "title", None)

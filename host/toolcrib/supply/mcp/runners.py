@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from toolcrib.content import ToolResult
 from toolcrib.errors import Suspend, ToolError
-from toolcrib.names import foreign_meta
+from toolcrib.names import foreign_item, foreign_meta
 from toolcrib.runner import Call
 from toolcrib.supply.mcp.pack_calls import Lane, LaneClosed
 from toolcrib.supply.mcp.settings import FORWARDED
@@ -296,7 +296,8 @@ class UpstreamRunner:
                 if not flying:
                     _IN_FLIGHT.pop(connection, None)
         return ToolResult(
-            content=tuple(block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content),
+            content=tuple(foreign_item(block.model_dump(by_alias=True, mode="json", exclude_none=True))
+                          for block in result.content),
             structured_content=result.structured_content,
             is_error=bool(result.is_error),
             meta=foreign_meta(getattr(result, "meta", None)),
