@@ -453,6 +453,14 @@ def test_a_sub_agent_runs_on_its_own_model_through_its_own_view() -> None:
         ("misc__add", "5"), ("files__read", 'Error: tool "files__read" does not exist')]
 
 
+def test_by_default_a_sub_agent_whose_model_llm_runs_runs_on_it_and_needs_no_sampling() -> None:
+    """runner = "auto" (the default): llm runs "echo" (no key needed), so the run is on it, not on the client's."""
+    host = make_host(OWN.replace('runner = "llm"\n', "").replace("EXTRA", ""), {"files": FILES, "misc": MISC})
+    error, text = run_own(host, task(("misc__add", {"a": 2, "b": 3})))
+    answer = json.loads(text)
+    assert not error and (answer["system"], [r["output"] for r in answer["tool_results"]]) == ("You are echoer.", ["5"])
+
+
 def test_its_budgets_end_a_run_clearly() -> None:
     assert run_own(own("max_turns = 1"), task(("misc__add", {"a": 1, "b": 1}))) == (
         True, "agent 'echoer' did not finish within 1 turns (its max_turns)")
@@ -473,11 +481,12 @@ def test_a_model_no_plugin_offers_is_a_clear_error() -> None:
                                          "(`llm models` lists them)")
     from conftest import problems
 
-    assert problems('[agents.a]\nrunner = "llm"\nmax_run_tokens = 10\n[agents.b]\nmax_run_tokens = 10\n') == [
+    assert problems('[agents.a]\nrunner = "llm"\nmax_run_tokens = 10\n[agents.b]\nrunner = "client"\n'
+                    'max_run_tokens = 10\n[agents.c]\nmax_run_tokens = 10\n') == [
         'error: conf.toml: agents.a.runner: runner = "llm" runs the agent on its own model: set model to an llm '
         "model id (`llm models` lists them)",
         'error: conf.toml: agents.b.max_run_tokens: a token budget applies to runs on the agent\'s own model '
-        '(runner = "llm"); on the client\'s model, the client counts',
+        '(runner = "llm", or "auto" where llm runs its model); on the client\'s model, the client counts',
     ]
 
 
@@ -486,12 +495,19 @@ def test_check_says_which_sub_agents_depend_on_the_clients_sampling(cli_config: 
     find no model to run on. An agent no one may run, or one that runs on its own model, is not named."""
     from conftest import cli
 
-    path = cli_config(CHAIN + '\n[models."echo"]\n[agents.own]\nmodel = "echo"\nrunner = "llm"\n'
-                      '[agents.own.permissions]\nplugins = { allow = ["count"] }\n'
-                      .replace('subagents = { allow = ["leaf"] }', 'subagents = { allow = ["leaf", "own"] }'), "")
+    # own: runner "llm"; auto: the default, on its own model since llm runs "echo" (no key needed); far: the
+    # default too, but no llm plugin runs its model, so on the client's; near: "client" though llm could run it
+    path = cli_config((CHAIN + '\n[models."echo"]\n[agents.own]\nmodel = "echo"\nrunner = "llm"\n'
+                       '[agents.own.permissions]\nplugins = { allow = ["count"] }\n'
+                       '[agents.auto]\nmodel = "echo"\n[models."nowhere-9"]\n[agents.far]\nmodel = "nowhere-9"\n'
+                       '[agents.near]\nmodel = "echo"\nrunner = "client"\n')
+                      .replace('subagents = { allow = ["leaf"] }', 'subagents = { allow = ["leaf", "own", "auto", '
+                                                                    '"far", "near"] }'), "")
     code, out, _ = cli("--config", path, "check")
     assert code == 0 and [line for line in out.splitlines() if line.startswith("sub-agents")] == [
         "sub-agents on the calling client's model (MCP sampling, deprecated as of 2026-07-28: a client may not "
-        "offer it; runner = \"llm\" with a model runs one on its own): leaf (of mid), mid (of boss)"]
+        "offer it; one whose model llm runs, with its key, runs on its own): far (of mid), leaf (of mid), "
+        "mid (of boss), near (of mid)"]
     code, out, _ = cli("--config", path, "check", "--json")
-    assert code == 0 and json.loads(out)["sampling_subagents"] == {"leaf": ["mid"], "mid": ["boss"]}
+    assert code == 0 and json.loads(out)["sampling_subagents"] == {"far": ["mid"], "leaf": ["mid"], "mid": ["boss"],
+                                                                   "near": ["mid"]}

@@ -306,7 +306,7 @@ def check(strict: bool, as_json: bool) -> None:
                        + (f" (not {', '.join(left)})" if left else ""))
         if sampling:
             click.echo("sub-agents on the calling client's model (MCP sampling, deprecated as of 2026-07-28: a client "
-                       "may not offer it; runner = \"llm\" with a model runs one on its own): "
+                       "may not offer it; one whose model llm runs, with its key, runs on its own): "
                        + ", ".join(f"{name} (of {', '.join(by)})" for name, by in sampling.items()))
     if errors or (strict and warnings):
         sys.exit(1)

@@ -191,9 +191,10 @@ class AgentConfig(Strict):
     description: str | None = Field(None, description="what the agent does, shown when offered as a sub-agent")
     prompt: str | None = Field(None, description="its system prompt when it runs as a sub-agent")
     max_turns: PositiveInt = Field(10, description="most model turns of one sub-agent run")
-    runner: Literal["client", "llm"] = Field("client", description="how it runs as a sub-agent: on the calling "
-                                             "client's model (MCP sampling), or on its own model through the llm "
-                                             "library")
+    runner: Literal["auto", "client", "llm"] = Field(
+        "auto", description="how it runs as a sub-agent: on the calling client's model (\"client\": MCP sampling, "
+        "deprecated as of 2026-07-28), on its own model through the llm library (\"llm\"), or \"auto\": on its "
+        "own model where an installed llm plugin runs its model with a key at hand, else on the client's")
     max_run_tokens: PositiveInt | None = Field(None, description="most tokens (input and output, as the model "
                                                "counts them) one run on its own model may use")
     run_timeout: float = Field(900.0, gt=0, le=3600, description="seconds one sub-agent run may take")
@@ -625,9 +626,10 @@ def check_config(config: Config, source: str) -> list[Problem]:
         if agent.runner == "llm" and agent.model is None:
             error(("agents", name, "runner"), "runner = \"llm\" runs the agent on its own model: set model to an "
                   "llm model id (`llm models` lists them)")
-        if agent.max_run_tokens is not None and agent.runner != "llm":
+        if agent.max_run_tokens is not None and agent.runner == "client":
             error(("agents", name, "max_run_tokens"), "a token budget applies to runs on the agent's own model "
-                  "(runner = \"llm\"); on the client's model, the client counts")
+                  "(runner = \"llm\", or \"auto\" where llm runs its model); on the client's model, the client "
+                  "counts")
         if agent.mode == "bypassPermissions" and not agent.allow_dangerously_skip_permissions:
             error(("agents", name, "mode"), "bypassPermissions approves every asked call; it is accepted only with "
                   "allow_dangerously_skip_permissions = true beside it")

@@ -386,11 +386,13 @@ class Host:
         """The agents that run as sub-agents on the calling client's model (MCP sampling, deprecated as of 2026-07-28
         by SEP-2577: a client of that era may not offer it), each with the agents that may hand it a task
         (``toolcrib check`` says so)."""
+        from toolcrib.subagents import runs_on
+
         agents = self.loaded.config.agents
         callers = {name: sorted(caller for caller, rules in self.rules.items()
                                 if caller != name and permits(rules, "subagents", name))
-                   for name in agents if agents[name].runner == "client"}
-        return {name: by for name, by in sorted(callers.items()) if by}
+                   for name in agents if agents[name].runner != "llm"}
+        return {name: by for name, by in sorted(callers.items()) if by and runs_on(agents[name]) == "client"}
 
     def _failed_source(self, pattern: str) -> str | None:
         """The failed pack or server a rule's pattern names by its namespace (``orders__*``), if any."""

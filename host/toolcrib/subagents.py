@@ -51,9 +51,27 @@ async def run(ctx: Context, name: str, task: str) -> str:
     if delegate is None:
         raise ToolError(f"Unknown agent: {name}")  # hidden, itself, back along the chain, nonexistent: alike
     who = f"agent {name!r}"
-    if delegate.config.runner == "llm":
+    if runs_on(delegate.config) == "llm":
         return await _bounded(delegate, who, run_on_llm(delegate, task, system_prompt(delegate), who))
     return await _bounded(delegate, who, converse(ctx, delegate, task, system_prompt(delegate), who))
+
+
+def runs_on(config: AgentConfig) -> str:
+    """Where an agent runs as a sub-agent: ``"client"`` (the calling client's model, MCP sampling) or ``"llm"`` (its
+    own ``model`` through the llm library). ``runner = "auto"`` (the default) is ``"llm"`` where an installed llm
+    plugin runs the agent's model and its key (if it needs one) is at hand, so that no sampling is needed (it is
+    deprecated as of 2026-07-28, and a client may not offer it), else ``"client"``."""
+    if config.runner != "auto":
+        return config.runner
+    if config.model is None:
+        return "client"
+    try:
+        import llm
+
+        llm.get_async_model(config.model).get_key()
+    except Exception:  # (no llm; no plugin runs that model; no key for it: each means "not here")
+        return "client"
+    return "llm"
 
 
 async def _bounded(delegate: Delegate, who: str, run: Awaitable[str]) -> str:
