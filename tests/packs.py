@@ -248,4 +248,10 @@ def write(text: str) -> str:
     return f"wrote {text}"
 
 
-JOBS = Pack(hold, greet, only, ask, fails, write)
+@toolcrib.tool(task="optional")
+async def sign_in(ctx: Context) -> str:
+    """Send the user to sign in."""
+    return (await ctx.elicit_url("Sign in.", "https://example.com/auth", "s-1")).action
+
+
+JOBS = Pack(hold, greet, only, ask, fails, write, sign_in)

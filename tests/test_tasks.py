@@ -719,11 +719,15 @@ def test_an_upstream_servers_tasks_are_polled_through_and_their_questions_reach_
     text = (f'[mcps.up]\ncommand = {json.dumps(sys.executable)}\nargs = ["-m", "toolcrib.cli", "serve", "--agent", '
             f'"a", "--config", {json.dumps(str(upstream))}]\nenv = {{ TOOLCRIB_PLUGINS = "jobs=packs:JOBS", '
             f'TOOLCRIB_DISABLE_PLUGIN_AUTOLOAD = "1", PYTHONPATH = {json.dumps(str(Path(__file__).parent))} }}\n'
+            'forward = ["elicitation", "url_elicitation"]\n'
             '[agents.a.permissions]\nmcps = { allow = ["up"] }\ntools = { allow = ["*"] }\n')
     asked: list[str] = []
 
     async def answer(context: Any, params: Any) -> types.ElicitResult:
         asked.append(params.message)
+        if params.mode == "url":  # a page of the upstream's task (its forward has url_elicitation)
+            asked.append(f"{params.url} {params.elicitation_id}")
+            return types.ElicitResult(action="accept")
         field = next(iter(params.requested_schema["properties"]))
         return types.ElicitResult(action="accept", content={field: "Ada" if field == "name" else "London"})
 
@@ -741,11 +745,14 @@ def test_an_upstream_servers_tasks_are_polled_through_and_their_questions_reach_
                     assert (only.is_error, only.content[0].text) == (False, "only 2")  # type: ignore[union-attr]
                     both = await client.call_tool("up__jobs_ask", {})
                     assert both.content[0].text == "Ada of London (accept)"  # type: ignore[union-attr]
+                    page = await client.call_tool("up__jobs_sign_in", {})
+                    assert page.content[0].text == "accept"  # type: ignore[union-attr]
             finally:
                 host.close()
 
     anyio.run(main)
-    assert asked[0] == "[upstream server 'up'] Your name?" and asked[-1] == "[upstream server 'up'] Your town?"
+    assert asked == ["[upstream server 'up'] Your name?", "[upstream server 'up'] Your town?",
+                     "[upstream server 'up'] Sign in.", "https://example.com/auth up:s-1"]
 
 
 @contextlib.asynccontextmanager

@@ -194,13 +194,22 @@ async def elicitation_completed(namespace: str, elicitation_id: str) -> None:
 async def answer_task_question(method: str, params: dict[str, Any]) -> dict[str, Any]:
     """A question of an upstream server's task (its ``inputRequests``, 2026-07-28), put to the agent's client of the
     call that waits for the task, as any question a server asks during a call is (a form, with toolcrib's checks of
-    it; a turn of the client's model)."""
+    it; a page to open, where the server's forward lets it; a turn of the client's model)."""
+    import mcp_types as types
+
     call = CALLING.get()
     if call is None:
         raise ToolError("the upstream server's task asks a question, and no call of the agent waits for it")
-    refused = withheld(call, "elicitation" if method == "elicitation/create" else "sampling")
+    url = params.get("url") if method == "elicitation/create" and params.get("mode") == "url" else None
+    refused = withheld(call, "url_elicitation" if url is not None else
+                       "elicitation" if method == "elicitation/create" else "sampling")
     if refused is not None:
         raise ToolError(refused)
+    if url is not None:
+        page = await _to_page(call, str(params.get("message", "")), str(url), params.get("elicitationId"))
+        if not isinstance(page, types.ElicitResult):
+            raise ToolError(page.message)
+        return {"action": page.action}
     if method == "elicitation/create":
         schema = params.get("requestedSchema")
         if params.get("mode", "form") != "form" or not isinstance(schema, dict):
