@@ -665,7 +665,8 @@ def test_stdio_and_http_serve_the_same_surface_with_the_same_capabilities(tmp_pa
             "logging": {}, "prompts": {"listChanged": True}, "resources": {"subscribe": True, "listChanged": True},
             "tools": {"listChanged": True}, "completions": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}
         assert resources == ["test://static-binary", "test://static-text", "test://watched-resource"]
-        assert prompts[:2] == ["test_prompt_with_arguments", "test_prompt_with_embedded_resource"]
+        assert prompts == ["test_input_required_result_prompt", "test_prompt_with_arguments",
+                           "test_prompt_with_embedded_resource", "test_prompt_with_image", "test_simple_prompt"]
         assert read == {"uri": "test://template/7/data", "mimeType": "application/json",
                         "text": '{"id":"7","templateTest":true,"data":"Data for ID: 7"}'}
         assert message == {"role": "user", "content": {"type": "text", "text": "Prompt with arguments: arg1='a', "
