@@ -5,6 +5,7 @@ llm-tools-quickjs and llm-tools-sqlite (PyPI; installed with the test extras). N
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import sys
 from pathlib import Path
@@ -339,6 +340,58 @@ def test_a_real_servers_url_elicitation_reaches_the_agents_client_only_where_its
                       "everything:e-1")]
     assert "User completed the URL elicitation flow." in secure and "Elicitation ID: e-1" in secure
     assert "toolcrib sends the agent's user only to https: pages" in plain
+
+
+@pytest.mark.parametrize("forward", ["default", "url_elicitation"])
+def test_a_real_servers_pages_first_error_reaches_the_agents_client_only_where_its_forward_lets_it(
+        node_servers: None, tmp_path: Path, forward: str) -> None:
+    """server-everything refuses a call until the user opens a page (-32042, URLElicitationRequired): with
+    url_elicitation in its forward, the agent's client gets that error, the page's message naming the server and
+    its id namespaced, and the call made again goes on; by default, the call's error result says the server refused."""
+    import mcp_types as types
+    from mcp import Client
+    from mcp.shared.exceptions import MCPError
+
+    from toolcrib.mcp.adapter import build_server
+    from toolcrib.mcp.state import ServingState
+
+    text = EVERYTHING_CONFIG
+    if forward != "default":
+        text = text.replace("args = [", 'forward = ["elicitation", "url_elicitation"]\nargs = [', 1)
+    arguments = {"url": "https://example.com/sign-in", "message": "Sign in, please.", "elicitationId": "e-2",
+                 "errorPath": True}
+
+    async def on_elicit(context: Any, params: Any) -> Any:
+        return types.ElicitResult(action="accept")
+
+    async def main() -> Any:
+        host, pool = await _host(text, tmp_path)
+        try:
+            async with Client(build_server(ServingState(host), "a"), mode="legacy", cache=None,
+                              elicitation_callback=on_elicit) as client:
+                try:
+                    first = await client.call_tool("everything__trigger_url_elicitation", arguments)
+                except MCPError as exc:
+                    first = exc.error
+                again = await client.call_tool("everything__trigger_url_elicitation", arguments)
+                return first, "\n".join(c.text for c in again.content if c.type == "text")
+        finally:
+            host.close()
+            await pool.__aexit__(None, None, None)
+
+    first, again = anyio.run(main)
+    if forward == "default":
+        assert first.is_error and first.content[0].text.startswith(
+            "upstream server 'everything' refused the call: ")
+        return
+    assert (first.code, first.message) == (-32042, "[upstream server 'everything'] MCP error -32042: This request "
+                                                   "requires browser-based authorization.")  # (as it says it)
+    [page] = first.data["elicitations"]
+    assert (page["mode"], page["message"], page["url"]) == (
+        "url", "[upstream server 'everything'] Open this link to satisfy the prerequisite, then retry the request.",
+        "https://modelcontextprotocol.io")
+    assert re.fullmatch(r"everything:[0-9a-f-]{36}", page["elicitationId"])
+    assert "User completed the URL elicitation flow." in again
 
 
 def test_an_llm_toolbox_not_configured_is_listed_with_why_and_logs_nothing(

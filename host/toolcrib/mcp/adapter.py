@@ -46,6 +46,7 @@ from toolcrib.mcp.roundtrip import (
     Journal,
     MissingCapability,
     OnceUnreachable,
+    PagesFirst,
     SamplePending,
     Unverifiable,
     answer_to,
@@ -191,6 +192,12 @@ class _Channel:
     def can(self, question: Mapping[str, Any]) -> bool:
         """Whether the client declared what it takes to answer ``question`` (``{"method", "params"}``)."""
         return _lacking(self._ctx.session.client_capabilities, question) is None
+
+    def pages_first(self, message: str, pages: list[dict[str, Any]]) -> None:
+        """End the call with the protocol's -32042 (the user is to open ``pages``, then call again), where the
+        client can send its user to pages; else return (the call's error result says why)."""
+        if all(self.can({"method": "elicitation/create", "params": page}) for page in pages):
+            raise PagesFirst(message, pages)
 
     async def ask(self, questions: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         """Answers to several questions, by the keys the tool chose: asked one by one on 2025-11-25 sessions; on
@@ -473,6 +480,9 @@ class _Handlers:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
         except MissingCapability as lacking:
             raise _missing(lacking) from None
+        except PagesFirst as first:
+            raise MCPError(code=types.URL_ELICITATION_REQUIRED, message=first.message,
+                           data={"elicitations": first.pages}) from None
         except (ApprovalPending, SamplePending, ElicitPending, AskPending) as need:
             return self._input_required(ctx, need, name, arguments, journal, approved or _answered_yes(
                 responses, earlier))

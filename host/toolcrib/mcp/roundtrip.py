@@ -89,6 +89,18 @@ def answer_to(method: str, given: Any) -> dict[str, Any] | None:
     return None
 
 
+class PagesFirst(Suspend):
+    """Raised by a channel whose client is to open pages before the call can be made (an upstream server's -32042,
+    passed on as that error: ``message`` and the ``pages``, URL-mode elicitation params)."""
+
+    ends = True
+
+    def __init__(self, message: str, pages: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.message = message
+        self.pages = pages
+
+
 class Journal:
     """What earlier rounds of one call got, in order: model turns (``sample``) and the results of the tool calls
     sub-agents made (``tool``). A run is deterministic given these, so a call made again replays them and goes

@@ -171,6 +171,43 @@ async def _to_page(call: Call, message: str, url: str, elicitation_id: str | Non
     return await _put(ask)
 
 
+MAX_PAGES_FIRST = 8  # pages one server's "open these first" error may name
+
+
+def _pages_first(call: Call | None, message: str, data: Any) -> None:
+    """A server's call refused until the user opens pages (its -32042 error, SEP-1036): passed on to the agent's
+    client as that error (``channel.pages_first`` raises it), each page as a page asked during a call is (only where
+    the server's forward names url_elicitation, https with nothing hidden, its message naming the server, its id
+    namespaced). Returns where it cannot be, and the call ends with an error result naming the server's refusal."""
+    from toolcrib.names import clean
+
+    runner = _upstream(call)
+    passing = getattr(call.channel, "pages_first", None) if call is not None and call.channel is not None else None
+    asked = data.get("elicitations") if isinstance(data, dict) else None
+    if call is None or runner is None or passing is None or withheld(call, "url_elicitation") is not None or \
+            not isinstance(asked, list) or not 0 < len(asked) <= MAX_PAGES_FIRST:
+        return
+    pages, given = [], []
+    for page in asked:
+        url = page.get("url") if isinstance(page, dict) and page.get("mode") == "url" else None
+        if not isinstance(url, str) or not url.startswith("https://") or clean(url) != url or \
+                any(c.isspace() for c in url):
+            return
+        server_id = page.get("elicitationId")
+        shown = f"{runner.namespace}:{server_id if isinstance(server_id, str) else secrets.token_hex(8)}"
+        pages.append({"mode": "url", "message": named(call, str(page.get("message", ""))), "url": url,
+                      "elicitationId": shown})
+        if isinstance(server_id, str):
+            given.append((server_id, shown))
+    tell = getattr(call.channel, "elicitation_complete", None)
+    if tell is not None:
+        for server_id, shown in given:
+            _PAGES[(runner.namespace, server_id)] = (shown, tell)
+    while len(_PAGES) > MAX_PAGES:
+        _PAGES.pop(next(iter(_PAGES)))
+    passing(named(call, message), pages)
+
+
 # The pages agents' users were sent to, by (server, the server's elicitation id): the id their client was given,
 # and how to tell that client the page is done with (a 2025-11-25 session's channel). The oldest go first.
 _PAGES: dict[tuple[str, str], tuple[str, Callable[[str], Coroutine[Any, Any, None]]]] = {}
@@ -264,6 +301,7 @@ class UpstreamRunner:
         return self._call(dict(model.__pydantic_extra__ or {}), call)
 
     async def _call(self, arguments: dict[str, Any], call: Call | None = None) -> ToolResult:
+        import mcp_types as types
         from mcp.shared.exceptions import MCPError
 
         if self.lane is not None and self.lane.closed is None:
@@ -289,6 +327,8 @@ class UpstreamRunner:
                 result = await self.client.call_tool(self.name, arguments,
                                                      progress_callback=progress if forwarded else None)
         except MCPError as exc:
+            if exc.error.code == types.URL_ELICITATION_REQUIRED:
+                _pages_first(call, exc.error.message, exc.error.data)  # (raises, where the agent's client can go)
             raise ToolError(f"{self.what} {self.namespace!r} refused the call: {exc.error.message}") from None
         except BaseExceptionGroup as group:  # the SDK's task group wraps what a callback raised
             asked = group.subgroup(lambda e: isinstance(e, Suspend))
