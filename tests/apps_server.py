@@ -4,6 +4,7 @@ tool. Run over stdio as an upstream server (tests/test_outputs.py)."""
 
 from __future__ import annotations
 
+import mcp_types as types
 from mcp.server.apps import Apps, ResourceCsp
 from mcp.server.mcpserver import MCPServer
 
@@ -25,7 +26,8 @@ def refresh_time() -> str:
 apps.add_html_resource("ui://clock/app.html", PAGE, name="clock", description="The clock's page.",
                        csp=ResourceCsp(connect_domains=["https://time.example"]))
 
-server = MCPServer("clock", extensions=[apps])
+server = MCPServer("clock", extensions=[apps], icons=[  # the server's icon; one toolcrib drops (http:)
+    types.Icon(src="https://example.com/clock.png", mime_type="image/png"), types.Icon(src="http://example.com/x.png")])
 
 
 @server.tool(description="Say the time as text.")

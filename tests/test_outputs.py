@@ -237,6 +237,10 @@ def test_an_upstream_servers_links_reads_and_prompts_obey_the_agents_view() -> N
     anyio.run(main)
 
 
+def dump(model: Any) -> Any:
+    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
 APPS = f"""
 [mcps.clock]
 command = {json.dumps(sys.executable)}
@@ -269,7 +273,12 @@ def test_a_real_mcp_app_is_served_through_whole_and_under_the_decision(mode: str
             served = Host(loaded, sources=sources, plugins={}, autoload=False, env={})
             state = ServingState(served)
             async with Client(build_server(state, "a"), mode=mode, cache=None) as client:
-                tools = {t.name: t.meta for t in (await client.list_tools()).tools}
+                listed = (await client.list_tools()).tools
+                # (tools without icons of their own show their server's: toolcrib serves many servers as one)
+                assert {t.name: [dump(i) for i in t.icons or []] for t in listed} == {
+                    name: [{"src": "https://example.com/clock.png", "mimeType": "image/png"}]
+                    for name in ("clock__plain_time", "clock__refresh_time", "clock__show_time")}
+                tools = {t.name: t.meta for t in listed}
                 assert tools == {
                     "clock__plain_time": None,
                     "clock__refresh_time": {"ui": {"resourceUri": "ui://clock/app.html", "visibility": ["app"]}},

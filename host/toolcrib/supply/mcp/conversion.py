@@ -37,6 +37,17 @@ def tool_entries(connection: Connection, problems: list[str]) -> list[Entry]:
     return [e for e in made if e is not None]
 
 
+def _icons(connection: Connection, declared: Any) -> tuple[dict[str, Any], ...]:
+    """The icons a tool, resource or prompt of a server is served with: its own, else its server's (``serverInfo``:
+    toolcrib serves many servers as one, so a client sees a server's icon on what it offers), as
+    ``names.foreign_icons`` keeps them."""
+    own = foreign_icons(getattr(declared, "icons", None))
+    if own:
+        return own
+    server = getattr(connection.client, "server_info", None)
+    return foreign_icons(getattr(server, "icons", None))
+
+
 def _entry(connection: Connection, tool: Any, served: str, problems: list[str]) -> Entry | None:
     name = tool.name
     execution = getattr(tool, "execution", None)
@@ -77,7 +88,7 @@ def _entry(connection: Connection, tool: Any, served: str, problems: list[str]) 
         given_output_schema=output_schema,
         source_name=name if served != name else None,
         meta=foreign_meta(getattr(tool, "meta", None)),
-        icons=foreign_icons(getattr(tool, "icons", None)),
+        icons=_icons(connection, tool),
         task="optional" if support in ("optional", "required") else "forbidden",  # a long call, as its server says
     )
     return Entry(name=full_name(namespace, served), provenance=connection.provenance, definition=spec)
@@ -150,7 +161,7 @@ def _resource(connection: Connection, name: str, uri: str, declared: Any,
                     mime_type=clean(declared.mime_type) if declared.mime_type else None,
                     title=clean(title) if title else None, parameters=parameters, complete=completions,
                     passthrough=True, is_available=connection.own_check("resource", uri),
-                    icons=foreign_icons(getattr(declared, "icons", None)),
+                    icons=_icons(connection, declared),
                     meta=foreign_meta(getattr(declared, "meta", None)))
 
 
@@ -194,7 +205,7 @@ def _prompt(connection: Connection, declared: Any, served: str, problems: list[s
                   "server.", runner=_Passthrough(lambda call: get(call.arguments)), arguments=tuple(arguments),
                   title=clean(title) if title else None, complete=completions, passthrough=True,
                   source_name=name if served != name else None, is_available=connection.own_check("prompt", name),
-                  icons=foreign_icons(getattr(declared, "icons", None)),
+                  icons=_icons(connection, declared),
                   meta=foreign_meta(getattr(declared, "meta", None)))
 
 
