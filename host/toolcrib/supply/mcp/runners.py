@@ -139,6 +139,14 @@ async def elicit(context: Any, params: Any) -> Any:
     return await _put(ask)
 
 
+def _page_url(url: str) -> bool:
+    """Whether toolcrib sends an agent's user to a server's page at ``url``: ``https:`` with no spaces or hidden
+    characters in the address."""
+    from toolcrib.names import clean
+
+    return url.startswith("https://") and clean(url) == url and not any(c.isspace() for c in url)
+
+
 async def _to_page(call: Call, message: str, url: str, elicitation_id: str | None) -> Any:
     """A server's URL elicitation, put to the agent's client: only an ``https:`` URL with nothing hidden in it, its
     message naming the server, its id the server's namespaced (so a completion one server announces never passes
@@ -146,9 +154,7 @@ async def _to_page(call: Call, message: str, url: str, elicitation_id: str | Non
     is kept to tell it when the server says the page is done with."""
     import mcp_types as types
 
-    from toolcrib.names import clean
-
-    if not url.startswith("https://") or clean(url) != url or any(c.isspace() for c in url):
+    if not _page_url(url):
         return types.ErrorData(code=types.INVALID_REQUEST, message="toolcrib sends the agent's user only to https: "
                                "pages with no spaces or hidden characters in their address")
     runner = _upstream(call)
@@ -179,7 +185,6 @@ def _pages_first(call: Call | None, message: str, data: Any) -> None:
     client as that error (``channel.pages_first`` raises it), each page as a page asked during a call is (only where
     the server's forward names url_elicitation, https with nothing hidden, its message naming the server, its id
     namespaced). Returns where it cannot be, and the call ends with an error result naming the server's refusal."""
-    from toolcrib.names import clean
 
     runner = _upstream(call)
     passing = getattr(call.channel, "pages_first", None) if call is not None and call.channel is not None else None
@@ -190,8 +195,7 @@ def _pages_first(call: Call | None, message: str, data: Any) -> None:
     pages, given = [], []
     for page in asked:
         url = page.get("url") if isinstance(page, dict) and page.get("mode") == "url" else None
-        if not isinstance(url, str) or not url.startswith("https://") or clean(url) != url or \
-                any(c.isspace() for c in url):
+        if not isinstance(url, str) or not _page_url(url):
             return
         server_id = page.get("elicitationId")
         shown = f"{runner.namespace}:{server_id if isinstance(server_id, str) else secrets.token_hex(8)}"
