@@ -1012,12 +1012,15 @@ def _request(method: str, params: Mapping[str, Any]) -> Any:
     return types.ListRootsRequest()
 
 
-def _answers(responses: Mapping[str, Any] | None, earlier: Mapping[str, Any] | None) -> dict[str, Any]:
+def _answers(responses: Mapping[str, Any] | None, earlier: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     """What the client has answered of the questions a tool asked under its own keys: the answers earlier rounds
     brought (sealed in their state, so they stand), then this round's. An answer is data the client gives, as
-    arguments are: it needs no state of its own (approvals, which do, are the host's keys)."""
+    arguments are: it needs no state of its own (approvals, which do, are the host's keys). (A call's first round,
+    the usual, makes nothing.)"""
     sealed = earlier.get("given") if earlier is not None else None
-    return {**(responses or {}), **(sealed if isinstance(sealed, dict) else {})}
+    if not isinstance(sealed, dict) or not sealed:
+        return responses
+    return {**(responses or {}), **sealed}
 
 
 def _missing(lacking: MissingCapability) -> MCPError:
