@@ -66,7 +66,8 @@ def test_unknown_keys_name_the_path_and_what_is_allowed() -> None:
         "error: conf.toml: host.workspce: unknown key 'workspce' (did you mean 'workspace'?); expected one of: "
         "workspace, tool_dirs, audit_log, audit_arguments, call_timeout, max_argument_bytes, max_result_chars, "
         "sync_workers, availability_timeout, shutdown_timeout, http_session_idle, http_max_sessions, "
-        "http_stream_seconds, task_ttl, max_tasks, metrics, metrics_token_env, lock, isolate_packs, allow_unconfined",
+        "http_stream_seconds, list_ttl, task_ttl, max_tasks, metrics, metrics_token_env, lock, isolate_packs, "
+        "allow_unconfined",
         "error: conf.toml: agents.a.permissions.toolz: unknown key 'toolz' (did you mean 'tools'?); expected one of: "
         "plugins, mcps, tools, resources, prompts, skills, subagents, ask, approve",
     ]

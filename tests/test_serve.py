@@ -444,6 +444,53 @@ def test_reload_notifies_legacy_sessions_and_modern_listeners(tmp_path: Path, se
     assert "ToolsListChanged" in notes and "legacy" in notes
 
 
+@pytest.mark.parametrize("ttl", [None, 0, 7.5])
+def test_a_modern_client_keeps_a_list_for_list_ttl_unless_it_hears_of_a_change(tmp_path: Path,
+                                                                               ttl: float | None) -> None:
+    """Lists change only at a reload: a 2026-07-28 client (the SDK's, its cache on) may keep one ``[host]
+    list_ttl`` seconds (60 by default; private: the list is the credential's), and one that listens drops it when
+    it hears of the reload. Reads are never kept. The clock is the cache's own, moved by hand."""
+    config = tmp_path / "toolcrib.toml"
+    config.write_text(("" if ttl is None else f"[host]\nlist_ttl = {ttl}\n") + CONFIG)
+    plugins = {"files": FILES, "misc": MISC, "talk": TALK}
+    from mcp.client.caching import CacheConfig
+
+    from toolcrib.config import load_config
+    from toolcrib.host import Host
+
+    def make() -> Host:
+        return Host(load_config(config, {}), plugins=plugins, autoload=False, env={})
+
+    s = ServingState(make(), make_host=make)
+    now = [1_000_000.0]
+    expected_ms = 60_000 if ttl is None else round(ttl * 1000)
+
+    async def main() -> None:
+        cache = CacheConfig(clock=lambda: now[0])
+        async with Client(build_server(s, "reader"), cache=cache) as quiet, \
+                Client(build_server(s, "reader"), cache=CacheConfig(clock=lambda: now[0])) as listening:
+            first = await quiet.list_tools()
+            assert (first.ttl_ms, first.cache_scope) == (expected_ms, "private")
+            for listed in (await quiet.list_resources(), await quiet.list_resource_templates(),
+                           await quiet.list_prompts()):
+                assert (listed.ttl_ms, listed.cache_scope) == (expected_ms, "private")
+            assert names(await listening.list_tools()) == READER
+            async with listening.listen(tools_list_changed=True) as events:
+                config.write_text(config.read_text().replace('tools = { allow = ["*"] }',
+                                                             'tools = { allow = ["misc__*"] }', 1))
+                assert await s.reload() is True
+                with anyio.fail_after(5):
+                    async for _ in events:
+                        break
+                assert names(await listening.list_tools()) == ["misc__add"]  # told: asked again
+            kept = names(await quiet.list_tools())  # not told: kept for the ttl
+            assert kept == (READER if expected_ms else ["misc__add"])
+            now[0] += expected_ms / 1000 + 0.001
+            assert names(await quiet.list_tools()) == ["misc__add"]
+
+    anyio.run(main)
+
+
 # -- stdio subprocess -----------------------------------------------------------------------------------------
 
 

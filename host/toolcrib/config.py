@@ -88,6 +88,9 @@ class HostConfig(Strict):
                                                       "this many seconds while the call runs on: the client "
                                                       "reconnects with Last-Event-ID and gets the rest (SSE polling, "
                                                       "for proxies that cut long responses)")
+    list_ttl: NonNegativeFloat = Field(60.0, description="seconds a 2026-07-28 client may keep an agent's lists of "
+                                       "tools, resources, templates and prompts (ttlMs): they change only at a "
+                                       "reload, which listening clients hear at once; 0 asks them to list each time")
     task_ttl: PositiveFloat = Field(3600.0, description="seconds an MCP task (a call a client that speaks tasks "
                                     "polls for) and its result are kept from its creation; one still working then is "
                                     "stopped")

@@ -64,8 +64,9 @@ log = logging.getLogger("toolcrib.serve")
 
 INSTRUCTIONS = ("Tools, resources and prompts served by toolcrib. Each tool and prompt is named "
                 "<namespace>__<name>: its pack or server, then its name.")
-# What 2026-07-28 requires of lists and reads: nothing may be cached (they change on reload, and per agent). For the
-# handshake era the SDK sieves these keys off.
+# What 2026-07-28 requires of a read (SEP-2549): a resource's contents may change at any read, so none is kept. Lists
+# are kept for [host] list_ttl (``_Handlers.listed``). Each is private: what an agent sees depends on its credential
+# (and an OAuth token's scopes). For the handshake era the SDK sieves these keys off.
 UNCACHED = {"resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
 
 APPROVAL_KEY = "toolcrib_approval"
@@ -419,9 +420,16 @@ class _Handlers:
         return self.state.view(self.agent)
 
     def listing(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
-        # Wire dicts, not models: never validated twice. The extra keys are what 2026-07-28 requires (no caching:
-        # lists change on reload); for the handshake era the SDK sieves them off, or the fast path leaves them out.
-        return {"tools": self.tools_of(ctx), **UNCACHED}
+        # Wire dicts, not models: never validated twice. The extra keys are what 2026-07-28 requires; for the
+        # handshake era the SDK sieves them off, or the fast path leaves them out.
+        return {"tools": self.tools_of(ctx), **self.listed()}
+
+    def listed(self) -> dict[str, Any]:
+        """What 2026-07-28 requires of a list: it changes only at a reload (a config edit, a pack's
+        ``catalog_changed``, an upstream's list_changed), which clients that listen hear at once; one that does not
+        may keep it ``[host] list_ttl`` seconds."""
+        ttl = self.state.host.loaded.config.host.list_ttl
+        return {"resultType": "complete", "ttlMs": round(ttl * 1000), "cacheScope": "private"}
 
     def tools_of(self, ctx: ServerRequestContext[Any, Any]) -> list[dict[str, Any]]:
         """The agent's tools/list: its view's listed tools and, deferring (``tool_search``), those its searches
@@ -761,12 +769,12 @@ class _Handlers:
     async def list_resources(self, ctx: ServerRequestContext[Any, Any],
                              params: types.PaginatedRequestParams | None) -> Any:
         self._one_page(ctx, params)
-        return {"resources": self.view_of(ctx).mcp_resources, **UNCACHED}
+        return {"resources": self.view_of(ctx).mcp_resources, **self.listed()}
 
     async def list_templates(self, ctx: ServerRequestContext[Any, Any],
                              params: types.PaginatedRequestParams | None) -> Any:
         self._one_page(ctx, params)
-        return {"resourceTemplates": self.view_of(ctx).mcp_templates, **UNCACHED}
+        return {"resourceTemplates": self.view_of(ctx).mcp_templates, **self.listed()}
 
     async def read_resource(self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams) -> Any:
         try:
@@ -804,7 +812,7 @@ class _Handlers:
     async def list_prompts(self, ctx: ServerRequestContext[Any, Any],
                            params: types.PaginatedRequestParams | None) -> Any:
         self._one_page(ctx, params)
-        return {"prompts": self.view_of(ctx).mcp_prompts, **UNCACHED}
+        return {"prompts": self.view_of(ctx).mcp_prompts, **self.listed()}
 
     async def get_prompt(self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams) -> Any:
         return await self.prompt(ctx, params.name, params.arguments, params.input_responses, params.request_state)
