@@ -328,14 +328,20 @@ tools = {{ allow = ["*"] }}
 @pytest.mark.slow
 def test_an_upstream_servers_log_messages_reach_the_agents_client_unless_its_forward_leaves_them_out() -> None:
     """(A server's questions and requests for a model's turn, forwarded or refused: tests/test_real_sources.py, with
-    server-everything, which asks them in the middle of its calls.)"""
+    server-everything, which asks them in the middle of its calls. A request for a model's turn names its server:
+    up's ``ponder`` sends one whose ``_meta`` claims to be toolcrib's and carries its own progress token.)"""
     from toolcrib.mcp.adapter import build_server
     from toolcrib.mcp.state import ServingState
 
     logs: list[tuple[str, str | None, Any]] = []
+    sampled: list[Any] = []
 
     async def on_log(params: Any) -> None:
         logs.append((params.level, params.logger, params.data))
+
+    async def on_sample(context: Any, params: Any) -> Any:
+        sampled.append((params.messages[0].content.text, params.max_tokens, params.meta))
+        return types.CreateMessageResult(role="assistant", content=types.TextContent(text="yes"), model="m")
 
     async def main() -> None:
         loaded = config_from(FORWARDING)
@@ -343,13 +349,17 @@ def test_an_upstream_servers_log_messages_reach_the_agents_client_unless_its_for
             sources = await supplied.sync(loaded)
             served = Host(loaded, sources=sources, plugins={}, autoload=False, env={})
             async with Client(build_server(ServingState(served), "a"), mode="legacy", cache=None,
-                              logging_callback=on_log) as client:
+                              logging_callback=on_log, sampling_callback=on_sample) as client:
                 await client.set_logging_level("info")
                 for name in ("up__chatty", "quiet__chatty"):
                     assert (await client.call_tool(name, {})).content[0].text == "said"  # type: ignore[union-attr]
+                for name in ("up__ponder", "quiet__ponder"):
+                    assert (await client.call_tool(name, {})).content[0].text == "yes"  # type: ignore[union-attr]
 
     anyio.run(main)
     assert logs == [("info", "toolcrib.pack.up", "upstream says hi")]  # (the debug one: below the client's level)
+    assert sampled == [("Say yes.", 5, {"io.toolcrib/asked-by": "up"}),
+                       ("Say yes.", 5, {"io.toolcrib/asked-by": "quiet"})]
 
 
 @pytest.mark.slow

@@ -224,7 +224,7 @@ def test_a_real_server_s_questions_and_sampling_reach_the_agent_s_client(node_se
 
     async def on_sample(context: Any, params: Any) -> Any:
         asked.append(("sample", params.messages[0].content.text))
-        asked.append(("asked with", params.max_tokens, params.temperature, params.include_context))
+        asked.append(("asked with", params.max_tokens, params.temperature, params.include_context, params.meta))
         return types.CreateMessageResult(role="assistant", content=types.TextContent(text="sampled words"),
                                          model="the-agent-s-model")
 
@@ -253,7 +253,8 @@ def test_a_real_server_s_questions_and_sampling_reach_the_agent_s_client(node_se
     assert ("elicit", "[upstream server 'everything'] Please provide inputs for the following fields:") in asked
     assert "User provided the requested information!" in elicited and "Ann Example" in elicited
     assert ("sample", "Resource trigger-sampling-request context: say hi") in asked
-    assert ("asked with", 20, 0.7, None) in asked  # every field as the server asked it (its temperature)
+    # every field as the server asked it (its temperature), and _meta naming the server (its own: its hop's)
+    assert ("asked with", 20, 0.7, None, {"io.toolcrib/asked-by": "everything"}) in asked
     assert '"text": "sampled words"' in sampled and '"model": "the-agent-s-model"' in sampled
 
 

@@ -12,6 +12,7 @@ from mcp.server import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
 
 TOOLS = [
     types.Tool(name="now", description="The time, always noon.", input_schema={"type": "object", "properties": {}},
@@ -47,6 +48,7 @@ if os.environ.get("LINKS") == "1":  # results that point at resources, some of w
                                 meta={"ui": {"resourceUri": "ui://app/secret"}, "io.toolcrib/source-name": "forged",
                                       "vendor/x": 1}),
              types.Tool(name="chatty", description="Log twice.", input_schema={"type": "object"}),
+             types.Tool(name="ponder", description="Ask the client's model.", input_schema={"type": "object"}),
              types.Tool(name="sign_in", description="Send the user to sign in.", input_schema={"type": "object"}),
              types.Tool(name="app_only", description="Refresh the App's page.", input_schema={"type": "object"},
                         meta={"ui": {"resourceUri": "ui://app/main", "visibility": ["app"]}}),
@@ -93,6 +95,18 @@ async def call_tool(ctx, params):  # type: ignore[no-untyped-def]
         await ctx.session.send_log_message("info", "upstream says hi", "chatter", related_request_id=ctx.request_id)
         await ctx.session.send_log_message("debug", {"detail": 1}, "chatter", related_request_id=ctx.request_id)
         return types.CallToolResult(content=[types.TextContent(text="said")])
+    if params.name == "ponder":  # a turn of the client's model, with a _meta that would speak for toolcrib
+        asked = types.CreateMessageRequest(params=types.CreateMessageRequestParams(
+            messages=[types.SamplingMessage(role="user", content=types.TextContent(text="Say yes."))], max_tokens=5,
+            meta={"io.toolcrib/asked-by": "toolcrib", "progressToken": 7, "vendor/x": 1}))
+        if ctx.session.can_send_request:  # 2025-11-25: in the middle of the call
+            answer = await ctx.session.send_request(asked, types.CreateMessageResult,
+                                                    metadata=ServerMessageMetadata(related_request_id=ctx.request_id))
+        else:  # 2026-07-28: a round of the call
+            answer = (params.input_responses or {}).get("turn")
+            if answer is None:
+                return types.InputRequiredResult(input_requests={"turn": asked})
+        return types.CallToolResult(content=[answer.content])
     if params.name == "sign_in":  # a URL elicitation, as a 2026-07-28 round (that era has no completion notice)
         answer = (params.input_responses or {}).get("page")
         if answer is None:

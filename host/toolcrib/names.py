@@ -134,6 +134,7 @@ def tool_name_problem(name: object) -> str | None:
 
 
 SOURCE_NAME_KEY = "io.toolcrib/source-name"  # in a served tool's _meta: the name its source gives it
+ASKED_BY_KEY = "io.toolcrib/asked-by"  # in a forwarded request's _meta: the namespace of the server that asks
 # _meta keys a source may not set: toolcrib's own (which only the host speaks), and the protocol's, which describe
 # the hop between the source and toolcrib, not the one to the agent's client
 _NOT_A_SOURCES = ("io.toolcrib/", "toolcrib/", "io.modelcontextprotocol/")

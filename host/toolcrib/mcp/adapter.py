@@ -20,8 +20,10 @@ from typing import Any
 
 import mcp_types as types
 from mcp.server import NotificationOptions, Server, ServerRequestContext
+from mcp.server.validation import validate_sampling_tools, validate_tool_use_result_messages, wants_sampling_tools
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
+from mcp.shared.message import ServerMessageMetadata
 from mcp_types import SERVER_INFO_META_KEY
 from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -124,18 +126,18 @@ class _Channel:
             if recorded is not None:
                 return dict(recorded)
             raise SamplePending(request)
+        # The request whole, as it was asked, its _meta included (which names the server a forwarded one comes
+        # from): the SDK's create_message takes the fields but _meta, so the request goes by its send_request,
+        # after the checks create_message makes.
         params = types.CreateMessageRequestParams.model_validate(request, by_name=False)
+        validate_sampling_tools(ctx.session.client_capabilities, params.tools, params.tool_choice)
+        validate_tool_use_result_messages(params.messages)
+        answer = types.CreateMessageResultWithTools if wants_sampling_tools(params.tools, params.tool_choice) \
+            else types.CreateMessageResult
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # sampling is deprecated as of 2026-07-28, yet clients still use it
-                asked: dict[str, Any] = {  # every field of the request, as it was asked
-                    "max_tokens": params.max_tokens, "system_prompt": params.system_prompt,
-                    "include_context": params.include_context, "temperature": params.temperature,
-                    "stop_sequences": params.stop_sequences, "metadata": params.metadata,
-                    "model_preferences": params.model_preferences, "tools": params.tools,
-                    "tool_choice": params.tool_choice}
-                result: types.Result = await ctx.session.create_message(params.messages, **asked,
-                                                                        related_request_id=ctx.request_id)
+            result: types.Result = await ctx.session.send_request(
+                types.CreateMessageRequest(params=params), answer,
+                metadata=ServerMessageMetadata(related_request_id=ctx.request_id))
         except MCPError as exc:
             raise ToolError(f"The client's model did not answer: {exc.error.message}") from None
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)

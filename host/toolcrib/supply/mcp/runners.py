@@ -67,6 +67,17 @@ def named(call: Call, message: str) -> str:
     return f"[{who}] {clean(message)}"
 
 
+def _asked_by(call: Call | None, request: dict[str, Any]) -> dict[str, Any]:
+    """A server's request for a model's turn as the agent's client gets it: its fields as the server asked them
+    (a model's turn cannot be reworded: the model would be asked something else), and in its ``_meta`` only the
+    server's namespace (``ASKED_BY_KEY``). The server's own ``_meta`` describes its hop to toolcrib (its progress
+    token, keys it may have forged as toolcrib's), not the one to the agent's client."""
+    from toolcrib.names import ASKED_BY_KEY
+
+    runner = _upstream(call)
+    return {**request, "_meta": {ASKED_BY_KEY: runner.namespace if runner is not None else "an upstream server"}}
+
+
 _FORWARD_WORDS = {"elicitation": "questions to the user", "sampling": "requests for a model's turn",
                   "log": "log messages", "url_elicitation": "pages to send the user to"}
 
@@ -263,7 +274,7 @@ async def answer_task_question(method: str, params: dict[str, Any]) -> dict[str,
         if model is None:
             raise ToolError("the upstream server's task asks for a turn of a model, and the agent's client cannot "
                             "sample for this call")
-        answer_: dict[str, Any] = await model(params)
+        answer_: dict[str, Any] = await model(_asked_by(call, params))
         return answer_
     raise ToolError(f"the upstream server's task asks {method!r}, which toolcrib does not put to a client")
 
@@ -281,7 +292,7 @@ async def sample(context: Any, params: Any) -> Any:
         return types.ErrorData(code=types.INVALID_REQUEST, message="the agent's client cannot sample for this call")
 
     async def ask() -> Any:
-        answer = await model(params.model_dump(by_alias=True, mode="json", exclude_none=True))
+        answer = await model(_asked_by(call, params.model_dump(by_alias=True, mode="json", exclude_none=True)))
         return types.CreateMessageResult.model_validate(answer)
 
     return await _put(ask)
