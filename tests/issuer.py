@@ -2,8 +2,10 @@
 
 It makes its own RSA keys (``cryptography``), publishes them as a JWKS, answers OpenID Connect and RFC 8414
 discovery, and grants client_credentials tokens (client_secret_basic) whose ``aud`` is the RFC 8707 ``resource``
-asked for. Tests also sign tokens with it directly (``sign``), good or deliberately bad. Used by
-tests/test_identity.py and benchmarks/oauth.py.
+asked for, and token exchanges (RFC 8693): a token it signed, still valid, for one whose ``aud`` is the
+``audience`` asked for, its ``sub`` the subject token's, its ``act`` the exchanging client (with the subject
+token's own ``act`` nested, as RFC 8693 4.1 chains them). Tests also sign tokens with it directly (``sign``), good
+or deliberately bad. Used by tests/test_identity.py, tests/test_delegation.py and benchmarks/oauth.py.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
+TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
+
 
 class Issuer:
     """``url`` is the issuer; ``clients`` maps client id -> (secret, extra claims of its tokens)."""
@@ -34,6 +38,7 @@ class Issuer:
         self.clients: dict[str, tuple[str, dict[str, Any]]] = {}
         self.fetches = 0  # how often the JWKS was fetched
         self.granted: list[dict[str, str]] = []  # the token requests granted (form fields, secret left out)
+        self.refused_subjects: set[str] = set()  # subjects whose tokens it will not exchange (invalid_grant)
         self.rotate()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.root = f"http://127.0.0.1:{self._server.server_address[1]}"
@@ -96,7 +101,8 @@ class Issuer:
         return {"issuer": self.metadata_issuer or self.url, "jwks_uri": f"{self.root}/jwks",
                 "token_endpoint": f"{self.url}/token",
                 "authorization_endpoint": f"{self.url}/authorize", "response_types_supported": ["code"],
-                "grant_types_supported": ["client_credentials"], "code_challenge_methods_supported": ["S256"],
+                "grant_types_supported": ["client_credentials", TOKEN_EXCHANGE],
+                "code_challenge_methods_supported": ["S256"],
                 "token_endpoint_auth_methods_supported": ["client_secret_basic"],
                 "subject_types_supported": ["public"], "id_token_signing_alg_values_supported": ["RS256"]}
 
@@ -105,10 +111,12 @@ class Issuer:
         client_id, _, secret = base64.b64decode(encoded or "").decode().partition(":") if scheme == "Basic" \
             else ("", "", "")
         client_id, secret = urllib.parse.unquote_plus(client_id), urllib.parse.unquote_plus(secret)
-        if form.get("grant_type") != "client_credentials":
+        if form.get("grant_type") not in ("client_credentials", TOKEN_EXCHANGE):
             return 400, {"error": "unsupported_grant_type"}
         if client_id not in self.clients or self.clients[client_id][0] != secret:
             return 401, {"error": "invalid_client"}
+        if form["grant_type"] == TOKEN_EXCHANGE:
+            return self._exchange(client_id, form)
         self.granted.append(form)
         extra = self.clients[client_id][1]
         claims: dict[str, Any] = {"sub": client_id, "client_id": client_id, **extra}
@@ -118,6 +126,28 @@ class Issuer:
             claims["scope"] = form["scope"]
         return 200, {"access_token": self.sign(claims), "token_type": "Bearer", "expires_in": 300,
                      **({"scope": form["scope"]} if "scope" in form else {})}
+
+    def _exchange(self, client_id: str, form: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        """RFC 8693: the subject token verified (its signature and expiry; its audience is whatever it was issued
+        for), then a token for the audience asked for, acted by the exchanging client."""
+        if form.get("subject_token_type") != "urn:ietf:params:oauth:token-type:access_token" or \
+                not form.get("audience"):
+            return 400, {"error": "invalid_request", "error_description": "subject_token_type or audience"}
+        try:
+            subject = jwt.decode(form.get("subject_token", ""), self.keys[0][1].public_key(), algorithms=["RS256"],
+                                 options={"verify_aud": False})
+        except jwt.PyJWTError as exc:
+            return 400, {"error": "invalid_grant", "error_description": f"subject_token: {exc}"}
+        if subject.get("sub") in self.refused_subjects:
+            return 400, {"error": "invalid_grant", "error_description": "this subject may not be delegated"}
+        self.granted.append({k: v for k, v in form.items() if k != "subject_token"})
+        act: dict[str, Any] = {"sub": client_id, **({"act": subject["act"]} if "act" in subject else {})}
+        claims = {"sub": subject.get("sub"), "aud": form["audience"], "act": act,
+                  "client_id": subject.get("client_id"),
+                  "scope": form.get("scope", subject.get("scope", ""))}
+        return 200, {"access_token": self.sign(claims, lifetime=300),
+                     "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
+                     "token_type": "Bearer", "expires_in": 300}
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         issuer = self

@@ -104,7 +104,8 @@ def test_the_catalog_the_decision_the_pipeline_and_the_views_reach_no_supply() -
         reached = {name for name in closure(edges, core) if name.startswith("toolcrib.supply")}
         assert reached <= {"toolcrib.supply.mcp.settings", "toolcrib.supply.openapi.settings"}, core
     for kind in ("mcp", "openapi"):
-        assert closure(edges, f"toolcrib.supply.{kind}.settings") == {"toolcrib.governing", "toolcrib.strict"} | \
+        assert closure(edges, f"toolcrib.supply.{kind}.settings") == {"toolcrib.governing", "toolcrib.strict",
+                                                                       "toolcrib.delegation_settings"} | \
             closure(edges, "toolcrib.governing")
     assert "toolcrib.supply" in edges["toolcrib.host"]
 

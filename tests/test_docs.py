@@ -19,6 +19,7 @@ from pydantic import BaseModel
 import toolcrib
 from conftest import ROOT
 from toolcrib import config, hookspecs
+from toolcrib.delegation_settings import ExchangeConfig
 from toolcrib.supply.mcp import settings as mcp_settings
 from toolcrib.supply.openapi import settings as openapi_settings
 
@@ -54,7 +55,7 @@ def test_every_hook_is_documented_with_its_signature() -> None:
 TABLES = {
     "[host]": [config.HostConfig],
     "[packs.&lt;namespace&gt;]": [config.PackConfig],
-    "[mcps.&lt;namespace&gt;]": [mcp_settings.McpConfig],
+    "[mcps.&lt;namespace&gt;]": [mcp_settings.McpConfig, ExchangeConfig],
     "[openapi.&lt;namespace&gt;]": [openapi_settings.OpenAPIConfig, openapi_settings.ApiKeyConfig],
     "[skills.&lt;name&gt;]": [config.SkillConfig],
     "[agents.&lt;name&gt;]": [config.AgentConfig],
@@ -62,7 +63,7 @@ TABLES = {
     "[agents.&lt;name&gt;.limits]": [config.LimitsConfig],
     "[agents.&lt;name&gt;.tool_search]": [config.ToolSearchConfig],
     "[agents.&lt;name&gt;.permissions]": [config.Permissions, config.Rule],
-    "[oauth]": [config.OAuthConfig],
+    "[oauth]": [config.OAuthConfig, config.OAuthClientConfig],
     "[cluster]": [config.ClusterConfig],
     "[policy]": [config.PolicyConfig],
     "[[hooks.pre_tool_use]]": [config.CommandHook],

@@ -10,10 +10,11 @@ import json
 
 import pytest
 
+from toolcrib.credentials import Credentials
 from toolcrib.errors import ToolError
 from toolcrib.supply.openapi import document
 from toolcrib.supply.openapi.document import DocumentError, Parameter, parse_document
-from toolcrib.supply.openapi.requests import Credentials, _header_value, _style
+from toolcrib.supply.openapi.requests import _header_value, _style
 
 
 def test_no_credential_leaves_bytes_and_text_as_they_are() -> None:

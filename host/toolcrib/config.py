@@ -34,6 +34,8 @@ from pydantic import (
 )
 
 from toolcrib import patterns
+from toolcrib.delegation import Acting, exchanger_for
+from toolcrib.delegation_settings import ExchangeConfig
 from toolcrib.errors import ConfigError, Problem
 from toolcrib.governing import Found, Governs, Launch, governing
 from toolcrib.limits import RateError, parse_rate
@@ -323,6 +325,16 @@ class ToolCuration(Strict):
                                                                      "never, when the client can, or only so")
 
 
+class OAuthClientConfig(Strict):
+    """``[oauth.client]``: toolcrib as a client of the issuer, to exchange a caller's access token for one an
+    upstream source takes (RFC 8693; the sources whose table has ``exchange``)."""
+
+    token_endpoint: str = Field(description="the issuer's token endpoint")
+    id: str = Field(description="toolcrib's client id at the issuer")
+    secret: str = Field(description="its client secret, usually ${A_VARIABLE} (sent as client_secret_basic; never "
+                        "logged)")
+
+
 class OAuthConfig(Strict):
     """``[oauth]``: ``serve --http`` as an OAuth 2.1 resource server: JWT access tokens from one issuer."""
 
@@ -342,6 +354,8 @@ class OAuthConfig(Strict):
     resource_url: str | None = Field(None, description="this server's public base URL, for the protected resource "
                                      "metadata (default: the URL the request came to)")
     scopes_supported: list[str] = Field(default_factory=list, description="scopes the metadata advertises")
+    client: OAuthClientConfig | None = Field(None, description="toolcrib's own client at the issuer, for sources "
+                                             "called as their caller (exchange)")
 
 
 class ClusterConfig(Strict):
@@ -415,6 +429,15 @@ class LoadedConfig:
 
     def resolve(self, path: str) -> Path:
         return (self.base_dir / os.path.expanduser(path)).resolve()
+
+    def acting(self, exchange: ExchangeConfig | None, what: str, env: Mapping[str, str] | None = None) -> Acting | None:
+        """How a source with this ``exchange`` table (None: it has none) is called as its caller, through
+        ``[oauth.client]``; raises ``MissingVariable`` when the client's secret names a variable that is not set."""
+        client = self.config.oauth.client if self.config.oauth is not None else None
+        if exchange is None or client is None:  # (the config checks keep an exchange from lacking a client)
+            return None
+        secret = expand(client.secret, "oauth.client.secret", env)
+        return Acting(exchange, exchanger_for(client.token_endpoint, client.id, secret), what)
 
     @functools.cached_property
     def version(self) -> str:
@@ -586,6 +609,12 @@ def check_config(config: Config, source: str) -> list[Problem]:
     for name, mcp in config.mcps.items():
         for path, message in mcp_problems(mcp):
             error(("mcps", name, *path), message)
+    client = config.oauth.client if config.oauth is not None else None
+    exchanging = [("mcps", name) for name, mcp in config.mcps.items() if mcp.exchange is not None]
+    exchanging += [("openapi", name) for name, api in config.openapi.items() if api.exchange is not None]
+    for table, name in exchanging if client is None else ():
+        error((table, name, "exchange"), "a token exchange needs [oauth] with [oauth.client] (toolcrib's client "
+              "at the issuer, which exchanges the caller's token)")
     for tool, curation in config.tools.items():
         namespace, separator, own = tool.partition(SEPARATOR)
         if not separator or namespace_problem(namespace) is not None or tool_name_problem(own) is not None:
@@ -758,6 +787,8 @@ def _oauth_problems(oauth: OAuthConfig, source: str) -> list[Problem]:
         value = getattr(oauth, key)
         if value is not None and not value.startswith(("https://", "http://")):
             error(key, f"expected an https:// URL, got {value!r}")
+    if oauth.client is not None and not oauth.client.token_endpoint.startswith(("https://", "http://")):
+        error(("client", "token_endpoint"), f"expected an https:// URL, got {oauth.client.token_endpoint!r}")
     if not oauth.audience:
         error("audience", "expected the audience tokens are issued for: this server's URL as a resource")
     if oauth.jwks_url is not None and oauth.jwks_file is not None:

@@ -459,7 +459,7 @@ class HttpApp:
             log.info("access token refused on agent %r's endpoint: its claims are not the agent's identity",
                      endpoint.agent)
             return None
-        return identity_of(claims, endpoint.identity)
+        return identity_of(claims, endpoint.identity, supplied.decode("latin-1"))
 
     # -- OAuth protected resource metadata (RFC 9728) -------------------------------------------------------
 

@@ -59,6 +59,9 @@ class Identity:
     scopes: frozenset[str] = frozenset()
     lacking: frozenset[str] = frozenset()
     claims: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False, hash=False)
+    # the verified access token itself: only ever the subject of a token exchange (toolcrib.delegation), never
+    # recorded, logged, shown to a policy or sent anywhere else
+    token: str | None = field(default=None, compare=False, repr=False, hash=False)
 
     def record(self) -> dict[str, str]:
         """What the audit log and ``explain`` show: never the token."""
@@ -143,14 +146,16 @@ def claim_glob_matches(glob: str, value: str) -> bool:
     return True
 
 
-def identity_of(claims: dict[str, Any], identity: IdentityConfig) -> Identity:
+def identity_of(claims: dict[str, Any], identity: IdentityConfig, token: str | None = None) -> Identity:
+    """Who verified ``claims`` say a request is, under ``identity``; ``token``: the access token they came from
+    (an agent's request keeps it, for token exchange; the operator's does not)."""
     scopes = scopes_of(claims)
     client = claim_values(claims, "client_id")
     subject = claims.get("sub")
     return Identity(kind="oauth", subject=subject if isinstance(subject, str) else None,
                     client=client[0] if client else None, issuer=str(claims.get("iss")), scopes=scopes,
                     lacking=frozenset(scope for scope in identity.needs_scope if scope not in scopes),
-                    claims=types.MappingProxyType(dict(claims)))
+                    claims=types.MappingProxyType(dict(claims)), token=token)
 
 
 # -- keys ------------------------------------------------------------------------------------------------------

@@ -25,6 +25,9 @@ from anyio.abc import TaskGroup
 from toolcrib.config import LoadedConfig, MissingVariable
 from toolcrib.config import expand as expand_variables
 from toolcrib.content import ToolResult
+from toolcrib.credentials import NONE as NO_CREDENTIALS
+from toolcrib.credentials import Credentials
+from toolcrib.delegation import Acting, caller_auth
 from toolcrib.entries import PACK, Entry, Kind, Provenance
 from toolcrib.errors import ToolError
 from toolcrib.plugins import PluginRecord
@@ -72,6 +75,8 @@ class Connection:
     checks: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     check_seconds: float = 5.0
     kind: Kind = PACK  # the kind its pool serves servers as (toolcrib.supply.mcp.KIND)
+    acting: Acting | None = None  # how its calls are made as their caller ([mcps.x] exchange)
+    secrets: Credentials = NO_CREDENTIALS  # its headers, as sent: kept out of what reaches an agent
 
     @property
     def what(self) -> str:
@@ -137,8 +142,8 @@ def _key(config: McpConfig) -> str:
 def _target(loaded: LoadedConfig, config: McpConfig) -> Any:
     """How to reach the server: ``StdioServerParameters``, or ``(url, headers)``. Values of ``env`` and ``headers``
     may name the host's environment variables, ``${NAME}`` (a secret stays out of the config file)."""
-    if config.url is not None:
-        return config.url, {k: expand(v, f"headers.{k}") for k, v in config.headers.items()}
+    if config.url is not None:  # (with exchange, each request of a call goes with the caller's token instead)
+        return config.url, {k: expand(v, f"headers.{k}") for k, v in config.headers.items()}, config.exchange
     from mcp import StdioServerParameters
 
     cwd = str(loaded.resolve(config.cwd)) if config.cwd else None
@@ -167,15 +172,17 @@ STDERR_LINES = 20  # of a stdio server's stderr, kept to say why it failed
 
 
 @asynccontextmanager
-async def _transport(target: Any, tail: deque[str]) -> AsyncIterator[Any]:
+async def _transport(target: Any, tail: deque[str], namespace: str) -> AsyncIterator[Any]:
     """What ``mcp.Client`` connects through: a stdio server whose stderr is read into ``tail`` (its last lines say
-    why it failed: "No module named mcp_server_time"), or a streamable-HTTP one with the configured headers."""
+    why it failed: "No module named mcp_server_time"), or a streamable-HTTP one with the configured headers (and,
+    where it is called as its caller, each call's own token: ``toolcrib.delegation.caller_auth``)."""
     if isinstance(target, tuple):
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
-        url, headers = target
-        async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http:
+        url, headers, exchange = target
+        auth = caller_auth(namespace) if exchange is not None else None
+        async with httpx2.AsyncClient(headers=headers, auth=auth, timeout=httpx2.Timeout(30, read=300)) as http:
             yield streamable_http_client(url, http_client=http)
         return
     from mcp.client.stdio import stdio_client
@@ -372,6 +379,12 @@ class UpstreamPool:
                         connection.check_seconds = loaded.config.host.availability_timeout
                         connection.lane = lane
                     target = _target(loaded, config)
+                    if isinstance(target, tuple):
+                        connection.secrets = Credentials(target[1], {})
+                    try:
+                        connection.acting = loaded.acting(config.exchange, f"upstream server {connection.namespace!r}")
+                    except MissingVariable as exc:
+                        raise UpstreamConfigError(str(exc)) from None
                     await self._session(connection, target, tail, read_timeout)
             except Exception as exc:  # a server that cannot start, answers garbage, or dies
                 await anyio.sleep(0.05)  # its last words on stderr are on their way
@@ -405,7 +418,7 @@ class UpstreamPool:
 
         # log_level: 2026-07-28 servers send log messages only to requests that ask (the agent's client's own
         # level then filters what it is sent)
-        async with _transport(target, tail) as transport, Client(
+        async with _transport(target, tail, connection.namespace) as transport, Client(
                 transport, mode="auto", cache=None, read_timeout_seconds=read_timeout,
                 message_handler=on_message, elicitation_callback=elicit, logging_callback=on_log, log_level="debug",
                 sampling_callback=sample, extensions=[_tasks_client()(answer_task_question)]) as client:

@@ -70,7 +70,8 @@ def _entry(connection: Connection, tool: Any, served: str, problems: list[str]) 
     title = getattr(tool, "title", None)
     namespace = connection.namespace
     runner = UpstreamRunner(connection.client, name, namespace, connection.what, connection.lane,
-                            as_task=support == "required", forward=frozenset(connection.config.forward))
+                            as_task=support == "required", forward=frozenset(connection.config.forward),
+                            acting=connection.acting, secrets=connection.secrets)
     describe = None
     if "describe" in connection.checks.get("tool", {}).get(name, ()):
         describe = remote_describe(connection.check_line, name, description, lambda: connection.check_seconds)

@@ -12,9 +12,13 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from anyio import to_thread
 from pydantic import BaseModel
 
 from toolcrib.content import ToolResult
+from toolcrib.credentials import NONE as NO_CREDENTIALS
+from toolcrib.credentials import Credentials
+from toolcrib.delegation import UPSTREAM_BEARER, Acting
 from toolcrib.errors import Suspend, ToolError
 from toolcrib.names import foreign_item, foreign_meta
 from toolcrib.runner import Call
@@ -310,6 +314,8 @@ class UpstreamRunner:
     lane: Lane | None = None  # an isolated pack's calls take its lane while it is open
     as_task: bool = False  # a 2025-11-25 server runs it only as a task (SEP-1686): it is called as one
     forward: frozenset[str] = frozenset(FORWARDED)  # what of the server's reaches the agent's client
+    acting: Acting | None = None  # its calls are made as their caller ([mcps.x] exchange)
+    secrets: Credentials = NO_CREDENTIALS  # what goes with its requests (a url server's headers)
     is_async = True
 
     def start(self, model: BaseModel, call: Call) -> Any:
@@ -330,6 +336,11 @@ class UpstreamRunner:
             if channel is not None:  # the server's progress is the call's, as the agent's client sees it
                 await channel.progress(done, total, message)
 
+        bearer = None
+        if self.acting is not None:  # the caller's own token for this server (an exchange: on a worker thread)
+            principal = call.principal if call is not None else None
+            bearer = await to_thread.run_sync(self.acting.bearer, principal)
+        acting = UPSTREAM_BEARER.set((self.namespace, bearer) if bearer is not None else None)
         token = CALLING.set(call)  # what the server asks during the call is asked on its behalf (_asking)
         connection = id(getattr(self.client, "session", None))
         if call is not None:
@@ -354,18 +365,23 @@ class UpstreamRunner:
             raise
         finally:
             CALLING.reset(token)
+            UPSTREAM_BEARER.reset(acting)
             if call is not None:
                 flying = _IN_FLIGHT.get(connection, [])
                 flying.remove(call)
                 if not flying:
                     _IN_FLIGHT.pop(connection, None)
-        return ToolResult(
+        answer = ToolResult(
             content=tuple(foreign_item(block.model_dump(by_alias=True, mode="json", exclude_none=True))
                           for block in result.content),
             structured_content=result.structured_content,
             is_error=bool(result.is_error),
             meta=foreign_meta(getattr(result, "meta", None)),
         )
+        # no credential of the server's (its headers, a token exchanged for the caller) reaches the agent, though
+        # the server echo it: with one, the agent could call the server around toolcrib
+        secrets = self.secrets.with_bearer(bearer) if bearer is not None else self.secrets
+        return secrets.scrub_result(answer)
 
     async def _as_task(self, arguments: dict[str, Any], channel: Any) -> Any:
         """A call of a tool a 2025-11-25 server runs only as a task (SEP-1686): made as a task, polled (its status

@@ -9,6 +9,7 @@ from typing import Literal, get_args
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
+from toolcrib.delegation_settings import ExchangeConfig
 from toolcrib.governing import Launch
 from toolcrib.strict import Strict
 
@@ -28,6 +29,9 @@ class McpConfig(Strict):
     cwd: str | None = Field(None, description="its working directory, relative to the config file")
     url: str | None = Field(None, description="streamable-HTTP endpoint, instead of command")
     headers: dict[str, str] = Field(default_factory=dict, description="HTTP headers to send (url only)")
+    exchange: ExchangeConfig | None = Field(None, description="call it as the caller (url only): each call with a "
+                                            "token [oauth.client] exchanges the caller's access token for (RFC "
+                                            "8693), in place of headers' Authorization")
     trusted: bool = Field(False, description="trust its tool annotations (readOnlyHint counts for plan mode), and "
                           "serve its redefined tools without a lock")
     follow_changes: bool = Field(False, description="without a toolcrib.lock, serve a tool it redefines at once "
@@ -78,6 +82,9 @@ def problems(server: McpConfig) -> list[tuple[tuple[str, ...], str]]:
         found.append((("url",), f"expected an http:// or https:// URL, got {server.url!r}"))
     if server.command is not None and server.headers:
         found.append((("headers",), "headers apply to url servers only"))
+    if server.command is not None and server.exchange is not None:
+        found.append((("exchange",), "a token exchange applies to url servers only: a stdio server gets no "
+                      "caller's token"))
     return found
 
 

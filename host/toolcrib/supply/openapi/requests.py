@@ -1,25 +1,24 @@
 """Calling an operation (``OperationRunner``): an agent's arguments become the request the document describes
 (names from the document, values escaped or refused), the operator's credentials go with it (``Credentials``), and
-what the API answers becomes a result with every form of every credential taken out."""
+what the API answers becomes a result with every form of every credential taken out (``toolcrib.credentials``)."""
 
 from __future__ import annotations
 
 import base64
-import contextlib
-import functools
-import html
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from secrets import token_hex
 from typing import Any
-from urllib.parse import quote, quote_plus, urlencode
+from urllib.parse import quote, urlencode
 
 from pydantic import BaseModel
 
 from toolcrib.config import expand
 from toolcrib.content import ToolResult
+from toolcrib.credentials import Credentials
+from toolcrib.delegation import Acting
 from toolcrib.errors import ToolError
 from toolcrib.net import WebLimits, request
 from toolcrib.runner import Call
@@ -29,104 +28,6 @@ from toolcrib.supply.openapi.settings import OpenAPIConfig
 
 ERROR_BODY_CHARS = 2000  # of an error answer's body, in its error result
 
-
-
-@dataclass(frozen=True)
-class Credentials:
-    """What goes with every call. Never shown: ``scrub_result`` takes every form of each value (bare and with its
-    scheme, percent-, JSON-, HTML- and base64-encoded) out of whatever the API answered."""
-
-    headers: Mapping[str, str]
-    query: Mapping[str, str]
-
-    @property
-    def provided(self) -> frozenset[tuple[str, str]]:
-        return frozenset({*(("header", k.lower()) for k in self.headers), *(("query", k.lower()) for k in self.query)})
-
-    @functools.cached_property
-    def _patterns(self) -> tuple[re.Pattern[str], re.Pattern[bytes]] | None:
-        forms = sorted({f for value in _secrets(self) for f in _forms(value) if len(f) >= MIN_SECRET_FORM},
-                       key=len, reverse=True)
-        if not forms:
-            return None
-        text = "|".join(_percent_any_case(re.escape(f)) for f in forms)
-        return re.compile(text), re.compile(text.encode())
-
-    def scrub(self, text: str) -> str:
-        return text if self._patterns is None else self._patterns[0].sub("***", text)
-
-    def scrub_bytes(self, data: bytes) -> bytes:
-        return data if self._patterns is None else self._patterns[1].sub(b"***", data)
-
-    def scrub_value(self, value: Any) -> Any:
-        """A JSON value with every credential taken out of its strings, keys among them."""
-        if isinstance(value, str):
-            return self.scrub(value)
-        if isinstance(value, list):
-            return [self.scrub_value(v) for v in value]
-        if isinstance(value, dict):
-            return {self.scrub(str(k)): self.scrub_value(v) for k, v in value.items()}
-        return value
-
-    def scrub_result(self, result: ToolResult) -> ToolResult:
-        """``result`` with no credential in any block, URI or structured content; base64 data is scrubbed as the
-        bytes it carries."""
-        if self._patterns is None:
-            return result
-        content = tuple(self._block(block) for block in result.content)
-        return ToolResult(content=content, structured_content=self.scrub_value(result.structured_content),
-                          is_error=result.is_error)
-
-    def _block(self, block: Mapping[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in block.items():
-            if key in ("data", "blob") and isinstance(value, str):
-                value = base64.b64encode(self.scrub_bytes(base64.b64decode(value))).decode()
-            elif isinstance(value, Mapping):
-                value = self._block(value)
-            elif isinstance(value, str):
-                value = self.scrub(value)
-            out[key] = value
-        return out
-
-
-MIN_SECRET_FORM = 4  # shorter forms would take ordinary words out of answers
-
-
-def _secrets(credentials: Credentials) -> set[str]:
-    """Every value the operator gave, and the parts an API might quote: a header's credentials without its scheme
-    (``Bearer <token>`` -> ``<token>``), a Basic one's ``user:password`` and password."""
-    found: set[str] = set()
-    for value in (*credentials.headers.values(), *credentials.query.values()):
-        found.add(value)
-        scheme, _, rest = value.partition(" ")
-        if rest.strip():
-            found.add(rest.strip())
-            if scheme.lower() == "basic":
-                with contextlib.suppress(ValueError):
-                    pair = base64.b64decode(rest.strip(), validate=True).decode()
-                    found |= {pair, pair.partition(":")[2]}
-    return {v for v in found if v}
-
-
-def _forms(value: str) -> set[str]:
-    """The ways an answer can carry ``value``: as it is; percent-encoded (path, query, form); escaped in JSON and
-    HTML; and base64 (both alphabets) wherever it starts in the encoded bytes: the characters that only its own bytes
-    decide."""
-    forms = {value, quote(value, safe=""), quote(value), quote_plus(value), json.dumps(value)[1:-1],
-             json.dumps(value)[1:-1].replace("/", "\\/"), html.escape(value)}
-    raw = value.encode()
-    for offset in range(3):
-        encoded = base64.b64encode(b"\0" * offset + raw + b"\0" * 2)
-        first, last = -(-8 * offset // 6), (8 * (offset + len(raw)) - 6) // 6
-        core = encoded[first:last + 1].decode()
-        forms |= {core, core.replace("+", "-").replace("/", "_")}
-    return forms
-
-
-def _percent_any_case(pattern: str) -> str:
-    """A pattern in which each ``%XX`` escape matches in either case (``%2F`` and ``%2f``)."""
-    return re.sub(r"%([0-9A-F])([0-9A-F])", lambda m: f"%[{m[1]}{m[1].lower()}][{m[2]}{m[2].lower()}]", pattern)
 
 
 def credentials(config: OpenAPIConfig, where: str, env: Mapping[str, str] | None = None) -> Credentials:
@@ -215,6 +116,7 @@ class OperationRunner:
     limits: WebLimits
     secrets: Credentials
     output_check: Any = None  # a jsonschema validator of the output schema
+    acting: Acting | None = None  # its calls are made as their caller ([openapi.x] exchange)
     is_async = False
 
     @property
@@ -225,9 +127,16 @@ class OperationRunner:
 
     def start(self, model: BaseModel, call: Call) -> Any:
         arguments = dict(model.__pydantic_extra__ or {})
-        return lambda: self.call(arguments)
+        principal = call.principal
+        return lambda: self.call(arguments, principal)
 
-    def call(self, arguments: Mapping[str, Any]) -> ToolResult:
+    def call(self, arguments: Mapping[str, Any], principal: Any = None) -> ToolResult:
+        """The operation called with ``arguments``, as ``principal`` (``toolcrib.mcp.oauth.Identity`` or None)
+        where the source acts as its caller."""
+        secrets = self.secrets
+        bearer = self.acting.bearer(principal) if self.acting is not None else None
+        if bearer is not None:
+            secrets = secrets.with_bearer(bearer)
         method = self.operation.method.upper()
         where = f"{method} {self.operation.path}"
         path = self.operation.path
@@ -257,16 +166,16 @@ class OperationRunner:
                 payload = value
         if cookies:
             headers["Cookie"] = "; ".join(cookies)
-        headers.update(self.secrets.headers)
-        query += list(self.secrets.query.items())
+        headers.update(secrets.headers)
+        query += list(secrets.query.items())
         data = self._body(body if payload is None and body else payload, headers)
         url = self.base_url.rstrip("/") + path + (("?" + urlencode(query)) if query else "")
         try:
             answer = request(method, url, self.limits, body=data, headers=headers, check=self._stays)
         except ToolError as exc:
-            raise ToolError(self.secrets.scrub(f"{where}: {exc}")) from None
-        return self.secrets.scrub_result(
-            self._result(where, answer.status, answer.reason, answer.content_type, answer.body, answer.url))
+            raise ToolError(secrets.scrub(f"{where}: {exc}")) from None
+        return secrets.scrub_result(
+            self._result(where, answer.status, answer.reason, answer.content_type, answer.body, answer.url, secrets))
 
     def _named(self, parameter: Parameter, pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
         """``pairs`` as sent, each name checked: the document's own, or an agent's key (an exploded object's), which
@@ -322,8 +231,8 @@ class OperationRunner:
         if not (url == base or url.startswith(base + "/") or url.startswith(base + "?")):
             raise ToolError(f"the API redirected outside its base URL {self.base_url}; toolcrib does not follow it")
 
-    def _result(self, where: str, status: int, reason: str, content_type: str | None, body: bytes,
-                url: str) -> ToolResult:
+    def _result(self, where: str, status: int, reason: str, content_type: str | None, body: bytes, url: str,
+                secrets: Credentials) -> ToolResult:
         media = (content_type or "").split(";")[0].strip().lower()
         if not 200 <= status < 300:
             text = body.decode("utf-8", "replace").strip()
@@ -334,7 +243,7 @@ class OperationRunner:
             return ToolResult.error(f"{where} answered HTTP {status} {reason}{said}")
         if JSON_MEDIA.match(media) and body.strip():
             try:
-                value = self.secrets.scrub_value(json.loads(body))  # before its text is made: escapes differ there
+                value = secrets.scrub_value(json.loads(body))  # before its text is made: escapes differ there
             except (ValueError, RecursionError):
                 return ToolResult.error(f"{where} answered HTTP {status} with JSON that cannot be read")
             structured = {"result": value} if self.made.wrapped else value

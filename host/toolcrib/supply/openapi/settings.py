@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
+from toolcrib.delegation_settings import ExchangeConfig
 from toolcrib.governing import Governs
 from toolcrib.strict import Strict
 
@@ -36,6 +37,9 @@ class OpenAPIConfig(Strict):
                                     "be ${VARIABLES})")
     bearer: str | None = Field(None, description="a bearer token sent with every call, usually ${A_VARIABLE}")
     api_key: ApiKeyConfig | None = Field(None, description="an API key sent with every call")
+    exchange: ExchangeConfig | None = Field(None, description="call it as the caller: each call with a token "
+                                            "[oauth.client] exchanges the caller's access token for (RFC 8693), "
+                                            "sent as its bearer")
     trusted: bool = Field(False, description="serve its redefined operations without a lock (by default what "
                           "toolcrib first saw is served until toolcrib lock accepts a change)")
     follow_changes: bool = Field(False, description="without a toolcrib.lock, serve an operation the document "

@@ -13,6 +13,8 @@ import anyio
 
 from toolcrib.config import LoadedConfig, MissingVariable
 from toolcrib.content import ToolResult
+from toolcrib.credentials import Credentials
+from toolcrib.delegation import Acting
 from toolcrib.entries import Entry, Kind, Provenance
 from toolcrib.errors import ToolDeclarationError, ToolError
 from toolcrib.inference import json_schema_model
@@ -22,7 +24,7 @@ from toolcrib.plugins import PluginRecord
 from toolcrib.sources import Offer
 from toolcrib.supply.openapi.document import DocumentError, Operation, host_port, operations, read_document, selected
 from toolcrib.supply.openapi.operations import ANNOTATIONS, OperationTool, operation_tool
-from toolcrib.supply.openapi.requests import Credentials, OperationRunner, credentials
+from toolcrib.supply.openapi.requests import OperationRunner, credentials
 from toolcrib.supply.openapi.settings import OpenAPIConfig
 from toolcrib.tool import Tool
 
@@ -46,6 +48,7 @@ class OpenAPISource:
                                    pinned=not config.trusted and not config.follow_changes)
         self.provenance = Provenance(namespace, kind, self.dimension, where=f"[openapi.{namespace}]")
         self._good: set[str] = set()  # components checked against JSON Schema 2020-12 (``_checked``)
+        self._acting: Acting | None = None  # how its calls are made as their caller (exchange), once opened
         self._offer = Offer(self.record)
         if not config.enabled:
             self.record.state = "disabled"
@@ -56,6 +59,7 @@ class OpenAPISource:
         document, where = read_document(self.config, self._loaded)
         base_url = self._base_url(document, where)
         secrets = credentials(self.config, f"openapi.{self.name}", self._env)
+        self._acting = self._loaded.acting(self.config.exchange, f"OpenAPI source {self.name!r}", self._env)
         named = host_port(urlsplit(base_url))
         if self.config.base_url is None and self.config.document_url is not None:
             # a fetched document's server may be anywhere public; a private one only where the operator named it
@@ -107,7 +111,7 @@ class OpenAPISource:
         checked = self._checked(served, input_schema)
         made = OperationTool(checked, output_schema, made.wrapped, made.parameters, made.media, made.description,
                              made.title)
-        runner = OperationRunner(self.name, base_url, op, made, limits, secrets)
+        runner = OperationRunner(self.name, base_url, op, made, limits, secrets, acting=self._acting)
         tool = Tool(name=served, description=clean(made.description), runner=runner,
                     annotations=dict(ANNOTATIONS[op.method]), arguments=tuple(checked["properties"]),
                     title=clean(made.title) if made.title else None, make_input=json_schema_model(served, checked),

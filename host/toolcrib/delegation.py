@@ -1,0 +1,189 @@
+"""Calls made upstream as the caller: OAuth 2.0 Token Exchange (RFC 8693).
+
+A source whose table has ``exchange`` (``[mcps.<ns>.exchange]``, ``[openapi.<ns>.exchange]``) is called with a token
+that ``[oauth.client]``'s token endpoint gives toolcrib for the caller's own access token: its audience that
+source's, its scopes those the operator names. The caller's token itself never leaves toolcrib: it is only the
+``subject_token`` of the exchange. A call whose caller has no access token (a static agent token, stdio, the CLI),
+or whose exchange fails, is an error naming the source, unless the table says ``fallback = true``: then it goes
+with the source's own credential, as every call did before.
+
+Exchanged tokens are kept per caller's token (by its SHA-256, never the token), audience and scopes, until shortly
+before they expire: one caller can never be given another's, since the key is what only that caller holds.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolcrib.delegation_settings import ExchangeConfig
+from toolcrib.errors import ToolError
+
+log = logging.getLogger("toolcrib.delegation")
+
+TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
+ACCESS_TOKEN = "urn:ietf:params:oauth:token-type:access_token"
+MAX_KEPT = 10_000  # exchanged tokens kept at once, oldest out first
+MARGIN = 30.0  # seconds before its expiry a kept token is exchanged again (or a tenth of its life, if shorter)
+UNSTATED_LIFE = 60.0  # seconds a token is kept whose answer does not say when it expires
+TIMEOUT = 10.0  # seconds one exchange may take
+MAX_ANSWER = 100_000  # bytes of the token endpoint's answer
+
+
+class ExchangeFailed(Exception):
+    """The token endpoint gave no token: why, in its words (never a token)."""
+
+
+@dataclass
+class Exchanger:
+    """toolcrib as an OAuth client of ``[oauth.client]``'s token endpoint (client_secret_basic). Thread-safe: a
+    sync source calls it on a worker thread, an async one through ``anyio.to_thread``."""
+
+    token_endpoint: str
+    client_id: str
+    client_secret: str = field(repr=False)
+    _kept: OrderedDict[tuple[str, str, tuple[str, ...], str | None], tuple[str, float]] = field(
+        default_factory=OrderedDict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def token(self, subject_token: str, exchange: ExchangeConfig) -> str:
+        """A token for ``exchange``'s audience standing for the holder of ``subject_token``: a kept one while it
+        has more than its margin to live, else a new exchange."""
+        key = (hashlib.sha256(subject_token.encode()).hexdigest(), exchange.audience, tuple(exchange.scopes),
+               exchange.resource)
+        now = time.monotonic()
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is not None and kept[1] > now:
+                self._kept.move_to_end(key)
+                return kept[0]
+        token, life = self._exchange(subject_token, exchange)
+        with self._lock:
+            self._kept[key] = (token, now + life - min(MARGIN, life / 10))
+            while len(self._kept) > MAX_KEPT:
+                self._kept.popitem(last=False)
+        return token
+
+    def _exchange(self, subject_token: str, exchange: ExchangeConfig) -> tuple[str, float]:
+        import httpx2
+
+        form = {"grant_type": TOKEN_EXCHANGE, "subject_token": subject_token, "subject_token_type": ACCESS_TOKEN,
+                "requested_token_type": ACCESS_TOKEN, "audience": exchange.audience}
+        if exchange.scopes:
+            form["scope"] = " ".join(exchange.scopes)
+        if exchange.resource is not None:
+            form["resource"] = exchange.resource
+        try:
+            with httpx2.Client(timeout=TIMEOUT, follow_redirects=False) as client:
+                answer = client.post(self.token_endpoint, data=form, auth=(self.client_id, self.client_secret),
+                                     headers={"Accept": "application/json"})
+        except httpx2.HTTPError as exc:
+            raise ExchangeFailed(f"the token endpoint could not be reached ({type(exc).__name__}: {exc})") from None
+        return _granted(answer.status_code, answer.content[:MAX_ANSWER + 1])
+
+
+def _granted(status: int, body: bytes) -> tuple[str, float]:
+    """The token and how many seconds it lives, from the token endpoint's answer; else why not (RFC 6749 5.2)."""
+    import json
+
+    try:
+        found = json.loads(body) if len(body) <= MAX_ANSWER else None
+    except ValueError:
+        found = None
+    if not isinstance(found, Mapping):
+        raise ExchangeFailed(f"the token endpoint answered {status} with no JSON object")
+    if status != 200:
+        error, why = found.get("error"), found.get("error_description")
+        said = f"{error}" + (f": {why}" if isinstance(why, str) and why else "") if isinstance(error, str) else \
+            "no error code"
+        raise ExchangeFailed(f"the token endpoint refused ({status}, {_clean(said)})")
+    token, kind, life = found.get("access_token"), found.get("token_type"), found.get("expires_in")
+    if not isinstance(token, str) or not token or any(c.isspace() for c in token):
+        raise ExchangeFailed("the token endpoint's answer has no access_token")
+    if not isinstance(kind, str) or kind.lower() not in ("bearer", "n_a"):
+        raise ExchangeFailed(f"the token endpoint gave a token of type {_clean(str(kind))!r}, not Bearer")
+    if life is None:
+        return token, UNSTATED_LIFE
+    if not isinstance(life, int | float) or isinstance(life, bool) or life <= 0:
+        raise ExchangeFailed(f"the token endpoint's expires_in is {_clean(repr(life))}, not a number of seconds")
+    return token, float(life)
+
+
+def _clean(text: str) -> str:
+    from toolcrib.names import clean
+
+    return clean(text)[:300]
+
+
+@dataclass(frozen=True)
+class Acting:
+    """How one source is called as its caller: its ``exchange`` table, the exchanger, and the source as messages
+    name it (``upstream server 'github'``)."""
+
+    exchange: ExchangeConfig
+    exchanger: Exchanger
+    what: str
+
+    def bearer(self, principal: Any) -> str | None:
+        """The token a call by ``principal`` (``toolcrib.mcp.oauth.Identity`` or None) goes with: None for the
+        source's own credential, where ``fallback`` allows it; else a ``ToolError`` naming the source. Blocks (an
+        exchange is an HTTP request): call it on a worker thread."""
+        subject = getattr(principal, "token", None)
+        if subject is None:
+            if self.exchange.fallback:
+                return None
+            raise ToolError(f"{self.what} is called as its caller (token exchange), and this call carries no OAuth "
+                            "access token to exchange: only a client signed in through [oauth] can call it")
+        try:
+            return self.exchanger.token(subject, self.exchange)
+        except ExchangeFailed as exc:
+            if self.exchange.fallback:
+                log.warning("%s: the token exchange failed (%s); the call goes with its own credential (fallback)",
+                            self.what, exc)
+                return None
+            raise ToolError(f"{self.what} could not be called as its caller: {exc}") from None
+
+
+_EXCHANGERS: dict[tuple[str, str, str], Exchanger] = {}
+
+
+def exchanger_for(token_endpoint: str, client_id: str, client_secret: str) -> Exchanger:
+    """One exchanger per client at one endpoint, kept across reloads (what it keeps is still good)."""
+    key = (token_endpoint, client_id, hashlib.sha256(client_secret.encode()).hexdigest())
+    found = _EXCHANGERS.get(key)
+    if found is None:
+        found = _EXCHANGERS[key] = Exchanger(token_endpoint, client_id, client_secret)
+    return found
+
+
+# The token a request to an upstream MCP server goes with while a call is made, and that server's namespace: set
+# around the call (the SDK sends each request in the context of the task that asked for it), read by ``CallerAuth``.
+UPSTREAM_BEARER: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("upstream_bearer",
+                                                                                         default=None)
+
+
+def caller_auth(namespace: str) -> Any:
+    """An ``httpx2.Auth`` for the connection to upstream server ``namespace``: a request made during a call whose
+    token was exchanged goes with that token in place of the server's own ``Authorization``; any other (the
+    listing, the listen stream) with the server's ``headers``, as configured."""
+    import httpx2
+
+    class CallerAuth(httpx2.Auth):
+        def auth_flow(self, request: Any) -> Generator[Any, Any, None]:
+            found = UPSTREAM_BEARER.get()
+            if found is not None and found[0] == namespace:
+                request.headers["Authorization"] = f"Bearer {found[1]}"
+            yield request
+
+    return CallerAuth()
+
+
+__all__ = ["ACCESS_TOKEN", "TOKEN_EXCHANGE", "UPSTREAM_BEARER", "Acting", "ExchangeConfig", "ExchangeFailed",
+           "Exchanger", "caller_auth", "exchanger_for"]
