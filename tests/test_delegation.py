@@ -56,6 +56,8 @@ claims = {{ client_id = "reader-*" }}
 plugins = {{ allow = ["*"] }}
 mcps = {{ allow = ["*"] }}
 tools = {{ allow = ["*"] }}
+resources = {{ allow = ["*"] }}
+prompts = {{ allow = ["*"] }}
 """
 
 
@@ -95,12 +97,18 @@ async def serving(host: Any) -> AsyncIterator[httpx2.AsyncClient]:
 
 async def call(client: httpx2.AsyncClient, token: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
     """One stateless tools/call as the holder of ``token``: its result."""
-    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
+    return await rpc(client, token, "tools/call", {"name": tool, "arguments": arguments})
+
+
+async def rpc(client: httpx2.AsyncClient, token: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """One stateless request to the reader's endpoint as the holder of ``token``: its result."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
     answer = await client.post("/agents/reader/mcp", json=body, headers={**HEADERS, "Authorization": f"Bearer {token}"})
     assert answer.status_code == 200, answer.text
     if answer.headers.get("content-type", "").startswith("text/event-stream"):
         data = [line[5:].strip() for line in answer.text.splitlines() if line.startswith("data:")]
         return json.loads(data[-1])["result"]  # type: ignore[no-any-return]
+    assert "result" in answer.json(), answer.json()
     return answer.json()["result"]  # type: ignore[no-any-return]
 
 
@@ -281,6 +289,14 @@ def echo_server() -> Iterator[tuple[str, list[str]]]:
         given.append(request.headers.get("authorization", "nothing") if request is not None else "nothing")
         return "I got " + given[-1] + " (" + base64.b64encode(given[-1].encode()).decode() + ")"
 
+    @server.resource("echo://who/{name}", description="What Authorization the read came with.")
+    def who(name: str, ctx: Context) -> str:  # type: ignore[type-arg]
+        return whoami(ctx)
+
+    @server.prompt(description="What Authorization the prompt's request came with.")
+    def greet(ctx: Context) -> str:  # type: ignore[type-arg]
+        return whoami(ctx)
+
     app = server.streamable_http_app(stateless_http=True, json_response=True)
     running = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=running.run, daemon=True)
@@ -313,12 +329,122 @@ exchange = {{ audience = "echo", fallback = true }}
         async with supply() as supplied:
             host = Host(loaded, sources=await supplied.sync(loaded), plugins={}, autoload=False, env={})
             async with serving(host) as client:
-                return [await call(client, token, "echo__whoami", {})
-                        for token in (issuer.sign(ALICE), STATIC["TOK_READER"])]
+                alice = issuer.sign(ALICE)
+                found = [text_of(await call(client, token, "echo__whoami", {}))
+                         for token in (alice, STATIC["TOK_READER"])]
+                read = await rpc(client, alice, "resources/read", {"uri": "echo://who/me"})
+                found.append(read["contents"][0]["text"])
+                prompt = await rpc(client, alice, "prompts/get", {"name": "echo__greet"})
+                found.append(prompt["messages"][0]["content"]["text"])
+                return found
 
-    results = anyio.run(main)
-    assert [text_of(r) for r in results] == ["I got *** (***)", "I got *** (***)"]  # base64 too
-    exchanged, service = echo_server[1]
+    assert anyio.run(main) == ["I got *** (***)"] * 4  # base64 too
+    exchanged, service, read, prompt = echo_server[1]
     assert service == "Bearer service-token-xyz"  # the static caller's, by fallback
-    assert jwt.decode(exchanged.removeprefix("Bearer "), options={"verify_signature": False})["sub"] == "alice"
+    for sent in (exchanged, read, prompt):  # a read and a prompt go as the caller too
+        assert jwt.decode(sent.removeprefix("Bearer "), options={"verify_signature": False})["sub"] == "alice"
+    assert exchanged == read == prompt  # one exchange, kept
     assert [g["audience"] for g in issuer.granted] == ["echo"]
+
+
+BAD_ANSWERS = [
+    (200, b"<html>hello</html>", "the token endpoint answered 200 with no JSON object"),
+    (200, b"[1, 2]", "the token endpoint answered 200 with no JSON object"),
+    (503, b"", "the token endpoint answered 503 with no JSON object"),
+    (400, b'{"error": "invalid_target", "error_description": "no such\\u200b audience"}',
+     "the token endpoint refused (400, invalid_target: no such audience)"),
+    (401, b'{"message": "who are you"}', "the token endpoint refused (401, no error code)"),
+    (200, b'{"token_type": "Bearer"}', "the token endpoint's answer has no access_token"),
+    (200, b'{"access_token": "a b", "token_type": "Bearer"}', "the token endpoint's answer has no access_token"),
+    (200, b'{"access_token": "t", "token_type": "mac"}', "the token endpoint gave a token of type 'mac', not Bearer"),
+    (200, b'{"access_token": "t", "token_type": "Bearer", "expires_in": "300"}',
+     "the token endpoint's expires_in is '300', not a number of seconds"),
+    (200, b'{"access_token": "t", "token_type": "Bearer", "expires_in": true}',
+     "the token endpoint's expires_in is True, not a number of seconds"),
+    (200, b'{"access_token": "t", "token_type": "Bearer", "expires_in": 0}',
+     "the token endpoint's expires_in is 0, not a number of seconds"),
+    (200, b'{"access_token": "' + b"x" * 100_001 + b'", "token_type": "Bearer"}',
+     "the token endpoint answered 200 with no JSON object"),
+]
+
+
+def test_a_token_endpoint_that_answers_badly_gives_no_token_and_says_why() -> None:
+    """Each answer of a real HTTP endpoint that is not a token: an ``ExchangeFailed`` in the endpoint's words,
+    never a token and never anything else raised. One that is, with no expiry stated, is kept a minute."""
+    from toolcrib.delegation import ExchangeFailed, Exchanger
+    from toolcrib.delegation_settings import ExchangeConfig
+
+    answers: list[tuple[int, bytes]] = []
+    forms: list[dict[str, str]] = []
+
+    def token(request: Any) -> Any:
+        from werkzeug.wrappers import Response
+
+        forms.append({**request.form, "auth": request.headers.get("authorization", "")})
+        status, body = answers.pop(0)
+        return Response(body, status, content_type="application/json")
+
+    with serve({"openapi": "3.0.0"}, [("/token", ["POST"], token)], validate=False) as endpoint:
+        exchanger = Exchanger(f"{endpoint.base_url}/token", "gw", "s3cret")
+        for status, body, said in BAD_ANSWERS:
+            answers.append((status, body))
+            with pytest.raises(ExchangeFailed) as info:
+                exchanger.token("subject-token", ExchangeConfig(audience="api", scopes=["a", "b"], resource="https://api"))
+            assert str(info.value) == said
+        answers.append((200, b'{"access_token": "good", "token_type": "N_A"}'))
+        got = [exchanger.token("subject-token", ExchangeConfig(audience="api")) for _ in range(2)]
+        # kept until a tenth of its life (or 30 s, if less) before it expires, per subject, audience and scopes
+        now = [0.0]
+        exchanger = Exchanger(f"{endpoint.base_url}/token", "gw", "s3cret", clock=lambda: now[0])
+        answers += [(200, b'{"access_token": "t%d", "token_type": "bearer", "expires_in": 100}' % i) for i in range(4)]
+        for at, subject, scopes in ((0, "s", []), (89.9, "s", []), (90.1, "s", []), (90.2, "s", ["x"]),
+                                    (90.3, "other", []), (90.4, "s", ["x"])):
+            now[0] = at
+            got.append(exchanger.token(subject, ExchangeConfig(audience="api", scopes=scopes)))
+    assert got == ["good", "good", "t0", "t0", "t1", "t2", "t3", "t2"]  # the first two: asked once, kept a minute
+    assert forms[0] == {
+        "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange", "subject_token": "subject-token",
+        "subject_token_type": "urn:ietf:params:oauth:token-type:access_token", "audience": "api",
+        "requested_token_type": "urn:ietf:params:oauth:token-type:access_token", "scope": "a b",
+        "resource": "https://api", "auth": "Basic " + base64.b64encode(b"gw:s3cret").decode()}
+    assert len(forms) == len(BAD_ANSWERS) + 5
+
+
+def test_an_unreachable_token_endpoint_gives_no_token_and_says_why() -> None:
+    from toolcrib.delegation import ExchangeFailed, Exchanger
+    from toolcrib.delegation_settings import ExchangeConfig
+
+    with pytest.raises(ExchangeFailed) as info:
+        Exchanger("http://127.0.0.1:9/token", "gw", "s").token("t", ExchangeConfig(audience="api"))
+    assert str(info.value).startswith("the token endpoint could not be reached (ConnectError: ")
+
+
+def test_check_says_which_sources_are_called_as_each_caller(cli_config: Any, issuer: Issuer) -> None:
+    from conftest import cli
+
+    path = cli_config(oauth(issuer) + """
+[mcps.tickets]
+url = "http://127.0.0.1:9/mcp"
+timeout = 5
+exchange = { audience = "tickets", scopes = ["read", "write"] }
+
+[mcps.plain]
+url = "http://127.0.0.1:9/mcp"
+timeout = 5
+
+[openapi.billing]
+document = "billing.json"
+exchange = { audience = "billing-api", fallback = true }
+""", "")
+    code, out, _ = cli("--config", path, "check")
+    assert code == 1  # (the servers do not answer, the document is not there: errors)
+    assert [line for line in out.splitlines() if "called as each caller" in line] == [
+        "upstream server 'tickets' is called as each caller: a token exchanged for audience 'tickets', scopes read "
+        "write; a call with none to exchange gets an error",
+        "OpenAPI source 'billing' is called as each caller: a token exchanged for audience 'billing-api'; a call "
+        "with none to exchange gets its own credential"]
+    code, out, _ = cli("--config", path, "check", "--json")
+    assert code == 1 and json.loads(out)["called_as_the_caller"] == {
+        "upstream server 'tickets'": {"audience": "tickets", "scopes": ["read", "write"], "resource": None,
+                                      "fallback": False},
+        "OpenAPI source 'billing'": {"audience": "billing-api", "scopes": [], "resource": None, "fallback": True}}

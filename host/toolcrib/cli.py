@@ -286,11 +286,17 @@ def check(strict: bool, as_json: bool) -> None:
     forwarding = {name: list(server.forward) for name, server in sorted(host.loaded.config.mcps.items())
                   if server.enabled}
     sampling = host.sampling_subagents()
+    # which sources are called as each caller ([mcps.x] / [openapi.x] exchange)
+    config = host.loaded.config
+    acting = {f"{what} {name!r}": source.exchange.model_dump()
+              for what, table in (("upstream server", config.mcps), ("OpenAPI source", config.openapi))
+              for name, source in sorted(table.items()) if source.enabled and source.exchange is not None}
     if as_json:
         _echo_json({"config": host.loaded.source, "loaded": True, "agents": len(host.agents), "tools": tools,
                     **({"tool_search_ranking": ranking} if ranking is not None else {}),
                     **({"forwarding": forwarding} if forwarding else {}),
-                    **({"sampling_subagents": sampling} if sampling else {}), "errors": errors,
+                    **({"sampling_subagents": sampling} if sampling else {}),
+                    **({"called_as_the_caller": acting} if acting else {}), "errors": errors,
                     "warnings": warnings, "problems": [{"severity": p.severity, "where": p.where,
                                                         "message": p.message} for p in problems]})
     else:
@@ -304,6 +310,11 @@ def check(strict: bool, as_json: bool) -> None:
             left = [what for what in FORWARDABLE if what not in forwarded]
             click.echo(f"upstream server {name!r} forwards to the agents' clients: {', '.join(forwarded) or 'nothing'}"
                        + (f" (not {', '.join(left)})" if left else ""))
+        for source, exchange in acting.items():
+            scopes = f", scopes {' '.join(exchange['scopes'])}" if exchange["scopes"] else ""
+            otherwise = "its own credential" if exchange["fallback"] else "an error"
+            click.echo(f"{source} is called as each caller: a token exchanged for audience {exchange['audience']!r}"
+                       f"{scopes}; a call with none to exchange gets {otherwise}")
         if sampling:
             click.echo("sub-agents on the calling client's model (MCP sampling, deprecated as of 2026-07-28: a client "
                        "may not offer it; one whose model llm runs, with its key, runs on its own): "

@@ -68,18 +68,21 @@ class Credentials:
         bytes it carries."""
         if self._patterns is None:
             return result
-        content = tuple(self._block(block) for block in result.content)
+        content = tuple(self.scrub_block(block) for block in result.content)
         meta = self.scrub_value(dict(result.meta)) if result.meta is not None else None
         return dataclasses.replace(result, content=content, meta=meta,
                                    structured_content=self.scrub_value(result.structured_content))
 
-    def _block(self, block: Mapping[str, Any]) -> dict[str, Any]:
+    def scrub_block(self, block: Mapping[str, Any]) -> dict[str, Any]:
+        """A content block or resource contents (MCP's wire shape) with no credential in it."""
+        if self._patterns is None:
+            return dict(block)
         out: dict[str, Any] = {}
         for key, value in block.items():
             if key in ("data", "blob") and isinstance(value, str):
                 value = base64.b64encode(self.scrub_bytes(base64.b64decode(value))).decode()
             elif isinstance(value, Mapping):
-                value = self._block(value)
+                value = self.scrub_block(value)
             elif isinstance(value, str):
                 value = self.scrub(value)
             out[key] = value

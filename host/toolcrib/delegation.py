@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,7 @@ class Exchanger:
     token_endpoint: str
     client_id: str
     client_secret: str = field(repr=False)
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)
     _kept: OrderedDict[tuple[str, str, tuple[str, ...], str | None], tuple[str, float]] = field(
         default_factory=OrderedDict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -58,7 +59,7 @@ class Exchanger:
         has more than its margin to live, else a new exchange."""
         key = (hashlib.sha256(subject_token.encode()).hexdigest(), exchange.audience, tuple(exchange.scopes),
                exchange.resource)
-        now = time.monotonic()
+        now = self.clock()
         with self._lock:
             kept = self._kept.get(key)
             if kept is not None and kept[1] > now:

@@ -19,7 +19,7 @@ from toolcrib.errors import InvalidArgumentsError, ToolError
 from toolcrib.names import clean, clean_schema, foreign_icons, foreign_item, foreign_meta, full_name, serving_names
 from toolcrib.runner import Call
 from toolcrib.supply.mcp.pack_checks import remote_describe
-from toolcrib.supply.mcp.runners import UpstreamRunner
+from toolcrib.supply.mcp.runners import UpstreamRunner, as_caller
 from toolcrib.tool import ANNOTATION_KEYS, Tool
 
 if TYPE_CHECKING:
@@ -146,19 +146,20 @@ def _resource(connection: Connection, name: str, uri: str, declared: Any,
     client = connection.client
     title = getattr(declared, "title", None)
 
-    async def read(uri: str) -> list[dict[str, Any]]:
+    async def read(uri: str, call: Any) -> list[dict[str, Any]]:
         from mcp.shared.exceptions import MCPError
 
-        try:
-            result = await client.read_resource(uri)
-        except MCPError as exc:
-            raise ToolError(f"upstream server {connection.namespace!r} could not read {uri!r}: "
-                            f"{exc.error.message}") from None
-        return contents_of(result)
+        async with as_caller(connection.namespace, connection.acting, connection.secrets, call) as secrets:
+            try:
+                result = await client.read_resource(uri)
+            except MCPError as exc:
+                raise ToolError(secrets.scrub(f"upstream server {connection.namespace!r} could not read {uri!r}: "
+                                              f"{exc.error.message}")) from None
+            return [secrets.scrub_block(item) for item in contents_of(result)]
 
     completions = {p: _completer(client, "ref/resource", uri, p) for p in parameters}
     return Resource(name=name, uri=uri, description=clean(declared.description or "") or f"The resource {uri}.",
-                    runner=_Passthrough(lambda call: read(call.name)),
+                    runner=_Passthrough(lambda call: read(call.name, call)),
                     mime_type=clean(declared.mime_type) if declared.mime_type else None,
                     title=clean(title) if title else None, parameters=parameters, complete=completions,
                     passthrough=True, is_available=connection.own_check("resource", uri),
@@ -182,28 +183,30 @@ def _prompt(connection: Connection, declared: Any, served: str, problems: list[s
     client = connection.client
     namespace = connection.namespace
 
-    async def get(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    async def get(arguments: Mapping[str, Any], call: Any) -> dict[str, Any]:
         from mcp.shared.exceptions import MCPError
 
         bad = sorted(k for k, v in arguments.items() if not isinstance(v, str))
         if bad:
             raise InvalidArgumentsError(f"Invalid arguments for prompt {full_name(namespace, served)}: a prompt's "
                                         f"arguments are strings ({', '.join(bad)} is not)")
-        try:
-            result = await client.get_prompt(name, dict(arguments))
-        except MCPError as exc:
-            raise ToolError(f"upstream server {namespace!r} could not give prompt {name!r}: "
-                            f"{exc.error.message}") from None
+        async with as_caller(namespace, connection.acting, connection.secrets, call) as secrets:
+            try:
+                result = await client.get_prompt(name, dict(arguments))
+            except MCPError as exc:
+                raise ToolError(secrets.scrub(f"upstream server {namespace!r} could not give prompt {name!r}: "
+                                              f"{exc.error.message}")) from None
         answer = result.model_dump(by_alias=True, mode="json", exclude_none=True)
         for message in answer.get("messages", []):
             if isinstance(message.get("content"), dict):
-                foreign_item(message["content"])
-        return {k: v for k, v in answer.items() if k in ("description", "messages")}
+                message["content"] = secrets.scrub_block(foreign_item(message["content"]))
+        return {k: secrets.scrub_value(v) if k == "description" else v for k, v in answer.items()
+                if k in ("description", "messages")}
 
     title = getattr(declared, "title", None)
     completions = {a: _completer(client, "ref/prompt", name, a) for a, _, _ in arguments}
     return Prompt(name=served, description=clean(declared.description or "") or f"The prompt {name} of the upstream "
-                  "server.", runner=_Passthrough(lambda call: get(call.arguments)), arguments=tuple(arguments),
+                  "server.", runner=_Passthrough(lambda call: get(call.arguments, call)), arguments=tuple(arguments),
                   title=clean(title) if title else None, complete=completions, passthrough=True,
                   source_name=name if served != name else None, is_available=connection.own_check("prompt", name),
                   icons=_icons(connection, declared),

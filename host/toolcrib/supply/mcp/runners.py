@@ -8,7 +8,7 @@ import contextvars
 import json
 import logging
 import secrets
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -302,6 +302,22 @@ async def sample(context: Any, params: Any) -> Any:
     return await _put(ask)
 
 
+@contextlib.asynccontextmanager
+async def as_caller(namespace: str, acting: Acting | None, secrets: Credentials,
+                    call: Call | None) -> AsyncIterator[Credentials]:
+    """Within it, a server's requests go as ``call``'s caller where the server is called so (``[mcps.x] exchange``:
+    a token exchanged for them, on a worker thread; else its ``headers``). Yields what is to be taken out of its
+    answers: its own credentials, and that token."""
+    bearer = None
+    if acting is not None:
+        bearer = await to_thread.run_sync(acting.bearer, call.principal if call is not None else None)
+    token = UPSTREAM_BEARER.set((namespace, bearer) if bearer is not None else None)
+    try:
+        yield secrets.with_bearer(bearer) if bearer is not None else secrets
+    finally:
+        UPSTREAM_BEARER.reset(token)
+
+
 @dataclass(frozen=True, slots=True)
 class UpstreamRunner:
     """Calls one tool of a connected upstream server with the validated arguments; the server's answer is the
@@ -336,52 +352,47 @@ class UpstreamRunner:
             if channel is not None:  # the server's progress is the call's, as the agent's client sees it
                 await channel.progress(done, total, message)
 
-        bearer = None
-        if self.acting is not None:  # the caller's own token for this server (an exchange: on a worker thread)
-            principal = call.principal if call is not None else None
-            bearer = await to_thread.run_sync(self.acting.bearer, principal)
-        acting = UPSTREAM_BEARER.set((self.namespace, bearer) if bearer is not None else None)
-        token = CALLING.set(call)  # what the server asks during the call is asked on its behalf (_asking)
-        connection = id(getattr(self.client, "session", None))
-        if call is not None:
-            _IN_FLIGHT.setdefault(connection, []).append(call)
-        try:
-            if self.as_task:
-                result = await self._as_task(arguments, channel)
-            else:
-                forwarded = channel is not None and "progress" in self.forward
-                result = await self.client.call_tool(self.name, arguments,
-                                                     progress_callback=progress if forwarded else None)
-        except MCPError as exc:
-            if exc.error.code == types.URL_ELICITATION_REQUIRED:
-                _pages_first(call, exc.error.message, exc.error.data)  # (raises, where the agent's client can go)
-            raise ToolError(f"{self.what} {self.namespace!r} refused the call: {exc.error.message}") from None
-        except BaseExceptionGroup as group:  # the SDK's task group wraps what a callback raised
-            asked = group.subgroup(lambda e: isinstance(e, Suspend))
-            while isinstance(asked, BaseExceptionGroup):  # the agent's client is to be asked first: the front end
-                asked = asked.exceptions[0]  # does, and the call is made again (the server asks again, answered)
-            if asked is not None:
-                raise asked from None
-            raise
-        finally:
-            CALLING.reset(token)
-            UPSTREAM_BEARER.reset(acting)
+        async with as_caller(self.namespace, self.acting, self.secrets, call) as secrets:
+            token = CALLING.set(call)  # what the server asks during the call is asked on its behalf (_asking)
+            connection = id(getattr(self.client, "session", None))
             if call is not None:
-                flying = _IN_FLIGHT.get(connection, [])
-                flying.remove(call)
-                if not flying:
-                    _IN_FLIGHT.pop(connection, None)
-        answer = ToolResult(
-            content=tuple(foreign_item(block.model_dump(by_alias=True, mode="json", exclude_none=True))
-                          for block in result.content),
-            structured_content=result.structured_content,
-            is_error=bool(result.is_error),
-            meta=foreign_meta(getattr(result, "meta", None)),
-        )
-        # no credential of the server's (its headers, a token exchanged for the caller) reaches the agent, though
-        # the server echo it: with one, the agent could call the server around toolcrib
-        secrets = self.secrets.with_bearer(bearer) if bearer is not None else self.secrets
-        return secrets.scrub_result(answer)
+                _IN_FLIGHT.setdefault(connection, []).append(call)
+            try:
+                if self.as_task:
+                    result = await self._as_task(arguments, channel)
+                else:
+                    forwarded = channel is not None and "progress" in self.forward
+                    result = await self.client.call_tool(self.name, arguments,
+                                                         progress_callback=progress if forwarded else None)
+            except MCPError as exc:
+                if exc.error.code == types.URL_ELICITATION_REQUIRED:
+                    _pages_first(call, exc.error.message, exc.error.data)  # (raises, where the agent's client can go)
+                raise ToolError(secrets.scrub(f"{self.what} {self.namespace!r} refused the call: "
+                                              f"{exc.error.message}")) from None
+            except BaseExceptionGroup as group:  # the SDK's task group wraps what a callback raised
+                asked = group.subgroup(lambda e: isinstance(e, Suspend))
+                while isinstance(asked, BaseExceptionGroup):  # the agent's client is to be asked first: the front
+                    asked = asked.exceptions[0]  # end does, and the call is made again (the server asks again)
+                if asked is not None:
+                    raise asked from None
+                raise
+            finally:
+                CALLING.reset(token)
+                if call is not None:
+                    flying = _IN_FLIGHT.get(connection, [])
+                    flying.remove(call)
+                    if not flying:
+                        _IN_FLIGHT.pop(connection, None)
+            answer = ToolResult(
+                content=tuple(foreign_item(block.model_dump(by_alias=True, mode="json", exclude_none=True))
+                              for block in result.content),
+                structured_content=result.structured_content,
+                is_error=bool(result.is_error),
+                meta=foreign_meta(getattr(result, "meta", None)),
+            )
+            # no credential of the server's (its headers, a token exchanged for the caller) reaches the agent,
+            # though the server echo it: with one, the agent could call the server around toolcrib
+            return secrets.scrub_result(answer)
 
     async def _as_task(self, arguments: dict[str, Any], channel: Any) -> Any:
         """A call of a tool a 2025-11-25 server runs only as a task (SEP-1686): made as a task, polled (its status
