@@ -39,6 +39,10 @@ class Issuer:
         self.fetches = 0  # how often the JWKS was fetched
         self.granted: list[dict[str, str]] = []  # the token requests granted (form fields, secret left out)
         self.refused_subjects: set[str] = set()  # subjects whose tokens it will not exchange (invalid_grant)
+        self.browser_user = "nobody"  # who is signed in at its authorization endpoint (its consent is automatic)
+        self.codes: dict[str, dict[str, Any]] = {}  # authorization codes given, not yet used
+        self.refresh_tokens: dict[str, dict[str, Any]] = {}  # refresh token -> the grant it renews
+        self.code_token_life = 300  # expires_in of tokens granted by code or refresh
         self.rotate()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.root = f"http://127.0.0.1:{self._server.server_address[1]}"
@@ -111,10 +115,15 @@ class Issuer:
         client_id, _, secret = base64.b64decode(encoded or "").decode().partition(":") if scheme == "Basic" \
             else ("", "", "")
         client_id, secret = urllib.parse.unquote_plus(client_id), urllib.parse.unquote_plus(secret)
-        if form.get("grant_type") not in ("client_credentials", TOKEN_EXCHANGE):
+        if form.get("grant_type") not in ("client_credentials", TOKEN_EXCHANGE, "authorization_code",
+                                          "refresh_token"):
             return 400, {"error": "unsupported_grant_type"}
-        if client_id not in self.clients or self.clients[client_id][0] != secret:
+        if not client_id and form.get("client_id") in self.clients and not self.clients[form["client_id"]][0]:
+            client_id = form["client_id"]  # a public client: PKCE alone
+        elif client_id not in self.clients or self.clients[client_id][0] != secret:
             return 401, {"error": "invalid_client"}
+        if form["grant_type"] in ("authorization_code", "refresh_token"):
+            return self._by_code(client_id, form)
         if form["grant_type"] == TOKEN_EXCHANGE:
             return self._exchange(client_id, form)
         self.granted.append(form)
@@ -149,6 +158,45 @@ class Issuer:
                      "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
                      "token_type": "Bearer", "expires_in": 300}
 
+    def authorize(self, query: dict[str, str]) -> tuple[int, dict[str, Any] | str]:
+        """The authorization endpoint (OAuth 2.1, PKCE with S256 required): the signed-in ``browser_user``
+        consents at once, and is sent back to the client's redirect_uri with a code."""
+        client = query.get("client_id", "")
+        if client not in self.clients or query.get("response_type") != "code" or \
+                query.get("code_challenge_method") != "S256" or not query.get("code_challenge") or \
+                not query.get("redirect_uri"):
+            return 400, {"error": "invalid_request"}
+        code = uuid.uuid4().hex
+        self.codes[code] = {"client": client, "redirect_uri": query["redirect_uri"], "sub": self.browser_user,
+                            "challenge": query["code_challenge"], "scope": query.get("scope", ""),
+                            "aud": query.get("resource", client)}
+        back = {"code": code, **({"state": query["state"]} if "state" in query else {})}
+        return 302, query["redirect_uri"] + "?" + urllib.parse.urlencode(back)
+
+    def _by_code(self, client_id: str, form: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        """A code (its redirect_uri and PKCE verifier checked, used once) or a refresh token (rotated), for a
+        token of the person who consented."""
+        import hashlib
+
+        if form["grant_type"] == "refresh_token":
+            grant = self.refresh_tokens.pop(form.get("refresh_token", ""), None)
+            if grant is None or grant["client"] != client_id:
+                return 400, {"error": "invalid_grant", "error_description": "unknown refresh token"}
+        else:
+            grant = self.codes.pop(form.get("code", ""), None)
+            verifier = form.get("code_verifier", "")
+            challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+            if grant is None or grant["client"] != client_id or grant["redirect_uri"] != form.get("redirect_uri") \
+                    or grant["challenge"] != challenge:
+                return 400, {"error": "invalid_grant", "error_description": "code, redirect_uri or verifier"}
+        self.granted.append({k: v for k, v in form.items() if k not in ("code", "refresh_token", "code_verifier")})
+        refresh = uuid.uuid4().hex
+        self.refresh_tokens[refresh] = grant
+        claims = {"sub": grant["sub"], "aud": grant["aud"], "scope": grant["scope"], "client_id": client_id,
+                  "jti": uuid.uuid4().hex}
+        return 200, {"access_token": self.sign(claims, lifetime=self.code_token_life), "token_type": "Bearer",
+                     "expires_in": self.code_token_life, "refresh_token": refresh}
+
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         issuer = self
 
@@ -181,6 +229,15 @@ class Issuer:
                 elif self.path == "/jwks":
                     issuer.fetches += 1
                     self._answer(200, issuer.jwks())
+                elif self.path.startswith(f"{issuer.path}/authorize?"):
+                    status, answer = issuer.authorize(dict(urllib.parse.parse_qsl(self.path.partition("?")[2])))
+                    if isinstance(answer, str):
+                        self.send_response(status)
+                        self.send_header("Location", answer)
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                    else:
+                        self._answer(status, answer)
                 elif self.path == "/jwks-moved":  # a redirect to the real JWKS
                     self.send_response(302)
                     self.send_header("Location", "/jwks")
@@ -192,7 +249,7 @@ class Issuer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 form = dict(urllib.parse.parse_qsl(self.rfile.read(length).decode()))
-                if self.path != "/token":
+                if self.path not in ("/token", f"{issuer.path}/token"):
                     self._answer(404, {"error": "not_found"})
                     return
                 self._answer(*issuer._grant(self.headers, form))

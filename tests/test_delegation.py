@@ -435,16 +435,386 @@ timeout = 5
 [openapi.billing]
 document = "billing.json"
 exchange = { audience = "billing-api", fallback = true }
+
+[credentials]
+key = "${CRED_KEY}"
+
+[mcps.github]
+url = "https://api.example/mcp"
+timeout = 5
+[mcps.github.consent]
+authorization_endpoint = "https://github.example/authorize"
+token_endpoint = "https://github.example/token"
+client_id = "gh"
+redirect_uri = "https://tools.example/oauth/callback"
 """, "")
     code, out, _ = cli("--config", path, "check")
     assert code == 1  # (the servers do not answer, the document is not there: errors)
-    assert [line for line in out.splitlines() if "called as each caller" in line] == [
+    assert [line for line in out.splitlines() if "is called " in line] == [
+        "upstream server 'github' is called with each person's own grant, given at https://github.example/authorize; "
+        "a call by no signed-in person gets an error",
         "upstream server 'tickets' is called as each caller: a token exchanged for audience 'tickets', scopes read "
         "write; a call with none to exchange gets an error",
         "OpenAPI source 'billing' is called as each caller: a token exchanged for audience 'billing-api'; a call "
         "with none to exchange gets its own credential"]
     code, out, _ = cli("--config", path, "check", "--json")
     assert code == 1 and json.loads(out)["called_as_the_caller"] == {
+        "upstream server 'github'": {"consent": "https://github.example/authorize", "scopes": [], "fallback": False},
         "upstream server 'tickets'": {"audience": "tickets", "scopes": ["read", "write"], "resource": None,
                                       "fallback": False},
         "OpenAPI source 'billing'": {"audience": "billing-api", "scopes": [], "resource": None, "fallback": True}}
+
+
+# -- each person's own grant (authorization code with PKCE) ------------------------------------------------------
+
+KEY = base64.b64encode(bytes(range(32))).decode()
+CONSENTING = {**SECRET, "CRED_KEY": KEY, "PETS_SECRET": "pets-secret"}
+
+
+def consent_host(tmp_path: Path, issuer: Issuer, api_url: str, extra: str = "") -> Any:
+    from toolcrib.config import load_config
+
+    (tmp_path / "petstore.json").write_text(json.dumps(document()))
+    config = tmp_path / "toolcrib.toml"
+    config.write_text(oauth(issuer) + f"""
+[credentials]
+key = "${{CRED_KEY}}"
+
+[openapi.pets]
+document = "petstore.json"
+base_url = "{api_url}"
+operations = ["getPetById"]
+bearer = "service-token-abc"
+[openapi.pets.consent]
+authorization_endpoint = "{issuer.url}/authorize"
+token_endpoint = "{issuer.url}/token"
+client_id = "toolcrib-pets"
+client_secret = "${{PETS_SECRET}}"
+scopes = ["pets:read"]
+resource = "{PETS}"
+redirect_uri = "{RESOURCE}/oauth/callback"
+{extra}""")
+    return opened_host(load_config(config), env=CONSENTING)
+
+
+async def modern(client: httpx2.AsyncClient, token: str, method: str, params: dict[str, Any],
+                 capabilities: dict[str, Any]) -> dict[str, Any]:
+    """One 2026-07-28 request to the reader's endpoint from a client with ``capabilities``: the whole JSON-RPC
+    answer."""
+    from mcp_types import CLIENT_CAPABILITIES_META_KEY
+
+    from wire_pack import META
+
+    body = {"jsonrpc": "2.0", "id": 1, "method": method,
+            "params": {**params, "_meta": {**META, CLIENT_CAPABILITIES_META_KEY: capabilities}}}
+    answer = await client.post("/agents/reader/mcp", json=body, headers={
+        **HEADERS, "Authorization": f"Bearer {token}", "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method,
+        **({"Mcp-Name": params["name"]} if "name" in params else {})})
+    assert answer.headers.get("content-type", "").startswith("application/json"), (answer.status_code, answer.text)
+    return answer.json()  # type: ignore[no-any-return]
+
+
+def browse(url: str, issuer: Issuer, user: str) -> str:
+    """A person's browser at the authorization server, signed in there as ``user``: where it is sent back to."""
+    issuer.browser_user = user
+    answer = httpx2.get(url, follow_redirects=False)
+    assert answer.status_code == 302, answer.text
+    return answer.headers["location"]
+
+
+def test_each_person_grants_toolcrib_access_once_and_their_calls_go_with_it(
+        tmp_path: Path, issuer: Issuer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Alice's first call names the page to grant access at; her browser signs in there and comes back to
+    /oauth/callback; her next calls go with her own token (refreshed when it expires), never bob's, who is asked
+    for his own. A link works once. A client that can send its user to pages gets the protocol's -32042."""
+    import re
+
+    from toolcrib import consent
+
+    issuer.clients["toolcrib-pets"] = ("pets-secret", {})
+    api = PetApi(issuer)
+    with serve(document(), [("/pet/<int:petId>", ["GET"], api.pet)], prefix="/v2", validate=False) as running:
+        host = consent_host(tmp_path, issuer, running.base_url)
+        alice, bob = issuer.sign(ALICE), issuer.sign(BOB)
+
+        async def main() -> dict[str, Any]:
+            got: dict[str, Any] = {}
+            async with serving(host) as client:
+                first = await call(client, alice, "pets__getPetById", {"petId": 1})
+                got["first"] = text_of(first)
+                url = re.search(r"open (\S+) in a browser", got["first"]).group(1)  # type: ignore[union-attr]
+                back = browse(url, issuer, "alice@pets")
+                landed = await client.get(back.removeprefix(RESOURCE))
+                got["landed"] = (landed.status_code, landed.text, landed.headers["cache-control"])
+                again = await client.get(back.removeprefix(RESOURCE))  # the same link, twice
+                got["again"] = (again.status_code, again.text)
+                got["second"] = await call(client, alice, "pets__getPetById", {"petId": 2})
+                got["bob"] = text_of(await call(client, bob, "pets__getPetById", {"petId": 3}))
+                got["pages"] = await modern(client, bob, "tools/call", {"name": "pets__getPetById",
+                                                                        "arguments": {"petId": 3}},
+                                            {"elicitation": {"url": {}}})
+                monkeypatch.setattr(consent, "CLOCK", lambda: consent.time.time() + 400)  # past its expiry
+                got["refreshed"] = await call(client, alice, "pets__getPetById", {"petId": 4})
+                got["grants"] = await consent.vault_for(KEY, "key").grants()
+            return got
+
+        got = anyio.run(main)
+    assert got["first"].startswith("OpenAPI source 'pets' needs you to sign in and grant toolcrib access: open "
+                                   f"{issuer.url}/authorize?response_type=code&client_id=toolcrib-pets&redirect_uri=")
+    assert got["landed"][0] == 200 and got["landed"][2] == "no-store"
+    assert (f"Signed in: calls of OpenAPI source &#x27;pets&#x27; by alice (of {issuer.url}) now go with the access "
+            "you granted.") in got["landed"][1]
+    assert got["again"][0] == 400 and "unknown, already used or expired" in got["again"][1]
+    assert json.loads(text_of(got["second"]))["name"] == "pet of alice@pets"
+    assert got["bob"].startswith("OpenAPI source 'pets' needs you to sign in and grant toolcrib access: open ")
+    error = got["pages"]["error"]
+    assert (error["code"], error["data"]["elicitations"][0]["mode"]) == (-32042, "url")
+    assert error["data"]["elicitations"][0]["url"].startswith(f"{issuer.url}/authorize?")
+    assert json.loads(text_of(got["refreshed"]))["name"] == "pet of alice@pets"
+    claims = [seen["claims"] for seen in api.seen]
+    assert [(c["sub"], c["aud"], c["client_id"], c["scope"]) for c in claims] == [
+        ("alice@pets", PETS, "toolcrib-pets", "pets:read")] * 2
+    assert api.seen[0]["token"] != api.seen[1]["token"]  # the second: refreshed
+    assert [g["grant_type"] for g in issuer.granted] == ["authorization_code", "refresh_token"]
+    assert [(g["subject"], g["source"]) for g in got["grants"]] == [("alice", "openapi.pets")]
+
+
+def test_what_is_kept_is_sealed_and_a_record_moved_to_another_person_does_not_open() -> None:
+    from toolcrib.consent import Person, Vault
+
+    vault = Vault(bytes(range(32)))
+    alice, bob = Person("https://idp", "alice"), Person("https://idp", "bob")
+
+    async def main() -> tuple[Any, Any, Any, list[Any]]:
+        await vault.keep(alice, "mcps.tickets", {"access": "alice-token-123", "refresh": "r-456", "expires": None})
+        kept = dict(vault._memory.items)
+        stolen = next(iter(kept.values()))  # alice's sealed record, put under bob's name
+        await vault._memory.put(f"grant:{bob.key}:mcps.tickets", stolen[0], None)
+        return (await vault.grant(alice, "mcps.tickets"), await vault.grant(bob, "mcps.tickets"),
+                await vault.grant(alice, "openapi.other"), [data for data, _ in kept.values()])
+
+    mine, moved, elsewhere, sealed = anyio.run(main)
+    assert mine is not None and (mine["access"], mine["refresh"]) == ("alice-token-123", "r-456")
+    assert (moved, elsewhere) == (None, None)
+    assert all(b"alice-token-123" not in data and b"r-456" not in data for data in sealed)
+
+
+@pytest.mark.slow
+def test_each_person_reaches_an_upstream_mcp_server_with_their_own_grant(tmp_path: Path, issuer: Issuer,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The upstream is another toolcrib over HTTP that takes tokens for its own audience granted to toolcrib's
+    public client there (PKCE alone, no secret); its audit log says whose grant each call came with."""
+    import re
+
+    from conftest import config_from
+    from serving import CONFIG, TOKENS, start_http
+    from toolcrib.host import Host
+    from toolcrib.supply import supply
+
+    issuer.clients["toolcrib-inner"] = ("", {})  # a public client
+    audit = tmp_path / "inner-audit.jsonl"
+    inner = tmp_path / "inner.toml"
+    inner.write_text(f'[host]\naudit_log = "{audit}"\n\n[oauth]\nissuer = "{issuer.url}"\naudience = "{INNER}"\n'
+                     + CONFIG + '\n[agents.writer.identity]\nclaims = { client_id = "toolcrib-inner" }\n')
+    proc, base, _ = start_http(inner)
+    for name, value in {**CONSENTING, "INNER_TOKEN": TOKENS["TOK_WRITER"]}.items():
+        monkeypatch.setenv(name, value)
+    loaded = config_from(oauth(issuer) + f"""
+[credentials]
+key = "${{CRED_KEY}}"
+
+[mcps.inner]
+url = "{base}/agents/writer/mcp"
+headers = {{ Authorization = "Bearer ${{INNER_TOKEN}}" }}
+[mcps.inner.consent]
+authorization_endpoint = "{issuer.url}/authorize"
+token_endpoint = "{issuer.url}/token"
+client_id = "toolcrib-inner"
+resource = "{INNER}"
+redirect_uri = "{RESOURCE}/oauth/callback"
+""")
+    alice, bob = issuer.sign(ALICE), issuer.sign(BOB)
+
+    async def main() -> list[str]:
+        said = []
+        async with supply() as supplied:
+            host = Host(loaded, sources=await supplied.sync(loaded), plugins={}, autoload=False, env={})
+            async with serving(host) as client:
+                for token, user in ((alice, "alice@inner"), (bob, "bob@inner")):
+                    asked = text_of(await call(client, token, "inner__files_read", {"path": "notes.txt"}))
+                    url = re.search(r"open (\S+) in a browser", asked).group(1)  # type: ignore[union-attr]
+                    landed = await client.get(browse(url, issuer, user).removeprefix(RESOURCE))
+                    assert landed.status_code == 200, landed.text
+                for token in (alice, bob, alice):
+                    said.append(text_of(await call(client, token, "inner__files_read", {"path": "notes.txt"})))
+        return said
+
+    try:
+        said = anyio.run(main)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    assert said == ["contents of notes.txt"] * 3
+    called = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert [(line["tool"], line["identity"]["subject"], line["identity"]["client"]) for line in called] == [
+        ("files__read", who, "toolcrib-inner") for who in ("alice@inner", "bob@inner", "alice@inner")]
+    assert [g["grant_type"] for g in issuer.granted] == ["authorization_code", "authorization_code"]
+    assert all("client_id" in g for g in issuer.granted)  # a public client names itself; no secret is sent
+
+
+def test_with_cluster_grants_are_kept_sealed_on_redis_where_every_replica_finds_them(redis_url: str) -> None:
+    """Two replicas (two stores on one real redis-server): a grant one keeps, the other reads; an authorization
+    one holds, the other completes, once; revoked on one, gone for both. Redis holds only sealed bytes."""
+    import redis as sync_redis
+
+    from toolcrib import consent
+    from toolcrib.cluster import Store
+    from toolcrib.config import ClusterConfig
+    from toolcrib.consent import Person, Vault
+
+    alice = Person("https://idp", "alice")
+    stores = [Store(ClusterConfig(redis_url=redis_url, key_prefix="tc:")) for _ in range(2)]
+    one, two = Vault(bytes(range(32))), Vault(bytes(range(32)))
+
+    async def on(store: Store, work: Any) -> Any:
+        consent.share(store)
+        try:
+            return await work()
+        finally:
+            consent.share(None)
+
+    async def main() -> list[Any]:
+        for store in stores:
+            await store.open()
+        try:
+            await on(stores[0], lambda: one.keep(alice, "mcps.tickets", {"access": "tok-alice-1", "expires": None}))
+            await on(stores[0], lambda: one.hold("state-xyz", {"subject": "alice", "verifier": "v-123"}))
+            found = [await on(stores[1], lambda: two.grant(alice, "mcps.tickets")),
+                     await on(stores[1], lambda: two.take("state-xyz")),
+                     await on(stores[0], lambda: one.take("state-xyz")),  # once
+                     await on(stores[1], two.grants)]
+            found.append(await on(stores[1], lambda: two.forget(subject="alice")))
+            found.append(await on(stores[0], lambda: one.grant(alice, "mcps.tickets")))
+            found.append(await on(stores[0], one.grants))
+            await on(stores[0], lambda: one.keep(alice, "mcps.tickets", {"access": "tok-alice-2"}))
+            return found
+        finally:
+            for store in stores:
+                await store.close()
+
+    grant, pending, again, listed, revoked, after, empty = anyio.run(main)
+    assert (grant["access"], pending["verifier"], again) == ("tok-alice-1", "v-123", None)
+    assert [(g["subject"], g["source"]) for g in listed] == [("alice", "mcps.tickets")]
+    assert revoked == [{"issuer": "https://idp", "subject": "alice", "source": "mcps.tickets"}]
+    assert (after, empty) == (None, [])
+    raw = sync_redis.Redis.from_url(redis_url)
+    assert [key.decode() for key in raw.keys("*")] == [f"tc:credentials:grant:{alice.key}:mcps.tickets"]
+    assert b"tok-alice-2" not in raw.get(f"tc:credentials:grant:{alice.key}:mcps.tickets")
+
+
+@pytest.mark.slow
+def test_toolcrib_credentials_lists_and_revokes_what_people_granted_on_the_running_server(
+        tmp_path: Path, issuer: Issuer) -> None:
+    """A real ``toolcrib serve --http``: alice grants access through its /oauth/callback; ``toolcrib credentials``
+    lists her grant (never a token), ``revoke`` takes it away, and her next call asks her again."""
+    import re
+    import socket
+    import subprocess
+    import sys
+
+    from serving import start_http, subprocess_env
+
+    issuer.clients["toolcrib-pets"] = ("pets-secret", {})
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    api = PetApi(issuer)
+    with serve(document(), [("/pet/<int:petId>", ["GET"], api.pet)], prefix="/v2", validate=False) as running:
+        consent_host(tmp_path, issuer, running.base_url, '\n[operator]\ntoken_env = "TOK_OPS"\n')
+        config = tmp_path / "toolcrib.toml"
+        config.write_text(config.read_text().replace(f'redirect_uri = "{RESOURCE}/oauth/callback"',
+                                                     f'redirect_uri = "{base}/oauth/callback"'))
+        env = {**CONSENTING, "TOK_OPS": "o" * 32}
+        proc, served, _ = start_http(config, "--port", str(port), "--stateless", env=env, said=None)
+        assert served == base
+
+        def credentials(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "toolcrib.cli", "credentials", "--config", str(config),
+                                   "--url", base, *args], capture_output=True, text=True, timeout=60,
+                                  env=subprocess_env(**env))
+
+        alice = issuer.sign(ALICE)
+
+        def ask() -> str:
+            body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                    "params": {"name": "pets__getPetById", "arguments": {"petId": 1}}}
+            answer = httpx2.post(f"{base}/agents/reader/mcp", json=body, timeout=30,
+                                 headers={**HEADERS, "Authorization": f"Bearer {alice}"})
+            data = [line[5:].strip() for line in answer.text.splitlines() if line.startswith("data:")]
+            message = json.loads(data[-1] if data else answer.text)
+            assert "result" in message, (answer.status_code, message)
+            return text_of(message["result"])
+
+        try:
+            url = re.search(r"open (\S+) in a browser", ask()).group(1)  # type: ignore[union-attr]
+            landed = httpx2.get(browse(url, issuer, "alice@pets"), timeout=30)
+            answered = ask()
+            listed = credentials()
+            listed_json = credentials("--json")
+            revoked = credentials("revoke", "--subject", "alice", "--source", "openapi.pets")
+            after = credentials()
+            asked_again = ask()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=20)
+    assert landed.status_code == 200 and json.loads(answered)["name"] == "pet of alice@pets"
+    assert listed.returncode == 0 and re.fullmatch(
+        rf"alice \(of {re.escape(issuer.url)}\) at openapi\.pets, expires \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC\n",
+        listed.stdout), listed
+    assert [(g["subject"], g["source"]) for g in json.loads(listed_json.stdout)] == [("alice", "openapi.pets")]
+    assert "eyJ" not in listed_json.stdout  # never a token
+    assert (revoked.returncode, revoked.stdout) == (0, f"revoked: alice (of {issuer.url}) at openapi.pets\n")
+    assert (after.returncode, after.stdout) == (0, "no grant is kept\n")
+    assert asked_again.startswith("OpenAPI source 'pets' needs you to sign in and grant toolcrib access: open ")
+
+
+def test_a_consent_that_cannot_work_is_a_config_error_naming_its_key(tmp_path: Path, issuer: Issuer) -> None:
+    from toolcrib.config import load_config
+    from toolcrib.errors import ConfigError
+
+    consent = ('[mcps.tickets.consent]\nauthorization_endpoint = "http://idp.example/authorize"\n'
+               'token_endpoint = "https://idp.example/token"\nclient_id = "tc"\n'
+               'redirect_uri = "https://tools.example/callback"\n')
+    config = tmp_path / "toolcrib.toml"
+    config.write_text('[mcps.tickets]\nurl = "https://tickets.example/mcp"\nexchange = { audience = "t" }\n'
+                      + consent)
+    with pytest.raises(ConfigError) as info:
+        load_config(config)
+    assert [(p.where.split(": ", 1)[1], p.message) for p in info.value.problems] == [
+        ("mcps.tickets.exchange", "a token exchange needs [oauth] with [oauth.client] (toolcrib's client at the "
+                                  "issuer, which exchanges the caller's token)"),
+        ("mcps.tickets.consent", "give exchange or consent, not both: a call goes with one token"),
+        ("mcps.tickets.consent", "each person's own grant needs [oauth]: the people who sign in there are whom "
+                                 "grants are kept for"),
+        ("mcps.tickets.consent", "each person's own grant needs [credentials] (the key grants are kept under)"),
+        ("mcps.tickets.consent.authorization_endpoint", "expected an https:// URL (http:// only on this machine: "
+                                                        "127.0.0.1, [::1] or localhost), got "
+                                                        "'http://idp.example/authorize'"),
+        ("mcps.tickets.consent.redirect_uri", "expected toolcrib's /oauth/callback at the URL people's browsers "
+                                              "reach it by, got 'https://tools.example/callback'")]
+
+
+def test_a_credentials_key_that_is_no_key_fails_its_source_and_says_how_to_make_one(tmp_path: Path,
+                                                                                   issuer: Issuer) -> None:
+    host = consent_host(tmp_path, issuer, "http://127.0.0.1:9/v2")
+    assert next(r for r in host.records if r.name == "pets").error is None
+    from toolcrib.config import load_config
+
+    config = tmp_path / "toolcrib.toml"
+    for key in ("c2hvcnQ=", "not base64!"):
+        record = next(r for r in opened_host(load_config(config), env={**CONSENTING, "CRED_KEY": key}).records
+                      if r.name == "pets")
+        assert (record.state, record.error) == ("failed", (
+            "credentials.key is not 32 bytes in base64 (make one with: python -c \"import os, base64; "
+            "print(base64.b64encode(os.urandom(32)).decode())\")"))

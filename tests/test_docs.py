@@ -19,7 +19,7 @@ from pydantic import BaseModel
 import toolcrib
 from conftest import ROOT
 from toolcrib import config, hookspecs
-from toolcrib.delegation_settings import ExchangeConfig
+from toolcrib.delegation_settings import ConsentConfig, ExchangeConfig
 from toolcrib.supply.mcp import settings as mcp_settings
 from toolcrib.supply.openapi import settings as openapi_settings
 
@@ -55,7 +55,8 @@ def test_every_hook_is_documented_with_its_signature() -> None:
 TABLES = {
     "[host]": [config.HostConfig],
     "[packs.&lt;namespace&gt;]": [config.PackConfig],
-    "[mcps.&lt;namespace&gt;]": [mcp_settings.McpConfig, ExchangeConfig],
+    "[mcps.&lt;namespace&gt;]": [mcp_settings.McpConfig, ExchangeConfig, ConsentConfig],
+    "[credentials]": [config.CredentialsConfig],
     "[openapi.&lt;namespace&gt;]": [openapi_settings.OpenAPIConfig, openapi_settings.ApiKeyConfig],
     "[skills.&lt;name&gt;]": [config.SkillConfig],
     "[agents.&lt;name&gt;]": [config.AgentConfig],

@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 import sys
+import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
@@ -288,9 +289,12 @@ def check(strict: bool, as_json: bool) -> None:
     sampling = host.sampling_subagents()
     # which sources are called as each caller ([mcps.x] / [openapi.x] exchange)
     config = host.loaded.config
-    acting = {f"{what} {name!r}": source.exchange.model_dump()
+    acting = {f"{what} {name!r}": source.exchange.model_dump() if source.exchange is not None else
+              {"consent": source.consent.authorization_endpoint, "scopes": source.consent.scopes,
+               "fallback": source.consent.fallback}
               for what, table in (("upstream server", config.mcps), ("OpenAPI source", config.openapi))
-              for name, source in sorted(table.items()) if source.enabled and source.exchange is not None}
+              for name, source in sorted(table.items())
+              if source.enabled and (source.exchange is not None or source.consent is not None)}
     if as_json:
         _echo_json({"config": host.loaded.source, "loaded": True, "agents": len(host.agents), "tools": tools,
                     **({"tool_search_ranking": ranking} if ranking is not None else {}),
@@ -310,11 +314,15 @@ def check(strict: bool, as_json: bool) -> None:
             left = [what for what in FORWARDABLE if what not in forwarded]
             click.echo(f"upstream server {name!r} forwards to the agents' clients: {', '.join(forwarded) or 'nothing'}"
                        + (f" (not {', '.join(left)})" if left else ""))
-        for source, exchange in acting.items():
-            scopes = f", scopes {' '.join(exchange['scopes'])}" if exchange["scopes"] else ""
-            otherwise = "its own credential" if exchange["fallback"] else "an error"
-            click.echo(f"{source} is called as each caller: a token exchanged for audience {exchange['audience']!r}"
-                       f"{scopes}; a call with none to exchange gets {otherwise}")
+        for source, how in acting.items():
+            scopes = f", scopes {' '.join(how['scopes'])}" if how["scopes"] else ""
+            otherwise = "its own credential" if how["fallback"] else "an error"
+            if "consent" in how:
+                click.echo(f"{source} is called with each person's own grant, given at {how['consent']}{scopes}; "
+                           f"a call by no signed-in person gets {otherwise}")
+            else:
+                click.echo(f"{source} is called as each caller: a token exchanged for audience {how['audience']!r}"
+                           f"{scopes}; a call with none to exchange gets {otherwise}")
         if sampling:
             click.echo("sub-agents on the calling client's model (MCP sampling, deprecated as of 2026-07-28: a client "
                        "may not offer it; one whose model llm runs, with its key, runs on its own): "
@@ -1172,6 +1180,63 @@ def deny_call(approval_id: str) -> None:
     Example: toolcrib approvals deny kq3Jx0aZ1bQe4pLm
     """
     _answer(approval_id, "deny")
+
+
+# -- people's grants to sources ---------------------------------------------------------------------------------
+
+
+@main.group(invoke_without_command=True)
+@_common
+@click.option("--url", help="Where the server is reached (default: [operator] url).")
+@click.option("--json", "as_json", is_flag=True, help="The grants as JSON.")
+@click.pass_context
+@_guard
+def credentials(ctx: click.Context, url: str | None, as_json: bool) -> None:
+    """The grants people gave sources on the running server (sources with consent): whose, for which source, until
+    when; never a token. Revoke them with `credentials revoke`. Uses the operator token ([operator] token_env).
+
+    \b
+    Example: toolcrib credentials
+             toolcrib credentials revoke --subject alice --source mcps.github
+    """
+    ctx.ensure_object(State).url = url
+    if ctx.invoked_subcommand is not None:
+        return
+    grants = _operator_request(url, "GET", "/operator/credentials")["grants"]
+    if as_json:
+        _echo_json(grants)
+        return
+    if not grants:
+        click.echo("no grant is kept")
+    from toolcrib.names import shown
+
+    for grant in grants:
+        expires = "no expiry" if grant["expires"] is None else \
+            "expires " + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(grant["expires"]))
+        click.echo(shown(f"{grant['subject']} (of {grant['issuer']}) at {grant['source']}, {expires}"))
+
+
+@credentials.command("revoke")
+@_common
+@click.option("--subject", help="Whose grants (default: everyone's).")
+@click.option("--source", help="At which source, as the config names it: mcps.<ns> or openapi.<ns> (default: all).")
+@_guard
+def revoke_credentials(subject: str | None, source: str | None) -> None:
+    """Revoke grants: the person is asked again at their next call of the source.
+
+    \b
+    Example: toolcrib credentials revoke --subject alice --source mcps.github
+    """
+    if subject is None and source is None and not click.confirm("Revoke every grant of everyone?"):
+        return
+    url = click.get_current_context().ensure_object(State).url
+    revoked = _operator_request(url, "POST", "/operator/credentials/revoke", {"subject": subject, "source": source})
+    from toolcrib.names import shown
+
+    for grant in revoked["revoked"]:
+        click.echo(shown(f"revoked: {grant['subject']} (of {grant['issuer']}) at {grant['source']}"))
+    if not revoked["revoked"]:
+        click.echo("no grant matched")
 
 
 # -- policies ---------------------------------------------------------------------------------------------------

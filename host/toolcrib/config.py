@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -34,8 +35,8 @@ from pydantic import (
 )
 
 from toolcrib import patterns
+from toolcrib.consent import Consenting, vault_for
 from toolcrib.delegation import Acting, exchanger_for
-from toolcrib.delegation_settings import ExchangeConfig
 from toolcrib.errors import ConfigError, Problem
 from toolcrib.governing import Found, Governs, Launch, governing
 from toolcrib.limits import RateError, parse_rate
@@ -56,6 +57,8 @@ Mode = Literal["default", "plan", "acceptEdits", "dontAsk", "bypassPermissions"]
 MODE_ALIASES = {"yolo": "bypassPermissions"}  # the agent SDKs' names for toolcrib's modes (docs/operators.md)
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_LOOPBACK = re.compile(r"http://(127\.0\.0\.1|\[::1\]|localhost)(:\d+)?(/|$)")
+CALLBACK_PATH = "/oauth/callback"  # where people's browsers come back with their grant (toolcrib.consent)
 _CAPABILITY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
 
@@ -398,6 +401,13 @@ class PolicyConfig(Strict):
                                    "takes longer denies it (fail closed)")
 
 
+class CredentialsConfig(Strict):
+    """``[credentials]``: how the grants people give sources (``consent``) are kept."""
+
+    key: str = Field(description="the AES-256-GCM key they are sealed with: 32 bytes in base64, usually "
+                     "${A_VARIABLE} (never logged)")
+
+
 class Config(Strict):
     """The whole file."""
 
@@ -415,6 +425,7 @@ class Config(Strict):
     cluster: ClusterConfig | None = Field(None, description="state shared by replicas, on Redis")
     operator: OperatorConfig | None = Field(None, description="the operator endpoint (approvals out of band)")
     policy: PolicyConfig = PolicyConfig()
+    credentials: CredentialsConfig | None = Field(None, description="how people's grants to sources are kept")
 
 
 @dataclass(frozen=True)
@@ -430,14 +441,30 @@ class LoadedConfig:
     def resolve(self, path: str) -> Path:
         return (self.base_dir / os.path.expanduser(path)).resolve()
 
-    def acting(self, exchange: ExchangeConfig | None, what: str, env: Mapping[str, str] | None = None) -> Acting | None:
-        """How a source with this ``exchange`` table (None: it has none) is called as its caller, through
-        ``[oauth.client]``; raises ``MissingVariable`` when the client's secret names a variable that is not set."""
+    def acting(self, source: McpConfig | OpenAPIConfig, what: str, where: str,
+               env: Mapping[str, str] | None = None) -> Acting | Consenting | None:
+        """How ``source`` (configured at ``where``, ``mcps.github``) is called as its caller: by a token exchange
+        through ``[oauth.client]`` (``exchange``), with each person's own grant (``consent``), or not (None).
+        Raises ``MissingVariable`` for a secret that names a variable that is not set, and ``ToolError`` for a
+        ``[credentials] key`` that is no key."""
         client = self.config.oauth.client if self.config.oauth is not None else None
-        if exchange is None or client is None:  # (the config checks keep an exchange from lacking a client)
-            return None
-        secret = expand(client.secret, "oauth.client.secret", env)
-        return Acting(exchange, exchanger_for(client.token_endpoint, client.id, secret), what)
+        if source.exchange is not None and client is not None:  # (the config checks keep either from lacking its
+            secret = expand(client.secret, "oauth.client.secret", env)  # client or key)
+            return Acting(source.exchange, exchanger_for(client.token_endpoint, client.id, secret), what)
+        consent, kept = source.consent, self.config.credentials
+        if consent is not None and kept is not None:
+            given = expand(consent.client_secret, f"{where}.consent.client_secret", env) \
+                if consent.client_secret is not None else None
+            vault = vault_for(expand(kept.key, "credentials.key", env), "credentials.key")
+            return Consenting(consent, given, vault, what, where)
+        return None
+
+    def consents(self, where: str) -> bool:
+        """Whether the source configured at ``where`` (``mcps.github``) is called with each person's own grant."""
+        table, _, name = where.partition(".")
+        source: McpConfig | OpenAPIConfig | None = self.config.mcps.get(name) if table == "mcps" else \
+            self.config.openapi.get(name) if table == "openapi" else None
+        return source is not None and source.consent is not None and source.enabled
 
     @functools.cached_property
     def version(self) -> str:
@@ -610,11 +637,30 @@ def check_config(config: Config, source: str) -> list[Problem]:
         for path, message in mcp_problems(mcp):
             error(("mcps", name, *path), message)
     client = config.oauth.client if config.oauth is not None else None
-    exchanging = [("mcps", name) for name, mcp in config.mcps.items() if mcp.exchange is not None]
-    exchanging += [("openapi", name) for name, api in config.openapi.items() if api.exchange is not None]
-    for table, name in exchanging if client is None else ():
-        error((table, name, "exchange"), "a token exchange needs [oauth] with [oauth.client] (toolcrib's client "
-              "at the issuer, which exchanges the caller's token)")
+    acting: list[tuple[str, str, McpConfig | OpenAPIConfig]] = [("mcps", n, mcp) for n, mcp in config.mcps.items()]
+    acting += [("openapi", n, api) for n, api in config.openapi.items()]
+    for table, name, upstream in acting:
+        if upstream.exchange is not None and client is None:
+            error((table, name, "exchange"), "a token exchange needs [oauth] with [oauth.client] (toolcrib's client "
+                  "at the issuer, which exchanges the caller's token)")
+        if upstream.consent is None:
+            continue
+        if upstream.exchange is not None:
+            error((table, name, "consent"), "give exchange or consent, not both: a call goes with one token")
+        if config.oauth is None:
+            error((table, name, "consent"), "each person's own grant needs [oauth]: the people who sign in there "
+                  "are whom grants are kept for")
+        if config.credentials is None:
+            error((table, name, "consent"), "each person's own grant needs [credentials] (the key grants are kept "
+                  "under)")
+        for key in ("authorization_endpoint", "token_endpoint", "redirect_uri"):
+            url = getattr(upstream.consent, key)
+            if not (url.startswith("https://") or _LOOPBACK.match(url)):
+                error((table, name, "consent", key), f"expected an https:// URL (http:// only on this machine: "
+                      f"127.0.0.1, [::1] or localhost), got {url!r}")
+        if not urlsplit(upstream.consent.redirect_uri).path.endswith(CALLBACK_PATH):
+            error((table, name, "consent", "redirect_uri"), f"expected toolcrib's {CALLBACK_PATH} at the URL "
+                  f"people's browsers reach it by, got {upstream.consent.redirect_uri!r}")
     for tool, curation in config.tools.items():
         namespace, separator, own = tool.partition(SEPARATOR)
         if not separator or namespace_problem(namespace) is not None or tool_name_problem(own) is not None:

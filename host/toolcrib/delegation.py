@@ -23,6 +23,8 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from anyio import to_thread
+
 from toolcrib.delegation_settings import ExchangeConfig
 from toolcrib.errors import ToolError
 
@@ -39,6 +41,28 @@ MAX_ANSWER = 100_000  # bytes of the token endpoint's answer
 
 class ExchangeFailed(Exception):
     """The token endpoint gave no token: why, in its words (never a token)."""
+
+
+class ConsentNeeded(Exception):
+    """The person is to grant toolcrib access at ``url`` (``toolcrib.consent``), then call again."""
+
+    def __init__(self, message: str, url: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.url = url
+
+
+def ask_consent(call: Any, needed: ConsentNeeded) -> Exception:
+    """What a call that needs its person's consent ends with: the protocol's -32042 with the page (raised here,
+    where the agent's client can send its user to pages: ``pages_first``), else an error result with the address
+    (returned, to be raised)."""
+    channel = getattr(call, "channel", None)
+    passing = getattr(channel, "pages_first", None) if channel is not None else None
+    if passing is not None:
+        elicitation = hashlib.sha256(needed.url.encode()).hexdigest()[:16]
+        passing(needed.message, [{"mode": "url", "message": needed.message, "url": needed.url,
+                                  "elicitationId": f"consent:{elicitation}"}])
+    return ToolError(f"{needed.message}: open {needed.url} in a browser, then make the call again")
 
 
 @dataclass
@@ -87,11 +111,13 @@ class Exchanger:
                                      headers={"Accept": "application/json"})
         except httpx2.HTTPError as exc:
             raise ExchangeFailed(f"the token endpoint could not be reached ({type(exc).__name__}: {exc})") from None
-        return _granted(answer.status_code, answer.content[:MAX_ANSWER + 1])
+        token, life, _ = granted(answer.status_code, answer.content)
+        return token, life if life is not None else UNSTATED_LIFE
 
 
-def _granted(status: int, body: bytes) -> tuple[str, float]:
-    """The token and how many seconds it lives, from the token endpoint's answer; else why not (RFC 6749 5.2)."""
+def granted(status: int, body: bytes) -> tuple[str, float | None, Mapping[str, Any]]:
+    """The token, how many seconds it lives (None: not said) and the whole answer, from a token endpoint's answer;
+    else why not (RFC 6749 5.1 and 5.2)."""
     import json
 
     try:
@@ -111,10 +137,10 @@ def _granted(status: int, body: bytes) -> tuple[str, float]:
     if not isinstance(kind, str) or kind.lower() not in ("bearer", "n_a"):
         raise ExchangeFailed(f"the token endpoint gave a token of type {_clean(str(kind))!r}, not Bearer")
     if life is None:
-        return token, UNSTATED_LIFE
+        return token, None, found
     if not isinstance(life, int | float) or isinstance(life, bool) or life <= 0:
         raise ExchangeFailed(f"the token endpoint's expires_in is {_clean(repr(life))}, not a number of seconds")
-    return token, float(life)
+    return token, float(life), found
 
 
 def _clean(text: str) -> str:
@@ -132,10 +158,10 @@ class Acting:
     exchanger: Exchanger
     what: str
 
-    def bearer(self, principal: Any) -> str | None:
+    async def bearer(self, principal: Any) -> str | None:
         """The token a call by ``principal`` (``toolcrib.mcp.oauth.Identity`` or None) goes with: None for the
-        source's own credential, where ``fallback`` allows it; else a ``ToolError`` naming the source. Blocks (an
-        exchange is an HTTP request): call it on a worker thread."""
+        source's own credential, where ``fallback`` allows it; else a ``ToolError`` naming the source. An exchange
+        (an HTTP request) runs on a worker thread."""
         subject = getattr(principal, "token", None)
         if subject is None:
             if self.exchange.fallback:
@@ -143,7 +169,7 @@ class Acting:
             raise ToolError(f"{self.what} is called as its caller (token exchange), and this call carries no OAuth "
                             "access token to exchange: only a client signed in through [oauth] can call it")
         try:
-            return self.exchanger.token(subject, self.exchange)
+            return await to_thread.run_sync(self.exchanger.token, subject, self.exchange)
         except ExchangeFailed as exc:
             if self.exchange.fallback:
                 log.warning("%s: the token exchange failed (%s); the call goes with its own credential (fallback)",
@@ -186,5 +212,5 @@ def caller_auth(namespace: str) -> Any:
     return CallerAuth()
 
 
-__all__ = ["ACCESS_TOKEN", "TOKEN_EXCHANGE", "UPSTREAM_BEARER", "Acting", "ExchangeConfig", "ExchangeFailed",
-           "Exchanger", "caller_auth", "exchanger_for"]
+__all__ = ["ACCESS_TOKEN", "TOKEN_EXCHANGE", "UPSTREAM_BEARER", "Acting", "ConsentNeeded", "ExchangeConfig",
+           "ExchangeFailed", "Exchanger", "ask_consent", "caller_auth", "exchanger_for", "granted"]

@@ -1,5 +1,6 @@
-"""``exchange`` of a source's table (``[mcps.<ns>]``, ``[openapi.<ns>]``): what configures calling it as the caller
-(``toolcrib.delegation``). A leaf, as each kind's settings are: the config is read into it."""
+"""``exchange`` and ``consent`` of a source's table (``[mcps.<ns>]``, ``[openapi.<ns>]``): what configures calling it
+as the caller (``toolcrib.delegation``, ``toolcrib.consent``). A leaf, as each kind's settings are: the config is
+read into it."""
 
 from __future__ import annotations
 
@@ -20,4 +21,23 @@ class ExchangeConfig(Strict):
                            "goes with the source's own credential (headers, bearer, api_key) instead of failing")
 
 
-__all__ = ["ExchangeConfig"]
+
+class ConsentConfig(Strict):
+    """``consent`` of ``[mcps.<ns>]`` (url servers) and ``[openapi.<ns>]``: call the source with each person's own
+    token, which they grant toolcrib at the source's authorization server (OAuth authorization code with PKCE)."""
+
+    authorization_endpoint: str = Field(description="where a person signs in and consents (the source's "
+                                        "authorization server)")
+    token_endpoint: str = Field(description="where toolcrib turns the code into a token, and refreshes it")
+    client_id: str = Field(description="toolcrib's client id at that server")
+    client_secret: str | None = Field(None, description="its secret, usually ${A_VARIABLE} (none: a public client, "
+                                      "PKCE alone)")
+    scopes: list[str] = Field(default_factory=list, description="scopes to ask each person for")
+    resource: str | None = Field(None, description="the source as a resource (RFC 8707), where the server wants one")
+    redirect_uri: str = Field(description="toolcrib's /oauth/callback at the URL people's browsers reach it by, as "
+                              "registered with that server")
+    fallback: bool = Field(False, description="a call by no signed-in person (a static agent token, stdio, the CLI) "
+                           "goes with the source's own credential instead of failing")
+
+
+__all__ = ["ConsentConfig", "ExchangeConfig"]

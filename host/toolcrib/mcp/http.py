@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import functools
 import hmac
+import html
 import ipaddress
 import logging
 import math
@@ -46,7 +47,7 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from toolcrib.approvals import Desk, link_key
-from toolcrib.config import IdentityConfig
+from toolcrib.config import CALLBACK_PATH, IdentityConfig
 from toolcrib.errors import ToolcribError
 from toolcrib.mcp.adapter import build_server
 from toolcrib.mcp.exchange import answer, is_modern
@@ -133,6 +134,7 @@ class HttpApp:
         routes = [Route("/agents/{agent}/mcp", endpoint=_Asgi(self._agent_endpoint)),
                   Route(METADATA_PATH + "/agents/{agent}/mcp", endpoint=self._resource_metadata, methods=["GET"]),
                   Route(METADATA_PATH, endpoint=self._resource_metadata, methods=["GET"]),
+                  Route(CALLBACK_PATH, endpoint=self._consent_callback, methods=["GET"]),
                   Route("/healthz", endpoint=self._healthz, methods=["GET", "HEAD"]),
                   Route("/readyz", endpoint=self._readyz, methods=["GET", "HEAD"])]
         if metrics is not None:
@@ -460,6 +462,17 @@ class HttpApp:
                      endpoint.agent)
             return None
         return identity_of(claims, endpoint.identity, supplied.decode("latin-1"))
+
+    async def _consent_callback(self, request: Request) -> Response:
+        """A person's browser back from a source's authorization server (``toolcrib.consent``): their grant kept,
+        and a page that says for whom."""
+        from toolcrib.consent import finish
+
+        status, said = await finish(request.query_params, self.state.host.loaded.consents)
+        body = (f"<!doctype html><meta charset=utf-8><title>toolcrib</title><p>{html.escape(said)}</p>").encode()
+        return Response(body, status, media_type="text/html", headers={
+            "Cache-Control": "no-store", "Referrer-Policy": "no-referrer", "X-Content-Type-Options": "nosniff",
+            "Content-Security-Policy": "default-src 'none'"})
 
     # -- OAuth protected resource metadata (RFC 9728) -------------------------------------------------------
 

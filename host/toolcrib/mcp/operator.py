@@ -56,7 +56,9 @@ class OperatorEndpoint:
             desk.notify.append(self._send_webhook)
 
     def routes(self) -> list[Route]:
-        return [Route("/operator/approvals", endpoint=_reachable(self._list), methods=["GET"]),
+        return [Route("/operator/credentials", endpoint=_reachable(self._grants), methods=["GET"]),
+                Route("/operator/credentials/revoke", endpoint=_reachable(self._revoke), methods=["POST"]),
+                Route("/operator/approvals", endpoint=_reachable(self._list), methods=["GET"]),
                 Route("/operator/approvals/{id}", endpoint=_reachable(self._answer), methods=["POST"]),
                 Route("/operator/approvals/{id}/{decision}", endpoint=_reachable(self._link), methods=["GET", "POST"])]
 
@@ -89,6 +91,38 @@ class OperatorEndpoint:
         if refused is not None:
             return refused
         return JSONResponse({"approvals": [p.public() for p in await self.desk.pending()]})
+
+    async def _grants(self, request: Request) -> Response:
+        """The grants people gave sources (``toolcrib.consent``): whose, for which, until when; never a token."""
+        refused = await self._authorized(request)
+        if refused is not None:
+            return refused
+        from toolcrib.consent import current
+
+        vault = current()
+        return JSONResponse({"grants": await vault.grants() if vault is not None else []})
+
+    async def _revoke(self, request: Request) -> Response:
+        """Revoke grants: ``{"subject": ..., "source": ...}``, each a string or null (any); the grants revoked."""
+        refused = await self._authorized(request, is_post=True)
+        if refused is not None:
+            return refused
+        data = await capped_body(request, MAX_FORM_BYTES)
+        try:
+            body = json.loads(data) if data is not None else None
+        except (ValueError, RecursionError):
+            body = None
+        if not isinstance(body, dict) or set(body) - {"subject", "source"} or \
+                not all(isinstance(body.get(k), str | None) for k in ("subject", "source")):
+            return JSONResponse({"error": 'expected {"subject": "<a subject>" or null, "source": "<mcps.x or '
+                                 'openapi.x>" or null}'}, status_code=400)
+        from toolcrib.consent import current
+
+        vault = current()
+        revoked = await vault.forget(body.get("subject"), body.get("source")) if vault is not None else []
+        for grant in revoked:
+            log.info("%s revoked %s's grant to %s", request.state.by, grant["subject"], grant["source"])
+        return JSONResponse({"revoked": revoked})
 
     async def _answer(self, request: Request) -> Response:
         refused = await self._authorized(request, is_post=True)

@@ -66,6 +66,9 @@ async def serving_state(path: Path | None, metrics: Metrics | None = None,
     first: list[LoadedConfig] = [await anyio.to_thread.run_sync(load_config, path)]
     cluster = first[0].config.cluster
     async with supply() as sources_of, limiter(first[0]) as (limits, store), anyio.create_task_group() as tg:
+        from toolcrib.consent import share
+
+        share(store)  # people's grants to sources ([credentials]) are kept on it, where every replica finds them
 
         async def build() -> Host:
             loaded = first.pop() if first else await anyio.to_thread.run_sync(load_config, path)
@@ -106,6 +109,7 @@ async def serving_state(path: Path | None, metrics: Metrics | None = None,
             tg.cancel_scope.cancel()
             await state.tasks.close()
             state.host.close()
+            share(None)
 
 
 class ServingState:

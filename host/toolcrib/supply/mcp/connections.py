@@ -24,6 +24,7 @@ from anyio.abc import TaskGroup
 
 from toolcrib.config import LoadedConfig, MissingVariable
 from toolcrib.config import expand as expand_variables
+from toolcrib.consent import Consenting
 from toolcrib.content import ToolResult
 from toolcrib.credentials import NONE as NO_CREDENTIALS
 from toolcrib.credentials import Credentials
@@ -75,7 +76,7 @@ class Connection:
     checks: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     check_seconds: float = 5.0
     kind: Kind = PACK  # the kind its pool serves servers as (toolcrib.supply.mcp.KIND)
-    acting: Acting | None = None  # how its calls are made as their caller ([mcps.x] exchange)
+    acting: Acting | Consenting | None = None  # how its calls are made as their caller (exchange, consent)
     secrets: Credentials = NO_CREDENTIALS  # its headers, as sent: kept out of what reaches an agent
 
     @property
@@ -143,7 +144,8 @@ def _target(loaded: LoadedConfig, config: McpConfig) -> Any:
     """How to reach the server: ``StdioServerParameters``, or ``(url, headers)``. Values of ``env`` and ``headers``
     may name the host's environment variables, ``${NAME}`` (a secret stays out of the config file)."""
     if config.url is not None:  # (with exchange, each request of a call goes with the caller's token instead)
-        return config.url, {k: expand(v, f"headers.{k}") for k, v in config.headers.items()}, config.exchange
+        return (config.url, {k: expand(v, f"headers.{k}") for k, v in config.headers.items()},
+                config.exchange is not None or config.consent is not None)
     from mcp import StdioServerParameters
 
     cwd = str(loaded.resolve(config.cwd)) if config.cwd else None
@@ -180,8 +182,8 @@ async def _transport(target: Any, tail: deque[str], namespace: str) -> AsyncIter
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
-        url, headers, exchange = target
-        auth = caller_auth(namespace) if exchange is not None else None
+        url, headers, as_caller = target
+        auth = caller_auth(namespace) if as_caller else None
         async with httpx2.AsyncClient(headers=headers, auth=auth, timeout=httpx2.Timeout(30, read=300)) as http:
             yield streamable_http_client(url, http_client=http)
         return
@@ -382,8 +384,9 @@ class UpstreamPool:
                     if isinstance(target, tuple):
                         connection.secrets = Credentials(target[1], {})
                     try:
-                        connection.acting = loaded.acting(config.exchange, f"upstream server {connection.namespace!r}")
-                    except MissingVariable as exc:
+                        connection.acting = loaded.acting(config, f"upstream server {connection.namespace!r}",
+                                                          f"mcps.{connection.namespace}")
+                    except (MissingVariable, ToolError) as exc:
                         raise UpstreamConfigError(str(exc)) from None
                     await self._session(connection, target, tail, read_timeout)
             except Exception as exc:  # a server that cannot start, answers garbage, or dies

@@ -12,13 +12,13 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from anyio import to_thread
 from pydantic import BaseModel
 
+from toolcrib.consent import Consenting
 from toolcrib.content import ToolResult
 from toolcrib.credentials import NONE as NO_CREDENTIALS
 from toolcrib.credentials import Credentials
-from toolcrib.delegation import UPSTREAM_BEARER, Acting
+from toolcrib.delegation import UPSTREAM_BEARER, Acting, ConsentNeeded, ask_consent
 from toolcrib.errors import Suspend, ToolError
 from toolcrib.names import foreign_item, foreign_meta
 from toolcrib.runner import Call
@@ -303,14 +303,17 @@ async def sample(context: Any, params: Any) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def as_caller(namespace: str, acting: Acting | None, secrets: Credentials,
+async def as_caller(namespace: str, acting: Acting | Consenting | None, secrets: Credentials,
                     call: Call | None) -> AsyncIterator[Credentials]:
     """Within it, a server's requests go as ``call``'s caller where the server is called so (``[mcps.x] exchange``:
-    a token exchanged for them, on a worker thread; else its ``headers``). Yields what is to be taken out of its
-    answers: its own credentials, and that token."""
+    a token exchanged for them; ``consent``: the person's own grant; else its ``headers``). Yields what is to be
+    taken out of its answers: its own credentials, and that token."""
     bearer = None
     if acting is not None:
-        bearer = await to_thread.run_sync(acting.bearer, call.principal if call is not None else None)
+        try:
+            bearer = await acting.bearer(call.principal if call is not None else None)
+        except ConsentNeeded as needed:  # the person is to grant access first: the page, or an error naming it
+            raise ask_consent(call, needed) from None
     token = UPSTREAM_BEARER.set((namespace, bearer) if bearer is not None else None)
     try:
         yield secrets.with_bearer(bearer) if bearer is not None else secrets
@@ -330,7 +333,7 @@ class UpstreamRunner:
     lane: Lane | None = None  # an isolated pack's calls take its lane while it is open
     as_task: bool = False  # a 2025-11-25 server runs it only as a task (SEP-1686): it is called as one
     forward: frozenset[str] = frozenset(FORWARDED)  # what of the server's reaches the agent's client
-    acting: Acting | None = None  # its calls are made as their caller ([mcps.x] exchange)
+    acting: Acting | Consenting | None = None  # its calls are made as their caller (exchange, consent)
     secrets: Credentials = NO_CREDENTIALS  # what goes with its requests (a url server's headers)
     is_async = True
 

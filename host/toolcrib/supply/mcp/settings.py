@@ -9,7 +9,7 @@ from typing import Literal, get_args
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
-from toolcrib.delegation_settings import ExchangeConfig
+from toolcrib.delegation_settings import ConsentConfig, ExchangeConfig
 from toolcrib.governing import Launch
 from toolcrib.strict import Strict
 
@@ -32,6 +32,9 @@ class McpConfig(Strict):
     exchange: ExchangeConfig | None = Field(None, description="call it as the caller (url only): each call with a "
                                             "token [oauth.client] exchanges the caller's access token for (RFC "
                                             "8693), in place of headers' Authorization")
+    consent: ConsentConfig | None = Field(None, description="call it with each person's own grant (url only): "
+                                          "OAuth authorization code with PKCE, asked of a person at their first "
+                                          "call, kept under [credentials]")
     trusted: bool = Field(False, description="trust its tool annotations (readOnlyHint counts for plan mode), and "
                           "serve its redefined tools without a lock")
     follow_changes: bool = Field(False, description="without a toolcrib.lock, serve a tool it redefines at once "
@@ -82,9 +85,10 @@ def problems(server: McpConfig) -> list[tuple[tuple[str, ...], str]]:
         found.append((("url",), f"expected an http:// or https:// URL, got {server.url!r}"))
     if server.command is not None and server.headers:
         found.append((("headers",), "headers apply to url servers only"))
-    if server.command is not None and server.exchange is not None:
-        found.append((("exchange",), "a token exchange applies to url servers only: a stdio server gets no "
-                      "caller's token"))
+    for key in ("exchange", "consent"):
+        if server.command is not None and getattr(server, key) is not None:
+            what = "a token exchange" if key == "exchange" else "a person's own grant"
+            found.append(((key,), f"{what} applies to url servers only: a stdio server gets no caller's token"))
     return found
 
 

@@ -13,12 +13,14 @@ from secrets import token_hex
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from anyio import to_thread
 from pydantic import BaseModel
 
 from toolcrib.config import expand
+from toolcrib.consent import Consenting
 from toolcrib.content import ToolResult
 from toolcrib.credentials import Credentials
-from toolcrib.delegation import Acting
+from toolcrib.delegation import Acting, ConsentNeeded, ask_consent
 from toolcrib.errors import ToolError
 from toolcrib.net import WebLimits, request
 from toolcrib.runner import Call
@@ -116,8 +118,13 @@ class OperationRunner:
     limits: WebLimits
     secrets: Credentials
     output_check: Any = None  # a jsonschema validator of the output schema
-    acting: Acting | None = None  # its calls are made as their caller ([openapi.x] exchange)
-    is_async = False
+    acting: Acting | Consenting | None = None  # its calls are made as their caller (exchange, consent)
+
+    @property
+    def is_async(self) -> bool:
+        """A call made as its caller first gets its token (an exchange, a refresh: async), then calls on a worker
+        thread; any other is a sync call, on the host's workers."""
+        return self.acting is not None
 
     @property
     def runs(self) -> dict[str, Any]:
@@ -127,16 +134,22 @@ class OperationRunner:
 
     def start(self, model: BaseModel, call: Call) -> Any:
         arguments = dict(model.__pydantic_extra__ or {})
-        principal = call.principal
-        return lambda: self.call(arguments, principal)
+        if self.acting is not None:
+            return self._as_caller(arguments, call)
+        return lambda: self.call(arguments)
 
-    def call(self, arguments: Mapping[str, Any], principal: Any = None) -> ToolResult:
-        """The operation called with ``arguments``, as ``principal`` (``toolcrib.mcp.oauth.Identity`` or None)
-        where the source acts as its caller."""
-        secrets = self.secrets
-        bearer = self.acting.bearer(principal) if self.acting is not None else None
-        if bearer is not None:
-            secrets = secrets.with_bearer(bearer)
+    async def _as_caller(self, arguments: Mapping[str, Any], call: Call) -> ToolResult:
+        assert self.acting is not None
+        try:
+            bearer = await self.acting.bearer(call.principal)
+        except ConsentNeeded as needed:  # the person is to grant access first: the page, or an error naming it
+            raise ask_consent(call, needed) from None
+        return await to_thread.run_sync(self.call, arguments, bearer)
+
+    def call(self, arguments: Mapping[str, Any], bearer: str | None = None) -> ToolResult:
+        """The operation called with ``arguments``; with ``bearer`` (a token of its caller's) in place of the
+        source's own."""
+        secrets = self.secrets.with_bearer(bearer) if bearer is not None else self.secrets
         method = self.operation.method.upper()
         where = f"{method} {self.operation.path}"
         path = self.operation.path

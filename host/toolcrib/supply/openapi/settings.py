@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
-from toolcrib.delegation_settings import ExchangeConfig
+from toolcrib.delegation_settings import ConsentConfig, ExchangeConfig
 from toolcrib.governing import Governs
 from toolcrib.strict import Strict
 
@@ -40,6 +40,9 @@ class OpenAPIConfig(Strict):
     exchange: ExchangeConfig | None = Field(None, description="call it as the caller: each call with a token "
                                             "[oauth.client] exchanges the caller's access token for (RFC 8693), "
                                             "sent as its bearer")
+    consent: ConsentConfig | None = Field(None, description="call it with each person's own grant: OAuth "
+                                          "authorization code with PKCE, asked of a person at their first call, "
+                                          "kept under [credentials]")
     trusted: bool = Field(False, description="serve its redefined operations without a lock (by default what "
                           "toolcrib first saw is served until toolcrib lock accepts a change)")
     follow_changes: bool = Field(False, description="without a toolcrib.lock, serve an operation the document "

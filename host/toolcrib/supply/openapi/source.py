@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import anyio
 
 from toolcrib.config import LoadedConfig, MissingVariable
+from toolcrib.consent import Consenting
 from toolcrib.content import ToolResult
 from toolcrib.credentials import Credentials
 from toolcrib.delegation import Acting
@@ -48,7 +49,7 @@ class OpenAPISource:
                                    pinned=not config.trusted and not config.follow_changes)
         self.provenance = Provenance(namespace, kind, self.dimension, where=f"[openapi.{namespace}]")
         self._good: set[str] = set()  # components checked against JSON Schema 2020-12 (``_checked``)
-        self._acting: Acting | None = None  # how its calls are made as their caller (exchange), once opened
+        self._acting: Acting | Consenting | None = None  # how its calls are made as its caller, once opened
         self._offer = Offer(self.record)
         if not config.enabled:
             self.record.state = "disabled"
@@ -59,7 +60,8 @@ class OpenAPISource:
         document, where = read_document(self.config, self._loaded)
         base_url = self._base_url(document, where)
         secrets = credentials(self.config, f"openapi.{self.name}", self._env)
-        self._acting = self._loaded.acting(self.config.exchange, f"OpenAPI source {self.name!r}", self._env)
+        self._acting = self._loaded.acting(self.config, f"OpenAPI source {self.name!r}", f"openapi.{self.name}",
+                                           self._env)
         named = host_port(urlsplit(base_url))
         if self.config.base_url is None and self.config.document_url is not None:
             # a fetched document's server may be anywhere public; a private one only where the operator named it
@@ -154,7 +156,7 @@ class OpenAPISource:
         self.record.state, self.record.error = "loaded", None
         try:
             self._offer.entries = self._entries()
-        except (DocumentError, MissingVariable, ToolDeclarationError) as exc:
+        except (DocumentError, MissingVariable, ToolDeclarationError, ToolError) as exc:
             self.record.fail(str(exc))
         except Exception as exc:  # a document that breaks the reader in a way not foreseen fails this source alone
             self.record.fail(f"cannot be served: {type(exc).__name__}: {exc}")
