@@ -798,3 +798,39 @@ def test_serving_a_console_without_jinja2_says_so_in_one_line(tmp_path: Path) ->
         ran = subprocess.run([sys.executable, "-m", "toolcrib.cli", *command, "--config", str(config)], env=env,
                              capture_output=True, text=True, timeout=120)
         assert (ran.returncode, ran.stderr) == (2, f"error: {NEEDS_JINJA}\n"), command
+
+
+def test_the_grants_people_gave_sources_are_listed_and_revoked_in_the_console(tmp_path: Path) -> None:
+    """(toolcrib.consent) Whose grant, at which source, until when, never a token; revoked by its button, with the
+    console's CSRF token only."""
+    from toolcrib.consent import Person, vault_for
+
+    vault = vault_for(base64.b64encode(bytes(range(1, 33))).decode(), "key")
+
+    async def main() -> dict[str, Any]:
+        await vault.forget()
+        await vault.keep(Person("https://idp", "alice"), "mcps.tickets", {"access": "tok-alice-9", "expires": None})
+        await vault.keep(Person("https://idp", "bob"), "mcps.tickets", {"access": "tok-bob-9", "expires": 4102444800})
+        seen: dict[str, Any] = {}
+        app = app_of(tmp_path)
+        async with app.app.router.lifespan_context(app.app), client_of(app) as http:
+            csrf = await signed_in(http)
+            page = (await http.get("/console/credentials")).text
+            seen["listed"] = text_of(page, "tr")[1:]
+            seen["no token"] = "tok-alice-9" not in page and "tok-bob-9" not in page
+            forged = await http.post("/console/credentials/revoke", data={"csrf": "0" * 64, "subject": "alice",
+                                                                          "source": "mcps.tickets"})
+            seen["forged"] = forged.status_code
+            done = await http.post("/console/credentials/revoke", data={"csrf": csrf, "subject": "alice",
+                                                                        "source": "mcps.tickets"})
+            seen["done"] = (done.status_code, text_of((await http.get(done.headers["location"])).text, "p")[0])
+            seen["left"] = [(g["subject"], g["source"]) for g in await vault.grants()]
+        await vault.forget()
+        return seen
+
+    seen = anyio.run(main)
+    assert seen["listed"] == ["alice https://idp mcps.tickets no expiry Revoke",
+                              "bob https://idp mcps.tickets 2100-01-01 00:00:00 UTC Revoke"]
+    assert seen["no token"] and seen["forged"] == 403
+    assert seen["done"] == (303, "Revoked: alice's grant to mcps.tickets.")
+    assert seen["left"] == [("bob", "mcps.tickets")]

@@ -17,6 +17,7 @@ import hashlib
 import hmac
 import itertools
 import json
+import logging
 import re
 import secrets
 import time
@@ -57,6 +58,8 @@ HEADERS = {"Cache-Control": "no-store", "X-Frame-Options": "DENY", "Referrer-Pol
 
 NEEDS_JINJA = ("console = true needs Jinja2, which renders the console's pages, and it is not installed: "
                "pip install 'toolcrib[console]'")
+
+log = logging.getLogger("toolcrib.console")
 
 
 def installed() -> bool:
@@ -158,7 +161,8 @@ class Console:
         pages: list[tuple[str, Callable[[Request], Awaitable[Response]], list[str]]] = [
             ("/", self._index, ["GET"]), ("/agents/{agent}", self._agent, ["GET"]), ("/matrix", self._matrix, ["GET"]),
             ("/sources", self._sources, ["GET"]), ("/approvals", self._approvals, ["GET"]),
-            ("/approvals/{id}", self._answer, ["POST"]), ("/feed", self._feed_page, ["GET"]),
+            ("/approvals/{id}", self._answer, ["POST"]), ("/credentials", self._grants, ["GET"]),
+            ("/credentials/revoke", self._revoke, ["POST"]), ("/feed", self._feed_page, ["GET"]),
             ("/feed/events", self._events, ["GET"]), ("/logout", self._logout, ["POST"])]
         routes = [Route(path, self._guarded(endpoint), methods=methods) for path, endpoint, methods in pages]
         routes += [Route("/login", self._login, methods=["GET", "POST"]),
@@ -315,6 +319,36 @@ class Console:
         # so a link made elsewhere cannot put words on it
         query = urlencode({"done": said, "sig": self._signed_said(said)}, quote_via=quote)
         return RedirectResponse(f"/console/approvals?{query}", status_code=303, headers=HEADERS)
+
+    async def _grants(self, request: Request) -> Response:
+        """The grants people gave sources (``toolcrib.consent``), each with its revoke button; never a token."""
+        from toolcrib.consent import current
+        from toolcrib.names import shown
+
+        vault = current()
+        grants = [{**g, "who": shown(g["subject"]), "by": shown(g["issuer"]), "at": shown(g["source"]),
+                   "until": "no expiry" if g["expires"] is None else
+                   time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(g["expires"]))}
+                  for g in (await vault.grants() if vault is not None else [])]
+        said = request.query_params.get("done", "")
+        signed = hmac.compare_digest(request.query_params.get("sig", "").encode(), self._signed_said(said).encode())
+        return self._page("credentials.html", request.state.session, grants=grants, message=said if signed else "")
+
+    async def _revoke(self, request: Request) -> Response:
+        from toolcrib.consent import current
+
+        form = request.state.form
+        subject, source = form.get("subject", ""), form.get("source", "")
+        vault = current()
+        revoked = await vault.forget(subject, source) if vault is not None and subject and source else []
+        for grant in revoked:
+            log.info("the operator (%s, in the console) revoked %s's grant to %s", request.state.who,
+                     grant["subject"], grant["source"])
+        from toolcrib.names import shown
+
+        said = shown(f"Revoked: {subject}'s grant to {source}.") if revoked else "Nothing was revoked: no such grant."
+        query = urlencode({"done": said, "sig": self._signed_said(said)}, quote_via=quote)
+        return RedirectResponse(f"/console/credentials?{query}", status_code=303, headers=HEADERS)
 
     def _signed_said(self, said: str) -> str:
         return hmac.new(self._key, b"said|" + said.encode(), hashlib.sha256).hexdigest()
