@@ -553,9 +553,13 @@ def test_each_person_grants_toolcrib_access_once_and_their_calls_go_with_it(
                 got["pages"] = await modern(client, bob, "tools/call", {"name": "pets__getPetById",
                                                                         "arguments": {"petId": 3}},
                                             {"elicitation": {"url": {}}})
+                got["static"] = text_of(await call(client, STATIC["TOK_READER"], "pets__getPetById", {"petId": 5}))
                 monkeypatch.setattr(consent, "CLOCK", lambda: consent.time.time() + 400)  # past its expiry
                 got["refreshed"] = await call(client, alice, "pets__getPetById", {"petId": 4})
-                got["grants"] = await consent.vault_for(KEY, "key").grants()
+                issuer.refresh_tokens.clear()  # the server forgets it: alice is asked again
+                monkeypatch.setattr(consent, "CLOCK", lambda: consent.time.time() + 800)
+                got["refused"] = text_of(await call(client, alice, "pets__getPetById", {"petId": 6}))
+                got["grants"] = await consent.vault_for(KEY, "key").grants()  # (the refused grant: dropped)
             return got
 
         got = anyio.run(main)
@@ -571,12 +575,15 @@ def test_each_person_grants_toolcrib_access_once_and_their_calls_go_with_it(
     assert (error["code"], error["data"]["elicitations"][0]["mode"]) == (-32042, "url")
     assert error["data"]["elicitations"][0]["url"].startswith(f"{issuer.url}/authorize?")
     assert json.loads(text_of(got["refreshed"]))["name"] == "pet of alice@pets"
+    assert got["static"] == ("OpenAPI source 'pets' is called with each person's own grant, and this call is by no "
+                             "person signed in through [oauth]")
+    assert got["refused"].startswith("OpenAPI source 'pets' needs you to sign in and grant toolcrib access: open ")
     claims = [seen["claims"] for seen in api.seen]
     assert [(c["sub"], c["aud"], c["client_id"], c["scope"]) for c in claims] == [
         ("alice@pets", PETS, "toolcrib-pets", "pets:read")] * 2
     assert api.seen[0]["token"] != api.seen[1]["token"]  # the second: refreshed
-    assert [g["grant_type"] for g in issuer.granted] == ["authorization_code", "refresh_token"]
-    assert [(g["subject"], g["source"]) for g in got["grants"]] == [("alice", "openapi.pets")]
+    assert [g["grant_type"] for g in issuer.granted] == ["authorization_code", "refresh_token"]  # (then refused)
+    assert got["grants"] == []
 
 
 def test_what_is_kept_is_sealed_and_a_record_moved_to_another_person_does_not_open() -> None:

@@ -175,6 +175,9 @@ class Vault:
         await self._backend.put(name, self._seal(name, {**grant, "issuer": person.issuer,
                                                         "subject": person.subject, "source": source}), None)
 
+    async def drop(self, person: Person, source: str) -> None:
+        await self._backend.delete(f"grant:{person.key}:{source}")
+
     async def grants(self) -> list[dict[str, Any]]:
         """Every grant kept: whose (issuer, subject), for which source, until when (never its tokens)."""
         found = []
@@ -262,6 +265,7 @@ class Consenting:
             except ExchangeFailed as exc:
                 log.info("%s: %s's grant could not be refreshed (%s); they are asked again", self.what,
                          person.subject, exc)
+                await self.vault.drop(person, self.source)
             else:
                 await self.vault.keep(person, self.source, {**renewed, "refresh": renewed["refresh"] or
                                                             grant["refresh"], "granted": grant.get("granted")})
