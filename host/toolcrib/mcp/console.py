@@ -298,9 +298,7 @@ class Console:
                         arguments=shown(json.dumps(p.arguments, indent=2, ensure_ascii=False)),
                         principal=shown(who(p.principal)))
                    for p in await self.desk.pending()]
-        said = request.query_params.get("done", "")
-        signed = hmac.compare_digest(request.query_params.get("sig", "").encode(), self._signed_said(said).encode())
-        return self._page("approvals.html", request.state.session, pending=pending, message=said if signed else "")
+        return self._page("approvals.html", request.state.session, pending=pending, message=self._said(request))
 
     async def _answer(self, request: Request) -> Response:
         form = request.state.form
@@ -330,9 +328,7 @@ class Console:
                    "until": "no expiry" if g["expires"] is None else
                    time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(g["expires"]))}
                   for g in (await vault.grants() if vault is not None else [])]
-        said = request.query_params.get("done", "")
-        signed = hmac.compare_digest(request.query_params.get("sig", "").encode(), self._signed_said(said).encode())
-        return self._page("credentials.html", request.state.session, grants=grants, message=said if signed else "")
+        return self._page("credentials.html", request.state.session, grants=grants, message=self._said(request))
 
     async def _revoke(self, request: Request) -> Response:
         from toolcrib.consent import current
@@ -349,6 +345,12 @@ class Console:
         said = shown(f"Revoked: {subject}'s grant to {source}.") if revoked else "Nothing was revoked: no such grant."
         query = urlencode({"done": said, "sig": self._signed_said(said)}, quote_via=quote)
         return RedirectResponse(f"/console/credentials?{query}", status_code=303, headers=HEADERS)
+
+    def _said(self, request: Request) -> str:
+        """What the page is to say it did (``done``), where the console signed it (``sig``); else nothing."""
+        said = request.query_params.get("done", "")
+        signed = hmac.compare_digest(request.query_params.get("sig", "").encode(), self._signed_said(said).encode())
+        return said if signed else ""
 
     def _signed_said(self, said: str) -> str:
         return hmac.new(self._key, b"said|" + said.encode(), hashlib.sha256).hexdigest()

@@ -23,6 +23,7 @@ import json
 import logging
 import urllib.parse
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import httpx2
 from mcp.server.transport_security import TransportSecurityMiddleware
@@ -107,11 +108,7 @@ class OperatorEndpoint:
         refused = await self._authorized(request, is_post=True)
         if refused is not None:
             return refused
-        data = await capped_body(request, MAX_FORM_BYTES)
-        try:
-            body = json.loads(data) if data is not None else None
-        except (ValueError, RecursionError):
-            body = None
+        body = await _json_of(request)
         if not isinstance(body, dict) or set(body) - {"subject", "source"} or \
                 not all(isinstance(body.get(k), str | None) for k in ("subject", "source")):
             return JSONResponse({"error": 'expected {"subject": "<a subject>" or null, "source": "<mcps.x or '
@@ -128,11 +125,7 @@ class OperatorEndpoint:
         refused = await self._authorized(request, is_post=True)
         if refused is not None:
             return refused
-        data = await capped_body(request, MAX_FORM_BYTES)
-        try:
-            body = json.loads(data) if data is not None else None
-        except (ValueError, RecursionError):
-            body = None
+        body = await _json_of(request)
         decision = body.get("decision") if isinstance(body, dict) else None
         given = body.get("digest") if isinstance(body, dict) else None
         if decision not in ("approve", "deny") or not isinstance(given, str):
@@ -281,6 +274,15 @@ def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
                         headers={"Cache-Control": "no-store", "X-Frame-Options": "DENY",
                                  "Content-Security-Policy": f"default-src 'none'; style-src 'sha256-{_STYLE_HASH}'; "
                                                             "form-action 'self'"})
+
+
+async def _json_of(request: Request) -> Any:
+    """A request's JSON body (at most ``MAX_FORM_BYTES``), or None for one that is not JSON."""
+    data = await capped_body(request, MAX_FORM_BYTES)
+    try:
+        return json.loads(data) if data is not None else None
+    except (ValueError, RecursionError):
+        return None
 
 
 __all__ = ["MAX_FORM_BYTES", "OperatorEndpoint", "small_form"]
