@@ -333,8 +333,8 @@ def test_help_lists_each_command_with_its_whole_first_sentence_and_new_offers_no
     code, out, _ = cli("--help")
     commands = out.split("Commands:\n", 1)[1]
     assert code == 0 and "..." not in commands
-    assert "  serve      Serve over MCP: one agent on stdio (--agent NAME), or every agent\n" \
-           "             over HTTP (--http).\n" in commands
+    assert "  serve        Serve over MCP: one agent on stdio (--agent NAME), or every agent\n" \
+           "               over HTTP (--http).\n" in commands
     code, out, _ = cli("new", "--help")
     assert code == 0 and "--config" not in out and "--debug" in out
     code, _, err = cli("new", "--config", "x.toml", "acme-x")
