@@ -3,7 +3,8 @@
 # tool search, approvals and the operator endpoint and console, OpenAPI calls, what a confined server may reach,
 # an isolated pack's calls lane and its checks line, the HTTP exchange of 2026-07-28 requests, limits, the shared
 # store that counts them, and the sessions and approvals the fleet shares, MCP tasks: whose a task is, and the
-# policies of the one decision, Cedar's among them, and the sealed state of 2026-07-28's round trips),
+# policies of the one decision, Cedar's among them, the sealed state of 2026-07-28's round trips, and what calls a
+# source as its caller: token exchange, people's sealed grants, and the scrubbing of credentials from answers),
 # as configured in pyproject.toml ([tool.mutmut]). A developer command: it takes tens of minutes.
 #   benchmarks/mutation.sh            run, then print the score per module
 #   benchmarks/mutation.sh --keep     go on from the last run's mutants, test map and verdicts (a stopped run resumes

@@ -4,7 +4,8 @@ It makes its own RSA keys (``cryptography``), publishes them as a JWKS, answers 
 discovery, and grants client_credentials tokens (client_secret_basic) whose ``aud`` is the RFC 8707 ``resource``
 asked for, and token exchanges (RFC 8693): a token it signed, still valid, for one whose ``aud`` is the
 ``audience`` asked for, its ``sub`` the subject token's, its ``act`` the exchanging client (with the subject
-token's own ``act`` nested, as RFC 8693 4.1 chains them). Tests also sign tokens with it directly (``sign``), good
+token's own ``act`` nested, as RFC 8693 4.1 chains them), or, given an actor token signed by a key it trusts
+(``trusted_actors``), that token's subject and chain. Tests also sign tokens with it directly (``sign``), good
 or deliberately bad. Used by tests/test_identity.py, tests/test_delegation.py and benchmarks/oauth.py.
 """
 
@@ -39,6 +40,7 @@ class Issuer:
         self.fetches = 0  # how often the JWKS was fetched
         self.granted: list[dict[str, str]] = []  # the token requests granted (form fields, secret left out)
         self.refused_subjects: set[str] = set()  # subjects whose tokens it will not exchange (invalid_grant)
+        self.trusted_actors: dict[str, Any] = {}  # iss -> the public key its actor tokens verify with
         self.browser_user = "nobody"  # who is signed in at its authorization endpoint (its consent is automatic)
         self.codes: dict[str, dict[str, Any]] = {}  # authorization codes given, not yet used
         self.refresh_tokens: dict[str, dict[str, Any]] = {}  # refresh token -> the grant it renews
@@ -149,8 +151,17 @@ class Issuer:
             return 400, {"error": "invalid_grant", "error_description": f"subject_token: {exc}"}
         if subject.get("sub") in self.refused_subjects:
             return 400, {"error": "invalid_grant", "error_description": "this subject may not be delegated"}
-        self.granted.append({k: v for k, v in form.items() if k != "subject_token"})
         act: dict[str, Any] = {"sub": client_id, **({"act": subject["act"]} if "act" in subject else {})}
+        if "actor_token" in form:  # who acts: the actor token's subject, and its own act chain (RFC 8693 4.1)
+            try:
+                unverified = jwt.decode(form["actor_token"], options={"verify_signature": False})
+                key = self.trusted_actors[unverified.get("iss")]
+                actor = jwt.decode(form["actor_token"], key, algorithms=["RS256", "ES256"],
+                                   audience=f"{self.url}/token")
+            except (KeyError, jwt.PyJWTError) as exc:
+                return 400, {"error": "invalid_request", "error_description": f"actor_token: {exc}"}
+            act = {"sub": actor["sub"], **({"act": actor["act"]} if "act" in actor else {})}
+        self.granted.append({k: v for k, v in form.items() if k not in ("subject_token", "actor_token")})
         claims = {"sub": subject.get("sub"), "aud": form["audience"], "act": act,
                   "client_id": subject.get("client_id"),
                   "scope": form.get("scope", subject.get("scope", ""))}

@@ -825,3 +825,102 @@ def test_a_credentials_key_that_is_no_key_fails_its_source_and_says_how_to_make_
         assert (record.state, record.error) == ("failed", (
             "credentials.key is not 32 bytes in base64 (make one with: python -c \"import os, base64; "
             "print(base64.b64encode(os.urandom(32)).decode())\")"))
+
+
+# -- sub-agents: who acts, and narrower scopes -----------------------------------------------------------------
+
+
+def test_a_sub_agents_calls_name_the_agents_that_act_and_carry_only_the_scopes_each_allows(
+        tmp_path: Path, issuer: Issuer) -> None:
+    """With an actor key, each exchange carries an actor token toolcrib signs: the issuer (which trusts its public
+    half) makes the agents the exchanged token's act chain, the one that calls outermost. Each agent of the chain
+    with upstream_scopes for the source narrows what is asked; one that leaves nothing is an error naming it. The
+    model cannot run here: a scripted one drives the sub-agent."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from models import ScriptedModel, text, use
+    from toolcrib.config import load_config
+    from toolcrib.mcp.oauth import Identity
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption()).decode()
+    issuer.trusted_actors[RESOURCE] = key.public_key()
+    api = PetApi(issuer)
+    (tmp_path / "petstore.json").write_text(json.dumps(document()))
+    with serve(document(), [("/pet/<int:petId>", ["GET"], api.pet)], prefix="/v2", validate=False) as running:
+        config = tmp_path / "toolcrib.toml"
+        config.write_text(oauth(issuer).replace('secret = "${GW_SECRET}"',
+                                                'secret = "${GW_SECRET}"\nactor_key = "${ACTOR_KEY}"') + f"""
+[openapi.pets]
+document = "petstore.json"
+base_url = "{running.base_url}"
+operations = ["getPetById"]
+exchange = {{ audience = "{PETS}", scopes = ["pets:read", "pets:write"] }}
+
+[agents.lead.permissions]
+plugins = {{ allow = ["pets"] }}
+tools = {{ allow = ["pets__getPetById", "toolcrib__run_agent"] }}
+subagents = {{ allow = ["calc", "auditor"] }}
+
+[agents.calc]
+prompt = "You are calc."
+upstream_scopes = {{ pets = ["pets:read"] }}
+[agents.calc.permissions]
+plugins = {{ allow = ["pets"] }}
+tools = {{ allow = ["pets__getPetById"] }}
+
+[agents.auditor]
+upstream_scopes = {{ pets = ["pets:admin"] }}
+[agents.auditor.permissions]
+plugins = {{ allow = ["pets"] }}
+tools = {{ allow = ["pets__getPetById"] }}
+""")
+        host = opened_host(load_config(config), env={**SECRET, "ACTOR_KEY": pem})
+
+        class Alice(ScriptedModel):
+            principal = Identity(kind="oauth", subject="alice", issuer=issuer.url, token=issuer.sign(ALICE))
+
+        async def main() -> list[Any]:
+            direct = await host.view("lead").call("pets__getPetById", {"petId": 1}, channel=Alice())
+            model = Alice({"role": "assistant", "model": "s", "content": [use("pets__getPetById", {"petId": 2})]},
+                          text("Pet 2 is here."))
+            delegated = await host.view("lead").call("toolcrib__run_agent", {"agent": "calc", "task": "Find pet 2."},
+                                                     channel=model)
+            refused = await host.view("auditor").call("pets__getPetById", {"petId": 3}, channel=Alice())
+            return [direct, delegated, model.requests[-1]["messages"][-1]["content"][0], refused]
+
+        direct, delegated, tool_result, refused = anyio.run(main)
+    assert (direct.is_error, delegated.is_error, delegated.text) == (False, False, "Pet 2 is here.")
+    assert json.loads(tool_result["content"][0]["text"])["name"] == "pet of alice"
+    claims = [seen["claims"] for seen in api.seen]
+    assert [(c["sub"], c["act"], c["scope"]) for c in claims] == [
+        ("alice", {"sub": "agent:lead"}, "pets:read pets:write"),
+        ("alice", {"sub": "agent:calc", "act": {"sub": "agent:lead"}}, "pets:read")]
+    assert (refused.is_error, refused.text) == (True, (
+        "OpenAPI source 'pets' cannot be called by agent 'auditor': none of the scopes asked (pets:read pets:write) "
+        "is in its upstream_scopes for it"))
+    assert [g.get("actor_token_type") for g in issuer.granted] == ["urn:ietf:params:oauth:token-type:jwt"] * 2
+
+
+def test_an_actor_key_that_is_not_set_or_is_no_key_fails_the_source_and_says_why(tmp_path: Path,
+                                                                                 issuer: Issuer) -> None:
+    from toolcrib.config import load_config
+
+    (tmp_path / "petstore.json").write_text(json.dumps(document()))
+    config = tmp_path / "toolcrib.toml"
+    config.write_text(oauth(issuer).replace('secret = "${GW_SECRET}"',
+                                            'secret = "${GW_SECRET}"\nactor_key = "${ACTOR_KEY}"') + f"""
+[openapi.pets]
+document = "petstore.json"
+base_url = "http://127.0.0.1:9/v2"
+exchange = {{ audience = "{PETS}" }}
+""")
+    errors = []
+    for env in ({}, {"ACTOR_KEY": "-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n"}):
+        record = next(r for r in opened_host(load_config(config), env={**SECRET, **env}).records if r.name == "pets")
+        errors.append((record.state, record.error))
+    assert errors[0] == ("failed", "oauth.client.actor_key names ${ACTOR_KEY}, which is not set")
+    assert errors[1][0] == "failed" and errors[1][1].startswith(
+        "oauth.client.actor_key is not a PEM private key without a password (")

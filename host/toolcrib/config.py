@@ -220,6 +220,9 @@ class AgentConfig(Strict):
     approval_timeout: float = Field(300.0, gt=0, le=86_400, description="seconds a call waits for an operator; "
                                     "then it is denied")
     allow_dangerously_skip_permissions: bool = Field(False, description="required beside mode = bypassPermissions")
+    upstream_scopes: dict[str, list[str]] = Field(default_factory=dict, description="source namespace -> the most "
+                                                  "scopes a token exchanged for this agent's calls there may carry "
+                                                  "(as a sub-agent too: every agent of the chain narrows them)")
     permissions: Permissions | None = Field(None, description="missing: the agent sees nothing")
 
     @field_validator("mode", mode="before")
@@ -336,6 +339,12 @@ class OAuthClientConfig(Strict):
     id: str = Field(description="toolcrib's client id at the issuer")
     secret: str = Field(description="its client secret, usually ${A_VARIABLE} (sent as client_secret_basic; never "
                         "logged)")
+    actor_key: str | None = Field(None, description="a PEM private key (RSA or EC), usually ${A_VARIABLE} (a file "
+                                  "a tool might read is no place for it): each exchange then carries an actor token "
+                                  "it signs, naming the agent that calls and the agents whose run it is in (RFC 8693 "
+                                  "act)")
+    actor_issuer: str | None = Field(None, description="the iss of actor tokens, as the issuer trusts it (default: "
+                                     "[oauth] audience)")
 
 
 class OAuthConfig(Strict):
@@ -450,7 +459,15 @@ class LoadedConfig:
         client = self.config.oauth.client if self.config.oauth is not None else None
         if source.exchange is not None and client is not None:  # (the config checks keep either from lacking its
             secret = expand(client.secret, "oauth.client.secret", env)  # client or key)
-            return Acting(source.exchange, exchanger_for(client.token_endpoint, client.id, secret), what)
+            actor = None
+            if client.actor_key is not None:
+                assert self.config.oauth is not None
+                actor = (expand(client.actor_key, "oauth.client.actor_key", env).encode(),
+                         client.actor_issuer or self.config.oauth.audience)
+            narrowing = {agent: config.upstream_scopes for agent, config in self.config.agents.items()
+                         if config.upstream_scopes}
+            return Acting(source.exchange, exchanger_for(client.token_endpoint, client.id, secret, actor), what,
+                          where.partition(".")[2], narrowing)
         consent, kept = source.consent, self.config.credentials
         if consent is not None and kept is not None:
             given = expand(consent.client_secret, f"{where}.consent.client_secret", env) \

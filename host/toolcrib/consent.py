@@ -246,9 +246,10 @@ class Consenting:
     def __post_init__(self) -> None:
         _CONSENTING[self.source] = self  # the newest of each source is the one its people come back to
 
-    async def bearer(self, principal: Any) -> str | None:
+    async def bearer(self, principal: Any, chain: tuple[str, ...] = ()) -> str | None:
         """The person's token for the source: kept, refreshed, or (none yet) ``ConsentNeeded`` with the page to
-        grant it at. None for the source's own credential, for a call by no person where ``fallback`` allows."""
+        grant it at. None for the source's own credential, for a call by no person where ``fallback`` allows.
+        (``chain``, the agents the call is made by, changes nothing: the grant is the person's.)"""
         person = person_of(principal)
         if person is None:
             if self.consent.fallback:

@@ -52,6 +52,15 @@ class ConsentNeeded(Exception):
         self.url = url
 
 
+def agents_of(call: Any) -> tuple[str, ...]:
+    """The agents a call is made by: the agents of the sub-agent run it is in (``toolcrib.context.CHAIN``, ending
+    with the one that calls), or its own agent alone."""
+    from toolcrib.context import CHAIN
+
+    chain = CHAIN.get()
+    return chain if chain else (call.agent,) if call is not None else ()
+
+
 def ask_consent(call: Any, needed: ConsentNeeded) -> Exception:
     """What a call that needs its person's consent ends with: the protocol's -32042 with the page (raised here,
     where the agent's client can send its user to pages: ``pages_first``), else an error result with the address
@@ -65,6 +74,54 @@ def ask_consent(call: Any, needed: ConsentNeeded) -> Exception:
     return ToolError(f"{needed.message}: open {needed.url} in a browser, then make the call again")
 
 
+@dataclass(frozen=True)
+class ActorSigner:
+    """Actor tokens (RFC 8693 ``actor_token``): JWTs toolcrib signs with ``[oauth.client] actor_key`` naming
+    the agent that calls (``sub``: ``agent:<name>``) and, nested in ``act``, the agents whose run it is in, the
+    nearest first. The issuer, trusting the key's public half, makes them the exchanged token's ``act``."""
+
+    key: Any = field(repr=False)  # a cryptography private key (RSA or EC)
+    issuer: str
+    audience: str  # the token endpoint: an actor token is for it alone
+    life: int = 60
+
+    @classmethod
+    def of(cls, pem: bytes, issuer: str, audience: str) -> ActorSigner:
+        from cryptography.hazmat.primitives.asymmetric import ec, rsa
+        from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+        try:
+            key = load_pem_private_key(pem, password=None)
+        except (ValueError, TypeError) as exc:
+            raise ToolError(f"oauth.client.actor_key is not a PEM private key without a password ({exc})") \
+                from None
+        if not isinstance(key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey):
+            raise ToolError("oauth.client.actor_key is neither an RSA nor an EC key")
+        return cls(key, issuer, audience)
+
+    def sign(self, chain: tuple[str, ...]) -> str:
+        import uuid
+
+        import jwt
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        now = int(time.time())
+        claims: dict[str, Any] = {"iss": self.issuer, "aud": self.audience, "iat": now, "exp": now + self.life,
+                                  "jti": uuid.uuid4().hex, "sub": f"agent:{chain[-1]}"}
+        nested: dict[str, Any] | None = None
+        for agent in chain[:-1]:  # the outermost caller deepest
+            nested = {"sub": f"agent:{agent}", **({"act": nested} if nested is not None else {})}
+        if nested is not None:
+            claims["act"] = nested
+        if isinstance(self.key, ec.EllipticCurvePrivateKey):
+            curve = {256: "ES256", 384: "ES384", 521: "ES512"}.get(self.key.curve.key_size, "ES256")
+            return jwt.encode(claims, self.key, algorithm=curve)
+        return jwt.encode(claims, self.key, algorithm="RS256")
+
+
+JWT = "urn:ietf:params:oauth:token-type:jwt"
+
+
 @dataclass
 class Exchanger:
     """toolcrib as an OAuth client of ``[oauth.client]``'s token endpoint (client_secret_basic). Thread-safe: a
@@ -73,38 +130,45 @@ class Exchanger:
     token_endpoint: str
     client_id: str
     client_secret: str = field(repr=False)
+    actor: ActorSigner | None = None  # each exchange carries an actor token naming the agents, where set
     clock: Callable[[], float] = field(default=time.monotonic, repr=False)
-    _kept: OrderedDict[tuple[str, str, tuple[str, ...], str | None], tuple[str, float]] = field(
-        default_factory=OrderedDict, repr=False)
+    _kept: OrderedDict[tuple[Any, ...], tuple[str, float]] = field(default_factory=OrderedDict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def token(self, subject_token: str, exchange: ExchangeConfig) -> str:
-        """A token for ``exchange``'s audience standing for the holder of ``subject_token``: a kept one while it
-        has more than its margin to live, else a new exchange."""
-        key = (hashlib.sha256(subject_token.encode()).hexdigest(), exchange.audience, tuple(exchange.scopes),
-               exchange.resource)
+    def token(self, subject_token: str, exchange: ExchangeConfig, scopes: tuple[str, ...] | None = None,
+              chain: tuple[str, ...] = ()) -> str:
+        """A token for ``exchange``'s audience standing for the holder of ``subject_token``, with ``scopes`` (None:
+        the table's), for a call by the last agent of ``chain`` in the runs of those before it: a kept one while
+        it has more than its margin to live, else a new exchange."""
+        scopes = tuple(exchange.scopes) if scopes is None else scopes
+        chain = chain if self.actor is not None else ()  # (without actor tokens, the agents change nothing)
+        key = (hashlib.sha256(subject_token.encode()).hexdigest(), exchange.audience, scopes, exchange.resource,
+               chain)
         now = self.clock()
         with self._lock:
             kept = self._kept.get(key)
             if kept is not None and kept[1] > now:
                 self._kept.move_to_end(key)
                 return kept[0]
-        token, life = self._exchange(subject_token, exchange)
+        token, life = self._exchange(subject_token, exchange, scopes, chain)
         with self._lock:
             self._kept[key] = (token, now + life - min(MARGIN, life / 10))
             while len(self._kept) > MAX_KEPT:
                 self._kept.popitem(last=False)
         return token
 
-    def _exchange(self, subject_token: str, exchange: ExchangeConfig) -> tuple[str, float]:
+    def _exchange(self, subject_token: str, exchange: ExchangeConfig, scopes: tuple[str, ...],
+                  chain: tuple[str, ...]) -> tuple[str, float]:
         import httpx2
 
         form = {"grant_type": TOKEN_EXCHANGE, "subject_token": subject_token, "subject_token_type": ACCESS_TOKEN,
                 "requested_token_type": ACCESS_TOKEN, "audience": exchange.audience}
-        if exchange.scopes:
-            form["scope"] = " ".join(exchange.scopes)
+        if scopes:
+            form["scope"] = " ".join(scopes)
         if exchange.resource is not None:
             form["resource"] = exchange.resource
+        if self.actor is not None and chain:
+            form |= {"actor_token": self.actor.sign(chain), "actor_token_type": JWT}
         try:
             with httpx2.Client(timeout=TIMEOUT, follow_redirects=False) as client:
                 answer = client.post(self.token_endpoint, data=form, auth=(self.client_id, self.client_secret),
@@ -151,25 +215,30 @@ def _clean(text: str) -> str:
 
 @dataclass(frozen=True)
 class Acting:
-    """How one source is called as its caller: its ``exchange`` table, the exchanger, and the source as messages
-    name it (``upstream server 'github'``)."""
+    """How one source is called as its caller: its ``exchange`` table, the exchanger, the source as messages name it
+    (``upstream server 'github'``) and its namespace, and each agent's ``upstream_scopes`` (agent -> namespace ->
+    the most scopes its calls there may carry)."""
 
     exchange: ExchangeConfig
     exchanger: Exchanger
     what: str
+    namespace: str = ""
+    narrowing: Mapping[str, Mapping[str, list[str]]] = field(default_factory=dict)
 
-    async def bearer(self, principal: Any) -> str | None:
-        """The token a call by ``principal`` (``toolcrib.mcp.oauth.Identity`` or None) goes with: None for the
-        source's own credential, where ``fallback`` allows it; else a ``ToolError`` naming the source. An exchange
-        (an HTTP request) runs on a worker thread."""
+    async def bearer(self, principal: Any, chain: tuple[str, ...] = ()) -> str | None:
+        """The token a call by ``principal`` (``toolcrib.mcp.oauth.Identity`` or None) goes with, made by the last
+        agent of ``chain`` in the runs of those before it: None for the source's own credential, where
+        ``fallback`` allows it; else a ``ToolError`` naming the source. An exchange (an HTTP request) runs on a
+        worker thread."""
         subject = getattr(principal, "token", None)
         if subject is None:
             if self.exchange.fallback:
                 return None
             raise ToolError(f"{self.what} is called as its caller (token exchange), and this call carries no OAuth "
                             "access token to exchange: only a client signed in through [oauth] can call it")
+        scopes = self.scopes(chain)
         try:
-            return await to_thread.run_sync(self.exchanger.token, subject, self.exchange)
+            return await to_thread.run_sync(self.exchanger.token, subject, self.exchange, scopes, chain)
         except ExchangeFailed as exc:
             if self.exchange.fallback:
                 log.warning("%s: the token exchange failed (%s); the call goes with its own credential (fallback)",
@@ -177,16 +246,36 @@ class Acting:
                 return None
             raise ToolError(f"{self.what} could not be called as its caller: {exc}") from None
 
+    def scopes(self, chain: tuple[str, ...]) -> tuple[str, ...]:
+        """The scopes to ask for a call made in ``chain``: the table's, narrowed by each agent of the chain that
+        has ``upstream_scopes`` for this source (one that has none narrows nothing). Narrowed to nothing where
+        something was asked: a ``ToolError`` naming the agent."""
+        scopes: list[str] | None = list(self.exchange.scopes) or None  # None: the issuer's default, so far
+        for agent in chain:
+            allowed = self.narrowing.get(agent, {}).get(self.namespace)
+            if allowed is None:
+                continue
+            narrowed = [s for s in scopes if s in allowed] if scopes is not None else list(allowed)
+            if not narrowed:
+                raise ToolError(f"{self.what} cannot be called by agent {agent!r}: none of the scopes asked "
+                                f"({' '.join(scopes or ()) or 'none'}) is in its upstream_scopes for it")
+            scopes = narrowed
+        return tuple(scopes or ())
 
-_EXCHANGERS: dict[tuple[str, str, str], Exchanger] = {}
+
+_EXCHANGERS: dict[tuple[Any, ...], Exchanger] = {}
 
 
-def exchanger_for(token_endpoint: str, client_id: str, client_secret: str) -> Exchanger:
-    """One exchanger per client at one endpoint, kept across reloads (what it keeps is still good)."""
-    key = (token_endpoint, client_id, hashlib.sha256(client_secret.encode()).hexdigest())
+def exchanger_for(token_endpoint: str, client_id: str, client_secret: str,
+                  actor: tuple[bytes, str] | None = None) -> Exchanger:
+    """One exchanger per client at one endpoint (and actor key: its PEM and the actor tokens' issuer), kept across
+    reloads (what it keeps is still good). A ``ToolError`` for an actor key that is none."""
+    key = (token_endpoint, client_id, hashlib.sha256(client_secret.encode()).hexdigest(),
+           hashlib.sha256(actor[0]).hexdigest() if actor is not None else None, actor[1] if actor else None)
     found = _EXCHANGERS.get(key)
     if found is None:
-        found = _EXCHANGERS[key] = Exchanger(token_endpoint, client_id, client_secret)
+        signer = ActorSigner.of(actor[0], actor[1], token_endpoint) if actor is not None else None
+        found = _EXCHANGERS[key] = Exchanger(token_endpoint, client_id, client_secret, signer)
     return found
 
 
@@ -212,5 +301,6 @@ def caller_auth(namespace: str) -> Any:
     return CallerAuth()
 
 
-__all__ = ["ACCESS_TOKEN", "TOKEN_EXCHANGE", "UPSTREAM_BEARER", "Acting", "ConsentNeeded", "ExchangeConfig",
-           "ExchangeFailed", "Exchanger", "ask_consent", "caller_auth", "exchanger_for", "granted"]
+__all__ = ["ACCESS_TOKEN", "TOKEN_EXCHANGE", "UPSTREAM_BEARER", "Acting", "ActorSigner", "ConsentNeeded",
+           "ExchangeConfig", "ExchangeFailed", "Exchanger", "agents_of", "ask_consent", "caller_auth", "exchanger_for",
+           "granted"]

@@ -18,7 +18,7 @@ from toolcrib.consent import Consenting
 from toolcrib.content import ToolResult
 from toolcrib.credentials import NONE as NO_CREDENTIALS
 from toolcrib.credentials import Credentials
-from toolcrib.delegation import UPSTREAM_BEARER, Acting, ConsentNeeded, ask_consent
+from toolcrib.delegation import UPSTREAM_BEARER, Acting, ConsentNeeded, agents_of, ask_consent
 from toolcrib.errors import Suspend, ToolError
 from toolcrib.names import foreign_item, foreign_meta
 from toolcrib.runner import Call
@@ -311,7 +311,7 @@ async def as_caller(namespace: str, acting: Acting | Consenting | None, secrets:
     bearer = None
     if acting is not None:
         try:
-            bearer = await acting.bearer(call.principal if call is not None else None)
+            bearer = await acting.bearer(call.principal if call is not None else None, agents_of(call))
         except ConsentNeeded as needed:  # the person is to grant access first: the page, or an error naming it
             raise ask_consent(call, needed) from None
     token = UPSTREAM_BEARER.set((namespace, bearer) if bearer is not None else None)

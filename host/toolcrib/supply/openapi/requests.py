@@ -20,7 +20,7 @@ from toolcrib.config import expand
 from toolcrib.consent import Consenting
 from toolcrib.content import ToolResult
 from toolcrib.credentials import Credentials
-from toolcrib.delegation import Acting, ConsentNeeded, ask_consent
+from toolcrib.delegation import Acting, ConsentNeeded, agents_of, ask_consent
 from toolcrib.errors import ToolError
 from toolcrib.net import WebLimits, request
 from toolcrib.runner import Call
@@ -141,7 +141,7 @@ class OperationRunner:
     async def _as_caller(self, arguments: Mapping[str, Any], call: Call) -> ToolResult:
         assert self.acting is not None
         try:
-            bearer = await self.acting.bearer(call.principal)
+            bearer = await self.acting.bearer(call.principal, agents_of(call))
         except ConsentNeeded as needed:  # the person is to grant access first: the page, or an error naming it
             raise ask_consent(call, needed) from None
         return await to_thread.run_sync(self.call, arguments, bearer)
