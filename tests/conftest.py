@@ -87,7 +87,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 source = inspect.getsource(code) if code is not None else ""
             except (OSError, TypeError):
                 continue
-            if "toolcrib.cli" in source or "start_http(" in source or "uvicorn_replicas(" in source:
+            if "toolcrib.cli" in source or "start_http(" in source or "uvicorn_replicas(" in source or (
+                    "HttpApp(" in source and "uvicorn.Server(" in source):
                 item.add_marker(skip)
                 break
 

@@ -924,3 +924,63 @@ exchange = {{ audience = "{PETS}" }}
     assert errors[0] == ("failed", "oauth.client.actor_key names ${ACTOR_KEY}, which is not set")
     assert errors[1][0] == "failed" and errors[1][1].startswith(
         "oauth.client.actor_key is not a PEM private key without a password (")
+
+
+def test_on_a_2025_11_25_session_the_page_to_grant_access_at_is_the_protocols_minus_32042(
+        tmp_path: Path, issuer: Issuer) -> None:
+    """The SDK's own client, on a handshake-era session over real HTTP (toolcrib's app under uvicorn on a thread),
+    declaring it can send its user to pages: the first call is refused with -32042 naming the page; a client
+    that cannot gets the error result with the address instead."""
+    import threading
+    import time
+
+    import mcp_types as types
+    import uvicorn
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.exceptions import MCPError
+
+    from toolcrib.mcp.http import HttpApp, HttpOptions
+    from toolcrib.mcp.state import ServingState
+
+    issuer.clients["toolcrib-pets"] = ("pets-secret", {})
+    host = consent_host(tmp_path, issuer, "http://127.0.0.1:9/v2")
+    app = HttpApp(ServingState(host), HttpOptions(), env=STATIC)
+    running = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=running.run, daemon=True)
+    thread.start()
+    while not running.started and thread.is_alive():
+        time.sleep(0.02)
+    url = f"http://127.0.0.1:{running.servers[0].sockets[0].getsockname()[1]}/agents/reader/mcp"
+    alice = issuer.sign(ALICE)
+
+    async def on_elicit(context: Any, params: Any) -> Any:
+        return types.ElicitResult(action="accept")
+
+    async def main() -> list[Any]:
+        found: list[Any] = []
+        for callback in (on_elicit, None):
+            async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {alice}"}, timeout=30) as http, \
+                    Client(streamable_http_client(url, http_client=http), mode="legacy", cache=None,
+                           elicitation_callback=callback) as client:
+                try:
+                    result = await client.call_tool("pets__getPetById", {"petId": 1})
+                    found.append((result.is_error, result.content[0].text))  # type: ignore[union-attr]
+                except MCPError as exc:
+                    found.append(exc.error)
+        return found
+
+    try:
+        refused, said = anyio.run(main)
+    finally:
+        running.should_exit = True
+        thread.join(10)
+        host.close()
+    assert (refused.code, refused.message) == (-32042, "OpenAPI source 'pets' needs you to sign in and grant "
+                                                       "toolcrib access")
+    [page] = refused.data["elicitations"]
+    assert (page["mode"], page["message"]) == ("url", "OpenAPI source 'pets' needs you to sign in and grant "
+                                                      "toolcrib access")
+    assert page["url"].startswith(f"{issuer.url}/authorize?response_type=code&client_id=toolcrib-pets&")
+    assert said[0] is True and said[1].startswith("OpenAPI source 'pets' needs you to sign in and grant toolcrib "
+                                                  f"access: open {issuer.url}/authorize?")
