@@ -984,3 +984,28 @@ def test_on_a_2025_11_25_session_the_page_to_grant_access_at_is_the_protocols_mi
     assert page["url"].startswith(f"{issuer.url}/authorize?response_type=code&client_id=toolcrib-pets&")
     assert said[0] is True and said[1].startswith("OpenAPI source 'pets' needs you to sign in and grant toolcrib "
                                                   f"access: open {issuer.url}/authorize?")
+
+
+def test_a_served_config_with_cluster_keeps_grants_on_its_shared_store(tmp_path: Path, redis_url: str,
+                                                                       issuer: Issuer) -> None:
+    """serve's state opens [cluster]'s store and keeps people's grants there (every replica finds them) while it
+    serves; in memory again after."""
+    from toolcrib import consent
+    from toolcrib.consent import Person
+    from toolcrib.mcp.state import serving_state
+
+    config = tmp_path / "toolcrib.toml"
+    config.write_text(f'[cluster]\nredis_url = "{redis_url}"\nkey_prefix = "served:"\n\n[credentials]\nkey = "{KEY}"\n')
+    vault = consent.vault_for(KEY, "key")
+    alice = Person("https://idp", "alice")
+
+    async def main() -> tuple[Any, Any, Any]:
+        async with serving_state(config) as state:
+            shared = consent._SHARED[0] is state.store
+            await vault.keep(alice, "mcps.tickets", {"access": "kept-on-redis"})
+            assert state.store is not None and state.store.client is not None
+            on_redis = await state.store.client.exists(f"served:credentials:grant:{alice.key}:mcps.tickets")
+        return shared, on_redis, (list(consent._SHARED), await vault.grant(alice, "mcps.tickets"))
+
+    shared, on_redis, after = anyio.run(main)
+    assert (shared, on_redis, after) == (True, 1, ([], None))  # (in memory after: not the store's grant)
