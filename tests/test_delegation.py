@@ -556,8 +556,10 @@ def test_each_person_grants_toolcrib_access_once_and_their_calls_go_with_it(
                 got["static"] = text_of(await call(client, STATIC["TOK_READER"], "pets__getPetById", {"petId": 5}))
                 monkeypatch.setattr(consent, "CLOCK", lambda: consent.time.time() + 400)  # past its expiry
                 got["refreshed"] = await call(client, alice, "pets__getPetById", {"petId": 4})
+                monkeypatch.setattr(consent, "CLOCK", lambda: consent.time.time() + 800)  # again: the rotated one
+                got["refreshed again"] = await call(client, alice, "pets__getPetById", {"petId": 5})
                 issuer.refresh_tokens.clear()  # the server forgets it: alice is asked again
-                monkeypatch.setattr(consent, "CLOCK", lambda: consent.time.time() + 800)
+                monkeypatch.setattr(consent, "CLOCK", lambda: consent.time.time() + 1200)
                 got["refused"] = text_of(await call(client, alice, "pets__getPetById", {"petId": 6}))
                 got["grants"] = await consent.vault_for(KEY, "key").grants()  # (the refused grant: dropped)
             return got
@@ -572,17 +574,23 @@ def test_each_person_grants_toolcrib_access_once_and_their_calls_go_with_it(
     assert json.loads(text_of(got["second"]))["name"] == "pet of alice@pets"
     assert got["bob"].startswith("OpenAPI source 'pets' needs you to sign in and grant toolcrib access: open ")
     error = got["pages"]["error"]
-    assert (error["code"], error["data"]["elicitations"][0]["mode"]) == (-32042, "url")
-    assert error["data"]["elicitations"][0]["url"].startswith(f"{issuer.url}/authorize?")
+    [page] = error["data"]["elicitations"]
+    assert (error["code"], error["message"], page["mode"], page["message"]) == (
+        -32042, "OpenAPI source 'pets' needs you to sign in and grant toolcrib access", "url",
+        "OpenAPI source 'pets' needs you to sign in and grant toolcrib access")
+    assert page["url"].startswith(f"{issuer.url}/authorize?") and re.fullmatch(r"consent:[0-9a-f]{16}",
+                                                                               page["elicitationId"])
     assert json.loads(text_of(got["refreshed"]))["name"] == "pet of alice@pets"
+    assert json.loads(text_of(got["refreshed again"]))["name"] == "pet of alice@pets"
     assert got["static"] == ("OpenAPI source 'pets' is called with each person's own grant, and this call is by no "
                              "person signed in through [oauth]")
     assert got["refused"].startswith("OpenAPI source 'pets' needs you to sign in and grant toolcrib access: open ")
     claims = [seen["claims"] for seen in api.seen]
     assert [(c["sub"], c["aud"], c["client_id"], c["scope"]) for c in claims] == [
-        ("alice@pets", PETS, "toolcrib-pets", "pets:read")] * 2
-    assert api.seen[0]["token"] != api.seen[1]["token"]  # the second: refreshed
-    assert [g["grant_type"] for g in issuer.granted] == ["authorization_code", "refresh_token"]  # (then refused)
+        ("alice@pets", PETS, "toolcrib-pets", "pets:read")] * 3
+    assert len({seen["token"] for seen in api.seen}) == 3  # the second and third: refreshed
+    assert [g["grant_type"] for g in issuer.granted] == ["authorization_code", "refresh_token",
+                                                         "refresh_token"]  # (then refused)
     assert got["grants"] == []
 
 
@@ -1009,3 +1017,154 @@ def test_a_served_config_with_cluster_keeps_grants_on_its_shared_store(tmp_path:
 
     shared, on_redis, after = anyio.run(main)
     assert (shared, on_redis, after) == (True, 1, ([], None))  # (in memory after: not the store's grant)
+
+
+def test_a_browser_coming_back_is_answered_for_each_way_a_sign_in_can_end(tmp_path: Path, issuer: Issuer) -> None:
+    """/oauth/callback: no state, an unknown one, a refusal at the server (the link used up by it), a code the
+    token endpoint refuses, a source no longer configured so, and a grant. A confidential client's id and secret go
+    form-encoded in Basic (a secret with ':' and '+'), with the resource and the PKCE verifier."""
+    import re
+
+    from toolcrib.config import load_config
+    from toolcrib.host import Host
+
+    issuer.clients["toolcrib-pets"] = ("pe:ts+secret", {})
+    consent_host(tmp_path, issuer, "http://127.0.0.1:9/v2").close()  # (writes the config)
+    host = opened_host(load_config(tmp_path / "toolcrib.toml"), env={**CONSENTING, "PETS_SECRET": "pe:ts+secret"})
+    alice = issuer.sign(ALICE)
+
+    async def main() -> dict[str, Any]:
+        from toolcrib.mcp.http import HttpApp, HttpOptions
+        from toolcrib.mcp.state import ServingState
+
+        state = ServingState(host)
+        app = HttpApp(state, HttpOptions(stateless=True), env=STATIC)
+        got: dict[str, Any] = {}
+        async with app.app.router.lifespan_context(app.app):
+            transport = httpx2.ASGITransport(app=app)
+            async with httpx2.AsyncClient(transport=transport, base_url=RESOURCE, timeout=30) as client:
+
+                async def page(path: str) -> tuple[int, str]:
+                    answer = await client.get(path)
+                    return answer.status_code, re.search(r"<p>(.*)</p>", answer.text).group(1)  # type: ignore[union-attr]
+
+                async def link(token: str = alice) -> str:
+                    said = text_of(await call(client, token, "pets__getPetById", {"petId": 1}))
+                    return re.search(r"open (\S+) in a browser", said).group(1)  # type: ignore[union-attr]
+
+                got["no state"] = await page("/oauth/callback")
+                got["unknown"] = await page("/oauth/callback?state=made-up&code=x")
+                state_of = re.search(r"state=([^&]+)", await link()).group(1)  # type: ignore[union-attr]
+                got["refused"] = await page(f"/oauth/callback?state={state_of}&error=access_denied")
+                got["used up"] = await page(f"/oauth/callback?state={state_of}&code=x")
+                state_of = re.search(r"state=([^&]+)", await link()).group(1)  # type: ignore[union-attr]
+                got["bad code"] = await page(f"/oauth/callback?state={state_of}&code=not-a-code")
+                back = browse(await link(), issuer, "alice@pets").removeprefix(RESOURCE)
+                got["granted"] = await page(back)
+                back = browse(await link(issuer.sign(BOB)), issuer, "bob@pets").removeprefix(RESOURCE)
+                config = tmp_path / "toolcrib.toml"
+                config.write_text(config.read_text().split("[openapi.pets.consent]")[0])
+                state.host = Host(load_config(config), plugins={}, autoload=False, env={})
+                got["gone"] = await page(back)
+        host.close()
+        return got
+
+    got = anyio.run(main)
+    unknown = ("This sign-in link is unknown, already used or expired (each works once, for ten minutes). Make the "
+               "call again for a new one.")
+    assert got["no state"] == got["unknown"] == got["used up"] == (400, unknown)
+    assert got["refused"] == (400, "The sign-in at OpenAPI source &#x27;pets&#x27; was not completed "
+                                   "(access_denied). Make the call again to retry.")
+    assert got["bad code"] == (502, "The sign-in at OpenAPI source &#x27;pets&#x27; could not be completed: the "
+                                    "token endpoint refused (400, invalid_grant: code, redirect_uri or verifier).")
+    assert got["granted"][0] == 200
+    assert got["gone"] == (400, "The source this sign-in was for is no longer called with each person&#x27;s grant.")
+    [code] = [g for g in issuer.granted if g["grant_type"] == "authorization_code"]
+    assert (code["redirect_uri"], code["resource"], "client_id" in code) == (
+        f"{RESOURCE}/oauth/callback", PETS, False)  # (a confidential client: its id went in Basic, with its secret)
+
+
+def test_a_grant_is_refreshed_only_within_its_margin_of_expiry(tmp_path: Path, issuer: Issuer,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kept while it has more than MARGIN (30 s) to live; refreshed once it has less."""
+    from toolcrib import consent
+    from toolcrib.consent import Person
+
+    issuer.clients["toolcrib-pets"] = ("pets-secret", {})
+    consent_host(tmp_path, issuer, "http://127.0.0.1:9/v2").close()
+    acting = consent._CONSENTING["openapi.pets"]
+    alice = Person(issuer.url, "alice")
+    start = consent.time.time()
+
+    async def main() -> list[str | None]:
+        await acting.vault.keep(alice, "openapi.pets", {"access": "kept", "refresh": "made-up", "expires": start + 100})
+        issuer.refresh_tokens["made-up"] = {"client": "toolcrib-pets", "sub": "alice@pets", "aud": PETS, "scope": ""}
+        found = []
+        principal = type("P", (), {"kind": "oauth", "issuer": issuer.url, "subject": "alice"})()
+        for now in (start + 69.9, start + 70.1):
+            monkeypatch.setattr(consent, "CLOCK", lambda now=now: now)
+            found.append(await acting.bearer(principal))
+        return found
+
+    kept, renewed = anyio.run(main)
+    assert kept == "kept" and renewed != "kept" and jwt.decode(renewed, options={"verify_signature": False})["sub"] \
+        == "alice@pets"
+
+
+def test_a_call_by_no_one_of_a_source_called_as_its_caller_is_an_error_naming_it(tmp_path: Path,
+                                                                                 issuer: Issuer) -> None:
+    """The Python API and the CLI carry no identity at all: no token to exchange."""
+    host = pets_host(tmp_path, issuer, "http://127.0.0.1:9/v2", f'audience = "{PETS}"')
+
+    async def main() -> Any:
+        return await host.view("reader").call("pets__getPetById", {"petId": 1})
+
+    result = anyio.run(main)
+    assert (result.is_error, result.text) == (True, (
+        "OpenAPI source 'pets' is called as its caller (token exchange), and this call carries no OAuth access "
+        "token to exchange: only a client signed in through [oauth] can call it"))
+
+
+def test_a_token_endpoint_that_redirects_is_not_followed_with_the_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A redirect (to anywhere) is an answer with no token, never a second request carrying the subject token and
+    the client secret; and no more than MAX_KEPT tokens are kept, the oldest out first."""
+    from werkzeug.wrappers import Response
+
+    from toolcrib import delegation
+    from toolcrib.consent import Consenting, Vault
+    from toolcrib.delegation import ExchangeFailed, Exchanger
+    from toolcrib.delegation_settings import ConsentConfig, ExchangeConfig
+
+    hits: list[str] = []
+
+    def moved(request: Any) -> Any:
+        hits.append(request.path)
+        return Response(b"", 307, headers={"Location": "/elsewhere"})
+
+    def elsewhere(request: Any) -> Any:
+        hits.append(request.path)
+        return Response(json.dumps({"access_token": "t", "token_type": "Bearer"}), 200,
+                        content_type="application/json")
+
+    def token(request: Any) -> Any:
+        hits.append(request.form["subject_token"])
+        return Response(json.dumps({"access_token": f"for-{request.form['subject_token']}", "token_type": "Bearer"}),
+                        200, content_type="application/json")
+
+    routes = [("/moved", ["POST"], moved), ("/elsewhere", ["POST"], elsewhere), ("/token", ["POST"], token)]
+    with serve({"openapi": "3.0.0"}, routes, validate=False) as endpoint:
+        with pytest.raises(ExchangeFailed) as info:
+            Exchanger(f"{endpoint.base_url}/moved", "gw", "s").token("t", ExchangeConfig(audience="api"))
+        assert (str(info.value), hits) == ("the token endpoint answered 307 with no JSON object", ["/moved"])
+        consenting = Consenting(ConsentConfig(authorization_endpoint="https://a", client_id="c", client_secret="s",
+                                              token_endpoint=f"{endpoint.base_url}/moved",
+                                              redirect_uri="https://t/oauth/callback"),
+                                "s", Vault(bytes(32)), "upstream server 'x'", "mcps.x")
+        with pytest.raises(ExchangeFailed) as info:
+            anyio.run(consenting._token, {"grant_type": "refresh_token", "refresh_token": "r"})
+        assert (str(info.value), hits) == ("the token endpoint answered 307 with no JSON object", ["/moved"] * 2)
+        monkeypatch.setattr(delegation, "MAX_KEPT", 2)
+        exchanger = Exchanger(f"{endpoint.base_url}/token", "gw", "s")
+        got = [exchanger.token(subject, ExchangeConfig(audience="api")) for subject in ("a", "b", "c", "b", "a")]
+    assert got == ["for-a", "for-b", "for-c", "for-b", "for-a"]
+    assert hits[2:] == ["a", "b", "c", "a"]  # b was still kept; a, the oldest, was not
