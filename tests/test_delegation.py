@@ -287,7 +287,9 @@ def echo_server() -> Iterator[tuple[str, list[str]]]:
     def whoami(ctx: Context) -> str:  # type: ignore[type-arg]
         request = ctx.request_context.request
         given.append(request.headers.get("authorization", "nothing") if request is not None else "nothing")
-        return "I got " + given[-1] + " (" + base64.b64encode(given[-1].encode()).decode() + ")"
+        team = f", team {request.headers.get('x-team')}, tenant {request.headers.get('x-tenant')}" \
+            if request is not None and "x-team" in request.headers else ""
+        return "I got " + given[-1] + " (" + base64.b64encode(given[-1].encode()).decode() + ")" + team
 
     @server.resource("echo://who/{name}", description="What Authorization the read came with.")
     def who(name: str, ctx: Context) -> str:  # type: ignore[type-arg]
@@ -318,10 +320,11 @@ def test_no_credential_of_an_upstream_server_reaches_the_agent_though_it_echo_th
 
     monkeypatch.setenv("GW_SECRET", SECRET["GW_SECRET"])
     monkeypatch.setenv("ECHO_TOKEN", "service-token-xyz")
+    monkeypatch.setenv("TENANT", "acme-corp")
     loaded = config_from(oauth(issuer) + f"""
 [mcps.echo]
 url = "{echo_server[0]}"
-headers = {{ Authorization = "Bearer ${{ECHO_TOKEN}}" }}
+headers = {{ Authorization = "Bearer ${{ECHO_TOKEN}}", X-Team = "blue", X-Tenant = "${{TENANT}}" }}
 exchange = {{ audience = "echo", fallback = true }}
 """)
 
@@ -338,7 +341,8 @@ exchange = {{ audience = "echo", fallback = true }}
                 found.append(prompt["messages"][0]["content"]["text"])
                 return found
 
-    assert anyio.run(main) == ["I got *** (***)"] * 4  # base64 too
+    # base64 too; of the other headers, the one from a variable is a secret, the one written in the config is not
+    assert anyio.run(main) == ["I got *** (***), team blue, tenant ***"] * 4
     exchanged, service, read, prompt = echo_server[1]
     assert service == "Bearer service-token-xyz"  # the static caller's, by fallback
     for sent in (exchanged, read, prompt):  # a read and a prompt go as the caller too

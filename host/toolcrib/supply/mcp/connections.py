@@ -381,8 +381,9 @@ class UpstreamPool:
                         connection.check_seconds = loaded.config.host.availability_timeout
                         connection.lane = lane
                     target = _target(loaded, config)
-                    if isinstance(target, tuple):
-                        connection.secrets = Credentials(target[1], {})
+                    if isinstance(target, tuple):  # its secrets: what authorizes, and what came from a variable
+                        connection.secrets = Credentials({k: v for k, v in target[1].items() if k.lower() in (
+                            "authorization", "proxy-authorization", "cookie") or "${" in config.headers[k]}, {})
                     try:
                         connection.acting = loaded.acting(config, f"upstream server {connection.namespace!r}",
                                                           f"mcps.{connection.namespace}")
