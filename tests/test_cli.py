@@ -130,7 +130,8 @@ def test_config_mistakes_suggest_what_was_meant(cli_config: Any) -> None:
     assert [line.removeprefix(f"error: {path}:") for line in err.splitlines()] == [
         "3: agents.a.mdoe: unknown key 'mdoe' (did you mean 'mode'?); expected one of: model, "
         "mode, description, prompt, max_turns, runner, max_run_tokens, run_timeout, token_env, identity, limits, "
-        "tool_search, bare_names, approvals, approval_timeout, allow_dangerously_skip_permissions, permissions",
+        "tool_search, bare_names, approvals, approval_timeout, allow_dangerously_skip_permissions, upstream_scopes, "
+        "permissions",
         "5: agents.b.mode: expected one of 'default', 'plan', 'acceptEdits', 'dontAsk' or "
         "'bypassPermissions', got a string ('plna'); did you mean 'plan'?",
         "7: agents.c.permissions.plugins: expected a table, got an array; a rule is a table: "

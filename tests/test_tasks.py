@@ -977,12 +977,16 @@ def test_on_redis_leases_are_renewed_writes_lost_to_an_outage_are_made_again_and
                 task = await one.start("a", None, "t", 60.0, 5, waiting(gates[0]))
                 assert task is not None
                 lease = f"r:task:{task.id}:lease"
-                first = await raw.pttl(lease)
+                low = [0]
 
-                async def renewed() -> bool:  # (renewed every second: its time left goes up again)
-                    return bool(await raw.pttl(lease) > first)
+                async def aged() -> bool:  # its time left has gone down (a lease of 3 s renewed every second)
+                    low[0] = await raw.pttl(lease)
+                    return low[0] < 2_700
 
-                await asyncio.sleep(0.2)
+                async def renewed() -> bool:  # and goes up again: renewed
+                    return bool(await raw.pttl(lease) > low[0] + 100)
+
+                await _eventually(aged)
                 await _eventually(renewed)
                 assert (await two.find("a", None, task.id)).status == "working"
                 up, one.store.client = one.store.client, redis.asyncio.Redis.from_url(
