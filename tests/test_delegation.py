@@ -31,6 +31,17 @@ ALICE = {"client_id": "reader-cli", "sub": "alice", "aud": RESOURCE, "scope": "p
 BOB = {**ALICE, "sub": "bob"}
 
 
+@pytest.fixture(autouse=True)
+def nothing_kept() -> Iterator[None]:
+    """Each test starts with no grant, vault, exchanger or kept token of another's (they live in the process)."""
+    from toolcrib import consent, delegation
+
+    for kept in (consent._VAULTS, consent._CONSENTING, delegation._EXCHANGERS):
+        kept.clear()
+    consent._CURRENT.clear()
+    yield
+
+
 @pytest.fixture
 def issuer() -> Iterator[Issuer]:
     with Issuer() as running:
