@@ -1183,3 +1183,25 @@ def test_a_token_endpoint_that_redirects_is_not_followed_with_the_secret(monkeyp
         got = [exchanger.token(subject, ExchangeConfig(audience="api")) for subject in ("a", "b", "c", "b", "a")]
     assert got == ["for-a", "for-b", "for-c", "for-b", "for-a"]
     assert hits[2:] == ["a", "b", "c", "a"]  # b was still kept; a, the oldest, was not
+
+
+def test_in_memory_authorizations_under_way_are_bounded_and_grants_are_never_let_go(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent that calls on and on makes an authorization each time: beyond MAX_KEPT records the oldest under way
+    go (a grant never does), so memory stays bounded."""
+    from toolcrib import consent
+    from toolcrib.consent import Person, Vault
+
+    monkeypatch.setattr(consent, "MAX_KEPT", 3)
+    vault = Vault(bytes(32))
+    alice = Person("https://idp", "alice")
+
+    async def main() -> tuple[Any, list[Any]]:
+        await vault.keep(alice, "mcps.tickets", {"access": "a"})
+        for n in range(5):
+            await vault.hold(f"state-{n}", {"n": n})
+        return await vault.grant(alice, "mcps.tickets"), [await vault.take(f"state-{n}") for n in range(5)]
+
+    grant, pending = anyio.run(main)
+    assert grant is not None and grant["access"] == "a"
+    assert pending == [None, None, None, {"n": 3}, {"n": 4}]

@@ -39,6 +39,7 @@ PENDING_SECONDS = 600  # an authorization under way: how long its link works
 MARGIN = 30.0  # seconds before a grant's expiry it is refreshed
 CLOCK = time.time  # when grants expire (the tests move it)
 TIMEOUT = 10.0  # seconds one request to the token endpoint may take
+MAX_KEPT = 10_000  # records in memory before authorizations under way are let go, the oldest first
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,12 @@ class _Memory:
 
     async def put(self, name: str, data: bytes, seconds: float | None) -> None:
         self.items[name] = (data, time.monotonic() + seconds if seconds is not None else None)
+        if len(self.items) > MAX_KEPT:  # an agent calling on and on makes an authorization each time: the
+            now = time.monotonic()      # expired go, then the oldest under way (never a grant)
+            self.items = {k: v for k, v in self.items.items() if v[1] is None or v[1] > now}
+            under_way = [k for k in self.items if k.startswith("pending:")]
+            for stale in under_way[:max(0, len(self.items) - MAX_KEPT)]:
+                del self.items[stale]
 
     async def take(self, name: str) -> bytes | None:
         found = self._live(name)
