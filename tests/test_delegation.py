@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -1205,3 +1206,54 @@ def test_in_memory_authorizations_under_way_are_bounded_and_grants_are_never_let
     grant, pending = anyio.run(main)
     assert grant is not None and grant["access"] == "a"
     assert pending == [None, None, None, {"n": 3}, {"n": 4}]
+
+
+@pytest.mark.parametrize(("curve", "algorithm"), [(None, "RS256"), ("SECP256R1", "ES256"), ("SECP384R1", "ES384"),
+                                                  ("SECP521R1", "ES512")])
+def test_an_actor_token_names_the_chain_for_the_token_endpoint_alone_for_a_minute(curve: str | None,
+                                                                                  algorithm: str) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+    from toolcrib.delegation import ActorSigner
+    from toolcrib.errors import ToolError
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048) if curve is None else \
+        ec.generate_private_key(getattr(ec, curve)())
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption())
+    signer = ActorSigner.of(pem, "https://tools.example", "https://idp.example/token")
+    token = signer.sign(("lead", "planner", "calc"))
+    assert jwt.get_unverified_header(token)["alg"] == algorithm
+    claims = jwt.decode(token, key.public_key(), algorithms=[algorithm], audience="https://idp.example/token",
+                        issuer="https://tools.example")
+    assert (claims["sub"], claims["act"]) == ("agent:calc", {"sub": "agent:planner", "act": {"sub": "agent:lead"}})
+    assert claims["exp"] - claims["iat"] == 60 and abs(claims["iat"] - time.time()) < 5
+    assert len(claims["jti"]) == 32 and signer.sign(("lead",)) != signer.sign(("lead",))  # a fresh jti each
+    assert "act" not in jwt.decode(signer.sign(("lead",)), options={"verify_signature": False})
+    other = ed25519.Ed25519PrivateKey.generate().private_bytes(serialization.Encoding.PEM,
+                                                              serialization.PrivateFormat.PKCS8,
+                                                              serialization.NoEncryption())
+    with pytest.raises(ToolError) as info:
+        ActorSigner.of(other, "i", "a")
+    assert str(info.value) == "oauth.client.actor_key is neither an RSA nor an EC key"
+
+
+def test_upstream_scopes_narrow_down_the_chain_and_choose_where_the_table_asks_none() -> None:
+    from toolcrib.delegation import Acting, Exchanger
+    from toolcrib.delegation_settings import ExchangeConfig
+    from toolcrib.errors import ToolError
+
+    narrowing = {"lead": {"pets": ["read", "write"]}, "calc": {"pets": ["read"], "other": ["x"]},
+                 "auditor": {"pets": ["admin"]}}
+    exchanger = Exchanger("http://127.0.0.1:9/token", "gw", "s")
+    asked = Acting(ExchangeConfig(audience="a", scopes=["read", "write", "delete"]), exchanger, "w", "pets", narrowing)
+    default = Acting(ExchangeConfig(audience="a"), exchanger, "w", "pets", narrowing)
+    assert [asked.scopes(chain) for chain in ((), ("nobody",), ("lead",), ("lead", "calc"), ("calc", "lead"))] == [
+        ("read", "write", "delete"), ("read", "write", "delete"), ("read", "write"), ("read",), ("read",)]
+    assert [default.scopes(chain) for chain in ((), ("lead",), ("lead", "calc"))] == [(), ("read", "write"),
+                                                                                     ("read",)]
+    with pytest.raises(ToolError) as info:
+        default.scopes(("lead", "auditor"))
+    assert str(info.value) == ("w cannot be called by agent 'auditor': none of the scopes asked (read write) is in "
+                               "its upstream_scopes for it")
