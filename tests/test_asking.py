@@ -351,3 +351,29 @@ def test_a_pack_that_says_its_catalog_changed_is_loaded_again_and_its_agents_cli
         return listed
 
     assert anyio.run(main) == [["shelf__shelve"], ["shelf__extra", "shelf__shelve"], ["shelf__shelve"]]
+
+
+def test_a_pack_that_says_its_catalog_changed_on_and_on_makes_one_reload_after_another_not_one_each() -> None:
+    """An agent calling a tool that calls ``toolcrib.catalog_changed()`` in a loop: asks made before a reload
+    begins, or while it runs, coalesce into it or one more, never a reload each (fifty asks made at once: one)."""
+    SHELF.clear()
+    made: list[int] = []
+
+    def make() -> Any:
+        made.append(1)
+        return make_host(CONFIG.replace('allow = ["ask"]', 'allow = ["shelf"]'), {"shelf": Shelf()})
+
+    async def main() -> tuple[int, list[str]]:
+        state = ServingState(make(), make_host=make)
+        state.watch_resources()
+        for _ in range(50):
+            SHELF.symmetric_difference_update({"extra"})
+            toolcrib.catalog_changed()
+        SHELF.clear()
+        toolcrib.catalog_changed()  # the last word: no extra
+        with anyio.fail_after(HANG_GUARD):
+            while len(made) < 2 or state._reloading.locked():
+                await anyio.sleep(0.01)
+        return len(made) - 1, [vt.name for vt in state.host.view("a").tools]
+
+    assert anyio.run(main) == (1, ["shelf__shelve"])

@@ -272,12 +272,27 @@ class ServingState:
         if self._updates is not None:
             return
         loop = asyncio.get_running_loop()
+        asked = [False, False]  # (a reload was asked for since the last began, one runs): asks coalesce
 
-        async def reload() -> None:
-            await self.reload()
+        async def reloads() -> None:
+            # One reload after another while they are asked for: any number of catalog_changed() calls during a
+            # reload make one more, never a queue of them (a pack tool an agent calls in a loop cannot make the
+            # host, or with [cluster] the fleet, reload once per call).
+            try:
+                while asked[0]:
+                    asked[0] = False
+                    await self.reload()
+            finally:
+                asked[1] = False
 
         def send(uri: str | None) -> None:
-            self.keep(loop.create_task(self._updated(uri) if uri is not None else reload()))
+            if uri is not None:
+                self.keep(loop.create_task(self._updated(uri)))
+                return
+            asked[0] = True
+            if not asked[1]:
+                asked[1] = True
+                self.keep(loop.create_task(reloads()))
 
         def updated(uri: str | None) -> None:
             try:
