@@ -26,9 +26,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
-from toolcrib.delegation import ConsentNeeded, ExchangeFailed, granted
+from anyio import to_thread
+
+from toolcrib.delegation import ConsentNeeded, ExchangeFailed, token_request
 from toolcrib.delegation_settings import ConsentConfig
 from toolcrib.errors import ToolError
 from toolcrib.names import clean
@@ -38,7 +40,6 @@ log = logging.getLogger("toolcrib.consent")
 PENDING_SECONDS = 600  # an authorization under way: how long its link works
 MARGIN = 30.0  # seconds before a grant's expiry it is refreshed
 CLOCK = time.time  # when grants expire (the tests move it)
-TIMEOUT = 10.0  # seconds one request to the token endpoint may take
 MAX_KEPT = 10_000  # records in memory before authorizations under way are let go, the oldest first
 
 
@@ -306,22 +307,10 @@ class Consenting:
         return person
 
     async def _token(self, form: dict[str, str]) -> dict[str, Any]:
-        import httpx2
-
         if self.consent.resource is not None:
             form["resource"] = self.consent.resource
-        headers = {"Accept": "application/json"}
-        if self.secret is not None:  # client_secret_basic; a public client names itself in the form (PKCE alone)
-            pair = f"{quote(self.consent.client_id, safe='')}:{quote(self.secret, safe='')}"
-            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
-        else:
-            form["client_id"] = self.consent.client_id
-        try:
-            async with httpx2.AsyncClient(timeout=TIMEOUT, follow_redirects=False) as client:
-                answer = await client.post(self.consent.token_endpoint, data=form, headers=headers)
-        except httpx2.HTTPError as exc:
-            raise ExchangeFailed(f"the token endpoint could not be reached ({type(exc).__name__}: {exc})") from None
-        access, life, found = granted(answer.status_code, answer.content)
+        access, life, found = await to_thread.run_sync(token_request, self.consent.token_endpoint, form,
+                                                       self.consent.client_id, self.secret)
         refresh = found.get("refresh_token")
         return {"access": access, "refresh": refresh if isinstance(refresh, str) and refresh else None,
                 "expires": CLOCK() + life if life is not None else None}

@@ -22,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from anyio import to_thread
 
@@ -159,8 +160,6 @@ class Exchanger:
 
     def _exchange(self, subject_token: str, exchange: ExchangeConfig, scopes: tuple[str, ...],
                   chain: tuple[str, ...]) -> tuple[str, float]:
-        import httpx2
-
         form = {"grant_type": TOKEN_EXCHANGE, "subject_token": subject_token, "subject_token_type": ACCESS_TOKEN,
                 "requested_token_type": ACCESS_TOKEN, "audience": exchange.audience}
         if scopes:
@@ -169,14 +168,31 @@ class Exchanger:
             form["resource"] = exchange.resource
         if self.actor is not None and chain:
             form |= {"actor_token": self.actor.sign(chain), "actor_token_type": JWT}
-        try:
-            with httpx2.Client(timeout=TIMEOUT, follow_redirects=False) as client:
-                answer = client.post(self.token_endpoint, data=form, auth=(self.client_id, self.client_secret),
-                                     headers={"Accept": "application/json"})
-        except httpx2.HTTPError as exc:
-            raise ExchangeFailed(f"the token endpoint could not be reached ({type(exc).__name__}: {exc})") from None
-        token, life, _ = granted(answer.status_code, answer.content)
+        token, life, _ = token_request(self.token_endpoint, form, self.client_id, self.client_secret)
         return token, life if life is not None else UNSTATED_LIFE
+
+
+def token_request(endpoint: str, form: dict[str, str], client_id: str,
+                  secret: str | None) -> tuple[str, float | None, Mapping[str, Any]]:
+    """POST ``form`` to a token endpoint as client ``client_id`` (``client_secret_basic``, the id and secret
+    form-encoded as RFC 6749 2.3.1 says; without a secret, a public client naming itself in the form), never
+    following a redirect: ``granted``'s reading of the answer. Blocks: a worker thread's."""
+    import base64
+
+    import httpx2
+
+    headers = {"Accept": "application/json"}
+    if secret is not None:
+        pair = f"{quote(client_id, safe='')}:{quote(secret, safe='')}"
+        headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
+    else:
+        form = {**form, "client_id": client_id}
+    try:
+        with httpx2.Client(timeout=TIMEOUT, follow_redirects=False) as client:
+            answer = client.post(endpoint, data=form, headers=headers)
+    except httpx2.HTTPError as exc:
+        raise ExchangeFailed(f"the token endpoint could not be reached ({type(exc).__name__}: {exc})") from None
+    return granted(answer.status_code, answer.content)
 
 
 def granted(status: int, body: bytes) -> tuple[str, float | None, Mapping[str, Any]]:
@@ -303,4 +319,4 @@ def caller_auth(namespace: str) -> Any:
 
 __all__ = ["ACCESS_TOKEN", "TOKEN_EXCHANGE", "UPSTREAM_BEARER", "Acting", "ActorSigner", "ConsentNeeded",
            "ExchangeConfig", "ExchangeFailed", "Exchanger", "agents_of", "ask_consent", "caller_auth", "exchanger_for",
-           "granted"]
+           "granted", "token_request"]
